@@ -1,1 +1,9 @@
-//! placeholder
+//! The only place in dionfs with `unsafe` code: aligned buffers and the
+//! Linux system calls that neither `libc`'s safe surface nor `rustix` wraps
+//! (file handles, per-thread credentials, `RWF_*` flags that are too new).
+//! Every `unsafe` block carries a `SAFETY:` comment.
+
+pub mod buf;
+pub mod cred;
+pub mod handle;
+pub mod io;
