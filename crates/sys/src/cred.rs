@@ -1,1 +1,332 @@
-//! (to be written)
+//! Per-thread filesystem credentials.
+//!
+//! The server runs as root and performs every metadata operation on behalf
+//! of an NFS caller on a blocking-pool thread. Before it does, it switches
+//! *that thread's* filesystem identity (fsuid, fsgid, supplementary groups)
+//! to the caller's squashed credentials, so the kernel itself checks
+//! permissions and new files get the right owner — the way knfsd does it
+//! with `nfsd_setuser`.
+//!
+//! Linux keeps credentials per task (thread). The C library's `setgroups()`
+//! (and `setuid()` & co.) broadcast the change to every thread of the
+//! process, so we never use them: `setfsuid`/`setfsgid` are issued as raw
+//! system calls, and the supplementary groups through rustix's raw
+//! `setgroups` system call, which only touches the calling thread.
+//!
+//! When the fsuid moves from 0 to non-zero the kernel drops the thread's
+//! effective filesystem capabilities (`CAP_DAC_OVERRIDE`, `CAP_CHOWN`,
+//! `CAP_FOWNER`, `CAP_DAC_READ_SEARCH`, ...) and gives them back when it
+//! returns to 0 (`cap_task_fix_setuid`). That is what makes the permission
+//! checks those of the squashed user. `CAP_SETUID`/`CAP_SETGID` are not
+//! filesystem capabilities, so the thread can always switch back.
+
+use std::cell::RefCell;
+use std::io;
+
+/// The filesystem identity an operation runs with.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Creds {
+    /// Filesystem user id.
+    pub uid: u32,
+    /// Filesystem group id.
+    pub gid: u32,
+    /// Supplementary groups (AUTH_SYS carries at most 16).
+    pub groups: Vec<u32>,
+}
+
+impl Creds {
+    /// Root with no supplementary groups: the identity every server thread
+    /// has at rest.
+    pub const fn root() -> Creds {
+        Creds {
+            uid: 0,
+            gid: 0,
+            groups: Vec::new(),
+        }
+    }
+
+    /// Whether these credentials are the resting root identity.
+    pub fn is_root(&self) -> bool {
+        self.uid == 0 && self.gid == 0 && self.groups.is_empty()
+    }
+}
+
+thread_local! {
+    /// What this thread's filesystem credentials are now, as set through
+    /// this module. A thread that never called `with_creds` is root.
+    static CURRENT: RefCell<Creds> = const { RefCell::new(Creds::root()) };
+}
+
+/// The filesystem credentials the calling thread currently runs with (as
+/// set by [`with_creds`]; root outside of it).
+pub fn current() -> Creds {
+    CURRENT.with(|c| c.borrow().clone())
+}
+
+/// The calling thread's current filesystem uid (root outside `with_creds`).
+pub fn current_uid() -> u32 {
+    CURRENT.with(|c| c.borrow().uid)
+}
+
+/// Runs `f` with the calling thread's filesystem credentials set to `creds`,
+/// then restores the credentials the thread had before (root, for a server
+/// thread at rest) — also when `f` panics.
+///
+/// Fails (without running `f`) if the kernel refused the switch; in that case
+/// the thread's previous credentials are back in place.
+pub fn with_creds<T>(creds: &Creds, f: impl FnOnce() -> T) -> io::Result<T> {
+    let previous = current();
+    if previous == *creds {
+        return Ok(f());
+    }
+    if let Err(e) = apply(creds) {
+        // Put back whatever we may have half-changed.
+        restore_or_abort(&previous);
+        return Err(e);
+    }
+    let _guard = Restore { previous };
+    Ok(f())
+}
+
+/// Runs `f` as root (fsuid 0, all filesystem capabilities back), then returns
+/// to the thread's current credentials. A no-op wrapper when the thread
+/// already is root. Used for the few calls that need a capability the
+/// squashed user lacks, such as `open_by_handle_at` (`CAP_DAC_READ_SEARCH`).
+pub fn as_root<T>(f: impl FnOnce() -> T) -> io::Result<T> {
+    with_creds(&Creds::root(), f)
+}
+
+/// Puts the previous credentials back when dropped (normal return or
+/// unwinding).
+struct Restore {
+    previous: Creds,
+}
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        restore_or_abort(&self.previous);
+    }
+}
+
+/// A thread whose credentials are unknown must not run any further request:
+/// it could act with somebody else's identity. Restoring can only fail if
+/// the process lost `CAP_SETUID`/`CAP_SETGID`, which a running server never
+/// does, so this is an invariant violation and we stop the process.
+fn restore_or_abort(previous: &Creds) {
+    if let Err(e) = apply(previous) {
+        eprintln!("dionfs: cannot restore thread credentials {previous:?}: {e}; aborting");
+        std::process::abort();
+    }
+}
+
+/// Switches the calling thread to `creds` and records them as current.
+fn apply(creds: &Creds) -> io::Result<()> {
+    // Order: groups and gid first, uid last. Once the fsuid is non-zero the
+    // thread has dropped its filesystem capabilities, but not CAP_SETGID,
+    // so any order works; this one mirrors knfsd's nfsd_setuser.
+    let groups: Vec<rustix::process::Gid> = creds
+        .groups
+        .iter()
+        .map(|&g| rustix::process::Gid::from_raw(g))
+        .collect();
+    let result = rustix::thread::set_thread_groups(&groups)
+        .map_err(io::Error::from)
+        .and_then(|()| set_fsgid(creds.gid))
+        .and_then(|()| set_fsuid(creds.uid));
+    // Record what we asked for even on failure: the caller then restores the
+    // previous state in full, which rewrites all three.
+    CURRENT.with(|c| *c.borrow_mut() = creds.clone());
+    result
+}
+
+/// `setfsuid(uid)` for this thread only, verified.
+///
+/// `setfsuid` cannot report errors: it always returns the *previous* fsuid.
+/// Calling it a second time with the same value returns the value now in
+/// force, which must be the one we asked for.
+fn set_fsuid(uid: u32) -> io::Result<()> {
+    // SAFETY: setfsuid takes one integer argument and touches no memory of
+    // ours; it changes only the calling thread's credentials.
+    unsafe { libc::syscall(libc::SYS_setfsuid, uid as libc::c_long) };
+    // SAFETY: as above.
+    let now = unsafe { libc::syscall(libc::SYS_setfsuid, uid as libc::c_long) };
+    if now as u32 != uid {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("setfsuid({uid}) did not take effect (fsuid is {now})"),
+        ));
+    }
+    Ok(())
+}
+
+/// `setfsgid(gid)` for this thread only, verified like [`set_fsuid`].
+fn set_fsgid(gid: u32) -> io::Result<()> {
+    // SAFETY: setfsgid takes one integer argument and touches no memory of
+    // ours; it changes only the calling thread's credentials.
+    unsafe { libc::syscall(libc::SYS_setfsgid, gid as libc::c_long) };
+    // SAFETY: as above.
+    let now = unsafe { libc::syscall(libc::SYS_setfsgid, gid as libc::c_long) };
+    if now as u32 != gid {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("setfsgid({gid}) did not take effect (fsgid is {now})"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::path::PathBuf;
+
+    fn is_root() -> bool {
+        rustix::process::geteuid().is_root()
+    }
+
+    /// The fs uid/gid of the calling thread as the kernel sees them
+    /// (4th field of the Uid:/Gid: lines).
+    fn kernel_fs_ids() -> (u32, u32) {
+        let status = fs::read_to_string("/proc/thread-self/status").expect("read status");
+        let field = |key: &str| -> u32 {
+            let line = status
+                .lines()
+                .find(|l| l.starts_with(key))
+                .expect("status line");
+            line.split_whitespace()
+                .nth(4)
+                .expect("fs id field")
+                .parse()
+                .expect("number")
+        };
+        (field("Uid:"), field("Gid:"))
+    }
+
+    fn kernel_groups() -> String {
+        let status = fs::read_to_string("/proc/thread-self/status").expect("read status");
+        status
+            .lines()
+            .find(|l| l.starts_with("Groups:"))
+            .map(|l| l.trim_start_matches("Groups:").trim().to_string())
+            .unwrap_or_default()
+    }
+
+    /// A root-owned 0600 file, removed on drop.
+    struct RootOnlyFile(PathBuf);
+    impl RootOnlyFile {
+        fn new(tag: &str) -> RootOnlyFile {
+            let path = std::env::temp_dir().join(format!(
+                "dionfs-cred-{tag}-{}-{:?}",
+                std::process::id(),
+                std::thread::current().id()
+            ));
+            let _ = fs::remove_file(&path);
+            fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)
+                .expect("create root-only file");
+            RootOnlyFile(path)
+        }
+    }
+    impl Drop for RootOnlyFile {
+        fn drop(&mut self) {
+            let _ = fs::remove_file(&self.0);
+        }
+    }
+
+    fn nobody() -> Creds {
+        Creds {
+            uid: 65534,
+            gid: 65534,
+            groups: vec![65534, 100],
+        }
+    }
+
+    #[test]
+    fn squashed_thread_cannot_open_root_only_file_and_is_restored() {
+        if !is_root() {
+            eprintln!("skipped: needs root");
+            return;
+        }
+        let file = RootOnlyFile::new("open");
+        let inside = with_creds(&nobody(), || {
+            assert_eq!(kernel_fs_ids(), (65534, 65534));
+            assert_eq!(kernel_groups(), "100 65534");
+            assert_eq!(current_uid(), 65534);
+            fs::File::open(&file.0).map(|_| ())
+        })
+        .expect("switch creds");
+        let err = inside.expect_err("nobody must not open a 0600 root file");
+        assert_eq!(err.kind(), io::ErrorKind::PermissionDenied);
+
+        // Restored: root again, capabilities back.
+        assert_eq!(kernel_fs_ids(), (0, 0));
+        assert_eq!(kernel_groups(), "");
+        assert!(current().is_root());
+        fs::File::open(&file.0).expect("root opens again");
+    }
+
+    #[test]
+    fn restored_after_panic() {
+        if !is_root() {
+            eprintln!("skipped: needs root");
+            return;
+        }
+        let result = std::panic::catch_unwind(|| {
+            let _ = with_creds(&nobody(), || panic!("boom"));
+        });
+        assert!(result.is_err());
+        assert_eq!(kernel_fs_ids(), (0, 0));
+        assert!(current().is_root());
+    }
+
+    #[test]
+    fn other_threads_unaffected() {
+        if !is_root() {
+            eprintln!("skipped: needs root");
+            return;
+        }
+        let file = RootOnlyFile::new("threads");
+        let path = file.0.clone();
+        let (to_root, from_squashed) = std::sync::mpsc::channel::<()>();
+        let (to_squashed, from_root) = std::sync::mpsc::channel::<()>();
+        let squashed = std::thread::spawn(move || {
+            with_creds(&nobody(), || {
+                to_root.send(()).expect("send");
+                // Stay squashed until the root thread has checked.
+                from_root.recv().expect("recv");
+                assert_eq!(kernel_fs_ids(), (65534, 65534));
+            })
+            .expect("switch creds");
+        });
+        from_squashed.recv().expect("recv");
+        // While the other thread is squashed, this one is still root.
+        assert_eq!(kernel_fs_ids(), (0, 0));
+        fs::File::open(&path).expect("root thread opens");
+        to_squashed.send(()).expect("send");
+        squashed.join().expect("join");
+    }
+
+    #[test]
+    fn nested_as_root_returns_to_squashed() {
+        if !is_root() {
+            eprintln!("skipped: needs root");
+            return;
+        }
+        let file = RootOnlyFile::new("nested");
+        with_creds(&nobody(), || {
+            as_root(|| {
+                assert_eq!(kernel_fs_ids(), (0, 0));
+                fs::File::open(&file.0).expect("root opens");
+            })
+            .expect("as_root");
+            assert_eq!(kernel_fs_ids(), (65534, 65534));
+        })
+        .expect("switch creds");
+        assert_eq!(kernel_fs_ids(), (0, 0));
+    }
+}
