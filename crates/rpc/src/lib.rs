@@ -1,1 +1,20 @@
-//! placeholder
+//! ONC RPC version 2 (RFC 5531) over TCP: record marking, call headers with
+//! AUTH_NONE / AUTH_SYS credentials, and reply headers.
+//!
+//! This crate knows nothing of NFS: it frames and authenticates calls and
+//! encodes the RPC part of replies. Programs (NFS, MOUNT, portmap) live above.
+//!
+//! - [`record`]: [`RecordReader`] reads one record at a time with exact reads
+//!   (no read-ahead), enforcing a maximum record size before allocating.
+//! - [`message`]: [`CallHeader`], [`read_call_header`], [`CallError`].
+//! - [`reply`]: reply header encoders and [`ReplyHeader`] for clients.
+
+pub mod message;
+pub mod record;
+pub mod reply;
+
+pub use message::{
+    encode_call, read_call_header, AuthSys, CallError, CallHeader, Credential, OpaqueAuth,
+};
+pub use record::{record_mark, RecordError, RecordReader};
+pub use reply::{AuthStat, ReplyHeader, ReplyStatus};

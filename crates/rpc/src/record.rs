@@ -1,0 +1,544 @@
+//! Record marking for RPC over TCP (RFC 5531 section 11).
+//!
+//! A record (one RPC message) is sent as one or more fragments. Each fragment
+//! starts with a 4-byte big-endian header: the top bit says "this is the last
+//! fragment of the record", the other 31 bits are the fragment's length.
+//!
+//! [`RecordReader`] reads exactly what it is asked for and nothing more: it
+//! has no read-ahead buffer, so the bytes of a WRITE payload go from the
+//! socket straight into the caller's (aligned) buffer. The size of a record is
+//! checked against a maximum as each fragment header arrives, before anything
+//! is allocated for it or read from it.
+
+use thiserror::Error;
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// The "last fragment" bit of a fragment header.
+const LAST_FRAGMENT: u32 = 0x8000_0000;
+
+/// The largest fragment a header can describe (31 bits).
+pub const MAX_FRAGMENT_LEN: u32 = 0x7fff_ffff;
+
+/// Size of the stack buffer [`RecordReader::skip_rest`] discards bytes into.
+const SKIP_CHUNK: usize = 512;
+
+/// Why a record could not be read. Every variant except [`RecordError::PastEnd`]
+/// leaves the stream at an unknown position: the connection must be closed.
+#[derive(Debug, Error)]
+pub enum RecordError {
+    /// The fragments of the record add up to more than the reader accepts.
+    /// Detected on the fragment header, before the body is read.
+    #[error("record of at least {size} bytes exceeds limit of {max}")]
+    TooLarge { size: u64, max: u32 },
+    /// The caller asked for more bytes than the record holds. The stream is
+    /// positioned at the end of the record (the next record can be read).
+    #[error("read past the end of the record")]
+    PastEnd,
+    /// The stream ended inside a record (or inside a fragment header).
+    #[error("stream ended inside a record")]
+    Truncated,
+    /// A data method was called outside a record (before
+    /// [`RecordReader::next_record`] returned `true`).
+    #[error("no record is open")]
+    NoRecord,
+    /// The underlying reader failed.
+    #[error("i/o error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The 4-byte header of a fragment of `len` bytes (RFC 5531 section 11).
+///
+/// `len` must fit in 31 bits; larger values are a bug in the caller (our
+/// messages are bounded far below 2 GiB) and are truncated to 31 bits.
+pub fn record_mark(len: u32, last: bool) -> [u8; 4] {
+    let flag = if last { LAST_FRAGMENT } else { 0 };
+    (flag | (len & MAX_FRAGMENT_LEN)).to_be_bytes()
+}
+
+/// Reads RPC records from a byte stream, one record at a time, with exact
+/// reads only (see the module documentation).
+///
+/// Usage: [`next_record`](Self::next_record) opens a record; then any mix of
+/// [`read_exact`](Self::read_exact), [`read_u32`](Self::read_u32) and
+/// [`read_to_end`](Self::read_to_end) consumes it; [`skip_rest`](Self::skip_rest)
+/// discards what is left. The methods are not cancel-safe: dropping one of
+/// their futures half-way leaves the stream at an unknown position, so a
+/// caller that cancels must close the connection.
+#[derive(Debug)]
+pub struct RecordReader<R> {
+    inner: R,
+    max_record: u32,
+    /// A record has been opened by `next_record` and not yet finished.
+    in_record: bool,
+    /// Bytes left in the current fragment.
+    fragment_remaining: u32,
+    /// The current fragment is the last one of the record.
+    last_fragment: bool,
+    /// Sum of the lengths of the record's fragments seen so far.
+    record_len: u64,
+}
+
+impl<R: AsyncRead + Unpin> RecordReader<R> {
+    /// A reader that refuses records larger than `max_record` bytes.
+    pub fn new(inner: R, max_record: u32) -> Self {
+        Self {
+            inner,
+            max_record,
+            in_record: false,
+            fragment_remaining: 0,
+            last_fragment: false,
+            record_len: 0,
+        }
+    }
+
+    /// The largest record accepted.
+    pub fn max_record(&self) -> u32 {
+        self.max_record
+    }
+
+    /// The underlying reader.
+    pub fn get_ref(&self) -> &R {
+        &self.inner
+    }
+
+    /// Gives back the underlying reader.
+    pub fn into_inner(self) -> R {
+        self.inner
+    }
+
+    /// True while a record is open and its end has not been reached. A record
+    /// whose last fragment is used up counts as ended, even before the caller
+    /// notices.
+    pub fn in_record(&self) -> bool {
+        self.in_record && !self.at_record_end()
+    }
+
+    /// True when the current record is known to be fully consumed: the last
+    /// fragment has been seen and nothing is left of it. (When a non-last
+    /// fragment is used up this is false: more fragments follow, possibly
+    /// empty ones.)
+    pub fn at_record_end(&self) -> bool {
+        self.last_fragment && self.fragment_remaining == 0
+    }
+
+    /// Bytes left in the current fragment (more may follow in later
+    /// fragments unless this is the last one, see [`Self::is_last_fragment`]).
+    pub fn fragment_remaining(&self) -> u32 {
+        self.fragment_remaining
+    }
+
+    /// True if the current fragment is the record's last.
+    pub fn is_last_fragment(&self) -> bool {
+        self.last_fragment
+    }
+
+    /// The record's size as far as known: the sum of the lengths of the
+    /// fragments whose headers have been read.
+    pub fn record_len_so_far(&self) -> u64 {
+        self.record_len
+    }
+
+    /// Opens the next record by reading its first fragment header.
+    ///
+    /// Returns `Ok(false)` on a clean end of stream between records. If the
+    /// previous record was not fully consumed its rest is skipped first.
+    pub async fn next_record(&mut self) -> Result<bool, RecordError> {
+        if self.in_record {
+            self.skip_rest().await?;
+        }
+        let mut header = [0u8; 4];
+        let mut filled = 0;
+        while filled < header.len() {
+            let n = self.inner.read(&mut header[filled..]).await?;
+            if n == 0 {
+                return if filled == 0 {
+                    Ok(false)
+                } else {
+                    Err(RecordError::Truncated)
+                };
+            }
+            filled += n;
+        }
+        self.in_record = true;
+        self.record_len = 0;
+        self.accept_fragment_header(u32::from_be_bytes(header))?;
+        Ok(true)
+    }
+
+    /// Takes a fragment header into account, enforcing the record size limit
+    /// before any of the fragment's bytes are read.
+    fn accept_fragment_header(&mut self, header: u32) -> Result<(), RecordError> {
+        let len = header & MAX_FRAGMENT_LEN;
+        let size = self.record_len + u64::from(len);
+        if size > u64::from(self.max_record) {
+            // The stream position is now meaningless for this record.
+            self.in_record = false;
+            return Err(RecordError::TooLarge {
+                size,
+                max: self.max_record,
+            });
+        }
+        self.record_len = size;
+        self.fragment_remaining = len;
+        self.last_fragment = header & LAST_FRAGMENT != 0;
+        Ok(())
+    }
+
+    /// Reads the header of the next fragment of the current record.
+    async fn next_fragment(&mut self) -> Result<(), RecordError> {
+        let mut header = [0u8; 4];
+        self.fill(&mut header).await?;
+        self.accept_fragment_header(u32::from_be_bytes(header))
+    }
+
+    /// Makes bytes available in the current fragment, crossing into the next
+    /// fragment(s) as needed. Returns false at the end of the record.
+    async fn ensure_fragment_data(&mut self) -> Result<bool, RecordError> {
+        if !self.in_record {
+            return Err(RecordError::NoRecord);
+        }
+        while self.fragment_remaining == 0 {
+            if self.last_fragment {
+                return Ok(false);
+            }
+            self.next_fragment().await?;
+        }
+        Ok(true)
+    }
+
+    /// `read_exact` on the underlying stream, with end of stream reported as
+    /// [`RecordError::Truncated`].
+    async fn fill(&mut self, buf: &mut [u8]) -> Result<(), RecordError> {
+        match self.inner.read_exact(buf).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                self.in_record = false;
+                Err(RecordError::Truncated)
+            }
+            Err(e) => {
+                self.in_record = false;
+                Err(RecordError::Io(e))
+            }
+        }
+    }
+
+    /// Fills `buf` with the next bytes of the current record, reading straight
+    /// from the stream into `buf` across fragment boundaries.
+    ///
+    /// Fails with [`RecordError::PastEnd`] if the record ends first; `buf`
+    /// then holds the record's remaining bytes at its start and the record is
+    /// consumed.
+    pub async fn read_exact(&mut self, buf: &mut [u8]) -> Result<(), RecordError> {
+        let mut done = 0;
+        while done < buf.len() {
+            if !self.ensure_fragment_data().await? {
+                return Err(RecordError::PastEnd);
+            }
+            let want = buf.len() - done;
+            // Bounded by `want`, so the conversion back to usize is lossless.
+            let n = want.min(self.fragment_remaining as usize);
+            self.fill(&mut buf[done..done + n]).await?;
+            done += n;
+            // n <= fragment_remaining, which is a u32.
+            self.fragment_remaining -= n as u32;
+        }
+        Ok(())
+    }
+
+    /// Reads a big-endian u32 (one XDR unsigned int) from the record.
+    pub async fn read_u32(&mut self) -> Result<u32, RecordError> {
+        let mut b = [0u8; 4];
+        self.read_exact(&mut b).await?;
+        Ok(u32::from_be_bytes(b))
+    }
+
+    /// Appends the rest of the current record (all its remaining fragments)
+    /// to `out`. Never grows `out` by more than the record size limit: each
+    /// fragment is checked against it before its space is reserved.
+    pub async fn read_to_end(&mut self, out: &mut Vec<u8>) -> Result<(), RecordError> {
+        while self.ensure_fragment_data().await? {
+            let n = self.fragment_remaining as usize;
+            let start = out.len();
+            out.resize(start + n, 0);
+            self.fill(&mut out[start..]).await?;
+            self.fragment_remaining = 0;
+        }
+        Ok(())
+    }
+
+    /// Discards the rest of the current record through a small stack buffer.
+    /// Does nothing outside a record.
+    pub async fn skip_rest(&mut self) -> Result<(), RecordError> {
+        if !self.in_record {
+            return Ok(());
+        }
+        let mut scratch = [0u8; SKIP_CHUNK];
+        while self.ensure_fragment_data().await? {
+            let n = (self.fragment_remaining as usize).min(SKIP_CHUNK);
+            self.fill(&mut scratch[..n]).await?;
+            // n <= fragment_remaining, which is a u32.
+            self.fragment_remaining -= n as u32;
+        }
+        self.in_record = false;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+    use tokio::io::ReadBuf;
+
+    /// One record made of the given fragments.
+    fn record(fragments: &[&[u8]]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (i, f) in fragments.iter().enumerate() {
+            let len = u32::try_from(f.len()).expect("test fragment fits u32");
+            out.extend_from_slice(&record_mark(len, i + 1 == fragments.len()));
+            out.extend_from_slice(f);
+        }
+        out
+    }
+
+    #[test]
+    fn record_mark_layout() {
+        assert_eq!(record_mark(0x1234, true), [0x80, 0, 0x12, 0x34]);
+        assert_eq!(record_mark(0x1234, false), [0, 0, 0x12, 0x34]);
+        assert_eq!(record_mark(0, true), [0x80, 0, 0, 0]);
+    }
+
+    #[tokio::test]
+    async fn single_fragment_record_then_clean_eof() {
+        let bytes = record(&[b"abcdefgh"]);
+        let mut r = RecordReader::new(&bytes[..], 1024);
+        assert!(r.next_record().await.unwrap());
+        assert!(r.in_record());
+        assert_eq!(r.fragment_remaining(), 8);
+        assert!(r.is_last_fragment());
+        let mut buf = [0u8; 3];
+        r.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"abc");
+        assert_eq!(r.fragment_remaining(), 5);
+        let mut rest = Vec::new();
+        r.read_to_end(&mut rest).await.unwrap();
+        assert_eq!(rest, b"defgh");
+        assert!(r.at_record_end());
+        assert!(!r.in_record());
+        assert!(!r.next_record().await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn reads_cross_fragment_boundaries_and_empty_fragments() {
+        // A u32 split 1+0+3 bytes across fragments, then payload split 2+2.
+        let bytes = record(&[&[0x01], &[], &[0x02, 0x03, 0x04, b'p'], b"ay", &[], b"lo"]);
+        let mut r = RecordReader::new(&bytes[..], 1024);
+        assert!(r.next_record().await.unwrap());
+        assert_eq!(r.read_u32().await.unwrap(), 0x0102_0304);
+        let mut payload = [0u8; 5];
+        r.read_exact(&mut payload).await.unwrap();
+        assert_eq!(&payload, b"paylo");
+        assert!(r.at_record_end());
+        assert_eq!(r.record_len_so_far(), 9);
+        let mut b = [0u8; 1];
+        assert!(matches!(
+            r.read_exact(&mut b).await,
+            Err(RecordError::PastEnd)
+        ));
+        assert!(!r.next_record().await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn trailing_empty_last_fragment_ends_the_record() {
+        let bytes = record(&[b"abcd", &[]]);
+        let mut r = RecordReader::new(&bytes[..], 1024);
+        assert!(r.next_record().await.unwrap());
+        assert_eq!(r.read_u32().await.unwrap(), u32::from_be_bytes(*b"abcd"));
+        // The next fragment has not been seen yet: the end is not known.
+        assert!(!r.at_record_end());
+        let mut rest = Vec::new();
+        r.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty());
+        assert!(r.at_record_end());
+    }
+
+    #[tokio::test]
+    async fn back_to_back_records_and_skip() {
+        let mut bytes = record(&[b"first", b"-record"]);
+        bytes.extend(record(&[b"second"]));
+        let mut r = RecordReader::new(&bytes[..], 1024);
+        assert!(r.next_record().await.unwrap());
+        let mut b = [0u8; 2];
+        r.read_exact(&mut b).await.unwrap();
+        r.skip_rest().await.unwrap();
+        assert!(r.next_record().await.unwrap());
+        let mut rest = Vec::new();
+        r.read_to_end(&mut rest).await.unwrap();
+        assert_eq!(rest, b"second");
+        assert!(!r.next_record().await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn next_record_skips_an_unfinished_record() {
+        let mut bytes = record(&[b"one", b"two"]);
+        bytes.extend(record(&[b"three"]));
+        let mut r = RecordReader::new(&bytes[..], 1024);
+        assert!(r.next_record().await.unwrap());
+        assert!(r.next_record().await.unwrap());
+        let mut rest = Vec::new();
+        r.read_to_end(&mut rest).await.unwrap();
+        assert_eq!(rest, b"three");
+    }
+
+    #[tokio::test]
+    async fn past_end_leaves_the_stream_at_the_next_record() {
+        let mut bytes = record(&[b"ab"]);
+        bytes.extend(record(&[b"next"]));
+        let mut r = RecordReader::new(&bytes[..], 1024);
+        assert!(r.next_record().await.unwrap());
+        let mut buf = [0u8; 4];
+        assert!(matches!(
+            r.read_exact(&mut buf).await,
+            Err(RecordError::PastEnd)
+        ));
+        assert_eq!(&buf[..2], b"ab");
+        assert!(r.next_record().await.unwrap());
+        assert_eq!(r.read_u32().await.unwrap(), u32::from_be_bytes(*b"next"));
+    }
+
+    #[tokio::test]
+    async fn reading_outside_a_record_is_an_error() {
+        let mut r = RecordReader::new(&[][..], 1024);
+        assert!(matches!(r.read_u32().await, Err(RecordError::NoRecord)));
+    }
+
+    /// A reader that serves `data` and then fails the test if read again: it
+    /// proves that nothing past the fragment header was read.
+    struct ThenPanic<'a> {
+        data: &'a [u8],
+    }
+
+    impl AsyncRead for ThenPanic<'_> {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            assert!(!self.data.is_empty(), "read past the fragment header");
+            let n = self.data.len().min(buf.remaining());
+            buf.put_slice(&self.data[..n]);
+            self.data = &self.data[n..];
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn too_large_first_fragment_is_refused_before_reading_the_body() {
+        let header = record_mark(1025, true);
+        let mut r = RecordReader::new(ThenPanic { data: &header }, 1024);
+        match r.next_record().await {
+            Err(RecordError::TooLarge { size, max }) => {
+                assert_eq!((size, max), (1025, 1024));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn too_large_sum_of_fragments_is_refused_at_the_header() {
+        let mut bytes = record_mark(600, false).to_vec();
+        bytes.extend_from_slice(&[7u8; 600]);
+        bytes.extend_from_slice(&record_mark(0x7fff_ffff, true));
+        let mut r = RecordReader::new(ThenPanic { data: &bytes }, 1024);
+        assert!(r.next_record().await.unwrap());
+        let mut out = Vec::new();
+        match r.read_to_end(&mut out).await {
+            Err(RecordError::TooLarge { size, max }) => {
+                assert_eq!((size, max), (600 + 0x7fff_ffff, 1024));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        // Only the first fragment was allocated.
+        assert_eq!(out.len(), 600);
+    }
+
+    #[tokio::test]
+    async fn record_of_exactly_the_limit_is_accepted() {
+        let bytes = record(&[&[1u8; 10], &[2u8; 6]]);
+        let mut r = RecordReader::new(&bytes[..], 16);
+        assert!(r.next_record().await.unwrap());
+        let mut out = Vec::new();
+        r.read_to_end(&mut out).await.unwrap();
+        assert_eq!(out.len(), 16);
+    }
+
+    #[tokio::test]
+    async fn truncated_streams_are_errors() {
+        // Inside the first header.
+        let mut r = RecordReader::new(&[0x80, 0][..], 1024);
+        assert!(matches!(r.next_record().await, Err(RecordError::Truncated)));
+        // Inside a fragment body.
+        let mut bytes = record_mark(8, true).to_vec();
+        bytes.extend_from_slice(b"abc");
+        let mut r = RecordReader::new(&bytes[..], 1024);
+        assert!(r.next_record().await.unwrap());
+        let mut out = Vec::new();
+        assert!(matches!(
+            r.read_to_end(&mut out).await,
+            Err(RecordError::Truncated)
+        ));
+        // Inside a later fragment header.
+        let mut bytes = record_mark(2, false).to_vec();
+        bytes.extend_from_slice(b"ab\x80");
+        let mut r = RecordReader::new(&bytes[..], 1024);
+        assert!(r.next_record().await.unwrap());
+        assert!(matches!(r.skip_rest().await, Err(RecordError::Truncated)));
+        // End of stream where a non-last fragment promised more.
+        let bytes = record_mark(0, false);
+        let mut r = RecordReader::new(&bytes[..], 1024);
+        assert!(r.next_record().await.unwrap());
+        assert!(matches!(r.read_u32().await, Err(RecordError::Truncated)));
+    }
+
+    #[tokio::test]
+    async fn reads_are_exact_and_never_read_ahead() {
+        // With a slice as the stream, what is left of the slice after each
+        // step shows exactly how far the reader has read.
+        let mut bytes = record(&[b"abcdef", b"gh"]);
+        let second = record(&[b"next"]);
+        bytes.extend_from_slice(&second);
+        let mut r = RecordReader::new(&bytes[..], 1024);
+        assert!(r.next_record().await.unwrap());
+        assert_eq!(r.get_ref().len(), bytes.len() - 4);
+        assert_eq!(r.read_u32().await.unwrap(), u32::from_be_bytes(*b"abcd"));
+        assert_eq!(r.get_ref().len(), bytes.len() - 8);
+        let mut rest = [0u8; 4];
+        r.read_exact(&mut rest).await.unwrap();
+        assert_eq!(&rest, b"efgh");
+        assert!(r.at_record_end());
+        assert_eq!(*r.get_ref(), &second[..]);
+    }
+
+    #[tokio::test]
+    async fn works_on_a_stream_delivered_in_pieces() {
+        let mock = tokio_test::io::Builder::new()
+            .read(&record_mark(6, false)[..2])
+            .read(&record_mark(6, false)[2..])
+            .read(&[0, 0, 0])
+            .read(&[5, b'x', b'y'])
+            .read(&record_mark(2, true))
+            .read(b"z")
+            .read(b"w")
+            .build();
+        let mut r = RecordReader::new(mock, 1024);
+        assert!(r.next_record().await.unwrap());
+        assert_eq!(r.read_u32().await.unwrap(), 5);
+        let mut rest = [0u8; 4];
+        r.read_exact(&mut rest).await.unwrap();
+        assert_eq!(&rest, b"xyzw");
+        assert!(r.at_record_end());
+        assert!(!r.next_record().await.unwrap());
+    }
+}
