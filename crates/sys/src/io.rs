@@ -1,1 +1,339 @@
-//! (to be written)
+//! File I/O system calls the data plane needs beyond `std`: positioned
+//! reads and writes with per-call `RWF_*` flags, the direct-I/O alignment a
+//! file reports through `statx`, page-cache residency (`mincore`) and
+//! `fadvise`.
+//!
+//! Everything `rustix` wraps safely is used through `rustix`; only the
+//! residency probe (`mmap` + `mincore`) needs `unsafe`.
+
+use std::io;
+use std::num::NonZeroU64;
+use std::ops::BitOr;
+use std::os::fd::AsFd;
+
+use rustix::fs::{AtFlags, StatxFlags};
+use rustix::io::ReadWriteFlags;
+
+/// `RWF_DSYNC`: this write is durable as if the file were opened `O_DSYNC`.
+const RWF_DSYNC: u32 = 0x2;
+/// `RWF_SYNC`: this write is durable as if the file were opened `O_SYNC`.
+const RWF_SYNC: u32 = 0x4;
+/// `RWF_DONTCACHE` (Linux 6.14+): buffered I/O whose pages are dropped from
+/// the page cache once the I/O (and writeback) is done. Filesystems that do
+/// not support it fail the call with `EOPNOTSUPP`; so do older kernels, which
+/// reject every unknown `RWF_*` bit that way.
+const RWF_DONTCACHE: u32 = 0x80;
+
+/// `STATX_DIOALIGN` (Linux 6.1+): ask for `stx_dio_mem_align` and
+/// `stx_dio_offset_align`.
+const STATX_DIOALIGN: u32 = 0x2000;
+/// `STATX_DIO_READ_ALIGN` (Linux 6.14+): ask for
+/// `stx_dio_read_offset_align`.
+const STATX_DIO_READ_ALIGN: u32 = 0x20000;
+
+/// Per-call flags for [`preadv2`] and [`pwritev2`] (`RWF_*` in
+/// preadv2(2)). Combine with `|`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RwFlags(u32);
+
+impl RwFlags {
+    /// No flags: plain `pread`/`pwrite` semantics.
+    pub const NONE: Self = Self(0);
+    /// `RWF_DSYNC`: the written data (and the metadata needed to read it
+    /// back) is durable when the call returns.
+    pub const DSYNC: Self = Self(RWF_DSYNC);
+    /// `RWF_SYNC`: data and all metadata durable when the call returns.
+    pub const SYNC: Self = Self(RWF_SYNC);
+    /// `RWF_DONTCACHE`: drop the pages from the page cache after the I/O.
+    pub const DONTCACHE: Self = Self(RWF_DONTCACHE);
+
+    /// The raw `RWF_*` bits.
+    pub fn bits(self) -> u32 {
+        self.0
+    }
+
+    /// Whether every flag in `other` is set in `self`.
+    pub fn contains(self, other: Self) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    fn to_rustix(self) -> ReadWriteFlags {
+        ReadWriteFlags::from_bits_retain(self.0)
+    }
+}
+
+impl BitOr for RwFlags {
+    type Output = Self;
+
+    fn bitor(self, rhs: Self) -> Self {
+        Self(self.0 | rhs.0)
+    }
+}
+
+/// `preadv2(fd, [buf], offset, flags)`: reads up to `buf.len()` bytes at
+/// `offset`. Returns the number of bytes read; fewer than asked means end of
+/// file was reached (for regular files). Retries on `EINTR`.
+pub fn preadv2<Fd: AsFd>(fd: Fd, buf: &mut [u8], offset: u64, flags: RwFlags) -> io::Result<usize> {
+    loop {
+        let mut iov = [io::IoSliceMut::new(&mut *buf)];
+        match rustix::io::preadv2(&fd, &mut iov, offset, flags.to_rustix()) {
+            Err(rustix::io::Errno::INTR) => continue,
+            other => return other.map_err(io::Error::from),
+        }
+    }
+}
+
+/// `pwritev2(fd, [buf], offset, flags)`: writes `buf` at `offset`. Returns
+/// the number of bytes written, which the caller must compare with
+/// `buf.len()` (a short write is possible, e.g. on `ENOSPC` mid-way).
+/// Retries on `EINTR`.
+pub fn pwritev2<Fd: AsFd>(fd: Fd, buf: &[u8], offset: u64, flags: RwFlags) -> io::Result<usize> {
+    loop {
+        let iov = [io::IoSlice::new(buf)];
+        match rustix::io::pwritev2(&fd, &iov, offset, flags.to_rustix()) {
+            Err(rustix::io::Errno::INTR) => continue,
+            other => return other.map_err(io::Error::from),
+        }
+    }
+}
+
+/// Direct-I/O alignment restrictions of one file, as `statx` reports them.
+///
+/// A value of 0 means "not reported"; see [`DioAlign::supports_direct`] and
+/// [`DioAlign::read_align`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DioAlign {
+    /// `stx_dio_mem_align`: required alignment of user buffers, in bytes.
+    pub mem_align: u32,
+    /// `stx_dio_offset_align`: required alignment of file offsets and
+    /// lengths, in bytes (for writes, and for reads unless
+    /// `read_offset_align` says otherwise).
+    pub offset_align: u32,
+    /// `stx_dio_read_offset_align` (Linux 6.14+): required alignment of file
+    /// offsets and lengths for reads; 0 means "same as `offset_align`". It can
+    /// be smaller than `offset_align`, e.g. on XFS files that need
+    /// copy-on-write.
+    pub read_offset_align: u32,
+}
+
+impl DioAlign {
+    /// Whether the file supports direct I/O at all. statx(2): "If direct
+    /// I/O is not supported on the file, [the fields] will be 0".
+    pub fn supports_direct(&self) -> bool {
+        self.mem_align != 0 && self.offset_align != 0
+    }
+
+    /// File offset/length alignment for direct reads.
+    pub fn read_align(&self) -> u32 {
+        if self.read_offset_align != 0 {
+            self.read_offset_align
+        } else {
+            self.offset_align
+        }
+    }
+
+    /// File offset/length alignment for direct writes.
+    pub fn write_align(&self) -> u32 {
+        self.offset_align
+    }
+}
+
+/// The direct-I/O alignment of the open file `fd`, from
+/// `statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN | STATX_DIO_READ_ALIGN)`.
+///
+/// Fields the kernel did not fill in (checked against `stx_mask`) are 0:
+/// kernels before 6.1 or filesystems without direct I/O give all zeros,
+/// kernels before 6.14 give `read_offset_align == 0`.
+pub fn statx_dio<Fd: AsFd>(fd: Fd) -> io::Result<DioAlign> {
+    let mask = StatxFlags::from_bits_retain(STATX_DIOALIGN | STATX_DIO_READ_ALIGN);
+    let stx = rustix::fs::statx(&fd, c"", AtFlags::EMPTY_PATH, mask)?;
+    let mut align = DioAlign::default();
+    if stx.stx_mask & STATX_DIOALIGN != 0 {
+        align.mem_align = stx.stx_dio_mem_align;
+        align.offset_align = stx.stx_dio_offset_align;
+    }
+    if stx.stx_mask & STATX_DIO_READ_ALIGN != 0 {
+        align.read_offset_align = stx.stx_dio_read_offset_align;
+    }
+    Ok(align)
+}
+
+/// The system page size in bytes.
+pub fn page_size() -> usize {
+    rustix::param::page_size()
+}
+
+/// How many of the pages of the first `len` bytes of `fd` are in the page
+/// cache: `(resident, total)`. For tests and benchmarks that check direct
+/// I/O really bypassed the page cache (like fincore(1)).
+///
+/// `fd` must be open for reading (it is mapped `PROT_READ`, `MAP_SHARED`);
+/// the mapping is never touched, only queried with mincore(2), so the query
+/// itself brings nothing into the cache. Linux reports page-cache residency
+/// of a file mapping only to callers that could write the file (owner or
+/// capable), see mincore(2).
+pub fn resident_pages<Fd: AsFd>(fd: Fd, len: u64) -> io::Result<(usize, usize)> {
+    if len == 0 {
+        return Ok((0, 0));
+    }
+    let len = usize::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+    let total = len.div_ceil(page_size());
+    let mapping = Mapping::new(fd, len)?;
+    let mut vec = vec![0u8; total];
+    // SAFETY: `mapping.ptr` is the page-aligned start of a live mapping of
+    // `mapping.len` bytes (kept alive by `mapping` until after this call),
+    // and `vec` has one byte for each of its `ceil(len / page_size)` pages,
+    // which is what mincore(2) writes.
+    let rc = unsafe { libc::mincore(mapping.ptr, mapping.len, vec.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let resident = vec.iter().filter(|&&v| v & 1 != 0).count();
+    Ok((resident, total))
+}
+
+/// A read-only shared file mapping, unmapped on drop.
+struct Mapping {
+    ptr: *mut libc::c_void,
+    len: usize,
+}
+
+impl Mapping {
+    fn new<Fd: AsFd>(fd: Fd, len: usize) -> io::Result<Self> {
+        // SAFETY: a null hint lets the kernel choose a fresh address range,
+        // so no existing memory is replaced; the mapping is never
+        // dereferenced (only passed to mincore and munmap), so a file that
+        // shrinks underneath it cannot cause a SIGBUS in Rust code.
+        let ptr = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                len,
+                rustix::mm::ProtFlags::READ,
+                rustix::mm::MapFlags::SHARED,
+                fd,
+                0,
+            )
+        }?;
+        Ok(Self { ptr, len })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` describe exactly the mapping created in
+        // `Mapping::new`, unmapped only here; no references into it exist.
+        let _ = unsafe { rustix::mm::munmap(self.ptr, self.len) };
+    }
+}
+
+/// `posix_fadvise(fd, offset, len, POSIX_FADV_DONTNEED)`: ask the kernel to
+/// drop clean cached pages of the range (`len == 0`: to end of file). Dirty
+/// pages are not dropped; write them back first (e.g. `fdatasync`).
+pub fn fadvise_dontneed<Fd: AsFd>(fd: Fd, offset: u64, len: u64) -> io::Result<()> {
+    rustix::fs::fadvise(
+        fd,
+        offset,
+        NonZeroU64::new(len),
+        rustix::fs::Advice::DontNeed,
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn pwrite_then_pread_roundtrip() {
+        let file = tempfile::tempfile().unwrap();
+        assert_eq!(
+            pwritev2(&file, b"hello world", 5, RwFlags::NONE).unwrap(),
+            11
+        );
+        let mut buf = [0u8; 32];
+        let n = preadv2(&file, &mut buf, 0, RwFlags::NONE).unwrap();
+        assert_eq!(n, 16);
+        assert_eq!(&buf[..16], b"\0\0\0\0\0hello world");
+        // Reading at end of file returns 0.
+        assert_eq!(preadv2(&file, &mut buf, 16, RwFlags::NONE).unwrap(), 0);
+    }
+
+    #[test]
+    fn sync_flags_accepted() {
+        let file = tempfile::tempfile().unwrap();
+        assert_eq!(pwritev2(&file, b"abc", 0, RwFlags::DSYNC).unwrap(), 3);
+        assert_eq!(pwritev2(&file, b"def", 3, RwFlags::SYNC).unwrap(), 3);
+    }
+
+    #[test]
+    fn dontcache_works_or_says_eopnotsupp() {
+        let file = tempfile::tempfile().unwrap();
+        match pwritev2(&file, b"abc", 0, RwFlags::DONTCACHE) {
+            Ok(n) => assert_eq!(n, 3),
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EOPNOTSUPP)),
+        }
+    }
+
+    #[test]
+    fn flags_combine() {
+        let f = RwFlags::DSYNC | RwFlags::DONTCACHE;
+        assert!(f.contains(RwFlags::DSYNC));
+        assert!(f.contains(RwFlags::DONTCACHE));
+        assert!(!f.contains(RwFlags::SYNC));
+        assert_eq!(f.bits(), 0x82);
+    }
+
+    #[test]
+    fn statx_dio_is_consistent() {
+        let file = tempfile::tempfile().unwrap();
+        let align = statx_dio(&file).unwrap();
+        // Whatever the filesystem under the temp dir supports, the values
+        // are either all zero or powers of two.
+        if align.supports_direct() {
+            assert!(align.mem_align.is_power_of_two());
+            assert!(align.offset_align.is_power_of_two());
+            assert!(align.read_align().is_power_of_two());
+        } else {
+            assert_eq!(align.read_align(), align.offset_align);
+        }
+    }
+
+    #[test]
+    fn read_align_defaults_to_offset_align() {
+        let a = DioAlign {
+            mem_align: 4,
+            offset_align: 4096,
+            read_offset_align: 0,
+        };
+        assert_eq!(a.read_align(), 4096);
+        assert_eq!(a.write_align(), 4096);
+        let b = DioAlign {
+            read_offset_align: 512,
+            ..a
+        };
+        assert_eq!(b.read_align(), 512);
+        assert!(!DioAlign::default().supports_direct());
+    }
+
+    #[test]
+    fn resident_pages_sees_written_pages() {
+        let mut file = tempfile::tempfile().unwrap();
+        let page = page_size();
+        file.write_all(&vec![1u8; 8 * page]).unwrap();
+        let (resident, total) = resident_pages(&file, 8 * page as u64).unwrap();
+        assert_eq!(total, 8);
+        // Just-written buffered data is in the page cache (tmpfs or disk).
+        assert_eq!(resident, 8);
+        assert_eq!(resident_pages(&file, 0).unwrap(), (0, 0));
+        // A length that is not a page multiple rounds up.
+        assert_eq!(resident_pages(&file, page as u64 + 1).unwrap().1, 2);
+    }
+
+    #[test]
+    fn fadvise_dontneed_accepts_ranges() {
+        let file = tempfile::tempfile().unwrap();
+        fadvise_dontneed(&file, 0, 0).unwrap();
+        fadvise_dontneed(&file, 4096, 4096).unwrap();
+    }
+}
