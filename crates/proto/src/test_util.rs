@@ -25,6 +25,25 @@ where
             bytes.len()
         );
     }
+    assert_mutations_never_panic::<T>(&bytes);
+}
+
+/// Decodes copies of a valid encoding with one word replaced by values
+/// that stress lengths, counts and discriminants. Any result but a panic
+/// is fine: this reaches deep into structures random bytes rarely get past.
+pub fn assert_mutations_never_panic<T>(bytes: &[u8])
+where
+    T: for<'a> Decode<'a>,
+{
+    const NASTY: [u32; 9] = [0, 1, 2, 3, 7, 65, 1025, 0x7fff_ffff, u32::MAX];
+    let mut copy = bytes.to_vec();
+    for at in (0..bytes.len().saturating_sub(3)).step_by(4) {
+        for v in NASTY {
+            copy[at..at + 4].copy_from_slice(&v.to_be_bytes());
+            let _ = T::from_xdr(&copy);
+        }
+        copy[at..at + 4].copy_from_slice(&bytes[at..at + 4]);
+    }
 }
 
 pub fn sample_fattr3() -> Fattr3 {
