@@ -225,27 +225,39 @@ fn be_u32(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
-/// Checks the fixed start of a call: msg_type, rpcvers, credential length.
-fn parse_fixed(b: &[u8; FIXED_LEN]) -> Result<Fixed, CallError> {
-    let xid = be_u32(b, 0);
-    let msg_type = be_u32(b, 4);
+/// Any XDR failure inside the header means the record ended too early.
+fn truncated(_: XdrError) -> CallError {
+    CallError::Truncated
+}
+
+/// Decodes and checks the fixed start of a call: msg_type, then rpcvers,
+/// then the credential length. Checks in wire order, so that even a record
+/// too short to hold a whole call gets the right answer (a 24-byte reply is
+/// still recognised as a reply).
+fn parse_fixed(d: &mut Decoder<'_>) -> Result<Fixed, CallError> {
+    let xid = d.u32().map_err(truncated)?;
+    let msg_type = d.u32().map_err(truncated)?;
     if msg_type != MSG_CALL {
         return Err(CallError::NotACall { xid, msg_type });
     }
-    let rpcvers = be_u32(b, 8);
+    let rpcvers = d.u32().map_err(truncated)?;
     if rpcvers != RPC_VERSION {
         return Err(CallError::RpcMismatch { xid, rpcvers });
     }
-    let cred_len = be_u32(b, 28);
+    let prog = d.u32().map_err(truncated)?;
+    let vers = d.u32().map_err(truncated)?;
+    let proc_ = d.u32().map_err(truncated)?;
+    let cred_flavor = d.u32().map_err(truncated)?;
+    let cred_len = d.u32().map_err(truncated)?;
     if cred_len > MAX_AUTH_BYTES {
         return Err(CallError::BadCredential { xid });
     }
     Ok(Fixed {
         xid,
-        prog: be_u32(b, 12),
-        vers: be_u32(b, 16),
-        proc_: be_u32(b, 20),
-        cred_flavor: be_u32(b, 24),
+        prog,
+        vers,
+        proc_,
+        cred_flavor,
         cred_len,
     })
 }
@@ -283,8 +295,8 @@ pub async fn read_call_header<R: AsyncRead + Unpin>(
     r: &mut RecordReader<R>,
 ) -> Result<CallHeader, CallError> {
     let mut fixed = [0u8; FIXED_LEN];
-    read_header_bytes(r, &mut fixed).await?;
-    let f = parse_fixed(&fixed)?;
+    let n = r.read_up_to(&mut fixed).await.map_err(CallError::from)?;
+    let f = parse_fixed(&mut Decoder::new(&fixed[..n]))?;
 
     // Credential body, then the verifier's flavor and length, in one read.
     const AUTH_BUF: usize = MAX_AUTH_BYTES as usize + 8;
@@ -317,10 +329,7 @@ impl CallHeader {
     /// header; the decoder is left at the first byte of the arguments.
     /// Same checks as [`read_call_header`].
     pub fn decode(dec: &mut Decoder<'_>) -> Result<Self, CallError> {
-        let truncated = |_: XdrError| CallError::Truncated;
-        let mut fixed = [0u8; FIXED_LEN];
-        fixed.copy_from_slice(dec.opaque_fixed(FIXED_LEN).map_err(truncated)?);
-        let f = parse_fixed(&fixed)?;
+        let f = parse_fixed(dec)?;
         let body = dec.opaque_fixed(f.cred_len as usize).map_err(truncated)?;
         let cred = parse_credential(f.xid, f.cred_flavor, body)?;
         let verf_flavor = dec.u32().map_err(truncated)?;
@@ -507,6 +516,9 @@ mod tests {
 
     #[tokio::test]
     async fn wrong_rpc_version_gets_rpc_mismatch() {
+        // Whatever follows rpcvers is another protocol's business.
+        let e = error_of(&header_with_cred(4, 3, 0, b"")[..12]).await;
+        assert!(matches!(e, CallError::RpcMismatch { xid: 4, rpcvers: 3 }));
         let e = error_of(&header_with_cred(4, 3, 0, b"")).await;
         assert!(matches!(e, CallError::RpcMismatch { xid: 4, rpcvers: 3 }));
         assert!(!e.closes_connection());

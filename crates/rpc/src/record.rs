@@ -225,14 +225,24 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
     /// Fills `buf` with the next bytes of the current record, reading straight
     /// from the stream into `buf` across fragment boundaries.
     ///
-    /// Fails with [`RecordError::PastEnd`] if the record ends first; `buf`
-    /// then holds the record's remaining bytes at its start and the record is
-    /// consumed.
+    /// Fails with [`RecordError::PastEnd`] if the record ends first; the
+    /// record is then consumed (use [`Self::read_up_to`] to know how much
+    /// of `buf` was filled).
     pub async fn read_exact(&mut self, buf: &mut [u8]) -> Result<(), RecordError> {
+        if self.read_up_to(buf).await? < buf.len() {
+            return Err(RecordError::PastEnd);
+        }
+        Ok(())
+    }
+
+    /// Like [`Self::read_exact`], but stops without error at the end of the
+    /// record. Returns how many bytes were read: `buf.len()` unless the
+    /// record ended first.
+    pub async fn read_up_to(&mut self, buf: &mut [u8]) -> Result<usize, RecordError> {
         let mut done = 0;
         while done < buf.len() {
             if !self.ensure_fragment_data().await? {
-                return Err(RecordError::PastEnd);
+                break;
             }
             let want = buf.len() - done;
             // Bounded by `want`, so the conversion back to usize is lossless.
@@ -242,7 +252,7 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
             // n <= fragment_remaining, which is a u32.
             self.fragment_remaining -= n as u32;
         }
-        Ok(())
+        Ok(done)
     }
 
     /// Reads a big-endian u32 (one XDR unsigned int) from the record.
@@ -406,6 +416,22 @@ mod tests {
         assert_eq!(&buf[..2], b"ab");
         assert!(r.next_record().await.unwrap());
         assert_eq!(r.read_u32().await.unwrap(), u32::from_be_bytes(*b"next"));
+    }
+
+    #[tokio::test]
+    async fn read_up_to_stops_at_the_end_of_the_record() {
+        let mut bytes = record(&[b"ab", b"cde"]);
+        bytes.extend(record(&[b"next"]));
+        let mut r = RecordReader::new(&bytes[..], 1024);
+        assert!(r.next_record().await.unwrap());
+        let mut buf = [0u8; 8];
+        assert_eq!(r.read_up_to(&mut buf[..1]).await.unwrap(), 1);
+        assert_eq!(r.read_up_to(&mut buf[1..]).await.unwrap(), 4);
+        assert_eq!(&buf[..5], b"abcde");
+        assert_eq!(r.read_up_to(&mut buf).await.unwrap(), 0);
+        assert!(r.next_record().await.unwrap());
+        assert_eq!(r.read_up_to(&mut buf).await.unwrap(), 4);
+        assert_eq!(&buf[..4], b"next");
     }
 
     #[tokio::test]

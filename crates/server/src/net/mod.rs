@@ -1,0 +1,173 @@
+//! The connection layer: TCP connections carrying ONC RPC records, handed to
+//! an RPC program through the [`Service`] trait.
+//!
+//! This module knows RPC (framing, call headers, reply headers) and nothing
+//! of NFS. Per connection, one loop reads calls one after the other
+//! ([`serve_connection`]); each call runs as its own task, so many calls are
+//! in flight at once and replies go out in completion order.
+//!
+//! A call goes through two steps of its [`Service`]:
+//! 1. [`Service::receive`], in the reading loop: decode the arguments from
+//!    the record (a WRITE payload goes straight into the caller's buffer).
+//!    The loop reads nothing else meanwhile, so a `receive` that waits (for a
+//!    pooled buffer, say) is backpressure on that connection.
+//! 2. [`Service::execute`], in a task of its own: run the call and build the
+//!    [`Reply`]. A READ reply carries its file data as a [`ReplyPayload`],
+//!    written to the socket from where it lies, never copied.
+
+mod connection;
+mod listener;
+#[cfg(test)]
+mod tests;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dionfs_rpc::{CallHeader, RecordError, RecordReader, ReplyHeader, ReplyStatus};
+use dionfs_xdr::Encode;
+use tokio::io::AsyncRead;
+
+pub use connection::{serve_connection, ConnEnd};
+pub use listener::{next_conn_id, serve};
+
+/// An RPC program (or a dispatcher over several) as seen by the connection
+/// loop. Used generically, never as a trait object.
+pub trait Service: Send + Sync + 'static {
+    /// What [`receive`](Self::receive) hands to [`execute`](Self::execute):
+    /// the decoded call.
+    type Pending: Send + 'static;
+
+    /// Decodes the call's arguments from `body`, which is positioned right
+    /// after the call header. Whatever is left of the record afterwards is
+    /// skipped by the caller.
+    ///
+    /// Errors are the stream's: [`RecordError::PastEnd`] (the arguments are
+    /// shorter than they claim) is answered with GARBAGE_ARGS by the
+    /// connection; any other error closes the connection. Malformed
+    /// arguments that were read successfully are the service's to answer
+    /// (usually `Received::Reply(Reply::status(xid, GarbageArgs))`).
+    fn receive<R: AsyncRead + Unpin + Send>(
+        &self,
+        conn: &ConnInfo,
+        call: CallHeader,
+        body: &mut RecordReader<R>,
+    ) -> impl Future<Output = Result<Received<Self::Pending>, RecordError>> + Send;
+
+    /// Runs a received call, in a task of its own, and returns the reply to
+    /// send, if any.
+    fn execute(
+        self: Arc<Self>,
+        conn: Arc<ConnInfo>,
+        pending: Self::Pending,
+    ) -> impl Future<Output = Option<Reply>> + Send;
+}
+
+/// What [`Service::receive`] decided about a call.
+pub enum Received<P> {
+    /// Run the call: `execute` is spawned with this value.
+    Run(P),
+    /// Answer at once without running anything (errors, trivial calls).
+    Reply(Reply),
+    /// Send nothing (e.g. a retransmission of a call still in progress).
+    NoReply,
+}
+
+/// Who is on the other end of a connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnInfo {
+    /// Unique per process, for logs.
+    pub id: u64,
+    pub peer: SocketAddr,
+    pub local: SocketAddr,
+}
+
+/// Limits applied to each connection.
+#[derive(Debug, Clone)]
+pub struct ConnLimits {
+    /// Largest record (RPC call) accepted, checked before it is read; a
+    /// larger one closes the connection.
+    pub max_record: u32,
+    /// Calls of one connection that may be in flight at once; when they are
+    /// all taken the connection stops reading.
+    pub max_in_flight: usize,
+    /// When a connection ends (peer closed, server shutdown), how long its
+    /// calls in flight may take to send their replies before it is closed.
+    pub drain_timeout: Duration,
+    /// Longest time one reply may take to write; a peer that stops reading
+    /// longer than this loses its connection.
+    pub write_timeout: Duration,
+}
+
+impl Default for ConnLimits {
+    fn default() -> Self {
+        Self {
+            // A 1 MiB WRITE plus generous room for the call and NFS headers.
+            max_record: (1 << 20) + 8192,
+            max_in_flight: 64,
+            drain_timeout: Duration::from_secs(10),
+            write_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Bytes sent after a reply's header, from wherever they already are (a
+/// pooled I/O buffer holding READ data, say). Kept alive until written.
+/// `Sync` because the writing task holds a reference to it across awaits.
+pub trait ReplyPayload: Send + Sync + 'static {
+    /// The bytes to send. XDR padding is added by the connection.
+    fn bytes(&self) -> &[u8];
+}
+
+impl ReplyPayload for Vec<u8> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+/// A reply message, sent as one record: `header`, then the payload's bytes,
+/// then zero padding to a multiple of 4 (RFC 4506 section 4.10).
+///
+/// For an opaque result such as READ data, `header` ends with the opaque
+/// length and the payload holds the bytes.
+pub struct Reply {
+    /// The RPC reply message (reply header and results), without record mark.
+    pub header: Vec<u8>,
+    pub data: Option<Box<dyn ReplyPayload>>,
+}
+
+impl Reply {
+    /// A reply that is all in `header`.
+    pub fn new(header: Vec<u8>) -> Self {
+        Self { header, data: None }
+    }
+
+    /// A reply whose tail is sent from `data` without copying.
+    pub fn with_data(header: Vec<u8>, data: Box<dyn ReplyPayload>) -> Self {
+        Self {
+            header,
+            data: Some(data),
+        }
+    }
+
+    /// A reply with only an RPC reply header, for the non-success statuses
+    /// (PROG_UNAVAIL, GARBAGE_ARGS, AUTH_ERROR, ...).
+    pub fn status(xid: u32, status: ReplyStatus) -> Self {
+        Self::new(ReplyHeader::new(xid, status).to_xdr())
+    }
+
+    /// The payload's bytes (empty without payload).
+    pub fn data_bytes(&self) -> &[u8] {
+        self.data.as_deref().map_or(&[], |d| d.bytes())
+    }
+}
+
+impl std::fmt::Debug for Reply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reply")
+            .field("header_len", &self.header.len())
+            .field("data_len", &self.data_bytes().len())
+            .finish()
+    }
+}

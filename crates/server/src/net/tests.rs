@@ -1,0 +1,491 @@
+//! Loopback tests of the connection layer with a toy echo program.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use dionfs_rpc::{
+    encode_call, record_mark, reply, AuthStat, CallHeader, Credential, RecordError, RecordReader,
+    ReplyHeader, ReplyStatus,
+};
+use dionfs_xdr::{pad_len, Decode, Decoder, Encoder};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use super::connection::write_reply;
+use super::*;
+
+const ECHO_PROG: u32 = 0x2000_0042;
+const ECHO_VERS: u32 = 1;
+const PROC_NULL: u32 = 0;
+/// Args: opaque data. Result: the same opaque data, sent as a payload.
+const PROC_ECHO: u32 = 1;
+/// Args: delay in ms, opaque data. Result: as ECHO, after the delay.
+const PROC_SLOW_ECHO: u32 = 2;
+const MAX_ECHO: u32 = 1 << 20;
+
+/// The toy program. Counts how many calls run at once.
+#[derive(Default)]
+struct Echo {
+    running: AtomicUsize,
+    max_running: AtomicUsize,
+}
+
+struct EchoCall {
+    xid: u32,
+    delay: Duration,
+    data: Vec<u8>,
+}
+
+impl Service for Echo {
+    type Pending = EchoCall;
+
+    async fn receive<R: AsyncRead + Unpin + Send>(
+        &self,
+        _conn: &ConnInfo,
+        call: CallHeader,
+        body: &mut RecordReader<R>,
+    ) -> Result<Received<EchoCall>, RecordError> {
+        let status = |s| Ok(Received::Reply(Reply::status(call.xid, s)));
+        if call.prog != ECHO_PROG {
+            return status(ReplyStatus::ProgUnavail);
+        }
+        if call.vers != ECHO_VERS {
+            return status(ReplyStatus::ProgMismatch { low: 1, high: 1 });
+        }
+        let delay_ms = match call.proc_ {
+            PROC_NULL => return status(ReplyStatus::Success),
+            PROC_ECHO => 0,
+            PROC_SLOW_ECHO => body.read_u32().await?,
+            _ => return status(ReplyStatus::ProcUnavail),
+        };
+        let len = body.read_u32().await?;
+        if len > MAX_ECHO {
+            return status(ReplyStatus::GarbageArgs);
+        }
+        let mut data = vec![0u8; len as usize];
+        body.read_exact(&mut data).await?;
+        let mut pad = [0u8; 3];
+        body.read_exact(&mut pad[..pad_len(data.len())]).await?;
+        Ok(Received::Run(EchoCall {
+            xid: call.xid,
+            delay: Duration::from_millis(u64::from(delay_ms)),
+            data,
+        }))
+    }
+
+    async fn execute(self: Arc<Self>, _conn: Arc<ConnInfo>, call: EchoCall) -> Option<Reply> {
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_running.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(call.delay).await;
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        let mut enc = Encoder::new();
+        reply::accepted_success(&mut enc, call.xid);
+        enc.u32(call.data.len() as u32);
+        Some(Reply::with_data(enc.into_vec(), Box::new(call.data)))
+    }
+}
+
+fn echo_call(xid: u32, data: &[u8]) -> Vec<u8> {
+    let mut msg = encode_call(xid, ECHO_PROG, ECHO_VERS, PROC_ECHO, &Credential::None);
+    let mut enc = Encoder::from_vec(std::mem::take(&mut msg));
+    enc.opaque_var(data);
+    enc.into_vec()
+}
+
+fn slow_echo_call(xid: u32, delay_ms: u32, data: &[u8]) -> Vec<u8> {
+    let msg = encode_call(xid, ECHO_PROG, ECHO_VERS, PROC_SLOW_ECHO, &Credential::None);
+    let mut enc = Encoder::from_vec(msg);
+    enc.u32(delay_ms);
+    enc.opaque_var(data);
+    enc.into_vec()
+}
+
+/// `msg` as one single-fragment record.
+fn framed(msg: &[u8]) -> Vec<u8> {
+    let mut out = record_mark(msg.len() as u32, true).to_vec();
+    out.extend_from_slice(msg);
+    out
+}
+
+/// `msg` as a record of `chunk`-byte fragments, with an empty fragment
+/// after each one.
+fn fragmented(msg: &[u8], chunk: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    for piece in msg.chunks(chunk) {
+        out.extend_from_slice(&record_mark(piece.len() as u32, false));
+        out.extend_from_slice(piece);
+        out.extend_from_slice(&record_mark(0, false));
+    }
+    out.extend_from_slice(&record_mark(0, true));
+    out
+}
+
+/// A minimal RPC client over one TCP connection.
+struct Client {
+    reader: RecordReader<OwnedReadHalf>,
+    writer: OwnedWriteHalf,
+}
+
+impl Client {
+    async fn connect(addr: SocketAddr) -> Self {
+        let (read, writer) = TcpStream::connect(addr).await.unwrap().into_split();
+        Self {
+            reader: RecordReader::new(read, 1 << 24),
+            writer,
+        }
+    }
+
+    async fn send(&mut self, bytes: &[u8]) {
+        self.writer.write_all(bytes).await.unwrap();
+    }
+
+    /// The next reply: its header and the bytes after it.
+    async fn reply(&mut self) -> (ReplyHeader, Vec<u8>) {
+        let next = tokio::time::timeout(Duration::from_secs(10), self.reader.next_record());
+        assert!(
+            next.await.expect("reply in time").unwrap(),
+            "connection closed"
+        );
+        let mut msg = Vec::new();
+        self.reader.read_to_end(&mut msg).await.unwrap();
+        let mut d = Decoder::new(&msg);
+        let header = ReplyHeader::decode(&mut d).unwrap();
+        let rest = d.rest().to_vec();
+        (header, rest)
+    }
+
+    /// The next reply, which must be an echo: (xid, echoed data).
+    async fn echo_reply(&mut self) -> (u32, Vec<u8>) {
+        let (header, rest) = self.reply().await;
+        assert_eq!(header.status, ReplyStatus::Success);
+        let mut d = Decoder::new(&rest);
+        let data = d.opaque_var(MAX_ECHO).unwrap().to_vec();
+        d.finish().unwrap();
+        (header.xid, data)
+    }
+
+    /// Waits until the server closes the connection.
+    async fn expect_closed(&mut self) {
+        let next = tokio::time::timeout(Duration::from_secs(10), self.reader.next_record());
+        match next.await.expect("close in time") {
+            Ok(false) | Err(_) => {}
+            Ok(true) => panic!("unexpected record instead of close"),
+        }
+    }
+}
+
+struct Server {
+    addr: SocketAddr,
+    echo: Arc<Echo>,
+    shutdown: oneshot::Sender<()>,
+    task: JoinHandle<()>,
+}
+
+async fn start(limits: ConnLimits) -> Server {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let echo = Arc::new(Echo::default());
+    let (shutdown, rx) = oneshot::channel();
+    let task = tokio::spawn(serve(listener, echo.clone(), limits, async {
+        let _ = rx.await;
+    }));
+    Server {
+        addr,
+        echo,
+        shutdown,
+        task,
+    }
+}
+
+#[tokio::test]
+async fn echo_round_trip_with_padding() {
+    let server = start(ConnLimits::default()).await;
+    let mut c = Client::connect(server.addr).await;
+    for (xid, data) in [(1, &b""[..]), (2, b"a"), (3, b"abcd"), (4, b"hello")] {
+        c.send(&framed(&echo_call(xid, data))).await;
+        assert_eq!(c.echo_reply().await, (xid, data.to_vec()));
+    }
+    // NULL answers from receive, without a task.
+    let null = encode_call(5, ECHO_PROG, ECHO_VERS, PROC_NULL, &Credential::None);
+    c.send(&framed(&null)).await;
+    let (h, rest) = c.reply().await;
+    assert_eq!((h.xid, h.status), (5, ReplyStatus::Success));
+    assert!(rest.is_empty());
+}
+
+#[tokio::test]
+async fn pipelined_calls_reply_in_completion_order() {
+    let server = start(ConnLimits::default()).await;
+    let mut c = Client::connect(server.addr).await;
+    let mut burst = framed(&slow_echo_call(1, 300, b"slow"));
+    for xid in 2..=5u32 {
+        burst.extend(framed(&echo_call(xid, format!("fast-{xid}").as_bytes())));
+    }
+    c.send(&burst).await;
+    let mut order = Vec::new();
+    for _ in 0..5 {
+        let (xid, data) = c.echo_reply().await;
+        let expected = if xid == 1 {
+            b"slow".to_vec()
+        } else {
+            format!("fast-{xid}").into_bytes()
+        };
+        assert_eq!(data, expected);
+        order.push(xid);
+    }
+    assert_eq!(
+        order.last(),
+        Some(&1),
+        "slow call must finish last: {order:?}"
+    );
+    order.sort_unstable();
+    assert_eq!(order, [1, 2, 3, 4, 5]);
+}
+
+#[tokio::test]
+async fn multi_fragment_call_and_large_payload() {
+    let server = start(ConnLimits::default()).await;
+    let mut c = Client::connect(server.addr).await;
+    let data: Vec<u8> = (0..1001u32).map(|i| i as u8).collect();
+    // Fragments of 7 bytes split the header, the length and the payload.
+    c.send(&fragmented(&echo_call(7, &data), 7)).await;
+    assert_eq!(c.echo_reply().await, (7, data));
+    let big = vec![0x5a; 300_000];
+    c.send(&framed(&echo_call(8, &big))).await;
+    assert_eq!(c.echo_reply().await, (8, big));
+}
+
+#[tokio::test]
+async fn oversized_record_closes_only_that_connection() {
+    let limits = ConnLimits {
+        max_record: 4096,
+        ..ConnLimits::default()
+    };
+    let server = start(limits).await;
+    let mut good = Client::connect(server.addr).await;
+    let mut bad = Client::connect(server.addr).await;
+    // Only the record mark: the server must refuse without waiting for the body.
+    bad.send(&record_mark(1 << 20, true)).await;
+    bad.expect_closed().await;
+    good.send(&framed(&echo_call(1, b"still here"))).await;
+    assert_eq!(good.echo_reply().await, (1, b"still here".to_vec()));
+    // A call just under the limit is fine; the sum of fragments counts.
+    let msg = echo_call(2, &[1u8; 3000]);
+    good.send(&fragmented(&msg, 1000)).await;
+    assert_eq!(good.echo_reply().await.0, 2);
+    let msg = echo_call(3, &[1u8; 4096]);
+    good.send(&fragmented(&msg, 1000)).await;
+    good.expect_closed().await;
+}
+
+#[tokio::test]
+async fn program_errors_come_from_the_service() {
+    let server = start(ConnLimits::default()).await;
+    let mut c = Client::connect(server.addr).await;
+    let calls = [
+        (
+            encode_call(1, 999, 1, 0, &Credential::None),
+            ReplyStatus::ProgUnavail,
+        ),
+        (
+            encode_call(2, ECHO_PROG, 9, 0, &Credential::None),
+            ReplyStatus::ProgMismatch { low: 1, high: 1 },
+        ),
+        (
+            encode_call(3, ECHO_PROG, ECHO_VERS, 77, &Credential::None),
+            ReplyStatus::ProcUnavail,
+        ),
+    ];
+    for (msg, status) in calls {
+        c.send(&framed(&msg)).await;
+        assert_eq!(c.reply().await.0.status, status);
+    }
+}
+
+#[tokio::test]
+async fn short_arguments_get_garbage_args_and_the_connection_goes_on() {
+    let server = start(ConnLimits::default()).await;
+    let mut c = Client::connect(server.addr).await;
+    let mut msg = encode_call(1, ECHO_PROG, ECHO_VERS, PROC_ECHO, &Credential::None);
+    msg.extend_from_slice(&100u32.to_be_bytes());
+    msg.extend_from_slice(b"only ten b");
+    c.send(&framed(&msg)).await;
+    let (h, _) = c.reply().await;
+    assert_eq!((h.xid, h.status), (1, ReplyStatus::GarbageArgs));
+    c.send(&framed(&echo_call(2, b"next"))).await;
+    assert_eq!(c.echo_reply().await, (2, b"next".to_vec()));
+}
+
+#[tokio::test]
+async fn wrong_rpc_version_gets_rpc_mismatch() {
+    let server = start(ConnLimits::default()).await;
+    let mut c = Client::connect(server.addr).await;
+    let mut msg = echo_call(11, b"x");
+    msg[8..12].copy_from_slice(&3u32.to_be_bytes());
+    c.send(&framed(&msg)).await;
+    let (h, rest) = c.reply().await;
+    assert_eq!(h.xid, 11);
+    assert_eq!(h.status, ReplyStatus::RpcMismatch { low: 2, high: 2 });
+    assert!(rest.is_empty());
+    c.send(&framed(&echo_call(12, b"y"))).await;
+    assert_eq!(c.echo_reply().await, (12, b"y".to_vec()));
+}
+
+#[tokio::test]
+async fn malformed_auth_sys_gets_auth_error() {
+    let server = start(ConnLimits::default()).await;
+    let mut c = Client::connect(server.addr).await;
+    let mut enc = Encoder::new();
+    for w in [21u32, 0, 2, ECHO_PROG, ECHO_VERS, PROC_ECHO, 1] {
+        enc.u32(w);
+    }
+    // AUTH_SYS body with 17 groups: one more than RFC 5531 allows.
+    let mut body = Encoder::new();
+    body.u32(0);
+    body.string(b"host");
+    body.u32(0);
+    body.u32(0);
+    body.u32(17);
+    for g in 0..17 {
+        body.u32(g);
+    }
+    enc.opaque_var(body.as_slice());
+    enc.u32(0);
+    enc.u32(0);
+    enc.opaque_var(b"args");
+    c.send(&framed(enc.as_slice())).await;
+    let (h, _) = c.reply().await;
+    assert_eq!(h.xid, 21);
+    assert_eq!(h.status, ReplyStatus::AuthError(AuthStat::BadCred));
+    c.send(&framed(&echo_call(22, b"z"))).await;
+    assert_eq!(c.echo_reply().await, (22, b"z".to_vec()));
+}
+
+#[tokio::test]
+async fn a_reply_message_closes_the_connection() {
+    let server = start(ConnLimits::default()).await;
+    let mut c = Client::connect(server.addr).await;
+    let mut enc = Encoder::new();
+    reply::accepted_success(&mut enc, 1);
+    c.send(&framed(enc.as_slice())).await;
+    c.expect_closed().await;
+}
+
+#[tokio::test]
+async fn in_flight_calls_are_bounded_per_connection() {
+    let limits = ConnLimits {
+        max_in_flight: 2,
+        ..ConnLimits::default()
+    };
+    let server = start(limits).await;
+    let mut c = Client::connect(server.addr).await;
+    let mut burst = Vec::new();
+    for xid in 0..6 {
+        burst.extend(framed(&slow_echo_call(xid, 30, b"w")));
+    }
+    c.send(&burst).await;
+    let mut xids: Vec<u32> = Vec::new();
+    for _ in 0..6 {
+        xids.push(c.echo_reply().await.0);
+    }
+    xids.sort_unstable();
+    assert_eq!(xids, [0, 1, 2, 3, 4, 5]);
+    assert_eq!(server.echo.max_running.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn shutdown_lets_calls_in_flight_reply() {
+    let server = start(ConnLimits::default()).await;
+    let mut c = Client::connect(server.addr).await;
+    c.send(&framed(&slow_echo_call(1, 200, b"late"))).await;
+    // Let the call start before shutting down.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    server.shutdown.send(()).unwrap();
+    assert_eq!(c.echo_reply().await, (1, b"late".to_vec()));
+    c.expect_closed().await;
+    tokio::time::timeout(Duration::from_secs(5), server.task)
+        .await
+        .expect("serve returns after shutdown")
+        .unwrap();
+}
+
+#[tokio::test]
+async fn serve_connection_reports_why_it_ended() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut c = Client::connect(addr).await;
+    let (stream, peer) = listener.accept().await.unwrap();
+    let conn = ConnInfo {
+        id: next_conn_id(),
+        peer,
+        local: addr,
+    };
+    let limits = ConnLimits {
+        max_record: 100,
+        ..ConnLimits::default()
+    };
+    let task = tokio::spawn(serve_connection(
+        Arc::new(Echo::default()),
+        stream,
+        conn,
+        limits,
+    ));
+    c.send(&record_mark(101, true)).await;
+    let end = task.await.unwrap();
+    assert!(
+        matches!(
+            end,
+            ConnEnd::RecordTooLarge {
+                size: 101,
+                max: 100
+            }
+        ),
+        "{end}"
+    );
+}
+
+/// A writer that takes at most 3 bytes per call, to exercise partial writes.
+#[derive(Default)]
+struct Trickle(Vec<u8>);
+
+impl AsyncWrite for Trickle {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let n = buf.len().min(3);
+        self.0.extend_from_slice(&buf[..n]);
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+#[tokio::test]
+async fn reply_record_layout_survives_partial_writes() {
+    let reply = Reply::with_data(vec![1, 2, 3, 4, 5, 6, 7, 8], Box::new(b"abcde".to_vec()));
+    let mut w = Trickle::default();
+    write_reply(&mut w, &reply).await.unwrap();
+    let mut expected = record_mark(16, true).to_vec();
+    expected.extend_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8]);
+    expected.extend_from_slice(b"abcde\0\0\0");
+    assert_eq!(w.0, expected);
+
+    let mut w = Trickle::default();
+    write_reply(&mut w, &Reply::new(vec![9; 4])).await.unwrap();
+    assert_eq!(w.0, [0x80, 0, 0, 4, 9, 9, 9, 9]);
+}
