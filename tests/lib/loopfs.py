@@ -1,0 +1,115 @@
+"""A real filesystem on a loop device with 4096-byte logical sectors.
+
+The image is a sparse file under /var/tmp; the loop device is attached with
+`losetup --find --show --sector-size 4096` (and direct I/O on its backing
+file, so the host page cache holds only one copy of the data). Every LoopFs
+is recorded in a registry that is torn down at interpreter exit and on
+SIGTERM/SIGINT/SIGHUP, so an interrupted test run leaves no mount, loop
+device or image behind.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+MKFS = {
+    "xfs": ["mkfs.xfs", "-q", "-f"],
+    "ext4": ["mkfs.ext4", "-q", "-F", "-b", "4096"],
+    "btrfs": ["mkfs.btrfs", "-q", "-f"],
+}
+
+_live: list["LoopFs"] = []
+
+
+def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw)
+
+
+class LoopFs:
+    """A mounted loop filesystem; `destroy()` undoes everything, idempotently."""
+
+    def __init__(self, fstype: str = "xfs", size: str = "2G", base: str = "/var/tmp"):
+        if fstype not in MKFS:
+            raise ValueError(f"unsupported filesystem {fstype!r}")
+        self.fstype = fstype
+        self.image: str | None = None
+        self.device: str | None = None
+        self.mountpoint: str | None = None
+        self._mounted = False
+        _live.append(self)
+        try:
+            fd, self.image = tempfile.mkstemp(prefix=f"dionfs-test-{fstype}-", suffix=".img", dir=base)
+            os.close(fd)
+            _run(["truncate", "-s", size, self.image])
+            self.device = _run(
+                ["losetup", "--find", "--show", "--sector-size", "4096", "--direct-io=on", self.image]
+            ).stdout.strip()
+            lbs = open(f"/sys/block/{os.path.basename(self.device)}/queue/logical_block_size").read().strip()
+            if lbs != "4096":
+                raise RuntimeError(f"{self.device}: logical block size {lbs}, expected 4096")
+            _run(MKFS[fstype] + [self.device])
+            self.mountpoint = tempfile.mkdtemp(prefix=f"dionfs-test-{fstype}-mnt-", dir="/tmp")
+            _run(["mount", "-t", fstype, self.device, self.mountpoint])
+            self._mounted = True
+        except BaseException:
+            self.destroy()
+            raise
+
+    def __repr__(self) -> str:
+        return f"LoopFs({self.fstype} {self.device} on {self.mountpoint})"
+
+    def path(self, *parts: str) -> str:
+        assert self.mountpoint
+        return os.path.join(self.mountpoint, *parts)
+
+    def destroy(self) -> None:
+        if self._mounted and self.mountpoint:
+            for attempt in range(20):
+                r = subprocess.run(["umount", self.mountpoint], capture_output=True, text=True)
+                if r.returncode == 0 or not os.path.ismount(self.mountpoint):
+                    break
+                time.sleep(0.25)  # a server being killed may still hold files open
+            else:
+                subprocess.run(["umount", "-l", self.mountpoint], capture_output=True)
+            self._mounted = False
+        if self.mountpoint and os.path.isdir(self.mountpoint) and not os.path.ismount(self.mountpoint):
+            shutil.rmtree(self.mountpoint, ignore_errors=True)
+            self.mountpoint = None
+        if self.device:
+            for attempt in range(20):
+                r = subprocess.run(["losetup", "-d", self.device], capture_output=True, text=True)
+                if r.returncode == 0:
+                    break
+                time.sleep(0.25)
+            self.device = None
+        if self.image and os.path.exists(self.image):
+            os.unlink(self.image)
+            self.image = None
+        if self in _live:
+            _live.remove(self)
+
+
+def destroy_all() -> None:
+    for fs in list(reversed(_live)):
+        try:
+            fs.destroy()
+        except Exception as e:  # keep going: clean up as much as possible
+            print(f"loopfs cleanup of {fs!r} failed: {e}")
+
+
+def _on_signal(signum, frame):
+    destroy_all()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+atexit.register(destroy_all)
+for _sig in (signal.SIGTERM, signal.SIGHUP):
+    signal.signal(_sig, _on_signal)
+# SIGINT stays with pytest (KeyboardInterrupt runs fixture finalizers, then atexit).
