@@ -22,3 +22,4 @@ pub mod nfs3;
 mod test_util;
 
 pub use codec::{opaque_var_len, Void, MAX_LIST_ITEMS};
+pub mod portmap;

@@ -2,3 +2,4 @@
 //! to the programs served (NFS v3, MOUNT v3, portmap v2).
 
 pub mod net;
+pub mod portmap;

@@ -1,0 +1,224 @@
+//! Portmap version 2 (RFC 1833 section 3): the codecs a client's GETPORT
+//! and DUMP need.
+//!
+//! dionfs is not a general port mapper: it answers for its own programs
+//! only. CALLIT (indirect calls) has no codec here: the server answers it
+//! with PROC_UNAVAIL, as RFC 1833 allows a port mapper to do.
+
+use dionfs_xdr::{Decode, Decoder, Encode, Encoder, Result, XdrError};
+
+/// The portmap program number.
+pub const PROGRAM: u32 = 100_000;
+/// The portmap version described by RFC 1833 section 3.
+pub const VERSION: u32 = 2;
+/// The well-known port of the port mapper, TCP and UDP.
+pub const PORT: u16 = 111;
+/// `Mapping::prot` for TCP.
+pub const IPPROTO_TCP: u32 = 6;
+/// `Mapping::prot` for UDP.
+pub const IPPROTO_UDP: u32 = 17;
+
+/// Most entries accepted when decoding a DUMP reply. The input length bounds
+/// the list too (each entry costs 20 bytes); this keeps the `Vec` small anyway.
+pub const MAX_DUMP_ENTRIES: u32 = 4096;
+
+/// Procedures of portmap version 2.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Procedure {
+    /// Does nothing; answers with no results.
+    Null = 0,
+    /// Registers a mapping (args `Mapping`, result bool).
+    Set = 1,
+    /// Removes the mappings of a program version (args `Mapping`, result bool).
+    Unset = 2,
+    /// The port of a program version over a protocol (args `Mapping`, result
+    /// u32 port, 0 when not registered).
+    GetPort = 3,
+    /// Every mapping (no args, result [`DumpResult`]).
+    Dump = 4,
+    /// Indirect call; not supported here.
+    CallIt = 5,
+}
+
+impl Procedure {
+    /// The procedure with this number, if portmap v2 defines it.
+    pub fn from_u32(proc_: u32) -> Option<Self> {
+        Some(match proc_ {
+            0 => Procedure::Null,
+            1 => Procedure::Set,
+            2 => Procedure::Unset,
+            3 => Procedure::GetPort,
+            4 => Procedure::Dump,
+            5 => Procedure::CallIt,
+            _ => return None,
+        })
+    }
+}
+
+/// A program version reachable on a port over a protocol (`struct mapping`).
+/// As GETPORT arguments, `port` is ignored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Mapping {
+    pub prog: u32,
+    pub vers: u32,
+    /// [`IPPROTO_TCP`] or [`IPPROTO_UDP`].
+    pub prot: u32,
+    pub port: u32,
+}
+
+/// The encoded size of a [`Mapping`].
+pub const MAPPING_LEN: usize = 16;
+
+impl Encode for Mapping {
+    fn encode(&self, enc: &mut Encoder) {
+        enc.u32(self.prog);
+        enc.u32(self.vers);
+        enc.u32(self.prot);
+        enc.u32(self.port);
+    }
+}
+
+impl Decode<'_> for Mapping {
+    fn decode(dec: &mut Decoder<'_>) -> Result<Self> {
+        Ok(Self {
+            prog: dec.u32()?,
+            vers: dec.u32()?,
+            prot: dec.u32()?,
+            port: dec.u32()?,
+        })
+    }
+}
+
+/// Arguments of GETPORT (and SET/UNSET): a mapping.
+pub type GetPortArgs = Mapping;
+
+/// The result of DUMP: every mapping, as the `*pmaplist` linked list of
+/// RFC 1833 (each entry preceded by TRUE, the list ended by FALSE).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DumpResult {
+    pub mappings: Vec<Mapping>,
+}
+
+impl Encode for DumpResult {
+    fn encode(&self, enc: &mut Encoder) {
+        for m in &self.mappings {
+            enc.bool(true);
+            m.encode(enc);
+        }
+        enc.bool(false);
+    }
+}
+
+impl Decode<'_> for DumpResult {
+    fn decode(dec: &mut Decoder<'_>) -> Result<Self> {
+        let mut mappings = Vec::new();
+        while dec.bool()? {
+            if mappings.len() >= MAX_DUMP_ENTRIES as usize {
+                return Err(XdrError::TooLong {
+                    len: MAX_DUMP_ENTRIES + 1,
+                    max: MAX_DUMP_ENTRIES,
+                });
+            }
+            mappings.push(Mapping::decode(dec)?);
+        }
+        Ok(Self { mappings })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn words(ws: &[u32]) -> Vec<u8> {
+        ws.iter().flat_map(|w| w.to_be_bytes()).collect()
+    }
+
+    #[test]
+    fn mapping_layout_and_round_trip() {
+        let m = Mapping {
+            prog: 100_003,
+            vers: 3,
+            prot: IPPROTO_TCP,
+            port: 2049,
+        };
+        assert_eq!(m.to_xdr(), words(&[100_003, 3, 6, 2049]));
+        assert_eq!(m.to_xdr().len(), MAPPING_LEN);
+        assert_eq!(Mapping::from_xdr(&m.to_xdr()).unwrap(), m);
+    }
+
+    #[test]
+    fn dump_is_a_linked_list() {
+        let dump = DumpResult {
+            mappings: vec![
+                Mapping {
+                    prog: PROGRAM,
+                    vers: VERSION,
+                    prot: IPPROTO_TCP,
+                    port: 111,
+                },
+                Mapping {
+                    prog: 100_005,
+                    vers: 3,
+                    prot: IPPROTO_TCP,
+                    port: 20048,
+                },
+            ],
+        };
+        assert_eq!(
+            dump.to_xdr(),
+            words(&[1, 100_000, 2, 6, 111, 1, 100_005, 3, 6, 20048, 0])
+        );
+        assert_eq!(DumpResult::from_xdr(&dump.to_xdr()).unwrap(), dump);
+        assert_eq!(DumpResult::default().to_xdr(), words(&[0]));
+        assert_eq!(
+            DumpResult::from_xdr(&words(&[0])).unwrap(),
+            DumpResult::default()
+        );
+    }
+
+    #[test]
+    fn malformed_input_is_a_typed_error() {
+        assert!(matches!(
+            Mapping::from_xdr(&words(&[1, 2, 3])),
+            Err(XdrError::Truncated { .. })
+        ));
+        assert!(matches!(
+            Mapping::from_xdr(&words(&[1, 2, 3, 4, 5])),
+            Err(XdrError::Trailing(4))
+        ));
+        // A list without its terminating FALSE.
+        assert!(matches!(
+            DumpResult::from_xdr(&words(&[1, 1, 2, 6, 7])),
+            Err(XdrError::Truncated { .. })
+        ));
+        assert_eq!(
+            DumpResult::from_xdr(&words(&[2])),
+            Err(XdrError::BadBool(2))
+        );
+        let mut long = Vec::new();
+        for _ in 0..=MAX_DUMP_ENTRIES {
+            long.extend(words(&[1, 1, 2, 6, 7]));
+        }
+        long.extend(words(&[0]));
+        assert!(matches!(
+            DumpResult::from_xdr(&long),
+            Err(XdrError::TooLong { .. })
+        ));
+    }
+
+    #[test]
+    fn procedures_by_number() {
+        assert_eq!(Procedure::from_u32(3), Some(Procedure::GetPort));
+        assert_eq!(Procedure::from_u32(5), Some(Procedure::CallIt));
+        assert_eq!(Procedure::from_u32(6), None);
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            let _ = Mapping::from_xdr(&bytes);
+            let _ = DumpResult::from_xdr(&bytes);
+        }
+    }
+}

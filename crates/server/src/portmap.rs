@@ -1,0 +1,276 @@
+//! Portmap version 2 (RFC 1833) for the clients that ask: `mount.nfs` asks
+//! the port mapper where MOUNT and NFS listen before it connects.
+//!
+//! dionfs is not a general port mapper: it answers GETPORT and DUMP from a
+//! fixed table of its own programs and refuses registrations (SET and UNSET
+//! answer FALSE). Every call is answered at once from
+//! [`Service::receive`]; nothing is ever spawned.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use dionfs_proto::portmap::{
+    DumpResult, Mapping, Procedure, IPPROTO_TCP, MAPPING_LEN, PROGRAM, VERSION,
+};
+use dionfs_rpc::{reply, CallHeader, RecordError, RecordReader, ReplyStatus};
+use dionfs_xdr::{Encode, Encoder};
+use tokio::io::AsyncRead;
+
+use crate::net::{ConnInfo, Received, Reply, Service};
+
+/// The NFS program number (RFC 1813).
+const NFS_PROGRAM: u32 = 100_003;
+/// The MOUNT program number (RFC 1813 appendix I).
+const MOUNT_PROGRAM: u32 = 100_005;
+
+/// The mappings the port mapper reports.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PortmapTable {
+    pub entries: Vec<Mapping>,
+}
+
+impl PortmapTable {
+    /// The programs of a dionfs server, all over TCP: NFS v3, MOUNT v3 and
+    /// portmap v2 itself.
+    pub fn dionfs(nfs_port: u16, mount_port: u16, portmap_port: u16) -> Self {
+        let tcp = |prog, vers, port: u16| Mapping {
+            prog,
+            vers,
+            prot: IPPROTO_TCP,
+            port: u32::from(port),
+        };
+        Self {
+            entries: vec![
+                tcp(PROGRAM, VERSION, portmap_port),
+                tcp(MOUNT_PROGRAM, 3, mount_port),
+                tcp(NFS_PROGRAM, 3, nfs_port),
+            ],
+        }
+    }
+
+    /// The port of `prog` version `vers` over `prot`, or 0 when it is not
+    /// registered (RFC 1833 section 3.2, PMAPPROC_GETPORT).
+    pub fn port_of(&self, prog: u32, vers: u32, prot: u32) -> u32 {
+        self.entries
+            .iter()
+            .find(|m| m.prog == prog && m.vers == vers && m.prot == prot)
+            .map_or(0, |m| m.port)
+    }
+}
+
+/// Portmap version 2 served from a [`PortmapTable`].
+#[derive(Debug, Clone)]
+pub struct PortmapService {
+    table: PortmapTable,
+}
+
+impl PortmapService {
+    pub fn new(table: PortmapTable) -> Self {
+        Self { table }
+    }
+
+    /// A success reply with the results that `results` encodes.
+    fn success(xid: u32, results: impl FnOnce(&mut Encoder)) -> Received<Infallible> {
+        let mut enc = Encoder::with_capacity(64);
+        reply::accepted_success(&mut enc, xid);
+        results(&mut enc);
+        Received::Reply(Reply::new(enc.into_vec()))
+    }
+}
+
+/// Reads the `mapping` argument of SET, UNSET and GETPORT. A short record is
+/// [`RecordError::PastEnd`], which the connection answers with GARBAGE_ARGS.
+async fn read_mapping<R: AsyncRead + Unpin>(
+    body: &mut RecordReader<R>,
+) -> Result<Mapping, RecordError> {
+    let mut buf = [0u8; MAPPING_LEN];
+    body.read_exact(&mut buf).await?;
+    let word = |i: usize| u32::from_be_bytes([buf[i], buf[i + 1], buf[i + 2], buf[i + 3]]);
+    Ok(Mapping {
+        prog: word(0),
+        vers: word(4),
+        prot: word(8),
+        port: word(12),
+    })
+}
+
+impl Service for PortmapService {
+    type Pending = Infallible;
+
+    async fn receive<R: AsyncRead + Unpin + Send>(
+        &self,
+        _conn: &ConnInfo,
+        call: CallHeader,
+        body: &mut RecordReader<R>,
+    ) -> Result<Received<Infallible>, RecordError> {
+        let xid = call.xid;
+        let status = |status| Ok(Received::Reply(Reply::status(xid, status)));
+        if call.prog != PROGRAM {
+            return status(ReplyStatus::ProgUnavail);
+        }
+        if call.vers != VERSION {
+            return status(ReplyStatus::ProgMismatch {
+                low: VERSION,
+                high: VERSION,
+            });
+        }
+        match Procedure::from_u32(call.proc_) {
+            Some(Procedure::Null) => Ok(Self::success(xid, |_| {})),
+            Some(Procedure::Set | Procedure::Unset) => {
+                read_mapping(body).await?;
+                // Registrations are refused: the table is fixed.
+                Ok(Self::success(xid, |enc| enc.bool(false)))
+            }
+            Some(Procedure::GetPort) => {
+                let m = read_mapping(body).await?;
+                let port = self.table.port_of(m.prog, m.vers, m.prot);
+                Ok(Self::success(xid, |enc| enc.u32(port)))
+            }
+            Some(Procedure::Dump) => {
+                let dump = DumpResult {
+                    mappings: self.table.entries.clone(),
+                };
+                Ok(Self::success(xid, |enc| dump.encode(enc)))
+            }
+            Some(Procedure::CallIt) | None => status(ReplyStatus::ProcUnavail),
+        }
+    }
+
+    async fn execute(self: Arc<Self>, _conn: Arc<ConnInfo>, pending: Infallible) -> Option<Reply> {
+        match pending {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::{next_conn_id, serve_connection, ConnLimits};
+    use dionfs_proto::portmap::IPPROTO_UDP;
+    use dionfs_rpc::{encode_call, record_mark, Credential, ReplyHeader};
+    use dionfs_xdr::{Decode, Decoder};
+    use std::time::Duration;
+    use tokio::io::AsyncWriteExt;
+    use tokio::net::{TcpListener, TcpStream};
+
+    fn table() -> PortmapTable {
+        PortmapTable::dionfs(2049, 20048, 111)
+    }
+
+    fn call(xid: u32, vers: u32, proc_: u32, args: &[u8]) -> Vec<u8> {
+        let mut msg = encode_call(xid, PROGRAM, vers, proc_, &Credential::None);
+        msg.extend_from_slice(args);
+        let mut framed = record_mark(msg.len() as u32, true).to_vec();
+        framed.extend(msg);
+        framed
+    }
+
+    fn mapping_args(prog: u32, vers: u32, prot: u32) -> Vec<u8> {
+        Mapping {
+            prog,
+            vers,
+            prot,
+            port: 0,
+        }
+        .to_xdr()
+    }
+
+    #[test]
+    fn getport_answers_from_the_table() {
+        let t = table();
+        assert_eq!(t.port_of(NFS_PROGRAM, 3, IPPROTO_TCP), 2049);
+        assert_eq!(t.port_of(MOUNT_PROGRAM, 3, IPPROTO_TCP), 20048);
+        assert_eq!(t.port_of(PROGRAM, VERSION, IPPROTO_TCP), 111);
+        assert_eq!(t.port_of(NFS_PROGRAM, 3, IPPROTO_UDP), 0);
+        assert_eq!(t.port_of(NFS_PROGRAM, 4, IPPROTO_TCP), 0);
+        assert_eq!(t.port_of(MOUNT_PROGRAM, 1, IPPROTO_TCP), 0);
+    }
+
+    /// Sends each call on one connection served by `serve_connection` and
+    /// returns each reply's header and results.
+    async fn exchange(calls: &[Vec<u8>]) -> Vec<(ReplyHeader, Vec<u8>)> {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client = TcpStream::connect(addr).await.unwrap();
+        let (stream, peer) = listener.accept().await.unwrap();
+        let conn = ConnInfo {
+            id: next_conn_id(),
+            peer,
+            local: addr,
+        };
+        let service = Arc::new(PortmapService::new(table()));
+        let server = tokio::spawn(serve_connection(
+            service,
+            stream,
+            conn,
+            ConnLimits::default(),
+        ));
+        let (read, mut write) = client.into_split();
+        let mut reader = RecordReader::new(read, 1 << 16);
+        let mut replies = Vec::new();
+        for c in calls {
+            write.write_all(c).await.unwrap();
+            let next = tokio::time::timeout(Duration::from_secs(10), reader.next_record());
+            assert!(next.await.unwrap().unwrap());
+            let mut msg = Vec::new();
+            reader.read_to_end(&mut msg).await.unwrap();
+            let mut d = Decoder::new(&msg);
+            let header = ReplyHeader::decode(&mut d).unwrap();
+            replies.push((header, d.rest().to_vec()));
+        }
+        drop(write);
+        assert!(!reader.next_record().await.unwrap());
+        server.await.unwrap();
+        replies
+    }
+
+    #[tokio::test]
+    async fn portmap_over_a_connection() {
+        let calls = [
+            call(1, 2, 0, &[]),
+            call(2, 2, 3, &mapping_args(NFS_PROGRAM, 3, IPPROTO_TCP)),
+            call(3, 2, 3, &mapping_args(MOUNT_PROGRAM, 3, IPPROTO_TCP)),
+            call(4, 2, 3, &mapping_args(NFS_PROGRAM, 3, IPPROTO_UDP)),
+            call(5, 2, 4, &[]),
+            call(6, 2, 1, &mapping_args(NFS_PROGRAM, 3, IPPROTO_TCP)),
+            call(7, 2, 2, &mapping_args(NFS_PROGRAM, 3, IPPROTO_TCP)),
+            call(8, 2, 5, &[]),
+            call(9, 3, 3, &mapping_args(NFS_PROGRAM, 3, IPPROTO_TCP)),
+            call(10, 2, 3, &[0; 8]), // GETPORT with a short mapping
+        ];
+        let mut other_prog = encode_call(11, NFS_PROGRAM, 3, 0, &Credential::None);
+        let mut framed = record_mark(other_prog.len() as u32, true).to_vec();
+        framed.append(&mut other_prog);
+        let mut all = calls.to_vec();
+        all.push(framed);
+
+        let replies = exchange(&all).await;
+        let statuses: Vec<_> = replies.iter().map(|(h, _)| (h.xid, h.status)).collect();
+        use ReplyStatus::*;
+        assert_eq!(
+            statuses,
+            [
+                (1, Success),
+                (2, Success),
+                (3, Success),
+                (4, Success),
+                (5, Success),
+                (6, Success),
+                (7, Success),
+                (8, ProcUnavail),
+                (9, ProgMismatch { low: 2, high: 2 }),
+                (10, GarbageArgs),
+                (11, ProgUnavail),
+            ]
+        );
+        assert!(replies[0].1.is_empty());
+        let port = |i: usize| u32::from_xdr(&replies[i].1).unwrap();
+        assert_eq!((port(1), port(2), port(3)), (2049, 20048, 0));
+        let dump = DumpResult::from_xdr(&replies[4].1).unwrap();
+        assert_eq!(dump.mappings, table().entries);
+        assert!(!bool::from_xdr(&replies[5].1).unwrap());
+        assert!(!bool::from_xdr(&replies[6].1).unwrap());
+        for (_, rest) in &replies[7..] {
+            assert!(rest.is_empty());
+        }
+    }
+}
