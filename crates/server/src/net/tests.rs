@@ -388,7 +388,7 @@ async fn in_flight_calls_are_bounded_per_connection() {
     let mut c = Client::connect(server.addr).await;
     let mut burst = Vec::new();
     for xid in 0..6 {
-        burst.extend(framed(&slow_echo_call(xid, 30, b"w")));
+        burst.extend(framed(&slow_echo_call(xid, 100, b"w")));
     }
     c.send(&burst).await;
     let mut xids: Vec<u32> = Vec::new();
