@@ -1,0 +1,1200 @@
+//! Metadata operations of one export, one method per NFS procedure.
+//!
+//! Every call is blocking and is made by the server inside
+//! `dionfs_sys::cred::with_creds(caller)`, so the kernel checks permissions
+//! as the (squashed) caller and new files are owned by it. Calls work
+//! relative to the `O_PATH` descriptors of [`Node`]s (`*at()` with
+//! `AT_EMPTY_PATH`), or through `/proc/thread-self/fd/N` for the few calls
+//! that have no empty-path form (chmod, truncate, access, link).
+//!
+//! Names are checked as in knfsd: see [`crate::export::check_name`]; `.`
+//! and `..` are refused with the status knfsd gives for each procedure.
+
+use std::os::fd::OwnedFd;
+
+use dionfs_sys::cred;
+use rustix::fs::{
+    chmodat, chownat, fstatvfs, ftruncate, linkat, mkdirat, mknodat, openat, readlinkat, renameat,
+    symlinkat, unlinkat, utimensat, Access, AtFlags, FileType, Gid, Mode, OFlags, Timespec,
+    Timestamps, Uid, CWD, UTIME_NOW, UTIME_OMIT,
+};
+use rustix::io::Errno;
+
+use crate::attr::{Attr, FileKind, SetAttrs, SetTime, Time};
+use crate::export::{
+    check_name, create_beneath, is_dot_or_dotdot, open_beneath, proc_fd_path, ExportFs, Node,
+};
+use crate::FsError;
+
+/// RFC 1813 ACCESS3 bits.
+pub mod access3 {
+    /// Read data from a file or read a directory.
+    pub const READ: u32 = 0x0001;
+    /// Look up a name in a directory.
+    pub const LOOKUP: u32 = 0x0002;
+    /// Rewrite existing file data or modify existing directory entries.
+    pub const MODIFY: u32 = 0x0004;
+    /// Write new data or add directory entries.
+    pub const EXTEND: u32 = 0x0008;
+    /// Delete an existing directory entry.
+    pub const DELETE: u32 = 0x0010;
+    /// Execute a file.
+    pub const EXECUTE: u32 = 0x0020;
+}
+
+/// How CREATE treats an existing file (RFC 1813 §3.3.8 `createhow3`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CreateHow {
+    /// Create, or use the existing regular file (only `size` is applied to
+    /// an existing one, as knfsd does).
+    Unchecked(SetAttrs),
+    /// Create; `Exist` if the name exists.
+    Guarded(SetAttrs),
+    /// Create exactly once per verifier: the verifier is stored in the new
+    /// file's atime/mtime (knfsd's scheme), so a retransmitted CREATE with
+    /// the same verifier finds "its" file and succeeds, another gets
+    /// `Exist`. The client then sets the real attributes with SETATTR.
+    Exclusive([u8; 8]),
+}
+
+/// The special files MKNOD creates (RFC 1813 §3.3.11).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpecialFile {
+    /// `NF3FIFO`.
+    Fifo,
+    /// `NF3SOCK`.
+    Socket,
+    /// `NF3CHR` with major and minor numbers.
+    CharDevice(u32, u32),
+    /// `NF3BLK` with major and minor numbers.
+    BlockDevice(u32, u32),
+}
+
+/// FSSTAT's numbers (RFC 1813 §3.3.18), from `statvfs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FsStat {
+    /// Size of the filesystem in bytes.
+    pub total_bytes: u64,
+    /// Free bytes.
+    pub free_bytes: u64,
+    /// Bytes free to non-privileged users.
+    pub avail_bytes: u64,
+    /// Total file slots (inodes).
+    pub total_files: u64,
+    /// Free file slots.
+    pub free_files: u64,
+    /// File slots free to non-privileged users.
+    pub avail_files: u64,
+}
+
+/// PATHCONF's answers (RFC 1813 §3.3.20).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PathConf {
+    /// Maximum hard links; knfsd reports 255 ("at least").
+    pub link_max: u32,
+    /// Maximum name length.
+    pub name_max: u32,
+    /// Long names are rejected, not truncated.
+    pub no_trunc: bool,
+    /// Only root may chown.
+    pub chown_restricted: bool,
+    /// Names are case-sensitive.
+    pub case_insensitive: bool,
+    /// Names keep their case.
+    pub case_preserving: bool,
+}
+
+/// Mode of a new file when the client sends none.
+const DEFAULT_FILE_MODE: u32 = 0o644;
+/// Mode of a new directory when the client sends none.
+const DEFAULT_DIR_MODE: u32 = 0o755;
+/// Mode of a file made by an EXCLUSIVE create until the client's SETATTR.
+const EXCLUSIVE_MODE: u32 = 0o600;
+/// Linux `PATH_MAX`: the longest symlink target.
+const PATH_MAX: usize = 4096;
+
+impl ExportFs {
+    /// GETATTR.
+    pub fn getattr(&self, node: &Node) -> Result<Attr, FsError> {
+        Attr::of_fd(node.fd())
+    }
+
+    /// SETATTR: applies the size first, then owner, mode and times (so an
+    /// explicit mtime survives the truncation and a mode survives the
+    /// set-id clearing of chown), and returns the new attributes. The
+    /// server checks the ctime guard against [`ExportFs::getattr`] first
+    /// (`NotSync`). Mode changes of symlinks are ignored, as knfsd does.
+    pub fn setattr(&self, node: &Node, attrs: &SetAttrs) -> Result<Attr, FsError> {
+        if let Some(size) = attrs.size {
+            self.set_size(node, size)?;
+        }
+        if attrs.uid.is_some() || attrs.gid.is_some() {
+            chownat(
+                node.fd(),
+                c"",
+                attrs.uid.map(Uid::from_raw),
+                attrs.gid.map(Gid::from_raw),
+                AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+            )?;
+        }
+        if let Some(mode) = attrs.mode {
+            if node.kind != FileKind::Symlink {
+                chmodat(
+                    CWD,
+                    proc_fd_path(node.fd()).as_c_str(),
+                    Mode::from_raw_mode(mode & 0o7777),
+                    AtFlags::empty(),
+                )?;
+            }
+        }
+        if attrs.atime.is_some() || attrs.mtime.is_some() {
+            let times = Timestamps {
+                last_access: timespec(attrs.atime),
+                last_modification: timespec(attrs.mtime),
+            };
+            utimensat(
+                node.fd(),
+                c"",
+                &times,
+                AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+            )?;
+        }
+        self.getattr(node)
+    }
+
+    /// Truncates or extends a regular file to `size` bytes. Needs write
+    /// permission, or ownership of the file (knfsd's owner override: a
+    /// client may create a file read-only and still set its size).
+    pub fn set_size(&self, node: &Node, size: u64) -> Result<(), FsError> {
+        match node.kind {
+            FileKind::Regular => {}
+            FileKind::Directory => return Err(FsError::IsDir),
+            _ => return Err(FsError::Inval),
+        }
+        if size > i64::MAX as u64 {
+            return Err(FsError::FBig);
+        }
+        let path = proc_fd_path(node.fd());
+        let open = || {
+            openat(
+                CWD,
+                path.as_c_str(),
+                OFlags::WRONLY | OFlags::CLOEXEC | OFlags::NONBLOCK,
+                Mode::empty(),
+            )
+        };
+        let file = match open() {
+            Ok(file) => file,
+            Err(Errno::ACCESS) if self.caller_owns(node)? => as_root(open)??,
+            Err(e) => return Err(e.into()),
+        };
+        ftruncate(&file, size)?;
+        Ok(())
+    }
+
+    /// ACCESS: which of the `requested` ACCESS3 bits the caller has,
+    /// checked by the kernel (`faccessat2(AT_EACCESS)` under the caller's
+    /// credentials). The bits map to kernel checks as in knfsd
+    /// (`nfs3_diraccess` / `nfs3_regaccess` / `nfs3_anyaccess`). The server
+    /// clears MODIFY/EXTEND/DELETE itself on read-only exports.
+    pub fn access(&self, node: &Node, requested: u32) -> Result<u32, FsError> {
+        use access3::*;
+        let r = Access::READ_OK;
+        let w = Access::WRITE_OK;
+        let x = Access::EXEC_OK;
+        let map: &[(u32, Access)] = match node.kind {
+            FileKind::Directory => &[
+                (READ, r),
+                (LOOKUP, x),
+                (MODIFY, w.union(x)),
+                (EXTEND, w.union(x)),
+                (DELETE, w.union(x)),
+            ],
+            FileKind::Regular => &[(READ, r), (MODIFY, w), (EXTEND, w), (EXECUTE, x)],
+            _ => &[(READ, r), (MODIFY, w), (EXTEND, w), (EXECUTE, x)],
+        };
+        let path = proc_fd_path(node.fd());
+        let mut granted = 0;
+        // Each distinct kernel check is made once.
+        let mut answers: Vec<(Access, bool)> = Vec::with_capacity(4);
+        for &(bit, mode) in map {
+            if requested & bit == 0 {
+                continue;
+            }
+            let allowed = match answers.iter().find(|(m, _)| *m == mode) {
+                Some(&(_, allowed)) => allowed,
+                None => {
+                    let allowed = kernel_allows(&path, mode)?;
+                    answers.push((mode, allowed));
+                    allowed
+                }
+            };
+            if allowed {
+                granted |= bit;
+            }
+        }
+        // Owner override for reading regular files (knfsd's
+        // NFSD_MAY_OWNER_OVERRIDE in nfs3_regaccess).
+        if node.kind == FileKind::Regular
+            && requested & READ != 0
+            && granted & READ == 0
+            && self.caller_owns(node)?
+        {
+            granted |= READ;
+        }
+        Ok(granted)
+    }
+
+    /// The permission check for READ (`write == false`) and WRITE of a
+    /// regular file, like knfsd's `nfsd_permission` for those: read needs
+    /// read *or execute* permission (clients read executables to run
+    /// them), write needs write permission, and the owner may always do
+    /// both. Call it inside `with_creds` before using the open file.
+    pub fn check_io_access(&self, node: &Node, write: bool) -> Result<(), FsError> {
+        match node.kind {
+            FileKind::Regular => {}
+            FileKind::Directory => return Err(FsError::IsDir),
+            _ => return Err(FsError::Inval),
+        }
+        let path = proc_fd_path(node.fd());
+        let allowed = if write {
+            kernel_allows(&path, Access::WRITE_OK)?
+        } else {
+            kernel_allows(&path, Access::READ_OK)? || kernel_allows(&path, Access::EXEC_OK)?
+        };
+        if allowed || self.caller_owns(node)? {
+            Ok(())
+        } else {
+            Err(FsError::Access)
+        }
+    }
+
+    /// READLINK.
+    pub fn readlink(&self, node: &Node) -> Result<Vec<u8>, FsError> {
+        if node.kind != FileKind::Symlink {
+            return Err(FsError::Inval);
+        }
+        Ok(readlinkat(node.fd(), c"", Vec::new())?.into_bytes())
+    }
+
+    /// CREATE of a regular file; returns the file and its attributes.
+    pub fn create(
+        &self,
+        dir: &Node,
+        name: &[u8],
+        how: &CreateHow,
+    ) -> Result<(Node, Attr), FsError> {
+        dir.require_dir()?;
+        let name = check_name(name)?;
+        if is_dot_or_dotdot(&name) {
+            return Err(FsError::Exist);
+        }
+        let mode = match how {
+            CreateHow::Unchecked(attrs) | CreateHow::Guarded(attrs) => {
+                attrs.mode.unwrap_or(DEFAULT_FILE_MODE)
+            }
+            CreateHow::Exclusive(_) => EXCLUSIVE_MODE,
+        };
+        // O_RDONLY: a freshly created file is opened without a permission
+        // check, whatever its mode.
+        let created = create_beneath(
+            dir.fd(),
+            &name,
+            OFlags::CREATE | OFlags::EXCL | OFlags::RDONLY | OFlags::NOFOLLOW,
+            Mode::from_raw_mode(mode & 0o7777),
+        );
+        let created = match created {
+            Ok(fd) => fd,
+            Err(FsError::Exist) => return self.create_existing(dir, &name, how),
+            Err(e) => return Err(e),
+        };
+        let (node, attr) = self.node_from_fd(created)?;
+        match how {
+            CreateHow::Unchecked(attrs) | CreateHow::Guarded(attrs) => {
+                let rest = SetAttrs {
+                    mode: None,
+                    size: attrs.size.filter(|&s| s != 0),
+                    ..attrs.clone()
+                };
+                self.finish_new(node, attr, &rest, attrs.mode)
+            }
+            CreateHow::Exclusive(verf) => {
+                let (atime, mtime) = verifier_times(verf);
+                let attrs = SetAttrs {
+                    atime: Some(SetTime::Client(atime)),
+                    mtime: Some(SetTime::Client(mtime)),
+                    ..SetAttrs::default()
+                };
+                let attr = self.setattr(&node, &attrs)?;
+                Ok((node, attr))
+            }
+        }
+    }
+
+    /// CREATE found `name` already there.
+    fn create_existing(
+        &self,
+        dir: &Node,
+        name: &std::ffi::CString,
+        how: &CreateHow,
+    ) -> Result<(Node, Attr), FsError> {
+        let fd = match how {
+            CreateHow::Guarded(_) => return Err(FsError::Exist),
+            _ => open_beneath(dir.fd(), name, OFlags::PATH | OFlags::NOFOLLOW)?,
+        };
+        let (node, attr) = self.node_from_fd(fd)?;
+        if attr.kind != FileKind::Regular {
+            return Err(FsError::Exist);
+        }
+        match how {
+            CreateHow::Unchecked(attrs) => match attrs.size {
+                Some(size) => {
+                    self.set_size(&node, size)?;
+                    let attr = self.getattr(&node)?;
+                    Ok((node, attr))
+                }
+                None => Ok((node, attr)),
+            },
+            CreateHow::Exclusive(verf) => {
+                let (atime, mtime) = verifier_times(verf);
+                if attr.atime.seconds == atime.seconds
+                    && attr.mtime.seconds == mtime.seconds
+                    && attr.size == 0
+                {
+                    // Our own earlier reply got lost: same verifier.
+                    Ok((node, attr))
+                } else {
+                    Err(FsError::Exist)
+                }
+            }
+            CreateHow::Guarded(_) => Err(FsError::Exist),
+        }
+    }
+
+    /// Applies what creation itself could not set: owner and group (if the
+    /// client asked for other than the caller's), size, times, and mode
+    /// bits that `mkdir`/`open` mask off (set-uid/set-gid).
+    fn finish_new(
+        &self,
+        node: Node,
+        attr: Attr,
+        rest: &SetAttrs,
+        mode: Option<u32>,
+    ) -> Result<(Node, Attr), FsError> {
+        let mut rest = rest.clone();
+        rest.uid = rest.uid.filter(|&uid| uid != attr.uid);
+        rest.gid = rest.gid.filter(|&gid| gid != attr.gid);
+        rest.mode = mode.filter(|&m| m & 0o7777 != attr.mode);
+        if node.kind == FileKind::Symlink {
+            rest.mode = None;
+        }
+        if rest.is_empty() {
+            return Ok((node, attr));
+        }
+        let attr = self.setattr(&node, &rest)?;
+        Ok((node, attr))
+    }
+
+    /// MKDIR.
+    pub fn mkdir(
+        &self,
+        dir: &Node,
+        name: &[u8],
+        attrs: &SetAttrs,
+    ) -> Result<(Node, Attr), FsError> {
+        dir.require_dir()?;
+        let name = check_name(name)?;
+        if is_dot_or_dotdot(&name) {
+            return Err(FsError::Exist);
+        }
+        let mode = attrs.mode.unwrap_or(DEFAULT_DIR_MODE);
+        mkdirat(
+            dir.fd(),
+            name.as_c_str(),
+            Mode::from_raw_mode(mode & 0o7777),
+        )?;
+        let fd = open_beneath(
+            dir.fd(),
+            &name,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW,
+        )?;
+        let (node, attr) = self.node_from_fd(fd)?;
+        let rest = SetAttrs {
+            mode: None,
+            size: None,
+            ..attrs.clone()
+        };
+        self.finish_new(node, attr, &rest, Some(mode))
+    }
+
+    /// SYMLINK: creates `name` pointing at `target`, stored exactly as the
+    /// client sent it and never resolved by us.
+    pub fn symlink(
+        &self,
+        dir: &Node,
+        name: &[u8],
+        target: &[u8],
+        attrs: &SetAttrs,
+    ) -> Result<(Node, Attr), FsError> {
+        dir.require_dir()?;
+        let name = check_name(name)?;
+        if is_dot_or_dotdot(&name) {
+            return Err(FsError::Exist);
+        }
+        if target.len() > PATH_MAX {
+            return Err(FsError::NameTooLong);
+        }
+        if target.is_empty() || target.contains(&0) {
+            return Err(FsError::Inval);
+        }
+        symlinkat(target, dir.fd(), name.as_c_str())?;
+        let fd = open_beneath(dir.fd(), &name, OFlags::PATH | OFlags::NOFOLLOW)?;
+        let (node, attr) = self.node_from_fd(fd)?;
+        let rest = SetAttrs {
+            mode: None,
+            size: None,
+            ..attrs.clone()
+        };
+        self.finish_new(node, attr, &rest, None)
+    }
+
+    /// MKNOD. Device files only where the export allows them
+    /// (`allow_devices`); even then the kernel requires `CAP_MKNOD`, which
+    /// only an unsquashed root caller has.
+    pub fn mknod(
+        &self,
+        dir: &Node,
+        name: &[u8],
+        special: SpecialFile,
+        attrs: &SetAttrs,
+        allow_devices: bool,
+    ) -> Result<(Node, Attr), FsError> {
+        dir.require_dir()?;
+        let name = check_name(name)?;
+        if is_dot_or_dotdot(&name) {
+            return Err(FsError::Exist);
+        }
+        let (file_type, dev) = match special {
+            SpecialFile::Fifo => (FileType::Fifo, 0),
+            SpecialFile::Socket => (FileType::Socket, 0),
+            SpecialFile::CharDevice(major, minor) => {
+                (FileType::CharacterDevice, rustix::fs::makedev(major, minor))
+            }
+            SpecialFile::BlockDevice(major, minor) => {
+                (FileType::BlockDevice, rustix::fs::makedev(major, minor))
+            }
+        };
+        let is_device = matches!(
+            special,
+            SpecialFile::CharDevice(..) | SpecialFile::BlockDevice(..)
+        );
+        if is_device && !allow_devices {
+            return Err(FsError::Perm);
+        }
+        let mode = attrs.mode.unwrap_or(DEFAULT_FILE_MODE);
+        mknodat(
+            dir.fd(),
+            name.as_c_str(),
+            file_type,
+            Mode::from_raw_mode(mode & 0o7777),
+            dev,
+        )?;
+        let fd = open_beneath(dir.fd(), &name, OFlags::PATH | OFlags::NOFOLLOW)?;
+        let (node, attr) = self.node_from_fd(fd)?;
+        let rest = SetAttrs {
+            mode: None,
+            size: None,
+            ..attrs.clone()
+        };
+        self.finish_new(node, attr, &rest, Some(mode))
+    }
+
+    /// REMOVE: unlinks a non-directory (`IsDir` for a directory, as
+    /// unlink(2) says). If that was the file's last name, its entry in the
+    /// open-file cache is evicted so the server does not keep it alive.
+    pub fn remove(&self, dir: &Node, name: &[u8]) -> Result<(), FsError> {
+        dir.require_dir()?;
+        let name = check_name(name)?;
+        if is_dot_or_dotdot(&name) {
+            return Err(FsError::Access);
+        }
+        let victim = open_beneath(dir.fd(), &name, OFlags::PATH | OFlags::NOFOLLOW)?;
+        unlinkat(dir.fd(), name.as_c_str(), AtFlags::empty())?;
+        self.evict_if_gone(victim);
+        Ok(())
+    }
+
+    /// RMDIR.
+    pub fn rmdir(&self, dir: &Node, name: &[u8]) -> Result<(), FsError> {
+        dir.require_dir()?;
+        let name = check_name(name)?;
+        if is_dot_or_dotdot(&name) {
+            return Err(FsError::Access);
+        }
+        unlinkat(dir.fd(), name.as_c_str(), AtFlags::REMOVEDIR)?;
+        Ok(())
+    }
+
+    /// RENAME within this export (the server answers `Xdev` for handles of
+    /// two exports). A regular file replaced by the rename is evicted from
+    /// the open-file cache if that was its last name.
+    pub fn rename(
+        &self,
+        from_dir: &Node,
+        from_name: &[u8],
+        to_dir: &Node,
+        to_name: &[u8],
+    ) -> Result<(), FsError> {
+        from_dir.require_dir()?;
+        to_dir.require_dir()?;
+        let from_name = check_name(from_name)?;
+        let to_name = check_name(to_name)?;
+        if is_dot_or_dotdot(&from_name) || is_dot_or_dotdot(&to_name) {
+            // knfsd's nfsd_rename answers PERM here.
+            return Err(FsError::Perm);
+        }
+        let victim = match open_beneath(to_dir.fd(), &to_name, OFlags::PATH | OFlags::NOFOLLOW) {
+            Ok(fd) => Some(fd),
+            Err(FsError::NoEnt) => None,
+            Err(e) => return Err(e),
+        };
+        renameat(
+            from_dir.fd(),
+            from_name.as_c_str(),
+            to_dir.fd(),
+            to_name.as_c_str(),
+        )?;
+        if let Some(victim) = victim {
+            self.evict_if_gone(victim);
+        }
+        Ok(())
+    }
+
+    /// LINK: a new name `name` in `dir` for `file`.
+    pub fn link(&self, file: &Node, dir: &Node, name: &[u8]) -> Result<(), FsError> {
+        dir.require_dir()?;
+        if file.kind == FileKind::Directory {
+            return Err(FsError::IsDir);
+        }
+        let name = check_name(name)?;
+        if is_dot_or_dotdot(&name) {
+            return Err(FsError::Exist);
+        }
+        // linkat(fd, "", AT_EMPTY_PATH) would need CAP_DAC_READ_SEARCH,
+        // which a squashed thread does not have; the /proc path does not.
+        linkat(
+            CWD,
+            proc_fd_path(file.fd()).as_c_str(),
+            dir.fd(),
+            name.as_c_str(),
+            AtFlags::SYMLINK_FOLLOW,
+        )?;
+        Ok(())
+    }
+
+    /// FSSTAT.
+    pub fn fsstat(&self, node: &Node) -> Result<FsStat, FsError> {
+        let st = fstatvfs(node.fd())?;
+        let bytes = |blocks: u64| blocks.saturating_mul(st.f_frsize);
+        Ok(FsStat {
+            total_bytes: bytes(st.f_blocks),
+            free_bytes: bytes(st.f_bfree),
+            avail_bytes: bytes(st.f_bavail),
+            total_files: st.f_files,
+            free_files: st.f_ffree,
+            avail_files: st.f_favail,
+        })
+    }
+
+    /// PATHCONF (the same for every file of a Linux export).
+    pub fn pathconf(&self, _node: &Node) -> PathConf {
+        PathConf {
+            link_max: 255,
+            name_max: crate::export::NAME_MAX as u32,
+            no_trunc: true,
+            chown_restricted: true,
+            case_insensitive: false,
+            case_preserving: true,
+        }
+    }
+
+    /// Whether the calling thread's fsuid owns `node`.
+    fn caller_owns(&self, node: &Node) -> Result<bool, FsError> {
+        Ok(Attr::of_fd(node.fd())?.uid == cred::current_uid())
+    }
+
+    /// After an unlink or a rename over it: if `victim` (opened before)
+    /// was a regular file that now has no name left, close the server's
+    /// cached descriptors of it.
+    fn evict_if_gone(&self, victim: OwnedFd) {
+        if self.cache.is_empty() {
+            return;
+        }
+        let Ok(attr) = Attr::of_fd(&victim) else {
+            return;
+        };
+        if attr.kind != FileKind::Regular || attr.nlink != 0 {
+            return;
+        }
+        if let Ok((kernel, _)) =
+            dionfs_sys::handle::name_to_handle_at(&victim, c"", AtFlags::EMPTY_PATH)
+        {
+            self.cache.evict(self.export_id, &kernel);
+        }
+    }
+}
+
+/// Runs `f` as root; a failure to switch is a server fault.
+fn as_root<T>(f: impl FnOnce() -> T) -> Result<T, FsError> {
+    cred::as_root(f).map_err(|e| {
+        tracing::error!(error = %e, "cannot switch to root credentials");
+        FsError::ServerFault
+    })
+}
+
+/// Whether the kernel grants `mode` on the file at `path` to the thread's
+/// current fs credentials. `AT_EACCESS` makes faccessat use the fsuid,
+/// fsgid and groups (without it, it would check the real uid: root).
+fn kernel_allows(path: &std::ffi::CStr, mode: Access) -> Result<bool, FsError> {
+    match rustix::fs::accessat(CWD, path, mode, AtFlags::EACCESS) {
+        Ok(()) => Ok(true),
+        Err(Errno::ACCESS | Errno::PERM | Errno::ROFS | Errno::TXTBSY) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The `utimensat` value for one optional time.
+fn timespec(time: Option<SetTime>) -> Timespec {
+    match time {
+        None => Timespec {
+            tv_sec: 0,
+            tv_nsec: UTIME_OMIT,
+        },
+        Some(SetTime::ServerNow) => Timespec {
+            tv_sec: 0,
+            tv_nsec: UTIME_NOW,
+        },
+        Some(SetTime::Client(t)) => Timespec {
+            tv_sec: t.seconds,
+            tv_nsec: i64::from(t.nanos.min(999_999_999)),
+        },
+    }
+}
+
+/// The (atime, mtime) an EXCLUSIVE create stores its verifier in, as
+/// knfsd does: the two big-endian halves with the top bit cleared, so the
+/// times stay positive for 32-bit `nfstime3` seconds.
+fn verifier_times(verf: &[u8; 8]) -> (Time, Time) {
+    let half = |b: &[u8]| {
+        let word = u32::from_be_bytes([b[0], b[1], b[2], b[3]]) & 0x7fff_ffff;
+        Time {
+            seconds: i64::from(word),
+            nanos: 0,
+        }
+    };
+    let mtime = half(&verf[..4]);
+    let atime = half(&verf[4..]);
+    (atime, mtime)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::handle::MacKey;
+    use crate::testutil::{export, LoopFs};
+    use dionfs_sys::cred::{with_creds, Creds};
+
+    fn nobody() -> Creds {
+        Creds {
+            uid: 65534,
+            gid: 65534,
+            groups: vec![],
+        }
+    }
+
+    fn guarded(mode: u32) -> CreateHow {
+        CreateHow::Guarded(SetAttrs {
+            mode: Some(mode),
+            ..SetAttrs::default()
+        })
+    }
+
+    /// An export of a directory on `fs`, mode 0755 owned by root (set
+    /// explicitly: `ExportFs::open` clears the process umask, so other
+    /// tests' directories may be 0777).
+    fn setup(fs: &LoopFs) -> ExportFs {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = fs.path().join("export");
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        export(&dir, 1, MacKey::from_bytes([9; 32]))
+    }
+
+    #[test]
+    fn create_modes_and_errors() {
+        let Some(fs) = LoopFs::new("ext4") else {
+            return;
+        };
+        let exp = setup(&fs);
+        let root = exp.resolve(exp.root_handle()).expect("root");
+        let (file, attr) = exp.create(&root, b"f", &guarded(0o640)).expect("create");
+        assert_eq!(attr.kind, FileKind::Regular);
+        assert_eq!(attr.mode, 0o640, "no umask applied");
+        assert_eq!(file.kind(), FileKind::Regular);
+        assert_eq!(
+            exp.create(&root, b"f", &guarded(0o600)).err(),
+            Some(FsError::Exist)
+        );
+        // UNCHECKED on an existing file applies only the size.
+        std::fs::write(exp_path(&exp, &file), b"hello").expect("write");
+        let unchecked = CreateHow::Unchecked(SetAttrs {
+            mode: Some(0o777),
+            size: Some(2),
+            ..SetAttrs::default()
+        });
+        let (_, attr) = exp.create(&root, b"f", &unchecked).expect("unchecked");
+        assert_eq!((attr.size, attr.mode), (2, 0o640));
+        // UNCHECKED over a directory is EXIST.
+        exp.mkdir(&root, b"d", &SetAttrs::default()).expect("mkdir");
+        assert_eq!(
+            exp.create(&root, b"d", &unchecked).err(),
+            Some(FsError::Exist)
+        );
+        // Names.
+        assert_eq!(
+            exp.create(&root, b".", &guarded(0o600)).err(),
+            Some(FsError::Exist)
+        );
+        assert_eq!(
+            exp.create(&root, b"..", &guarded(0o600)).err(),
+            Some(FsError::Exist)
+        );
+        assert_eq!(
+            exp.create(&root, &[b'n'; 256], &guarded(0o600)).err(),
+            Some(FsError::NameTooLong)
+        );
+        assert_eq!(
+            exp.create(&root, b"a/b", &guarded(0o600)).err(),
+            Some(FsError::Access)
+        );
+        assert_eq!(
+            exp.create(&file, b"x", &guarded(0o600)).err(),
+            Some(FsError::NotDir)
+        );
+        // Set-id bits and an initial size are applied after creation.
+        let how = CreateHow::Guarded(SetAttrs {
+            mode: Some(0o4755),
+            size: Some(4096),
+            ..SetAttrs::default()
+        });
+        let (_, attr) = exp.create(&root, b"suid", &how).expect("create suid");
+        assert_eq!((attr.mode, attr.size), (0o4755, 4096));
+    }
+
+    /// The path of a node through /proc (for writing test data).
+    fn exp_path(_exp: &ExportFs, node: &Node) -> std::path::PathBuf {
+        std::fs::read_link(proc_fd_path(node.fd()).to_str().expect("utf-8")).expect("readlink")
+    }
+
+    #[test]
+    fn exclusive_create_retransmit() {
+        let Some(fs) = LoopFs::new("ext4") else {
+            return;
+        };
+        let exp = setup(&fs);
+        let root = exp.resolve(exp.root_handle()).expect("root");
+        let verf = *b"\x81\x02\x03\x04\x05\x06\x07\x08";
+        let (first, attr) = exp
+            .create(&root, b"x", &CreateHow::Exclusive(verf))
+            .expect("exclusive");
+        assert_eq!(attr.mtime.seconds, 0x0102_0304);
+        assert_eq!(attr.atime.seconds, 0x0506_0708);
+        // Retransmission: same verifier, same file.
+        let (again, _) = exp
+            .create(&root, b"x", &CreateHow::Exclusive(verf))
+            .expect("retransmit");
+        assert_eq!(again.fh(), first.fh());
+        // Another verifier: EXIST.
+        let other = *b"\x01\x02\x03\x04\x05\x06\x07\x09";
+        assert_eq!(
+            exp.create(&root, b"x", &CreateHow::Exclusive(other)).err(),
+            Some(FsError::Exist)
+        );
+        // After the client's SETATTR the verifier no longer matches.
+        let now = SetAttrs {
+            atime: Some(SetTime::ServerNow),
+            mtime: Some(SetTime::ServerNow),
+            mode: Some(0o644),
+            ..SetAttrs::default()
+        };
+        let attr = exp.setattr(&first, &now).expect("setattr");
+        assert_eq!(attr.mode, 0o644);
+        assert_eq!(
+            exp.create(&root, b"x", &CreateHow::Exclusive(verf)).err(),
+            Some(FsError::Exist)
+        );
+    }
+
+    #[test]
+    fn setattr_getattr() {
+        let Some(fs) = LoopFs::new("ext4") else {
+            return;
+        };
+        let exp = setup(&fs);
+        let root = exp.resolve(exp.root_handle()).expect("root");
+        let (file, _) = exp.create(&root, b"f", &guarded(0o600)).expect("create");
+        let when = Time {
+            seconds: 1_000_000_000,
+            nanos: 123_456_789,
+        };
+        let attrs = SetAttrs {
+            mode: Some(0o751),
+            uid: Some(1000),
+            gid: Some(2000),
+            size: Some(12345),
+            atime: Some(SetTime::Client(when)),
+            mtime: Some(SetTime::Client(when)),
+        };
+        let attr = exp.setattr(&file, &attrs).expect("setattr");
+        assert_eq!(
+            (attr.mode, attr.uid, attr.gid, attr.size),
+            (0o751, 1000, 2000, 12345)
+        );
+        assert_eq!((attr.atime, attr.mtime), (when, when));
+        assert_eq!(exp.getattr(&file).expect("getattr"), attr);
+        assert_eq!(attr.nlink, 1);
+        assert!(attr.fsid != 0 && attr.fileid != 0);
+
+        // Size of a directory: ISDIR; of a symlink: INVAL. Mode of a
+        // symlink is ignored.
+        let size = SetAttrs {
+            size: Some(0),
+            ..SetAttrs::default()
+        };
+        assert_eq!(exp.setattr(&root, &size).err(), Some(FsError::IsDir));
+        let (link, _) = exp
+            .symlink(&root, b"l", b"f", &SetAttrs::default())
+            .expect("symlink");
+        assert_eq!(exp.setattr(&link, &size).err(), Some(FsError::Inval));
+        let mode = SetAttrs {
+            mode: Some(0o600),
+            ..SetAttrs::default()
+        };
+        assert_eq!(
+            exp.setattr(&link, &mode).map(|a| a.kind),
+            Ok(FileKind::Symlink)
+        );
+
+        // As nobody: no chown, no chmod of another's file.
+        with_creds(&nobody(), || {
+            let chown = SetAttrs {
+                uid: Some(65534),
+                ..SetAttrs::default()
+            };
+            assert_eq!(exp.setattr(&file, &chown).err(), Some(FsError::Perm));
+            assert_eq!(exp.setattr(&file, &mode).err(), Some(FsError::Perm));
+            assert_eq!(exp.setattr(&file, &size).err(), Some(FsError::Access));
+        })
+        .expect("creds");
+    }
+
+    #[test]
+    fn squashed_caller_permissions() {
+        let Some(fs) = LoopFs::new("ext4") else {
+            return;
+        };
+        let exp = setup(&fs);
+        let root = exp.resolve(exp.root_handle()).expect("root");
+        let (private, _) = exp
+            .mkdir(
+                &root,
+                b"private",
+                &SetAttrs {
+                    mode: Some(0o700),
+                    ..SetAttrs::default()
+                },
+            )
+            .expect("mkdir");
+        let (shared, _) = exp
+            .mkdir(
+                &root,
+                b"shared",
+                &SetAttrs {
+                    mode: Some(0o1777),
+                    ..SetAttrs::default()
+                },
+            )
+            .expect("mkdir");
+        let (secret, _) = exp
+            .create(&root, b"secret", &guarded(0o600))
+            .expect("create");
+        let (public, _) = exp
+            .create(&root, b"public", &guarded(0o644))
+            .expect("create");
+        with_creds(&nobody(), || {
+            // The export root is 0755 root: no creating there.
+            assert_eq!(
+                exp.create(&root, b"n", &guarded(0o644)).err(),
+                Some(FsError::Access)
+            );
+            assert_eq!(
+                exp.mkdir(&root, b"n", &SetAttrs::default()).err(),
+                Some(FsError::Access)
+            );
+            assert_eq!(exp.remove(&root, b"public").err(), Some(FsError::Access));
+            assert_eq!(exp.lookup(&private, b"x").err(), Some(FsError::Access));
+            assert_eq!(exp.read_dir(&private, 0, 10).err(), Some(FsError::Access));
+            assert_eq!(exp.check_io_access(&secret, false), Err(FsError::Access));
+            assert_eq!(exp.check_io_access(&public, false), Ok(()));
+            assert_eq!(exp.check_io_access(&public, true), Err(FsError::Access));
+            use access3::*;
+            let all = READ | LOOKUP | MODIFY | EXTEND | DELETE | EXECUTE;
+            assert_eq!(exp.access(&public, all), Ok(READ));
+            assert_eq!(exp.access(&secret, all), Ok(0));
+            assert_eq!(exp.access(&root, all), Ok(READ | LOOKUP));
+            assert_eq!(
+                exp.access(&shared, all),
+                Ok(READ | LOOKUP | MODIFY | EXTEND | DELETE)
+            );
+            assert_eq!(exp.access(&private, READ), Ok(0));
+
+            // In a world-writable directory nobody creates files it owns,
+            // and keeps owner rights on a read-only file it made.
+            let (mine, attr) = exp
+                .create(&shared, b"mine", &guarded(0o444))
+                .expect("create");
+            assert_eq!((attr.uid, attr.gid), (65534, 65534));
+            assert_eq!(exp.check_io_access(&mine, true), Ok(()), "owner override");
+            assert_eq!(exp.access(&mine, READ | MODIFY), Ok(READ));
+            exp.set_size(&mine, 10).expect("owner may truncate");
+            exp.setattr(
+                &mine,
+                &SetAttrs {
+                    mode: Some(0o600),
+                    ..SetAttrs::default()
+                },
+            )
+            .expect("chmod own");
+            // Sticky directory: nobody cannot remove root's file there.
+        })
+        .expect("creds");
+        let (_, _) = exp
+            .create(&shared, b"roots", &guarded(0o666))
+            .expect("create");
+        with_creds(&nobody(), || {
+            assert_eq!(exp.remove(&shared, b"roots").err(), Some(FsError::Perm));
+            exp.remove(&shared, b"mine").expect("remove own");
+        })
+        .expect("creds");
+        // As root everything is allowed.
+        assert_eq!(
+            exp.access(&secret, access3::READ | access3::MODIFY),
+            Ok(access3::READ | access3::MODIFY)
+        );
+    }
+
+    #[test]
+    fn directories_links_and_renames() {
+        let Some(fs) = LoopFs::new("ext4") else {
+            return;
+        };
+        let exp = setup(&fs);
+        let root = exp.resolve(exp.root_handle()).expect("root");
+        let (d, attr) = exp
+            .mkdir(
+                &root,
+                b"d",
+                &SetAttrs {
+                    mode: Some(0o2750),
+                    ..SetAttrs::default()
+                },
+            )
+            .expect("mkdir");
+        assert_eq!((attr.kind, attr.mode), (FileKind::Directory, 0o2750));
+        assert_eq!(
+            exp.mkdir(&root, b"d", &SetAttrs::default()).err(),
+            Some(FsError::Exist)
+        );
+        let (f, _) = exp.create(&d, b"f", &guarded(0o644)).expect("create");
+
+        // RMDIR / REMOVE errors.
+        assert_eq!(exp.rmdir(&root, b"d").err(), Some(FsError::NotEmpty));
+        assert_eq!(exp.remove(&root, b"d").err(), Some(FsError::IsDir));
+        assert_eq!(exp.rmdir(&d, b"f").err(), Some(FsError::NotDir));
+        assert_eq!(exp.remove(&root, b"nothing").err(), Some(FsError::NoEnt));
+        assert_eq!(exp.rmdir(&root, b".").err(), Some(FsError::Access));
+        assert_eq!(exp.remove(&root, b"..").err(), Some(FsError::Access));
+
+        // LINK.
+        exp.link(&f, &root, b"f2").expect("link");
+        assert_eq!(exp.getattr(&f).expect("attr").nlink, 2);
+        assert_eq!(exp.link(&f, &root, b"f2").err(), Some(FsError::Exist));
+        assert_eq!(exp.link(&d, &root, b"d2").err(), Some(FsError::IsDir));
+        let (l, _) = exp
+            .symlink(&root, b"sl", b"/nowhere", &SetAttrs::default())
+            .expect("symlink");
+        exp.link(&l, &root, b"sl2").expect("hard link to a symlink");
+        let (sl2, attr) = exp.lookup(&root, b"sl2").expect("lookup");
+        assert_eq!(attr.kind, FileKind::Symlink);
+        assert_eq!(exp.readlink(&sl2), Ok(b"/nowhere".to_vec()));
+
+        // RENAME across directories, over a file, and its errors.
+        exp.rename(&root, b"f2", &d, b"moved").expect("rename");
+        assert_eq!(exp.lookup(&root, b"f2").err(), Some(FsError::NoEnt));
+        assert_eq!(exp.lookup(&d, b"moved").expect("moved").0.fh(), f.fh());
+        exp.rename(&d, b"moved", &d, b"f")
+            .expect("rename onto another name of itself");
+        assert_eq!(
+            exp.rename(&root, b"missing", &d, b"x").err(),
+            Some(FsError::NoEnt)
+        );
+        assert_eq!(exp.rename(&root, b".", &d, b"x").err(), Some(FsError::Perm));
+        assert_eq!(
+            exp.rename(&root, b"d", &d, b"inside").err(),
+            Some(FsError::Inval)
+        );
+        exp.mkdir(&root, b"e", &SetAttrs::default())
+            .expect("mkdir e");
+        assert_eq!(
+            exp.rename(&root, b"e", &root, b"d").err(),
+            Some(FsError::NotEmpty)
+        );
+        assert_eq!(
+            exp.rename(&root, b"sl", &root, b"e").err(),
+            Some(FsError::IsDir)
+        );
+
+        exp.remove(&d, b"f").expect("remove");
+        exp.remove(&d, b"moved").ok();
+        exp.rmdir(&root, b"d").expect("rmdir");
+        assert_eq!(exp.lookup(&root, b"d").err(), Some(FsError::NoEnt));
+    }
+
+    #[test]
+    fn symlinks_and_special_files() {
+        let Some(fs) = LoopFs::new("ext4") else {
+            return;
+        };
+        let exp = setup(&fs);
+        let root = exp.resolve(exp.root_handle()).expect("root");
+        let target = b"../../../etc/passwd\xff";
+        let (link, attr) = exp
+            .symlink(&root, b"l", target, &SetAttrs::default())
+            .expect("symlink");
+        assert_eq!(attr.kind, FileKind::Symlink);
+        assert_eq!(attr.size, target.len() as u64);
+        assert_eq!(exp.readlink(&link), Ok(target.to_vec()));
+        assert_eq!(exp.readlink(&root).err(), Some(FsError::Inval));
+        assert_eq!(
+            exp.symlink(&root, b"l", b"x", &SetAttrs::default()).err(),
+            Some(FsError::Exist)
+        );
+        assert_eq!(
+            exp.symlink(&root, b"e", b"", &SetAttrs::default()).err(),
+            Some(FsError::Inval)
+        );
+
+        let (fifo, attr) = exp
+            .mknod(
+                &root,
+                b"fifo",
+                SpecialFile::Fifo,
+                &SetAttrs {
+                    mode: Some(0o600),
+                    ..SetAttrs::default()
+                },
+                false,
+            )
+            .expect("fifo");
+        assert_eq!((attr.kind, attr.mode), (FileKind::Fifo, 0o600));
+        assert_eq!(fifo.kind(), FileKind::Fifo);
+        let (_, attr) = exp
+            .mknod(
+                &root,
+                b"sock",
+                SpecialFile::Socket,
+                &SetAttrs::default(),
+                false,
+            )
+            .expect("socket");
+        assert_eq!(attr.kind, FileKind::Socket);
+        assert_eq!(
+            exp.mknod(
+                &root,
+                b"null",
+                SpecialFile::CharDevice(1, 3),
+                &SetAttrs::default(),
+                false
+            )
+            .err(),
+            Some(FsError::Perm)
+        );
+        let (_, attr) = exp
+            .mknod(
+                &root,
+                b"null",
+                SpecialFile::CharDevice(1, 3),
+                &SetAttrs::default(),
+                true,
+            )
+            .expect("chr as root");
+        assert_eq!(
+            (attr.kind, attr.rdev_major, attr.rdev_minor),
+            (FileKind::CharDevice, 1, 3)
+        );
+        let (_, attr) = exp
+            .mknod(
+                &root,
+                b"blk",
+                SpecialFile::BlockDevice(7, 200),
+                &SetAttrs::default(),
+                true,
+            )
+            .expect("blk as root");
+        assert_eq!(
+            (attr.kind, attr.rdev_major, attr.rdev_minor),
+            (FileKind::BlockDevice, 7, 200)
+        );
+        // Devices need CAP_MKNOD, which a squashed caller lacks.
+        let (shared, _) = exp
+            .mkdir(
+                &root,
+                b"shared",
+                &SetAttrs {
+                    mode: Some(0o777),
+                    ..SetAttrs::default()
+                },
+            )
+            .expect("mkdir");
+        with_creds(&nobody(), || {
+            assert_eq!(
+                exp.mknod(
+                    &shared,
+                    b"null",
+                    SpecialFile::CharDevice(1, 3),
+                    &SetAttrs::default(),
+                    true
+                )
+                .err(),
+                Some(FsError::Perm)
+            );
+        })
+        .expect("creds");
+    }
+
+    #[test]
+    fn fsstat_and_pathconf() {
+        let Some(fs) = LoopFs::new("ext4") else {
+            return;
+        };
+        let exp = setup(&fs);
+        let root = exp.resolve(exp.root_handle()).expect("root");
+        let st = exp.fsstat(&root).expect("fsstat");
+        assert!(st.total_bytes > 32 << 20 && st.total_bytes <= 64 << 20);
+        assert!(st.free_bytes <= st.total_bytes && st.avail_bytes <= st.free_bytes);
+        assert!(st.total_files > 0 && st.free_files <= st.total_files);
+        let pc = exp.pathconf(&root);
+        assert_eq!(pc.name_max, 255);
+        assert!(pc.no_trunc && pc.chown_restricted && !pc.case_insensitive && pc.case_preserving);
+    }
+}
