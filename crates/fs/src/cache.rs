@@ -15,13 +15,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
 use std::sync::Arc;
 
+use dionfs_dataplane::DataFile;
 use dionfs_sys::handle::KernelHandle;
 use parking_lot::Mutex;
 use rustix::fs::OFlags;
 use rustix::io::Errno;
 
 use crate::attr::FileKind;
-use crate::datafile::DataFile;
 use crate::export::{ExportFs, Node};
 use crate::FsError;
 
@@ -159,6 +159,11 @@ impl ExportFs {
                 None
             }
         };
+        let label = format!(
+            "export {} inode {}",
+            self.export_id,
+            crate::attr::Attr::of_fd(&buffered)?.fileid
+        );
         let data = DataFile::new(buffered, direct).map_err(|e| {
             tracing::warn!(error = %e, "cannot set up the data plane for a file");
             match Errno::from_io_error(&e) {
@@ -166,7 +171,10 @@ impl ExportFs {
                 None => FsError::ServerFault,
             }
         })?;
-        let file = Arc::new(OpenFile { node, data });
+        let file = Arc::new(OpenFile {
+            node,
+            data: data.with_label(label),
+        });
         Ok(self.cache.insert(self.export_id, file))
     }
 }
@@ -268,8 +276,14 @@ mod tests {
         assert!(lru.by_age.is_empty());
     }
 
-    fn open_fds() -> usize {
-        std::fs::read_dir("/proc/self/fd").expect("fds").count()
+    /// Descriptors of this process that point into `dir` (other tests
+    /// open files concurrently, so only count the ones on our mount).
+    fn fds_under(dir: &std::path::Path) -> usize {
+        std::fs::read_dir("/proc/self/fd")
+            .expect("fds")
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter(|target| target.starts_with(dir))
+            .count()
     }
 
     #[test]
@@ -290,16 +304,19 @@ mod tests {
                 .expect("create");
             handles.push(node.fh().to_vec());
         }
-        // Other tests open descriptors concurrently: compare generously.
-        let before = open_fds();
+        let before = fds_under(fs.path());
         for fh in &handles {
             let file = exp.open_file(fh).expect("open");
             assert_eq!(file.node().fh(), fh.as_slice());
+            // ext4 on 4096-byte sectors can do direct I/O.
+            assert!(file.data().is_direct_capable());
         }
         assert_eq!(cache.len(), 16);
-        let during = open_fds();
-        assert!(
-            during <= before + 16 * 3 + 8,
+        // Three descriptors per cached file: O_PATH, buffered, O_DIRECT.
+        let during = fds_under(fs.path());
+        assert_eq!(
+            during,
+            before + 16 * 3,
             "fds grew from {before} to {during}"
         );
         // Hits return the same open file.
@@ -310,7 +327,7 @@ mod tests {
         assert!(cache.is_empty());
         // Still usable by the holders, closed when they let go.
         drop((a, b));
-        assert!(open_fds() <= before + 8);
+        assert_eq!(fds_under(fs.path()), before);
 
         // Directories and missing files are refused.
         assert_eq!(exp.open_file(exp.root_handle()).err(), Some(FsError::IsDir));

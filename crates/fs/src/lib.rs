@@ -3,20 +3,26 @@
 //! the export, and the open-file cache for the data plane.
 //!
 //! How the server uses it:
-//! - One [`ExportFs`] per export, all sharing one [`OpenFileCache`] and the
-//!   server's [`MacKey`].
+//! - One [`ExportFs`] per export (`ExportFs::open(root, id, key, cache)`),
+//!   all sharing one [`OpenFileCache`] and the server's [`MacKey`]
+//!   (`MacKey::load_or_create(state_dir)`).
 //! - [`handle::export_id`] routes an incoming handle to its export;
-//!   [`ExportFs::resolve`] verifies it and opens the file.
+//!   [`ExportFs::resolve`] verifies it and opens the file. Resolve before
+//!   switching credentials (it needs root for `open_by_handle_at` and
+//!   switches to root itself otherwise, which costs a few syscalls).
 //! - Every call blocks: run it on tokio's blocking pool, the metadata
-//!   operations inside `dionfs_sys::cred::with_creds(&caller, ..)`.
-//! - READ/WRITE: [`ExportFs::open_file`] (cached), then
-//!   [`ExportFs::check_io_access`] on `file.node()` under the caller's
-//!   credentials, then the data plane on `file.data()`.
+//!   operations inside `dionfs_sys::cred::with_creds(&caller, || ..)`
+//!   (which returns `io::Result`: a failed switch is a server fault).
+//! - READ/WRITE/COMMIT: [`ExportFs::open_file`] (cached; may run as
+//!   either identity), then [`ExportFs::check_io_access`] on `file.node()`
+//!   under the caller's credentials, then the data plane on `file.data()`.
+//!   REMOVE and RENAME evict files that lost their last name by
+//!   themselves; [`OpenFileCache::evict_export`] drops an unexported
+//!   export's files.
 //! - [`FsError`] maps one-to-one to `nfsstat3`.
 
 mod attr;
 mod cache;
-mod datafile;
 mod dir;
 mod error;
 mod export;
@@ -27,7 +33,6 @@ mod testutil;
 
 pub use attr::{Attr, FileKind, SetAttrs, SetTime, Time};
 pub use cache::{OpenFile, OpenFileCache};
-pub use datafile::DataFile;
 pub use dir::{DirBatch, DirEntry};
 pub use error::FsError;
 pub use export::{ExportFs, Node, NAME_MAX};

@@ -171,8 +171,16 @@ mod tests {
             eprintln!("skipped: needs root");
             return;
         }
+        /// Removes the test directory even if an assertion fails.
+        struct Cleanup(std::path::PathBuf);
+        impl Drop for Cleanup {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
         let dir = std::env::temp_dir().join(format!("dionfs-handle-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("mkdir");
+        let _cleanup = Cleanup(dir.clone());
         let path = dir.join("f");
         std::fs::File::create(&path)
             .and_then(|mut f| f.write_all(b"hello"))
@@ -207,7 +215,6 @@ mod tests {
         std::fs::remove_file(&path).expect("unlink");
         let err = open_by_handle_at(&dirfd, &handle, OFlags::RDONLY).expect_err("deleted");
         assert_eq!(err.raw_os_error(), Some(libc::ESTALE));
-        std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 
     #[test]
