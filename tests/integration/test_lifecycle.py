@@ -1,0 +1,245 @@
+"""Server lifecycle: handles survive a restart, the write verifier changes,
+SIGTERM stops it, multi-export config files, bad configs fail loudly."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import nfs_rs
+import pytest
+from nfstools import NfsProc, assert_nfs_error, nfs_error
+from servers import DionfsServer, backend, dionfs_bin
+
+MiB = 1 << 20
+
+
+def test_handles_survive_restart(server, client, nfsproc):
+    data = os.urandom(3 * MiB + 1234)
+    client.mkdir("d")
+    with client.open("d/f", "wb") as f:
+        f.write(data)
+    fh_file = nfsproc("lookup", "d/f")["fh"]
+    fh_dir = [e for e in client.scandir("") if e.name == "d"][0].fh
+    f = client.open("d/f", "rb")
+    first = f.read(MiB)
+    assert first == data[:MiB]
+
+    server.restart()
+
+    # the same nfs-rs File keeps reading where it was (reconnect + old handle)
+    rest = f.read()
+    assert first + rest == data, "data read across a restart differs"
+    f.close()
+    r = nfsproc("getattr-fh", fh_file)
+    assert r["status"] == "NFS3_OK" and r.int("size") == len(data), r
+    names = [e.name for e in client.scandir(nfs_rs.DirectoryRef("d", fh=fh_dir))]
+    assert "f" in names
+    with client.open("d/f", "r+b") as f:  # and writes still work
+        f.write_at(b"after", 0)
+    with open(os.path.join(server.export, "d/f"), "rb") as lf:
+        assert lf.read(5) == b"after"
+
+
+def test_write_verifier_changes_on_restart(server, nfsproc, client):
+    client.touch("v")
+    r1 = nfsproc("write", "v", 0, 4096, "unstable")
+    r2 = nfsproc("write", "v", 4096, 4096, "unstable")
+    assert r1["write_verf"] == r2["write_verf"], "verifier changed without a restart"
+    server.restart()
+    r3 = nfsproc("write", "v", 0, 4096, "unstable", "commit")
+    assert r3["write_status"] == "NFS3_OK", r3
+    if r3["write_verf"] == r1["write_verf"] and backend() == "ganesha":
+        pytest.xfail("Ganesha's verifier is its start time in seconds")
+    assert r3["write_verf"] != r1["write_verf"], "write verifier unchanged across a restart"
+
+
+@pytest.mark.dionfs_only
+def test_sigterm_stops_promptly(server, client):
+    with client.open("x", "wb") as f:
+        f.write(b"x" * MiB)
+    t = time.monotonic()
+    code = server.stop(timeout=10)
+    assert not server.killed, "dionfs did not exit within 10 s of SIGTERM"
+    assert code == 0, f"dionfs exited with {code} after SIGTERM (log:\n{server.log_text(40)})"
+    assert time.monotonic() - t < 10
+
+
+@pytest.mark.dionfs_only
+def test_ports_file(server):
+    import json
+
+    ports = json.load(open(server.ports_file))
+    assert set(ports) == {"nfs", "mount", "portmap"}, ports
+    assert ports["nfs"] > 0 and ports["mount"] > 0 and ports["nfs"] != ports["mount"]
+    assert ports["portmap"] is None or ports["portmap"] > 0
+
+
+@pytest.mark.dionfs_only
+def test_portmap_getport(server):
+    """The portmapper (on an ephemeral port here) maps NFS and MOUNT v3/TCP."""
+    import socket
+    import struct
+
+    if not server.portmap_port:
+        pytest.skip("no portmapper port in the ports file")
+
+    def getport(prog, vers):
+        xid = 0x1234 + prog % 100
+        call = struct.pack(">IIIIII", xid, 0, 2, 100000, 2, 3) + struct.pack(">IIII", 0, 0, 0, 0)
+        call += struct.pack(">IIII", prog, vers, 6, 0)
+        with socket.create_connection((server.host, server.portmap_port), timeout=10) as s:
+            s.sendall(struct.pack(">I", 0x80000000 | len(call)) + call)
+            hdr = s.recv(4, socket.MSG_WAITALL)
+            n = struct.unpack(">I", hdr)[0] & 0x7FFFFFFF
+            body = s.recv(n, socket.MSG_WAITALL)
+        rxid, mtype, stat, _verf_flavor, verf_len = struct.unpack(">IIIII", body[:20])
+        off = 20 + verf_len
+        accept = struct.unpack(">I", body[off:off + 4])[0]
+        assert (rxid, mtype, stat, accept) == (xid, 1, 0, 0), body
+        return struct.unpack(">I", body[off + 4:off + 8])[0]
+
+    assert getport(100003, 3) == server.nfs_port
+    assert getport(100005, 3) == server.mount_port
+    assert getport(100003, 4) == 0  # not served
+
+
+@pytest.mark.dionfs_only
+def test_no_portmap(loopfs, tmp_path):
+    exp = loopfs.path("export-np")
+    os.makedirs(exp, exist_ok=True)
+    srv = DionfsServer(exp, ["--no-portmap"])
+    try:
+        srv.start()
+        assert srv.portmap_port is None
+        srv.client().listdir("")
+    finally:
+        srv.cleanup()
+
+
+def _free_ports(n: int) -> list[int]:
+    import socket
+
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+class ConfigServer(DionfsServer):
+    """dionfs serve --config FILE: fixed (pre-picked free) ports, waits for NFS to listen."""
+
+    def start(self, wait: float = 30.0) -> None:
+        import socket
+
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([dionfs_bin(), "serve", "--config", self.config], stdout=log,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        log.close()
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"dionfs --config exited {self.proc.returncode}:\n{self.log_text()}")
+            try:
+                for p in (self.nfs_port, self.mount_port):
+                    socket.create_connection((self.host, p), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.1)
+        raise AssertionError(f"dionfs --config not listening after {wait}s:\n{self.log_text()}")
+
+
+@pytest.mark.dionfs_only
+def test_config_file_two_exports(loopfs, tmp_path, nfsproc_bin):
+    rw = loopfs.path("cfg-rw")
+    ro = loopfs.path("cfg-ro")
+    for d in (rw, ro):
+        os.makedirs(d, exist_ok=True)
+        os.chmod(d, 0o777)
+    with open(os.path.join(ro, "readme"), "w") as f:
+        f.write("read only")
+    state = tmp_path / "state"
+    state.mkdir()
+    nfs_port, mount_port, pm_port = _free_ports(3)
+    conf = tmp_path / "dionfs.toml"
+    conf.write_text(f"""
+[server]
+listen = "127.0.0.1"
+nfs_port = {nfs_port}
+mount_port = {mount_port}
+portmap_port = {pm_port}
+state_dir = "{state}"
+
+[[export]]
+path = "{rw}"
+clients = ["127.0.0.1"]
+access = "rw"
+squash = "root_squash"
+write_mode = "buffered"
+
+[[export]]
+path = "{ro}"
+clients = ["127.0.0.0/8"]
+access = "ro"
+squash = "all_squash"
+anonuid = 4242
+anongid = 4243
+max_transfer = 262144
+""")
+    srv = ConfigServer(rw, config=str(conf))
+    srv.nfs_port, srv.mount_port = nfs_port, mount_port
+    try:
+        srv.start()
+        exports = nfs_rs.list_exports(f"nfs://127.0.0.1/?nfsport={srv.nfs_port}&mountport={srv.mount_port}")
+        assert {rw, ro} <= {e.path for e in exports}, exports
+        srv.export = rw
+        c_rw = srv.client()
+        c_rw.touch("new")
+        assert os.path.exists(os.path.join(rw, "new"))
+        srv.export = ro
+        c_ro = srv.client()
+        with c_ro.open("readme", "rb") as f:
+            assert f.read() == b"read only"
+        assert_nfs_error("NFS3ERR_ROFS", c_ro.touch, "nope")
+        assert c_ro.fs_info().max_read == 262144
+        assert c_ro.stat("readme").uid == 0  # all_squash changes who acts, not ownership
+        np = NfsProc(nfsproc_bin, srv)
+        fh_rw = np("lookup", "new", export=rw)["fh"]
+        assert np("getattr-fh", fh_rw)["status"] == "NFS3_OK"
+    finally:
+        srv.cleanup()
+
+
+@pytest.mark.dionfs_only
+@pytest.mark.parametrize("body,line,needle", [
+    ('[server]\nlisten = "127.0.0.1"\nnfs_port = "two"\n', 3, "nfs_port"),
+    ('[server]\nlisten = "127.0.0.1"\n\n[[export]]\npath = "/nonexistent/dir"\n', 5, "/nonexistent/dir"),
+    ('[server]\n\n[[export]]\npath = "/tmp"\naccess = "rwx"\n', 5, "access"),
+    ('[server]\n\n[[export]]\npath = "/tmp"\nclients = ["300.1.2.3"]\n', 5, "300.1.2.3"),
+    ('[server]\n\n[[export]]\npath = "/tmp"\nsquash = "some"\n', 5, "squash"),
+    ('[server]\nbogus_key = 1\n', 2, "bogus_key"),
+    ('[server\n', 1, ""),
+])
+def test_bad_config_fails_with_file_line_reason(tmp_path, body, line, needle):
+    conf = tmp_path / "bad.toml"
+    conf.write_text(body)
+    r = subprocess.run([dionfs_bin(), "serve", "--config", str(conf)], capture_output=True, text=True,
+                       timeout=20)
+    assert r.returncode != 0, f"dionfs accepted a bad config:\n{body}"
+    err = r.stderr
+    assert str(conf) in err, f"stderr does not name the file: {err!r}"
+    assert f"{line}" in err, f"stderr does not give line {line}: {err!r}"
+    assert needle in err, f"stderr does not mention {needle!r}: {err!r}"
+
+
+@pytest.mark.dionfs_only
+def test_bad_command_lines(tmp_path):
+    b = dionfs_bin()
+    for args in (["serve"], ["serve", "/nonexistent/export"], ["serve", str(tmp_path), "--allow", "nonsense/99"],
+                 ["serve", str(tmp_path), "--read-mode", "fast"]):
+        r = subprocess.run([b] + args, capture_output=True, text=True, timeout=20)
+        assert r.returncode != 0 and r.stderr.strip(), f"dionfs {' '.join(args)}: rc={r.returncode} {r.stderr!r}"

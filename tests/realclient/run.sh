@@ -1,0 +1,129 @@
+#!/bin/bash
+# Real Linux NFS client test: boots the realclient guest (Debian 6.1 kernel
+# NFSv3 client), mounts dionfs through its portmapper, runs workload.sh in it.
+#
+#   tests/realclient/run.sh [--timeout SECS] [--keep-out]     (root)
+#
+# 1. XFS on a 4096-byte-sector loop device; export = <mnt>/export (mode 1777:
+#    the guest's root is squashed to nobody by default).
+# 2. DIONFS_BIN serve <export> --listen 192.168.77.1 --allow 192.168.77.2
+#    inside the harness netns, default ports 2049/20048/111.
+# 3. guest-run.sh --nfs-port 0 --mount-port 0 (ports from the portmapper)
+#    --script tests/realclient/workload.sh
+# 4. stop the server, netns down, remove the loop fs — also on failure or
+#    interruption. Exit status 0 = pass.
+# Env: DIONFS_BIN (default <repo>/target/debug/dionfs), RC_DIR (default
+# <repo>/../shared/realclient), WORKLOAD_ENV (e.g. "BIG_MB=64 NDIR=500").
+set -uo pipefail
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+RC=${RC_DIR:-$(cd "$REPO/../shared/realclient" 2>/dev/null && pwd)}
+BIN=${DIONFS_BIN:-$REPO/target/debug/dionfs}
+TIMEOUT=900
+KEEP_OUT=0
+SERVER_IP=192.168.77.1
+GUEST_IP=192.168.77.2
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --timeout) TIMEOUT=$2; shift 2 ;;
+        --keep-out) KEEP_OUT=1; shift ;;
+        *) echo "usage: $0 [--timeout SECS] [--keep-out]" >&2; exit 2 ;;
+    esac
+done
+
+log() { echo "[realclient $(date +%H:%M:%S)] $*" >&2; }
+die() { log "FAIL: $*"; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "must run as root"
+[ -n "$RC" ] && [ -x "$RC/guest-run.sh" ] || die "realclient harness not found (expected $REPO/../shared/realclient)"
+[ -x "$BIN" ] || die "dionfs binary $BIN missing (cargo build, or set DIONFS_BIN)"
+. "$REPO/tests/lib/loopfs.sh"
+NETNS=${RC_NETNS:-nfsh}
+
+if ip netns list 2>/dev/null | awk '{print $1}' | grep -qx "$NETNS" &&
+    ip netns exec "$NETNS" ss -ltnH 2>/dev/null | grep -qE ':(2049|20048|111)\b'; then
+    die "something already listens on 2049/20048/111 in netns $NETNS (Ganesha? run $RC/ganesha.sh stop)"
+fi
+
+WORK=$(mktemp -d /tmp/dionfs-realclient-XXXXXX)
+SERVER_PID=""
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
+        kill -TERM "$SERVER_PID" 2>/dev/null
+        for _ in $(seq 1 50); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.2; done
+        if kill -0 "$SERVER_PID" 2>/dev/null; then
+            log "server ignored SIGTERM for 10 s; SIGKILL"
+            kill -KILL "$SERVER_PID" 2>/dev/null
+        fi
+        wait "$SERVER_PID" 2>/dev/null
+    fi
+    "$RC/netns.sh" down >/dev/null 2>&1 || log "warning: netns $NETNS not removed: $(ip netns pids "$NETNS" 2>/dev/null | tr '\n' ' ')"
+    loopfs_destroy
+    if [ "$rc" != 0 ] || [ "$KEEP_OUT" = 1 ]; then
+        log "run files kept in $WORK"
+    else
+        rm -rf "$WORK"
+    fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+T0=$(date +%s)
+loopfs_create xfs 4G || die "cannot create the XFS loop filesystem"
+EXPORT="$LOOPFS_MNT/export"
+mkdir "$EXPORT" && chmod 1777 "$EXPORT" || die "mkdir $EXPORT"
+log "XFS on $LOOPFS_DEV (4096-byte sectors) at $LOOPFS_MNT"
+
+"$RC/netns.sh" up >/dev/null || die "netns up failed"
+mkdir -p "$WORK/state"
+"$RC/netns.sh" exec "$BIN" serve "$EXPORT" --listen "$SERVER_IP" --allow "$GUEST_IP" \
+    --state-dir "$WORK/state" </dev/null >"$WORK/server.log" 2>&1 &
+SERVER_PID=$!
+log "started $BIN (pid $SERVER_PID) in netns $NETNS"
+
+listening() { ip netns exec "$NETNS" ss -ltnH "sport = :$1" 2>/dev/null | grep -q LISTEN; }
+for _ in $(seq 1 150); do
+    kill -0 "$SERVER_PID" 2>/dev/null || { cat "$WORK/server.log" >&2; die "server exited during start-up"; }
+    listening 2049 && listening 20048 && listening 111 && break
+    sleep 0.2
+done
+for p in 2049 20048 111; do
+    listening $p || { tail -30 "$WORK/server.log" >&2; die "server not listening on $SERVER_IP:$p after 30 s"; }
+done
+
+SCRIPT="$REPO/tests/realclient/workload.sh"
+if [ -n "${WORKLOAD_ENV:-}" ]; then
+    { echo "export $WORKLOAD_ENV"; cat "$SCRIPT"; } >"$WORK/workload.sh"
+    SCRIPT="$WORK/workload.sh"
+fi
+log "guest: mount $SERVER_IP:$EXPORT via portmapper, run workload.sh (timeout ${TIMEOUT}s)"
+"$RC/guest-run.sh" --server "$SERVER_IP" --nfs-port 0 --mount-port 0 --export "$EXPORT" \
+    --script "$SCRIPT" --timeout "$TIMEOUT" --out "$WORK/guest" --quiet
+GRC=$?
+
+alive=1
+kill -0 "$SERVER_PID" 2>/dev/null || alive=0
+if [ $GRC != 0 ] || [ $alive = 0 ]; then
+    log "server log (tail):"
+    tail -40 "$WORK/server.log" >&2
+fi
+[ $alive = 1 ] || die "the server died during the guest run"
+case $GRC in
+    0) ;;
+    1) die "workload failed in the guest (see FAIL: line above; console: $WORK/guest/console.log)" ;;
+    3) die "the guest could not mount $SERVER_IP:$EXPORT via the portmapper" ;;
+    4) die "the guest failed to boot or crashed ($WORK/guest/console.log)" ;;
+    124) die "timeout after ${TIMEOUT}s" ;;
+    *) die "guest-run.sh exited with $GRC" ;;
+esac
+left=$(ls -A "$EXPORT")
+[ -z "$left" ] || die "export not empty after the workload's rm -rf: $left"
+if grep -qiE 'panicked|RUST_BACKTRACE' "$WORK/server.log"; then
+    grep -iE -A5 'panicked' "$WORK/server.log" >&2
+    die "the server log shows a panic"
+fi
+log "PASS in $(( $(date +%s) - T0 ))s"
+exit 0
