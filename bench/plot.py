@@ -1,0 +1,117 @@
+"""Plots for a bench/run result: plot.py RESULTS.json OUTDIR (needs matplotlib).
+
+throughput.png   median MiB/s per job and system, whiskers = min..max over repetitions
+cpu_per_gib.png  server CPU seconds per GiB moved (user solid, system hatched on top)
+page_cache.png   host page-cache growth per GiB moved
+overwrite.png    small-overwrite latency per call (p50, whiskers p99)
+"""
+import json
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+COLORS = {"dionfs-buffered": "#1f77b4", "dionfs-dontcache": "#17becf", "dionfs-direct": "#2ca02c",
+          "ganesha": "#d62728", "fio-buffered": "#7f7f7f", "fio-direct": "#222222"}
+
+
+def bars(ax, res, jobs, metric, ylabel, whiskers=True, stacked_sys=False):
+    systems = list(res["systems"])
+    n = len(systems)
+    width = 0.8 / max(n, 1)
+    for i, s in enumerate(systems):
+        xs, ys, lo, hi, sys_part = [], [], [], [], []
+        for x, j in enumerate(jobs):
+            e = res["summary"][j["name"]].get(s, {})
+            v = e.get(metric)
+            if not v:
+                continue
+            xs.append(x + (i - (n - 1) / 2) * width)
+            ys.append(v["median"])
+            lo.append(v["median"] - v["min"])
+            hi.append(v["max"] - v["median"])
+            if stacked_sys:
+                sv = e.get("cpu_sys_s_per_gib")
+                sys_part.append(sv["median"] if sv else 0)
+        if not xs:
+            continue
+        label = res["systems"][s]
+        if stacked_sys:
+            ax.bar(xs, ys, width, color=COLORS.get(s), label=label + " (user)")
+            ax.bar(xs, sys_part, width, bottom=ys, color=COLORS.get(s), alpha=0.45, hatch="//",
+                   edgecolor="white")
+        else:
+            ax.bar(xs, ys, width, color=COLORS.get(s), label=label,
+                   yerr=[lo, hi] if whiskers else None, capsize=2, ecolor="#444")
+    ax.set_xticks(range(len(jobs)))
+    ax.set_xticklabels([j["name"] for j in jobs], rotation=30, ha="right")
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+
+
+def main():
+    res = json.load(open(sys.argv[1]))
+    out = sys.argv[2]
+    tput = [j for j in res["jobs"] if j["kind"] == "tput"]
+    lat = [j for j in res["jobs"] if j["kind"] == "lat"]
+    stamp = res["meta"]["started"] + (" (smoke)" if res["meta"]["smoke"] else "")
+
+    if tput:
+        fig, ax = plt.subplots(figsize=(12, 5))
+        bars(ax, res, tput, "mib_s", "MiB/s (median; whiskers min–max)")
+        ax.set_title(f"Throughput by system and mode — {stamp}")
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, "throughput.png"), dpi=110)
+        plt.close(fig)
+
+        fig, ax = plt.subplots(figsize=(12, 5))
+        bars(ax, res, tput, "cpu_user_s_per_gib", "server CPU s per GiB (user solid, system hatched)",
+             whiskers=False, stacked_sys=True)
+        ax.set_title(f"Server CPU per GiB moved — {stamp}")
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, "cpu_per_gib.png"), dpi=110)
+        plt.close(fig)
+
+        fig, ax = plt.subplots(figsize=(12, 5))
+        bars(ax, res, tput, "cache_mib_per_gib", "host page-cache growth, MiB per GiB moved")
+        ax.axhline(0, color="black", lw=0.6)
+        ax.set_title(f"Host page-cache growth (Cached) per GiB moved — {stamp}")
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, "page_cache.png"), dpi=110)
+        plt.close(fig)
+
+    if lat:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        systems = list(res["systems"])
+        n = len(systems)
+        width = 0.8 / max(n, 1)
+        for i, s in enumerate(systems):
+            xs, ys, up = [], [], []
+            for x, j in enumerate(lat):
+                e = res["summary"][j["name"]].get(s, {})
+                if not e.get("p50"):
+                    continue
+                xs.append(x + (i - (n - 1) / 2) * width)
+                ys.append(e["p50"]["median"])
+                up.append(max(0, e["p99"]["median"] - e["p50"]["median"]) if e.get("p99") else 0)
+            if xs:
+                ax.bar(xs, ys, width, color=COLORS.get(s), label=res["systems"][s],
+                       yerr=[[0] * len(up), up], capsize=2, ecolor="#444")
+        ax.set_yscale("log")
+        ax.set_xticks(range(len(lat)))
+        ax.set_xticklabels([j["name"] for j in lat])
+        ax.set_ylabel("µs per call (p50; whisker to p99), log scale")
+        ax.set_title(f"Small overwrites at offset 0 of a 10 MiB file — {stamp}")
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, "overwrite.png"), dpi=110)
+        plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()
