@@ -1,1 +1,198 @@
-fn main() {}
+//! `dionfs`: serve directories over NFSv3, read the server's counters, run
+//! the benchmark.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use dionfs_dataplane::Mode;
+use dionfs_server::export::config::{canonical_export_dir, check_max_transfer};
+use dionfs_server::export::{Access, ClientMatch, Config, ExportConfig, ServerSettings, Squash};
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser)]
+#[command(
+    name = "dionfs",
+    version,
+    about = "A userspace NFSv3 server that serves files at device speed without the page cache"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve DIR (or the exports of --config) over NFSv3/TCP.
+    Serve(ServeArgs),
+    /// Print the counters of a running server (Prometheus text format).
+    Stats {
+        /// The server's metrics address (its `--metrics` / `metrics_listen`).
+        #[arg(long, default_value = "127.0.0.1:9049")]
+        metrics: String,
+    },
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// Directory to export; clients mount it by its absolute path.
+    #[arg(required_unless_present = "config", conflicts_with = "config")]
+    dir: Option<PathBuf>,
+    /// A TOML file with [server] settings and [[export]] sections.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Clients allowed to mount (address or CIDR; repeatable). Default: loopback only.
+    #[arg(long = "allow", value_name = "ADDR|CIDR")]
+    allow: Vec<ClientMatch>,
+    /// Address to listen on.
+    #[arg(long, default_value = "0.0.0.0")]
+    listen: IpAddr,
+    /// NFS port (0: any free port).
+    #[arg(long, default_value_t = 2049)]
+    nfs_port: u16,
+    /// MOUNT port (0: any free port).
+    #[arg(long, default_value_t = 20048)]
+    mount_port: u16,
+    /// Portmapper port (0: any free port). If it is taken, dionfs runs without one.
+    #[arg(long, default_value_t = 111)]
+    portmap_port: u16,
+    /// Run without a portmapper (clients then need port= and mountport=).
+    #[arg(long)]
+    no_portmap: bool,
+    /// Where the file-handle key is kept (handles survive restarts with it).
+    #[arg(long, default_value = "/var/lib/dionfs")]
+    state_dir: PathBuf,
+    /// After binding, write the ports in use as JSON to this file.
+    #[arg(long)]
+    ports_file: Option<PathBuf>,
+    /// Serve Prometheus metrics over HTTP on ADDR:PORT (read by `dionfs stats`).
+    #[arg(long)]
+    metrics: Option<std::net::SocketAddr>,
+    /// Export read-only.
+    #[arg(long)]
+    ro: bool,
+    /// Map every user to the anonymous ids.
+    #[arg(long, conflicts_with = "no_root_squash")]
+    all_squash: bool,
+    /// Let root be root.
+    #[arg(long)]
+    no_root_squash: bool,
+    #[arg(long, default_value_t = 65534)]
+    anonuid: u32,
+    #[arg(long, default_value_t = 65534)]
+    anongid: u32,
+    /// How READs touch the file: buffered, dontcache or direct.
+    #[arg(long, default_value = "direct", value_parser = parse_mode)]
+    read_mode: Mode,
+    /// How WRITEs touch the file: buffered, dontcache or direct.
+    #[arg(long, default_value = "direct", value_parser = parse_mode)]
+    write_mode: Mode,
+    /// Largest READ/WRITE (rtmax/wtmax) in bytes.
+    #[arg(long, default_value_t = 1 << 20, value_parser = parse_max_transfer)]
+    max_transfer: u32,
+    /// Let MKNOD create character and block devices.
+    #[arg(long)]
+    allow_devices: bool,
+}
+
+fn parse_mode(s: &str) -> Result<Mode, String> {
+    match s {
+        "buffered" => Ok(Mode::Buffered),
+        "dontcache" => Ok(Mode::DontCache),
+        "direct" => Ok(Mode::Direct),
+        _ => Err(format!("`{s}`: use buffered, dontcache or direct")),
+    }
+}
+
+fn parse_max_transfer(s: &str) -> Result<u32, String> {
+    let v: u32 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
+    check_max_transfer(v)
+}
+
+impl ServeArgs {
+    fn into_config(self) -> Result<Config, String> {
+        if let Some(file) = &self.config {
+            let mut c = Config::from_file(file).map_err(|e| e.to_string())?;
+            if self.metrics.is_some() {
+                c.server.metrics_listen = self.metrics;
+            }
+            return Ok(c);
+        }
+        let dir = self.dir.expect("clap requires DIR without --config");
+        let path = canonical_export_dir(&dir.to_string_lossy()).or_else(|_| {
+            let abs = std::path::absolute(&dir).map_err(|e| e.to_string())?;
+            canonical_export_dir(&abs.to_string_lossy())
+        })?;
+        let mut export = ExportConfig::with_defaults(path);
+        if !self.allow.is_empty() {
+            export.clients = self.allow;
+        }
+        export.access = if self.ro { Access::Ro } else { Access::Rw };
+        export.squash = if self.all_squash {
+            Squash::AllSquash
+        } else if self.no_root_squash {
+            Squash::NoRootSquash
+        } else {
+            Squash::RootSquash
+        };
+        export.anonuid = self.anonuid;
+        export.anongid = self.anongid;
+        export.read_mode = self.read_mode;
+        export.write_mode = self.write_mode;
+        export.max_transfer = self.max_transfer;
+        export.allow_devices = self.allow_devices;
+        let server = ServerSettings {
+            listen: self.listen,
+            nfs_port: self.nfs_port,
+            mount_port: self.mount_port,
+            portmap_port: (!self.no_portmap).then_some(self.portmap_port),
+            state_dir: self.state_dir,
+            metrics_listen: self.metrics,
+            ..ServerSettings::default()
+        };
+        Ok(Config {
+            server,
+            exports: vec![export],
+        })
+    }
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_env("DIONFS_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(args) => {
+            let ports_file = args.ports_file.clone();
+            let config = match args.into_config() {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("dionfs: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            match dionfs_server::run(config, ports_file) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("dionfs: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Stats { metrics } => match dionfs_server::metrics::fetch(&metrics) {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("dionfs stats: cannot read {metrics}: {e}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}

@@ -1,5 +1,139 @@
-//! dionfs server: the connection loop ([`net`]) that carries ONC RPC calls
-//! to the programs served (NFS v3, MOUNT v3, portmap v2).
+//! dionfs server: exports, the connection loop ([`net`]) carrying ONC RPC
+//! calls, and the programs served on it (NFS v3, MOUNT v3, portmap v2).
 
+pub mod drc;
+pub mod export;
+pub mod metrics;
+pub mod mount;
 pub mod net;
+pub mod nfs;
 pub mod portmap;
+mod reply;
+pub mod server;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tracing::{info, warn};
+
+use crate::export::Config;
+use crate::net::ConnLimits;
+use crate::portmap::{PortmapService, PortmapTable};
+use crate::server::Server;
+
+/// Runs the server until SIGINT or SIGTERM. `ports_file`, if given, gets the
+/// bound ports as JSON once every listener is up (tests use port 0).
+pub fn run(config: Config, ports_file: Option<PathBuf>) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("dionfs")
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    runtime.block_on(serve(config, ports_file))
+}
+
+async fn bind(ip: std::net::IpAddr, port: u16, what: &str) -> Result<TcpListener, String> {
+    TcpListener::bind(SocketAddr::new(ip, port))
+        .await
+        .map_err(|e| format!("cannot listen for {what} on {ip}:{port}: {e}"))
+}
+
+async fn serve(config: Config, ports_file: Option<PathBuf>) -> Result<(), String> {
+    let server = Arc::new(Server::open(&config)?);
+    let settings = &config.server;
+    let ip = settings.listen;
+    let nfs = bind(ip, settings.nfs_port, "NFS").await?;
+    let mount = bind(ip, settings.mount_port, "MOUNT").await?;
+    let portmap = match settings.portmap_port {
+        None => None,
+        Some(port) => match bind(ip, port, "portmap").await {
+            Ok(l) => Some(l),
+            Err(e) => {
+                warn!("{e}; running without a portmapper (clients need port= and mountport=)");
+                None
+            }
+        },
+    };
+    let port = |l: &TcpListener| l.local_addr().map(|a| a.port()).unwrap_or(0);
+    let (nfs_port, mount_port) = (port(&nfs), port(&mount));
+    let portmap_port = portmap.as_ref().map(port);
+
+    let max_transfer = server.max_args;
+    let limits = ConnLimits {
+        // The largest WRITE plus room for the RPC and NFS headers.
+        max_record: max_transfer + 8192,
+        max_in_flight: settings.connection_in_flight,
+        ..ConnLimits::default()
+    };
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(net::serve(
+        nfs,
+        server.clone(),
+        limits.clone(),
+        stopped(stop_rx.clone()),
+    ));
+    tasks.spawn(net::serve(
+        mount,
+        server.clone(),
+        limits.clone(),
+        stopped(stop_rx.clone()),
+    ));
+    if let Some(l) = portmap {
+        let table = PortmapTable::dionfs(nfs_port, mount_port, portmap_port.unwrap_or(0));
+        let small = ConnLimits {
+            max_record: 64 * 1024,
+            ..limits.clone()
+        };
+        tasks.spawn(net::serve(
+            l,
+            Arc::new(PortmapService::new(table)),
+            small,
+            stopped(stop_rx.clone()),
+        ));
+    }
+    if let Some(addr) = settings.metrics_listen {
+        let l = TcpListener::bind(addr)
+            .await
+            .map_err(|e| format!("cannot listen for metrics on {addr}: {e}"))?;
+        tokio::spawn(metrics::serve(l, server.clone()));
+    }
+    for x in &server.exports {
+        info!(
+            export = %x.config.path.display(),
+            read_mode = ?x.config.read_mode,
+            write_mode = ?x.config.write_mode,
+            access = ?x.config.access,
+            squash = ?x.config.squash,
+            clients = %x.config.clients.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(","),
+            "exporting"
+        );
+    }
+    info!(%ip, nfs_port, mount_port, portmap_port = ?portmap_port, "dionfs serving NFSv3 over TCP");
+    if let Some(path) = ports_file {
+        let json = format!(
+            "{{\"nfs\": {nfs_port}, \"mount\": {mount_port}, \"portmap\": {}}}\n",
+            portmap_port.map_or("null".to_string(), |p| p.to_string())
+        );
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, json)
+            .and_then(|()| std::fs::rename(&tmp, &path))
+            .map_err(|e| format!("cannot write ports file {}: {e}", path.display()))?;
+    }
+
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => info!("SIGINT: shutting down"),
+        _ = term.recv() => info!("SIGTERM: shutting down"),
+    }
+    let _ = stop_tx.send(true);
+    while tasks.join_next().await.is_some() {}
+    info!("stopped");
+    Ok(())
+}

@@ -1,0 +1,469 @@
+//! Configuration: the TOML file for several exports, and the same structure
+//! built from `dionfs serve DIR` flags. Options read like /etc/exports.
+//!
+//! A bad file fails at start with the file, the line and the reason.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use dionfs_dataplane::Mode;
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::clients::ClientMatch;
+
+/// The default and the largest maximum transfer size (rtmax/wtmax).
+pub const DEFAULT_MAX_TRANSFER: u32 = 1 << 20;
+const MIN_TRANSFER: u32 = 4096;
+const MAX_TRANSFER: u32 = 4 << 20;
+
+/// Everything `dionfs serve` runs with.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub server: ServerSettings,
+    pub exports: Vec<ExportConfig>,
+}
+
+/// Process-wide settings: where to listen and where to keep state.
+#[derive(Debug, Clone)]
+pub struct ServerSettings {
+    pub listen: IpAddr,
+    /// NFS program port; 0 picks a free one.
+    pub nfs_port: u16,
+    /// MOUNT program port; 0 picks a free one.
+    pub mount_port: u16,
+    /// Portmapper port; `None` turns the portmapper off.
+    pub portmap_port: Option<u16>,
+    /// Holds the file-handle key (handles survive restarts with it).
+    pub state_dir: PathBuf,
+    /// READ/WRITE requests in flight across all connections; sizes the
+    /// data plane's buffer pool.
+    pub max_in_flight: usize,
+    /// Calls in flight on one connection before it stops reading.
+    pub connection_in_flight: usize,
+    /// Open files kept in the open-file cache.
+    pub open_files: usize,
+    /// Serve Prometheus metrics over HTTP on this address, if set.
+    pub metrics_listen: Option<std::net::SocketAddr>,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        ServerSettings {
+            listen: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            nfs_port: 2049,
+            mount_port: 20048,
+            portmap_port: Some(111),
+            state_dir: PathBuf::from("/var/lib/dionfs"),
+            max_in_flight: 64,
+            connection_in_flight: 64,
+            open_files: 1024,
+            metrics_listen: None,
+        }
+    }
+}
+
+/// How client credentials are mapped (exports(5)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Squash {
+    /// uid/gid 0 become the anonymous ids; everyone else is themselves.
+    RootSquash,
+    /// Everyone becomes the anonymous ids.
+    AllSquash,
+    /// Nobody is mapped (root is root).
+    NoRootSquash,
+}
+
+/// Read-write or read-only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Access {
+    Rw,
+    Ro,
+}
+
+/// One exported directory and its options.
+#[derive(Debug, Clone)]
+pub struct ExportConfig {
+    /// Stable id carried in file handles; derived from the path unless set.
+    pub id: u16,
+    /// Canonical absolute path; also the path clients mount.
+    pub path: PathBuf,
+    pub clients: Vec<ClientMatch>,
+    pub access: Access,
+    pub squash: Squash,
+    pub anonuid: u32,
+    pub anongid: u32,
+    pub max_transfer: u32,
+    pub read_mode: Mode,
+    pub write_mode: Mode,
+    /// Whether MKNOD may create character and block devices.
+    pub allow_devices: bool,
+}
+
+impl ExportConfig {
+    /// An export of `path` with the defaults of `dionfs serve DIR`:
+    /// read-write, root_squash, loopback clients only, direct I/O.
+    pub fn with_defaults(path: PathBuf) -> Self {
+        ExportConfig {
+            id: export_id_for(&path),
+            path,
+            clients: ClientMatch::loopback(),
+            access: Access::Rw,
+            squash: Squash::RootSquash,
+            anonuid: 65534,
+            anongid: 65534,
+            max_transfer: DEFAULT_MAX_TRANSFER,
+            read_mode: Mode::Direct,
+            write_mode: Mode::Direct,
+            allow_devices: false,
+        }
+    }
+
+    /// Whether a client at `addr` may use this export.
+    pub fn admits(&self, addr: IpAddr) -> bool {
+        self.clients.iter().any(|c| c.matches(addr))
+    }
+
+    pub fn read_only(&self) -> bool {
+        self.access == Access::Ro
+    }
+}
+
+/// The id of an export whose config gives none: a hash of its path, so it
+/// stays the same across restarts and reorderings of the config file.
+pub fn export_id_for(path: &Path) -> u16 {
+    let h = blake3::hash(path.as_os_str().as_encoded_bytes());
+    let b = h.as_bytes();
+    u16::from_be_bytes([b[0], b[1]])
+}
+
+/// A configuration that cannot be used: where and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub file: PathBuf,
+    /// 1-based; 0 when the problem has no single line.
+    pub line: usize,
+    pub reason: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.line > 0 {
+            write!(f, "{}:{}: {}", self.file.display(), self.line, self.reason)
+        } else {
+            write!(f, "{}: {}", self.file.display(), self.reason)
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    #[serde(default)]
+    server: Option<RawServer>,
+    #[serde(default, rename = "export")]
+    exports: Vec<Spanned<RawExport>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    listen: Option<Spanned<String>>,
+    nfs_port: Option<u16>,
+    mount_port: Option<u16>,
+    /// 0 picks a free port; `false` turns the portmapper off.
+    portmap_port: Option<Spanned<toml::Value>>,
+    state_dir: Option<PathBuf>,
+    max_in_flight: Option<Spanned<usize>>,
+    connection_in_flight: Option<Spanned<usize>>,
+    open_files: Option<Spanned<usize>>,
+    metrics_listen: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawExport {
+    path: Spanned<String>,
+    id: Option<u16>,
+    clients: Option<Vec<Spanned<String>>>,
+    access: Option<Access>,
+    squash: Option<Squash>,
+    anonuid: Option<u32>,
+    anongid: Option<u32>,
+    max_transfer: Option<Spanned<u32>>,
+    read_mode: Option<Mode>,
+    write_mode: Option<Mode>,
+    allow_devices: Option<bool>,
+}
+
+impl Config {
+    /// Reads and checks a TOML config file.
+    pub fn from_file(file: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(file).map_err(|e| ConfigError {
+            file: file.to_path_buf(),
+            line: 0,
+            reason: format!("cannot read: {e}"),
+        })?;
+        Config::from_toml(file, &text)
+    }
+
+    /// Parses and checks config text; `file` is only used in errors.
+    pub fn from_toml(file: &Path, text: &str) -> Result<Config, ConfigError> {
+        let err = |span: Option<Range<usize>>, reason: String| ConfigError {
+            file: file.to_path_buf(),
+            line: span.map_or(0, |s| line_of(text, s.start)),
+            reason,
+        };
+        let raw: RawFile =
+            toml::from_str(text).map_err(|e| err(e.span(), e.message().to_string()))?;
+
+        let mut server = ServerSettings::default();
+        if let Some(s) = raw.server {
+            if let Some(l) = s.listen {
+                server.listen = l.get_ref().parse().map_err(|_| {
+                    err(
+                        Some(l.span()),
+                        format!("listen: `{}` is not an IP address", l.get_ref()),
+                    )
+                })?;
+            }
+            server.nfs_port = s.nfs_port.unwrap_or(server.nfs_port);
+            server.mount_port = s.mount_port.unwrap_or(server.mount_port);
+            if let Some(p) = s.portmap_port {
+                server.portmap_port = match p.get_ref() {
+                    toml::Value::Boolean(false) => None,
+                    toml::Value::Integer(n) => Some(u16::try_from(*n).map_err(|_| {
+                        err(Some(p.span()), format!("portmap_port: {n} is not a port"))
+                    })?),
+                    _ => {
+                        return Err(err(
+                            Some(p.span()),
+                            "portmap_port: a port number, or false to turn it off".into(),
+                        ))
+                    }
+                };
+            }
+            if let Some(d) = s.state_dir {
+                server.state_dir = d;
+            }
+            for (value, name, target) in [
+                (s.max_in_flight, "max_in_flight", &mut server.max_in_flight),
+                (
+                    s.connection_in_flight,
+                    "connection_in_flight",
+                    &mut server.connection_in_flight,
+                ),
+                (s.open_files, "open_files", &mut server.open_files),
+            ] {
+                if let Some(v) = value {
+                    if *v.get_ref() == 0 {
+                        return Err(err(Some(v.span()), format!("{name} must be at least 1")));
+                    }
+                    *target = *v.get_ref();
+                }
+            }
+            if let Some(m) = s.metrics_listen {
+                server.metrics_listen = Some(m.get_ref().parse().map_err(|_| {
+                    err(
+                        Some(m.span()),
+                        format!("metrics_listen: `{}` is not ADDR:PORT", m.get_ref()),
+                    )
+                })?);
+            }
+        }
+
+        let mut exports = Vec::new();
+        for e in raw.exports {
+            let span = e.span();
+            let e = e.into_inner();
+            let path = canonical_export_dir(e.path.get_ref())
+                .map_err(|reason| err(Some(e.path.span()), reason))?;
+            let mut x = ExportConfig::with_defaults(path);
+            if let Some(id) = e.id {
+                x.id = id;
+            }
+            if let Some(clients) = e.clients {
+                if clients.is_empty() {
+                    return Err(err(
+                        Some(span),
+                        "clients: the list is empty; nobody could mount this export".into(),
+                    ));
+                }
+                x.clients = clients
+                    .iter()
+                    .map(|c| {
+                        c.get_ref()
+                            .parse()
+                            .map_err(|r| err(Some(c.span()), format!("clients: {r}")))
+                    })
+                    .collect::<Result<_, _>>()?;
+            }
+            x.access = e.access.unwrap_or(x.access);
+            x.squash = e.squash.unwrap_or(x.squash);
+            x.anonuid = e.anonuid.unwrap_or(x.anonuid);
+            x.anongid = e.anongid.unwrap_or(x.anongid);
+            if let Some(m) = e.max_transfer {
+                x.max_transfer =
+                    check_max_transfer(*m.get_ref()).map_err(|r| err(Some(m.span()), r))?;
+            }
+            x.read_mode = e.read_mode.unwrap_or(x.read_mode);
+            x.write_mode = e.write_mode.unwrap_or(x.write_mode);
+            x.allow_devices = e.allow_devices.unwrap_or(false);
+            exports.push((span, x));
+        }
+        if exports.is_empty() {
+            return Err(err(None, "no [[export]] sections: nothing to serve".into()));
+        }
+        let mut paths = HashSet::new();
+        let mut ids = HashSet::new();
+        for (span, x) in &exports {
+            if !paths.insert(x.path.clone()) {
+                return Err(err(
+                    Some(span.clone()),
+                    format!("{} is exported twice", x.path.display()),
+                ));
+            }
+            if !ids.insert(x.id) {
+                return Err(err(
+                    Some(span.clone()),
+                    format!("export id {} of {} is used by another export; give one of them an explicit `id`", x.id, x.path.display()),
+                ));
+            }
+        }
+        Ok(Config {
+            server,
+            exports: exports.into_iter().map(|(_, x)| x).collect(),
+        })
+    }
+
+    /// Finds the export a MOUNT path names (exact match of the canonical path).
+    pub fn export_by_path(&self, path: &[u8]) -> Option<&ExportConfig> {
+        self.exports
+            .iter()
+            .find(|x| x.path.as_os_str().as_encoded_bytes() == path)
+    }
+}
+
+/// Checks a max transfer size: a multiple of 4 KiB within 4 KiB..=4 MiB.
+pub fn check_max_transfer(v: u32) -> Result<u32, String> {
+    if !(MIN_TRANSFER..=MAX_TRANSFER).contains(&v) || v % 4096 != 0 {
+        return Err(format!(
+            "max_transfer: {v} must be a multiple of 4096 between {MIN_TRANSFER} and {MAX_TRANSFER}"
+        ));
+    }
+    Ok(v)
+}
+
+/// Resolves an export path: absolute, existing, a directory; symlinks in it
+/// are resolved once here so clients mount the real path.
+pub fn canonical_export_dir(path: &str) -> Result<PathBuf, String> {
+    let p = Path::new(path);
+    if !p.is_absolute() {
+        return Err(format!("path `{path}` must be absolute"));
+    }
+    let c = std::fs::canonicalize(p).map_err(|e| format!("path `{path}`: {e}"))?;
+    if !c.is_dir() {
+        return Err(format!("path `{path}` is not a directory"));
+    }
+    Ok(c)
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text.as_bytes()[..offset.min(text.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::from_toml(Path::new("test.toml"), text)
+    }
+
+    #[test]
+    fn full_file_parses() {
+        let c = parse(
+            r#"
+[server]
+listen = "127.0.0.1"
+nfs_port = 0
+portmap_port = false
+
+[[export]]
+path = "/tmp"
+clients = ["127.0.0.1", "10.0.0.0/8"]
+access = "ro"
+squash = "all_squash"
+anonuid = 1000
+anongid = 1000
+max_transfer = 65536
+read_mode = "buffered"
+write_mode = "dontcache"
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.server.nfs_port, 0);
+        assert_eq!(c.server.portmap_port, None);
+        let x = &c.exports[0];
+        assert_eq!(x.path, std::fs::canonicalize("/tmp").unwrap());
+        assert!(x.read_only());
+        assert_eq!(x.squash, Squash::AllSquash);
+        assert_eq!((x.anonuid, x.anongid, x.max_transfer), (1000, 1000, 65536));
+        assert_eq!(x.read_mode, Mode::Buffered);
+        assert_eq!(x.write_mode, Mode::DontCache);
+        assert!(x.admits("10.9.9.9".parse().unwrap()));
+        assert!(!x.admits("192.168.1.1".parse().unwrap()));
+    }
+
+    #[test]
+    fn errors_name_the_line_and_reason() {
+        let e = parse("[[export]]\npath = \"/tmp\"\nclients = [\"10.0.0.0/40\"]\n").unwrap_err();
+        assert_eq!(e.line, 3, "{e}");
+        assert!(e.reason.contains("prefix"), "{e}");
+        assert!(e.to_string().starts_with("test.toml:3: "), "{e}");
+
+        let e = parse("[[export]]\npath = \"/tmp\"\nsquash = \"some_squash\"\n").unwrap_err();
+        assert_eq!(e.line, 3, "{e}");
+
+        let e = parse("[[export]]\npath = \"/nonexistent/dir\"\n").unwrap_err();
+        assert_eq!(e.line, 2, "{e}");
+
+        let e = parse("[[export]]\npath = \"/tmp\"\nrw = true\n").unwrap_err();
+        assert_eq!(e.line, 3, "{e}");
+        assert!(e.reason.contains("rw"), "{e}");
+
+        let e = parse("[[export]]\npath = \"/tmp\"\nmax_transfer = 1000\n").unwrap_err();
+        assert_eq!(e.line, 3, "{e}");
+
+        let e = parse("[[export]]\npath = \"/tmp\"\n[[export]]\npath = \"/tmp/\"\n").unwrap_err();
+        assert!(e.reason.contains("twice"), "{e}");
+
+        let e = parse("[server]\nlisten = \"0.0.0.0\"\n").unwrap_err();
+        assert!(e.reason.contains("no [[export]]"), "{e}");
+
+        let e = parse("[[export]]\npath = \"relative\"\n").unwrap_err();
+        assert!(e.reason.contains("absolute"), "{e}");
+    }
+
+    #[test]
+    fn defaults_are_rw_root_squash_loopback_direct() {
+        let x = ExportConfig::with_defaults(PathBuf::from("/srv/x"));
+        assert!(!x.read_only());
+        assert_eq!(x.squash, Squash::RootSquash);
+        assert!(x.admits("127.0.0.1".parse().unwrap()));
+        assert!(!x.admits("10.0.0.1".parse().unwrap()));
+        assert_eq!((x.read_mode, x.write_mode), (Mode::Direct, Mode::Direct));
+        assert_eq!(x.max_transfer, DEFAULT_MAX_TRANSFER);
+    }
+}

@@ -1,0 +1,47 @@
+//! Exports: who may mount what, and as whom their calls run.
+
+pub mod clients;
+pub mod config;
+
+pub use clients::ClientMatch;
+pub use config::{Access, Config, ConfigError, ExportConfig, ServerSettings, Squash};
+
+use dionfs_rpc::message::Credential;
+use dionfs_sys::cred::Creds;
+
+/// Maps a call's credential to the identity its file-system work runs with,
+/// per the export's squash option (exports(5)).
+///
+/// AUTH_NONE and unsupported flavors are anonymous. Under `root_squash`,
+/// uid 0 and gid 0 (also in the supplementary groups) become the anonymous
+/// ids, as knfsd does.
+pub fn squash(export: &ExportConfig, cred: &Credential) -> Creds {
+    let anon = || Creds {
+        uid: export.anonuid,
+        gid: export.anongid,
+        groups: Vec::new(),
+    };
+    let Credential::Sys(sys) = cred else {
+        return anon();
+    };
+    match export.squash {
+        Squash::AllSquash => anon(),
+        Squash::NoRootSquash => Creds {
+            uid: sys.uid,
+            gid: sys.gid,
+            groups: sys.gids.clone(),
+        },
+        Squash::RootSquash => {
+            let map_gid = |g: u32| if g == 0 { export.anongid } else { g };
+            Creds {
+                uid: if sys.uid == 0 {
+                    export.anonuid
+                } else {
+                    sys.uid
+                },
+                gid: map_gid(sys.gid),
+                groups: sys.gids.iter().map(|&g| map_gid(g)).collect(),
+            }
+        }
+    }
+}

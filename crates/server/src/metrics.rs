@@ -1,0 +1,175 @@
+//! Counters for operators and the benchmark, in the Prometheus text format
+//! (version 0.0.4), served over plain HTTP on `--metrics ADDR:PORT` and read
+//! back by `dionfs stats`.
+
+use std::fmt::Write as _;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::time::Duration;
+
+use dionfs_dataplane::{OpsBytes, PerMode};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tracing::{info, warn};
+
+use crate::server::Server;
+
+/// Renders every export's data-plane counters.
+pub fn render(server: &Server) -> String {
+    let mut out = String::new();
+    let mut metric =
+        |name: &str, help: &str, kind: &str, rows: &mut dyn Iterator<Item = (String, u64)>| {
+            let _ = writeln!(
+                out,
+                "# HELP dionfs_{name} {help}\n# TYPE dionfs_{name} {kind}"
+            );
+            for (labels, value) in rows {
+                let _ = writeln!(out, "dionfs_{name}{{{labels}}} {value}");
+            }
+        };
+    let snaps: Vec<_> = server
+        .exports
+        .iter()
+        .map(|x| (x.config.path.display().to_string(), x.data.snapshot()))
+        .collect();
+    let per_mode = |dir: &'static str,
+                    pick: fn(&dionfs_dataplane::CounterSnapshot) -> PerMode,
+                    field: fn(OpsBytes) -> u64| {
+        snaps
+            .iter()
+            .flat_map(move |(path, s)| {
+                let p = pick(s);
+                [
+                    ("buffered", p.buffered),
+                    ("dontcache", p.dontcache),
+                    ("direct", p.direct),
+                ]
+                .into_iter()
+                .map(move |(mode, ob)| {
+                    (
+                        format!("export=\"{path}\",direction=\"{dir}\",mode=\"{mode}\""),
+                        field(ob),
+                    )
+                })
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut ops = per_mode("read", |s| s.read, |o| o.ops);
+    ops.extend(per_mode("write", |s| s.write, |o| o.ops));
+    metric(
+        "data_ops_total",
+        "READ and WRITE operations by mode and direction.",
+        "counter",
+        &mut ops.into_iter(),
+    );
+    let mut bytes = per_mode("read", |s| s.read, |o| o.bytes);
+    bytes.extend(per_mode("write", |s| s.write, |o| o.bytes));
+    metric(
+        "data_bytes_total",
+        "Bytes read and written by mode and direction.",
+        "counter",
+        &mut bytes.into_iter(),
+    );
+    let simple: [(&str, &str, fn(&dionfs_dataplane::CounterSnapshot) -> u64); 10] = [
+        (
+            "expanded_reads_total",
+            "Direct READs widened to the read alignment.",
+            |s| s.expanded_reads,
+        ),
+        (
+            "read_modify_writes_total",
+            "Misaligned direct WRITEs completed by read-modify-write.",
+            |s| s.read_modify_writes,
+        ),
+        (
+            "dontcache_fallbacks_total",
+            "Times RWF_DONTCACHE was refused and buffered I/O used instead.",
+            |s| s.dontcache_fallbacks,
+        ),
+        (
+            "no_direct_fallbacks_total",
+            "I/O served buffered because the file cannot do direct I/O.",
+            |s| s.no_direct_fallbacks,
+        ),
+        (
+            "direct_einval_total",
+            "Direct I/O refused with EINVAL although aligned (a bug).",
+            |s| s.direct_einval,
+        ),
+        (
+            "short_writes_total",
+            "Writes that wrote less than asked.",
+            |s| s.short_writes,
+        ),
+        ("io_errors_total", "Data-plane I/O errors.", |s| s.errors),
+        (
+            "size_fixups_total",
+            "File sizes trimmed back after block-rounded direct writes.",
+            |s| s.size_fixups,
+        ),
+        (
+            "range_lock_waits_total",
+            "I/O that waited for a range lock.",
+            |s| s.range_lock_waits,
+        ),
+        (
+            "pool_waits_total",
+            "Requests that waited for a pool buffer.",
+            |s| s.pool_waits,
+        ),
+    ];
+    for (name, help, get) in simple {
+        let mut rows = snaps
+            .iter()
+            .map(|(path, s)| (format!("export=\"{path}\""), get(s)));
+        metric(name, help, "counter", &mut rows);
+    }
+    out
+}
+
+/// Serves `/metrics` until the process ends.
+pub async fn serve(listener: TcpListener, server: Arc<Server>) {
+    info!(addr = ?listener.local_addr().ok(), "metrics endpoint listening");
+    loop {
+        let (mut stream, _) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                warn!(error = %e, "metrics accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let server = server.clone();
+        tokio::spawn(async move {
+            // The request itself does not matter: every path gets the metrics.
+            let mut request = [0u8; 1024];
+            let _ = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut request)).await;
+            let body = render(&server);
+            let response = format!(
+                "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(response.as_bytes()).await;
+        });
+    }
+}
+
+/// Reads the metrics of a running server (`dionfs stats`).
+pub fn fetch(addr: &str) -> io::Result<String> {
+    let addr: SocketAddr = addr
+        .parse()
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "expected ADDR:PORT"))?;
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")?;
+    let mut response = String::new();
+    s.read_to_string(&mut response)?;
+    match response.split_once("\r\n\r\n") {
+        Some((_, body)) => Ok(body.to_string()),
+        None => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "not an HTTP response",
+        )),
+    }
+}

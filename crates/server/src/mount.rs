@@ -1,0 +1,135 @@
+//! MOUNT v3 (RFC 1813 Appendix I): hands out export root handles and keeps
+//! the advisory list of who mounted what (DUMP).
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
+use dionfs_proto::mount3::{
+    DirPath, ExportNode, Exports, MountBody, MountList, MountName, MountProc3, MountRes3,
+    MountResOk, MountStat3,
+};
+use dionfs_proto::nfs3::NfsFh3;
+use dionfs_proto::Void;
+use dionfs_rpc::message::{AUTH_NONE, AUTH_SYS};
+use dionfs_rpc::{CallHeader, ReplyStatus};
+use dionfs_xdr::Decode;
+use parking_lot::Mutex;
+use tracing::warn;
+
+use crate::net::{ConnInfo, Reply};
+use crate::reply::{garbage_args, success};
+use crate::server::Server;
+
+/// Who has mounted which export, as clients told us (MNT adds, UMNT
+/// removes). Advisory only, like rmtab: it grants nothing.
+#[derive(Default)]
+pub struct MountTable {
+    entries: Mutex<BTreeSet<(IpAddr, Vec<u8>)>>,
+}
+
+impl MountTable {
+    fn add(&self, client: IpAddr, path: Vec<u8>) {
+        self.entries.lock().insert((client, path));
+    }
+
+    fn remove(&self, client: IpAddr, path: &[u8]) {
+        self.entries.lock().remove(&(client, path.to_vec()));
+    }
+
+    fn remove_all(&self, client: IpAddr) {
+        self.entries.lock().retain(|(c, _)| *c != client);
+    }
+
+    fn list(&self) -> Vec<(IpAddr, Vec<u8>)> {
+        self.entries.lock().iter().cloned().collect()
+    }
+}
+
+/// Runs one MOUNT v3 call.
+pub fn call(server: &Server, conn: &ConnInfo, call: &CallHeader, args: &[u8]) -> Reply {
+    let xid = call.xid;
+    let client = conn.peer.ip();
+    let Some(proc_) = MountProc3::from_u32(call.proc_) else {
+        return Reply::status(xid, ReplyStatus::ProcUnavail);
+    };
+    match proc_ {
+        MountProc3::Null => success(xid, &Void),
+        MountProc3::Mnt => {
+            let Ok(path) = DirPath::from_xdr(args) else {
+                return garbage_args(xid);
+            };
+            success(xid, &mnt(server, client, path.0))
+        }
+        MountProc3::Dump => {
+            let list = server
+                .mounts
+                .list()
+                .into_iter()
+                .map(|(host, dir)| MountBody {
+                    hostname: MountName(host.to_string().into_bytes()),
+                    directory: DirPath(dir),
+                })
+                .collect();
+            success(xid, &MountList(list))
+        }
+        MountProc3::Umnt => {
+            let Ok(path) = DirPath::from_xdr(args) else {
+                return garbage_args(xid);
+            };
+            server.mounts.remove(client, &path.0);
+            success(xid, &Void)
+        }
+        MountProc3::Umntall => {
+            server.mounts.remove_all(client);
+            success(xid, &Void)
+        }
+        MountProc3::Export => {
+            let nodes = server
+                .exports
+                .iter()
+                .map(|x| ExportNode {
+                    dir: DirPath(x.config.path.as_os_str().as_encoded_bytes().to_vec()),
+                    groups: x
+                        .config
+                        .clients
+                        .iter()
+                        .map(|c| MountName(c.to_string().into_bytes()))
+                        .collect(),
+                })
+                .collect();
+            success(xid, &Exports(nodes))
+        }
+    }
+}
+
+fn mnt(server: &Server, client: IpAddr, path: Vec<u8>) -> MountRes3 {
+    // Trailing slashes name the same directory ("/srv/x/" is "/srv/x").
+    let mut wanted: &[u8] = &path;
+    while wanted.len() > 1 && wanted.ends_with(b"/") {
+        wanted = &wanted[..wanted.len() - 1];
+    }
+    let Some(export) = server.export_by_path(wanted) else {
+        warn!(
+            client = %client,
+            path = %String::from_utf8_lossy(&path),
+            "MNT refused: not exported"
+        );
+        return MountRes3::Fail(MountStat3::NoEnt);
+    };
+    if !export.config.admits(client) {
+        warn!(
+            client = %client,
+            export = %export.config.path.display(),
+            "MNT refused: client not in the export's client list"
+        );
+        return MountRes3::Fail(MountStat3::Acces);
+    }
+    let Ok(fhandle) = NfsFh3::new(export.fs.root_handle().to_vec()) else {
+        return MountRes3::Fail(MountStat3::ServerFault);
+    };
+    server.mounts.add(client, wanted.to_vec());
+    MountRes3::Ok(MountResOk {
+        fhandle,
+        auth_flavors: vec![AUTH_SYS, AUTH_NONE],
+    })
+}

@@ -1,0 +1,270 @@
+//! READ, WRITE, COMMIT (RFC 1813 sections 3.3.6, 3.3.7, 3.3.21): the bridge
+//! between the protocol and the data plane.
+//!
+//! WRITE is received in phases (`receive_write`): the arguments up to the
+//! payload length, then the payload straight from the socket into the data
+//! plane's aligned buffer, at the position its direct-I/O path wants. READ
+//! replies send the file data from the buffer it was read into.
+
+use std::sync::Arc;
+
+use dionfs_dataplane::{ReadData, Stable, WriteBuffer};
+use dionfs_fs::OpenFile;
+use dionfs_proto::nfs3::*;
+use dionfs_rpc::{CallHeader, RecordError, RecordReader};
+use dionfs_xdr::Decoder;
+use tokio::io::AsyncRead;
+use tracing::error;
+
+use super::attrs::attr_of;
+use super::convert::{post_op, wcc};
+use super::status::{from_data, from_fs};
+use super::Ctx;
+use crate::net::{ConnInfo, Received, Reply, ReplyPayload};
+use crate::reply::{garbage_args, success, success_encoder};
+use crate::server::{Export, Pending, Server};
+
+impl ReplyPayload for ReadData {
+    fn bytes(&self) -> &[u8] {
+        self.data()
+    }
+}
+
+/// A WRITE whose arguments have been received: either its payload sits in
+/// a data-plane buffer ready to be written, or the call already failed
+/// (bad handle, read-only export, ...) and its payload was skipped.
+pub struct ReceivedWrite {
+    head: WriteArgsHead,
+    target: Result<(u16, Arc<OpenFile>, WriteBuffer), NfsStat3>,
+}
+
+/// Receives a WRITE call's arguments from the connection (see the module
+/// documentation). Waiting for a pool buffer here is backpressure: the
+/// connection reads nothing else meanwhile.
+pub async fn receive_write<R: AsyncRead + Unpin + Send>(
+    server: &Server,
+    conn: &ConnInfo,
+    call: CallHeader,
+    body: &mut RecordReader<R>,
+) -> Result<Received<Pending>, RecordError> {
+    let fh_len = body.read_u32().await?;
+    if fh_len as usize > NFS3_FHSIZE {
+        return Ok(Received::Reply(garbage_args(call.xid)));
+    }
+    let mut head = vec![0u8; write_head_len(fh_len as usize)];
+    head[..4].copy_from_slice(&fh_len.to_be_bytes());
+    body.read_exact(&mut head[4..]).await?;
+    let Ok(args) = WriteArgsHead::decode_with_max(&mut Decoder::new(&head), server.max_args) else {
+        return Ok(Received::Reply(garbage_args(call.xid)));
+    };
+    // RFC 1813 3.3.7: `count` is the size of `data`; a mismatch is garbage.
+    if args.count != args.data_len {
+        return Ok(Received::Reply(garbage_args(call.xid)));
+    }
+    let ctx = Ctx {
+        server,
+        conn,
+        call: &call,
+    };
+    let mut target = prepare_write(&ctx, &args).await;
+    if let Ok((_, _, buf)) = &mut target {
+        body.read_exact(buf.payload_mut()).await?;
+    }
+    Ok(Received::Run(Pending::Write(
+        Box::new(call),
+        ReceivedWrite { head: args, target },
+    )))
+}
+
+/// Finds the file a WRITE is for and a buffer for its payload.
+async fn prepare_write(
+    ctx: &Ctx<'_>,
+    args: &WriteArgsHead,
+) -> Result<(u16, Arc<OpenFile>, WriteBuffer), NfsStat3> {
+    let export = ctx.export(&args.file)?;
+    ctx.writable(export)?;
+    // Usually a cache hit; a miss opens the file by handle (a short
+    // blocking syscall, kept off the other tasks of this worker).
+    let file = tokio::task::block_in_place(|| export.fs.open_file(args.file.as_bytes()))
+        .map_err(from_fs)?;
+    let buf = export
+        .data
+        .prepare_write(file.data(), args.offset, args.data_len as usize)
+        .await
+        .map_err(|e| from_data(&e))?;
+    Ok((export.config.id, file, buf))
+}
+
+fn stable(s: StableHow) -> Stable {
+    match s {
+        StableHow::Unstable => Stable::Unstable,
+        StableHow::DataSync => Stable::DataSync,
+        StableHow::FileSync => Stable::FileSync,
+    }
+}
+
+fn stable_how(s: Stable) -> StableHow {
+    match s {
+        Stable::Unstable => StableHow::Unstable,
+        Stable::DataSync => StableHow::DataSync,
+        Stable::FileSync => StableHow::FileSync,
+    }
+}
+
+/// Runs a received WRITE.
+pub async fn write(
+    server: Arc<Server>,
+    conn: Arc<ConnInfo>,
+    call: CallHeader,
+    w: ReceivedWrite,
+) -> Reply {
+    let xid = call.xid;
+    let fail = |s| {
+        success(
+            xid,
+            &WriteRes::fail(
+                s,
+                WriteResFail {
+                    file_wcc: WccData::default(),
+                },
+            ),
+        )
+    };
+    let (export_id, file, buf) = match w.target {
+        Ok(t) => t,
+        Err(s) => return fail(s),
+    };
+    let task = tokio::task::spawn_blocking(move || {
+        let Some(export) = server.export_by_id(export_id) else {
+            return success(
+                xid,
+                &WriteRes::fail(
+                    NfsStat3::Stale,
+                    WriteResFail {
+                        file_wcc: WccData::default(),
+                    },
+                ),
+            );
+        };
+        let ctx = Ctx {
+            server: &server,
+            conn: &conn,
+            call: &call,
+        };
+        success(xid, &write_file(&ctx, export, &file, buf, w.head.stable))
+    });
+    task.await.unwrap_or_else(|e| {
+        error!(error = %e, "WRITE task failed");
+        fail(NfsStat3::ServerFault)
+    })
+}
+
+fn write_file(
+    ctx: &Ctx,
+    export: &Export,
+    file: &OpenFile,
+    buf: WriteBuffer,
+    how: StableHow,
+) -> WriteRes {
+    let before = attr_of(export, file.node());
+    let checked = ctx.as_user(export, || export.fs.check_io_access(file.node(), true));
+    let result = checked.and_then(|()| {
+        export
+            .data
+            .write(file.data(), buf, stable(how))
+            .map_err(|e| {
+                error!(file = %file.data().label(), error = %e, "WRITE failed");
+                from_data(&e)
+            })
+    });
+    let after = attr_of(export, file.node());
+    let file_wcc = wcc(before.as_ref(), after.as_ref());
+    match result {
+        Ok(done) => NfsRes::Ok(WriteResOk {
+            file_wcc,
+            count: done.count as u32,
+            committed: stable_how(done.committed),
+            verf: WriteVerf3(ctx.server.write_verifier()),
+        }),
+        Err(s) => NfsRes::fail(s, WriteResFail { file_wcc }),
+    }
+}
+
+/// READ (blocking): the reply's data goes out from the buffer it was read
+/// into.
+pub fn read(ctx: &Ctx, a: ReadArgs) -> Reply {
+    let xid = ctx.call.xid;
+    let fail = |s, attr| {
+        success(
+            xid,
+            &ReadRes::fail(
+                s,
+                ReadResFail {
+                    file_attributes: post_op(attr),
+                },
+            ),
+        )
+    };
+    let export = match ctx.export(&a.file) {
+        Ok(x) => x,
+        Err(s) => return fail(s, None),
+    };
+    let file = match export.fs.open_file(a.file.as_bytes()) {
+        Ok(f) => f,
+        Err(e) => return fail(from_fs(e), None),
+    };
+    if let Err(s) = ctx.as_user(export, || export.fs.check_io_access(file.node(), false)) {
+        return fail(s, attr_of(export, file.node()).as_ref());
+    }
+    let data = export
+        .data
+        .pool()
+        .get_blocking()
+        .map_err(Into::into)
+        .and_then(|buf| export.data.read(file.data(), buf, a.offset, a.count));
+    let attr = attr_of(export, file.node());
+    match data {
+        Ok(data) => {
+            let mut enc = success_encoder(xid);
+            let len = data.len() as u32;
+            encode_read_ok_head(&mut enc, &post_op(attr.as_ref()), len, data.eof(), len);
+            Reply::with_data(enc.into_vec(), Box::new(data))
+        }
+        Err(e) => {
+            error!(file = %file.data().label(), offset = a.offset, count = a.count, error = %e, "READ failed");
+            fail(from_data(&e), attr.as_ref())
+        }
+    }
+}
+
+pub fn commit(ctx: &Ctx, a: CommitArgs) -> CommitRes {
+    let fail = |s| {
+        NfsRes::fail(
+            s,
+            CommitResFail {
+                file_wcc: WccData::default(),
+            },
+        )
+    };
+    let export = match ctx.export(&a.file) {
+        Ok(x) => x,
+        Err(s) => return fail(s),
+    };
+    let file = match export.fs.open_file(a.file.as_bytes()) {
+        Ok(f) => f,
+        Err(e) => return fail(from_fs(e)),
+    };
+    let before = attr_of(export, file.node());
+    let result = export.data.commit(file.data(), a.offset, a.count);
+    let file_wcc = wcc(before.as_ref(), attr_of(export, file.node()).as_ref());
+    match result {
+        Ok(()) => NfsRes::Ok(CommitResOk {
+            file_wcc,
+            verf: WriteVerf3(ctx.server.write_verifier()),
+        }),
+        Err(e) => {
+            error!(file = %file.data().label(), error = %e, "COMMIT failed");
+            NfsRes::fail(from_data(&e), CommitResFail { file_wcc })
+        }
+    }
+}

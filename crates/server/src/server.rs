@@ -1,0 +1,198 @@
+//! The server's shared state and its [`Service`]: program dispatch for NFS v3
+//! and MOUNT v3 — one `match` on the program a reader can scan.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use dionfs_dataplane::{DataConfig, DataPlane};
+use dionfs_fs::{ExportFs, MacKey, OpenFileCache};
+use dionfs_proto::mount3::{MOUNT_PROGRAM, MOUNT_V3};
+use dionfs_proto::nfs3::{NfsProc3, NFS_PROGRAM, NFS_V3};
+use dionfs_rpc::{CallHeader, RecordError, RecordReader, ReplyStatus};
+use tokio::io::AsyncRead;
+use tracing::error;
+
+use crate::drc::DuplicateRequestCache;
+use crate::export::{Config, ExportConfig};
+use crate::mount::MountTable;
+use crate::net::{ConnInfo, Received, Reply, Service};
+use crate::nfs;
+
+/// One export as served: its options, its file system, its data plane.
+pub struct Export {
+    pub config: ExportConfig,
+    pub fs: ExportFs,
+    pub data: DataPlane,
+}
+
+/// Everything the NFS and MOUNT programs share.
+pub struct Server {
+    pub exports: Vec<Export>,
+    pub mounts: MountTable,
+    pub drc: DuplicateRequestCache,
+    /// Random per start; see [`Server::write_verifier`].
+    verifier_base: u64,
+    /// Largest NFS call args accepted (beyond: the record limit closes the
+    /// connection first).
+    pub max_args: u32,
+    calls_failed: AtomicU64,
+}
+
+/// A call read from a connection, waiting to run.
+pub enum Pending {
+    /// An NFS call other than WRITE, with its encoded arguments.
+    Nfs { call: CallHeader, args: Vec<u8> },
+    /// A WRITE whose payload has been received into a data-plane buffer.
+    Write(Box<CallHeader>, nfs::data::ReceivedWrite),
+    /// A MOUNT call with its encoded arguments.
+    Mount { call: CallHeader, args: Vec<u8> },
+}
+
+impl Server {
+    /// Opens every export of `config` (file systems, data planes) with the
+    /// handle key from the state directory.
+    pub fn open(config: &Config) -> Result<Server, String> {
+        let dir = &config.server.state_dir;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create state directory {}: {e}", dir.display()))?;
+        let key = MacKey::load_or_create(dir).map_err(|e| {
+            format!(
+                "cannot load the file-handle key from {}: {e}",
+                dir.display()
+            )
+        })?;
+        let cache = Arc::new(OpenFileCache::new(config.server.open_files));
+        let mut exports = Vec::new();
+        for x in &config.exports {
+            let fs = ExportFs::open(&x.path, x.id, key.clone(), cache.clone())
+                .map_err(|e| format!("cannot open export {}: {e}", x.path.display()))?;
+            let data = DataPlane::new(DataConfig {
+                read_mode: x.read_mode,
+                write_mode: x.write_mode,
+                max_transfer: x.max_transfer as usize,
+                max_in_flight: config.server.max_in_flight,
+            })
+            .map_err(|e| format!("export {}: {e}", x.path.display()))?;
+            exports.push(Export {
+                config: x.clone(),
+                fs,
+                data,
+            });
+        }
+        let max_args = config
+            .exports
+            .iter()
+            .map(|x| x.max_transfer)
+            .max()
+            .unwrap_or(0);
+        let mut seed = [0u8; 8];
+        getrandom::fill(&mut seed)
+            .map_err(|e| format!("no randomness for the write verifier: {e}"))?;
+        Ok(Server {
+            exports,
+            mounts: MountTable::default(),
+            drc: DuplicateRequestCache::new(4096),
+            verifier_base: u64::from_ne_bytes(seed),
+            max_args,
+            calls_failed: AtomicU64::new(0),
+        })
+    }
+
+    /// The export a MOUNT path names.
+    pub fn export_by_path(&self, path: &[u8]) -> Option<&Export> {
+        self.exports
+            .iter()
+            .find(|x| x.config.path.as_os_str().as_encoded_bytes() == path)
+    }
+
+    /// The export whose id a file handle carries.
+    pub fn export_by_id(&self, id: u16) -> Option<&Export> {
+        self.exports.iter().find(|x| x.config.id == id)
+    }
+
+    /// The WRITE/COMMIT verifier (RFC 1813 section 3.3.7): random per start,
+    /// and moved on whenever a data plane lost a write (a short or failed
+    /// write), so clients resend what they have not seen committed.
+    pub fn write_verifier(&self) -> [u8; 8] {
+        let generations: u64 = self
+            .exports
+            .iter()
+            .map(|x| x.data.write_verifier_generation())
+            .sum();
+        self.verifier_base.wrapping_add(generations).to_be_bytes()
+    }
+
+    /// Counts a call that failed for the server's own reasons.
+    pub fn note_server_fault(&self) {
+        self.calls_failed.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl Service for Server {
+    type Pending = Pending;
+
+    async fn receive<R: AsyncRead + Unpin + Send>(
+        &self,
+        conn: &ConnInfo,
+        call: CallHeader,
+        body: &mut RecordReader<R>,
+    ) -> Result<Received<Pending>, RecordError> {
+        match (call.prog, call.vers) {
+            (NFS_PROGRAM, NFS_V3) if call.proc_ == NfsProc3::Write.as_u32() => {
+                nfs::data::receive_write(self, conn, call, body).await
+            }
+            (NFS_PROGRAM, NFS_V3) => {
+                let mut args = Vec::new();
+                body.read_to_end(&mut args).await?;
+                Ok(Received::Run(Pending::Nfs { call, args }))
+            }
+            (MOUNT_PROGRAM, MOUNT_V3) => {
+                let mut args = Vec::new();
+                body.read_to_end(&mut args).await?;
+                Ok(Received::Run(Pending::Mount { call, args }))
+            }
+            (NFS_PROGRAM, _) => Ok(mismatch(&call, NFS_V3)),
+            (MOUNT_PROGRAM, _) => Ok(mismatch(&call, MOUNT_V3)),
+            _ => Ok(Received::Reply(Reply::status(
+                call.xid,
+                ReplyStatus::ProgUnavail,
+            ))),
+        }
+    }
+
+    async fn execute(self: Arc<Self>, conn: Arc<ConnInfo>, pending: Pending) -> Option<Reply> {
+        let server = self.clone();
+        let result = match pending {
+            Pending::Write(call, write) => {
+                return Some(nfs::data::write(self, conn, *call, write).await)
+            }
+            Pending::Nfs { call, args } => {
+                tokio::task::spawn_blocking(move || nfs::call(&server, &conn, &call, &args)).await
+            }
+            Pending::Mount { call, args } => {
+                tokio::task::spawn_blocking(move || {
+                    Some(crate::mount::call(&server, &conn, &call, &args))
+                })
+                .await
+            }
+        };
+        match result {
+            Ok(reply) => reply,
+            Err(e) => {
+                error!(error = %e, "a call's task failed; no reply sent");
+                self.note_server_fault();
+                None
+            }
+        }
+    }
+}
+
+fn mismatch(call: &CallHeader, version: u32) -> Received<Pending> {
+    Received::Reply(Reply::status(
+        call.xid,
+        ReplyStatus::ProgMismatch {
+            low: version,
+            high: version,
+        },
+    ))
+}
