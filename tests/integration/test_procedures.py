@@ -325,15 +325,25 @@ def test_mknod_device_needs_privilege(server, nfsproc):
         assert not os.path.lexists(os.path.join(server.export, f"null{uid}"))
 
 
+def test_mknod_device_needs_allow_devices(no_root_squash_server, nfsproc_bin):
+    """Even an unsquashed root may not make device nodes unless the export allows it."""
+    from nfstools import NfsProc
+
+    np = NfsProc(nfsproc_bin, no_root_squash_server)
+    r = np("mknod", "chr", ".", "null", uid=0, gid=0)
+    assert r["status"] == "NFS3ERR_PERM", r
+    assert not os.path.lexists(os.path.join(no_root_squash_server.export, "null"))
+
+
+@pytest.mark.server_args("--allow-devices")
 def test_mknod_device_no_root_squash(no_root_squash_server, nfsproc_bin):
     from nfstools import NfsProc
 
     np = NfsProc(nfsproc_bin, no_root_squash_server)
     r = np("mknod", "chr", ".", "null", uid=0, gid=0)
-    assert r["status"] in ("NFS3_OK", "NFS3ERR_NOTSUPP"), r
-    if r["status"] == "NFS3_OK":
-        st = os.lstat(os.path.join(no_root_squash_server.export, "null"))
-        assert stat.S_ISCHR(st.st_mode) and os.major(st.st_rdev) == 1 and os.minor(st.st_rdev) == 3
+    assert r["status"] == "NFS3_OK", r
+    st = os.lstat(os.path.join(no_root_squash_server.export, "null"))
+    assert stat.S_ISCHR(st.st_mode) and os.major(st.st_rdev) == 1 and os.minor(st.st_rdev) == 3
 
 
 # ------------------------------------------------------------------ REMOVE, RMDIR, RENAME, LINK

@@ -136,6 +136,18 @@ impl ExportFs {
     pub fn open_file(&self, fh: &[u8]) -> Result<Arc<OpenFile>, FsError> {
         let kernel = crate::handle::decode(&self.key, self.export_id, fh)?;
         if let Some(file) = self.cache.get(self.export_id, &kernel) {
+            // Deleted behind our back (not through REMOVE/RENAME, which
+            // evict): stale, and no longer worth keeping open.
+            let links = rustix::fs::statx(
+                file.node().fd(),
+                c"",
+                rustix::fs::AtFlags::EMPTY_PATH,
+                rustix::fs::StatxFlags::NLINK,
+            )?;
+            if links.stx_nlink == 0 {
+                self.cache.evict(self.export_id, &kernel);
+                return Err(FsError::Stale);
+            }
             return Ok(file);
         }
         let node = self.resolve(fh)?;

@@ -191,10 +191,17 @@ impl ExportFs {
             &fd,
             c"",
             AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
-            StatxFlags::TYPE,
+            StatxFlags::TYPE | StatxFlags::NLINK,
         )?;
         let kind = FileKind::from_mode(u32::from(stx.stx_mode))?;
         if kind == FileKind::Directory && !self.is_within_export(fd.as_fd())? {
+            return Err(FsError::Stale);
+        }
+        // A file with no name left is deleted, even while some descriptor
+        // (ours in the open-file cache, say) keeps the inode alive: its
+        // handle is stale, as RFC 1813 says of removed files.
+        if kind != FileKind::Directory && stx.stx_nlink == 0 {
+            self.cache.evict(self.export_id, &kernel);
             return Err(FsError::Stale);
         }
         Ok(Node {

@@ -16,9 +16,12 @@ use dionfs_xdr::Decode;
 use parking_lot::Mutex;
 use tracing::warn;
 
+use crate::export::squash;
 use crate::net::{ConnInfo, Reply};
 use crate::reply::{garbage_args, success};
-use crate::server::Server;
+use crate::server::{Export, Server};
+use dionfs_fs::{FileKind, FsError};
+use dionfs_sys::cred::with_creds;
 
 /// Who has mounted which export, as clients told us (MNT adds, UMNT
 /// removes). Advisory only, like rmtab: it grants nothing.
@@ -58,7 +61,7 @@ pub fn call(server: &Server, conn: &ConnInfo, call: &CallHeader, args: &[u8]) ->
             let Ok(path) = DirPath::from_xdr(args) else {
                 return garbage_args(xid);
             };
-            success(xid, &mnt(server, client, path.0))
+            success(xid, &mnt(server, call, client, path.0))
         }
         MountProc3::Dump => {
             let list = server
@@ -102,13 +105,20 @@ pub fn call(server: &Server, conn: &ConnInfo, call: &CallHeader, args: &[u8]) ->
     }
 }
 
-fn mnt(server: &Server, client: IpAddr, path: Vec<u8>) -> MountRes3 {
+fn mnt(server: &Server, call: &CallHeader, client: IpAddr, path: Vec<u8>) -> MountRes3 {
     // Trailing slashes name the same directory ("/srv/x/" is "/srv/x").
     let mut wanted: &[u8] = &path;
     while wanted.len() > 1 && wanted.ends_with(b"/") {
         wanted = &wanted[..wanted.len() - 1];
     }
-    let Some(export) = server.export_by_path(wanted) else {
+    // The export itself, or a directory below it (knfsd allows both; libnfs
+    // mounts the directory of the file it is asked for).
+    let found = server.exports.iter().find_map(|x| {
+        let root = x.config.path.as_os_str().as_encoded_bytes();
+        let rest = wanted.strip_prefix(root)?;
+        (rest.is_empty() || rest.starts_with(b"/") || root == b"/").then_some((x, rest))
+    });
+    let Some((export, rest)) = found else {
         warn!(
             client = %client,
             path = %String::from_utf8_lossy(&path),
@@ -124,7 +134,11 @@ fn mnt(server: &Server, client: IpAddr, path: Vec<u8>) -> MountRes3 {
         );
         return MountRes3::Fail(MountStat3::Acces);
     }
-    let Ok(fhandle) = NfsFh3::new(export.fs.root_handle().to_vec()) else {
+    let handle = match subdirectory(export, call, rest) {
+        Ok(fh) => fh,
+        Err(status) => return MountRes3::Fail(status),
+    };
+    let Ok(fhandle) = NfsFh3::new(handle) else {
         return MountRes3::Fail(MountStat3::ServerFault);
     };
     server.mounts.add(client, wanted.to_vec());
@@ -132,4 +146,30 @@ fn mnt(server: &Server, client: IpAddr, path: Vec<u8>) -> MountRes3 {
         fhandle,
         auth_flavors: vec![AUTH_SYS, AUTH_NONE],
     })
+}
+
+/// The handle of `rest` (`/a/b`, or empty for the export root), looked up
+/// one name at a time as the caller, never following symlinks.
+fn subdirectory(export: &Export, call: &CallHeader, rest: &[u8]) -> Result<Vec<u8>, MountStat3> {
+    let mut node = export
+        .fs
+        .resolve(export.fs.root_handle())
+        .map_err(|_| MountStat3::ServerFault)?;
+    let creds = squash(&export.config, &call.cred);
+    for name in rest.split(|&b| b == b'/').filter(|n| !n.is_empty()) {
+        let next = with_creds(&creds, || export.fs.lookup(&node, name))
+            .map_err(|_| MountStat3::ServerFault)?;
+        node = match next {
+            Ok((n, _)) => n,
+            Err(FsError::NoEnt) => return Err(MountStat3::NoEnt),
+            Err(FsError::Access | FsError::Perm) => return Err(MountStat3::Acces),
+            Err(FsError::NotDir) => return Err(MountStat3::NotDir),
+            Err(FsError::NameTooLong) => return Err(MountStat3::NameTooLong),
+            Err(_) => return Err(MountStat3::Inval),
+        };
+    }
+    if node.kind() != FileKind::Directory {
+        return Err(MountStat3::NotDir);
+    }
+    Ok(node.fh().to_vec())
 }

@@ -216,10 +216,19 @@ impl Config {
 
     /// Parses and checks config text; `file` is only used in errors.
     pub fn from_toml(file: &Path, text: &str) -> Result<Config, ConfigError> {
-        let err = |span: Option<Range<usize>>, reason: String| ConfigError {
-            file: file.to_path_buf(),
-            line: span.map_or(0, |s| line_of(text, s.start)),
-            reason,
+        // The reason names the offending line's text, so "expected u16"
+        // comes with the key it is about.
+        let err = |span: Option<Range<usize>>, reason: String| {
+            let line = span.map_or(0, |s| line_of(text, s.start));
+            let reason = match text.lines().nth(line.wrapping_sub(1)).map(str::trim) {
+                Some(l) if !l.is_empty() => format!("{reason} (in `{l}`)"),
+                _ => reason,
+            };
+            ConfigError {
+                file: file.to_path_buf(),
+                line,
+                reason,
+            }
         };
         let raw: RawFile =
             toml::from_str(text).map_err(|e| err(e.span(), e.message().to_string()))?;
