@@ -389,8 +389,14 @@ mod tests {
                 available: 2
             })
         );
-        assert_eq!(Decoder::new(&[0, 0, 0, 2]).bool(), Err(XdrError::BadBool(2)));
-        assert_eq!(Decoder::new(&[0, 0, 0, 0]).finish(), Err(XdrError::Trailing(4)));
+        assert_eq!(
+            Decoder::new(&[0, 0, 0, 2]).bool(),
+            Err(XdrError::BadBool(2))
+        );
+        assert_eq!(
+            Decoder::new(&[0, 0, 0, 0]).finish(),
+            Err(XdrError::Trailing(4))
+        );
     }
 
     proptest! {
