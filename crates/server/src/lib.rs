@@ -26,12 +26,26 @@ use crate::server::Server;
 /// Runs the server until SIGINT or SIGTERM. `ports_file`, if given, gets the
 /// bound ports as JSON once every listener is up (tests use port 0).
 pub fn run(config: Config, ports_file: Option<PathBuf>) -> Result<(), String> {
+    raise_fd_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("dionfs")
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     runtime.block_on(serve(config, ports_file))
+}
+
+/// Each client connection and each cached open file holds descriptors; the
+/// usual soft limit of 1024 would cap a server at a few hundred clients.
+fn raise_fd_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        limit.current = limit.maximum;
+        if let Err(e) = setrlimit(Resource::Nofile, limit) {
+            warn!(error = %e, "cannot raise the open-file limit");
+        }
+    }
 }
 
 async fn bind(ip: std::net::IpAddr, port: u16, what: &str) -> Result<TcpListener, String> {

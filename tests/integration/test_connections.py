@@ -1,0 +1,134 @@
+"""The RPC layer under hostile or merely numerous clients: raw sockets.
+
+- Thousands of idle connections cost little server memory.
+- A record larger than the limit closes that connection only, before the
+  server allocates for it; other clients carry on.
+- Calls pipelined on one connection are all answered (matched by xid).
+"""
+
+import resource
+import socket
+import struct
+import time
+
+import pytest
+
+NFS_PROGRAM, NFS_V3 = 100003, 3
+
+
+def rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def call(xid: int, prog: int, vers: int, proc: int, args: bytes = b"") -> bytes:
+    """An RPC call with AUTH_NONE, as one record."""
+    body = struct.pack(">IIIIII", xid, 0, 2, prog, vers, proc) + struct.pack(">IIII", 0, 0, 0, 0) + args
+    return struct.pack(">I", 0x80000000 | len(body)) + body
+
+
+def read_record(s: socket.socket) -> bytes:
+    out = b""
+    last = False
+    while not last:
+        mark = recv_exact(s, 4)
+        (word,) = struct.unpack(">I", mark)
+        last = bool(word & 0x80000000)
+        out += recv_exact(s, word & 0x7FFFFFFF)
+    return out
+
+
+def recv_exact(s: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("closed")
+        buf += chunk
+    return buf
+
+
+def connect(server) -> socket.socket:
+    s = socket.create_connection((server.host, server.nfs_port), timeout=10)
+    return s
+
+
+def null_ok(server) -> bool:
+    with connect(server) as s:
+        s.sendall(call(7, NFS_PROGRAM, NFS_V3, 0))
+        reply = read_record(s)
+    xid, mtype, stat, _flavor, _len, accept = struct.unpack(">IIIIII", reply[:24])
+    return (xid, mtype, stat, accept) == (7, 1, 0, 0)
+
+
+def test_thousands_of_idle_connections_cost_little(server):
+    pid = server.proc.pid
+    assert null_ok(server)
+    before = rss_kib(pid)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8192)), hard))
+    conns = []
+    try:
+        for _ in range(2000):
+            conns.append(connect(server))
+        # Let the server accept and park every one of them.
+        time.sleep(2)
+        assert null_ok(server)
+        after = rss_kib(pid)
+    finally:
+        for s in conns:
+            s.close()
+    per_conn = (after - before) * 1024 / 2000
+    print(f"RSS {before} KiB -> {after} KiB with 2000 idle connections: {per_conn:.0f} bytes each")
+    # A task, a socket and small buffers: a few KiB each, never the
+    # megabyte a per-connection max-size record buffer would cost.
+    assert per_conn < 16 * 1024, f"{per_conn:.0f} bytes per idle connection"
+
+
+def test_oversized_record_closes_only_that_connection(server):
+    bystander = connect(server)
+    hostile = connect(server)
+    try:
+        # Claim a 1.5 GiB fragment and send nothing more: the server must
+        # refuse it from the header alone.
+        hostile.sendall(struct.pack(">I", 0x80000000 | (1536 << 20)))
+        hostile.settimeout(10)
+        assert hostile.recv(1) == b"", "the connection should be closed"
+        bystander.sendall(call(9, NFS_PROGRAM, NFS_V3, 0))
+        reply = read_record(bystander)
+        assert struct.unpack(">I", reply[:4])[0] == 9
+    finally:
+        bystander.close()
+        hostile.close()
+    assert server.alive()
+    assert "record" in server.log_text().lower()
+
+
+def test_pipelined_calls_are_all_answered(server):
+    with connect(server) as s:
+        xids = list(range(100, 164))
+        s.sendall(b"".join(call(x, NFS_PROGRAM, NFS_V3, 0) for x in xids))
+        seen = {struct.unpack(">I", read_record(s)[:4])[0] for _ in xids}
+    assert seen == set(xids)
+
+
+@pytest.mark.parametrize(
+    "prog,vers,proc,accept_stat",
+    [
+        (NFS_PROGRAM, 2, 0, 2),  # PROG_MISMATCH
+        (NFS_PROGRAM, 3, 99, 3),  # PROC_UNAVAIL
+        (400000, 1, 0, 1),  # PROG_UNAVAIL
+        (NFS_PROGRAM, 3, 1, 4),  # GETATTR without a handle: GARBAGE_ARGS
+    ],
+)
+def test_rpc_errors(server, prog, vers, proc, accept_stat):
+    with connect(server) as s:
+        s.sendall(call(5, prog, vers, proc))
+        reply = read_record(s)
+    xid, mtype, stat, _flavor, _len, accept = struct.unpack(">IIIIII", reply[:24])
+    assert (xid, mtype, stat, accept) == (5, 1, 0, accept_stat)
+    if accept_stat == 2:
+        assert struct.unpack(">II", reply[24:32]) == (3, 3)
