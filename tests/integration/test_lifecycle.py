@@ -10,6 +10,7 @@ import time
 import nfs_rs
 import pytest
 from nfstools import NfsProc, assert_nfs_error, nfs_error
+import servers
 from servers import DionfsServer, backend, dionfs_bin
 
 MiB = 1 << 20
@@ -139,6 +140,7 @@ class ConfigServer(DionfsServer):
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen([dionfs_bin(), "serve", "--config", self.config], stdout=log,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        servers._running.add(self.proc)
         log.close()
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:

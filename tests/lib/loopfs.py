@@ -25,6 +25,12 @@ MKFS = {
 }
 
 _live: list["LoopFs"] = []
+_before_destroy: list = []
+
+
+def before_destroy_all(fn) -> None:
+    """Run fn() before tearing down on exit/signal (e.g. kill servers using the fs)."""
+    _before_destroy.append(fn)
 
 
 def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
@@ -96,6 +102,11 @@ class LoopFs:
 
 
 def destroy_all() -> None:
+    for fn in _before_destroy:
+        try:
+            fn()
+        except Exception as e:
+            print(f"cleanup hook {fn} failed: {e}")
     for fs in list(reversed(_live)):
         try:
             fs.destroy()

@@ -30,6 +30,33 @@ class ServerError(RuntimeError):
     pass
 
 
+_running: set = set()
+_workdirs: set = set()
+
+
+def kill_all() -> None:
+    """Kill every server process started here (exit/signal cleanup)."""
+    for p in list(_running):
+        if p.poll() is None:
+            p.kill()
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+        _running.discard(p)
+    for d in list(_workdirs):
+        shutil.rmtree(d, ignore_errors=True)
+        _workdirs.discard(d)
+
+
+try:
+    from loopfs import before_destroy_all
+
+    before_destroy_all(kill_all)
+except ImportError:  # used without loopfs
+    pass
+
+
 class ServerBase:
     """A running server exporting `export` (an absolute local path)."""
 
@@ -43,6 +70,7 @@ class ServerBase:
         self.mount_port: int | None = None
         self.portmap_port: int | None = None
         self.workdir = tempfile.mkdtemp(prefix=f"{self.name}-test-")
+        _workdirs.add(self.workdir)
         self.log_path = os.path.join(self.workdir, "server.log")
         self.proc: subprocess.Popen | None = None
         self.exit_code: int | None = None
@@ -100,6 +128,7 @@ class ServerBase:
                 p.kill()
                 p.wait(10)
         self.exit_code = p.returncode
+        _running.discard(p)
         self.proc = None
         return self.exit_code
 
@@ -114,6 +143,7 @@ class ServerBase:
         self.close_clients()
         self.stop()
         shutil.rmtree(self.workdir, ignore_errors=True)
+        _workdirs.discard(self.workdir)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -157,6 +187,7 @@ class DionfsServer(ServerBase):
         env.setdefault("NO_COLOR", "1")
         self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, env=env)
+        _running.add(self.proc)
         log.close()
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
@@ -266,6 +297,7 @@ class GaneshaServer(ServerBase):
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
                                      stdout=open(os.path.join(self.workdir, "stdout"), "ab"),
                                      stderr=subprocess.STDOUT)
+        _running.add(self.proc)
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
