@@ -2,7 +2,8 @@
 
 throughput.png   median MiB/s per job and system, whiskers = min..max over repetitions
 cpu_per_gib.png  server CPU seconds per GiB moved (user solid, system hatched on top)
-page_cache.png   host page-cache growth per GiB moved
+page_cache.png   host page-cache growth (Cached) per GiB moved
+file_cache.png   page cache held by the benchmark's own files (fincore) per GiB moved
 overwrite.png    small-overwrite latency per call (p50, whiskers p99)
 """
 import json
@@ -18,7 +19,7 @@ COLORS = {"dionfs-buffered": "#1f77b4", "dionfs-dontcache": "#17becf", "dionfs-d
           "ganesha": "#d62728", "fio-buffered": "#7f7f7f", "fio-direct": "#222222"}
 
 
-def bars(ax, res, jobs, metric, ylabel, whiskers=True, stacked_sys=False):
+def bars(ax, res, jobs, metric, ylabel, whiskers=True, stacked_sys=False, zero_line=False):
     systems = list(res["systems"])
     n = len(systems)
     width = 0.8 / max(n, 1)
@@ -61,31 +62,34 @@ def main():
     stamp = res["meta"]["started"] + (" (smoke)" if res["meta"]["smoke"] else "")
 
     if tput:
-        fig, ax = plt.subplots(figsize=(12, 5))
-        bars(ax, res, tput, "mib_s", "MiB/s (median; whiskers min–max)")
-        ax.set_title(f"Throughput by system and mode — {stamp}")
-        fig.tight_layout()
-        fig.savefig(os.path.join(out, "throughput.png"), dpi=110)
-        plt.close(fig)
+        # 4 KiB random jobs and large-transfer jobs differ ~10x in scale: own panels
+        small = [j for j in tput if j["name"].startswith("rand-")]
+        large = [j for j in tput if not j["name"].startswith("rand-")]
+        groups = [g for g in (large, small) if g]
 
-        fig, ax = plt.subplots(figsize=(12, 5))
-        bars(ax, res, tput, "cpu_user_s_per_gib", "server CPU s per GiB (user solid, system hatched)",
-             whiskers=False, stacked_sys=True)
-        ax.set_title(f"Server CPU per GiB moved — {stamp}")
-        fig.tight_layout()
-        fig.savefig(os.path.join(out, "cpu_per_gib.png"), dpi=110)
-        plt.close(fig)
+        def figure(fname, title, metric, ylabel, **kw):
+            fig, axes = plt.subplots(1, len(groups), figsize=(14, 5.5),
+                                     gridspec_kw={"width_ratios": [len(g) for g in groups]})
+            axes = axes if len(groups) > 1 else [axes]
+            for ax, g in zip(axes, groups):
+                bars(ax, res, g, metric, ylabel, **kw)
+                if kw.get("zero_line"):
+                    ax.axhline(0, color="black", lw=0.6)
+            for ax in axes[1:]:
+                ax.get_legend().remove()
+            fig.suptitle(f"{title} — {stamp}")
+            fig.tight_layout()
+            fig.savefig(os.path.join(out, fname), dpi=110)
+            plt.close(fig)
 
-        fig, (ax, ax2) = plt.subplots(2, 1, figsize=(12, 9), sharex=True)
-        bars(ax, res, tput, "cache_mib_per_gib", "MiB per GiB moved")
-        ax.axhline(0, color="black", lw=0.6)
-        ax.set_title(f"Host page-cache growth (Cached, whole host) per GiB moved — {stamp}")
-        bars(ax2, res, tput, "files_cache_mib_per_gib", "MiB per GiB moved")
-        ax2.axhline(0, color="black", lw=0.6)
-        ax2.set_title("Page cache held by the benchmark's own files after the job (fincore) per GiB moved")
-        fig.tight_layout()
-        fig.savefig(os.path.join(out, "page_cache.png"), dpi=110)
-        plt.close(fig)
+        figure("throughput.png", "Throughput by system and mode", "mib_s",
+               "MiB/s (median; whiskers min–max)")
+        figure("cpu_per_gib.png", "Server CPU per GiB moved (user solid, system hatched on top)",
+               "cpu_user_s_per_gib", "CPU s per GiB", whiskers=False, stacked_sys=True)
+        figure("page_cache.png", "Host page-cache growth (Cached, whole host) per GiB moved",
+               "cache_mib_per_gib", "MiB per GiB moved", zero_line=True)
+        figure("file_cache.png", "Page cache held by the benchmark's files after each job (fincore)",
+               "files_cache_mib_per_gib", "MiB per GiB moved", zero_line=True)
 
     if lat:
         fig, ax = plt.subplots(figsize=(8, 4.5))
