@@ -78,32 +78,18 @@ def test_ports_file(server):
 
 
 @pytest.mark.dionfs_only
-def test_portmap_getport(server):
+def test_portmap_getport(server, nfsproc):
     """The portmapper (on an ephemeral port here) maps NFS and MOUNT v3/TCP."""
-    import socket
-    import struct
-
     if not server.portmap_port:
         pytest.skip("no portmapper port in the ports file")
 
     def getport(prog, vers):
-        xid = 0x1234 + prog % 100
-        call = struct.pack(">IIIIII", xid, 0, 2, 100000, 2, 3) + struct.pack(">IIII", 0, 0, 0, 0)
-        call += struct.pack(">IIII", prog, vers, 6, 0)
-        with socket.create_connection((server.host, server.portmap_port), timeout=10) as s:
-            s.sendall(struct.pack(">I", 0x80000000 | len(call)) + call)
-            hdr = s.recv(4, socket.MSG_WAITALL)
-            n = struct.unpack(">I", hdr)[0] & 0x7FFFFFFF
-            body = s.recv(n, socket.MSG_WAITALL)
-        rxid, mtype, stat, _verf_flavor, verf_len = struct.unpack(">IIIII", body[:20])
-        off = 20 + verf_len
-        accept = struct.unpack(">I", body[off:off + 4])[0]
-        assert (rxid, mtype, stat, accept) == (xid, 1, 0, 0), body
-        return struct.unpack(">I", body[off + 4:off + 8])[0]
+        return nfsproc("getport", server.portmap_port, prog, vers).int("port")
 
     assert getport(100003, 3) == server.nfs_port
     assert getport(100005, 3) == server.mount_port
     assert getport(100003, 4) == 0  # not served
+    assert getport(100021, 4) == 0  # no NLM
 
 
 @pytest.mark.dionfs_only

@@ -32,6 +32,7 @@
 #include <nfsc/libnfs-raw.h>
 #include <nfsc/libnfs-raw-mount.h>
 #include <nfsc/libnfs-raw-nfs.h>
+#include <nfsc/libnfs-raw-portmap.h>
 
 #define CALL_TIMEOUT_MS 30000
 
@@ -922,11 +923,27 @@ static void cmd_read(const char *path, uint64_t offset, unsigned len)
     wait_call(nfs(), &c, "READ");
 }
 
+static void getport_handler(void *res, void *arg)
+{
+    (void)arg;
+    printf("port=%u\n", *(uint32_t *)res);
+}
+
+/* PMAPPROC_GETPORT over TCP to the portmapper on PORT. */
+static void cmd_getport(int port, int prog, int vers)
+{
+    struct rpc_context *rpc = connect_prog(port, PMAP_PROGRAM, PMAP_V2, "connect portmap");
+    struct call c = {.fn = getport_handler};
+    if (rpc_pmap2_getport_async(rpc, prog, vers, 6 /* IPPROTO_TCP */, generic_cb, &c) != 0)
+        die(2, "GETPORT: %s", rpc_get_error(rpc));
+    wait_call(rpc, &c, "GETPORT");
+}
+
 static void usage(void)
 {
     fprintf(stderr,
             "usage: nfsproc [-u UID] [-g GID] [-p NFSPORT] [-m MOUNTPORT] SERVER EXPORT CMD [ARGS]\n"
-            "  null | mnt | umnt | dump | export\n"
+            "  null | mnt | umnt | dump | export | getport PMAPPORT PROG VERS\n"
             "  lookup PATH | getattr PATH | getattr-fh HEX | readdirplus-fh HEX\n"
             "  access PATH [MASK] | setattr-guard PATH MODE | truncate PATH SIZE\n"
             "  create unchecked|guarded|exclusive DIR NAME [VERF8]\n"
@@ -969,6 +986,11 @@ int main(int argc, char **argv)
             die(2, "NULL: %s", rpc_get_error(nfs()));
         wait_call(nfs(), &c, "NFS NULL");
         printf("nfs_null=ok\n");
+        return 0;
+    }
+    if (!strcmp(cmd, "getport")) {
+        NEED(3);
+        cmd_getport(atoi(argv[0]), atoi(argv[1]), atoi(argv[2]));
         return 0;
     }
     if (!strcmp(cmd, "dump") || !strcmp(cmd, "export")) {

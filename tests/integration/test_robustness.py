@@ -1,0 +1,89 @@
+"""Requests a well-behaved client would not send: the server must answer
+them sensibly (or drop that connection) and keep serving everyone else."""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+
+import pytest
+
+MiB = 1 << 20
+
+
+def test_read_larger_than_rtmax_is_clamped(server, client, nfsproc):
+    with client.open("big", "wb") as f:
+        f.write(os.urandom(3 * MiB))
+    r = nfsproc("read", "big", 0, 2 * MiB)
+    assert r["status"] == "NFS3_OK", r
+    assert 0 < r.int("count") <= MiB, f"READ of 2 MiB with rtmax 1 MiB returned {r['count']} bytes"
+    assert r.int("data_len") == r.int("count"), r
+
+
+def test_write_larger_than_wtmax(server, client, nfsproc):
+    client.touch("w")
+    r = nfsproc("write", "w", 0, 2 * MiB, "file_sync", check=False)
+    # Either a short write (count <= wtmax), an error status, or the
+    # connection dropped (rc 2): but the server must still be there.
+    if r.rc == 0 and r.get("write_status") == "NFS3_OK":
+        assert r.int("count") <= MiB, r
+    assert nfsproc("null")["nfs_null"] == "ok"
+    assert server.alive()
+
+
+def test_lookup_does_not_follow_symlinks_out(server, nfsproc, client):
+    os.symlink("/", os.path.join(server.export, "escape"))
+    os.symlink("..", os.path.join(server.export, "up"))
+    for path in ("escape/etc", "escape/etc/passwd", "up/export"):
+        r = nfsproc("lookup", path)
+        assert r["status"] != "NFS3_OK", f"LOOKUP {path} went through a symlink: {r}"
+    assert client.readlink("escape") == "/"
+    # and a symlink handle is not a directory handle
+    r = nfsproc("readdir", "escape", 4096)
+    assert r["status"] == "NFS3ERR_NOTDIR", r
+
+
+def test_dotdot_of_subdir_stays_inside(server, nfsproc, client):
+    client.mkdir("sub")
+    r = nfsproc("lookup", "sub/..")
+    assert r["status"] == "NFS3_OK", r
+    assert r["fileid"] == nfsproc("getattr", ".")["fileid"], "sub/.. is not the export root"
+
+
+def _send(port: int, payload: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        try:
+            s.sendall(payload)
+            s.shutdown(socket.SHUT_WR)
+            return s.recv(65536)
+        except OSError:
+            return b""
+
+
+@pytest.mark.parametrize("what", ["garbage", "huge-record", "truncated-call", "wrong-program", "bad-rpc-version"])
+def test_malformed_traffic_does_not_hurt_others(server, nfsproc, client, what):
+    client.touch("alive")
+    call = struct.pack(">IIIIII", 0x42, 0, 2, 100003, 3, 0) + struct.pack(">IIII", 0, 0, 0, 0)
+    payloads = {
+        "garbage": os.urandom(4096),
+        "huge-record": struct.pack(">I", 0xFFFFFFF0) + b"\0" * 64,
+        "truncated-call": struct.pack(">I", 0x80000000 | 200) + call,
+        "wrong-program": struct.pack(">I", 0x80000000 | len(call)) + call.replace(
+            struct.pack(">I", 100003), struct.pack(">I", 100099), 1),
+        "bad-rpc-version": struct.pack(">I", 0x80000000 | len(call)) + call.replace(
+            struct.pack(">II", 0, 2), struct.pack(">II", 0, 7), 1),
+    }
+    for port in (server.nfs_port, server.mount_port):
+        reply = _send(port, payloads[what])
+        if what == "wrong-program" and port == server.nfs_port and reply:
+            # RFC 5531: MSG_ACCEPTED + PROG_UNAVAIL (1)
+            xid, mtype, stat = struct.unpack(">III", reply[4:16])
+            assert (xid, mtype, stat) == (0x42, 1, 0), reply
+            assert struct.unpack(">I", reply[24:28])[0] == 1, f"not PROG_UNAVAIL: {reply.hex()}"
+        if what == "bad-rpc-version" and port == server.nfs_port and reply:
+            xid, mtype, stat = struct.unpack(">III", reply[4:16])
+            assert (xid, mtype, stat) == (0x42, 1, 1), f"not MSG_DENIED: {reply.hex()}"
+    assert server.alive(), "server died"
+    assert nfsproc("null")["nfs_null"] == "ok"
+    assert client.exists("alive")
