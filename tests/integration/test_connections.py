@@ -64,6 +64,7 @@ def null_ok(server) -> bool:
     return (xid, mtype, stat, accept) == (7, 1, 0, 0)
 
 
+@pytest.mark.dionfs_only  # measures dionfs's own memory
 def test_thousands_of_idle_connections_cost_little(server):
     pid = server.proc.pid
     assert null_ok(server)
@@ -88,6 +89,7 @@ def test_thousands_of_idle_connections_cost_little(server):
     assert per_conn < 16 * 1024, f"{per_conn:.0f} bytes per idle connection"
 
 
+@pytest.mark.dionfs_only  # dionfs's record-size policy
 def test_oversized_record_closes_only_that_connection(server):
     bystander = connect(server)
     hostile = connect(server)

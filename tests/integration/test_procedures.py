@@ -325,6 +325,7 @@ def test_mknod_device_needs_privilege(server, nfsproc):
         assert not os.path.lexists(os.path.join(server.export, f"null{uid}"))
 
 
+@pytest.mark.dionfs_only  # a dionfs policy (--allow-devices); Ganesha has none
 def test_mknod_device_needs_allow_devices(no_root_squash_server, nfsproc_bin):
     """Even an unsquashed root may not make device nodes unless the export allows it."""
     from nfstools import NfsProc
