@@ -1,1 +1,50 @@
-//! placeholder
+//! The data plane: READ, WRITE and COMMIT on an open file, usable and
+//! tested without any network.
+//!
+//! Each export has one [`DataPlane`] (its [`DataConfig`]: a [`Mode`] per
+//! direction, the transfer size, the number of requests in flight). Files
+//! are [`DataFile`]s, opened by the filesystem backend with a buffered and
+//! (if possible) an `O_DIRECT` descriptor.
+//!
+//! Serving a READ (the server, on a connection task):
+//! 1. `let buf = plane.read_buffer().await?` — waits while the pool is
+//!    empty (backpressure);
+//! 2. on a blocking thread: `let data = plane.read(&file, buf, offset,
+//!    count)?`;
+//! 3. send the reply header, then `data.data()` from the same buffer, with
+//!    `data.eof()`; drop `data` afterwards.
+//!
+//! Serving a WRITE:
+//! 1. after decoding the WRITE arguments up to the payload:
+//!    `let mut wb = plane.prepare_write(&file, offset, count).await?`;
+//! 2. receive the payload from the socket straight into `wb.payload_mut()`;
+//! 3. on a blocking thread: `plane.write(&file, wb, stable)?`.
+//!
+//! Direct I/O, modes and alignment follow `DESIGN.md` ("The data plane");
+//! the pieces are named after what they do: [`align`] holds the arithmetic
+//! (`expand_to_alignment`, `read_reply`, `rmw_blocks`), `read.rs` has
+//! `read_direct`/`read_cached`, `write.rs` has
+//! `write_direct`/`write_rmw`/`write_cached`, [`range_lock`] the per-file
+//! range locks, and `size.rs` keeps the file size exact under concurrent
+//! block-rounded extending writes.
+
+pub mod align;
+mod config;
+mod counters;
+mod error;
+mod file;
+mod plane;
+mod pool;
+pub mod range_lock;
+mod read;
+mod size;
+mod write;
+
+pub use config::{DataConfig, Mode, MAX_TRANSFER_LIMIT};
+pub use counters::{CounterSnapshot, Counters, OpsBytes, PerMode};
+pub use error::DataError;
+pub use file::DataFile;
+pub use plane::DataPlane;
+pub use pool::{BufferPool, PooledBuf, BUF_ALIGN, BUF_SLACK, MAX_DIO_ALIGN};
+pub use read::ReadData;
+pub use write::{Stable, WriteBuffer, WriteDone};

@@ -1,0 +1,102 @@
+//! Per-export data-plane settings: which I/O mode each direction uses, the
+//! largest transfer, and how many transfers may hold a buffer at once.
+
+use serde::Deserialize;
+
+use crate::DataError;
+
+/// How file data moves between the disk and the server's buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Plain `pread`/`pwrite` through the page cache.
+    Buffered,
+    /// Buffered I/O with `RWF_DONTCACHE` (Linux 6.14+): pages are dropped
+    /// after the I/O. Falls back to `Buffered` where the filesystem refuses.
+    DontCache,
+    /// `O_DIRECT`, with misaligned requests expanded (reads) or completed by
+    /// read-modify-write (writes) by the data plane.
+    Direct,
+}
+
+impl Mode {
+    /// Index into per-mode counter arrays.
+    pub(crate) fn index(self) -> usize {
+        match self {
+            Mode::Buffered => 0,
+            Mode::DontCache => 1,
+            Mode::Direct => 2,
+        }
+    }
+}
+
+/// Data-plane settings of one export.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DataConfig {
+    /// Mode for READ.
+    pub read_mode: Mode,
+    /// Mode for WRITE.
+    pub write_mode: Mode,
+    /// Largest READ or WRITE payload in bytes (the server advertises it as
+    /// `rtmax`/`wtmax` in FSINFO). Longer READs are answered short; longer
+    /// WRITEs are refused.
+    pub max_transfer: usize,
+    /// How many requests may hold a data buffer at once; the buffer pool has
+    /// this many buffers and requests beyond wait (backpressure).
+    pub max_in_flight: usize,
+}
+
+/// Upper bound on `max_transfer`: beyond this a single request ties up too
+/// much memory for too long.
+pub const MAX_TRANSFER_LIMIT: usize = 64 << 20;
+
+impl Default for DataConfig {
+    fn default() -> Self {
+        Self {
+            read_mode: Mode::Buffered,
+            write_mode: Mode::Buffered,
+            max_transfer: 1 << 20,
+            max_in_flight: 32,
+        }
+    }
+}
+
+impl DataConfig {
+    /// Checks the limits a [`crate::DataPlane`] relies on.
+    pub fn validate(&self) -> Result<(), DataError> {
+        if self.max_transfer == 0 || self.max_transfer > MAX_TRANSFER_LIMIT {
+            return Err(DataError::InvalidConfig(
+                "max_transfer must be between 1 byte and 64 MiB",
+            ));
+        }
+        if self.max_in_flight == 0 {
+            return Err(DataError::InvalidConfig("max_in_flight must be at least 1"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_is_valid() {
+        DataConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn rejects_zero_limits() {
+        let zero_transfer = DataConfig {
+            max_transfer: 0,
+            ..DataConfig::default()
+        };
+        assert!(zero_transfer.validate().is_err());
+        let zero_in_flight = DataConfig {
+            max_in_flight: 0,
+            ..DataConfig::default()
+        };
+        assert!(zero_in_flight.validate().is_err());
+    }
+}

@@ -1,0 +1,140 @@
+//! Data-plane counters: what the I/O path did, for metrics and tests.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::Mode;
+
+/// Live counters of one [`crate::DataPlane`]; all monotonic.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// READ operations served, per [`Mode`] actually used.
+    pub read_ops: [AtomicU64; 3],
+    /// Bytes returned by READ, per mode.
+    pub read_bytes: [AtomicU64; 3],
+    /// WRITE operations completed, per mode.
+    pub write_ops: [AtomicU64; 3],
+    /// Payload bytes written by WRITE, per mode.
+    pub write_bytes: [AtomicU64; 3],
+    /// Direct reads that had to be expanded to alignment.
+    pub expanded_reads: AtomicU64,
+    /// Direct writes completed by read-modify-write.
+    pub read_modify_writes: AtomicU64,
+    /// Operations served buffered because `RWF_DONTCACHE` was refused.
+    pub dontcache_fallbacks: AtomicU64,
+    /// Operations served buffered because the file cannot do direct I/O
+    /// (statx reports no alignment, or no `O_DIRECT` descriptor).
+    pub no_direct_fallbacks: AtomicU64,
+    /// Direct I/Os that failed with `EINVAL` although the alignment math
+    /// said they were fine (a bug).
+    pub direct_einval: AtomicU64,
+    /// Writes that wrote fewer bytes than asked.
+    pub short_writes: AtomicU64,
+    /// READ/WRITE/COMMIT/truncate operations that failed.
+    pub errors: AtomicU64,
+    /// Extending writes whose block-rounded direct write was trimmed back to
+    /// the exact size with `ftruncate`.
+    pub size_fixups: AtomicU64,
+    /// Range-lock acquisitions that had to wait for another holder.
+    pub range_lock_waits: AtomicU64,
+    /// Buffer requests that found the pool empty and waited.
+    pub pool_waits: AtomicU64,
+}
+
+/// Operations and bytes of one mode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpsBytes {
+    /// Operations.
+    pub ops: u64,
+    /// Bytes.
+    pub bytes: u64,
+}
+
+/// [`OpsBytes`] per [`Mode`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PerMode {
+    /// Buffered.
+    pub buffered: OpsBytes,
+    /// Buffered with `RWF_DONTCACHE`.
+    pub dontcache: OpsBytes,
+    /// Direct.
+    pub direct: OpsBytes,
+}
+
+impl PerMode {
+    /// The counts of one mode.
+    pub fn get(&self, mode: Mode) -> OpsBytes {
+        match mode {
+            Mode::Buffered => self.buffered,
+            Mode::DontCache => self.dontcache,
+            Mode::Direct => self.direct,
+        }
+    }
+}
+
+/// A point-in-time copy of [`Counters`]; see there for each field.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct CounterSnapshot {
+    pub read: PerMode,
+    pub write: PerMode,
+    pub expanded_reads: u64,
+    pub read_modify_writes: u64,
+    pub dontcache_fallbacks: u64,
+    pub no_direct_fallbacks: u64,
+    pub direct_einval: u64,
+    pub short_writes: u64,
+    pub errors: u64,
+    pub size_fixups: u64,
+    pub range_lock_waits: u64,
+    pub pool_waits: u64,
+}
+
+fn load(c: &AtomicU64) -> u64 {
+    c.load(Ordering::Relaxed)
+}
+
+fn per_mode(ops: &[AtomicU64; 3], bytes: &[AtomicU64; 3]) -> PerMode {
+    let at = |m: Mode| OpsBytes {
+        ops: load(&ops[m.index()]),
+        bytes: load(&bytes[m.index()]),
+    };
+    PerMode {
+        buffered: at(Mode::Buffered),
+        dontcache: at(Mode::DontCache),
+        direct: at(Mode::Direct),
+    }
+}
+
+impl Counters {
+    /// Copies every counter.
+    pub fn snapshot(&self) -> CounterSnapshot {
+        CounterSnapshot {
+            read: per_mode(&self.read_ops, &self.read_bytes),
+            write: per_mode(&self.write_ops, &self.write_bytes),
+            expanded_reads: load(&self.expanded_reads),
+            read_modify_writes: load(&self.read_modify_writes),
+            dontcache_fallbacks: load(&self.dontcache_fallbacks),
+            no_direct_fallbacks: load(&self.no_direct_fallbacks),
+            direct_einval: load(&self.direct_einval),
+            short_writes: load(&self.short_writes),
+            errors: load(&self.errors),
+            size_fixups: load(&self.size_fixups),
+            range_lock_waits: load(&self.range_lock_waits),
+            pool_waits: load(&self.pool_waits),
+        }
+    }
+
+    pub(crate) fn bump(c: &AtomicU64) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_read(&self, mode: Mode, bytes: usize) {
+        Self::bump(&self.read_ops[mode.index()]);
+        self.read_bytes[mode.index()].fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_write(&self, mode: Mode, bytes: usize) {
+        Self::bump(&self.write_ops[mode.index()]);
+        self.write_bytes[mode.index()].fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+}

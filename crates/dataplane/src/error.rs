@@ -1,0 +1,69 @@
+//! The data plane's one error type.
+
+use std::io;
+
+/// Why a READ, WRITE, COMMIT or truncate failed. The server maps it to an
+/// NFS status through [`DataError::errno`] in its one status-mapping place.
+#[derive(Debug, thiserror::Error)]
+pub enum DataError {
+    /// A system call failed; the errno says why (`ENOSPC`, `EDQUOT`, `EIO`…).
+    #[error("I/O error: {0}")]
+    Io(#[from] io::Error),
+    /// A direct I/O that the alignment math allowed was refused with
+    /// `EINVAL`. A bug (ours or the filesystem's), logged at error level;
+    /// reported to the client as an I/O error, never retried buffered.
+    #[error("direct {op} of {len} bytes at {offset} rejected (alignment {align})")]
+    DirectRejected {
+        /// "read" or "write".
+        op: &'static str,
+        /// File offset of the I/O.
+        offset: u64,
+        /// Length of the I/O.
+        len: usize,
+        /// The offset alignment used.
+        align: u64,
+    },
+    /// The write stored fewer bytes than asked.
+    #[error("short write: {written} of {expected} bytes")]
+    ShortWrite {
+        /// Bytes the kernel reported written.
+        written: usize,
+        /// Bytes that should have been written.
+        expected: usize,
+    },
+    /// The payload is longer than the export's `max_transfer`.
+    #[error("transfer of {len} bytes exceeds the maximum of {max}")]
+    TooLarge {
+        /// Requested length.
+        len: usize,
+        /// Configured maximum.
+        max: usize,
+    },
+    /// The write would end beyond the largest file offset Linux supports.
+    #[error("write beyond the maximum file size")]
+    FileTooBig,
+    /// The data-plane configuration is unusable.
+    #[error("invalid data-plane configuration: {0}")]
+    InvalidConfig(&'static str),
+}
+
+impl DataError {
+    /// The errno that best describes the error, for mapping to `nfsstat3`:
+    /// the system call's own errno, `EIO` for rejected direct I/O and short
+    /// writes (NFS3ERR_IO), `EINVAL` for oversized transfers and bad
+    /// configuration, `EFBIG` for offsets past the maximum file size.
+    pub fn errno(&self) -> i32 {
+        match self {
+            DataError::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            DataError::DirectRejected { .. } | DataError::ShortWrite { .. } => libc::EIO,
+            DataError::TooLarge { .. } | DataError::InvalidConfig(_) => libc::EINVAL,
+            DataError::FileTooBig => libc::EFBIG,
+        }
+    }
+}
+
+impl From<rustix::io::Errno> for DataError {
+    fn from(e: rustix::io::Errno) -> Self {
+        DataError::Io(e.into())
+    }
+}

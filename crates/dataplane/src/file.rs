@@ -1,0 +1,148 @@
+//! An open regular file as the data plane needs it.
+
+use std::io;
+use std::ops::Range;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+
+use dionfs_sys::io::{page_size, statx_dio, DioAlign};
+
+use crate::align::{round_down, round_up};
+use crate::pool::{BUF_ALIGN, MAX_DIO_ALIGN};
+use crate::range_lock::RangeLocks;
+use crate::size::SizeTracker;
+
+/// The `O_DIRECT` side of a file whose alignment our buffers can meet.
+#[derive(Debug)]
+pub(crate) struct DirectIo {
+    pub(crate) fd: OwnedFd,
+    /// Offset/length alignment for direct reads.
+    pub(crate) read_align: u64,
+    /// Offset/length alignment for direct writes.
+    pub(crate) write_align: u64,
+}
+
+/// An open regular file: a buffered descriptor, an optional `O_DIRECT`
+/// descriptor beside it, the direct-I/O alignment statx reported (a
+/// property of the file, cached here), the file's range locks and its size
+/// bookkeeping. The filesystem backend opens both descriptors and keeps
+/// `Arc<DataFile>`s in its open-file cache; every READ, WRITE, COMMIT and
+/// size change of the file must go through the same `DataFile`.
+#[derive(Debug)]
+pub struct DataFile {
+    buffered: OwnedFd,
+    direct: Option<DirectIo>,
+    dio: DioAlign,
+    /// Granularity of range locks: at least a page (buffered I/O works in
+    /// pages and direct I/O invalidates whole pages) and at least both
+    /// direct alignments.
+    lock_unit: u64,
+    pub(crate) locks: RangeLocks,
+    pub(crate) size: SizeTracker,
+    label: Option<String>,
+}
+
+/// Whether the file's alignment is something our pool buffers satisfy.
+fn usable_direct_alignment(dio: &DioAlign) -> bool {
+    let fits = |a: u32| a.is_power_of_two() && a as usize <= MAX_DIO_ALIGN;
+    dio.supports_direct()
+        && dio.mem_align.is_power_of_two()
+        && dio.mem_align as usize <= BUF_ALIGN
+        && fits(dio.read_align())
+        && fits(dio.write_align())
+}
+
+impl DataFile {
+    /// Wraps an open regular file. `buffered` is opened `O_RDWR` (or
+    /// `O_RDONLY` for read-only use); `direct`, if the backend could open
+    /// it, is the same file opened with `O_DIRECT`. The file is served
+    /// buffered when `direct` is `None` or statx reports no usable direct-I/O
+    /// alignment.
+    pub fn new(buffered: OwnedFd, direct: Option<OwnedFd>) -> io::Result<Self> {
+        let st = rustix::fs::fstat(&buffered)?;
+        let file_type = rustix::fs::FileType::from_raw_mode(st.st_mode);
+        if file_type == rustix::fs::FileType::Directory {
+            return Err(io::Error::from_raw_os_error(libc::EISDIR));
+        }
+        if file_type != rustix::fs::FileType::RegularFile {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let size = u64::try_from(st.st_size).unwrap_or(0);
+        let dio = match &direct {
+            Some(fd) => statx_dio(fd)?,
+            None => statx_dio(&buffered)?,
+        };
+        let direct = direct
+            .filter(|_| usable_direct_alignment(&dio))
+            .map(|fd| DirectIo {
+                fd,
+                read_align: u64::from(dio.read_align()),
+                write_align: u64::from(dio.write_align()),
+            });
+        let mut lock_unit = page_size() as u64;
+        if let Some(d) = &direct {
+            lock_unit = lock_unit.max(d.read_align).max(d.write_align);
+        }
+        Ok(Self {
+            buffered,
+            direct,
+            dio,
+            lock_unit,
+            locks: RangeLocks::new(),
+            size: SizeTracker::new(size),
+            label: None,
+        })
+    }
+
+    /// Names the file in log lines (e.g. "export:/path" or a handle), in
+    /// place of the `/proc/self/fd` link.
+    pub fn with_label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
+        self
+    }
+
+    /// The direct-I/O alignment statx reported when the file was opened.
+    pub fn dio_align(&self) -> DioAlign {
+        self.dio
+    }
+
+    /// Whether the file is served with direct I/O in `direct` mode.
+    pub fn is_direct_capable(&self) -> bool {
+        self.direct.is_some()
+    }
+
+    /// The buffered descriptor (for metadata calls such as `fstat`).
+    pub fn buffered_fd(&self) -> BorrowedFd<'_> {
+        self.buffered.as_fd()
+    }
+
+    /// The file size as the data plane sees it: exact even while an
+    /// extending direct write has `i_size` rounded up to a block. GETATTR on
+    /// a file open here should report this size.
+    pub fn size(&self) -> io::Result<u64> {
+        self.size.visible_size(self.buffered.as_fd())
+    }
+
+    pub(crate) fn direct(&self) -> Option<&DirectIo> {
+        self.direct.as_ref()
+    }
+
+    /// The range-lock range that covers the I/O range `io`.
+    pub(crate) fn lock_range(&self, io: Range<u64>) -> Range<u64> {
+        if io.is_empty() {
+            return io.start..io.start;
+        }
+        round_down(io.start, self.lock_unit)..round_up(io.end, self.lock_unit)
+    }
+
+    /// A name for log lines.
+    pub fn label(&self) -> String {
+        if let Some(label) = &self.label {
+            return label.clone();
+        }
+        let fd = self.buffered.as_raw_fd();
+        match std::fs::read_link(format!("/proc/self/fd/{fd}")) {
+            Ok(path) => path.display().to_string(),
+            Err(_) => format!("fd {fd}"),
+        }
+    }
+}

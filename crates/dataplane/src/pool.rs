@@ -1,0 +1,228 @@
+//! A bounded pool of aligned data buffers: the server's memory bound and
+//! backpressure.
+//!
+//! Every READ and WRITE holds one buffer from the moment its payload is
+//! about to be received (WRITE) or read (READ) until its reply is sent. When
+//! all buffers are out, [`BufferPool::get`] waits, so a connection stops
+//! reading new requests instead of allocating: memory never grows because
+//! clients are fast.
+
+use std::future::Future;
+use std::ops::{Deref, DerefMut};
+use std::pin::pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+
+use dionfs_sys::buf::AlignedBuf;
+use parking_lot::Mutex;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::counters::Counters;
+
+/// Alignment of every pool buffer's first byte. Files whose
+/// `stx_dio_mem_align` is larger are served buffered.
+pub const BUF_ALIGN: usize = 4096;
+
+/// Largest direct-I/O offset alignment the data plane expands to. Files
+/// whose alignment is larger are served buffered.
+pub const MAX_DIO_ALIGN: usize = 64 << 10;
+
+/// Bytes a pool buffer has beyond `max_transfer`: one alignment unit for
+/// expanding the start of a request, one for its end, and one aligned
+/// scratch block that a read-modify-write reads its edge blocks into.
+pub const BUF_SLACK: usize = 3 * MAX_DIO_ALIGN;
+
+/// A bounded set of [`AlignedBuf`]s of one size.
+pub struct BufferPool {
+    permits: Arc<Semaphore>,
+    free: Arc<Mutex<Vec<AlignedBuf>>>,
+    buf_len: usize,
+    counters: Arc<Counters>,
+}
+
+impl BufferPool {
+    /// A pool of at most `count` buffers of `buf_len` bytes each, allocated
+    /// on first use. Waits are counted in `counters.pool_waits`.
+    pub fn new(buf_len: usize, count: usize, counters: Arc<Counters>) -> Self {
+        Self {
+            permits: Arc::new(Semaphore::new(count)),
+            free: Arc::new(Mutex::new(Vec::with_capacity(count))),
+            buf_len,
+            counters,
+        }
+    }
+
+    /// Size of each buffer in bytes.
+    pub fn buf_len(&self) -> usize {
+        self.buf_len
+    }
+
+    /// Number of buffers not handed out right now.
+    pub fn available(&self) -> usize {
+        self.permits.available_permits()
+    }
+
+    /// Takes a buffer, waiting while all are in use. The buffer keeps
+    /// whatever its previous user left in it.
+    pub async fn get(&self) -> std::io::Result<PooledBuf> {
+        let permit = match self.permits.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                self.counters.pool_waits.fetch_add(1, Ordering::Relaxed);
+                self.permits
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    // The semaphore is never closed.
+                    .map_err(|_| std::io::Error::other("buffer pool closed"))?
+            }
+        };
+        let reused = self.free.lock().pop();
+        let buf = match reused {
+            Some(buf) => buf,
+            None => AlignedBuf::new(self.buf_len, BUF_ALIGN)?,
+        };
+        Ok(PooledBuf {
+            buf: Some(buf),
+            free: self.free.clone(),
+            _permit: permit,
+        })
+    }
+
+    /// [`BufferPool::get`] for threads outside an async runtime (tests,
+    /// benchmarks, blocking tools). Never call it from async code: it blocks
+    /// the thread until a buffer is free.
+    pub fn get_blocking(&self) -> std::io::Result<PooledBuf> {
+        block_on(self.get())
+    }
+}
+
+/// A buffer on loan from a [`BufferPool`]; derefs to its bytes and goes
+/// back to the pool when dropped.
+pub struct PooledBuf {
+    /// Always `Some` until `drop` takes it.
+    buf: Option<AlignedBuf>,
+    free: Arc<Mutex<Vec<AlignedBuf>>>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Deref for PooledBuf {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        self.buf.as_deref().unwrap_or(&[])
+    }
+}
+
+impl DerefMut for PooledBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        self.buf.as_deref_mut().unwrap_or(&mut [])
+    }
+}
+
+impl Drop for PooledBuf {
+    fn drop(&mut self) {
+        if let Some(buf) = self.buf.take() {
+            // The buffer is back on the free list before the permit (dropped
+            // after this body) lets the next `get` look for it.
+            self.free.lock().push(buf);
+        }
+    }
+}
+
+impl std::fmt::Debug for PooledBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PooledBuf")
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+/// Runs a future to completion on the current thread, parking it while the
+/// future is pending. Enough for the pool's semaphore, which needs only a
+/// waker, not a runtime.
+fn block_on<F: Future>(future: F) -> F::Output {
+    struct ThreadWaker(std::thread::Thread);
+    impl Wake for ThreadWaker {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut future = pin!(future);
+    loop {
+        if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return out;
+        }
+        std::thread::park();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn pool(count: usize) -> (Arc<BufferPool>, Arc<Counters>) {
+        let counters = Arc::new(Counters::default());
+        (
+            Arc::new(BufferPool::new(8192, count, counters.clone())),
+            counters,
+        )
+    }
+
+    #[test]
+    fn buffers_are_aligned_and_reused() {
+        let (pool, _) = pool(2);
+        let mut a = pool.get_blocking().unwrap();
+        assert_eq!(a.len(), 8192);
+        assert_eq!(a.as_ptr() as usize % BUF_ALIGN, 0);
+        a[0] = 42;
+        let addr = a.as_ptr() as usize;
+        drop(a);
+        let b = pool.get_blocking().unwrap();
+        assert_eq!(b.as_ptr() as usize, addr);
+        assert_eq!(b[0], 42, "a reused buffer keeps its old bytes");
+    }
+
+    #[test]
+    fn empty_pool_waits_and_counts() {
+        let (pool, counters) = pool(1);
+        let held = pool.get_blocking().unwrap();
+        assert_eq!(pool.available(), 0);
+        let p2 = pool.clone();
+        let waiter = std::thread::spawn(move || p2.get_blocking().map(|b| b.len()));
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!waiter.is_finished());
+        drop(held);
+        assert_eq!(waiter.join().unwrap().unwrap(), 8192);
+        assert_eq!(counters.pool_waits.load(Ordering::Relaxed), 1);
+        assert_eq!(pool.available(), 1);
+    }
+
+    #[test]
+    fn never_more_than_count_buffers_out() {
+        let (pool, _) = pool(3);
+        let out = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let (pool, out) = (pool.clone(), out.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..50 {
+                        let _b = pool.get_blocking().unwrap();
+                        let now = out.fetch_add(1, Ordering::SeqCst) + 1;
+                        assert!(now <= 3);
+                        std::thread::yield_now();
+                        out.fetch_sub(1, Ordering::SeqCst);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert!(pool.free.lock().len() <= 3);
+    }
+}

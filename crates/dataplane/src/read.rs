@@ -1,0 +1,146 @@
+//! READ: `read_direct` (expanded to alignment, replied from the same
+//! buffer) and `read_cached` (buffered or `RWF_DONTCACHE`).
+
+use std::ops::Range;
+
+use dionfs_sys::io::{preadv2, RwFlags};
+
+use crate::align::{expand_to_alignment, read_reply, MAX_FILE_OFFSET};
+use crate::counters::Counters;
+use crate::file::{DataFile, DirectIo};
+use crate::plane::IoPath;
+use crate::pool::{PooledBuf, BUF_SLACK};
+use crate::range_lock::LockKind;
+use crate::{DataError, DataPlane, Mode};
+
+/// The result of a READ: the buffer the data was read into and the part of
+/// it that holds the requested bytes. The server sends [`ReadData::data`]
+/// straight from this buffer and drops it afterwards (returning the buffer
+/// to the pool).
+#[derive(Debug)]
+pub struct ReadData {
+    buf: PooledBuf,
+    range: Range<usize>,
+    eof: bool,
+}
+
+impl ReadData {
+    /// The bytes to send.
+    pub fn data(&self) -> &[u8] {
+        &self.buf[self.range.clone()]
+    }
+
+    /// Number of bytes to send (`count` in READ3resok).
+    pub fn len(&self) -> usize {
+        self.range.len()
+    }
+
+    /// Whether no bytes are sent.
+    pub fn is_empty(&self) -> bool {
+        self.range.is_empty()
+    }
+
+    /// Whether the read reached the end of the file (`eof` in READ3resok).
+    pub fn eof(&self) -> bool {
+        self.eof
+    }
+}
+
+impl AsRef<[u8]> for ReadData {
+    fn as_ref(&self) -> &[u8] {
+        self.data()
+    }
+}
+
+impl DataPlane {
+    /// Reads up to `count` bytes at `offset` into `buf` (from
+    /// [`DataPlane::read_buffer`]). Blocking: call it on a blocking thread.
+    /// Requests longer than `max_transfer` are answered short, as RFC 1813
+    /// allows.
+    pub fn read(
+        &self,
+        file: &DataFile,
+        mut buf: PooledBuf,
+        offset: u64,
+        count: u32,
+    ) -> Result<ReadData, DataError> {
+        // A buffer from another pool may be smaller than ours.
+        let count = (count as usize)
+            .min(self.config.max_transfer)
+            .min(buf.len().saturating_sub(BUF_SLACK));
+        if offset > MAX_FILE_OFFSET - (count + BUF_SLACK) as u64 {
+            // No Linux file reaches this far.
+            return Ok(ReadData {
+                buf,
+                range: 0..0,
+                eof: true,
+            });
+        }
+        let result = match self.read_path(file) {
+            IoPath::Direct(direct) => self
+                .read_direct(file, direct, &mut buf, offset, count)
+                .map(|reply| (reply, Mode::Direct)),
+            IoPath::Cached(mode) => self.read_cached(file, mode, &mut buf, offset, count),
+        };
+        match result {
+            Ok(((range, eof), mode)) => {
+                self.counters.count_read(mode, range.len());
+                Ok(ReadData { buf, range, eof })
+            }
+            Err(e) => {
+                Counters::bump(&self.counters.errors);
+                Err(e)
+            }
+        }
+    }
+
+    /// Direct read: expand `[offset, offset+count)` to the read alignment,
+    /// read the expanded range into the buffer under a shared range lock,
+    /// and reply with the requested sub-range of that same buffer.
+    fn read_direct(
+        &self,
+        file: &DataFile,
+        direct: &DirectIo,
+        buf: &mut [u8],
+        offset: u64,
+        count: usize,
+    ) -> Result<(Range<usize>, bool), DataError> {
+        let align = direct.read_align;
+        let io = expand_to_alignment(offset, count as u64, align);
+        if io != (offset..offset + count as u64) {
+            Counters::bump(&self.counters.expanded_reads);
+        }
+        // At most count + 2 * align <= max_transfer + BUF_SLACK bytes.
+        let io_len = (io.end - io.start) as usize;
+        let _lock = self.lock(file, io.clone(), LockKind::Shared);
+        let filled = if io_len == 0 {
+            0
+        } else {
+            self.direct_pread(file, direct, &mut buf[..io_len], io.start, align)?
+        };
+        let size = file.size.visible_size(file.buffered_fd())?;
+        Ok(read_reply(offset, count as u64, io.start, filled, size))
+    }
+
+    /// Buffered or `RWF_DONTCACHE` read of exactly the requested range.
+    fn read_cached(
+        &self,
+        file: &DataFile,
+        mode: Mode,
+        buf: &mut [u8],
+        offset: u64,
+        count: usize,
+    ) -> Result<((Range<usize>, bool), Mode), DataError> {
+        let io = offset..offset + count as u64;
+        let _lock = self.lock(file, io, LockKind::Shared);
+        let dst = &mut buf[..count];
+        let (filled, mode) = self.cached_io(
+            file,
+            mode,
+            |flags| preadv2(file.buffered_fd(), dst, offset, flags),
+            RwFlags::NONE,
+        )?;
+        let size = file.size.visible_size(file.buffered_fd())?;
+        Ok((read_reply(offset, count as u64, offset, filled, size), mode))
+    }
+}

@@ -1,0 +1,366 @@
+//! WRITE: `write_direct` (aligned: one direct write), `write_rmw`
+//! (misaligned: read the partial edge blocks around the payload, one direct
+//! write of the expanded range) and `write_cached` (buffered or
+//! `RWF_DONTCACHE`); then the durability the client asked for.
+
+use dionfs_sys::io::{pwritev2, RwFlags};
+
+use crate::align::{
+    expand_to_alignment, is_aligned, payload_offset, rmw_blocks, rmw_fill_ranges, round_up,
+    MAX_FILE_OFFSET,
+};
+use crate::counters::Counters;
+use crate::file::{DataFile, DirectIo};
+use crate::plane::IoPath;
+use crate::pool::{PooledBuf, BUF_ALIGN, BUF_SLACK};
+use crate::range_lock::LockKind;
+use crate::size::SizeClaim;
+use crate::{DataError, DataPlane, Mode};
+
+/// How durable a WRITE must be before it is answered (`stable_how`, RFC
+/// 1813 section 3.3.7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Stable {
+    /// May stay in volatile caches until COMMIT.
+    Unstable,
+    /// Data, and the metadata needed to read it, durable on reply.
+    DataSync,
+    /// Data and all metadata durable on reply.
+    FileSync,
+}
+
+/// A completed WRITE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteDone {
+    /// Payload bytes written (always the whole payload on success).
+    pub count: usize,
+    /// How durable the data now is (`committed` in WRITE3resok).
+    pub committed: Stable,
+}
+
+/// A pool buffer prepared for one WRITE: the payload goes at the position
+/// the file's direct-I/O alignment wants (`offset mod A`), so a misaligned
+/// payload needs no copy before the direct write. Get it from
+/// [`DataPlane::prepare_write`], fill [`WriteBuffer::payload_mut`] from the
+/// socket, pass it to [`DataPlane::write`].
+#[derive(Debug)]
+pub struct WriteBuffer {
+    buf: PooledBuf,
+    offset: u64,
+    /// Where the payload starts in `buf`.
+    at: usize,
+    len: usize,
+}
+
+impl WriteBuffer {
+    /// The slice to receive the payload into (exactly `len` bytes).
+    pub fn payload_mut(&mut self) -> &mut [u8] {
+        &mut self.buf[self.at..self.at + self.len]
+    }
+
+    /// The payload.
+    pub fn payload(&self) -> &[u8] {
+        &self.buf[self.at..self.at + self.len]
+    }
+
+    /// The file offset the payload is for.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Payload length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the payload is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Moves the payload to buffer position `at` (only needed if the buffer
+    /// was prepared for a file with another alignment).
+    fn move_payload_to(&mut self, at: usize) {
+        if at != self.at {
+            self.buf.copy_within(self.at..self.at + self.len, at);
+            self.at = at;
+        }
+    }
+}
+
+impl DataPlane {
+    /// Takes a pool buffer for a WRITE of `len` bytes at `offset` to `file`
+    /// (waiting while the pool is empty: backpressure) and places the
+    /// payload slot where the write path wants it.
+    pub async fn prepare_write(
+        &self,
+        file: &DataFile,
+        offset: u64,
+        len: usize,
+    ) -> Result<WriteBuffer, DataError> {
+        self.check_write_args(offset, len)?;
+        let buf = self.pool().get().await?;
+        self.write_buffer(file, buf, offset, len)
+    }
+
+    /// [`DataPlane::prepare_write`] with a buffer the caller already took
+    /// from this plane's pool (e.g. with `pool().get_blocking()` in tools
+    /// and tests).
+    pub fn write_buffer(
+        &self,
+        file: &DataFile,
+        buf: PooledBuf,
+        offset: u64,
+        len: usize,
+    ) -> Result<WriteBuffer, DataError> {
+        self.check_write_args(offset, len)?;
+        if buf.len() < len + BUF_SLACK {
+            return Err(DataError::TooLarge {
+                len,
+                max: buf.len().saturating_sub(BUF_SLACK),
+            });
+        }
+        let at = self.payload_position(file, offset);
+        Ok(WriteBuffer {
+            buf,
+            offset,
+            at,
+            len,
+        })
+    }
+
+    fn check_write_args(&self, offset: u64, len: usize) -> Result<(), DataError> {
+        if len > self.config.max_transfer {
+            return Err(DataError::TooLarge {
+                len,
+                max: self.config.max_transfer,
+            });
+        }
+        if offset > MAX_FILE_OFFSET - (len + BUF_SLACK) as u64 {
+            return Err(DataError::FileTooBig);
+        }
+        Ok(())
+    }
+
+    /// Where a WRITE payload for `offset` goes in its buffer: `offset mod A`
+    /// on the direct path, 0 otherwise.
+    pub fn payload_position(&self, file: &DataFile, offset: u64) -> usize {
+        match self.planned_write_path(file) {
+            IoPath::Direct(direct) => payload_offset(offset, direct.write_align),
+            IoPath::Cached(_) => 0,
+        }
+    }
+
+    /// Writes the payload of `buf` and makes it as durable as `stable`
+    /// asks. Blocking: call it on a blocking thread. On any failure the
+    /// write verifier generation moves on (see
+    /// [`DataPlane::write_verifier_generation`]).
+    pub fn write(
+        &self,
+        file: &DataFile,
+        mut buf: WriteBuffer,
+        stable: Stable,
+    ) -> Result<WriteDone, DataError> {
+        match self.write_payload(file, &mut buf, stable) {
+            Ok(mode) => {
+                self.counters.count_write(mode, buf.len);
+                Ok(WriteDone {
+                    count: buf.len,
+                    committed: stable,
+                })
+            }
+            Err(e) => {
+                self.note_write_failure();
+                tracing::warn!(
+                    file = %file.label(), offset = buf.offset, len = buf.len, error = %e,
+                    "WRITE failed"
+                );
+                Err(e)
+            }
+        }
+    }
+
+    /// Chooses the write path, writes, syncs. Returns the mode used.
+    fn write_payload(
+        &self,
+        file: &DataFile,
+        buf: &mut WriteBuffer,
+        stable: Stable,
+    ) -> Result<Mode, DataError> {
+        if buf.is_empty() {
+            self.sync(file, stable)?;
+            return Ok(Mode::Buffered);
+        }
+        match self.write_path(file) {
+            IoPath::Direct(direct) => {
+                let align = direct.write_align;
+                buf.move_payload_to(payload_offset(buf.offset, align));
+                if is_aligned(buf.offset, buf.len as u64, align) {
+                    self.write_direct(file, direct, buf)?;
+                } else {
+                    self.write_rmw(file, direct, buf)?;
+                }
+                // Direct I/O is not durable by itself: the device may cache.
+                self.sync(file, stable)?;
+                Ok(Mode::Direct)
+            }
+            IoPath::Cached(mode) => {
+                buf.move_payload_to(0);
+                let (mode, trimmed) = self.write_cached(file, mode, buf, stable)?;
+                if trimmed {
+                    // The size fix-up ran after the RWF_*SYNC write.
+                    self.sync(file, stable)?;
+                }
+                Ok(mode)
+            }
+        }
+    }
+
+    /// Aligned direct write: the payload is already a whole number of
+    /// blocks at an aligned offset; one `pwritev2` on the `O_DIRECT` fd.
+    fn write_direct(
+        &self,
+        file: &DataFile,
+        direct: &DirectIo,
+        buf: &WriteBuffer,
+    ) -> Result<bool, DataError> {
+        let io = buf.offset..buf.offset + buf.len as u64;
+        let _lock = self.lock(file, io.clone(), LockKind::Exclusive);
+        let claim = file.size.begin_write(file.buffered_fd(), io.end, io.end)?;
+        let written = self.direct_pwrite(
+            file,
+            direct,
+            &buf.buf[..buf.len],
+            io.start,
+            direct.write_align,
+        );
+        self.finish_write(claim, written, buf.len)
+    }
+
+    /// Misaligned direct write: under an exclusive lock on the blocks it
+    /// touches, read the partial head and tail blocks (direct) around the
+    /// payload, then write the whole expanded range in one direct write.
+    /// Blocks the payload does not touch are neither read nor written, so
+    /// holes stay holes.
+    fn write_rmw(
+        &self,
+        file: &DataFile,
+        direct: &DirectIo,
+        buf: &mut WriteBuffer,
+    ) -> Result<bool, DataError> {
+        let align = direct.write_align;
+        let io = expand_to_alignment(buf.offset, buf.len as u64, align);
+        let io_len = (io.end - io.start) as usize;
+        Counters::bump(&self.counters.read_modify_writes);
+        let _lock = self.lock(file, io.clone(), LockKind::Exclusive);
+        let claim =
+            file.size
+                .begin_write(file.buffered_fd(), io.end, buf.offset + buf.len as u64)?;
+        let written = self
+            .fill_rmw_blocks(file, direct, buf, io.start)
+            .and_then(|()| self.direct_pwrite(file, direct, &buf.buf[..io_len], io.start, align));
+        self.finish_write(claim, written, io_len)
+    }
+
+    /// Fills the bytes of the partial edge blocks that the payload does not
+    /// cover with the blocks' current contents. A block read short is past
+    /// end of file: the rest of it is zeros (what the file reads as there).
+    fn fill_rmw_blocks(
+        &self,
+        file: &DataFile,
+        direct: &DirectIo,
+        buf: &mut WriteBuffer,
+        io_start: u64,
+    ) -> Result<(), DataError> {
+        let align = direct.write_align;
+        let block_len = align as usize;
+        let (at, len) = (buf.at, buf.len);
+        // The expanded range is buf[..io_len]; the scratch block for the
+        // edge reads follows it, aligned for direct I/O. Both fit in
+        // max_transfer + BUF_SLACK (see `BUF_SLACK`).
+        let io_len = round_up((at + len) as u64, align) as usize;
+        let scratch_at = round_up(io_len as u64, align.max(BUF_ALIGN as u64)) as usize;
+        let (io_buf, rest) = buf.buf.split_at_mut(scratch_at);
+        let scratch = &mut rest[..block_len];
+        for block in rmw_blocks(buf.offset, len as u64, align).iter() {
+            let n = self.direct_pread(file, direct, scratch, block, align)?;
+            scratch[n..].fill(0);
+            let block_at = (block - io_start) as usize;
+            for range in rmw_fill_ranges(block_at, block_len, at, len) {
+                let from = range.start - block_at..range.end - block_at;
+                io_buf[range].copy_from_slice(&scratch[from]);
+            }
+        }
+        Ok(())
+    }
+
+    /// Buffered or `RWF_DONTCACHE` write of exactly the payload, with
+    /// `RWF_DSYNC`/`RWF_SYNC` for stable writes. Returns the mode used and
+    /// whether a size fix-up ran.
+    fn write_cached(
+        &self,
+        file: &DataFile,
+        mode: Mode,
+        buf: &WriteBuffer,
+        stable: Stable,
+    ) -> Result<(Mode, bool), DataError> {
+        let io = buf.offset..buf.offset + buf.len as u64;
+        let sync_flags = match stable {
+            Stable::Unstable => RwFlags::NONE,
+            Stable::DataSync => RwFlags::DSYNC,
+            Stable::FileSync => RwFlags::SYNC,
+        };
+        let _lock = self.lock(file, io.clone(), LockKind::Exclusive);
+        let claim = file.size.begin_write(file.buffered_fd(), io.end, io.end)?;
+        let payload = buf.payload();
+        let result = self.cached_io(
+            file,
+            mode,
+            |flags| pwritev2(file.buffered_fd(), payload, io.start, flags),
+            sync_flags,
+        );
+        let (written, mode) = match result {
+            Ok((n, mode)) => (Ok(n), mode),
+            Err(e) => (Err(e), mode),
+        };
+        Ok((mode, self.finish_write(claim, written, buf.len)?))
+    }
+
+    /// Ends a write's size claim and turns the I/O result into the
+    /// request's result. Returns whether the size was trimmed.
+    fn finish_write(
+        &self,
+        claim: SizeClaim<'_>,
+        written: Result<usize, DataError>,
+        expected: usize,
+    ) -> Result<bool, DataError> {
+        let complete = matches!(written, Ok(n) if n == expected);
+        let trimmed = claim.finish(complete);
+        match written? {
+            n if n < expected => {
+                Counters::bump(&self.counters.short_writes);
+                return Err(DataError::ShortWrite {
+                    written: n,
+                    expected,
+                });
+            }
+            _ => {}
+        }
+        let trimmed = trimmed?;
+        if trimmed {
+            Counters::bump(&self.counters.size_fixups);
+        }
+        Ok(trimmed)
+    }
+
+    /// Makes the file's data (`DataSync`) or data and metadata
+    /// (`FileSync`) durable.
+    fn sync(&self, file: &DataFile, stable: Stable) -> Result<(), DataError> {
+        match stable {
+            Stable::Unstable => {}
+            Stable::DataSync => rustix::fs::fdatasync(file.buffered_fd())?,
+            Stable::FileSync => rustix::fs::fsync(file.buffered_fd())?,
+        }
+        Ok(())
+    }
+}
