@@ -68,9 +68,15 @@ impl DataFile {
         }
         let size = u64::try_from(st.st_size).unwrap_or(0);
         let dio = match &direct {
-            Some(fd) => statx_dio(fd)?,
-            None => statx_dio(&buffered)?,
-        };
+            Some(fd) => statx_dio(fd),
+            None => statx_dio(&buffered),
+        }
+        .unwrap_or_else(|e| {
+            // Kernels or filesystems without statx: no known alignment,
+            // so no direct I/O for this file.
+            tracing::debug!(error = %e, "statx for direct-I/O alignment failed");
+            DioAlign::default()
+        });
         let direct = direct
             .filter(|_| usable_direct_alignment(&dio))
             .map(|fd| DirectIo {

@@ -287,3 +287,154 @@ impl DataPlane {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Stable;
+    use std::fs::OpenOptions;
+    use std::os::unix::fs::OpenOptionsExt;
+
+    fn plane(read_mode: Mode, write_mode: Mode) -> DataPlane {
+        DataPlane::new(DataConfig {
+            read_mode,
+            write_mode,
+            max_transfer: 64 << 10,
+            max_in_flight: 4,
+        })
+        .unwrap()
+    }
+
+    /// A temp file in `dir` with a buffered and (if the filesystem allows)
+    /// an O_DIRECT descriptor.
+    fn temp_data_file(dir: &std::path::Path) -> (tempfile::NamedTempFile, DataFile) {
+        let tmp = tempfile::NamedTempFile::new_in(dir).unwrap();
+        let buffered = tmp.reopen().unwrap();
+        let direct = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(tmp.path())
+            .ok();
+        let file = DataFile::new(buffered.into(), direct.map(Into::into)).unwrap();
+        (tmp, file)
+    }
+
+    fn write(
+        plane: &DataPlane,
+        file: &DataFile,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), DataError> {
+        let buf = plane.pool().get_blocking()?;
+        let mut wb = plane.write_buffer(file, buf, offset, data.len())?;
+        wb.payload_mut().copy_from_slice(data);
+        plane.write(file, wb, Stable::Unstable).map(|_| ())
+    }
+
+    #[test]
+    fn file_without_direct_fd_is_served_buffered_and_counted() {
+        let tmp = tempfile::NamedTempFile::new().unwrap();
+        let file = DataFile::new(tmp.reopen().unwrap().into(), None).unwrap();
+        assert!(!file.is_direct_capable());
+        let plane = plane(Mode::Direct, Mode::Direct);
+        assert_eq!(plane.payload_position(&file, 1234), 0);
+        write(&plane, &file, 1234, b"hello").unwrap();
+        let r = plane
+            .read(&file, plane.pool().get_blocking().unwrap(), 1234, 100)
+            .unwrap();
+        assert_eq!(r.data(), b"hello");
+        assert!(r.eof());
+        let c = plane.snapshot();
+        assert_eq!(c.no_direct_fallbacks, 2);
+        assert_eq!(c.write.buffered.ops, 1);
+        assert_eq!(c.read.buffered.ops, 1);
+    }
+
+    #[test]
+    fn einval_from_direct_io_is_reported_not_retried() {
+        let (_tmp, file) = temp_data_file(&std::env::temp_dir());
+        let Some(direct) = file.direct() else {
+            println!("skipped: temp dir has no direct I/O");
+            return;
+        };
+        let plane = plane(Mode::Direct, Mode::Direct);
+        // Offset 1 is never a valid direct-I/O offset.
+        let buf = plane.pool().get_blocking().unwrap();
+        let err = plane
+            .direct_pwrite(&file, direct, &buf[..4096], 1, direct.write_align)
+            .unwrap_err();
+        assert!(matches!(
+            err,
+            DataError::DirectRejected {
+                op: "write",
+                offset: 1,
+                ..
+            }
+        ));
+        assert_eq!(err.errno(), libc::EIO);
+        assert_eq!(plane.snapshot().direct_einval, 1);
+    }
+
+    #[test]
+    fn failed_write_moves_the_verifier() {
+        let tmp = tempfile::NamedTempFile::new().unwrap();
+        let read_only = std::fs::File::open(tmp.path()).unwrap();
+        let file = DataFile::new(read_only.into(), None).unwrap();
+        let plane = plane(Mode::Buffered, Mode::Buffered);
+        let before = plane.write_verifier_generation();
+        let err = write(&plane, &file, 0, b"x").unwrap_err();
+        assert_eq!(err.errno(), libc::EBADF);
+        assert_eq!(plane.write_verifier_generation(), before + 1);
+        assert_eq!(plane.snapshot().errors, 1);
+    }
+
+    #[test]
+    fn dontcache_refusal_falls_back_once() {
+        let shm = std::path::Path::new("/dev/shm");
+        if !shm.is_dir() {
+            println!("skipped: no /dev/shm");
+            return;
+        }
+        let (_tmp, file) = temp_data_file(shm);
+        let probe = dionfs_sys::io::pwritev2(file.buffered_fd(), b"x", 0, RwFlags::DONTCACHE);
+        if probe.is_ok() {
+            println!("skipped: tmpfs accepts RWF_DONTCACHE here");
+            return;
+        }
+        let plane = plane(Mode::DontCache, Mode::DontCache);
+        write(&plane, &file, 10, b"abc").unwrap();
+        write(&plane, &file, 13, b"def").unwrap();
+        let r = plane
+            .read(&file, plane.pool().get_blocking().unwrap(), 10, 6)
+            .unwrap();
+        assert_eq!(r.data(), b"abcdef");
+        let c = plane.snapshot();
+        assert_eq!(c.dontcache_fallbacks, 1, "only the first refusal is tried");
+        assert_eq!(c.write.buffered.ops, 2);
+        assert_eq!(c.read.buffered.ops, 1);
+        assert_eq!(c.write.dontcache.ops, 0);
+    }
+
+    #[test]
+    fn truncate_and_commit() {
+        let (_tmp, file) = temp_data_file(&std::env::temp_dir());
+        let plane = plane(Mode::Direct, Mode::Direct);
+        write(&plane, &file, 0, &[7u8; 10000]).unwrap();
+        plane.truncate(&file, 5001).unwrap();
+        assert_eq!(file.size().unwrap(), 5001);
+        plane.commit(&file, 0, 0).unwrap();
+        assert!(matches!(
+            plane.truncate(&file, u64::MAX),
+            Err(DataError::FileTooBig)
+        ));
+    }
+
+    #[test]
+    fn rejects_directories() {
+        let dir = tempfile::tempdir().unwrap();
+        let fd = std::fs::File::open(dir.path()).unwrap();
+        let err = DataFile::new(fd.into(), None).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EISDIR));
+    }
+}

@@ -51,6 +51,12 @@ impl LoopFs {
     /// Sets up the filesystem, or says why not ("skipped: ...") and returns
     /// `None` when not root or a tool is missing.
     pub fn new(kind: &'static str, size_mib: u64) -> Option<LoopFs> {
+        Self::with_sector_size(kind, size_mib, 4096)
+    }
+
+    /// [`LoopFs::new`] with another logical sector size (512 gives XFS
+    /// different read and write alignments).
+    pub fn with_sector_size(kind: &'static str, size_mib: u64, sector: u32) -> Option<LoopFs> {
         if !rustix::process::geteuid().is_root() {
             println!("skipped: {kind} loop-device tests need root");
             return None;
@@ -76,20 +82,26 @@ impl LoopFs {
         };
         // Every step leaves `fs` describing what exists, so a failure (or
         // panic) here still cleans up through Drop.
-        if let Err(e) = fs.setup(&mkfs, size_mib) {
+        if let Err(e) = fs.setup(&mkfs, size_mib, sector) {
             panic!("setting up {kind} on a loop device failed: {e}");
         }
         Some(fs)
     }
 
-    fn setup(&mut self, mkfs: &str, size_mib: u64) -> Result<(), String> {
+    fn setup(&mut self, mkfs: &str, size_mib: u64, sector: u32) -> Result<(), String> {
         let image = std::fs::File::create(&self.image).map_err(|e| e.to_string())?;
         image.set_len(size_mib << 20).map_err(|e| e.to_string())?;
         drop(image);
         let image_path = self.image.to_string_lossy().to_string();
         let dev = run(
             "losetup",
-            &["--find", "--show", "--sector-size", "4096", &image_path],
+            &[
+                "--find",
+                "--show",
+                "--sector-size",
+                &sector.to_string(),
+                &image_path,
+            ],
         )?;
         self.dev = Some(dev.clone());
         let force = match self.kind {
