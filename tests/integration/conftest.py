@@ -12,6 +12,8 @@ ro_server / all_squash_server / no_root_squash_server   the variants.
 client   nfs-rs Client on `server` as uid/gid 1000 (AUTH_SYS).
 root_client   the same as uid/gid 0 (squashed unless --no-root-squash).
 nfsproc  tests/tools/nfsproc built once per session, bound to `server`.
+iorhard  tests/tools/iorhard (concurrent libnfs clients, one connection
+         each) built once per session, bound to `server`.
 
 DIONFS_TEST_BACKEND=ganesha runs the same tests against NFS-Ganesha (see
 tests/lib/ganesha-pytest.sh); tests marked dionfs_only are skipped then.
@@ -29,7 +31,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 
 from loopfs import LoopFs  # noqa: E402
-from nfstools import NfsProc, build_nfsproc  # noqa: E402
+from nfstools import IorHard, NfsProc, build_iorhard, build_nfsproc  # noqa: E402
 from servers import backend, make_server  # noqa: E402
 
 FS_TYPES = ("xfs", "ext4", "btrfs")
@@ -145,3 +147,13 @@ def nfsproc_bin(tmp_path_factory) -> str:
 @pytest.fixture
 def nfsproc(nfsproc_bin, server) -> NfsProc:
     return NfsProc(nfsproc_bin, server)
+
+
+@pytest.fixture(scope="session")
+def iorhard_bin(tmp_path_factory) -> str:
+    return build_iorhard(str(tmp_path_factory.mktemp("iorhard")))
+
+
+@pytest.fixture
+def iorhard(iorhard_bin, server) -> IorHard:
+    return IorHard(iorhard_bin, server)

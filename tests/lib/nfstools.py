@@ -9,6 +9,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 NFSPROC_SRC = REPO / "tests" / "tools" / "nfsproc.c"
+IORHARD_SRC = REPO / "tests" / "tools" / "iorhard.c"
 
 
 def sha256_file(path: str) -> str:
@@ -74,6 +75,65 @@ def build_nfsproc(outdir: str) -> str:
     if r.returncode != 0:
         raise RuntimeError(f"building nfsproc failed:\n{r.stderr}")
     return out
+
+
+def build_iorhard(outdir: str) -> str:
+    out = os.path.join(outdir, "iorhard")
+    r = subprocess.run(["cc", "-O2", "-Wall", "-Werror", "-o", out, str(IORHARD_SRC), "-lnfs"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"building iorhard failed:\n{r.stderr}")
+    return out
+
+
+class IorHard:
+    """Runs tests/tools/iorhard (concurrent libnfs clients) against a server."""
+
+    def __init__(self, binary: str, server):
+        self.binary = binary
+        self.server = server
+
+    def _argv(self, opts: dict, uid: int = 1000, gid: int = 1000) -> list[str]:
+        s = self.server
+        argv = [self.binary, "-u", str(uid), "-g", str(gid), "-p", str(s.nfs_port),
+                "-m", str(s.mount_port)]
+        for k, v in opts.items():
+            argv += [f"-{k}", str(v)]
+        return argv + [s.host, s.export]
+
+    def run(self, cmd: str, *args, timeout: float = 300, check: bool = True,
+            **opts) -> "Result":
+        """`iorhard [-OPT VAL for opts] SERVER EXPORT CMD ARGS`; asserts result=ok."""
+        argv = self._argv(opts) + [cmd] + [str(a) for a in args]
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        res = Result(argv, r.returncode, r.stdout, r.stderr)
+        if check and (r.returncode != 0 or "result=ok" not in r.stdout.splitlines()):
+            raise AssertionError(f"iorhard failed: {res}")
+        return res
+
+    def pattern(self, clients: int, records: int, recsize: int, seed: int = 1) -> bytes:
+        r = subprocess.run([self.binary, "-s", str(seed), "pattern", str(clients), str(records),
+                            str(recsize)], capture_output=True, timeout=120, check=True)
+        return r.stdout
+
+    def readraw(self, path: str, ranges: list[tuple[int, int]]) -> list[dict]:
+        """One READ per (offset, count): [{status, count, eof, data}] in order."""
+        argv = self._argv({}) + ["readraw", path]
+        for off, n in ranges:
+            argv += [str(off), str(n)]
+        r = subprocess.run(argv, capture_output=True, timeout=120)
+        if r.returncode != 0:
+            raise AssertionError(f"iorhard readraw failed ({r.returncode}): "
+                                 f"{r.stderr.decode(errors='replace')}")
+        out, pos = [], 0
+        for line in r.stderr.decode().splitlines():
+            kv = dict(f.split("=", 1) for f in line.split())
+            n = int(kv["data_len"])
+            out.append({"status": kv["status"], "count": int(kv["count"]),
+                        "eof": int(kv["eof"]), "data": r.stdout[pos:pos + n]})
+            pos += n
+        assert len(out) == len(ranges) and pos == len(r.stdout), r.stderr
+        return out
 
 
 class NfsProc:
