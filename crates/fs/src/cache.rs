@@ -125,6 +125,13 @@ impl OpenFileCache {
 }
 
 impl ExportFs {
+    /// The open file for `fh` if the cache holds one, without opening
+    /// anything: attribute replies use it for the data plane's exact size.
+    pub fn cached_file(&self, fh: &[u8]) -> Option<Arc<OpenFile>> {
+        let kernel = crate::handle::decode(&self.key, self.export_id, fh).ok()?;
+        self.cache.get(self.export_id, &kernel)
+    }
+
     /// The open file for READ/WRITE/COMMIT on the regular file `fh`, from
     /// the cache or opened now (by handle, as root: `O_RDWR`, or `O_RDONLY`
     /// where writing is refused, e.g. on a read-only filesystem; plus an

@@ -8,12 +8,15 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dionfs_dataplane::{OpsBytes, PerMode};
+use dionfs_dataplane::{CounterSnapshot, OpsBytes, PerMode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tracing::{info, warn};
 
 use crate::server::Server;
+
+/// Reads one counter out of a snapshot.
+type Field = fn(&CounterSnapshot) -> u64;
 
 /// Renders every export's data-plane counters.
 pub fn render(server: &Server) -> String {
@@ -33,28 +36,27 @@ pub fn render(server: &Server) -> String {
         .iter()
         .map(|x| (x.config.path.display().to_string(), x.data.snapshot()))
         .collect();
-    let per_mode = |dir: &'static str,
-                    pick: fn(&dionfs_dataplane::CounterSnapshot) -> PerMode,
-                    field: fn(OpsBytes) -> u64| {
-        snaps
-            .iter()
-            .flat_map(move |(path, s)| {
-                let p = pick(s);
-                [
-                    ("buffered", p.buffered),
-                    ("dontcache", p.dontcache),
-                    ("direct", p.direct),
-                ]
-                .into_iter()
-                .map(move |(mode, ob)| {
-                    (
-                        format!("export=\"{path}\",direction=\"{dir}\",mode=\"{mode}\""),
-                        field(ob),
-                    )
+    let per_mode =
+        |dir: &'static str, pick: fn(&CounterSnapshot) -> PerMode, field: fn(OpsBytes) -> u64| {
+            snaps
+                .iter()
+                .flat_map(move |(path, s)| {
+                    let p = pick(s);
+                    [
+                        ("buffered", p.buffered),
+                        ("dontcache", p.dontcache),
+                        ("direct", p.direct),
+                    ]
+                    .into_iter()
+                    .map(move |(mode, ob)| {
+                        (
+                            format!("export=\"{path}\",direction=\"{dir}\",mode=\"{mode}\""),
+                            field(ob),
+                        )
+                    })
                 })
-            })
-            .collect::<Vec<_>>()
-    };
+                .collect::<Vec<_>>()
+        };
     let mut ops = per_mode("read", |s| s.read, |o| o.ops);
     ops.extend(per_mode("write", |s| s.write, |o| o.ops));
     metric(
@@ -71,7 +73,7 @@ pub fn render(server: &Server) -> String {
         "counter",
         &mut bytes.into_iter(),
     );
-    let simple: [(&str, &str, fn(&dionfs_dataplane::CounterSnapshot) -> u64); 10] = [
+    let simple: [(&str, &str, Field); 10] = [
         (
             "expanded_reads_total",
             "Direct READs widened to the read alignment.",

@@ -362,7 +362,7 @@ impl Config {
 
 /// Checks a max transfer size: a multiple of 4 KiB within 4 KiB..=4 MiB.
 pub fn check_max_transfer(v: u32) -> Result<u32, String> {
-    if !(MIN_TRANSFER..=MAX_TRANSFER).contains(&v) || v % 4096 != 0 {
+    if !(MIN_TRANSFER..=MAX_TRANSFER).contains(&v) || !v.is_multiple_of(4096) {
         return Err(format!(
             "max_transfer: {v} must be a multiple of 4096 between {MIN_TRANSFER} and {MAX_TRANSFER}"
         ));

@@ -1,7 +1,7 @@
 //! GETATTR, SETATTR, ACCESS, READLINK, FSSTAT, FSINFO, PATHCONF
 //! (RFC 1813 sections 3.3.1-3.3.5, 3.3.18-3.3.20).
 
-use dionfs_fs::{access3, Attr, FileKind, Node};
+use dionfs_fs::{access3, Attr, FileKind, FsError, Node};
 use dionfs_proto::nfs3::*;
 use dionfs_proto::Void;
 
@@ -10,15 +10,32 @@ use super::status::{from_data, from_fs};
 use super::Ctx;
 use crate::server::Export;
 
+/// A file's attributes as clients must see them.
+///
+/// A regular file open in the data plane reports the data plane's size:
+/// while extending direct writes are in flight the kernel's size can be
+/// rounded up to a block, and a client must never see that.
+fn attributes(export: &Export, node: &Node) -> Result<Attr, FsError> {
+    let mut attr = export.fs.getattr(node)?;
+    if attr.kind == FileKind::Regular {
+        if let Some(file) = export.fs.cached_file(node.fh()) {
+            if let Ok(size) = file.data().size() {
+                attr.size = size;
+            }
+        }
+    }
+    Ok(attr)
+}
+
 /// Attributes for a reply; failing to get them is not the call's failure.
 pub(super) fn attr_of(export: &Export, node: &Node) -> Option<Attr> {
-    export.fs.getattr(node).ok()
+    attributes(export, node).ok()
 }
 
 pub fn getattr(ctx: &Ctx, a: GetattrArgs) -> GetattrRes {
     let attr = ctx
         .resolve(&a.object)
-        .and_then(|(x, node)| x.fs.getattr(&node).map_err(from_fs));
+        .and_then(|(x, node)| attributes(x, &node).map_err(from_fs));
     match attr {
         Ok(attr) => NfsRes::Ok(GetattrResOk {
             obj_attributes: fattr3(&attr),
