@@ -1,32 +1,38 @@
 #!/bin/bash
 # Real Linux NFS client test: boots the realclient guest (Debian 6.1 kernel
-# NFSv3 client), mounts dionfs through its portmapper, runs workload.sh in it.
+# NFSv3 client), mounts dionfs through its portmapper, runs workload.sh and
+# then concurrency.sh in it (one boot).
 #
-#   tests/realclient/run.sh [--timeout SECS] [--keep-out]     (root)
+#   tests/realclient/run.sh [--timeout SECS] [--keep-out] [--only workload|concurrency]   (root)
 #
 # 1. XFS on a 4096-byte-sector loop device; export = <mnt>/export (mode 1777:
 #    the guest's root is squashed to nobody by default).
 # 2. DIONFS_BIN serve <export> --listen 192.168.77.1 --allow 192.168.77.2
 #    inside the harness netns, default ports 2049/20048/111.
 # 3. guest-run.sh --nfs-port 0 --mount-port 0 (ports from the portmapper)
-#    --script tests/realclient/workload.sh
+#    --script <both scripts, each run by sh in the guest>; then
+#    conc_verify.py compares the shared files concurrency.sh wrote (server
+#    side, and as the guest read them back) with their model, byte for byte.
 # 4. stop the server, netns down, remove the loop fs — also on failure or
 #    interruption. Exit status 0 = pass.
 # Env: DIONFS_BIN (default <repo>/target/debug/dionfs), RC_DIR (default
-# <repo>/../shared/realclient), WORKLOAD_ENV (e.g. "BIG_MB=64 NDIR=500").
+# <repo>/../shared/realclient), WORKLOAD_ENV (e.g. "BIG_MB=64 NDIR=500"),
+# CONC_PROCS (6), CONC_RECORDS (32), CONC_FIO_JOBS (4), CONC_FIO_RECORDS (64).
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 RC=${RC_DIR:-$(cd "$REPO/../shared/realclient" 2>/dev/null && pwd)}
 BIN=${DIONFS_BIN:-$REPO/target/debug/dionfs}
 TIMEOUT=900
 KEEP_OUT=0
+PARTS="workload concurrency"
 SERVER_IP=192.168.77.1
 GUEST_IP=192.168.77.2
 while [ $# -gt 0 ]; do
     case "$1" in
         --timeout) TIMEOUT=$2; shift 2 ;;
         --keep-out) KEEP_OUT=1; shift ;;
-        *) echo "usage: $0 [--timeout SECS] [--keep-out]" >&2; exit 2 ;;
+        --only) PARTS=$2; shift 2 ;;
+        *) echo "usage: $0 [--timeout SECS] [--keep-out] [--only workload|concurrency]" >&2; exit 2 ;;
     esac
 done
 
@@ -94,12 +100,27 @@ for p in 2049 20048 111; do
     listening $p || { tail -30 "$WORK/server.log" >&2; die "server not listening on $SERVER_IP:$p after 30 s"; }
 done
 
-SCRIPT="$REPO/tests/realclient/workload.sh"
-if [ -n "${WORKLOAD_ENV:-}" ]; then
-    { echo "export $WORKLOAD_ENV"; cat "$SCRIPT"; } >"$WORK/workload.sh"
-    SCRIPT="$WORK/workload.sh"
-fi
-log "guest: mount $SERVER_IP:$EXPORT via portmapper, run workload.sh (timeout ${TIMEOUT}s)"
+CONC_PROCS=${CONC_PROCS:-6}
+CONC_RECORDS=${CONC_RECORDS:-32}
+CONC_FIO_JOBS=${CONC_FIO_JOBS:-4}
+CONC_FIO_RECORDS=${CONC_FIO_RECORDS:-64}
+# guest-run.sh takes one script: embed each part and run them in turn.
+SCRIPT="$WORK/guest-script.sh"
+{
+    echo '#!/bin/sh'
+    [ -n "${WORKLOAD_ENV:-}" ] && echo "export $WORKLOAD_ENV"
+    echo "export CONC_PROCS=$CONC_PROCS CONC_RECORDS=$CONC_RECORDS CONC_FIO_JOBS=$CONC_FIO_JOBS CONC_FIO_RECORDS=$CONC_FIO_RECORDS"
+    for part in $PARTS; do
+        [ -f "$REPO/tests/realclient/$part.sh" ] || die "no tests/realclient/$part.sh"
+        echo "cat >/tmp/$part.sh <<'__DIONFS_PART_EOF__'"
+        cat "$REPO/tests/realclient/$part.sh"
+        echo "__DIONFS_PART_EOF__"
+    done
+    for part in $PARTS; do
+        echo "sh /tmp/$part.sh || exit 1"
+    done
+} >"$SCRIPT"
+log "guest: mount $SERVER_IP:$EXPORT via portmapper, run: $PARTS (timeout ${TIMEOUT}s)"
 "$RC/guest-run.sh" --server "$SERVER_IP" --nfs-port 0 --mount-port 0 --export "$EXPORT" \
     --script "$SCRIPT" --timeout "$TIMEOUT" --out "$WORK/guest" --quiet
 GRC=$?
@@ -118,6 +139,15 @@ case $GRC in
     4) die "the guest failed to boot or crashed ($WORK/guest/console.log)" ;;
     124) die "timeout after ${TIMEOUT}s" ;;
     *) die "guest-run.sh exited with $GRC" ;;
+esac
+case " $PARTS " in *" concurrency "*)
+    log "verifying the shared files of concurrency.sh against their model"
+    python3 "$REPO/tests/realclient/conc_verify.py" "$EXPORT/conc" "$WORK/guest/out" \
+        "$CONC_PROCS" "$CONC_RECORDS" "$CONC_FIO_JOBS" "$CONC_FIO_RECORDS" >&2 || {
+        cp -r "$EXPORT/conc" "$WORK/conc-server" 2>/dev/null
+        die "shared-file concurrency: the data differs from the model (above; server files copied to $WORK/conc-server)"
+    }
+    rm -rf "$EXPORT/conc" ;;
 esac
 left=$(ls -A "$EXPORT")
 [ -z "$left" ] || die "export not empty after the workload's rm -rf: $left"
