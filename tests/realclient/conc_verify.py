@@ -3,7 +3,10 @@
 file and compare it byte for byte with (a) the server's file in the export and
 (b) what the guest read back over NFS (<guest out>/<phase>.readback).
 
-  conc_verify.py EXPORT_CONC_DIR GUEST_OUT_DIR PROCS RECORDS FIO_JOBS FIO_RECORDS
+  conc_verify.py EXPORT_CONC_DIR GUEST_OUT_DIR
+
+The phases come from GUEST_OUT_DIR/conc.manifest, one line each:
+NAME KIND(dd|fio) RECSIZE WRITERS RECORDS.
 
 Prints one line per check; on a mismatch names the records (writer, record
 number, offset, O_DIRECT or not) and the first differing bytes. Exit 0 = all
@@ -15,10 +18,7 @@ from __future__ import annotations
 import os
 import sys
 
-R = 47008
-
-
-def dd_model(procs: int, records: int) -> tuple[bytes, list[str]]:
+def dd_model(R: int, procs: int, records: int) -> tuple[bytes, list[str]]:
     out, who = [], []
     for i in range(records):
         for c in range(procs):
@@ -28,7 +28,7 @@ def dd_model(procs: int, records: int) -> tuple[bytes, list[str]]:
     return b"".join(out), who
 
 
-def fio_model(jobs: int, records: int) -> tuple[bytes, list[str]]:
+def fio_model(R: int, jobs: int, records: int) -> tuple[bytes, list[str]]:
     out, who = [], []
     for i in range(records):
         for c in range(jobs):
@@ -39,7 +39,7 @@ def fio_model(jobs: int, records: int) -> tuple[bytes, list[str]]:
     return b"".join(out), who
 
 
-def compare(what: str, got: bytes, want: bytes, who: list[str]) -> bool:
+def compare(what: str, got: bytes, want: bytes, who: list[str], R: int) -> bool:
     if got == want:
         print(f"ok   {what}: {len(got)} bytes equal to the model")
         return True
@@ -61,15 +61,26 @@ def compare(what: str, got: bytes, want: bytes, who: list[str]) -> bool:
 
 
 def main() -> int:
-    if len(sys.argv) != 7:
+    if len(sys.argv) != 3:
         print(__doc__, file=sys.stderr)
         return 2
     conc, out = sys.argv[1], sys.argv[2]
-    procs, records, jobs, frecords = map(int, sys.argv[3:])
+    try:
+        with open(os.path.join(out, "conc.manifest")) as f:
+            phases = [line.split() for line in f if line.strip()]
+    except OSError as e:
+        print(f"FAIL no manifest from the guest: {e}")
+        return 1
+    if not phases:
+        print("FAIL the guest's manifest lists no phase")
+        return 1
     good = True
-    for phase, (want, who) in (("dd", dd_model(procs, records)), ("fio", fio_model(jobs, frecords))):
-        for what, path in ((f"{phase}: server file", os.path.join(conc, f"{phase}.shared")),
-                           (f"{phase}: guest read-back", os.path.join(out, f"{phase}.readback"))):
+    for name, kind, rs, writers, records in phases:
+        R = int(rs)
+        model = dd_model if kind == "dd" else fio_model
+        want, who = model(R, int(writers), int(records))
+        for what, path in ((f"{name}: server file", os.path.join(conc, f"{name}.shared")),
+                           (f"{name}: guest read-back", os.path.join(out, f"{name}.readback"))):
             try:
                 with open(path, "rb") as f:
                     got = f.read()
@@ -77,7 +88,7 @@ def main() -> int:
                 print(f"FAIL {what}: {e}")
                 good = False
                 continue
-            good &= compare(what, got, want, who)
+            good &= compare(what, got, want, who, R)
     return 0 if good else 1
 
 

@@ -11,15 +11,17 @@
 #   2. fio: CONC_FIO_JOBS jobs (processes, all O_DIRECT; even: libaio
 #      iodepth=4, odd: psync) with rw=write:<skip>, CONC_FIO_RECORDS records
 #      each, into a file sized up front. Job c's records repeat
-#      "dionfs fio job <c>|". (No buffered fio jobs: fio opens files O_RDWR,
+#      "dionfs fio job <c>|".
+#   3. the same with 1536-byte records (CONC_1536_RECORDS each), so that
+#      adjacent writes of different processes race on the same 4 KiB blocks. (No buffered fio jobs: fio opens files O_RDWR,
 #      so the client reads a partially written page first and may then write
 #      the whole page back, stale neighbour bytes included - the client's own
 #      close-to-open semantics, not a server property. busybox dd opens
 #      O_WRONLY, so the buffered writers of phase 1 only send their own bytes.)
 # After each phase: sync, drop the guest's caches, check the size, and read
 # the whole file back with O_DIRECT into $OUT_DIR/<phase>.readback; the host
-# (tests/realclient/conc_verify.py) compares that and the server's file with
-# the model byte for byte. The guest checks what it can itself: exit codes,
+# (tests/realclient/conc_verify.py, reading $OUT_DIR/conc.manifest) compares
+# that and the server's file with the model byte for byte. The guest checks what it can itself: exit codes,
 # sizes, and from /proc/self/mountstats that the O_DIRECT writers' bytes
 # really went out as direct writes. Files stay in $NFS_MNT/conc for the host.
 set -u
@@ -27,10 +29,11 @@ MNT=${NFS_MNT:-/mnt/nfs}
 OUT=${OUT_DIR:-/tmp}
 D="$MNT/conc"
 R=47008
-NP=${CONC_PROCS:-6}
-NR=${CONC_RECORDS:-32}
-FJ=${CONC_FIO_JOBS:-4}
-FR=${CONC_FIO_RECORDS:-64}
+NP=${CONC_PROCS:-8}
+NR=${CONC_RECORDS:-48}
+FJ=${CONC_FIO_JOBS:-6}
+FR=${CONC_FIO_RECORDS:-128}
+F1536=${CONC_1536_RECORDS:-1024}
 START=$(date +%s)
 
 fail() { echo "FAIL: $*"; exit 1; }
@@ -46,9 +49,10 @@ readback() { # readback FILE NAME: the whole file, O_DIRECT, to $OUT/NAME.readba
     dd if="$1" of="$OUT/$2.readback" bs=1048576 iflag=direct 2>/dev/null || fail "O_DIRECT read of $1"
 }
 
-echo "== concurrency: $NP dd writers x $NR records, $FJ fio jobs x $FR records, ${R}-byte records"
+echo "== concurrency: $NP dd writers x $NR records, $FJ fio jobs x $FR records (${R} bytes), x $F1536 records (1536 bytes)"
 rm -rf "$D"
 mkdir "$D" || fail "mkdir $D"
+: >"$OUT/conc.manifest"   # one line per phase for the host: NAME KIND RECSIZE WRITERS RECORDS
 
 # ---------------------------------------------------------------- 1. dd writers, extending
 F="$D/dd.shared"
@@ -83,45 +87,52 @@ ndirect=$(( (NP + 1) / 2 ))
 size=$(stat -c %s "$F")
 [ "$size" = $((NP * NR * R)) ] || fail "dd.shared: size $size, expected $((NP * NR * R))"
 readback "$F" dd
+echo "dd dd $R $NP $NR" >>"$OUT/conc.manifest"
 ok "$NP processes ($ndirect O_DIRECT) x $NR interleaved ${R}-byte records, extending; size $size"
 
-# ---------------------------------------------------------------- 2. fio jobs, pre-sized file
-F="$D/fio.shared"
-total=$((FJ * FR * R))
-: >"$F" && truncate -s $total "$F" || fail "create $F"
-JOB=/tmp/conc.fio
-{
-    echo "[global]"
-    echo "filename=$F"
-    echo "bs=$R"
-    echo "rw=write:$((R * (FJ - 1)))"
-    echo "io_size=$((FR * R))"
-    echo "fallocate=none"
-    echo "create_on_open=0"
-    c=0
-    while [ $c -lt "$FJ" ]; do
-        echo "[c$c]"
-        echo "offset=$((c * R))"
-        echo "size=$((total - c * R))"
-        echo "buffer_pattern=\"dionfs fio job $c|\""
+# ---------------------------------------------------------------- 2./3. fio jobs, pre-sized file
+fio_phase() { # fio_phase NAME RECSIZE JOBS RECORDS
+    name=$1 rs=$2 nj=$3 nr=$4
+    F="$D/$name.shared"
+    total=$((nj * nr * rs))
+    : >"$F" && truncate -s $total "$F" || fail "create $F"
+    JOB=/tmp/$name.fio
+    {
+        echo "[global]"
+        echo "filename=$F"
+        echo "bs=$rs"
+        echo "rw=write:$((rs * (nj - 1)))"
+        echo "io_size=$((nr * rs))"
+        echo "fallocate=none"
         echo "direct=1"
-        if [ $((c % 2)) = 0 ]; then
-            echo "ioengine=libaio"
-            echo "iodepth=4"
-        else
-            echo "ioengine=psync"
-        fi
-        c=$((c + 1))
-    done
-} >"$JOB"
-d0=$(direct_written)
-fio --output=/tmp/conc.fio.out "$JOB" || { cat /tmp/conc.fio.out; fail "fio"; }
-drop
-d1=$(direct_written)
-[ $((d1 - d0)) = $total ] ||
-    fail "mountstats: $((d1 - d0)) bytes written with O_DIRECT by fio, expected $total"
-size=$(stat -c %s "$F")
-[ "$size" = $total ] || fail "fio.shared: size $size, expected $total"
-readback "$F" fio
-ok "fio: $FJ O_DIRECT jobs (libaio iodepth 4 / psync) x $FR interleaved ${R}-byte records"
+        c=0
+        while [ $c -lt "$nj" ]; do
+            echo "[c$c]"
+            echo "offset=$((c * rs))"
+            echo "size=$((total - c * rs))"
+            echo "buffer_pattern=\"dionfs fio job $c|\""
+            if [ $((c % 2)) = 0 ]; then
+                echo "ioengine=libaio"
+                echo "iodepth=4"
+            else
+                echo "ioengine=psync"
+            fi
+            c=$((c + 1))
+        done
+    } >"$JOB"
+    d0=$(direct_written)
+    fio --output="/tmp/$name.out" "$JOB" || { cat "/tmp/$name.out"; fail "fio ($name)"; }
+    drop
+    d1=$(direct_written)
+    [ $((d1 - d0)) = $total ] ||
+        fail "$name: mountstats: $((d1 - d0)) bytes written with O_DIRECT by fio, expected $total"
+    size=$(stat -c %s "$F")
+    [ "$size" = $total ] || fail "$name.shared: size $size, expected $total"
+    readback "$F" "$name"
+    echo "$name fio $rs $nj $nr" >>"$OUT/conc.manifest"
+    ok "$name: $nj O_DIRECT fio jobs (libaio iodepth 4 / psync) x $nr interleaved ${rs}-byte records"
+}
+fio_phase fio "$R" "$FJ" "$FR"
+# 1536-byte records: 2-3 writers' records share every 4 KiB block
+fio_phase fio1536 1536 "$FJ" "$F1536"
 echo "CONCURRENCY: DONE in $(( $(date +%s) - START ))s (host verifies the bytes)"

@@ -17,7 +17,8 @@
 #    interruption. Exit status 0 = pass.
 # Env: DIONFS_BIN (default <repo>/target/debug/dionfs), RC_DIR (default
 # <repo>/../shared/realclient), WORKLOAD_ENV (e.g. "BIG_MB=64 NDIR=500"),
-# CONC_PROCS (6), CONC_RECORDS (32), CONC_FIO_JOBS (4), CONC_FIO_RECORDS (64).
+# and for concurrency.sh CONC_PROCS, CONC_RECORDS, CONC_FIO_JOBS, CONC_FIO_RECORDS,
+# CONC_1536_RECORDS (defaults there).
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 RC=${RC_DIR:-$(cd "$REPO/../shared/realclient" 2>/dev/null && pwd)}
@@ -100,16 +101,15 @@ for p in 2049 20048 111; do
     listening $p || { tail -30 "$WORK/server.log" >&2; die "server not listening on $SERVER_IP:$p after 30 s"; }
 done
 
-CONC_PROCS=${CONC_PROCS:-6}
-CONC_RECORDS=${CONC_RECORDS:-32}
-CONC_FIO_JOBS=${CONC_FIO_JOBS:-4}
-CONC_FIO_RECORDS=${CONC_FIO_RECORDS:-64}
 # guest-run.sh takes one script: embed each part and run them in turn.
 SCRIPT="$WORK/guest-script.sh"
 {
     echo '#!/bin/sh'
     [ -n "${WORKLOAD_ENV:-}" ] && echo "export $WORKLOAD_ENV"
-    echo "export CONC_PROCS=$CONC_PROCS CONC_RECORDS=$CONC_RECORDS CONC_FIO_JOBS=$CONC_FIO_JOBS CONC_FIO_RECORDS=$CONC_FIO_RECORDS"
+    for v in CONC_PROCS CONC_RECORDS CONC_FIO_JOBS CONC_FIO_RECORDS CONC_1536_RECORDS; do
+        eval "val=\${$v:-}"
+        [ -n "$val" ] && echo "export $v=$val"
+    done
     for part in $PARTS; do
         [ -f "$REPO/tests/realclient/$part.sh" ] || die "no tests/realclient/$part.sh"
         echo "cat >/tmp/$part.sh <<'__DIONFS_PART_EOF__'"
@@ -142,8 +142,7 @@ case $GRC in
 esac
 case " $PARTS " in *" concurrency "*)
     log "verifying the shared files of concurrency.sh against their model"
-    python3 "$REPO/tests/realclient/conc_verify.py" "$EXPORT/conc" "$WORK/guest/out" \
-        "$CONC_PROCS" "$CONC_RECORDS" "$CONC_FIO_JOBS" "$CONC_FIO_RECORDS" >&2 || {
+    python3 "$REPO/tests/realclient/conc_verify.py" "$EXPORT/conc" "$WORK/guest/out" >&2 || {
         cp -r "$EXPORT/conc" "$WORK/conc-server" 2>/dev/null
         die "shared-file concurrency: the data differs from the model (above; server files copied to $WORK/conc-server)"
     }
