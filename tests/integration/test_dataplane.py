@@ -13,7 +13,8 @@ and the reverse), where one file sees both kinds of I/O.
   file; READ count/eof per RFC 1813; never-written blocks stay holes.
 - test_ior_hard_shared_file: 4 and 6 clients (separate connections, several
   WRITEs in flight each) writing 47008-byte records interleaved into one file,
-  then all reading everything back (tests/tools/iorhard).
+  then all reading everything back (tests/tools/iorhard); READs racing the
+  WRITEs must never return bytes that are neither 0 nor final.
 - test_adjacent_1536_byte_writes: 1536-byte records, so several clients'
   writes race on the same 4 KiB blocks.
 - test_extending_writes_race_truncate: rounds of 4 extending misaligned writes
@@ -351,6 +352,7 @@ def test_misaligned_against_model(server, client, iorhard, nfsproc, loopfs, mode
 def _ior(server, iorhard, name: str, clients: int, records: int, recsize: int, **opts) -> None:
     seed = opts.setdefault("s", 7)
     res = iorhard.run("ior", name, clients, records, recsize, **opts)
+    print(f"{name}: {' '.join(res.argv[1:])}\n{res.stdout}")
     want = iorhard.pattern(clients, records, recsize, seed)
     local = os.path.join(server.export, name)
     assert os.path.getsize(local) == len(want), f"{name}: size {os.path.getsize(local)} != {len(want)}"
@@ -360,15 +362,17 @@ def _ior(server, iorhard, name: str, clients: int, records: int, recsize: int, *
 @pytest.mark.parametrize("loopfs, mode", matrix(mixed=True), indirect=["loopfs"])
 def test_ior_hard_shared_file(server, iorhard, loopfs, mode):
     """Record i of client c at (i*clients + c) * 47008; every client on its own
-    connection with several WRITEs in flight (mixed UNSTABLE/DATA_SYNC/FILE_SYNC)."""
-    _ior(server, iorhard, "ior4", 4, 64, REC, q=4, o="up", s=11)
+    connection with several WRITEs in flight (mixed UNSTABLE/DATA_SYNC/FILE_SYNC);
+    in the first run 2 more connections READ random misaligned ranges while the
+    writers write (each byte must be 0 or its final value)."""
+    _ior(server, iorhard, "ior4", 4, 64, REC, q=4, o="up", s=11, r=2)
     _ior(server, iorhard, "ior6", 6, 40, REC, q=8, o="shuffle", s=12)
 
 
 @pytest.mark.parametrize("loopfs, mode", matrix(), indirect=["loopfs"])
 def test_adjacent_1536_byte_writes(server, iorhard, loopfs, mode):
     """1536-byte records: 2-3 clients' writes share every 4 KiB block."""
-    _ior(server, iorhard, "adj6", 6, 200, 1536, q=8, o="up", s=21)
+    _ior(server, iorhard, "adj6", 6, 200, 1536, q=8, o="up", s=21, r=2)
     # top-down: the first write sets the final size, the rest fill in below it
     _ior(server, iorhard, "adj4", 4, 256, 1536, q=8, o="down", s=22)
 
@@ -418,6 +422,7 @@ def test_extending_writes_race_truncate(server, loopfs, mode):
     files = [c.open("race", "r+b") for c in clients[:nw]]
     local = os.path.join(server.export, "race")
     model = b""
+    seen = []  # per round: how many writes came after the SETATTR in the matching order
     try:
         for r in range(rounds):
             size = len(model)
@@ -468,9 +473,11 @@ def test_extending_writes_race_truncate(server, loopfs, mode):
                     f"{what}: the file matches no serial order. size {len(got)} (serial orders "
                     f"give {sizes}); vs the closest (writes after SETATTR: {closest[0]}): "
                     f"{describe_mismatch(got, closest[1])}")
+            seen.append(sum(match[0][0]) if trunc is not None else "-")
             model = got
             st = clients[nw].stat("race").size
             assert st == len(model), f"{what}: GETATTR size {st} != server file size {len(model)}"
+        print(f"writes ordered after the SETATTR, per round: {seen}")
     finally:
         for f in files:
             f.close()

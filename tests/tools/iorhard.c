@@ -19,7 +19,10 @@
  *       UNSTABLE, DATA_SYNC, FILE_SYNC for c%3 = 0, 1, 2; UNSTABLE writers
  *       COMMIT at the end). All clients start together. When every client is
  *       done, all of them read the whole file back (QD READs in flight) and
- *       check every byte and the size (GETATTR).
+ *       check every byte and the size (GETATTR). With -r N, N more processes
+ *       (connections) READ random misaligned ranges (up to two records
+ *       long) while the writers write, until they are done: every byte read
+ *       must be 0 (not written yet) or its final value.
  *   pattern CLIENTS RECORDS RECSIZE
  *       Print the file image `ior` must produce (the model) on stdout.
  *   stream FILE SIZE write|read|both
@@ -72,6 +75,7 @@ static int qd = 4;
 static uint64_t seed = 1;
 static const char *stable_opt = "mixed", *order_opt = "up";
 static uint32_t xfer = 1 << 20;
+static uint32_t nreaders; /* -r: extra processes reading while the writers write */
 static int me = -1; /* client number in this process, -1 = parent */
 
 static struct rpc_context *rpc;
@@ -632,6 +636,106 @@ static uint64_t ior_verify(uint32_t me_c, uint32_t clients, uint64_t records, ui
     return bad;
 }
 
+/* Racing readers: expected bytes of [off, off+len) of the ior file. */
+static void expect_range(uint8_t *dst, uint64_t off, uint32_t len, uint32_t clients,
+                         uint32_t recsize)
+{
+    while (len) {
+        uint64_t idx = off / recsize, j = off % recsize;
+        uint32_t n = recsize - j < len ? recsize - j : len;
+        fill(dst, idx % clients, idx / clients, j, n);
+        dst += n;
+        off += n;
+        len -= n;
+    }
+}
+
+struct race {
+    uint64_t off;
+    uint32_t len;
+    uint8_t *expect;
+    uint32_t clients, recsize;
+};
+static uint64_t race_reads, race_bytes, race_bad;
+
+static void race_cb(struct rpc_context *r, int status, void *data, void *priv)
+{
+    struct race *q = priv;
+    READ3res *res = data;
+    (void)r;
+    inflight--;
+    now(&last_progress);
+    if (status != RPC_STATUS_SUCCESS)
+        die(2, "READ off=%" PRIu64 " len=%u: RPC failed: %s", q->off, q->len,
+            data ? (const char *)data : "cancelled");
+    race_reads++;
+    if (res->status != NFS3_OK) {
+        printf("error=racing READ off=%" PRIu64 " len=%u status=%s\n", q->off, q->len,
+               nfsstat_name(res->status));
+        failures++;
+    } else {
+        READ3resok *ok = &res->READ3res_u.resok;
+        const uint8_t *got = (const uint8_t *)ok->data.data_val;
+        uint32_t n = ok->data.data_len < q->len ? ok->data.data_len : q->len;
+        uint64_t bad = 0, first = 0;
+        race_bytes += n;
+        for (uint32_t k = 0; k < n; k++)
+            if (got[k] && got[k] != q->expect[k]) {
+                if (!bad)
+                    first = k;
+                bad++;
+            }
+        if (bad) {
+            uint64_t p = q->off + first, idx = p / q->recsize;
+            race_bad += bad;
+            failures++;
+            if (reports++ < MAX_REPORTS)
+                printf("racing_mismatch off=%" PRIu64 " len=%u first_bad=%" PRIu64
+                       " (client=%" PRIu64 " record=%" PRIu64 ") expected=0x%02x or 0 got=0x%02x"
+                       " bad_bytes=%" PRIu64 "\n", q->off, q->len, p, idx % q->clients,
+                       idx / q->clients, q->expect[first], got[first], bad);
+        }
+    }
+    free(q->expect);
+    free(q);
+}
+
+/* Until `stop` reads EOF: QD READs of random ranges in flight. */
+static void race_read(int stop, uint32_t k, uint32_t clients, uint64_t records, uint32_t recsize)
+{
+    uint64_t total = clients * records * (uint64_t)recsize, st = mix64(seed ^ (0xabcdULL + k));
+    int stopped = 0;
+    now(&last_progress);
+    while (!stopped) {
+        struct pollfd p = {.fd = stop, .events = POLLIN};
+        if (poll(&p, 1, 0) > 0)
+            stopped = 1; /* one more round after the writers are done */
+        while (inflight < qd) {
+            struct race *q = calloc(1, sizeof(*q));
+            READ3args a;
+            q->off = (st = mix64(st)) % total;
+            q->len = 1 + (st = mix64(st)) % (2 * recsize);
+            if (q->off + q->len > total)
+                q->len = total - q->off;
+            q->clients = clients;
+            q->recsize = recsize;
+            q->expect = malloc(q->len);
+            expect_range(q->expect, q->off, q->len, clients, recsize);
+            memset(&a, 0, sizeof(a));
+            a.file = as_fh3(&file);
+            a.offset = q->off;
+            a.count = q->len;
+            if (rpc_nfs3_read_async(rpc, race_cb, &a, q) != 0)
+                die(2, "READ: %s", rpc_get_error(rpc));
+            inflight++;
+        }
+        pump(qd - 1);
+    }
+    pump(0);
+    printf("reader=%u racing_reads=%" PRIu64 " bytes=%" PRIu64 " bad_bytes=%" PRIu64 "\n", k,
+           race_reads, race_bytes, race_bad);
+}
+
 static pid_t *kids;
 static uint32_t nkids;
 
@@ -670,7 +774,7 @@ static void wait_tokens(int fd, uint32_t n, const char *what)
 
 static int cmd_ior(const char *path, uint32_t clients, uint64_t records, uint32_t recsize)
 {
-    int ready[2], go_write[2], written[2], go_read[2];
+    int ready[2], go_write[2], written[2], go_read[2], stop[2];
     uint64_t expect = (uint64_t)clients * records * recsize;
     int rc = 0;
     struct timespec t0;
@@ -681,11 +785,34 @@ static int cmd_ior(const char *path, uint32_t clients, uint64_t records, uint32_
     rpc_destroy_context(rpc);
     rpc = NULL;
 
-    if (pipe(ready) || pipe(go_write) || pipe(written) || pipe(go_read))
+    if (pipe(ready) || pipe(go_write) || pipe(written) || pipe(go_read) || pipe(stop))
         die(2, "pipe: %s", strerror(errno));
-    kids = calloc(clients, sizeof(*kids));
-    nkids = clients;
+    kids = calloc(clients + nreaders, sizeof(*kids));
+    nkids = clients + nreaders;
     fflush(stdout);
+    for (uint32_t k = 0; k < nreaders; k++) {
+        pid_t p = fork();
+        if (p < 0) {
+            kill_kids();
+            die(2, "fork: %s", strerror(errno));
+        }
+        if (p == 0) {
+            char tok = 'x';
+            me = clients + k;
+            close(go_write[1]);
+            close(go_read[1]);
+            close(stop[1]);
+            close(ready[0]);
+            close(written[0]);
+            open_file(path, 0);
+            if (write(ready[1], &tok, 1) != 1 || read(go_write[0], &tok, 1) != 0)
+                die(2, "barrier");
+            race_read(stop[0], k, clients, records, recsize);
+            fflush(stdout);
+            _exit(failures ? 1 : 0);
+        }
+        kids[clients + k] = p;
+    }
     for (uint32_t c = 0; c < clients; c++) {
         pid_t p = fork();
         if (p < 0) {
@@ -697,6 +824,7 @@ static int cmd_ior(const char *path, uint32_t clients, uint64_t records, uint32_
             me = c;
             close(go_write[1]);
             close(go_read[1]);
+            close(stop[1]);
             close(ready[0]);
             close(written[0]);
             open_file(path, 0);
@@ -727,14 +855,16 @@ static int cmd_ior(const char *path, uint32_t clients, uint64_t records, uint32_
     close(written[1]);
     close(go_write[0]);
     close(go_read[0]);
-    wait_tokens(ready[0], clients, "connecting");
+    close(stop[0]);
+    wait_tokens(ready[0], clients + nreaders, "connecting");
     now(&t0);
-    close(go_write[1]); /* all clients start writing */
+    close(go_write[1]); /* all clients start writing (and the racing readers reading) */
     wait_tokens(written[0], clients, "finishing the writes");
     write_ms = ms_since(&t0);
+    close(stop[1]); /* racing readers: finish */
     now(&t0);
     close(go_read[1]); /* all clients start reading */
-    for (uint32_t k = 0; k < clients; k++) {
+    for (uint32_t k = 0; k < clients + nreaders; k++) {
         int st;
         if (kids[k] <= 0)
             continue; /* reaped in wait_tokens: must have exited 0 after its token */
@@ -859,6 +989,7 @@ static void usage(void)
     fprintf(stderr,
             "usage: iorhard [-u UID] [-g GID] [-p NFSPORT] [-m MOUNTPORT] [-q QD] [-s SEED]\n"
             "               [-S unstable|data_sync|file_sync|mixed] [-o up|down|shuffle] [-x XFER]\n"
+            "               [-r READERS]\n"
             "               SERVER EXPORT CMD [ARGS]\n"
             "  ior FILE CLIENTS RECORDS RECSIZE | stream FILE SIZE write|read|both\n"
             "  readraw FILE OFF LEN [OFF LEN]...\n"
@@ -870,7 +1001,7 @@ int main(int argc, char **argv)
 {
     int opt;
     const char *cmd;
-    while ((opt = getopt(argc, argv, "+u:g:p:m:q:s:S:o:x:")) != -1) {
+    while ((opt = getopt(argc, argv, "+u:g:p:m:q:s:S:o:x:r:")) != -1) {
         switch (opt) {
         case 'u': uid = atoi(optarg); break;
         case 'g': gid = atoi(optarg); break;
@@ -881,6 +1012,7 @@ int main(int argc, char **argv)
         case 'S': stable_opt = optarg; break;
         case 'o': order_opt = optarg; break;
         case 'x': xfer = (uint32_t)strtoul(optarg, NULL, 0); break;
+        case 'r': nreaders = (uint32_t)strtoul(optarg, NULL, 0); break;
         default: usage();
         }
     }
