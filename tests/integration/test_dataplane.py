@@ -20,6 +20,8 @@ and the reverse), where one file sees both kinds of I/O.
 - test_extending_writes_race_truncate: rounds of 4 extending misaligned writes
   racing each other and a SETATTR size; the result must be what some serial
   order of those calls produces.
+- test_read_racing_truncate_never_empty_without_eof: READs racing SETATTR
+  size and extending WRITEs never get "0 bytes, not eof" (EIO on Linux).
 - test_page_cache_residency (XFS): a 512 MiB file written and read in 1 MiB
   transfers; resident page-cache pages of the server's file (fincore) must be
   near zero in direct mode and not in buffered mode.
@@ -407,6 +409,29 @@ def _serial_outcomes(model: bytes, writes: list[tuple[int, bytes]], trunc: int |
         yield after, bytes(m)
 
 
+def racing_read_violations(got: bytes, off: int, prev: bytes, writes) -> str | None:
+    """A READ that raced one round: every byte must be the value before the
+    round, 0, or what the round's write covering it wrote."""
+    n = len(got)
+    before = prev[off:off + n].ljust(n, b"\0")
+    new = bytearray(n)
+    for woff, data in writes:
+        lo, hi = max(woff, off), min(woff + len(data), off + n)
+        if lo < hi:
+            new[lo - off:hi - off] = data[lo - woff:hi - woff]
+    zero = bytes(n)
+    seg = 512
+    for i in range(0, n, seg):
+        g = got[i:i + seg]
+        if g == before[i:i + seg] or g == new[i:i + seg] or g == zero[i:i + seg]:
+            continue
+        for k in range(i, min(i + seg, n)):
+            if got[k] not in (before[k], new[k], 0):
+                return (f"byte at offset {off + k} is 0x{got[k]:02x}: neither the old value "
+                        f"0x{before[k]:02x}, 0 nor the racing write's 0x{new[k]:02x}")
+    return None
+
+
 @pytest.mark.parametrize("loopfs, mode", matrix(mixed=True), indirect=["loopfs"])
 def test_extending_writes_race_truncate(server, loopfs, mode):
     """Rounds: 4 clients each WRITE a misaligned 47008-byte record past EOF
@@ -414,15 +439,19 @@ def test_extending_writes_race_truncate(server, loopfs, mode):
     client sends SETATTR size (shrinking into old data, or cutting through /
     extending past the new records; every third round no truncation). All
     start together; afterwards the file must equal what some serial order of
-    the round's calls gives (each call atomic), byte for byte and in size."""
-    nw, rounds = 4, 30
+    the round's calls gives (each call atomic), byte for byte and in size.
+    Two more clients READ around EOF during each round: every byte they get
+    must be its value before the round, 0, or the racing write's."""
+    nw, nr, rounds = 4, 2, 30
     rng = random.Random(f"race-{loopfs.fstype}-{mode}")
-    clients = [server.client() for _ in range(nw + 1)]
+    clients = [server.client() for _ in range(nw + 1 + nr)]
     clients[0].touch("race")
     files = [c.open("race", "r+b") for c in clients[:nw]]
+    rfiles = [c.open("race", "rb") for c in clients[nw + 1:]]
     local = os.path.join(server.export, "race")
     model = b""
     seen = []  # per round: how many writes came after the SETATTR in the matching order
+    no_progress: list[str] = []
     try:
         for r in range(rounds):
             size = len(model)
@@ -436,8 +465,26 @@ def test_extending_writes_race_truncate(server, loopfs, mode):
                 trunc = max(size - rng.randrange(1, 2 * REC), 0)
             else:
                 trunc = size + rng.randrange(1, nw * (REC + B) + 2 * B)
-            barrier = threading.Barrier(nw + (trunc is not None))
+            barrier = threading.Barrier(nw + (trunc is not None) + nr)
             errors = []
+            reads = [[(max(size - rng.randrange(0, 2 * REC), 0), rng.randrange(1, 2 * REC))
+                      for _ in range(3)] for _ in range(nr)]
+            results: list[tuple[int, bytes]] = []
+
+            def reader(k):
+                try:
+                    barrier.wait()
+                    for off, n in reads[k]:
+                        try:
+                            results.append((off, rfiles[k].read_at(off, n)))
+                        except Exception as e:  # noqa: BLE001
+                            if "no progress without EOF" not in str(e):
+                                raise
+                            # a READ reply with count 0 and eof unset: note it
+                            # and go on checking the data (asserted at the end)
+                            no_progress.append(f"round {r}: READ offset={off} count={n}")
+                except Exception as e:  # noqa: BLE001
+                    errors.append(f"READ: {type(e).__name__}: {e}")
 
             def writer(c):
                 try:
@@ -456,6 +503,7 @@ def test_extending_writes_race_truncate(server, loopfs, mode):
             threads = [threading.Thread(target=writer, args=(c,)) for c in range(nw)]
             if trunc is not None:
                 threads.append(threading.Thread(target=truncater))
+            threads += [threading.Thread(target=reader, args=(k,)) for k in range(nr)]
             for t in threads:
                 t.start()
             for t in threads:
@@ -463,6 +511,9 @@ def test_extending_writes_race_truncate(server, loopfs, mode):
             what = (f"round {r}: size before {size}, writes "
                     f"{[(o, o + len(d)) for o, d in writes]}, SETATTR size {trunc}")
             assert not errors, f"{what}: {errors}"
+            for off, data in results:
+                bad = racing_read_violations(data, off, model, writes)
+                assert bad is None, f"{what}: racing READ offset={off} ({len(data)} bytes): {bad}"
             got = read_local(local)
             outcomes = list(_serial_outcomes(model, writes, trunc))
             match = [o for o in outcomes if o[1] == got]
@@ -478,9 +529,61 @@ def test_extending_writes_race_truncate(server, loopfs, mode):
             st = clients[nw].stat("race").size
             assert st == len(model), f"{what}: GETATTR size {st} != server file size {len(model)}"
         print(f"writes ordered after the SETATTR, per round: {seen}")
+        assert not no_progress, (
+            f"{len(no_progress)} READs racing SETATTR size + extending WRITEs got a reply with "
+            f"count 0 and eof unset (a Linux client turns that into EIO; see "
+            f"test_read_racing_truncate_never_empty_without_eof): {no_progress[:5]}")
     finally:
+        for f in files + rfiles:
+            f.close()
+
+
+@pytest.mark.parametrize("loopfs, mode", matrix(mixed=True), indirect=["loopfs"])
+def test_read_racing_truncate_never_empty_without_eof(server, iorhard, loopfs, mode):
+    """READs of [0, 60000) back to back (iorhard readloop, 2 in flight) while
+    one client cuts the file to 0, 71 or 5000 bytes (SETATTR size) and four
+    others extend it again with misaligned 47008-byte WRITEs. A READ that finds
+    nothing at its offset must say eof (RFC 1813; DESIGN.md "A short read that
+    ends before off returns 0 bytes with eof set"): the Linux client turns a
+    reply with count 0 and eof unset into EIO. Short READs without eof are
+    legal (the client asks for the rest) and only counted."""
+    seconds = 2.0
+    clients = [server.client() for _ in range(5)]
+    clients[0].touch("rt")
+    files = [c.open("rt", "r+b") for c in clients[:4]]
+    rl = subprocess.Popen(iorhard.argv({"x": 60000, "q": 2}) + ["readloop", "rt", "0", str(seconds)],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stop = threading.Event()
+    errors = []
+
+    def writer(k):
+        rng = random.Random(k)
+        try:
+            while not stop.is_set():
+                if k == 0:
+                    clients[4].truncate("rt", rng.choice([0, 71, 5000]))
+                files[k].write_at(b"w" * REC, k * 51000 + rng.randrange(B))
+        except Exception as e:  # noqa: BLE001
+            errors.append(f"{type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        out, err = rl.communicate(timeout=seconds + 60)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
         for f in files:
             f.close()
+    print(out)
+    assert not errors, errors
+    assert rl.returncode in (0, 1) and "reads=" in out, f"readloop failed: {out}{err}"
+    bad = [ln for ln in out.splitlines() if ln.startswith("zero_without_eof")]
+    summary = next(ln for ln in out.splitlines() if ln.startswith("reads="))
+    assert not bad, (f"READ offset=0 count=60000 racing SETATTR size/extending WRITEs: replies "
+                     f"with count=0 eof=0 ({summary}); e.g. {bad[:3]}")
 
 
 # ---------------------------------------------------------------- page cache

@@ -93,7 +93,7 @@ class IorHard:
         self.binary = binary
         self.server = server
 
-    def _argv(self, opts: dict, uid: int = 1000, gid: int = 1000) -> list[str]:
+    def argv(self, opts: dict, uid: int = 1000, gid: int = 1000) -> list[str]:
         s = self.server
         argv = [self.binary, "-u", str(uid), "-g", str(gid), "-p", str(s.nfs_port),
                 "-m", str(s.mount_port)]
@@ -104,7 +104,7 @@ class IorHard:
     def run(self, cmd: str, *args, timeout: float = 300, check: bool = True,
             **opts) -> "Result":
         """`iorhard [-OPT VAL for opts] SERVER EXPORT CMD ARGS`; asserts result=ok."""
-        argv = self._argv(opts) + [cmd] + [str(a) for a in args]
+        argv = self.argv(opts) + [cmd] + [str(a) for a in args]
         r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
         res = Result(argv, r.returncode, r.stdout, r.stderr)
         if check and (r.returncode != 0 or "result=ok" not in r.stdout.splitlines()):
@@ -118,7 +118,7 @@ class IorHard:
 
     def readraw(self, path: str, ranges: list[tuple[int, int]]) -> list[dict]:
         """One READ per (offset, count): [{status, count, eof, data}] in order."""
-        argv = self._argv({}) + ["readraw", path]
+        argv = self.argv({}) + ["readraw", path]
         for off, n in ranges:
             argv += [str(off), str(n)]
         r = subprocess.run(argv, capture_output=True, timeout=120)

@@ -29,6 +29,9 @@
  *       One connection: write SIZE bytes sequentially in -x XFER transfers
  *       (default 1 MiB, QD in flight, UNSTABLE + COMMIT), and/or read them
  *       back and verify.
+ *   readloop FILE OFF SECONDS
+ *       READ OFF, -x bytes, back to back (QD in flight) for SECONDS; fails
+ *       if a reply has count 0 without eof (a Linux client makes that EIO).
  *   readraw FILE OFF LEN [OFF LEN]...
  *       One READ per pair; the data goes to stdout, and one line per READ
  *       "status=S count=N eof=E" to stderr (status NFS3_OK or the error).
@@ -982,6 +985,66 @@ static int cmd_readraw(const char *path, int argc, char **argv)
     return 0;
 }
 
+/* ---------------------------------------------------------------- readloop */
+
+struct loopstat {
+    uint64_t reads, zero_noeof, short_noeof, eof_early;
+    int status;
+};
+
+static void loop_cb(struct rpc_context *r, int status, void *data, void *priv)
+{
+    struct loopstat *ls = priv;
+    READ3res *res = data;
+    (void)r;
+    inflight--;
+    now(&last_progress);
+    if (status != RPC_STATUS_SUCCESS)
+        die(2, "READ: RPC failed: %s", data ? (const char *)data : "cancelled");
+    ls->status = res->status;
+    ls->reads++;
+    if (res->status == NFS3_OK) {
+        READ3resok *ok = &res->READ3res_u.resok;
+        uint64_t size = ok->file_attributes.attributes_follow
+                            ? ok->file_attributes.post_op_attr_u.attributes.size
+                            : UINT64_MAX;
+        if (ok->count == 0 && !ok->eof) {
+            if (ls->zero_noeof++ < MAX_REPORTS)
+                printf("zero_without_eof count=0 eof=0 post_op_size=%" PRIu64 "\n", size);
+        } else if (ok->count < xfer && !ok->eof) {
+            if (ls->short_noeof++ < MAX_REPORTS)
+                printf("short_without_eof count=%u eof=0 post_op_size=%" PRIu64 "\n", ok->count,
+                       size);
+        }
+    }
+}
+
+/* READ OFF LEN (-x) back to back for SECONDS; report replies with count 0
+ * and eof unset (a Linux client turns those into EIO). */
+static int cmd_readloop(const char *path, uint64_t off, double seconds)
+{
+    struct loopstat ls = {0};
+    struct timespec t0;
+    open_file(path, 0);
+    now(&t0);
+    while (ms_since(&t0) < seconds * 1000) {
+        READ3args a;
+        memset(&a, 0, sizeof(a));
+        a.file = as_fh3(&file);
+        a.offset = off;
+        a.count = xfer;
+        if (rpc_nfs3_read_async(rpc, loop_cb, &a, &ls) != 0)
+            die(2, "READ: %s", rpc_get_error(rpc));
+        inflight++;
+        pump(qd - 1);
+    }
+    pump(0);
+    printf("reads=%" PRIu64 " zero_without_eof=%" PRIu64 " short_without_eof=%" PRIu64 "\n",
+           ls.reads, ls.zero_noeof, ls.short_noeof);
+    printf("result=%s\n", ls.zero_noeof ? "fail" : "ok");
+    return ls.zero_noeof ? 1 : 0;
+}
+
 /* ---------------------------------------------------------------- main */
 
 static void usage(void)
@@ -992,7 +1055,7 @@ static void usage(void)
             "               [-r READERS]\n"
             "               SERVER EXPORT CMD [ARGS]\n"
             "  ior FILE CLIENTS RECORDS RECSIZE | stream FILE SIZE write|read|both\n"
-            "  readraw FILE OFF LEN [OFF LEN]...\n"
+            "  readraw FILE OFF LEN [OFF LEN]... | readloop FILE OFF SECONDS (LEN = -x)\n"
             "or:    iorhard [-s SEED] pattern CLIENTS RECORDS RECSIZE\n");
     exit(2);
 }
@@ -1046,6 +1109,8 @@ int main(int argc, char **argv)
                        strtoul(argv[6], NULL, 0));
     if (!strcmp(cmd, "stream") && argc == 6)
         return cmd_stream(argv[3], strtoull(argv[4], NULL, 0), argv[5]);
+    if (!strcmp(cmd, "readloop") && argc == 6)
+        return cmd_readloop(argv[3], strtoull(argv[4], NULL, 0), atof(argv[5]));
     if (!strcmp(cmd, "readraw") && argc >= 6)
         return cmd_readraw(argv[3], argc - 4, argv + 4);
     usage();
