@@ -10,7 +10,6 @@ use dionfs_proto::mount3::{MOUNT_PROGRAM, MOUNT_V3};
 use dionfs_proto::nfs3::{NfsProc3, NFS_PROGRAM, NFS_V3};
 use dionfs_rpc::{CallHeader, RecordError, RecordReader, ReplyStatus};
 use tokio::io::AsyncRead;
-use tracing::error;
 
 use crate::drc::DuplicateRequestCache;
 use crate::export::{Config, ExportConfig};
@@ -160,29 +159,14 @@ impl Service for Server {
         }
     }
 
+    // Handlers make file-system calls: run them where blocking is fine.
+    const EXECUTE_BLOCKS: bool = true;
+
     async fn execute(self: Arc<Self>, conn: Arc<ConnInfo>, pending: Pending) -> Option<Reply> {
-        let server = self.clone();
-        let result = match pending {
-            Pending::Write(call, write) => {
-                return Some(nfs::data::write(self, conn, *call, write).await)
-            }
-            Pending::Nfs { call, args } => {
-                tokio::task::spawn_blocking(move || nfs::call(&server, &conn, &call, &args)).await
-            }
-            Pending::Mount { call, args } => {
-                tokio::task::spawn_blocking(move || {
-                    Some(crate::mount::call(&server, &conn, &call, &args))
-                })
-                .await
-            }
-        };
-        match result {
-            Ok(reply) => reply,
-            Err(e) => {
-                error!(error = %e, "a call's task failed; no reply sent");
-                self.note_server_fault();
-                None
-            }
+        match pending {
+            Pending::Write(call, write) => Some(nfs::data::write(&self, &conn, &call, write)),
+            Pending::Nfs { call, args } => nfs::call(&self, &conn, &call, &args),
+            Pending::Mount { call, args } => Some(crate::mount::call(&self, &conn, &call, &args)),
         }
     }
 }

@@ -226,7 +226,12 @@ async fn read_calls<S: Service>(
                     pending,
                     permit,
                 );
-                tokio::spawn(task);
+                if S::EXECUTE_BLOCKS {
+                    let runtime = tokio::runtime::Handle::current();
+                    tokio::task::spawn_blocking(move || runtime.block_on(task));
+                } else {
+                    tokio::spawn(task);
+                }
             }
             Ok(None) => {}
             Err(end) => return end,

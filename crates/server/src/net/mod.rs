@@ -39,6 +39,13 @@ pub trait Service: Send + Sync + 'static {
     /// the decoded call.
     type Pending: Send + 'static;
 
+    /// Whether [`execute`](Self::execute) does blocking work (file-system
+    /// calls). If so the connection runs it, and sends its reply, on one
+    /// thread of tokio's blocking pool: one thread hand-off per call, where
+    /// a task that waits for a blocking thread and is then woken to send
+    /// the reply costs two more (measured: most of a small call's time).
+    const EXECUTE_BLOCKS: bool = false;
+
     /// Decodes the call's arguments from `body`, which is positioned right
     /// after the call header. Whatever is left of the record afterwards is
     /// skipped by the caller.

@@ -111,52 +111,30 @@ fn stable_how(s: Stable) -> StableHow {
     }
 }
 
-/// Runs a received WRITE.
-pub async fn write(
-    server: Arc<Server>,
-    conn: Arc<ConnInfo>,
-    call: CallHeader,
-    w: ReceivedWrite,
-) -> Reply {
+/// Runs a received WRITE (blocking).
+pub fn write(server: &Server, conn: &ConnInfo, call: &CallHeader, w: ReceivedWrite) -> Reply {
     let xid = call.xid;
-    let fail = |s| {
-        success(
-            xid,
-            &WriteRes::fail(
-                s,
+    let res = match w.target {
+        Err(s) => WriteRes::fail(
+            s,
+            WriteResFail {
+                file_wcc: WccData::default(),
+            },
+        ),
+        Ok((export_id, file, buf)) => match server.export_by_id(export_id) {
+            None => WriteRes::fail(
+                NfsStat3::Stale,
                 WriteResFail {
                     file_wcc: WccData::default(),
                 },
             ),
-        )
+            Some(export) => {
+                let ctx = Ctx { server, conn, call };
+                write_file(&ctx, export, &file, buf, w.head.stable)
+            }
+        },
     };
-    let (export_id, file, buf) = match w.target {
-        Ok(t) => t,
-        Err(s) => return fail(s),
-    };
-    let task = tokio::task::spawn_blocking(move || {
-        let Some(export) = server.export_by_id(export_id) else {
-            return success(
-                xid,
-                &WriteRes::fail(
-                    NfsStat3::Stale,
-                    WriteResFail {
-                        file_wcc: WccData::default(),
-                    },
-                ),
-            );
-        };
-        let ctx = Ctx {
-            server: &server,
-            conn: &conn,
-            call: &call,
-        };
-        success(xid, &write_file(&ctx, export, &file, buf, w.head.stable))
-    });
-    task.await.unwrap_or_else(|e| {
-        error!(error = %e, "WRITE task failed");
-        fail(NfsStat3::ServerFault)
-    })
+    success(xid, &res)
 }
 
 fn write_file(
