@@ -22,7 +22,10 @@
  *       check every byte and the size (GETATTR). With -r N, N more processes
  *       (connections) READ random misaligned ranges (up to two records
  *       long) while the writers write, until they are done: every byte read
- *       must be 0 (not written yet) or its final value.
+ *       must be 0 (not written yet) or its final value, no READ may return
+ *       data past the final size, and every post-op size must be a record
+ *       boundary (all WRITEs end on one). The post-op sizes in WRITE replies
+ *       must be record boundaries too.
  *   pattern CLIENTS RECORDS RECSIZE
  *       Print the file image `ior` must produce (the model) on stdout.
  *   stream FILE SIZE write|read|both
@@ -362,6 +365,7 @@ static uint64_t getattr_size(void)
 /* ---------------------------------------------------------------- READ / WRITE */
 
 static char write_verf[NFS3_WRITEVERFSIZE];
+static uint32_t size_quantum; /* ior: every size the server reports is a multiple of this */
 static int have_verf, short_writes, short_reads;
 
 struct io {
@@ -407,6 +411,15 @@ static void write_cb(struct rpc_context *r, int status, void *data, void *priv)
         return;
     }
     check_verf(res->WRITE3res_u.resok.verf, "WRITE");
+    if (size_quantum && res->WRITE3res_u.resok.file_wcc.after.attributes_follow) {
+        uint64_t size = res->WRITE3res_u.resok.file_wcc.after.post_op_attr_u.attributes.size;
+        if (size % size_quantum) {
+            failures++;
+            if (reports++ < MAX_REPORTS)
+                printf("wcc_size WRITE off=%" PRIu64 " len=%u: post-op size %" PRIu64
+                       " is no record boundary (%u)\n", io->off, io->len, size, size_quantum);
+        }
+    }
     if (res->WRITE3res_u.resok.count > io->len) {
         printf("error=WRITE off=%" PRIu64 " len=%u: count %u > len\n", io->off, io->len,
                res->WRITE3res_u.resok.count);
@@ -659,7 +672,7 @@ struct race {
     uint8_t *expect;
     uint32_t clients, recsize;
 };
-static uint64_t race_reads, race_bytes, race_bad;
+static uint64_t race_reads, race_bytes, race_bad, race_records;
 
 static void race_cb(struct rpc_context *r, int status, void *data, void *priv)
 {
@@ -680,8 +693,28 @@ static void race_cb(struct rpc_context *r, int status, void *data, void *priv)
         READ3resok *ok = &res->READ3res_u.resok;
         const uint8_t *got = (const uint8_t *)ok->data.data_val;
         uint32_t n = ok->data.data_len < q->len ? ok->data.data_len : q->len;
-        uint64_t bad = 0, first = 0;
+        uint64_t bad = 0, first = 0, total = (uint64_t)q->clients * race_records * q->recsize;
         race_bytes += n;
+        /* Every WRITE ends on a record boundary, so every size the server
+         * reports must be a multiple of the record size (a block-rounded size
+         * would come from an extending direct write seen half-done), and no
+         * data can lie past the last record. */
+        if (ok->file_attributes.attributes_follow) {
+            uint64_t size = ok->file_attributes.post_op_attr_u.attributes.size;
+            if (size % q->recsize || size > total) {
+                failures++;
+                if (reports++ < MAX_REPORTS)
+                    printf("racing_size READ off=%" PRIu64 " len=%u: post-op size %" PRIu64
+                           " is no record boundary (records of %u bytes, %" PRIu64 " in all)\n",
+                           q->off, q->len, size, q->recsize, total);
+            }
+        }
+        if (q->off + ok->data.data_len > total) {
+            failures++;
+            if (reports++ < MAX_REPORTS)
+                printf("racing_eof READ off=%" PRIu64 " len=%u returned %u bytes: past the "
+                       "final size %" PRIu64 "\n", q->off, q->len, ok->data.data_len, total);
+        }
         for (uint32_t k = 0; k < n; k++)
             if (got[k] && got[k] != q->expect[k]) {
                 if (!bad)
@@ -707,6 +740,7 @@ static void race_cb(struct rpc_context *r, int status, void *data, void *priv)
 static void race_read(int stop, uint32_t k, uint32_t clients, uint64_t records, uint32_t recsize)
 {
     uint64_t total = clients * records * (uint64_t)recsize, st = mix64(seed ^ (0xabcdULL + k));
+    race_records = records;
     int stopped = 0;
     now(&last_progress);
     while (!stopped) {
@@ -783,6 +817,7 @@ static int cmd_ior(const char *path, uint32_t clients, uint64_t records, uint32_
     struct timespec t0;
     long write_ms;
 
+    size_quantum = recsize;
     /* Create the file once, before the clients start. */
     open_file(path, 1);
     rpc_destroy_context(rpc);
