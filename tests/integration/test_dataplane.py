@@ -1,10 +1,12 @@
 """The data plane through NFS: read/write modes x filesystems on 4096-byte-sector
 loop devices.
 
-Every test runs on XFS, ext4 and btrfs in each mode (buffered, dontcache,
-direct, the same for READ and WRITE); the misaligned, IOR-hard and truncation
-race tests also run on XFS with mixed modes (buffered writes + direct reads
-and the reverse), where one file sees both kinds of I/O.
+Every test but the page-cache one runs on XFS, ext4 and btrfs in each mode
+(buffered, dontcache, direct, the same for READ and WRITE); all but the
+1536-byte one also run on XFS with mixed modes (buffered writes + direct
+reads and the reverse), where one file sees both kinds of I/O. On 6.18
+btrfs reports no STATX_DIOALIGN and refuses RWF_DONTCACHE, so dionfs serves
+btrfs files buffered in every mode (its fallback path; it logs so).
 
 - test_misaligned_against_model: WRITEs and READs at every boundary case
   (inside one block, crossing one, many, at EOF, past EOF, into holes,
@@ -14,12 +16,13 @@ and the reverse), where one file sees both kinds of I/O.
 - test_ior_hard_shared_file: 4 and 6 clients (separate connections, several
   WRITEs in flight each) writing 47008-byte records interleaved into one file,
   then all reading everything back (tests/tools/iorhard); READs racing the
-  WRITEs must never return bytes that are neither 0 nor final.
+  WRITEs must never return bytes that are neither 0 nor final, and no size
+  in a reply may be anything but a record boundary.
 - test_adjacent_1536_byte_writes: 1536-byte records, so several clients'
   writes race on the same 4 KiB blocks.
 - test_extending_writes_race_truncate: rounds of 4 extending misaligned writes
   racing each other and a SETATTR size; the result must be what some serial
-  order of those calls produces.
+  order of those calls produces; READs racing them see only old, new or 0.
 - test_read_racing_truncate_never_empty_without_eof: READs racing SETATTR
   size and extending WRITEs never get "0 bytes, not eof" (EIO on Linux).
 - test_page_cache_residency (XFS): a 512 MiB file written and read in 1 MiB
