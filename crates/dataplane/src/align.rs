@@ -59,7 +59,7 @@ pub fn payload_offset(offset: u64, align: u64) -> usize {
 /// the `eof` flag.
 ///
 /// The data is cut at the end of what was read and at `size` (a read that
-/// ended before `offset` gives the empty range `0..0`); `eof` is set when the reply
+/// ended before `offset` gives the empty range `0..0` with `eof`); `eof` is set when the reply
 /// reaches the end of the file (RFC 1813 READ3resok: "eof: If the read ended
 /// at the end-of-file").
 pub fn read_reply(
@@ -73,8 +73,11 @@ pub fn read_reply(
     let valid_end = (io_start + filled as u64).min(size);
     let reply_end = (offset + count).min(valid_end);
     if reply_end <= offset {
-        // Nothing was read at or after `offset`.
-        return (0..0, offset >= size);
+        // Nothing at or after `offset`: the file ended there when it was
+        // read (a writer may have extended it since `size` was sampled, but
+        // this reply is about the read). An empty reply without eof would
+        // tell the client to retry forever; knfsd sets eof here too.
+        return (0..0, count > 0 || offset >= size);
     }
     // Both ends are within `filled` bytes of `io_start`, so they fit usize.
     let start = (offset - io_start) as usize;
@@ -262,7 +265,12 @@ mod tests {
             prop_assert!(range.start <= range.end);
             prop_assert!(range.end <= filled);
             prop_assert!((range.len() as u64) <= count);
-            prop_assert_eq!(eof, offset + range.len() as u64 >= size);
+            if range.is_empty() && count > 0 {
+                // Nothing was read: the read ended at or before `offset`.
+                prop_assert!(eof);
+            } else {
+                prop_assert_eq!(eof, offset + range.len() as u64 >= size);
+            }
         }
 
         /// Reading the RMW blocks and filling around the payload gives, for
