@@ -134,3 +134,16 @@ def test_rpc_errors(server, prog, vers, proc, accept_stat):
     assert (xid, mtype, stat, accept) == (5, 1, 0, accept_stat)
     if accept_stat == 2:
         assert struct.unpack(">II", reply[24:32]) == (3, 3)
+
+
+@pytest.mark.dionfs_only
+def test_unsupported_auth_flavor_is_refused(server):
+    """RPCSEC_GSS (flavor 6) is not served: AUTH_ERROR / AUTH_BADCRED, not
+    a silent downgrade to anonymous."""
+    body = struct.pack(">IIIIII", 11, 0, 2, NFS_PROGRAM, NFS_V3, 0)
+    body += struct.pack(">II", 6, 8) + b"\0" * 8 + struct.pack(">II", 0, 0)
+    with connect(server) as s:
+        s.sendall(struct.pack(">I", 0x80000000 | len(body)) + body)
+        reply = read_record(s)
+    xid, mtype, stat, reject, auth = struct.unpack(">IIIII", reply[:20])
+    assert (xid, mtype, stat, reject, auth) == (11, 1, 1, 1, 1)

@@ -8,8 +8,9 @@ use dionfs_dataplane::{DataConfig, DataPlane};
 use dionfs_fs::{ExportFs, MacKey, OpenFileCache};
 use dionfs_proto::mount3::{MOUNT_PROGRAM, MOUNT_V3};
 use dionfs_proto::nfs3::{NfsProc3, NFS_PROGRAM, NFS_V3};
-use dionfs_rpc::{CallHeader, RecordError, RecordReader, ReplyStatus};
+use dionfs_rpc::{AuthStat, CallHeader, Credential, RecordError, RecordReader, ReplyStatus};
 use tokio::io::AsyncRead;
+use tracing::debug;
 
 use crate::drc::DuplicateRequestCache;
 use crate::export::{Config, ExportConfig};
@@ -136,6 +137,16 @@ impl Service for Server {
         call: CallHeader,
         body: &mut RecordReader<R>,
     ) -> Result<Received<Pending>, RecordError> {
+        // Only AUTH_SYS and AUTH_NONE are served: any other flavor (say
+        // RPCSEC_GSS) is refused rather than quietly made anonymous, so the
+        // client can tell its security was not honoured (RFC 5531 9).
+        if let Credential::Unsupported(flavor) = call.cred {
+            debug!(flavor, peer = %conn.peer, "call with an unsupported auth flavor refused");
+            return Ok(Received::Reply(Reply::status(
+                call.xid,
+                ReplyStatus::AuthError(AuthStat::BadCred),
+            )));
+        }
         match (call.prog, call.vers) {
             (NFS_PROGRAM, NFS_V3) if call.proc_ == NfsProc3::Write.as_u32() => {
                 nfs::data::receive_write(self, conn, call, body).await
