@@ -1,7 +1,7 @@
 //! GETATTR, SETATTR, ACCESS, READLINK, FSSTAT, FSINFO, PATHCONF
 //! (RFC 1813 sections 3.3.1-3.3.5, 3.3.18-3.3.20).
 
-use dionfs_fs::{access3, Attr, FileKind, FsError, Node};
+use dionfs_fs::{access3, Attr, FileKind, FsError, Node, OpenFile};
 use dionfs_proto::nfs3::*;
 use dionfs_proto::Void;
 
@@ -16,15 +16,28 @@ use crate::server::Export;
 /// while extending direct writes are in flight the kernel's size can be
 /// rounded up to a block, and a client must never see that.
 fn attributes(export: &Export, node: &Node) -> Result<Attr, FsError> {
-    let mut attr = export.fs.getattr(node)?;
-    if attr.kind == FileKind::Regular {
-        if let Some(file) = export.fs.cached_file(node.fh()) {
-            if let Ok(size) = file.data().size() {
-                attr.size = size;
-            }
-        }
+    let attr = export.fs.getattr(node)?;
+    if attr.kind != FileKind::Regular {
+        return Ok(attr);
     }
-    Ok(attr)
+    Ok(match export.fs.cached_file(node.fh()) {
+        Some(file) => with_exact_size(attr, &file),
+        None => attr,
+    })
+}
+
+fn with_exact_size(mut attr: Attr, file: &OpenFile) -> Attr {
+    if let Ok(size) = file.data().size() {
+        attr.size = size;
+    }
+    attr
+}
+
+/// Attributes of a file the caller already holds open (READ, WRITE,
+/// COMMIT): no second trip through the handle and the cache.
+pub(super) fn open_file_attr(export: &Export, file: &OpenFile) -> Option<Attr> {
+    let attr = export.fs.getattr(file.node()).ok()?;
+    Some(with_exact_size(attr, file))
 }
 
 /// Attributes for a reply; failing to get them is not the call's failure.

@@ -16,7 +16,7 @@ use dionfs_xdr::Decoder;
 use tokio::io::AsyncRead;
 use tracing::error;
 
-use super::attrs::attr_of;
+use super::attrs::open_file_attr;
 use super::convert::{post_op, wcc};
 use super::status::{from_data, from_fs};
 use super::Ctx;
@@ -144,7 +144,7 @@ fn write_file(
     buf: WriteBuffer,
     how: StableHow,
 ) -> WriteRes {
-    let before = attr_of(export, file.node());
+    let before = open_file_attr(export, file);
     let checked = ctx.as_user(export, || export.fs.check_io_access(file.node(), true));
     let result = checked.and_then(|()| {
         export
@@ -155,7 +155,7 @@ fn write_file(
                 from_data(&e)
             })
     });
-    let after = attr_of(export, file.node());
+    let after = open_file_attr(export, file);
     let file_wcc = wcc(before.as_ref(), after.as_ref());
     match result {
         Ok(done) => NfsRes::Ok(WriteResOk {
@@ -192,7 +192,7 @@ pub fn read(ctx: &Ctx, a: ReadArgs) -> Reply {
         Err(e) => return fail(from_fs(e), None),
     };
     if let Err(s) = ctx.as_user(export, || export.fs.check_io_access(file.node(), false)) {
-        return fail(s, attr_of(export, file.node()).as_ref());
+        return fail(s, open_file_attr(export, &file).as_ref());
     }
     let data = export
         .data
@@ -200,7 +200,7 @@ pub fn read(ctx: &Ctx, a: ReadArgs) -> Reply {
         .get_blocking()
         .map_err(Into::into)
         .and_then(|buf| export.data.read(file.data(), buf, a.offset, a.count));
-    let attr = attr_of(export, file.node());
+    let attr = open_file_attr(export, &file);
     match data {
         Ok(data) => {
             let mut enc = success_encoder(xid);
@@ -232,9 +232,9 @@ pub fn commit(ctx: &Ctx, a: CommitArgs) -> CommitRes {
         Ok(f) => f,
         Err(e) => return fail(from_fs(e)),
     };
-    let before = attr_of(export, file.node());
+    let before = open_file_attr(export, &file);
     let result = export.data.commit(file.data(), a.offset, a.count);
-    let file_wcc = wcc(before.as_ref(), attr_of(export, file.node()).as_ref());
+    let file_wcc = wcc(before.as_ref(), open_file_attr(export, &file).as_ref());
     match result {
         Ok(()) => NfsRes::Ok(CommitResOk {
             file_wcc,
