@@ -307,10 +307,10 @@ mod tests {
 
     #[test]
     fn cache_is_bounded_and_never_leaks_descriptors() {
-        let Some(fs) = LoopFs::new("ext4") else {
+        let Some(fs) = LoopFs::new("ext4", 64) else {
             return;
         };
-        let dir = fs.path().join("export");
+        let dir = fs.mount_point().join("export");
         std::fs::create_dir_all(&dir).expect("mkdir");
         let cache = Arc::new(OpenFileCache::new(16));
         let exp = export_with_cache(&dir, 1, MacKey::from_bytes([1; 32]), Arc::clone(&cache));
@@ -323,7 +323,7 @@ mod tests {
                 .expect("create");
             handles.push(node.fh().to_vec());
         }
-        let before = fds_under(fs.path());
+        let before = fds_under(fs.mount_point());
         for fh in &handles {
             let file = exp.open_file(fh).expect("open");
             assert_eq!(file.node().fh(), fh.as_slice());
@@ -332,7 +332,7 @@ mod tests {
         }
         assert_eq!(cache.len(), 16);
         // Three descriptors per cached file: O_PATH, buffered, O_DIRECT.
-        let during = fds_under(fs.path());
+        let during = fds_under(fs.mount_point());
         assert_eq!(
             during,
             before + 16 * 3,
@@ -346,7 +346,7 @@ mod tests {
         assert!(cache.is_empty());
         // Still usable by the holders, closed when they let go.
         drop((a, b));
-        assert_eq!(fds_under(fs.path()), before);
+        assert_eq!(fds_under(fs.mount_point()), before);
 
         // Directories and missing files are refused.
         assert_eq!(exp.open_file(exp.root_handle()).err(), Some(FsError::IsDir));
@@ -354,10 +354,10 @@ mod tests {
 
     #[test]
     fn remove_and_rename_over_evict() {
-        let Some(fs) = LoopFs::new("ext4") else {
+        let Some(fs) = LoopFs::new("ext4", 64) else {
             return;
         };
-        let dir = fs.path().join("export");
+        let dir = fs.mount_point().join("export");
         std::fs::create_dir_all(&dir).expect("mkdir");
         let cache = Arc::new(OpenFileCache::new(8));
         let exp = export_with_cache(&dir, 1, MacKey::from_bytes([1; 32]), Arc::clone(&cache));

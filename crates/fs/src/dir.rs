@@ -128,11 +128,11 @@ mod tests {
         }
     }
 
-    fn paging_over_many_entries(fstype: &str) {
-        let Some(fs) = LoopFs::new(fstype) else {
+    fn paging_over_many_entries(fstype: &'static str) {
+        let Some(fs) = LoopFs::new(fstype, 64) else {
             return;
         };
-        let dir = fs.path().join("export");
+        let dir = fs.mount_point().join("export");
         std::fs::create_dir_all(dir.join("big")).expect("mkdir");
         let count = 2100;
         for i in 0..count {
@@ -198,10 +198,10 @@ mod tests {
 
     #[test]
     fn dotdot_of_root_reports_the_root() {
-        let Some(fs) = LoopFs::new("ext4") else {
+        let Some(fs) = LoopFs::new("ext4", 64) else {
             return;
         };
-        let dir = fs.path().join("export");
+        let dir = fs.mount_point().join("export");
         std::fs::create_dir_all(&dir).expect("mkdir");
         let exp = export(&dir, 1, MacKey::from_bytes([1; 32]));
         let root = exp.resolve(exp.root_handle()).expect("root");

@@ -405,10 +405,10 @@ mod tests {
 
     #[test]
     fn handles_round_trip_survive_restart_and_go_stale() {
-        let Some(fs) = LoopFs::new("ext4") else {
+        let Some(fs) = LoopFs::new("ext4", 64) else {
             return;
         };
-        let dir = fs.path().join("export");
+        let dir = fs.mount_point().join("export");
         std::fs::create_dir_all(dir.join("sub")).expect("mkdir");
         std::fs::write(dir.join("sub/file"), b"x").expect("write");
 
@@ -456,12 +456,12 @@ mod tests {
 
     #[test]
     fn dotdot_stays_inside_and_symlinks_are_not_followed() {
-        let Some(fs) = LoopFs::new("ext4") else {
+        let Some(fs) = LoopFs::new("ext4", 64) else {
             return;
         };
-        let dir = fs.path().join("export");
+        let dir = fs.mount_point().join("export");
         std::fs::create_dir_all(dir.join("a/b")).expect("mkdir");
-        std::fs::write(fs.path().join("secret"), b"outside").expect("write");
+        std::fs::write(fs.mount_point().join("secret"), b"outside").expect("write");
         symlink("../secret", dir.join("up")).expect("symlink");
         symlink("/etc", dir.join("abs")).expect("symlink");
         let exp = export(&dir, 1, MacKey::from_bytes([1; 32]));
@@ -503,21 +503,21 @@ mod tests {
 
         // A directory moved out of the export is stale, by handle and by `..`.
         let (b_again, _) = exp.lookup(&a, b"b").expect("b");
-        std::fs::rename(dir.join("a/b"), fs.path().join("b-outside")).expect("mv out");
+        std::fs::rename(dir.join("a/b"), fs.mount_point().join("b-outside")).expect("mv out");
         assert_eq!(exp.resolve(b.fh()).err(), Some(FsError::Stale));
-        std::fs::create_dir(fs.path().join("b-outside/c")).expect("mkdir c");
+        std::fs::create_dir(fs.mount_point().join("b-outside/c")).expect("mkdir c");
         let (c, _) = exp.lookup(&b_again, b"c").expect("c, through an old node");
         assert_eq!(exp.lookup(&c, b"..").err(), Some(FsError::Stale));
     }
 
     #[test]
     fn mount_points_are_not_crossed() {
-        let Some(fs) = LoopFs::new("ext4") else {
+        let Some(fs) = LoopFs::new("ext4", 64) else {
             return;
         };
-        let dir = fs.path().join("export");
+        let dir = fs.mount_point().join("export");
         std::fs::create_dir_all(dir.join("mnt")).expect("mkdir");
-        let Some(inner) = LoopFs::mounted_at("ext4", &dir.join("mnt")) else {
+        let Some(inner) = LoopFs::mounted_at("ext4", 64, &dir.join("mnt")) else {
             return;
         };
         let exp = export(&dir, 1, MacKey::from_bytes([1; 32]));

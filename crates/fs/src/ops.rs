@@ -724,7 +724,7 @@ mod tests {
     /// tests' directories may be 0777).
     fn setup(fs: &LoopFs) -> ExportFs {
         use std::os::unix::fs::PermissionsExt;
-        let dir = fs.path().join("export");
+        let dir = fs.mount_point().join("export");
         std::fs::create_dir_all(&dir).expect("mkdir");
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         export(&dir, 1, MacKey::from_bytes([9; 32]))
@@ -732,7 +732,7 @@ mod tests {
 
     #[test]
     fn create_modes_and_errors() {
-        let Some(fs) = LoopFs::new("ext4") else {
+        let Some(fs) = LoopFs::new("ext4", 64) else {
             return;
         };
         let exp = setup(&fs);
@@ -798,7 +798,7 @@ mod tests {
 
     #[test]
     fn exclusive_create_retransmit() {
-        let Some(fs) = LoopFs::new("ext4") else {
+        let Some(fs) = LoopFs::new("ext4", 64) else {
             return;
         };
         let exp = setup(&fs);
@@ -837,7 +837,7 @@ mod tests {
 
     #[test]
     fn setattr_getattr() {
-        let Some(fs) = LoopFs::new("ext4") else {
+        let Some(fs) = LoopFs::new("ext4", 64) else {
             return;
         };
         let exp = setup(&fs);
@@ -900,7 +900,7 @@ mod tests {
 
     #[test]
     fn squashed_caller_permissions() {
-        let Some(fs) = LoopFs::new("ext4") else {
+        let Some(fs) = LoopFs::new("ext4", 64) else {
             return;
         };
         let exp = setup(&fs);
@@ -995,7 +995,7 @@ mod tests {
 
     #[test]
     fn directories_links_and_renames() {
-        let Some(fs) = LoopFs::new("ext4") else {
+        let Some(fs) = LoopFs::new("ext4", 64) else {
             return;
         };
         let exp = setup(&fs);
@@ -1072,7 +1072,7 @@ mod tests {
 
     #[test]
     fn symlinks_and_special_files() {
-        let Some(fs) = LoopFs::new("ext4") else {
+        let Some(fs) = LoopFs::new("ext4", 64) else {
             return;
         };
         let exp = setup(&fs);
@@ -1184,7 +1184,7 @@ mod tests {
 
     #[test]
     fn fsstat_and_pathconf() {
-        let Some(fs) = LoopFs::new("ext4") else {
+        let Some(fs) = LoopFs::new("ext4", 64) else {
             return;
         };
         let exp = setup(&fs);

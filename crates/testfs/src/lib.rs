@@ -1,0 +1,195 @@
+//! Test fixture shared by the crates that touch real filesystems: a fresh
+//! XFS, ext4 or btrfs on a loop device with 4096-byte sectors (so direct-I/O
+//! alignment is enforced the way real disks enforce it), mounted on a
+//! temporary directory.
+//!
+//! A [`LoopFs`] always unmounts, detaches and deletes what it set up when
+//! dropped, also when the test panics. Without root or the tools it needs,
+//! it prints "skipped: ..." and the test returns early.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// A filesystem on a loop device backed by a sparse image.
+pub struct LoopFs {
+    /// "xfs", "ext4" or "btrfs".
+    pub kind: &'static str,
+    mnt: PathBuf,
+    /// Whether we created `mnt` (and so remove it).
+    made_mnt: bool,
+    image: PathBuf,
+    dev: Option<String>,
+    mounted: bool,
+}
+
+impl LoopFs {
+    /// A new filesystem of `kind` of at least `size_mib` MiB (raised to
+    /// what mkfs needs), or `None` when it cannot be made here.
+    pub fn new(kind: &'static str, size_mib: u64) -> Option<LoopFs> {
+        Self::with_sector_size(kind, size_mib, 4096)
+    }
+
+    /// [`LoopFs::new`] with another logical sector size (512 gives XFS
+    /// different read and write alignments).
+    pub fn with_sector_size(kind: &'static str, size_mib: u64, sector: u32) -> Option<LoopFs> {
+        let base = scratch_name(kind);
+        Self::make(kind, size_mib, sector, base.with_extension("mnt"), true)
+    }
+
+    /// [`LoopFs::new`] mounted on the existing directory `at` (to test a
+    /// mount point inside another filesystem); `at` is left in place.
+    pub fn mounted_at(kind: &'static str, size_mib: u64, at: &Path) -> Option<LoopFs> {
+        Self::make(kind, size_mib, 4096, at.to_path_buf(), false)
+    }
+
+    /// The mount point.
+    pub fn mount_point(&self) -> &Path {
+        &self.mnt
+    }
+
+    /// `name` inside the filesystem.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.mnt.join(name)
+    }
+
+    fn make(
+        kind: &'static str,
+        size_mib: u64,
+        sector: u32,
+        mnt: PathBuf,
+        make_mnt: bool,
+    ) -> Option<LoopFs> {
+        if !rustix::process::geteuid().is_root() {
+            println!("skipped: {kind} loop-device tests need root");
+            return None;
+        }
+        let mkfs = format!("mkfs.{kind}");
+        for tool in ["losetup", "mount", "umount", mkfs.as_str()] {
+            if !tool_exists(tool) {
+                println!("skipped: {tool} not installed");
+                return None;
+            }
+        }
+        let mut fs = LoopFs {
+            kind,
+            image: scratch_name(kind).with_extension("img"),
+            mnt,
+            made_mnt: false,
+            dev: None,
+            mounted: false,
+        };
+        // Every step leaves `fs` describing what exists, so a failure (or
+        // panic) here still cleans up through Drop.
+        if let Err(e) = fs.setup(&mkfs, size_mib.max(min_size_mib(kind)), sector, make_mnt) {
+            panic!("setting up {kind} on a loop device failed: {e}");
+        }
+        Some(fs)
+    }
+
+    fn setup(
+        &mut self,
+        mkfs: &str,
+        size_mib: u64,
+        sector: u32,
+        make_mnt: bool,
+    ) -> Result<(), String> {
+        let image = std::fs::File::create(&self.image).map_err(|e| e.to_string())?;
+        image.set_len(size_mib << 20).map_err(|e| e.to_string())?;
+        drop(image);
+        let image = self.image.to_string_lossy().to_string();
+        let sector = sector.to_string();
+        let dev = run(
+            "losetup",
+            &["--find", "--show", "--sector-size", &sector, &image],
+        )?;
+        self.dev = Some(dev.clone());
+        let args: &[&str] = match self.kind {
+            "ext4" => &["-q", "-F", "-b", "4096"],
+            _ => &["-q", "-f"],
+        };
+        run(mkfs, &[args, &[dev.as_str()]].concat())?;
+        if make_mnt {
+            std::fs::create_dir(&self.mnt).map_err(|e| e.to_string())?;
+            self.made_mnt = true;
+        }
+        run(
+            "mount",
+            &["-t", self.kind, &dev, &self.mnt.to_string_lossy()],
+        )?;
+        self.mounted = true;
+        Ok(())
+    }
+}
+
+impl Drop for LoopFs {
+    fn drop(&mut self) {
+        let mnt = self.mnt.to_string_lossy().to_string();
+        if self.mounted {
+            // A descriptor closing late (a thread of the test still
+            // finishing) makes umount EBUSY for a moment: retry, then detach
+            // lazily rather than leave a mount behind.
+            let unmounted = (0..50).any(|_| {
+                run("umount", &[&mnt]).is_ok() || {
+                    std::thread::sleep(Duration::from_millis(100));
+                    false
+                }
+            });
+            if !unmounted {
+                eprintln!("umount {mnt} kept failing; detaching lazily");
+                let _ = run("umount", &["-l", &mnt]);
+            }
+        }
+        if self.made_mnt {
+            let _ = std::fs::remove_dir(&self.mnt);
+        }
+        if let Some(dev) = self.dev.take() {
+            if let Err(e) = run("losetup", &["-d", &dev]) {
+                eprintln!("losetup -d {dev}: {e}");
+            }
+        }
+        let _ = std::fs::remove_file(&self.image);
+    }
+}
+
+/// The smallest filesystem mkfs accepts, in MiB.
+fn min_size_mib(kind: &str) -> u64 {
+    match kind {
+        "xfs" => 320,
+        "btrfs" => 128,
+        _ => 64,
+    }
+}
+
+/// A fresh path under the temporary directory; "dionfs-" so the test
+/// suite's leftover check recognises it.
+fn scratch_name(kind: &str) -> PathBuf {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    std::env::temp_dir().join(format!(
+        "dionfs-test-{kind}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ))
+}
+
+fn run(cmd: &str, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .map_err(|e| format!("{cmd}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{cmd} {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn tool_exists(tool: &str) -> bool {
+    ["/usr/sbin", "/sbin", "/usr/bin", "/bin"]
+        .iter()
+        .any(|dir| Path::new(dir).join(tool).exists())
+}
