@@ -28,7 +28,11 @@ pub fn render(server: &Server) -> String {
                 "# HELP dionfs_{name} {help}\n# TYPE dionfs_{name} {kind}"
             );
             for (labels, value) in rows {
-                let _ = writeln!(out, "dionfs_{name}{{{labels}}} {value}");
+                if labels.is_empty() {
+                    let _ = writeln!(out, "dionfs_{name} {value}");
+                } else {
+                    let _ = writeln!(out, "dionfs_{name}{{{labels}}} {value}");
+                }
             }
         };
     let snaps: Vec<_> = server
@@ -127,6 +131,13 @@ pub fn render(server: &Server) -> String {
             .map(|(path, s)| (format!("export=\"{path}\""), get(s)));
         metric(name, help, "counter", &mut rows);
     }
+    let mut faults = std::iter::once((String::new(), server.server_faults()));
+    metric(
+        "server_faults_total",
+        "Calls answered SERVERFAULT because of the server itself (each also logged).",
+        "counter",
+        &mut faults,
+    );
     out
 }
 

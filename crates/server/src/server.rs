@@ -98,13 +98,6 @@ impl Server {
         })
     }
 
-    /// The export a MOUNT path names.
-    pub fn export_by_path(&self, path: &[u8]) -> Option<&Export> {
-        self.exports
-            .iter()
-            .find(|x| x.config.path.as_os_str().as_encoded_bytes() == path)
-    }
-
     /// The export whose id a file handle carries.
     pub fn export_by_id(&self, id: u16) -> Option<&Export> {
         self.exports.iter().find(|x| x.config.id == id)
@@ -125,6 +118,11 @@ impl Server {
     /// Counts a call that failed for the server's own reasons.
     pub fn note_server_fault(&self) {
         self.calls_failed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Calls answered SERVERFAULT because of the server itself.
+    pub fn server_faults(&self) -> u64 {
+        self.calls_failed.load(Ordering::Relaxed)
     }
 }
 

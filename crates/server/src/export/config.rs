@@ -351,13 +351,6 @@ impl Config {
             exports: exports.into_iter().map(|(_, x)| x).collect(),
         })
     }
-
-    /// Finds the export a MOUNT path names (exact match of the canonical path).
-    pub fn export_by_path(&self, path: &[u8]) -> Option<&ExportConfig> {
-        self.exports
-            .iter()
-            .find(|x| x.path.as_os_str().as_encoded_bytes() == path)
-    }
 }
 
 /// Checks a max transfer size: a multiple of 4 KiB within 4 KiB..=4 MiB.

@@ -3,7 +3,6 @@
 
 use dionfs_fs::{Attr, CreateHow, FsError, Node, SpecialFile};
 use dionfs_proto::nfs3::*;
-use dionfs_xdr::Encode;
 
 use super::attrs::attr_of;
 use super::convert::{post_op, set_attrs, wcc};
@@ -310,6 +309,3 @@ pub fn readdirplus(ctx: &Ctx, a: ReaddirplusArgs) -> Reply {
     }
     Reply::new(enc.finish(all && batch.eof).into_vec())
 }
-
-// `Encode` is used through `success`'s bound on the result types above.
-const _: fn(&ReaddirRes) -> Vec<u8> = Encode::to_xdr;
