@@ -11,7 +11,9 @@
 //! - a misaligned WRITE places its payload at `off mod A` in the buffer
 //!   ([`payload_offset`]), completes the partial first and last blocks from
 //!   the disk ([`rmw_blocks`], [`rmw_fill_ranges`]) and writes the expanded
-//!   range.
+//!   range — except a last block that lies past both the payload and the
+//!   end of the file, whose payload bytes are written buffered
+//!   ([`split_at_eof`]), so `i_size` never covers bytes nobody wrote.
 //!
 //! Every alignment is a power of two. Callers keep offsets at most
 //! [`MAX_FILE_OFFSET`] so that no rounding overflows.
@@ -132,6 +134,45 @@ pub fn rmw_fill_ranges(
     [before, after]
 }
 
+/// How a misaligned direct write is split so that the file never grows
+/// past the data written: see [`split_at_eof`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EofSplit {
+    /// The aligned file range written with direct I/O (may be empty).
+    pub direct: Range<u64>,
+    /// The payload bytes written buffered: the part of the payload in its
+    /// last block when that block reaches past the end of the file (empty
+    /// otherwise).
+    pub buffered: Range<u64>,
+}
+
+/// Splits a write of `len > 0` bytes at `offset` to a file of `size` bytes
+/// into its direct and buffered parts.
+///
+/// A direct write sets `i_size` to the end of what it wrote, a whole block.
+/// If the payload's last block is partial and reaches past the end of the
+/// file, writing it direct would make the file longer than the data (zeros
+/// past the real end), and a crash before any fix-up would keep that size.
+/// So that block's payload bytes are written buffered, which extends
+/// `i_size` to exactly the payload's end, as knfsd's direct WRITE does with
+/// its unaligned tail; everything before it is written direct.
+pub fn split_at_eof(offset: u64, len: u64, align: u64, size: u64) -> EofSplit {
+    let io = expand_to_alignment(offset, len, align);
+    let end = offset + len;
+    if io.end > end && io.end > size {
+        let tail = round_down(end, align);
+        EofSplit {
+            direct: io.start..tail,
+            buffered: offset.max(tail)..end,
+        }
+    } else {
+        EofSplit {
+            direct: io,
+            buffered: end..end,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,7 +254,55 @@ mod tests {
         );
     }
 
+    #[test]
+    fn split_examples() {
+        // Appending 100 bytes at EOF 8192: all buffered, nothing direct.
+        let s = split_at_eof(8192, 100, 4096, 8192);
+        assert_eq!((s.direct, s.buffered), (8192..8192, 8192..8292));
+        // IOR-hard record at EOF: head block direct (RMW), tail buffered.
+        let s = split_at_eof(47008, 47008, 4096, 47008);
+        assert_eq!((s.direct, s.buffered), (45056..90112, 90112..94016));
+        // The same record below EOF: all direct.
+        let s = split_at_eof(47008, 47008, 4096, 1 << 20);
+        assert_eq!((s.direct, s.buffered), (45056..94208, 94016..94016));
+        // Ends on a block boundary: direct, i_size exact anyway.
+        let s = split_at_eof(100, 3996, 4096, 0);
+        assert_eq!((s.direct, s.buffered), (0..4096, 4096..4096));
+        // The last block is partly inside the file but reaches past EOF.
+        let s = split_at_eof(4100, 100, 4096, 5000);
+        assert_eq!((s.direct, s.buffered), (4096..4096, 4100..4200));
+    }
+
     proptest! {
+        /// The two parts cover the payload, the direct one is aligned, and
+        /// no part makes the file longer than `max(size, offset + len)`.
+        #[test]
+        fn split_never_grows_the_file_past_the_data(
+            offset in offset_strategy(), len in 1u64..(1 << 21),
+            align in align_strategy(), size in 0u64..(1 << 25)
+        ) {
+            let s = split_at_eof(offset, len, align, size);
+            let end = offset + len;
+            prop_assert_eq!(s.direct.start % align, 0);
+            prop_assert_eq!(s.direct.end % align, 0);
+            prop_assert!(s.direct.start <= s.direct.end);
+            prop_assert!(s.buffered.start <= s.buffered.end);
+            // Direct I/O sets i_size to max(size, direct.end).
+            prop_assert!(s.direct.is_empty() || size.max(s.direct.end) <= size.max(end));
+            // Together they cover [offset, end), buffered after direct.
+            let covered_to = if s.direct.is_empty() { offset } else { s.direct.end };
+            prop_assert!(s.direct.is_empty() || s.direct.start <= offset);
+            if s.buffered.is_empty() {
+                prop_assert!(covered_to >= end);
+            } else {
+                prop_assert!(s.buffered.start <= covered_to.max(offset));
+                prop_assert_eq!(s.buffered.end, end);
+                // Only the last, partial block is ever buffered.
+                prop_assert!(end - s.buffered.start < align);
+                prop_assert_eq!(round_down(s.buffered.start, align), round_down(end - 1, align));
+            }
+        }
+
         #[test]
         fn expansion_is_aligned_covering_and_minimal(
             offset in offset_strategy(), len in 0u64..(1 << 21), align in align_strategy()

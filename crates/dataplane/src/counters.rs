@@ -31,9 +31,10 @@ pub struct Counters {
     pub short_writes: AtomicU64,
     /// READ/WRITE/COMMIT/truncate operations that failed.
     pub errors: AtomicU64,
-    /// Extending writes whose block-rounded direct write was trimmed back to
-    /// the exact size with `ftruncate`.
-    pub size_fixups: AtomicU64,
+    /// Extending direct writes whose last partial block lay past the end of
+    /// the file and was written buffered, so that `i_size` never exceeds
+    /// the written data (see `write_rmw`).
+    pub buffered_tails: AtomicU64,
     /// Range-lock acquisitions that had to wait for another holder.
     pub range_lock_waits: AtomicU64,
     /// Buffer requests that found the pool empty and waited.
@@ -84,7 +85,7 @@ pub struct CounterSnapshot {
     pub direct_einval: u64,
     pub short_writes: u64,
     pub errors: u64,
-    pub size_fixups: u64,
+    pub buffered_tails: u64,
     pub range_lock_waits: u64,
     pub pool_waits: u64,
 }
@@ -118,7 +119,7 @@ impl Counters {
             direct_einval: load(&self.direct_einval),
             short_writes: load(&self.short_writes),
             errors: load(&self.errors),
-            size_fixups: load(&self.size_fixups),
+            buffered_tails: load(&self.buffered_tails),
             range_lock_waits: load(&self.range_lock_waits),
             pool_waits: load(&self.pool_waits),
         }

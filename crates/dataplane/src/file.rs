@@ -8,8 +8,7 @@ use dionfs_sys::io::{page_size, statx_dio, DioAlign};
 
 use crate::align::{round_down, round_up};
 use crate::pool::{BUF_ALIGN, MAX_DIO_ALIGN};
-use crate::range_lock::RangeLocks;
-use crate::size::SizeTracker;
+use crate::range_lock::{LockKind, RangeLocks};
 
 /// The `O_DIRECT` side of a file whose alignment our buffers can meet.
 #[derive(Debug)]
@@ -23,10 +22,11 @@ pub(crate) struct DirectIo {
 
 /// An open regular file: a buffered descriptor, an optional `O_DIRECT`
 /// descriptor beside it, the direct-I/O alignment statx reported (a
-/// property of the file, cached here), the file's range locks and its size
-/// bookkeeping. The filesystem backend opens both descriptors and keeps
-/// `Arc<DataFile>`s in its open-file cache; every READ, WRITE, COMMIT and
-/// size change of the file must go through the same `DataFile`.
+/// property of the file, cached here) and the file's range locks. The
+/// filesystem backend opens both descriptors and keeps exactly one
+/// `DataFile` per inode alive (its open-file cache); every READ, WRITE,
+/// COMMIT and size change of the file must go through that one `DataFile`,
+/// or two read-modify-writes of one block could miss each other's locks.
 #[derive(Debug)]
 pub struct DataFile {
     buffered: OwnedFd,
@@ -37,7 +37,6 @@ pub struct DataFile {
     /// direct alignments.
     lock_unit: u64,
     pub(crate) locks: RangeLocks,
-    pub(crate) size: SizeTracker,
     label: Option<String>,
 }
 
@@ -66,7 +65,6 @@ impl DataFile {
         if file_type != rustix::fs::FileType::RegularFile {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
-        let size = u64::try_from(st.st_size).unwrap_or(0);
         let dio = match &direct {
             Some(fd) => statx_dio(fd),
             None => statx_dio(&buffered),
@@ -94,7 +92,6 @@ impl DataFile {
             dio,
             lock_unit,
             locks: RangeLocks::new(),
-            size: SizeTracker::new(size),
             label: None,
         })
     }
@@ -121,11 +118,29 @@ impl DataFile {
         self.buffered.as_fd()
     }
 
-    /// The file size as the data plane sees it: exact even while an
-    /// extending direct write has `i_size` rounded up to a block. GETATTR on
-    /// a file open here should report this size.
+    /// The file size (`fstat`). Always exact: no write path rounds
+    /// `i_size` up to a block.
     pub fn size(&self) -> io::Result<u64> {
-        self.size.visible_size(self.buffered.as_fd())
+        let st = rustix::fs::fstat(&self.buffered)?;
+        // st_size of a regular file is never negative.
+        Ok(u64::try_from(st.st_size).unwrap_or(0))
+    }
+
+    /// Sets the file size (`ftruncate`). Holds the whole file's range lock
+    /// exclusively, so it waits for every READ and WRITE in flight and
+    /// excludes new ones meanwhile: a read-modify-write can never write old
+    /// block contents back beyond a new, smaller size. Every size change
+    /// of a file (SETATTR size, CREATE with a size) must come through here.
+    /// Runs with the calling thread's credentials: for a non-root caller
+    /// the kernel clears set-user-ID and set-group-ID bits. Returns whether
+    /// it had to wait for the lock.
+    pub fn truncate(&self, new_size: u64) -> io::Result<bool> {
+        if new_size > crate::align::MAX_FILE_OFFSET {
+            return Err(io::Error::from_raw_os_error(libc::EFBIG));
+        }
+        let whole_file = self.locks.lock(0..u64::MAX, LockKind::Exclusive);
+        rustix::fs::ftruncate(&self.buffered, new_size)?;
+        Ok(whole_file.waited())
     }
 
     pub(crate) fn direct(&self) -> Option<&DirectIo> {

@@ -25,8 +25,8 @@
 //! (`expand_to_alignment`, `read_reply`, `rmw_blocks`), `read.rs` has
 //! `read_direct`/`read_cached`, `write.rs` has
 //! `write_direct`/`write_rmw`/`write_cached`, [`range_lock`] the per-file
-//! range locks, and `size.rs` keeps the file size exact under concurrent
-//! block-rounded extending writes.
+//! range locks. No write path rounds the file size up to a block (see
+//! [`align::split_at_eof`]), so the kernel's `i_size` is always exact.
 
 pub mod align;
 mod config;
@@ -37,7 +37,6 @@ mod plane;
 mod pool;
 pub mod range_lock;
 mod read;
-mod size;
 mod write;
 
 pub use config::{DataConfig, Mode, MAX_TRANSFER_LIMIT};

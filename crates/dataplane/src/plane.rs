@@ -108,21 +108,24 @@ impl DataPlane {
         })
     }
 
-    /// Sets the file size (SETATTR size). Waits for every READ and WRITE in
-    /// flight on the file and excludes new ones meanwhile, so it serialises
-    /// with extending writes and their size fix-ups. The server must route
-    /// size changes of files open here through this call.
+    /// Sets the file size ([`DataFile::truncate`]), counting lock waits and
+    /// errors in this plane.
     pub fn truncate(&self, file: &DataFile, new_size: u64) -> Result<(), DataError> {
         if new_size > MAX_FILE_OFFSET {
             return Err(DataError::FileTooBig);
         }
-        let _whole_file = self.lock_exact(file, 0..u64::MAX, LockKind::Exclusive);
-        file.size
-            .truncate(file.buffered_fd(), new_size)
-            .map_err(|e| {
+        match file.truncate(new_size) {
+            Ok(waited) => {
+                if waited {
+                    Counters::bump(&self.counters.range_lock_waits);
+                }
+                Ok(())
+            }
+            Err(e) => {
                 Counters::bump(&self.counters.errors);
-                DataError::from(e)
-            })
+                Err(DataError::from(e))
+            }
+        }
     }
 
     /// The I/O path for a READ of `file`.

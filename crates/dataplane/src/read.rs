@@ -118,7 +118,7 @@ impl DataPlane {
         } else {
             self.direct_pread(file, direct, &mut buf[..io_len], io.start, align)?
         };
-        let size = file.size.visible_size(file.buffered_fd())?;
+        let size = file.size()?;
         Ok(read_reply(offset, count as u64, io.start, filled, size))
     }
 
@@ -140,7 +140,7 @@ impl DataPlane {
             |flags| preadv2(file.buffered_fd(), dst, offset, flags),
             RwFlags::NONE,
         )?;
-        let size = file.size.visible_size(file.buffered_fd())?;
+        let size = file.size()?;
         Ok((read_reply(offset, count as u64, offset, filled, size), mode))
     }
 }

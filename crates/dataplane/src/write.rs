@@ -1,20 +1,23 @@
 //! WRITE: `write_direct` (aligned: one direct write), `write_rmw`
 //! (misaligned: read the partial edge blocks around the payload, one direct
-//! write of the expanded range) and `write_cached` (buffered or
+//! write of the expanded range, and a partial last block past the end of
+//! the file written buffered) and `write_cached` (buffered or
 //! `RWF_DONTCACHE`); then the durability the client asked for.
+//!
+//! No path ever makes `i_size` larger than the end of the data written, so
+//! the size a crash leaves behind is always one that some write produced.
 
 use dionfs_sys::io::{pwritev2, RwFlags};
 
 use crate::align::{
     expand_to_alignment, is_aligned, payload_offset, rmw_blocks, rmw_fill_ranges, round_up,
-    MAX_FILE_OFFSET,
+    split_at_eof, MAX_FILE_OFFSET,
 };
 use crate::counters::Counters;
 use crate::file::{DataFile, DirectIo};
 use crate::plane::IoPath;
 use crate::pool::{PooledBuf, BUF_ALIGN, BUF_SLACK};
 use crate::range_lock::LockKind;
-use crate::size::SizeClaim;
 use crate::{DataError, DataPlane, Mode};
 
 /// How durable a WRITE must be before it is answered (`stable_how`, RFC
@@ -219,27 +222,22 @@ impl DataPlane {
             }
             IoPath::Cached(mode) => {
                 buf.move_payload_to(0);
-                let (mode, trimmed) = self.write_cached(file, mode, buf, stable)?;
-                if trimmed {
-                    // The size fix-up ran after the RWF_*SYNC write.
-                    self.sync(file, stable)?;
-                }
-                Ok(mode)
+                self.write_cached(file, mode, buf, stable)
             }
         }
     }
 
     /// Aligned direct write: the payload is already a whole number of
-    /// blocks at an aligned offset; one `pwritev2` on the `O_DIRECT` fd.
+    /// blocks at an aligned offset; one `pwritev2` on the `O_DIRECT` fd. If
+    /// it extends the file, `i_size` becomes exactly its end.
     fn write_direct(
         &self,
         file: &DataFile,
         direct: &DirectIo,
         buf: &WriteBuffer,
-    ) -> Result<bool, DataError> {
+    ) -> Result<(), DataError> {
         let io = buf.offset..buf.offset + buf.len as u64;
         let _lock = self.lock(file, io.clone(), LockKind::Exclusive);
-        let claim = file.size.begin_write(file.buffered_fd(), io.end, io.end)?;
         let written = self.direct_pwrite(
             file,
             direct,
@@ -247,43 +245,68 @@ impl DataPlane {
             io.start,
             direct.write_align,
         );
-        self.finish_write(claim, written, buf.len)
+        self.check_written(written, buf.len)
     }
 
     /// Misaligned direct write: under an exclusive lock on the blocks it
-    /// touches, read the partial head and tail blocks (direct) around the
-    /// payload, then write the whole expanded range in one direct write.
-    /// Blocks the payload does not touch are neither read nor written, so
-    /// holes stay holes.
+    /// touches, read the partial edge blocks (direct) around the payload,
+    /// then write the expanded range in one direct write. Blocks the payload
+    /// does not touch are neither read nor written, so holes stay holes.
+    ///
+    /// A partial last block that reaches past the end of the file is not
+    /// written direct (that would round `i_size` up to the block, and a
+    /// crash would keep zeros past the real end): its payload bytes go
+    /// through the page cache, under the same lock, after the direct part
+    /// (see [`split_at_eof`]). That block needs no read either.
     fn write_rmw(
         &self,
         file: &DataFile,
         direct: &DirectIo,
         buf: &mut WriteBuffer,
-    ) -> Result<bool, DataError> {
+    ) -> Result<(), DataError> {
         let align = direct.write_align;
         let io = expand_to_alignment(buf.offset, buf.len as u64, align);
-        let io_len = (io.end - io.start) as usize;
-        Counters::bump(&self.counters.read_modify_writes);
         let _lock = self.lock(file, io.clone(), LockKind::Exclusive);
-        let claim =
-            file.size
-                .begin_write(file.buffered_fd(), io.end, buf.offset + buf.len as u64)?;
-        let written = self
-            .fill_rmw_blocks(file, direct, buf, io.start)
-            .and_then(|()| self.direct_pwrite(file, direct, &buf.buf[..io_len], io.start, align));
-        self.finish_write(claim, written, io_len)
+        // Under the lock no write of ours can change what matters here: the
+        // blocks of `io`. Another write may extend the file meanwhile, which
+        // only makes the split more careful than needed.
+        let size = file.size()?;
+        let split = split_at_eof(buf.offset, buf.len as u64, align, size);
+        if !split.direct.is_empty() {
+            let direct_len = (split.direct.end - split.direct.start) as usize;
+            Counters::bump(&self.counters.read_modify_writes);
+            self.fill_rmw_blocks(file, direct, buf, io.start, split.direct.end)?;
+            let written = self.direct_pwrite(file, direct, &buf.buf[..direct_len], io.start, align);
+            self.check_written(written, direct_len)?;
+        }
+        if !split.buffered.is_empty() {
+            Counters::bump(&self.counters.buffered_tails);
+            let from = (split.buffered.start - io.start) as usize;
+            let to = (split.buffered.end - io.start) as usize;
+            let tail = &buf.buf[from..to];
+            let written = pwritev2(
+                file.buffered_fd(),
+                tail,
+                split.buffered.start,
+                RwFlags::NONE,
+            )
+            .map_err(DataError::from);
+            self.check_written(written, tail.len())?;
+        }
+        Ok(())
     }
 
-    /// Fills the bytes of the partial edge blocks that the payload does not
-    /// cover with the blocks' current contents. A block read short is past
-    /// end of file: the rest of it is zeros (what the file reads as there).
+    /// Fills the bytes of the partial edge blocks below `direct_end` that
+    /// the payload does not cover with the blocks' current contents. A
+    /// block read short is past end of file: the rest of it is zeros (what
+    /// the file reads as there).
     fn fill_rmw_blocks(
         &self,
         file: &DataFile,
         direct: &DirectIo,
         buf: &mut WriteBuffer,
         io_start: u64,
+        direct_end: u64,
     ) -> Result<(), DataError> {
         let align = direct.write_align;
         let block_len = align as usize;
@@ -295,7 +318,8 @@ impl DataPlane {
         let scratch_at = round_up(io_len as u64, align.max(BUF_ALIGN as u64)) as usize;
         let (io_buf, rest) = buf.buf.split_at_mut(scratch_at);
         let scratch = &mut rest[..block_len];
-        for block in rmw_blocks(buf.offset, len as u64, align).iter() {
+        let blocks = rmw_blocks(buf.offset, len as u64, align);
+        for block in blocks.iter().filter(|&block| block < direct_end) {
             let n = self.direct_pread(file, direct, scratch, block, align)?;
             scratch[n..].fill(0);
             let block_at = (block - io_start) as usize;
@@ -308,15 +332,14 @@ impl DataPlane {
     }
 
     /// Buffered or `RWF_DONTCACHE` write of exactly the payload, with
-    /// `RWF_DSYNC`/`RWF_SYNC` for stable writes. Returns the mode used and
-    /// whether a size fix-up ran.
+    /// `RWF_DSYNC`/`RWF_SYNC` for stable writes. Returns the mode used.
     fn write_cached(
         &self,
         file: &DataFile,
         mode: Mode,
         buf: &WriteBuffer,
         stable: Stable,
-    ) -> Result<(Mode, bool), DataError> {
+    ) -> Result<Mode, DataError> {
         let io = buf.offset..buf.offset + buf.len as u64;
         let sync_flags = match stable {
             Stable::Unstable => RwFlags::NONE,
@@ -324,33 +347,27 @@ impl DataPlane {
             Stable::FileSync => RwFlags::SYNC,
         };
         let _lock = self.lock(file, io.clone(), LockKind::Exclusive);
-        let claim = file.size.begin_write(file.buffered_fd(), io.end, io.end)?;
         let payload = buf.payload();
-        let result = self.cached_io(
+        let (written, mode) = match self.cached_io(
             file,
             mode,
             |flags| pwritev2(file.buffered_fd(), payload, io.start, flags),
             sync_flags,
-        );
-        let (written, mode) = match result {
+        ) {
             Ok((n, mode)) => (Ok(n), mode),
             Err(e) => (Err(e), mode),
         };
-        Ok((mode, self.finish_write(claim, written, buf.len)?))
+        self.check_written(written, buf.len)?;
+        Ok(mode)
     }
 
-    /// Ends a write's size claim and turns the I/O result into the
-    /// request's result. Returns whether the size was trimmed.
-    fn finish_write(
+    /// Turns an I/O result into the request's result: a short write is an
+    /// error (counted).
+    fn check_written(
         &self,
-        claim: SizeClaim<'_>,
         written: Result<usize, DataError>,
         expected: usize,
-    ) -> Result<bool, DataError> {
-        let complete = matches!(written, Ok(n) if n == expected);
-        // The claim is finished even when the write failed, so the size
-        // bookkeeping stays right; the write's own error comes first.
-        let trimmed = claim.finish(complete);
+    ) -> Result<(), DataError> {
         let n = written?;
         if n < expected {
             Counters::bump(&self.counters.short_writes);
@@ -359,11 +376,7 @@ impl DataPlane {
                 expected,
             });
         }
-        let trimmed = trimmed?;
-        if trimmed {
-            Counters::bump(&self.counters.size_fixups);
-        }
-        Ok(trimmed)
+        Ok(())
     }
 
     /// Makes the file's data (`DataSync`) or data and metadata

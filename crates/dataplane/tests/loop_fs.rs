@@ -127,6 +127,8 @@ fn run_fs(kind: &'static str) {
         }
         println!("{kind} {name}: extending writes racing truncate");
         extend_and_truncate(&fs, read_mode, write_mode, &name);
+        println!("{kind} {name}: i_size never past the data");
+        size_never_rounded_up(&fs, read_mode, write_mode, &name);
     }
 }
 
@@ -604,4 +606,61 @@ fn extend_and_truncate(fs: &LoopFs, read_mode: Mode, write_mode: Mode, name: &st
         &format!("{name}: phase-2 appends"),
     );
     assert_eq!(plane.snapshot().direct_einval, 0);
+}
+
+/// While misaligned records are appended, another thread watches the
+/// kernel's `i_size` (fstat): it must never exceed the end of the last
+/// write issued. A block-rounded direct write followed by a trim would show
+/// a size past the data for a moment, and a crash at that moment would keep
+/// it (zeros past the real end of the file).
+fn size_never_rounded_up(fs: &LoopFs, read_mode: Mode, write_mode: Mode, name: &str) {
+    use std::sync::atomic::AtomicU64;
+    const RECORD: u64 = 1000;
+    const RECORDS: u64 = 1500;
+    let file = Arc::new(open_data_file(&fs.path(&format!("eof-{name}"))));
+    let plane = Arc::new(plane(read_mode, write_mode));
+    let issued_end = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let observer = {
+        let (file, issued_end, done) = (file.clone(), issued_end.clone(), done.clone());
+        thread::spawn(move || {
+            let mut checks = 0u64;
+            while !done.load(Ordering::Acquire) {
+                let size = fs_size(&file);
+                // Loaded after the size: covers every write that could
+                // have produced it.
+                let end = issued_end.load(Ordering::Acquire);
+                assert!(
+                    size <= end,
+                    "i_size {size} is past the end {end} of every write issued"
+                );
+                checks += 1;
+            }
+            checks
+        })
+    };
+    for k in 0..RECORDS {
+        let off = k * RECORD;
+        issued_end.store(off + RECORD, Ordering::Release);
+        let data = pattern_bytes(off, RECORD as usize, 4);
+        write_at(&plane, &file, off, &data, Stable::Unstable).unwrap();
+    }
+    done.store(true, Ordering::Release);
+    let checks = observer.join().unwrap();
+    assert!(checks > 0);
+    assert_eq!(fs_size(&file), RECORD * RECORDS, "{name}: final size");
+    let all = read_all(&plane, &file);
+    assert_bytes(
+        &all,
+        &pattern_bytes(0, (RECORD * RECORDS) as usize, 4),
+        &format!("{name}: appended records"),
+    );
+    if write_mode == Mode::Direct && file.is_direct_capable() {
+        let c = plane.snapshot();
+        assert!(c.buffered_tails > 0, "{name}: tails past EOF go buffered");
+        assert!(
+            c.write.direct.ops == RECORDS,
+            "{name}: counted as direct writes"
+        );
+    }
 }

@@ -110,9 +110,9 @@ pub fn render(server: &Server) -> String {
         ),
         ("io_errors_total", "Data-plane I/O errors.", |s| s.errors),
         (
-            "size_fixups_total",
-            "File sizes trimmed back after block-rounded direct writes.",
-            |s| s.size_fixups,
+            "buffered_tails_total",
+            "Extending direct writes whose partial last block past EOF was written buffered.",
+            |s| s.buffered_tails,
         ),
         (
             "range_lock_waits_total",
