@@ -94,6 +94,9 @@ struct ServeArgs {
     /// Let MKNOD create character and block devices.
     #[arg(long)]
     allow_devices: bool,
+    /// Files kept open while unused (the open-file cache; at least 1).
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    open_files: u32,
 }
 
 fn parse_mode(s: &str) -> Result<Mode, String> {
@@ -149,6 +152,7 @@ impl ServeArgs {
             portmap_port: (!self.no_portmap).then_some(self.portmap_port),
             state_dir: self.state_dir,
             metrics_listen: self.metrics,
+            open_files: self.open_files as usize,
             ..ServerSettings::default()
         };
         Ok(Config {

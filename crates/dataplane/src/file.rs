@@ -9,6 +9,7 @@ use dionfs_sys::io::{page_size, statx_dio, DioAlign};
 use crate::align::{round_down, round_up};
 use crate::pool::{BUF_ALIGN, MAX_DIO_ALIGN};
 use crate::range_lock::{LockKind, RangeLocks};
+use crate::size::SizeTracker;
 
 /// The `O_DIRECT` side of a file whose alignment our buffers can meet.
 #[derive(Debug)]
@@ -37,6 +38,7 @@ pub struct DataFile {
     /// direct alignments.
     lock_unit: u64,
     pub(crate) locks: RangeLocks,
+    pub(crate) size: SizeTracker,
     label: Option<String>,
 }
 
@@ -92,6 +94,7 @@ impl DataFile {
             dio,
             lock_unit,
             locks: RangeLocks::new(),
+            size: SizeTracker::default(),
             label: None,
         })
     }
@@ -118,12 +121,11 @@ impl DataFile {
         self.buffered.as_fd()
     }
 
-    /// The file size (`fstat`). Always exact: no write path rounds
-    /// `i_size` up to a block.
+    /// The file size to report to clients: the kernel's, except that an
+    /// extending write in flight counts as done (never a size half-way
+    /// through a write). GETATTR on a file open here should report this.
     pub fn size(&self) -> io::Result<u64> {
-        let st = rustix::fs::fstat(&self.buffered)?;
-        // st_size of a regular file is never negative.
-        Ok(u64::try_from(st.st_size).unwrap_or(0))
+        self.size.visible_size(self.buffered.as_fd())
     }
 
     /// Sets the file size (`ftruncate`). Holds the whole file's range lock

@@ -26,7 +26,8 @@
 //! `read_direct`/`read_cached`, `write.rs` has
 //! `write_direct`/`write_rmw`/`write_cached`, [`range_lock`] the per-file
 //! range locks. No write path rounds the file size up to a block (see
-//! [`align::split_at_eof`]), so the kernel's `i_size` is always exact.
+//! [`align::split_at_eof`]), so the kernel's `i_size` is always exact;
+//! `size.rs` hides half-done extending writes from the sizes reported.
 
 pub mod align;
 mod config;
@@ -37,6 +38,7 @@ mod plane;
 mod pool;
 pub mod range_lock;
 mod read;
+mod size;
 mod write;
 
 pub use config::{DataConfig, Mode, MAX_TRANSFER_LIMIT};

@@ -238,6 +238,7 @@ impl DataPlane {
     ) -> Result<(), DataError> {
         let io = buf.offset..buf.offset + buf.len as u64;
         let _lock = self.lock(file, io.clone(), LockKind::Exclusive);
+        let claim = file.size.begin_write(file.buffered_fd(), io.end)?;
         let written = self.direct_pwrite(
             file,
             direct,
@@ -245,7 +246,9 @@ impl DataPlane {
             io.start,
             direct.write_align,
         );
-        self.check_written(written, buf.len)
+        self.check_written(written, buf.len)?;
+        claim.succeeded();
+        Ok(())
     }
 
     /// Misaligned direct write: under an exclusive lock on the blocks it
@@ -256,7 +259,7 @@ impl DataPlane {
     /// A partial last block that reaches past the end of the file is not
     /// written direct (that would round `i_size` up to the block, and a
     /// crash would keep zeros past the real end): its payload bytes go
-    /// through the page cache, under the same lock, after the direct part
+    /// through the page cache, under the same lock, before the direct part
     /// (see [`split_at_eof`]). That block needs no read either.
     fn write_rmw(
         &self,
@@ -270,15 +273,16 @@ impl DataPlane {
         // Under the lock no write of ours can change what matters here: the
         // blocks of `io`. Another write may extend the file meanwhile, which
         // only makes the split more careful than needed.
-        let size = file.size()?;
+        let claim = file
+            .size
+            .begin_write(file.buffered_fd(), buf.offset + buf.len as u64)?;
+        let size = crate::size::fstat_size(file.buffered_fd())?;
         let split = split_at_eof(buf.offset, buf.len as u64, align, size);
-        if !split.direct.is_empty() {
-            let direct_len = (split.direct.end - split.direct.start) as usize;
-            Counters::bump(&self.counters.read_modify_writes);
-            self.fill_rmw_blocks(file, direct, buf, io.start, split.direct.end)?;
-            let written = self.direct_pwrite(file, direct, &buf.buf[..direct_len], io.start, align);
-            self.check_written(written, direct_len)?;
-        }
+        // The tail first: it moves `i_size` to exactly the end of this
+        // write, so neither a reply racing this write nor a crash in the
+        // middle of it can see a size no write ended at (the direct part
+        // below EOF changes no size; until it lands it reads as zeros,
+        // like any write still in flight).
         if !split.buffered.is_empty() {
             Counters::bump(&self.counters.buffered_tails);
             let from = (split.buffered.start - io.start) as usize;
@@ -293,6 +297,14 @@ impl DataPlane {
             .map_err(DataError::from);
             self.check_written(written, tail.len())?;
         }
+        if !split.direct.is_empty() {
+            let direct_len = (split.direct.end - split.direct.start) as usize;
+            Counters::bump(&self.counters.read_modify_writes);
+            self.fill_rmw_blocks(file, direct, buf, io.start, split.direct.end)?;
+            let written = self.direct_pwrite(file, direct, &buf.buf[..direct_len], io.start, align);
+            self.check_written(written, direct_len)?;
+        }
+        claim.succeeded();
         Ok(())
     }
 
@@ -347,6 +359,7 @@ impl DataPlane {
             Stable::FileSync => RwFlags::SYNC,
         };
         let _lock = self.lock(file, io.clone(), LockKind::Exclusive);
+        let claim = file.size.begin_write(file.buffered_fd(), io.end)?;
         let payload = buf.payload();
         let (written, mode) = match self.cached_io(
             file,
@@ -358,6 +371,7 @@ impl DataPlane {
             Err(e) => (Err(e), mode),
         };
         self.check_written(written, buf.len)?;
+        claim.succeeded();
         Ok(mode)
     }
 

@@ -1,11 +1,20 @@
 //! The open-file cache: READ and WRITE reuse open descriptors instead of
 //! opening the file by handle for every request (knfsd's `nfsd_file`).
 //!
-//! Bounded and least-recently-used. Entries are keyed by export id and
-//! kernel handle (inode number *and* generation, so a reused inode number
-//! never hits a stale entry). Each holds an `Arc<OpenFile>`: evicting an
-//! entry only drops the cache's reference, and the descriptors close when
-//! the last request using the file finishes.
+//! **One open file per inode, always.** The data plane's [`DataFile`]
+//! carries the file's range locks: two `DataFile`s of one inode would let
+//! two read-modify-writes of the same block run at once and lose each
+//! other's bytes. So entries are keyed by the inode alone — the filesystem
+//! (its superblock, [`crate::export::fs_identity`]) and the kernel file
+//! handle (inode number *and* generation, so a reused inode number never
+//! hits a stale entry) — never by export: nested exports of one filesystem
+//! share the entry. And a file stays the same object for as long as
+//! anything holds it: besides the bounded LRU of strong references, the
+//! cache remembers every file still alive (a weak reference); a miss in
+//! the LRU whose file is still in use by requests in flight gets that same
+//! object back instead of opening a second one. Evicting an entry only
+//! drops the cache's reference; the descriptors close when the last
+//! request using the file finishes.
 //!
 //! REMOVE and RENAME evict a file that lost its last name, so the server
 //! never keeps a deleted file's space allocated. Files deleted behind the
@@ -13,7 +22,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
-use std::sync::Arc;
+use std::os::fd::BorrowedFd;
+use std::sync::{Arc, Weak};
 
 use dionfs_dataplane::DataFile;
 use dionfs_sys::handle::KernelHandle;
@@ -25,37 +35,69 @@ use crate::attr::FileKind;
 use crate::export::{ExportFs, Node};
 use crate::FsError;
 
-/// A regular file opened for the data plane.
+/// A regular file opened for the data plane, shared by every export that
+/// reaches it.
 pub struct OpenFile {
-    node: Node,
+    kernel: KernelHandle,
     data: DataFile,
 }
 
 impl OpenFile {
-    /// The file (for [`ExportFs::check_io_access`], GETATTR for wcc data).
-    pub fn node(&self) -> &Node {
-        &self.node
-    }
-
     /// The data plane's open file.
     pub fn data(&self) -> &DataFile {
         &self.data
+    }
+
+    /// A descriptor of the file for metadata calls (`fstat`, access
+    /// checks through `/proc/thread-self/fd`).
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.data.buffered_fd()
     }
 }
 
 impl std::fmt::Debug for OpenFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OpenFile")
-            .field("node", &self.node)
+            .field("kernel", &self.kernel)
+            .field("label", &self.data.label())
             .finish()
     }
 }
 
-type Key = (u16, KernelHandle);
+/// (filesystem identity, kernel handle): one inode.
+type Key = (u64, KernelHandle);
 
 /// The server-wide cache of open files, shared by all exports.
 pub struct OpenFileCache {
-    lru: Mutex<Lru<Key, Arc<OpenFile>>>,
+    state: Mutex<CacheState>,
+}
+
+struct CacheState {
+    /// The files kept open while unused, least recently used first out.
+    lru: Lru<Key, Arc<OpenFile>>,
+    /// Every file opened and not yet closed: the LRU's and those only
+    /// requests in flight still hold. Dead entries are purged when the map
+    /// has doubled since the last purge (amortised O(1)).
+    live: HashMap<Key, Weak<OpenFile>>,
+    purge_at: usize,
+}
+
+impl CacheState {
+    /// The live file for `key`, from the LRU or (still held by requests)
+    /// from the live map; put back into the LRU. Returns what the LRU
+    /// pushed out, which the caller must drop after releasing the lock.
+    fn find(&mut self, key: &Key) -> (Option<Arc<OpenFile>>, Option<Arc<OpenFile>>) {
+        if let Some(file) = self.lru.get(key) {
+            return (Some(file), None);
+        }
+        match self.live.get(key).and_then(Weak::upgrade) {
+            Some(file) => {
+                let evicted = self.lru.insert(key.clone(), Arc::clone(&file));
+                (Some(file), evicted)
+            }
+            None => (None, None),
+        }
+    }
 }
 
 impl std::fmt::Debug for OpenFileCache {
@@ -73,105 +115,156 @@ impl Default for OpenFileCache {
 }
 
 impl OpenFileCache {
-    /// Default number of cached files (each holds up to three descriptors:
-    /// `O_PATH`, buffered, `O_DIRECT`).
+    /// Default number of cached files (each holds two descriptors:
+    /// buffered and `O_DIRECT`).
     pub const DEFAULT_CAPACITY: usize = 1024;
 
-    /// A cache holding at most `capacity` files (at least one).
+    /// A cache keeping at most `capacity` unused files open (at least one).
     pub fn new(capacity: usize) -> OpenFileCache {
+        let capacity = capacity.max(1);
         OpenFileCache {
-            lru: Mutex::new(Lru::new(capacity.max(1))),
+            state: Mutex::new(CacheState {
+                lru: Lru::new(capacity),
+                live: HashMap::new(),
+                purge_at: 2 * capacity,
+            }),
         }
     }
 
-    /// Number of cached files.
+    /// Number of files the LRU keeps open.
     pub fn len(&self) -> usize {
-        self.lru.lock().len()
+        self.state.lock().lru.len()
     }
 
-    /// Whether nothing is cached.
+    /// Whether the LRU keeps nothing open.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// Drops every entry of one export (when it is unexported).
-    pub fn evict_export(&self, export_id: u16) {
-        self.lru.lock().retain(|key| key.0 != export_id);
+    /// Number of distinct files open (in the LRU or held by requests).
+    pub fn live_files(&self) -> usize {
+        self.state
+            .lock()
+            .live
+            .values()
+            .filter(|w| w.strong_count() > 0)
+            .count()
     }
 
-    pub(crate) fn get(&self, export_id: u16, kernel: &KernelHandle) -> Option<Arc<OpenFile>> {
-        self.lru.lock().get(&(export_id, kernel.clone()))
+    /// Drops the LRU's references to every file (tests, shutdown).
+    pub fn clear(&self) {
+        let dropped = self.state.lock().lru.drain();
+        // Closed (if nothing else holds them) outside the lock.
+        drop(dropped);
     }
 
-    pub(crate) fn evict(&self, export_id: u16, kernel: &KernelHandle) {
-        let removed = self.lru.lock().remove(&(export_id, kernel.clone()));
+    pub(crate) fn get(&self, key: &Key) -> Option<Arc<OpenFile>> {
+        let (file, evicted) = self.state.lock().find(key);
+        // Dropped outside the lock: the last reference closes descriptors.
+        drop(evicted);
+        file
+    }
+
+    /// The file for `key` if it is open, without touching the LRU order
+    /// (attribute replies use it for the data plane's size).
+    pub(crate) fn get_live(&self, key: &Key) -> Option<Arc<OpenFile>> {
+        let state = self.state.lock();
+        state.live.get(key).and_then(Weak::upgrade)
+    }
+
+    pub(crate) fn evict(&self, key: &Key) {
+        let removed = self.state.lock().lru.remove(key);
         if removed.is_some() {
-            tracing::debug!(export_id, "evicted a removed file from the open-file cache");
+            tracing::debug!("evicted a removed file from the open-file cache");
         }
     }
 
-    /// Inserts, or returns the entry a concurrent opener inserted first.
-    fn insert(&self, export_id: u16, file: Arc<OpenFile>) -> Arc<OpenFile> {
-        let key = (export_id, file.node.kernel.clone());
-        let mut lru = self.lru.lock();
-        if let Some(existing) = lru.get(&key) {
+    /// Inserts a file just opened, or returns the one a concurrent opener
+    /// (or a request still holding it) got in first: there is never more
+    /// than one live `OpenFile` per key.
+    fn insert(&self, key: Key, file: Arc<OpenFile>) -> Arc<OpenFile> {
+        let mut state = self.state.lock();
+        if let (Some(existing), evicted) = state.find(&key) {
+            drop(state);
+            drop(evicted);
             return existing;
         }
-        // The evicted entry (if any) is dropped after the lock is released.
-        let _evicted = lru.insert(key, Arc::clone(&file));
-        drop(lru);
+        state.live.insert(key.clone(), Arc::downgrade(&file));
+        if state.live.len() >= state.purge_at {
+            state.live.retain(|_, w| w.strong_count() > 0);
+            state.purge_at = (2 * state.live.len()).max(2 * state.lru.capacity);
+        }
+        let evicted = state.lru.insert(key, Arc::clone(&file));
+        drop(state);
+        drop(evicted);
         file
     }
 }
 
 impl ExportFs {
-    /// The open file for `fh` if the cache holds one, without opening
-    /// anything: attribute replies use it for the data plane's exact size.
-    pub fn cached_file(&self, fh: &[u8]) -> Option<Arc<OpenFile>> {
-        let kernel = crate::handle::decode(&self.key, self.export_id, fh).ok()?;
-        self.cache.get(self.export_id, &kernel)
-    }
-
     /// The open file for READ/WRITE/COMMIT on the regular file `fh`, from
     /// the cache or opened now (by handle, as root: `O_RDWR`, or `O_RDONLY`
     /// where writing is refused, e.g. on a read-only filesystem; plus an
     /// `O_DIRECT` descriptor beside it where the filesystem allows one).
     ///
     /// This does not check the caller's permission: call
-    /// [`ExportFs::check_io_access`] with `file.node()` under the caller's
-    /// credentials.
+    /// [`ExportFs::check_file_access`] under the caller's credentials.
     pub fn open_file(&self, fh: &[u8]) -> Result<Arc<OpenFile>, FsError> {
         let kernel = crate::handle::decode(&self.key, self.export_id, fh)?;
-        if let Some(file) = self.cache.get(self.export_id, &kernel) {
+        let key = (self.fs_id, kernel);
+        if let Some(file) = self.cache.get(&key) {
             // Deleted behind our back (not through REMOVE/RENAME, which
             // evict): stale, and no longer worth keeping open.
             let links = rustix::fs::statx(
-                file.node().fd(),
+                file.fd(),
                 c"",
                 rustix::fs::AtFlags::EMPTY_PATH,
                 rustix::fs::StatxFlags::NLINK,
             )?;
             if links.stx_nlink == 0 {
-                self.cache.evict(self.export_id, &kernel);
+                self.cache.evict(&key);
                 return Err(FsError::Stale);
             }
             return Ok(file);
         }
         let node = self.resolve(fh)?;
+        self.open_node(node, key)
+    }
+
+    /// [`ExportFs::open_file`] for a file already resolved.
+    pub(crate) fn open_file_of(&self, node: &Node) -> Result<Arc<OpenFile>, FsError> {
+        let key = (self.fs_id, node.kernel.clone());
+        if let Some(file) = self.cache.get(&key) {
+            return Ok(file);
+        }
+        let fd = rustix::io::fcntl_dupfd_cloexec(node.fd(), 0)?;
+        let node = Node {
+            fd,
+            kernel: node.kernel.clone(),
+            fh: node.fh.clone(),
+            kind: node.kind,
+        };
+        self.open_node(node, key)
+    }
+
+    /// Opens the data-plane descriptors of a resolved regular file and
+    /// registers them (or returns the file a concurrent opener registered).
+    fn open_node(&self, node: Node, key: Key) -> Result<Arc<OpenFile>, FsError> {
         match node.kind {
             FileKind::Regular => {}
             FileKind::Directory => return Err(FsError::IsDir),
             _ => return Err(FsError::Inval),
         }
-        let (buffered, access) = match self.open_kernel_handle(&kernel, OFlags::RDWR) {
+        let kernel = &key.1;
+        let (buffered, access) = match self.open_kernel_handle(kernel, OFlags::RDWR) {
             Ok(fd) => (fd, OFlags::RDWR),
             Err(FsError::Rofs | FsError::Access | FsError::Perm) => (
-                self.open_kernel_handle(&kernel, OFlags::RDONLY)?,
+                self.open_kernel_handle(kernel, OFlags::RDONLY)?,
                 OFlags::RDONLY,
             ),
             Err(e) => return Err(e),
         };
-        let direct = match self.open_kernel_handle(&kernel, access | OFlags::DIRECT) {
+        let direct = match self.open_kernel_handle(kernel, access | OFlags::DIRECT) {
             Ok(fd) => Some(fd),
             Err(e) => {
                 tracing::debug!(error = %e, "no O_DIRECT descriptor for this file");
@@ -191,10 +284,10 @@ impl ExportFs {
             }
         })?;
         let file = Arc::new(OpenFile {
-            node,
+            kernel: key.1.clone(),
             data: data.with_label(label),
         });
-        Ok(self.cache.insert(self.export_id, file))
+        Ok(self.cache.insert(key, file))
     }
 }
 
@@ -258,15 +351,10 @@ impl<K: Clone + Eq + Hash, V: Clone> Lru<K, V> {
         Some(value)
     }
 
-    fn retain(&mut self, mut keep: impl FnMut(&K) -> bool) {
-        let entries = &mut self.entries;
-        self.by_age.retain(|_, key| {
-            let kept = keep(key);
-            if !kept {
-                entries.remove(key);
-            }
-            kept
-        });
+    /// Empties the map, returning its values.
+    fn drain(&mut self) -> Vec<V> {
+        self.by_age.clear();
+        self.entries.drain().map(|(_, (v, _))| v).collect()
     }
 }
 
@@ -290,7 +378,7 @@ mod tests {
         assert_eq!(lru.insert(1, "A"), Some("a"));
         assert_eq!(lru.remove(&1), Some("A"));
         assert_eq!(lru.len(), 1);
-        lru.retain(|k| *k != 3);
+        assert_eq!(lru.drain(), vec!["c"]);
         assert_eq!(lru.len(), 0);
         assert!(lru.by_age.is_empty());
     }
@@ -326,23 +414,23 @@ mod tests {
         let before = fds_under(fs.mount_point());
         for fh in &handles {
             let file = exp.open_file(fh).expect("open");
-            assert_eq!(file.node().fh(), fh.as_slice());
             // ext4 on 4096-byte sectors can do direct I/O.
             assert!(file.data().is_direct_capable());
         }
         assert_eq!(cache.len(), 16);
-        // Three descriptors per cached file: O_PATH, buffered, O_DIRECT.
+        assert_eq!(cache.live_files(), 16);
+        // Two descriptors per cached file: buffered, O_DIRECT.
         let during = fds_under(fs.mount_point());
         assert_eq!(
             during,
-            before + 16 * 3,
+            before + 16 * 2,
             "fds grew from {before} to {during}"
         );
         // Hits return the same open file.
         let a = exp.open_file(&handles[99]).expect("hit");
         let b = exp.open_file(&handles[99]).expect("hit");
         assert!(Arc::ptr_eq(&a, &b));
-        cache.evict_export(1);
+        cache.clear();
         assert!(cache.is_empty());
         // Still usable by the holders, closed when they let go.
         drop((a, b));
@@ -377,17 +465,92 @@ mod tests {
         assert_eq!(cache.len(), 3);
         exp.remove(&root, b"a2").expect("rm a2");
         assert_eq!(cache.len(), 2);
-        assert!(cache.get(1, &a.kernel).is_none());
+        assert!(cache.get(&(exp.fs_id, a.kernel.clone())).is_none());
 
         // Renaming c over b evicts b, keeps c.
         exp.rename(&root, b"c", &root, b"b").expect("rename");
         assert_eq!(cache.len(), 1);
-        assert!(cache.get(1, &b.kernel).is_none());
-        assert!(cache.get(1, &c.kernel).is_some());
+        assert!(cache.get(&(exp.fs_id, b.kernel.clone())).is_none());
+        assert!(cache.get(&(exp.fs_id, c.kernel.clone())).is_some());
 
         // The replaced file's handle is stale now (nothing holds it open).
         let b_fh = b.fh().to_vec();
         drop((a, b));
         assert_eq!(exp.open_file(&b_fh).err(), Some(FsError::Stale));
+    }
+
+    /// The defect behind lost IOR-hard records: with a cache of one, a
+    /// file pushed out of the LRU while requests still hold it must come
+    /// back as the very same object (same range locks), never a second one.
+    #[test]
+    fn one_open_file_per_inode_across_eviction() {
+        let Some(fs) = LoopFs::new("xfs", 64) else {
+            return;
+        };
+        let dir = fs.mount_point().join("export");
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let cache = Arc::new(OpenFileCache::new(1));
+        let exp = export_with_cache(&dir, 1, MacKey::from_bytes([1; 32]), Arc::clone(&cache));
+        let root = exp.resolve(exp.root_handle()).expect("root");
+        let how = CreateHow::Guarded(SetAttrs::default());
+        let (a, _) = exp.create(&root, b"a", &how).expect("a");
+        let (b, _) = exp.create(&root, b"b", &how).expect("b");
+
+        let held = exp.open_file(a.fh()).expect("open a");
+        let held_b = exp
+            .open_file(b.fh())
+            .expect("open b pushes a out of the LRU");
+        assert_eq!(cache.len(), 1);
+        let again = exp.open_file(a.fh()).expect("open a again");
+        assert!(
+            Arc::ptr_eq(&held, &again),
+            "a second DataFile for one inode"
+        );
+        assert_eq!(cache.live_files(), 2);
+
+        // A size change goes through the same object.
+        exp.set_size(&a, 12345).expect("truncate");
+        assert_eq!(held.data().size().expect("size"), 12345);
+
+        // Once nobody holds it, it may really close and reopen.
+        drop((held, again, held_b));
+        assert_eq!(cache.live_files(), 1, "only the LRU's entry is left");
+        exp.open_file(b.fh()).expect("b");
+        assert_eq!(cache.live_files(), 1);
+        for i in 0..100 {
+            // Purging dead weak entries keeps the live map bounded.
+            let (n, _) = exp
+                .create(&root, format!("n{i}").as_bytes(), &how)
+                .expect("create");
+            exp.open_file(n.fh()).expect("open");
+        }
+        assert!(cache.state.lock().live.len() <= 4);
+    }
+
+    /// Nested exports of one filesystem reach one inode through two
+    /// handles (two export ids): both get the same open file.
+    #[test]
+    fn nested_exports_share_the_open_file() {
+        let Some(fs) = LoopFs::new("ext4", 64) else {
+            return;
+        };
+        let outer_dir = fs.mount_point().join("export");
+        std::fs::create_dir_all(outer_dir.join("inner")).expect("mkdir");
+        std::fs::write(outer_dir.join("inner/f"), b"x").expect("write");
+        let cache = Arc::new(OpenFileCache::new(8));
+        let key = MacKey::from_bytes([1; 32]);
+        let outer = export_with_cache(&outer_dir, 1, key.clone(), Arc::clone(&cache));
+        let inner = export_with_cache(&outer_dir.join("inner"), 2, key, Arc::clone(&cache));
+        assert_eq!(outer.fs_id, inner.fs_id);
+        let outer_root = outer.resolve(outer.root_handle()).expect("root");
+        let (sub, _) = outer.lookup(&outer_root, b"inner").expect("inner");
+        let (via_outer, _) = outer.lookup(&sub, b"f").expect("f");
+        let inner_root = inner.resolve(inner.root_handle()).expect("root");
+        let (via_inner, _) = inner.lookup(&inner_root, b"f").expect("f");
+        assert_ne!(via_outer.fh(), via_inner.fh());
+        let x = outer.open_file(via_outer.fh()).expect("open outer");
+        let y = inner.open_file(via_inner.fh()).expect("open inner");
+        assert!(Arc::ptr_eq(&x, &y));
+        assert_eq!(cache.live_files(), 1);
     }
 }

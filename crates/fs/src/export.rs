@@ -101,6 +101,10 @@ pub struct ExportFs {
     /// Whether the export root is the root of its mount, so that every file
     /// reachable by handle is inside the export.
     root_is_mount_root: bool,
+    /// The filesystem (superblock) the export lives on: with a kernel
+    /// handle, the open-file cache's key, so that exports sharing a
+    /// filesystem share its open files.
+    pub(crate) fs_id: u64,
     pub(crate) cache: Arc<OpenFileCache>,
 }
 
@@ -146,11 +150,16 @@ impl ExportFs {
             AtFlags::EMPTY_PATH,
             StatxFlags::TYPE | StatxFlags::INO,
         )?;
+        let root_dev = (u64::from(stx.stx_dev_major) << 32) | u64::from(stx.stx_dev_minor);
         let root_is_mount_root = stx
             .stx_attributes_mask
             .contains(StatxAttributes::MOUNT_ROOT)
             && stx.stx_attributes.contains(StatxAttributes::MOUNT_ROOT);
-        let (kernel, _mount_id) = name_to_handle_at(&root_fd, c"", AtFlags::EMPTY_PATH)?;
+        let (kernel, mount_id) = name_to_handle_at(&root_fd, c"", AtFlags::EMPTY_PATH)?;
+        let fs_id = u64::try_from(mount_id)
+            .ok()
+            .and_then(fs_identity)
+            .unwrap_or(root_dev);
         let fh = handle::encode(&key, export_id, &kernel)
             .map_err(|e| io::Error::other(format!("{}: {e}", root.display())))?;
         Ok(ExportFs {
@@ -164,6 +173,7 @@ impl ExportFs {
             },
             mount_fd,
             root_is_mount_root,
+            fs_id,
             cache,
         })
     }
@@ -201,7 +211,7 @@ impl ExportFs {
         // (ours in the open-file cache, say) keeps the inode alive: its
         // handle is stale, as RFC 1813 says of removed files.
         if kind != FileKind::Directory && stx.stx_nlink == 0 {
-            self.cache.evict(self.export_id, &kernel);
+            self.cache.evict(&(self.fs_id, kernel));
             return Err(FsError::Stale);
         }
         Ok(Node {
@@ -310,6 +320,24 @@ impl ExportFs {
         }
         Ok(path.len() > root.len() && path.starts_with(&root) && path[root.len()] == b'/')
     }
+}
+
+/// The device number of the superblock behind mount `mount_id`, from
+/// `/proc/self/mountinfo` (field 3, `major:minor`). Unlike a file's
+/// `st_dev`, which btrfs makes different per subvolume, it is the same
+/// for every file and every mount (bind mounts included) of one
+/// filesystem, which is what a kernel file handle is relative to.
+pub(crate) fn fs_identity(mount_id: u64) -> Option<u64> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    mountinfo.lines().find_map(|line| {
+        let mut fields = line.split(' ');
+        let id: u64 = fields.next()?.parse().ok()?;
+        if id != mount_id {
+            return None;
+        }
+        let (major, minor) = fields.nth(1)?.split_once(':')?;
+        Some((major.parse::<u64>().ok()? << 32) | minor.parse::<u64>().ok()?)
+    })
 }
 
 /// Opens the single component `name` of `dir`, never following a symlink

@@ -13,12 +13,12 @@
 //! - Every call blocks: run it on tokio's blocking pool, the metadata
 //!   operations inside `dionfs_sys::cred::with_creds(&caller, || ..)`
 //!   (which returns `io::Result`: a failed switch is a server fault).
-//! - READ/WRITE/COMMIT: [`ExportFs::open_file`] (cached; may run as
-//!   either identity), then [`ExportFs::check_io_access`] on `file.node()`
-//!   under the caller's credentials, then the data plane on `file.data()`.
-//!   REMOVE and RENAME evict files that lost their last name by
-//!   themselves; [`OpenFileCache::evict_export`] drops an unexported
-//!   export's files.
+//! - READ/WRITE/COMMIT: [`ExportFs::open_file`] (cached, one open file
+//!   per inode whichever export reaches it; may run as either identity),
+//!   then [`ExportFs::check_file_access`] under the caller's credentials,
+//!   then the data plane on `file.data()`. Size changes go through the same
+//!   open file ([`ExportFs::set_size`]). REMOVE and RENAME evict files
+//!   that lost their last name by themselves.
 //! - [`FsError`] maps one-to-one to `nfsstat3`.
 
 mod attr;

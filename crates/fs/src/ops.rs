@@ -10,13 +10,13 @@
 //! Names are checked as in knfsd: see [`crate::export::check_name`]; `.`
 //! and `..` are refused with the status knfsd gives for each procedure.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 
 use dionfs_sys::cred;
 use rustix::fs::{
-    chmodat, chownat, fstatvfs, ftruncate, linkat, mkdirat, mknodat, openat, readlinkat, renameat,
-    symlinkat, unlinkat, utimensat, Access, AtFlags, FileType, Gid, Mode, OFlags, Timespec,
-    Timestamps, Uid, CWD, UTIME_NOW, UTIME_OMIT,
+    chmodat, chownat, fstatvfs, linkat, mkdirat, mknodat, readlinkat, renameat, symlinkat,
+    unlinkat, utimensat, Access, AtFlags, FileType, Gid, Mode, OFlags, Timespec, Timestamps, Uid,
+    CWD, UTIME_NOW, UTIME_OMIT,
 };
 use rustix::io::Errno;
 
@@ -24,7 +24,7 @@ use crate::attr::{Attr, FileKind, SetAttrs, SetTime, Time};
 use crate::export::{
     check_name, create_beneath, is_dot_or_dotdot, open_beneath, proc_fd_path, ExportFs, Node,
 };
-use crate::FsError;
+use crate::{FsError, OpenFile};
 
 /// RFC 1813 ACCESS3 bits.
 pub mod access3 {
@@ -114,9 +114,17 @@ const EXCLUSIVE_MODE: u32 = 0o600;
 const PATH_MAX: usize = 4096;
 
 impl ExportFs {
-    /// GETATTR.
+    /// GETATTR. A regular file open in the data plane reports the data
+    /// plane's size, which never shows an extending write half-done.
     pub fn getattr(&self, node: &Node) -> Result<Attr, FsError> {
-        Attr::of_fd(node.fd())
+        let attr = Attr::of_fd(node.fd())?;
+        if attr.kind != FileKind::Regular {
+            return Ok(attr);
+        }
+        match self.cache.get_live(&(self.fs_id, node.kernel.clone())) {
+            Some(file) => Ok(with_data_size(attr, &file)),
+            None => Ok(attr),
+        }
     }
 
     /// SETATTR: applies the size first, then owner, mode and times (so an
@@ -165,6 +173,12 @@ impl ExportFs {
     /// Truncates or extends a regular file to `size` bytes. Needs write
     /// permission, or ownership of the file (knfsd's owner override: a
     /// client may create a file read-only and still set its size).
+    ///
+    /// Goes through the file's one data-plane [`OpenFile`]
+    /// ([`dionfs_dataplane::DataFile::truncate`]), under its whole-file
+    /// range lock, so it never races a read-modify-write in flight. Call
+    /// it under the caller's credentials: the `ftruncate` then clears
+    /// set-user-ID and set-group-ID bits as a local truncate would.
     pub fn set_size(&self, node: &Node, size: u64) -> Result<(), FsError> {
         match node.kind {
             FileKind::Regular => {}
@@ -174,22 +188,25 @@ impl ExportFs {
         if size > i64::MAX as u64 {
             return Err(FsError::FBig);
         }
-        let path = proc_fd_path(node.fd());
-        let open = || {
-            openat(
-                CWD,
-                path.as_c_str(),
-                OFlags::WRONLY | OFlags::CLOEXEC | OFlags::NONBLOCK,
-                Mode::empty(),
-            )
-        };
-        let file = match open() {
-            Ok(file) => file,
-            Err(Errno::ACCESS) if self.caller_owns(node)? => as_root(open)??,
-            Err(e) => return Err(e.into()),
-        };
-        ftruncate(&file, size)?;
+        self.check_io_access(node, true)?;
+        let file = self.open_file_of(node)?;
+        file.data().truncate(size).map_err(|e| {
+            Errno::from_io_error(&e)
+                .map(FsError::from)
+                .unwrap_or(FsError::ServerFault)
+        })?;
         Ok(())
+    }
+
+    /// Attributes of an open file (READ, WRITE and COMMIT replies).
+    pub fn file_attr(&self, file: &OpenFile) -> Result<Attr, FsError> {
+        Ok(with_data_size(Attr::of_fd(file.fd())?, file))
+    }
+
+    /// [`ExportFs::check_io_access`] for a file opened with
+    /// [`ExportFs::open_file`].
+    pub fn check_file_access(&self, file: &OpenFile, write: bool) -> Result<(), FsError> {
+        self.check_io_access_of(file.fd(), FileKind::Regular, write)
     }
 
     /// ACCESS: which of the `requested` ACCESS3 bits the caller has,
@@ -238,7 +255,7 @@ impl ExportFs {
         if node.kind == FileKind::Regular
             && requested & READ != 0
             && granted & READ == 0
-            && self.caller_owns(node)?
+            && self.caller_owns(node.fd())?
         {
             granted |= READ;
         }
@@ -251,18 +268,27 @@ impl ExportFs {
     /// them), write needs write permission, and the owner may always do
     /// both. Call it inside `with_creds` before using the open file.
     pub fn check_io_access(&self, node: &Node, write: bool) -> Result<(), FsError> {
-        match node.kind {
+        self.check_io_access_of(node.fd(), node.kind, write)
+    }
+
+    fn check_io_access_of(
+        &self,
+        fd: BorrowedFd<'_>,
+        kind: FileKind,
+        write: bool,
+    ) -> Result<(), FsError> {
+        match kind {
             FileKind::Regular => {}
             FileKind::Directory => return Err(FsError::IsDir),
             _ => return Err(FsError::Inval),
         }
-        let path = proc_fd_path(node.fd());
+        let path = proc_fd_path(fd);
         let allowed = if write {
             kernel_allows(&path, Access::WRITE_OK)?
         } else {
             kernel_allows(&path, Access::READ_OK)? || kernel_allows(&path, Access::EXEC_OK)?
         };
-        if allowed || self.caller_owns(node)? {
+        if allowed || self.caller_owns(fd)? {
             Ok(())
         } else {
             Err(FsError::Access)
@@ -619,8 +645,8 @@ impl ExportFs {
     }
 
     /// Whether the calling thread's fsuid owns `node`.
-    fn caller_owns(&self, node: &Node) -> Result<bool, FsError> {
-        Ok(Attr::of_fd(node.fd())?.uid == cred::current_uid())
+    fn caller_owns(&self, fd: BorrowedFd<'_>) -> Result<bool, FsError> {
+        Ok(Attr::of_fd(fd)?.uid == cred::current_uid())
     }
 
     /// After an unlink or a rename over it: if `victim` (opened before)
@@ -639,17 +665,17 @@ impl ExportFs {
         if let Ok((kernel, _)) =
             dionfs_sys::handle::name_to_handle_at(&victim, c"", AtFlags::EMPTY_PATH)
         {
-            self.cache.evict(self.export_id, &kernel);
+            self.cache.evict(&(self.fs_id, kernel));
         }
     }
 }
 
-/// Runs `f` as root; a failure to switch is a server fault.
-fn as_root<T>(f: impl FnOnce() -> T) -> Result<T, FsError> {
-    cred::as_root(f).map_err(|e| {
-        tracing::error!(error = %e, "cannot switch to root credentials");
-        FsError::ServerFault
-    })
+/// `attr` with the size the data plane reports for `file`.
+fn with_data_size(mut attr: Attr, file: &OpenFile) -> Attr {
+    if let Ok(size) = file.data().size() {
+        attr.size = size;
+    }
+    attr
 }
 
 /// Whether the kernel grants `mode` on the file at `path` to the thread's

@@ -1,43 +1,25 @@
 //! GETATTR, SETATTR, ACCESS, READLINK, FSSTAT, FSINFO, PATHCONF
 //! (RFC 1813 sections 3.3.1-3.3.5, 3.3.18-3.3.20).
 
-use dionfs_fs::{access3, Attr, FileKind, FsError, Node, OpenFile};
+use dionfs_fs::{access3, Attr, FsError, Node, OpenFile};
 use dionfs_proto::nfs3::*;
 use dionfs_proto::Void;
 
 use super::convert::{fattr3, nfstime3, post_op, set_attrs, wcc};
-use super::status::{from_data, from_fs};
+use super::status::from_fs;
 use super::Ctx;
 use crate::server::Export;
 
-/// A file's attributes as clients must see them.
-///
-/// A regular file open in the data plane reports the data plane's size:
-/// while extending direct writes are in flight the kernel's size can be
-/// rounded up to a block, and a client must never see that.
+/// A file's attributes as clients must see them. The kernel's are exact:
+/// the data plane never rounds a file's size up to a block.
 fn attributes(export: &Export, node: &Node) -> Result<Attr, FsError> {
-    let attr = export.fs.getattr(node)?;
-    if attr.kind != FileKind::Regular {
-        return Ok(attr);
-    }
-    Ok(match export.fs.cached_file(node.fh()) {
-        Some(file) => with_exact_size(attr, &file),
-        None => attr,
-    })
-}
-
-fn with_exact_size(mut attr: Attr, file: &OpenFile) -> Attr {
-    if let Ok(size) = file.data().size() {
-        attr.size = size;
-    }
-    attr
+    export.fs.getattr(node)
 }
 
 /// Attributes of a file the caller already holds open (READ, WRITE,
 /// COMMIT): no second trip through the handle and the cache.
 pub(super) fn open_file_attr(export: &Export, file: &OpenFile) -> Option<Attr> {
-    let attr = export.fs.getattr(file.node()).ok()?;
-    Some(with_exact_size(attr, file))
+    export.fs.file_attr(file).ok()
 }
 
 /// Attributes for a reply; failing to get them is not the call's failure.
@@ -80,25 +62,15 @@ pub fn setattr(ctx: &Ctx, a: SetattrArgs) -> SetattrRes {
             return fail(NfsStat3::NotSync, before.as_ref(), before.as_ref());
         }
     }
-    let mut set = set_attrs(&a.new_attributes);
-    let result = (|| {
-        // A regular file's size goes through the data plane, which orders
-        // it against writes in flight (range locks, exact file size).
-        if node.kind() == FileKind::Regular {
-            if let Some(size) = set.size.take() {
-                ctx.as_user(export, || export.fs.check_io_access(&node, true))?;
-                let file = export.fs.open_file(a.object.as_bytes()).map_err(from_fs)?;
-                export
-                    .data
-                    .truncate(file.data(), size)
-                    .map_err(|e| from_data(&e))?;
-            }
-        }
-        if !set.is_empty() {
-            ctx.as_user(export, || export.fs.setattr(&node, &set))?;
-        }
+    let set = set_attrs(&a.new_attributes);
+    // A regular file's size goes through its one data-plane file, under
+    // its range lock (`ExportFs::set_size`), with the caller's credentials
+    // like everything else here.
+    let result = if set.is_empty() {
         Ok(())
-    })();
+    } else {
+        ctx.as_user(export, || export.fs.setattr(&node, &set).map(|_| ()))
+    };
     let after = attr_of(export, &node);
     match result {
         Ok(()) => NfsRes::Ok(SetattrResOk {

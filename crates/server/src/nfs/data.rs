@@ -145,7 +145,7 @@ fn write_file(
     how: StableHow,
 ) -> WriteRes {
     let before = open_file_attr(export, file);
-    let checked = ctx.as_user(export, || export.fs.check_io_access(file.node(), true));
+    let checked = ctx.as_user(export, || export.fs.check_file_access(file, true));
     let result = checked.and_then(|()| {
         export
             .data
@@ -191,7 +191,7 @@ pub fn read(ctx: &Ctx, a: ReadArgs) -> Reply {
         Ok(f) => f,
         Err(e) => return fail(from_fs(e), None),
     };
-    if let Err(s) = ctx.as_user(export, || export.fs.check_io_access(file.node(), false)) {
+    if let Err(s) = ctx.as_user(export, || export.fs.check_file_access(&file, false)) {
         return fail(s, open_file_attr(export, &file).as_ref());
     }
     let data = export

@@ -1,0 +1,136 @@
+//! The size clients see while extending writes are in flight.
+//!
+//! No write path rounds `i_size` up to a block, so when nothing is in
+//! flight the kernel's size is the truth. While an extending write runs,
+//! though, the kernel shows it half-done: a buffered write grows `i_size`
+//! page by page, a direct write whose tail went buffered shows its tail
+//! first. A client must only ever be told sizes that writes end at (the
+//! IOR-hard check in tests/tools/iorhard.c asserts it), so extending
+//! writes register here ("extenders") and, while any is in flight,
+//! attributes report the largest end among them and what completed before.
+//!
+//! Lock order: the range lock of the I/O first, then the mutex here. A
+//! truncate holds the whole-file range lock, so it never overlaps an
+//! extender.
+
+use std::io;
+use std::os::fd::BorrowedFd;
+
+use parking_lot::Mutex;
+
+#[derive(Debug, Default)]
+struct SizeState {
+    /// The size completed operations define; valid while `extenders > 0`.
+    logical: u64,
+    /// Writes in flight that reach beyond `logical`.
+    extenders: u32,
+    /// Largest end of any extender in flight.
+    pending_end: u64,
+}
+
+/// In-flight extending writes of one open file.
+#[derive(Debug, Default)]
+pub(crate) struct SizeTracker {
+    state: Mutex<SizeState>,
+}
+
+/// A write registered with the [`SizeTracker`]; dropping it ends the
+/// registration, [`SizeClaim::succeeded`] first makes its end count.
+#[must_use]
+pub(crate) struct SizeClaim<'a> {
+    tracker: &'a SizeTracker,
+    /// `Some(end)` for an extender, `None` for a write below the size.
+    extends_to: Option<u64>,
+    succeeded: bool,
+}
+
+pub(crate) fn fstat_size(fd: BorrowedFd<'_>) -> io::Result<u64> {
+    let st = rustix::fs::fstat(fd)?;
+    // st_size of a regular file is never negative.
+    Ok(u64::try_from(st.st_size).unwrap_or(0))
+}
+
+impl SizeTracker {
+    /// Registers a write whose data ends at `data_end`. Call it with the
+    /// write's range lock held.
+    pub(crate) fn begin_write<'a>(
+        &'a self,
+        fd: BorrowedFd<'_>,
+        data_end: u64,
+    ) -> io::Result<SizeClaim<'a>> {
+        let mut state = self.state.lock();
+        if state.extenders == 0 {
+            // Nothing of ours in flight: the kernel's size is the truth
+            // (and picks up changes made outside the server).
+            state.logical = fstat_size(fd)?;
+        }
+        let extends_to = (data_end > state.logical).then(|| {
+            state.extenders += 1;
+            state.pending_end = state.pending_end.max(data_end);
+            data_end
+        });
+        Ok(SizeClaim {
+            tracker: self,
+            extends_to,
+            succeeded: false,
+        })
+    }
+
+    /// The size to report: the kernel's when no extender runs, otherwise
+    /// the largest end reached or being written.
+    pub(crate) fn visible_size(&self, fd: BorrowedFd<'_>) -> io::Result<u64> {
+        let state = self.state.lock();
+        if state.extenders == 0 {
+            fstat_size(fd)
+        } else {
+            Ok(state.logical.max(state.pending_end))
+        }
+    }
+}
+
+impl SizeClaim<'_> {
+    /// All of the write's bytes are written: its end counts.
+    pub(crate) fn succeeded(mut self) {
+        self.succeeded = true;
+    }
+}
+
+impl Drop for SizeClaim<'_> {
+    fn drop(&mut self) {
+        let Some(end) = self.extends_to else {
+            return;
+        };
+        let mut state = self.tracker.state.lock();
+        if self.succeeded {
+            state.logical = state.logical.max(end);
+        }
+        state.extenders -= 1;
+        if state.extenders == 0 {
+            state.pending_end = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn in_flight_extenders_show_their_end() {
+        let f = tempfile::tempfile().unwrap();
+        f.set_len(100).unwrap();
+        let t = SizeTracker::default();
+        let below = t.begin_write(f.as_fd(), 50).unwrap();
+        assert!(below.extends_to.is_none());
+        let a = t.begin_write(f.as_fd(), 1000).unwrap();
+        let b = t.begin_write(f.as_fd(), 5000).unwrap();
+        f.set_len(4096).unwrap(); // half-done: a page of b's buffered write
+        assert_eq!(t.visible_size(f.as_fd()).unwrap(), 5000);
+        a.succeeded();
+        assert_eq!(t.visible_size(f.as_fd()).unwrap(), 5000);
+        drop(b); // failed: no longer counts
+        assert_eq!(t.visible_size(f.as_fd()).unwrap(), 4096);
+        drop(below);
+    }
+}
