@@ -88,9 +88,9 @@ pub fn setattr(ctx: &Ctx, a: SetattrArgs) -> SetattrRes {
             if let Some(size) = set.size.take() {
                 ctx.as_user(export, || export.fs.check_io_access(&node, true))?;
                 let file = export.fs.open_file(a.object.as_bytes()).map_err(from_fs)?;
-                export
-                    .data
-                    .truncate(file.data(), size)
+                // As the caller, like a local truncate by that user: it
+                // clears set-id bits unless the caller is root.
+                ctx.run_as_user(export, || export.data.truncate(file.data(), size))?
                     .map_err(|e| from_data(&e))?;
             }
         }
