@@ -40,7 +40,10 @@ def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
 class LoopFs:
     """A mounted loop filesystem; `destroy()` undoes everything, idempotently."""
 
-    def __init__(self, fstype: str = "xfs", size: str = "2G", base: str = "/var/tmp"):
+    def __init__(self, fstype: str = "xfs", size: str = "2G", base: str = "/var/tmp",
+                 mkfs_args: list[str] | tuple[str, ...] = (), mount_options: str | None = None):
+        """`mkfs_args` go to mkfs before the device (e.g. ext4 `-m 10`); `mount_options`
+        to `mount -o` (e.g. `usrquota`)."""
         if fstype not in MKFS:
             raise ValueError(f"unsupported filesystem {fstype!r}")
         self.fstype = fstype
@@ -59,9 +62,10 @@ class LoopFs:
             lbs = open(f"/sys/block/{os.path.basename(self.device)}/queue/logical_block_size").read().strip()
             if lbs != "4096":
                 raise RuntimeError(f"{self.device}: logical block size {lbs}, expected 4096")
-            _run(MKFS[fstype] + [self.device])
+            _run(MKFS[fstype] + list(mkfs_args) + [self.device])
             self.mountpoint = tempfile.mkdtemp(prefix=f"dionfs-test-{fstype}-mnt-", dir="/tmp")
-            _run(["mount", "-t", fstype, self.device, self.mountpoint])
+            options = ["-o", mount_options] if mount_options else []
+            _run(["mount", "-t", fstype] + options + [self.device, self.mountpoint])
             self._mounted = True
         except BaseException:
             self.destroy()

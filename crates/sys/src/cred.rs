@@ -15,13 +15,24 @@
 //!
 //! When the fsuid moves from 0 to non-zero the kernel drops the thread's
 //! effective filesystem capabilities (`CAP_DAC_OVERRIDE`, `CAP_CHOWN`,
-//! `CAP_FOWNER`, `CAP_DAC_READ_SEARCH`, ...) and gives them back when it
-//! returns to 0 (`cap_task_fix_setuid`). That is what makes the permission
-//! checks those of the squashed user. `CAP_SETUID`/`CAP_SETGID` are not
-//! filesystem capabilities, so the thread can always switch back.
+//! `CAP_FOWNER`, `CAP_FSETID`, `CAP_DAC_READ_SEARCH`, ...) and gives them
+//! back when it returns to 0 (`cap_task_fix_setuid`). That is what makes the
+//! permission checks those of the squashed user, and makes a write or
+//! truncate clear set-id bits as the user's own would. knfsd's
+//! `nfsd_setuser` also drops `CAP_SYS_RESOURCE` for a non-root fsuid
+//! (`CAP_NFSD_SET`), so that quotas and the blocks a filesystem reserves for
+//! root bind the caller; the kernel does not, so we lower and raise it here
+//! with `capset` on the calling thread. `CAP_SETUID`/`CAP_SETGID` are
+//! dropped by neither, so the thread can always switch back.
 
 use std::cell::RefCell;
 use std::io;
+
+use rustix::thread::CapabilitySet;
+
+/// What knfsd drops besides the filesystem set the kernel drops itself for
+/// a non-root fsuid (`CAP_NFSD_SET` = `CAP_FS_SET | CAP_SYS_RESOURCE`).
+const NFSD_EXTRA_DROPPED: CapabilitySet = CapabilitySet::SYS_RESOURCE;
 
 /// The filesystem identity an operation runs with.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -121,6 +132,11 @@ fn restore_or_abort(previous: &Creds) {
 
 /// Switches the calling thread to `creds` and records them as current.
 fn apply(creds: &Creds) -> io::Result<()> {
+    // Whether the thread is (as recorded) root now: the extra capabilities
+    // change only when that changes, so switching between two squashed
+    // users costs no capability calls.
+    let was_root = CURRENT.with(|c| c.borrow().uid == 0);
+    let becomes_root = creds.uid == 0;
     // Order: groups and gid first, uid last. Once the fsuid is non-zero the
     // thread has dropped its filesystem capabilities, but not CAP_SETGID,
     // so any order works; this one mirrors knfsd's nfsd_setuser.
@@ -132,11 +148,39 @@ fn apply(creds: &Creds) -> io::Result<()> {
     let result = rustix::thread::set_thread_groups(&groups)
         .map_err(io::Error::from)
         .and_then(|()| set_fsgid(creds.gid))
-        .and_then(|()| set_fsuid(creds.uid));
+        .and_then(|()| set_fsuid(creds.uid))
+        .and_then(|()| {
+            if was_root == becomes_root {
+                Ok(())
+            } else {
+                set_extra_capabilities(becomes_root)
+            }
+        });
     // Record what we asked for even on failure: the caller then restores the
-    // previous state in full, which rewrites all three.
+    // previous state in full, which rewrites all of it. The capability
+    // change reads the thread's sets and only adds or removes bits, so
+    // redoing it after a partial failure is harmless.
     CURRENT.with(|c| *c.borrow_mut() = creds.clone());
     result
+}
+
+/// Raises (`raise`) or lowers [`NFSD_EXTRA_DROPPED`] in the calling thread's
+/// effective set. Raising takes only what the permitted set holds, like
+/// knfsd's `cap_raise_nfsd_set`; the permitted set itself never changes, so
+/// the capabilities can always come back.
+fn set_extra_capabilities(raise: bool) -> io::Result<()> {
+    // `None`: capget/capset on the calling thread, not the whole process.
+    let mut sets = rustix::thread::capabilities(None)?;
+    let effective = if raise {
+        sets.effective | (sets.permitted & NFSD_EXTRA_DROPPED)
+    } else {
+        sets.effective - NFSD_EXTRA_DROPPED
+    };
+    if effective != sets.effective {
+        sets.effective = effective;
+        rustix::thread::set_capabilities(None, sets)?;
+    }
+    Ok(())
 }
 
 /// `setfsuid(uid)` for this thread only, verified.
@@ -309,6 +353,157 @@ mod tests {
         fs::File::open(&path).expect("root thread opens");
         to_squashed.send(()).expect("send");
         squashed.join().expect("join");
+    }
+
+    /// The calling thread's effective or permitted capability set as the
+    /// kernel reports it (`CapEff:` / `CapPrm:`, hexadecimal).
+    fn kernel_capabilities(key: &str) -> u64 {
+        let status = fs::read_to_string("/proc/thread-self/status").expect("read status");
+        let line = status
+            .lines()
+            .find(|l| l.starts_with(key))
+            .expect("capability line");
+        u64::from_str_radix(line[key.len()..].trim(), 16).expect("hex capability set")
+    }
+
+    const CAP_FSETID: u64 = 1 << 4;
+    const CAP_SYS_RESOURCE: u64 = 1 << 24;
+    const DROPPED: u64 = CAP_FSETID | CAP_SYS_RESOURCE;
+
+    /// Set while this test binary runs inside the user namespace that
+    /// [`run_in_user_namespace`] made.
+    const IN_USER_NAMESPACE: &str = "DIONFS_CRED_TEST_IN_USER_NAMESPACE";
+
+    /// Under a non-root fsuid the thread lacks CAP_FSETID (dropped by the
+    /// kernel) and CAP_SYS_RESOURCE (dropped by us, as knfsd does); both come
+    /// back with root, and the permitted set never changes.
+    fn check_capability_switching() {
+        let effective = kernel_capabilities("CapEff:");
+        let permitted = kernel_capabilities("CapPrm:");
+        assert_eq!(effective & DROPPED, DROPPED, "root starts with both");
+        let user = Creds {
+            uid: 1000,
+            gid: 1000,
+            groups: vec![],
+        };
+        with_creds(&nobody(), || {
+            let squashed = kernel_capabilities("CapEff:");
+            assert_eq!(squashed & DROPPED, 0, "squashed: CapEff {squashed:x}");
+            assert_eq!(kernel_capabilities("CapPrm:"), permitted);
+            with_creds(&user, || {
+                assert_eq!(kernel_capabilities("CapEff:") & DROPPED, 0);
+            })
+            .expect("switch to another user");
+            as_root(|| assert_eq!(kernel_capabilities("CapEff:"), effective)).expect("as_root");
+            assert_eq!(kernel_capabilities("CapEff:"), squashed);
+        })
+        .expect("switch creds");
+        assert_eq!(kernel_capabilities("CapEff:"), effective, "restored");
+
+        // knfsd keys on the fsuid: root with other groups keeps everything.
+        let root_in_groups = Creds {
+            uid: 0,
+            gid: 100,
+            groups: vec![100],
+        };
+        with_creds(&root_in_groups, || {
+            assert_eq!(kernel_capabilities("CapEff:"), effective);
+        })
+        .expect("switch creds");
+
+        let panicked = std::panic::catch_unwind(|| {
+            let _ = with_creds(&user, || panic!("boom"));
+        });
+        assert!(panicked.is_err());
+        assert_eq!(
+            kernel_capabilities("CapEff:"),
+            effective,
+            "restored after panic"
+        );
+    }
+
+    #[test]
+    fn non_root_fsuid_drops_fsetid_and_sys_resource() {
+        if !is_root() {
+            eprintln!("skipped: needs root");
+            return;
+        }
+        let permitted = kernel_capabilities("CapPrm:");
+        if permitted & DROPPED == DROPPED {
+            check_capability_switching();
+            return;
+        }
+        assert!(
+            std::env::var_os(IN_USER_NAMESPACE).is_none(),
+            "no CAP_FSETID and CAP_SYS_RESOURCE even in a new user namespace: CapPrm {permitted:x}"
+        );
+        run_in_user_namespace("non_root_fsuid_drops_fsetid_and_sys_resource");
+    }
+
+    /// Runs this binary's test `name` again inside a new user namespace that
+    /// maps ids 0-65535 to themselves. Its first process holds every
+    /// capability within it, which this one may not: a container or service
+    /// manager can take CAP_SYS_RESOURCE out of the bounding set, and then no
+    /// capability call could show it come back.
+    fn run_in_user_namespace(name: &str) {
+        use std::io::{BufRead, BufReader, Read, Write};
+        use std::process::{Command, Stdio};
+
+        let exe = std::env::current_exe().expect("test binary");
+        // The test's path inside this crate: "cred::tests::<name>".
+        let module = module_path!().split_once("::").expect("crate::module").1;
+        let test = format!("{module}::{name}");
+        let spawned = Command::new("unshare")
+            // The shell waits until we have written the id maps, so that the
+            // test binary is executed as (mapped) root with full capabilities.
+            .args(["--user", "--", "sh", "-c"])
+            .arg(r#"echo unshared && read go && exec "$0" "$@""#)
+            .arg(&exe)
+            .args([test.as_str(), "--exact", "--test-threads=1", "--nocapture"])
+            .env(IN_USER_NAMESPACE, "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn();
+        let mut child = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                eprintln!("skipped: CAP_SYS_RESOURCE not permitted here and no unshare: {e}");
+                return;
+            }
+        };
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("read from unshare");
+        if line.trim() != "unshared" {
+            let out = child.wait_with_output().expect("wait");
+            eprintln!(
+                "skipped: CAP_SYS_RESOURCE not permitted here and no user namespace: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            return;
+        }
+        let pid = child.id();
+        fs::write(format!("/proc/{pid}/uid_map"), "0 0 65536\n").expect("write uid_map");
+        fs::write(format!("/proc/{pid}/gid_map"), "0 0 65536\n").expect("write gid_map");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(b"go\n")
+            .expect("let the child go on");
+        let mut report = String::new();
+        stdout
+            .read_to_string(&mut report)
+            .expect("read the child's report");
+        let out = child.wait_with_output().expect("wait");
+        // "1 passed": a filter matching nothing would also exit 0.
+        assert!(
+            out.status.success() && report.contains("1 passed"),
+            "{test} in a user namespace failed ({}):\n{report}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     #[test]

@@ -145,16 +145,21 @@ fn write_file(
     how: StableHow,
 ) -> WriteRes {
     let before = open_file_attr(export, file);
-    let checked = ctx.as_user(export, || export.fs.check_file_access(file, true));
-    let result = checked.and_then(|()| {
-        export
-            .data
-            .write(file.data(), buf, stable(how))
-            .map_err(|e| {
-                error!(file = %file.data().label(), error = %e, "WRITE failed");
-                from_data(&e)
-            })
-    });
+    // The write itself runs as the caller too, so the kernel treats it as
+    // that user's own: set-id bits cleared without CAP_FSETID, quotas and
+    // reserved blocks enforced without CAP_SYS_RESOURCE.
+    let result = ctx
+        .run_as_user(export, || {
+            export.fs.check_file_access(file, true).map_err(from_fs)?;
+            export
+                .data
+                .write(file.data(), buf, stable(how))
+                .map_err(|e| {
+                    error!(file = %file.data().label(), error = %e, "WRITE failed");
+                    from_data(&e)
+                })
+        })
+        .and_then(|written| written);
     let after = open_file_attr(export, file);
     let file_wcc = wcc(before.as_ref(), after.as_ref());
     match result {
@@ -191,15 +196,22 @@ pub fn read(ctx: &Ctx, a: ReadArgs) -> Reply {
         Ok(f) => f,
         Err(e) => return fail(from_fs(e), None),
     };
-    if let Err(s) = ctx.as_user(export, || export.fs.check_file_access(&file, false)) {
-        return fail(s, open_file_attr(export, &file).as_ref());
-    }
-    let data = export
-        .data
-        .pool()
-        .get_blocking()
-        .map_err(Into::into)
-        .and_then(|buf| export.data.read(file.data(), buf, a.offset, a.count));
+    // Checked and read as the caller, like the caller's own local read.
+    let data = ctx
+        .run_as_user(export, || {
+            export.fs.check_file_access(&file, false).map_err(from_fs)?;
+            export
+                .data
+                .pool()
+                .get_blocking()
+                .map_err(Into::into)
+                .and_then(|buf| export.data.read(file.data(), buf, a.offset, a.count))
+                .map_err(|e| {
+                    error!(file = %file.data().label(), offset = a.offset, count = a.count, error = %e, "READ failed");
+                    from_data(&e)
+                })
+        })
+        .and_then(|read| read);
     let attr = open_file_attr(export, &file);
     match data {
         Ok(data) => {
@@ -208,10 +220,7 @@ pub fn read(ctx: &Ctx, a: ReadArgs) -> Reply {
             encode_read_ok_head(&mut enc, &post_op(attr.as_ref()), len, data.eof(), len);
             Reply::with_data(enc.into_vec(), Box::new(data))
         }
-        Err(e) => {
-            error!(file = %file.data().label(), offset = a.offset, count = a.count, error = %e, "READ failed");
-            fail(from_data(&e), attr.as_ref())
-        }
+        Err(s) => fail(s, attr.as_ref()),
     }
 }
 
@@ -233,16 +242,22 @@ pub fn commit(ctx: &Ctx, a: CommitArgs) -> CommitRes {
         Err(e) => return fail(from_fs(e)),
     };
     let before = open_file_attr(export, &file);
-    let result = export.data.commit(file.data(), a.offset, a.count);
+    let result = ctx
+        .run_as_user(export, || {
+            export.data.commit(file.data(), a.offset, a.count)
+        })
+        .and_then(|committed| {
+            committed.map_err(|e| {
+                error!(file = %file.data().label(), error = %e, "COMMIT failed");
+                from_data(&e)
+            })
+        });
     let file_wcc = wcc(before.as_ref(), open_file_attr(export, &file).as_ref());
     match result {
         Ok(()) => NfsRes::Ok(CommitResOk {
             file_wcc,
             verf: WriteVerf3(ctx.server.write_verifier()),
         }),
-        Err(e) => {
-            error!(file = %file.data().label(), error = %e, "COMMIT failed");
-            NfsRes::fail(from_data(&e), CommitResFail { file_wcc })
-        }
+        Err(s) => NfsRes::fail(s, CommitResFail { file_wcc }),
     }
 }

@@ -72,14 +72,18 @@ impl<'a> Ctx<'a> {
         export: &Export,
         f: impl FnOnce() -> Result<T, FsError>,
     ) -> Result<T, NfsStat3> {
-        match with_creds(&self.creds(export), f) {
-            Ok(r) => r.map_err(status::from_fs),
-            Err(e) => {
-                error!(error = %e, "cannot switch to the client's credentials");
-                self.server.note_server_fault();
-                Err(NfsStat3::ServerFault)
-            }
-        }
+        self.run_as_user(export, f)?.map_err(status::from_fs)
+    }
+
+    /// Runs `f` with this client's squashed credentials on `export` and
+    /// returns what it returns, for work whose errors are not `FsError`
+    /// (the data plane's); the error is a failed credential switch.
+    pub fn run_as_user<T>(&self, export: &Export, f: impl FnOnce() -> T) -> Result<T, NfsStat3> {
+        with_creds(&self.creds(export), f).map_err(|e| {
+            error!(error = %e, "cannot switch to the client's credentials");
+            self.server.note_server_fault();
+            NfsStat3::ServerFault
+        })
     }
 
     /// NFS3ERR_ROFS for a change to a read-only export.
