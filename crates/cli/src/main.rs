@@ -94,6 +94,11 @@ struct ServeArgs {
     /// Let MKNOD create character and block devices.
     #[arg(long)]
     allow_devices: bool,
+    /// Serve NFS calls and MNT from any source port (exports(5) `insecure`).
+    /// Default `secure`: only from ports below 1024, which only root binds.
+    /// With --config, use `secure = false` in the export instead.
+    #[arg(long, conflicts_with = "config")]
+    insecure: bool,
 }
 
 fn parse_mode(s: &str) -> Result<Mode, String> {
@@ -142,6 +147,7 @@ impl ServeArgs {
         export.write_mode = self.write_mode;
         export.max_transfer = self.max_transfer;
         export.allow_devices = self.allow_devices;
+        export.secure = !self.insecure;
         let server = ServerSettings {
             listen: self.listen,
             nfs_port: self.nfs_port,

@@ -1,8 +1,10 @@
 //! The server's shared state and its [`Service`]: program dispatch for NFS v3
 //! and MOUNT v3 — one `match` on the program a reader can scan.
 
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use dionfs_dataplane::{DataConfig, DataPlane};
 use dionfs_fs::{ExportFs, MacKey, OpenFileCache};
@@ -10,9 +12,10 @@ use dionfs_proto::mount3::{MountProc3, MOUNT_PROGRAM, MOUNT_V3};
 use dionfs_proto::nfs3::{NfsProc3, NFS_PROGRAM, NFS_V3};
 use dionfs_rpc::{AuthStat, CallHeader, Credential, RecordError, RecordReader, ReplyStatus};
 use tokio::io::AsyncRead;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use crate::drc::DuplicateRequestCache;
+use crate::export::port::{InsecurePortWarnings, WARN_EVERY};
 use crate::export::{Config, ExportConfig};
 use crate::mount::MountTable;
 use crate::net::{read_args, ConnInfo, Received, Reply, Service};
@@ -40,6 +43,7 @@ pub struct Server {
     /// Calls refused because their arguments were longer than the
     /// procedure's can be.
     oversized_args: AtomicU64,
+    insecure_port_warnings: InsecurePortWarnings,
 }
 
 /// A call read from a connection, waiting to run.
@@ -100,6 +104,7 @@ impl Server {
             max_args,
             calls_failed: AtomicU64::new(0),
             oversized_args: AtomicU64::new(0),
+            insecure_port_warnings: InsecurePortWarnings::default(),
         })
     }
 
@@ -134,6 +139,33 @@ impl Server {
     /// were longer than the procedure's can be.
     pub fn oversized_args(&self) -> u64 {
         self.oversized_args.load(Ordering::Relaxed)
+    }
+
+    /// The `secure` export option: whether a client calling from `peer`
+    /// may use `export` from that source port (see
+    /// [`crate::export::port`]). A refusal is logged once per client and
+    /// export every [`WARN_EVERY`], naming what to change; `what` says what
+    /// was refused ("NFS call", "MNT").
+    pub fn port_allowed(&self, export: &Export, peer: SocketAddr, what: &str) -> bool {
+        if export.config.admits_port(peer.port()) {
+            return true;
+        }
+        let now = Instant::now();
+        if self
+            .insecure_port_warnings
+            .should_warn(peer.ip(), export.config.id, now)
+        {
+            warn!(
+                client = %peer.ip(),
+                port = peer.port(),
+                export = %export.config.path.display(),
+                repeat_after_s = WARN_EVERY.as_secs(),
+                "{what} refused: the source port is not reserved (below 1024) and the export is \
+                 `secure`; let the client use a reserved port (mount as root, without \
+                 `noresvport`) or export with `secure = false` (--insecure)"
+            );
+        }
+        false
     }
 }
 
