@@ -7,8 +7,11 @@ server   DIONFS_BIN serve <loopfs>/export on ephemeral ports (wiped export,
          private --state-dir, --ports-file); extra flags from
          @pytest.mark.server_args(...). `url(path)`, `client(uid, gid)`,
          `restart()`. Stopped with SIGTERM (SIGKILL after 10 s); its log is
-         printed when the test failed.
+         printed when the test failed. Started `--insecure` (any client
+         source port): see DionfsServer in tests/lib/servers.py for why.
 ro_server / all_squash_server / no_root_squash_server   the variants.
+secure_server   `server` with the default `secure` export (NFS and MNT only
+         from source ports below 1024).
 client   nfs-rs Client on `server` as uid/gid 1000 (AUTH_SYS).
 root_client   the same as uid/gid 0 (squashed unless --no-root-squash).
 nfsproc  tests/tools/nfsproc built once per session, bound to `server`.
@@ -87,10 +90,10 @@ def _fresh_export(loopfs: LoopFs) -> str:
     return export
 
 
-def _server(request, loopfs, extra):
+def _server(request, loopfs, extra, secure=False):
     marker = request.node.get_closest_marker("server_args")
     args = list(extra) + (list(marker.args) if marker else [])
-    srv = make_server(_fresh_export(loopfs), args)
+    srv = make_server(_fresh_export(loopfs), args, secure=secure)
     srv.loopfs = loopfs
     try:
         srv.start()
@@ -127,6 +130,11 @@ def all_squash_server(request, loopfs):
 @pytest.fixture
 def no_root_squash_server(request, loopfs):
     yield from _server(request, loopfs, ["--no-root-squash"])
+
+
+@pytest.fixture
+def secure_server(request, loopfs):
+    yield from _server(request, loopfs, [], secure=True)
 
 
 @pytest.fixture

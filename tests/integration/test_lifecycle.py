@@ -168,6 +168,7 @@ clients = ["127.0.0.1"]
 access = "rw"
 squash = "root_squash"
 write_mode = "buffered"
+secure = false  # as every test server (tests/lib/servers.py DionfsServer)
 
 [[export]]
 path = "{ro}"
@@ -177,6 +178,7 @@ squash = "all_squash"
 anonuid = 4242
 anongid = 4243
 max_transfer = 262144
+secure = false
 """)
     srv = ConfigServer(rw, config=str(conf))
     srv.nfs_port, srv.mount_port = nfs_port, mount_port
@@ -209,6 +211,7 @@ max_transfer = 262144
     ('[server]\n\n[[export]]\npath = "/tmp"\naccess = "rwx"\n', 5, "access"),
     ('[server]\n\n[[export]]\npath = "/tmp"\nclients = ["300.1.2.3"]\n', 5, "300.1.2.3"),
     ('[server]\n\n[[export]]\npath = "/tmp"\nsquash = "some"\n', 5, "squash"),
+    ('[server]\n\n[[export]]\npath = "/tmp"\nsecure = "no"\n', 5, "secure"),
     ('[server]\nbogus_key = 1\n', 2, "bogus_key"),
     ('[server\n', 1, ""),
 ])

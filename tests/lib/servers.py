@@ -150,11 +150,26 @@ class ServerBase:
 
 
 class DionfsServer(ServerBase):
+    """dionfs serve EXPORT (or --config FILE).
+
+    `secure`: dionfs exports are `secure` by default, as in exports(5): NFS
+    calls and MNT only from source ports below 1024. The suite's clients run
+    as root and usually bind such a port (libnfs tries 512-1023; nfs-rs binds
+    one unless `noresvport`), but that range is shared by every test and
+    bench run on the machine, and when libnfs finds no free port in it, it
+    quietly connects from an ordinary one, which a secure export refuses. So
+    the servers the tests start are `--insecure` unless a test asks for
+    `secure=True` (tests/integration/test_secure_port.py does); --config
+    servers say `secure = false` in their TOML.
+    """
+
     name = "dionfs"
 
-    def __init__(self, export: str, extra_args: list[str] | None = None, config: str | None = None):
+    def __init__(self, export: str, extra_args: list[str] | None = None, config: str | None = None,
+                 secure: bool = False):
         super().__init__(export, extra_args)
         self.config = config
+        self.secure = secure
         self.state_dir = os.path.join(self.workdir, "state")
         self.ports_file = os.path.join(self.workdir, "ports.json")
         os.makedirs(self.state_dir, exist_ok=True)
@@ -171,7 +186,7 @@ class DionfsServer(ServerBase):
             "--portmap-port", str(self.portmap_port or 0),
             "--state-dir", self.state_dir,
             "--ports-file", self.ports_file,
-        ] + self.extra_args
+        ] + ([] if self.secure else ["--insecure"]) + self.extra_args
 
     def start(self, wait: float = 30.0) -> None:
         b = dionfs_bin()
@@ -318,7 +333,8 @@ def backend() -> str:
     return os.environ.get("DIONFS_TEST_BACKEND", "dionfs")
 
 
-def make_server(export: str, extra_args: list[str] | None = None) -> ServerBase:
+def make_server(export: str, extra_args: list[str] | None = None, secure: bool = False) -> ServerBase:
+    """A dionfs (or Ganesha) server; see DionfsServer for `secure`."""
     if backend() == "ganesha":
         return GaneshaServer(export, extra_args)
-    return DionfsServer(export, extra_args)
+    return DionfsServer(export, extra_args, secure=secure)

@@ -97,6 +97,11 @@ struct ServeArgs {
     /// Files kept open while unused (the open-file cache; at least 1).
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
     open_files: u32,
+    /// Serve NFS calls and MNT from any source port (exports(5) `insecure`).
+    /// Default `secure`: only from ports below 1024, which only root binds.
+    /// With --config, use `secure = false` in the export instead.
+    #[arg(long, conflicts_with = "config")]
+    insecure: bool,
 }
 
 fn parse_mode(s: &str) -> Result<Mode, String> {
@@ -145,6 +150,7 @@ impl ServeArgs {
         export.write_mode = self.write_mode;
         export.max_transfer = self.max_transfer;
         export.allow_devices = self.allow_devices;
+        export.secure = !self.insecure;
         let server = ServerSettings {
             listen: self.listen,
             nfs_port: self.nfs_port,

@@ -5,8 +5,8 @@
 use dionfs_xdr::{Decode, Decoder, Encode, Encoder, Result};
 
 use crate::codec::{
-    decode_list, decode_u32_array, encode_list, encode_u32_array, xdr_bytes, xdr_enum,
-    MAX_LIST_ITEMS,
+    decode_list, decode_u32_array, encode_list, encode_u32_array, opaque_var_len, xdr_bytes,
+    xdr_enum, MAX_LIST_ITEMS,
 };
 use crate::nfs3::NfsFh3;
 
@@ -33,6 +33,18 @@ xdr_enum! {
         Umnt = 3,
         Umntall = 4,
         Export = 5,
+    }
+}
+
+impl MountProc3 {
+    /// The longest XDR encoding of this procedure's arguments, in bytes:
+    /// a [`DirPath`] of [`MNTPATHLEN`] bytes for MNT and UMNT, nothing for
+    /// the others. A server refuses longer calls before reading them.
+    pub const fn max_args_len(self) -> usize {
+        match self {
+            MountProc3::Mnt | MountProc3::Umnt => opaque_var_len(MNTPATHLEN as usize),
+            MountProc3::Null | MountProc3::Dump | MountProc3::Umntall | MountProc3::Export => 0,
+        }
     }
 }
 
@@ -217,6 +229,22 @@ mod tests {
     use crate::test_util::*;
     use dionfs_xdr::XdrError;
     use proptest::prelude::*;
+
+    #[test]
+    fn args_limits_are_the_longest_dirpath_or_nothing() {
+        let longest = DirPath(vec![b'/'; MNTPATHLEN as usize]).to_xdr();
+        assert_eq!(longest.len(), MountProc3::Mnt.max_args_len());
+        assert_eq!(longest.len(), MountProc3::Umnt.max_args_len());
+        assert!(DirPath::from_xdr(&longest).is_ok());
+        for p in [
+            MountProc3::Null,
+            MountProc3::Dump,
+            MountProc3::Umntall,
+            MountProc3::Export,
+        ] {
+            assert_eq!(p.max_args_len(), 0, "{p:?}");
+        }
+    }
 
     #[test]
     fn mnt_args_and_ok_reply_bytes_match_the_rfc_layout() {

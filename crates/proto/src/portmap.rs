@@ -41,6 +41,18 @@ pub enum Procedure {
 }
 
 impl Procedure {
+    /// The longest XDR encoding of this procedure's arguments, in bytes: a
+    /// [`Mapping`] for SET, UNSET and GETPORT, nothing for NULL and DUMP.
+    /// CALLIT's are unbounded by the protocol (it carries another call);
+    /// `None` here, as dionfs does not serve it.
+    pub const fn max_args_len(self) -> Option<usize> {
+        match self {
+            Procedure::Null | Procedure::Dump => Some(0),
+            Procedure::Set | Procedure::Unset | Procedure::GetPort => Some(MAPPING_LEN),
+            Procedure::CallIt => None,
+        }
+    }
+
     /// The procedure with this number, if portmap v2 defines it.
     pub fn from_u32(proc_: u32) -> Option<Self> {
         Some(match proc_ {
@@ -132,6 +144,21 @@ mod tests {
 
     fn words(ws: &[u32]) -> Vec<u8> {
         ws.iter().flat_map(|w| w.to_be_bytes()).collect()
+    }
+
+    #[test]
+    fn args_limits_fit_a_mapping() {
+        let m = Mapping {
+            prog: 1,
+            vers: 2,
+            prot: 3,
+            port: 4,
+        };
+        assert_eq!(Some(m.to_xdr().len()), Procedure::GetPort.max_args_len());
+        assert_eq!(Procedure::Set.max_args_len(), Some(MAPPING_LEN));
+        assert_eq!(Procedure::Null.max_args_len(), Some(0));
+        assert_eq!(Procedure::Dump.max_args_len(), Some(0));
+        assert_eq!(Procedure::CallIt.max_args_len(), None);
     }
 
     #[test]

@@ -8,7 +8,10 @@
 //! has no read-ahead buffer, so the bytes of a WRITE payload go from the
 //! socket straight into the caller's (aligned) buffer. The size of a record is
 //! checked against a maximum as each fragment header arrives, before anything
-//! is allocated for it or read from it.
+//! is allocated for it or read from it. A caller that knows how long the
+//! rest of a record may be (an RPC program knows each procedure's largest
+//! arguments) reads it with [`RecordReader::read_to_end_bounded`], which
+//! refuses it the same way, on the fragment headers, before allocating.
 
 use thiserror::Error;
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -22,8 +25,9 @@ pub const MAX_FRAGMENT_LEN: u32 = 0x7fff_ffff;
 /// Size of the stack buffer [`RecordReader::skip_rest`] discards bytes into.
 const SKIP_CHUNK: usize = 512;
 
-/// Why a record could not be read. Every variant except [`RecordError::PastEnd`]
-/// leaves the stream at an unknown position: the connection must be closed.
+/// Why a record could not be read. Every variant except
+/// [`RecordError::PastEnd`] and [`RecordError::RestTooLarge`] leaves the
+/// stream at an unknown position: the connection must be closed.
 #[derive(Debug, Error)]
 pub enum RecordError {
     /// The fragments of the record add up to more than the reader accepts.
@@ -34,6 +38,13 @@ pub enum RecordError {
     /// positioned at the end of the record (the next record can be read).
     #[error("read past the end of the record")]
     PastEnd,
+    /// The rest of the record is longer than the caller of
+    /// [`RecordReader::read_to_end_bounded`] allows: at least `size` bytes
+    /// against `max`. Detected on a fragment header, before that fragment
+    /// is read or allocated for. The stream is still inside the record:
+    /// [`RecordReader::skip_rest`] discards it and the next record can be read.
+    #[error("rest of the record is at least {size} bytes, over the limit of {max}")]
+    RestTooLarge { size: u64, max: u32 },
     /// The stream ended inside a record (or inside a fragment header).
     #[error("stream ended inside a record")]
     Truncated,
@@ -266,12 +277,37 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
     /// to `out`. Never grows `out` by more than the record size limit: each
     /// fragment is checked against it before its space is reserved.
     pub async fn read_to_end(&mut self, out: &mut Vec<u8>) -> Result<(), RecordError> {
+        // The record limit already bounds the rest of the record.
+        self.read_to_end_bounded(out, self.max_record).await
+    }
+
+    /// Appends the rest of the current record to `out` if it is at most
+    /// `max` bytes long; otherwise fails with [`RecordError::RestTooLarge`]
+    /// and the rest of the record is still to be read (or skipped).
+    ///
+    /// The length is checked as each fragment header arrives, before any
+    /// space is reserved for the fragment or any of it is read: a record
+    /// announcing 1 MiB costs nothing when `max` is a few KiB, whether it
+    /// comes as one fragment or many.
+    pub async fn read_to_end_bounded(
+        &mut self,
+        out: &mut Vec<u8>,
+        max: u32,
+    ) -> Result<(), RecordError> {
+        let mut taken: u64 = 0;
         while self.ensure_fragment_data().await? {
+            // `fragment_remaining` is what is known of the rest so far: the
+            // current fragment's unread bytes (earlier ones were taken).
+            let size = taken + u64::from(self.fragment_remaining);
+            if size > u64::from(max) {
+                return Err(RecordError::RestTooLarge { size, max });
+            }
             let n = self.fragment_remaining as usize;
             let start = out.len();
             out.resize(start + n, 0);
             self.fill(&mut out[start..]).await?;
             self.fragment_remaining = 0;
+            taken = size;
         }
         Ok(())
     }
@@ -498,6 +534,100 @@ mod tests {
         let mut out = Vec::new();
         r.read_to_end(&mut out).await.unwrap();
         assert_eq!(out.len(), 16);
+    }
+
+    #[tokio::test]
+    async fn bounded_read_takes_a_rest_of_exactly_the_bound() {
+        // The bound counts what is left, not what was read before it.
+        let bytes = record(&[b"head", b"abc", &[], b"defgh"]);
+        let mut r = RecordReader::new(&bytes[..], 1024);
+        assert!(r.next_record().await.unwrap());
+        assert_eq!(r.read_u32().await.unwrap(), u32::from_be_bytes(*b"head"));
+        let mut out = Vec::new();
+        r.read_to_end_bounded(&mut out, 8).await.unwrap();
+        assert_eq!(out, b"abcdefgh");
+        assert!(r.at_record_end());
+    }
+
+    #[tokio::test]
+    async fn bounded_read_refuses_a_long_fragment_before_reading_it() {
+        // A 1 MiB fragment announced and never sent: refused from its header.
+        let mut bytes = record_mark(8, false).to_vec();
+        bytes.extend_from_slice(b"callhead");
+        bytes.extend_from_slice(&record_mark(1 << 20, true));
+        let mut r = RecordReader::new(ThenPanic { data: &bytes }, 1 << 21);
+        assert!(r.next_record().await.unwrap());
+        let mut head = [0u8; 8];
+        r.read_exact(&mut head).await.unwrap();
+        let mut out = Vec::new();
+        match r.read_to_end_bounded(&mut out, 1024).await {
+            Err(RecordError::RestTooLarge { size, max }) => {
+                assert_eq!((size, max), (1 << 20, 1024));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(out.is_empty());
+        assert_eq!(out.capacity(), 0, "nothing was allocated");
+    }
+
+    #[tokio::test]
+    async fn bounded_read_counts_every_fragment_of_the_rest() {
+        // 600 + 600 bytes against a bound of 1000: the first fragment is
+        // taken, the second refused at its header.
+        let mut bytes = record_mark(600, false).to_vec();
+        bytes.extend_from_slice(&[1u8; 600]);
+        bytes.extend_from_slice(&record_mark(600, true));
+        let mut r = RecordReader::new(ThenPanic { data: &bytes }, 1 << 20);
+        assert!(r.next_record().await.unwrap());
+        let mut out = Vec::new();
+        match r.read_to_end_bounded(&mut out, 1000).await {
+            Err(RecordError::RestTooLarge { size, max }) => {
+                assert_eq!((size, max), (1200, 1000));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert_eq!(out.len(), 600);
+    }
+
+    #[tokio::test]
+    async fn a_refused_rest_can_be_skipped_to_the_next_record() {
+        let mut bytes = record(&[b"hd", &[7u8; 3000], &[8u8; 3000]]);
+        bytes.extend(record(&[b"next"]));
+        let mut r = RecordReader::new(&bytes[..], 1 << 20);
+        assert!(r.next_record().await.unwrap());
+        let mut head = [0u8; 2];
+        r.read_exact(&mut head).await.unwrap();
+        let mut out = Vec::new();
+        assert!(matches!(
+            r.read_to_end_bounded(&mut out, 100).await,
+            Err(RecordError::RestTooLarge {
+                size: 3000,
+                max: 100
+            })
+        ));
+        // Still inside the record: skipping reaches the next one.
+        assert!(r.in_record());
+        r.skip_rest().await.unwrap();
+        assert!(r.next_record().await.unwrap());
+        let mut out = Vec::new();
+        r.read_to_end_bounded(&mut out, 4).await.unwrap();
+        assert_eq!(out, b"next");
+    }
+
+    #[tokio::test]
+    async fn the_record_limit_still_applies_to_a_bounded_read() {
+        // A rest within the caller's bound but a record over the reader's
+        // limit is the record error (the connection closes), as before.
+        let mut bytes = record_mark(10, false).to_vec();
+        bytes.extend_from_slice(&[0u8; 10]);
+        bytes.extend_from_slice(&record_mark(10, true));
+        let mut r = RecordReader::new(ThenPanic { data: &bytes }, 16);
+        assert!(r.next_record().await.unwrap());
+        let mut out = Vec::new();
+        assert!(matches!(
+            r.read_to_end_bounded(&mut out, 1000).await,
+            Err(RecordError::TooLarge { size: 20, max: 16 })
+        ));
     }
 
     #[tokio::test]

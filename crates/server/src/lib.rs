@@ -124,6 +124,7 @@ async fn serve(config: Config, ports_file: Option<PathBuf>) -> Result<(), String
             write_mode = ?x.config.write_mode,
             access = ?x.config.access,
             squash = ?x.config.squash,
+            secure = x.config.secure,
             clients = %x.config.clients.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(","),
             "exporting"
         );

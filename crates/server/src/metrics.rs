@@ -138,6 +138,13 @@ pub fn render(server: &Server) -> String {
         "counter",
         &mut faults,
     );
+    let mut oversized = std::iter::once((String::new(), server.oversized_args()));
+    metric(
+        "oversized_args_total",
+        "NFS and MOUNT calls answered GARBAGE_ARGS because their arguments were longer than the procedure's can be (refused before they were read).",
+        "counter",
+        &mut oversized,
+    );
     out
 }
 

@@ -2,7 +2,7 @@
 //! the advisory list of who mounted what (DUMP).
 
 use std::collections::BTreeSet;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use dionfs_proto::mount3::{
     DirPath, ExportNode, Exports, MountBody, MountList, MountName, MountProc3, MountRes3,
@@ -61,7 +61,7 @@ pub fn call(server: &Server, conn: &ConnInfo, call: &CallHeader, args: &[u8]) ->
             let Ok(path) = DirPath::from_xdr(args) else {
                 return garbage_args(xid);
             };
-            success(xid, &mnt(server, call, client, path.0))
+            success(xid, &mnt(server, call, conn.peer, path.0))
         }
         MountProc3::Dump => {
             let list = server
@@ -105,7 +105,8 @@ pub fn call(server: &Server, conn: &ConnInfo, call: &CallHeader, args: &[u8]) ->
     }
 }
 
-fn mnt(server: &Server, call: &CallHeader, client: IpAddr, path: Vec<u8>) -> MountRes3 {
+fn mnt(server: &Server, call: &CallHeader, peer: SocketAddr, path: Vec<u8>) -> MountRes3 {
+    let client = peer.ip();
     // Trailing slashes name the same directory ("/srv/x/" is "/srv/x").
     let mut wanted: &[u8] = &path;
     while wanted.len() > 1 && wanted.ends_with(b"/") {
@@ -132,6 +133,11 @@ fn mnt(server: &Server, call: &CallHeader, client: IpAddr, path: Vec<u8>) -> Mou
             export = %export.config.path.display(),
             "MNT refused: client not in the export's client list"
         );
+        return MountRes3::Fail(MountStat3::Acces);
+    }
+    // `secure`: rpc.mountd refuses MNT from an unreserved port with ACCES
+    // ("illegal port"), after the export and the client matched.
+    if !server.port_allowed(export, peer, "MNT") {
         return MountRes3::Fail(MountStat3::Acces);
     }
     let handle = match subdirectory(export, call, rest) {

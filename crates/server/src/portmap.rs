@@ -9,14 +9,12 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use dionfs_proto::portmap::{
-    DumpResult, Mapping, Procedure, IPPROTO_TCP, MAPPING_LEN, PROGRAM, VERSION,
-};
+use dionfs_proto::portmap::{DumpResult, Mapping, Procedure, IPPROTO_TCP, PROGRAM, VERSION};
 use dionfs_rpc::{reply, CallHeader, RecordError, RecordReader, ReplyStatus};
-use dionfs_xdr::{Encode, Encoder};
+use dionfs_xdr::{Decode, Encode, Encoder};
 use tokio::io::AsyncRead;
 
-use crate::net::{ConnInfo, Received, Reply, Service};
+use crate::net::{read_args, ConnInfo, Received, Reply, Service};
 
 /// The NFS program number (RFC 1813).
 const NFS_PROGRAM: u32 = 100_003;
@@ -78,22 +76,6 @@ impl PortmapService {
     }
 }
 
-/// Reads the `mapping` argument of SET, UNSET and GETPORT. A short record is
-/// [`RecordError::PastEnd`], which the connection answers with GARBAGE_ARGS.
-async fn read_mapping<R: AsyncRead + Unpin>(
-    body: &mut RecordReader<R>,
-) -> Result<Mapping, RecordError> {
-    let mut buf = [0u8; MAPPING_LEN];
-    body.read_exact(&mut buf).await?;
-    let word = |i: usize| u32::from_be_bytes([buf[i], buf[i + 1], buf[i + 2], buf[i + 3]]);
-    Ok(Mapping {
-        prog: word(0),
-        vers: word(4),
-        prot: word(8),
-        port: word(12),
-    })
-}
-
 impl Service for PortmapService {
     type Pending = Infallible;
 
@@ -114,25 +96,39 @@ impl Service for PortmapService {
                 high: VERSION,
             });
         }
-        match Procedure::from_u32(call.proc_) {
-            Some(Procedure::Null) => Ok(Self::success(xid, |_| {})),
-            Some(Procedure::Set | Procedure::Unset) => {
-                read_mapping(body).await?;
+        let Some(proc_) = Procedure::from_u32(call.proc_) else {
+            return status(ReplyStatus::ProcUnavail);
+        };
+        // CALLIT carries another program's call, so its arguments have no
+        // bound; it is not served (see the module documentation).
+        let Some(max) = proc_.max_args_len() else {
+            return status(ReplyStatus::ProcUnavail);
+        };
+        let args = read_args(body, max).await?;
+        // Every procedure's arguments are void or a mapping.
+        let mapping = || Mapping::from_xdr(&args).ok();
+        match proc_ {
+            Procedure::Null => Ok(Self::success(xid, |_| {})),
+            Procedure::Set | Procedure::Unset => match mapping() {
                 // Registrations are refused: the table is fixed.
-                Ok(Self::success(xid, |enc| enc.bool(false)))
-            }
-            Some(Procedure::GetPort) => {
-                let m = read_mapping(body).await?;
-                let port = self.table.port_of(m.prog, m.vers, m.prot);
-                Ok(Self::success(xid, |enc| enc.u32(port)))
-            }
-            Some(Procedure::Dump) => {
+                Some(_) => Ok(Self::success(xid, |enc| enc.bool(false))),
+                None => status(ReplyStatus::GarbageArgs),
+            },
+            Procedure::GetPort => match mapping() {
+                Some(m) => {
+                    let port = self.table.port_of(m.prog, m.vers, m.prot);
+                    Ok(Self::success(xid, |enc| enc.u32(port)))
+                }
+                None => status(ReplyStatus::GarbageArgs),
+            },
+            Procedure::Dump => {
                 let dump = DumpResult {
                     mappings: self.table.entries.clone(),
                 };
                 Ok(Self::success(xid, |enc| dump.encode(enc)))
             }
-            Some(Procedure::CallIt) | None => status(ReplyStatus::ProcUnavail),
+            // Has no limit, so it was answered above.
+            Procedure::CallIt => status(ReplyStatus::ProcUnavail),
         }
     }
 
@@ -236,6 +232,11 @@ mod tests {
             call(8, 2, 5, &[]),
             call(9, 3, 3, &mapping_args(NFS_PROGRAM, 3, IPPROTO_TCP)),
             call(10, 2, 3, &[0; 8]), // GETPORT with a short mapping
+            // Arguments longer than the procedure's: refused unread, and
+            // the connection goes on.
+            call(12, 2, 3, &[0; 20]),
+            call(13, 2, 0, &[0; 4]),
+            call(14, 2, 4, &[0; 1 << 20]),
         ];
         let mut other_prog = encode_call(11, NFS_PROGRAM, 3, 0, &Credential::None);
         let mut framed = record_mark(other_prog.len() as u32, true).to_vec();
@@ -259,6 +260,9 @@ mod tests {
                 (8, ProcUnavail),
                 (9, ProgMismatch { low: 2, high: 2 }),
                 (10, GarbageArgs),
+                (12, GarbageArgs),
+                (13, GarbageArgs),
+                (14, GarbageArgs),
                 (11, ProgUnavail),
             ]
         );

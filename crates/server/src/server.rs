@@ -1,21 +1,24 @@
 //! The server's shared state and its [`Service`]: program dispatch for NFS v3
 //! and MOUNT v3 — one `match` on the program a reader can scan.
 
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use dionfs_dataplane::{DataConfig, DataPlane};
 use dionfs_fs::{ExportFs, MacKey, OpenFileCache};
-use dionfs_proto::mount3::{MOUNT_PROGRAM, MOUNT_V3};
+use dionfs_proto::mount3::{MountProc3, MOUNT_PROGRAM, MOUNT_V3};
 use dionfs_proto::nfs3::{NfsProc3, NFS_PROGRAM, NFS_V3};
 use dionfs_rpc::{AuthStat, CallHeader, Credential, RecordError, RecordReader, ReplyStatus};
 use tokio::io::AsyncRead;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use crate::drc::DuplicateRequestCache;
+use crate::export::port::{InsecurePortWarnings, WARN_EVERY};
 use crate::export::{Config, ExportConfig};
 use crate::mount::MountTable;
-use crate::net::{ConnInfo, Received, Reply, Service};
+use crate::net::{read_args, ConnInfo, Received, Reply, Service};
 use crate::nfs;
 
 /// One export as served: its options, its file system, its data plane.
@@ -32,10 +35,15 @@ pub struct Server {
     pub drc: DuplicateRequestCache,
     /// Random per start; see [`Server::write_verifier`].
     verifier_base: u64,
-    /// Largest NFS call args accepted (beyond: the record limit closes the
-    /// connection first).
+    /// Largest WRITE payload accepted: the largest export's max_transfer.
+    /// (The other procedures' arguments are bounded by
+    /// [`NfsProc3::max_args_len`]; the record limit is set from this.)
     pub max_args: u32,
     calls_failed: AtomicU64,
+    /// Calls refused because their arguments were longer than the
+    /// procedure's can be.
+    oversized_args: AtomicU64,
+    insecure_port_warnings: InsecurePortWarnings,
 }
 
 /// A call read from a connection, waiting to run.
@@ -95,6 +103,8 @@ impl Server {
             verifier_base: u64::from_ne_bytes(seed),
             max_args,
             calls_failed: AtomicU64::new(0),
+            oversized_args: AtomicU64::new(0),
+            insecure_port_warnings: InsecurePortWarnings::default(),
         })
     }
 
@@ -124,6 +134,39 @@ impl Server {
     pub fn server_faults(&self) -> u64 {
         self.calls_failed.load(Ordering::Relaxed)
     }
+
+    /// NFS and MOUNT calls answered GARBAGE_ARGS because their arguments
+    /// were longer than the procedure's can be.
+    pub fn oversized_args(&self) -> u64 {
+        self.oversized_args.load(Ordering::Relaxed)
+    }
+
+    /// The `secure` export option: whether a client calling from `peer`
+    /// may use `export` from that source port (see
+    /// [`crate::export::port`]). A refusal is logged once per client and
+    /// export every [`WARN_EVERY`], naming what to change; `what` says what
+    /// was refused ("NFS call", "MNT").
+    pub fn port_allowed(&self, export: &Export, peer: SocketAddr, what: &str) -> bool {
+        if export.config.admits_port(peer.port()) {
+            return true;
+        }
+        let now = Instant::now();
+        if self
+            .insecure_port_warnings
+            .should_warn(peer.ip(), export.config.id, now)
+        {
+            warn!(
+                client = %peer.ip(),
+                port = peer.port(),
+                export = %export.config.path.display(),
+                repeat_after_s = WARN_EVERY.as_secs(),
+                "{what} refused: the source port is not reserved (below 1024) and the export is \
+                 `secure`; let the client use a reserved port (mount as root, without \
+                 `noresvport`) or export with `secure = false` (--insecure)"
+            );
+        }
+        false
+    }
 }
 
 impl Service for Server {
@@ -145,18 +188,32 @@ impl Service for Server {
                 ReplyStatus::AuthError(AuthStat::BadCred),
             )));
         }
+        let proc_unavail = |call: &CallHeader| {
+            Ok(Received::Reply(Reply::status(
+                call.xid,
+                ReplyStatus::ProcUnavail,
+            )))
+        };
         match (call.prog, call.vers) {
-            (NFS_PROGRAM, NFS_V3) if call.proc_ == NfsProc3::Write.as_u32() => {
-                nfs::data::receive_write(self, conn, call, body).await
-            }
             (NFS_PROGRAM, NFS_V3) => {
-                let mut args = Vec::new();
-                body.read_to_end(&mut args).await?;
-                Ok(Received::Run(Pending::Nfs { call, args }))
+                let Some(proc_) = NfsProc3::from_u32(call.proc_) else {
+                    return proc_unavail(&call);
+                };
+                match proc_.max_args_len() {
+                    // WRITE: the head is read exactly, the payload (at most
+                    // max_transfer) straight into a data-plane buffer.
+                    None => nfs::data::receive_write(self, conn, call, body).await,
+                    Some(max) => {
+                        let args = read_args(body, max).await?;
+                        Ok(Received::Run(Pending::Nfs { call, args }))
+                    }
+                }
             }
             (MOUNT_PROGRAM, MOUNT_V3) => {
-                let mut args = Vec::new();
-                body.read_to_end(&mut args).await?;
+                let Some(proc_) = MountProc3::from_u32(call.proc_) else {
+                    return proc_unavail(&call);
+                };
+                let args = read_args(body, proc_.max_args_len()).await?;
                 Ok(Received::Run(Pending::Mount { call, args }))
             }
             (NFS_PROGRAM, _) => Ok(mismatch(&call, NFS_V3)),
@@ -166,6 +223,10 @@ impl Service for Server {
                 ReplyStatus::ProgUnavail,
             ))),
         }
+    }
+
+    fn note_oversized_args(&self) {
+        self.oversized_args.fetch_add(1, Ordering::Relaxed);
     }
 
     // Handlers make file-system calls: run them where blocking is fine.

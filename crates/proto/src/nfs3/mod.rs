@@ -30,10 +30,14 @@
 //! | FSINFO | [`FsinfoArgs`] | [`FsinfoRes`] |
 //! | PATHCONF | [`PathconfArgs`] | [`PathconfRes`] |
 //! | COMMIT | [`CommitArgs`] | [`CommitRes`] |
+//!
+//! [`NfsProc3::max_args_len`] gives the longest arguments of each procedure,
+//! so a server can refuse a longer call before reading it.
 
 mod attrs;
 mod data;
 mod dirs;
+mod limits;
 mod readdir;
 mod types;
 

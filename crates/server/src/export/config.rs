@@ -14,6 +14,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::clients::ClientMatch;
+use super::port::is_reserved;
 
 /// The default and the largest maximum transfer size (rtmax/wtmax).
 pub const DEFAULT_MAX_TRANSFER: u32 = 1 << 20;
@@ -103,6 +104,9 @@ pub struct ExportConfig {
     pub write_mode: Mode,
     /// Whether MKNOD may create character and block devices.
     pub allow_devices: bool,
+    /// `secure` (exports(5), the default): NFS calls and MNT only from a
+    /// reserved source port (below 1024); `false` is `insecure`.
+    pub secure: bool,
 }
 
 impl ExportConfig {
@@ -121,6 +125,7 @@ impl ExportConfig {
             read_mode: Mode::Direct,
             write_mode: Mode::Direct,
             allow_devices: false,
+            secure: true,
         }
     }
 
@@ -131,6 +136,13 @@ impl ExportConfig {
 
     pub fn read_only(&self) -> bool {
         self.access == Access::Ro
+    }
+
+    /// Whether a client calling from source port `port` may use this
+    /// export: any port if it is `insecure`, else only a reserved one (see
+    /// [`super::port`]).
+    pub fn admits_port(&self, port: u16) -> bool {
+        !self.secure || is_reserved(port)
     }
 }
 
@@ -201,6 +213,7 @@ struct RawExport {
     read_mode: Option<Mode>,
     write_mode: Option<Mode>,
     allow_devices: Option<bool>,
+    secure: Option<bool>,
 }
 
 impl Config {
@@ -325,6 +338,7 @@ impl Config {
             x.read_mode = e.read_mode.unwrap_or(x.read_mode);
             x.write_mode = e.write_mode.unwrap_or(x.write_mode);
             x.allow_devices = e.allow_devices.unwrap_or(false);
+            x.secure = e.secure.unwrap_or(x.secure);
             exports.push((span, x));
         }
         if exports.is_empty() {
@@ -412,6 +426,7 @@ anongid = 1000
 max_transfer = 65536
 read_mode = "buffered"
 write_mode = "dontcache"
+secure = false
 "#,
         )
         .unwrap();
@@ -426,6 +441,8 @@ write_mode = "dontcache"
         assert_eq!(x.write_mode, Mode::DontCache);
         assert!(x.admits("10.9.9.9".parse().unwrap()));
         assert!(!x.admits("192.168.1.1".parse().unwrap()));
+        assert!(!x.secure);
+        assert!(x.admits_port(40000));
     }
 
     #[test]
@@ -448,6 +465,10 @@ write_mode = "dontcache"
         let e = parse("[[export]]\npath = \"/tmp\"\nmax_transfer = 1000\n").unwrap_err();
         assert_eq!(e.line, 3, "{e}");
 
+        let e = parse("[[export]]\npath = \"/tmp\"\nsecure = \"no\"\n").unwrap_err();
+        assert_eq!(e.line, 3, "{e}");
+        assert!(e.reason.contains("secure"), "{e}");
+
         let e = parse("[[export]]\npath = \"/tmp\"\n[[export]]\npath = \"/tmp/\"\n").unwrap_err();
         assert!(e.reason.contains("twice"), "{e}");
 
@@ -467,5 +488,9 @@ write_mode = "dontcache"
         assert!(!x.admits("10.0.0.1".parse().unwrap()));
         assert_eq!((x.read_mode, x.write_mode), (Mode::Direct, Mode::Direct));
         assert_eq!(x.max_transfer, DEFAULT_MAX_TRANSFER);
+        // `secure`, as in exports(5): reserved source ports only.
+        assert!(x.secure);
+        assert!(x.admits_port(1023));
+        assert!(!x.admits_port(1024));
     }
 }

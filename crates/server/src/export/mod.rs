@@ -1,7 +1,9 @@
-//! Exports: who may mount what, and as whom their calls run.
+//! Exports: who may mount what (client lists, source ports), and as whom
+//! their calls run.
 
 pub mod clients;
 pub mod config;
+pub mod port;
 
 pub use clients::ClientMatch;
 pub use config::{Access, Config, ConfigError, ExportConfig, ServerSettings, Squash};

@@ -272,11 +272,28 @@ async fn read_call<S: Service>(
         }
     };
     *calls += 1;
-    let xid = call.xid;
+    let (xid, prog, proc_) = (call.xid, call.prog, call.proc_);
     let received = match service.receive(conn, call, reader).await {
         Ok(received) => received,
         // The arguments claimed more bytes than the record holds.
         Err(RecordError::PastEnd) => Received::Reply(Reply::status(xid, ReplyStatus::GarbageArgs)),
+        // The arguments are longer than the procedure's can be: refused
+        // before they were read; the rest of the record is skipped below,
+        // through a small buffer, and the connection goes on.
+        Err(RecordError::RestTooLarge { size, max }) => {
+            debug!(
+                conn = conn.id,
+                peer = %conn.peer,
+                xid,
+                prog,
+                proc_,
+                size,
+                max,
+                "arguments over the procedure's limit: GARBAGE_ARGS"
+            );
+            service.note_oversized_args();
+            Received::Reply(Reply::status(xid, ReplyStatus::GarbageArgs))
+        }
         Err(e) => return Err(record_error_end(e, conn)),
     };
     reader
@@ -314,6 +331,10 @@ fn record_error_end(e: RecordError, conn: &ConnInfo) -> ConnEnd {
         }
         RecordError::Truncated | RecordError::PastEnd => ConnEnd::Truncated,
         RecordError::Io(e) => ConnEnd::ReadError(e),
-        RecordError::NoRecord => ConnEnd::ReadError(io::Error::other(e)),
+        // Neither is raised by the reads this loop makes itself; a service
+        // that lets one through has lost track of the stream.
+        RecordError::NoRecord | RecordError::RestTooLarge { .. } => {
+            ConnEnd::ReadError(io::Error::other(e))
+        }
     }
 }

@@ -50,17 +50,29 @@ pub trait Service: Send + Sync + 'static {
     /// after the call header. Whatever is left of the record afterwards is
     /// skipped by the caller.
     ///
-    /// Errors are the stream's: [`RecordError::PastEnd`] (the arguments are
-    /// shorter than they claim) is answered with GARBAGE_ARGS by the
-    /// connection; any other error closes the connection. Malformed
-    /// arguments that were read successfully are the service's to answer
-    /// (usually `Received::Reply(Reply::status(xid, GarbageArgs))`).
+    /// Arguments are read with a bound that fits the procedure
+    /// ([`read_args`] or exact reads), never with only the record's size
+    /// limit as bound.
+    ///
+    /// Errors are the stream's. Two are answered with GARBAGE_ARGS by the
+    /// connection, which then skips the rest of the record and goes on:
+    /// [`RecordError::PastEnd`] (the arguments are shorter than they claim)
+    /// and [`RecordError::RestTooLarge`] (longer than the procedure allows;
+    /// see also [`note_oversized_args`](Self::note_oversized_args)). Any
+    /// other error closes the connection. Malformed arguments that were read
+    /// successfully are the service's to answer (usually
+    /// `Received::Reply(Reply::status(xid, GarbageArgs))`).
     fn receive<R: AsyncRead + Unpin + Send>(
         &self,
         conn: &ConnInfo,
         call: CallHeader,
         body: &mut RecordReader<R>,
     ) -> impl Future<Output = Result<Received<Self::Pending>, RecordError>> + Send;
+
+    /// Called when a call was answered GARBAGE_ARGS because `receive`
+    /// refused its arguments as too long ([`RecordError::RestTooLarge`]),
+    /// for the service's counters. The connection has logged it.
+    fn note_oversized_args(&self) {}
 
     /// Runs a received call, in a task of its own, and returns the reply to
     /// send, if any.
@@ -69,6 +81,23 @@ pub trait Service: Send + Sync + 'static {
         conn: Arc<ConnInfo>,
         pending: Self::Pending,
     ) -> impl Future<Output = Option<Reply>> + Send;
+}
+
+/// Reads a call's arguments, the rest of its record, if they are at most
+/// `max` bytes: the longest the procedure's can be. A longer call is
+/// refused before its bytes are read ([`RecordError::RestTooLarge`], which
+/// the connection answers with GARBAGE_ARGS): without such a bound any call
+/// could make the server allocate a whole record's worth (about the largest
+/// WRITE) for nothing.
+pub async fn read_args<R: AsyncRead + Unpin>(
+    body: &mut RecordReader<R>,
+    max: usize,
+) -> Result<Vec<u8>, RecordError> {
+    let mut args = Vec::new();
+    // Procedure limits are a few KiB; saturating is only for the type.
+    let max = u32::try_from(max).unwrap_or(u32::MAX);
+    body.read_to_end_bounded(&mut args, max).await?;
+    Ok(args)
 }
 
 /// What [`Service::receive`] decided about a call.

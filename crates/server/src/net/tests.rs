@@ -28,13 +28,18 @@ const PROC_NULL: u32 = 0;
 const PROC_ECHO: u32 = 1;
 /// Args: delay in ms, opaque data. Result: as ECHO, after the delay.
 const PROC_SLOW_ECHO: u32 = 2;
+/// Args: raw bytes, at most [`MAX_RAW`]. Result: as ECHO.
+const PROC_RAW_ECHO: u32 = 3;
 const MAX_ECHO: u32 = 1 << 20;
+const MAX_RAW: u32 = 64;
 
-/// The toy program. Counts how many calls run at once.
+/// The toy program. Counts how many calls run at once, and oversized
+/// arguments refused.
 #[derive(Default)]
 struct Echo {
     running: AtomicUsize,
     max_running: AtomicUsize,
+    oversized: AtomicUsize,
 }
 
 struct EchoCall {
@@ -63,6 +68,15 @@ impl Service for Echo {
             PROC_NULL => return status(ReplyStatus::Success),
             PROC_ECHO => 0,
             PROC_SLOW_ECHO => body.read_u32().await?,
+            PROC_RAW_ECHO => {
+                let mut data = Vec::new();
+                body.read_to_end_bounded(&mut data, MAX_RAW).await?;
+                return Ok(Received::Run(EchoCall {
+                    xid: call.xid,
+                    delay: Duration::ZERO,
+                    data,
+                }));
+            }
             _ => return status(ReplyStatus::ProcUnavail),
         };
         let len = body.read_u32().await?;
@@ -78,6 +92,10 @@ impl Service for Echo {
             delay: Duration::from_millis(u64::from(delay_ms)),
             data,
         }))
+    }
+
+    fn note_oversized_args(&self) {
+        self.oversized.fetch_add(1, Ordering::SeqCst);
     }
 
     async fn execute(self: Arc<Self>, _conn: Arc<ConnInfo>, call: EchoCall) -> Option<Reply> {
@@ -321,6 +339,41 @@ async fn short_arguments_get_garbage_args_and_the_connection_goes_on() {
     assert_eq!((h.xid, h.status), (1, ReplyStatus::GarbageArgs));
     c.send(&framed(&echo_call(2, b"next"))).await;
     assert_eq!(c.echo_reply().await, (2, b"next".to_vec()));
+}
+
+#[tokio::test]
+async fn oversized_arguments_get_garbage_args_and_the_connection_goes_on() {
+    let server = start(ConnLimits::default()).await;
+    let mut c = Client::connect(server.addr).await;
+    let raw = |xid: u32, len: usize| {
+        let mut msg = encode_call(xid, ECHO_PROG, ECHO_VERS, PROC_RAW_ECHO, &Credential::None);
+        msg.extend(std::iter::repeat_n(0x61, len));
+        msg
+    };
+    // Exactly the limit, in fragments: served.
+    c.send(&fragmented(&raw(1, MAX_RAW as usize), 10)).await;
+    assert_eq!(c.echo_reply().await, (1, vec![0x61; MAX_RAW as usize]));
+    // One byte over, and 1 MiB, in one fragment or many: GARBAGE_ARGS.
+    for (xid, len, chunk) in [(2, 65, None), (3, 1 << 20, None), (4, 1000, Some(30))] {
+        let msg = raw(xid, len);
+        let bytes = chunk.map_or_else(|| framed(&msg), |n| fragmented(&msg, n));
+        c.send(&bytes).await;
+        let (h, rest) = c.reply().await;
+        assert_eq!((h.xid, h.status), (xid, ReplyStatus::GarbageArgs));
+        assert!(rest.is_empty());
+    }
+    // The record mark and call header first, the rest later: refused on
+    // the mark, and the rest skipped when it comes.
+    let msg = raw(5, 100_000);
+    let head = 40 + 4;
+    c.send(&framed(&msg)[..head]).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    c.send(&framed(&msg)[head..]).await;
+    let (h, _) = c.reply().await;
+    assert_eq!((h.xid, h.status), (5, ReplyStatus::GarbageArgs));
+    c.send(&framed(&echo_call(6, b"after"))).await;
+    assert_eq!(c.echo_reply().await, (6, b"after".to_vec()));
+    assert_eq!(server.echo.oversized.load(Ordering::SeqCst), 4);
 }
 
 #[tokio::test]

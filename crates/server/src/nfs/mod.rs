@@ -38,7 +38,8 @@ pub struct Ctx<'a> {
 
 impl<'a> Ctx<'a> {
     /// The export a handle belongs to, if this client may use it. A client
-    /// outside the export's client list gets ACCES and a log line.
+    /// outside the export's client list gets ACCES and a log line; one
+    /// calling a `secure` export from an unreserved port gets PERM.
     pub fn export(&self, fh: &NfsFh3) -> Result<&'a Export, NfsStat3> {
         let id = handle::export_id(fh.as_bytes()).ok_or(NfsStat3::BadHandle)?;
         // An export that is gone (config changed) makes its handles stale.
@@ -50,6 +51,11 @@ impl<'a> Ctx<'a> {
                 "NFS call refused: client not in the export's client list"
             );
             return Err(NfsStat3::Acces);
+        }
+        // `secure`: knfsd checks the source port in fh_verify once the
+        // export is known, and answers PERM (nfsd_setuser_and_check_port).
+        if !self.server.port_allowed(export, self.conn.peer, "NFS call") {
+            return Err(NfsStat3::Perm);
         }
         Ok(export)
     }

@@ -1,0 +1,149 @@
+"""ONC RPC over a raw TCP socket, for calls no client library sends: oversized
+arguments, forged handles, a chosen source port.
+
+Only what the tests need: AUTH_SYS calls as single-fragment records, replies
+read whole, the accept status and the results split off.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import struct
+
+NFS_PROGRAM, NFS_V3 = 100003, 3
+MOUNT_PROGRAM, MOUNT_V3 = 100005, 3
+PORTMAP_PROGRAM, PORTMAP_V2 = 100000, 2
+
+# accept_stat (RFC 5531)
+SUCCESS, PROG_UNAVAIL, PROG_MISMATCH, PROC_UNAVAIL, GARBAGE_ARGS = 0, 1, 2, 3, 4
+
+IPPORT_RESERVED = 1024
+
+
+def u32(v: int) -> bytes:
+    return struct.pack(">I", v)
+
+
+def u64(v: int) -> bytes:
+    return struct.pack(">Q", v)
+
+
+def opaque(b: bytes) -> bytes:
+    """XDR variable-length opaque: length, bytes, zero padding."""
+    return u32(len(b)) + b + b"\0" * (-len(b) % 4)
+
+
+def auth_sys(uid: int, gid: int) -> bytes:
+    body = u32(0) + opaque(b"rawrpc") + u32(uid) + u32(gid) + u32(0)
+    return u32(1) + opaque(body)
+
+
+def call(xid: int, prog: int, vers: int, proc: int, args: bytes = b"",
+         uid: int = 1000, gid: int = 1000) -> bytes:
+    """One call as one record (last-fragment mark), AUTH_SYS, AUTH_NONE verifier."""
+    body = u32(xid) + u32(0) + u32(2) + u32(prog) + u32(vers) + u32(proc)
+    body += auth_sys(uid, gid) + u32(0) + u32(0) + args
+    return u32(0x80000000 | len(body)) + body
+
+
+def recv_exact(s: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("connection closed by the server")
+        buf += chunk
+    return bytes(buf)
+
+
+def read_record(s: socket.socket) -> bytes:
+    out = b""
+    last = False
+    while not last:
+        (word,) = struct.unpack(">I", recv_exact(s, 4))
+        last = bool(word & 0x80000000)
+        out += recv_exact(s, word & 0x7FFFFFFF)
+    return out
+
+
+def parse_reply(reply: bytes) -> tuple[int, int, bytes]:
+    """(xid, accept_stat, results) of an accepted reply; asserts it is one."""
+    xid, mtype, stat = struct.unpack(">III", reply[:12])
+    assert (mtype, stat) == (1, 0), f"not an accepted reply: {reply[:32].hex()}"
+    _flavor, vlen = struct.unpack(">II", reply[12:20])
+    at = 20 + vlen + (-vlen % 4)
+    (accept,) = struct.unpack(">I", reply[at:at + 4])
+    return xid, accept, reply[at + 4:]
+
+
+def connect(host: str, port: int, reserved: bool = False, timeout: float = 30) -> socket.socket:
+    """A connection from an ordinary (ephemeral) source port, or from a free
+    reserved one (below 1024; needs root). A reserved one is closed with a
+    reset, so that the port is not held in TIME_WAIT after the test."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if reserved:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        for p in random.sample(range(600, IPPORT_RESERVED), IPPORT_RESERVED - 600):
+            try:
+                s.bind((host, p))
+                break
+            except OSError:
+                continue
+        else:
+            s.close()
+            raise RuntimeError("no free reserved port")
+    s.settimeout(timeout)
+    s.connect((host, port))
+    return s
+
+
+class Conn:
+    """One RPC connection: `rpc(prog, vers, proc, args)` sends a call and
+    returns (accept_stat, results)."""
+
+    def __init__(self, host: str, port: int, reserved: bool = False):
+        self.sock = connect(host, port, reserved)
+        self.xid = random.randrange(1 << 20)
+
+    @property
+    def source_port(self) -> int:
+        return self.sock.getsockname()[1]
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def reply(self, xid: int) -> tuple[int, bytes]:
+        got, accept, results = parse_reply(read_record(self.sock))
+        assert got == xid, f"reply for xid {got}, expected {xid}"
+        return accept, results
+
+    def rpc(self, prog: int, vers: int, proc: int, args: bytes = b"", **auth) -> tuple[int, bytes]:
+        self.xid += 1
+        self.send(call(self.xid, prog, vers, proc, args, **auth))
+        return self.reply(self.xid)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def mnt(conn: Conn, path: str) -> tuple[int, bytes | None]:
+    """MOUNT3 MNT: (mountstat3, root handle or None)."""
+    accept, res = conn.rpc(MOUNT_PROGRAM, MOUNT_V3, 1, opaque(path.encode()))
+    assert accept == SUCCESS, f"MNT accept_stat {accept}"
+    (status,) = struct.unpack(">I", res[:4])
+    if status != 0:
+        return status, None
+    (n,) = struct.unpack(">I", res[4:8])
+    return 0, res[8:8 + n]
+
+
+def nfs_status(results: bytes) -> int:
+    """The nfsstat3 that starts every NFSv3 result but NULL's."""
+    return struct.unpack(">I", results[:4])[0]
