@@ -259,7 +259,7 @@ impl DataPlane {
     /// A partial last block that reaches past the end of the file is not
     /// written direct (that would round `i_size` up to the block, and a
     /// crash would keep zeros past the real end): its payload bytes go
-    /// through the page cache, under the same lock, before the direct part
+    /// through the page cache, under the same lock, after the direct part
     /// (see [`split_at_eof`]). That block needs no read either.
     fn write_rmw(
         &self,
@@ -278,11 +278,20 @@ impl DataPlane {
             .begin_write(file.buffered_fd(), buf.offset + buf.len as u64)?;
         let size = crate::size::fstat_size(file.buffered_fd())?;
         let split = split_at_eof(buf.offset, buf.len as u64, align, size);
-        // The tail first: it moves `i_size` to exactly the end of this
-        // write, so neither a reply racing this write nor a crash in the
-        // middle of it can see a size no write ended at (the direct part
-        // below EOF changes no size; until it lands it reads as zeros,
-        // like any write still in flight).
+        // The direct part first, then the tail. Direct I/O moves `i_size`
+        // only to the end of real data (a block boundary inside this
+        // write), the buffered tail then to exactly the write's end. The
+        // other order would let a later write's read-modify-write of the
+        // tail block flush that page while `i_size` already reached past
+        // it, and a crash could then leave zeros past the data on disk.
+        // Attributes never show the half-done state (`size.rs`).
+        if !split.direct.is_empty() {
+            let direct_len = (split.direct.end - split.direct.start) as usize;
+            Counters::bump(&self.counters.read_modify_writes);
+            self.fill_rmw_blocks(file, direct, buf, io.start, split.direct.end)?;
+            let written = self.direct_pwrite(file, direct, &buf.buf[..direct_len], io.start, align);
+            self.check_written(written, direct_len)?;
+        }
         if !split.buffered.is_empty() {
             Counters::bump(&self.counters.buffered_tails);
             let from = (split.buffered.start - io.start) as usize;
@@ -296,13 +305,6 @@ impl DataPlane {
             )
             .map_err(DataError::from);
             self.check_written(written, tail.len())?;
-        }
-        if !split.direct.is_empty() {
-            let direct_len = (split.direct.end - split.direct.start) as usize;
-            Counters::bump(&self.counters.read_modify_writes);
-            self.fill_rmw_blocks(file, direct, buf, io.start, split.direct.end)?;
-            let written = self.direct_pwrite(file, direct, &buf.buf[..direct_len], io.start, align);
-            self.check_written(written, direct_len)?;
         }
         claim.succeeded();
         Ok(())
