@@ -131,6 +131,37 @@ pub fn render(server: &Server) -> String {
             .map(|(path, s)| (format!("export=\"{path}\""), get(s)));
         metric(name, help, "counter", &mut rows);
     }
+    let syncs: Vec<_> = server
+        .exports
+        .iter()
+        .map(|x| {
+            let path = x.config.path.display().to_string();
+            (path, x.metadata_sync.counters())
+        })
+        .collect();
+    let mut commits = syncs
+        .iter()
+        .map(|(path, c)| (format!("export=\"{path}\""), c.dir_commits));
+    metric(
+        "metadata_dir_commits_total",
+        "Directory commits that metadata procedures waited for (sync exports).",
+        "counter",
+        &mut commits,
+    );
+    let mut fsyncs = syncs.iter().flat_map(|(path, c)| {
+        [
+            ("directory", c.dir_fsyncs),
+            ("file", c.file_fsyncs),
+            ("filesystem", c.filesystem_syncs),
+        ]
+        .map(|(object, n)| (format!("export=\"{path}\",object=\"{object}\""), n))
+    });
+    metric(
+        "metadata_syncs_total",
+        "fsyncs (directory: shared by concurrent commits; file) and syncfs (filesystem) made to keep metadata durable.",
+        "counter",
+        &mut fsyncs,
+    );
     let mut faults = std::iter::once((String::new(), server.server_faults()));
     metric(
         "server_faults_total",

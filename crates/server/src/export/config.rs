@@ -86,6 +86,21 @@ pub enum Access {
     Ro,
 }
 
+/// When changes are durable (exports(5) `sync` / `async`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Durability {
+    /// Metadata changes (CREATE, MKDIR, SYMLINK, MKNOD, REMOVE, RMDIR,
+    /// RENAME, LINK, SETATTR) are on stable storage before the reply, as
+    /// RFC 1813 requires.
+    Sync,
+    /// Replies may come before the change is durable: a crash or power
+    /// loss can lose changes clients were told had been made. Faster, and
+    /// unsafe. (Unlike knfsd's `async`, WRITE and COMMIT keep their
+    /// RFC 1813 guarantees.)
+    Async,
+}
+
 /// One exported directory and its options.
 #[derive(Debug, Clone)]
 pub struct ExportConfig {
@@ -101,13 +116,14 @@ pub struct ExportConfig {
     pub max_transfer: u32,
     pub read_mode: Mode,
     pub write_mode: Mode,
+    pub durability: Durability,
     /// Whether MKNOD may create character and block devices.
     pub allow_devices: bool,
 }
 
 impl ExportConfig {
     /// An export of `path` with the defaults of `dionfs serve DIR`:
-    /// read-write, root_squash, loopback clients only, direct I/O.
+    /// read-write, root_squash, loopback clients only, direct I/O, sync.
     pub fn with_defaults(path: PathBuf) -> Self {
         ExportConfig {
             id: export_id_for(&path),
@@ -120,6 +136,7 @@ impl ExportConfig {
             max_transfer: DEFAULT_MAX_TRANSFER,
             read_mode: Mode::Direct,
             write_mode: Mode::Direct,
+            durability: Durability::Sync,
             allow_devices: false,
         }
     }
@@ -200,6 +217,7 @@ struct RawExport {
     max_transfer: Option<Spanned<u32>>,
     read_mode: Option<Mode>,
     write_mode: Option<Mode>,
+    durability: Option<Durability>,
     allow_devices: Option<bool>,
 }
 
@@ -324,6 +342,7 @@ impl Config {
             }
             x.read_mode = e.read_mode.unwrap_or(x.read_mode);
             x.write_mode = e.write_mode.unwrap_or(x.write_mode);
+            x.durability = e.durability.unwrap_or(x.durability);
             x.allow_devices = e.allow_devices.unwrap_or(false);
             exports.push((span, x));
         }
@@ -412,6 +431,7 @@ anongid = 1000
 max_transfer = 65536
 read_mode = "buffered"
 write_mode = "dontcache"
+durability = "async"
 "#,
         )
         .unwrap();
@@ -424,6 +444,7 @@ write_mode = "dontcache"
         assert_eq!((x.anonuid, x.anongid, x.max_transfer), (1000, 1000, 65536));
         assert_eq!(x.read_mode, Mode::Buffered);
         assert_eq!(x.write_mode, Mode::DontCache);
+        assert_eq!(x.durability, Durability::Async);
         assert!(x.admits("10.9.9.9".parse().unwrap()));
         assert!(!x.admits("192.168.1.1".parse().unwrap()));
     }
@@ -445,6 +466,10 @@ write_mode = "dontcache"
         assert_eq!(e.line, 3, "{e}");
         assert!(e.reason.contains("rw"), "{e}");
 
+        let e = parse("[[export]]\npath = \"/tmp\"\ndurability = \"asap\"\n").unwrap_err();
+        assert_eq!(e.line, 3, "{e}");
+        assert!(e.reason.contains("sync"), "{e}");
+
         let e = parse("[[export]]\npath = \"/tmp\"\nmax_transfer = 1000\n").unwrap_err();
         assert_eq!(e.line, 3, "{e}");
 
@@ -459,7 +484,7 @@ write_mode = "dontcache"
     }
 
     #[test]
-    fn defaults_are_rw_root_squash_loopback_direct() {
+    fn defaults_are_rw_root_squash_loopback_direct_sync() {
         let x = ExportConfig::with_defaults(PathBuf::from("/srv/x"));
         assert!(!x.read_only());
         assert_eq!(x.squash, Squash::RootSquash);
@@ -467,5 +492,15 @@ write_mode = "dontcache"
         assert!(!x.admits("10.0.0.1".parse().unwrap()));
         assert_eq!((x.read_mode, x.write_mode), (Mode::Direct, Mode::Direct));
         assert_eq!(x.max_transfer, DEFAULT_MAX_TRANSFER);
+        assert_eq!(x.durability, Durability::Sync);
+        let x = parse("[[export]]\npath = \"/tmp\"\n")
+            .unwrap()
+            .exports
+            .remove(0);
+        assert_eq!(
+            x.durability,
+            Durability::Sync,
+            "sync unless the file says async"
+        );
     }
 }

@@ -81,6 +81,7 @@ pub fn setattr(ctx: &Ctx, a: SetattrArgs) -> SetattrRes {
         }
     }
     let mut set = set_attrs(&a.new_attributes);
+    let changes = !set.is_empty();
     let result = (|| {
         // A regular file's size goes through the data plane, which orders
         // it against writes in flight (range locks, exact file size).
@@ -96,6 +97,10 @@ pub fn setattr(ctx: &Ctx, a: SetattrArgs) -> SetattrRes {
         }
         if !set.is_empty() {
             ctx.as_user(export, || export.fs.setattr(&node, &set))?;
+        }
+        // RFC 1813 3.3.2: durable before the reply.
+        if changes {
+            export.metadata_sync.attrs_changed(&node).map_err(from_fs)?;
         }
         Ok(())
     })();
