@@ -139,15 +139,6 @@ pub fn render(server: &Server) -> String {
             (path, x.metadata_sync.counters())
         })
         .collect();
-    let mut commits = syncs
-        .iter()
-        .map(|(path, c)| (format!("export=\"{path}\""), c.dir_commits));
-    metric(
-        "metadata_dir_commits_total",
-        "Directory commits that metadata procedures waited for (sync exports).",
-        "counter",
-        &mut commits,
-    );
     let mut fsyncs = syncs.iter().flat_map(|(path, c)| {
         [
             ("directory", c.dir_fsyncs),
@@ -158,7 +149,7 @@ pub fn render(server: &Server) -> String {
     });
     metric(
         "metadata_syncs_total",
-        "fsyncs (directory: shared by concurrent commits; file) and syncfs (filesystem) made to keep metadata durable.",
+        "fsyncs (directory, file) and syncfs (filesystem) made to keep metadata changes durable.",
         "counter",
         &mut fsyncs,
     );
