@@ -5,6 +5,7 @@ cpu_per_gib.png  server CPU seconds per GiB moved (user solid, system hatched on
 page_cache.png   host page-cache growth (Cached) per GiB moved
 file_cache.png   page cache held by the benchmark's own files (fincore) per GiB moved
 overwrite.png    small-overwrite latency per call (p50, whiskers p99)
+metadata.png     metadata jobs: files per second (median, whiskers min..max)
 """
 import json
 import os
@@ -16,7 +17,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 COLORS = {"dionfs-buffered": "#1f77b4", "dionfs-dontcache": "#17becf", "dionfs-direct": "#2ca02c",
-          "ganesha": "#d62728", "fio-buffered": "#7f7f7f", "fio-direct": "#222222"}
+          "dionfs-async": "#98df8a", "ganesha": "#d62728", "fio-buffered": "#7f7f7f", "fio-direct": "#222222"}
 
 
 def bars(ax, res, jobs, metric, ylabel, whiskers=True, stacked_sys=False, zero_line=False):
@@ -59,6 +60,7 @@ def main():
     out = sys.argv[2]
     tput = [j for j in res["jobs"] if j["kind"] == "tput"]
     lat = [j for j in res["jobs"] if j["kind"] == "lat"]
+    meta = [j for j in res["jobs"] if j["kind"] == "meta"]
     stamp = res["meta"]["started"] + (" (smoke)" if res["meta"]["smoke"] else "")
 
     if tput:
@@ -117,6 +119,14 @@ def main():
         ax.legend(fontsize=7)
         fig.tight_layout()
         fig.savefig(os.path.join(out, "overwrite.png"), dpi=110)
+        plt.close(fig)
+
+    if meta:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        bars(ax, res, meta, "iops", "files per second (median; whiskers min–max)")
+        ax.set_title(f"Metadata: create/rename/remove of small files — {stamp}")
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, "metadata.png"), dpi=110)
         plt.close(fig)
 
 

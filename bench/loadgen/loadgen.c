@@ -11,6 +11,16 @@
  * a stale record, or a torn record is caught); with --verify every byte
  * read back is compared with it and mismatches are counted and reported.
  *
+ * Metadata ops (--op create|rename|remove): each connection works on its
+ * own --files small files named FILE-c<conn>-<i> in one directory (all
+ * connections share it), up to --qd at a time: create makes FILE...tmp
+ * (CREATE GUARDED), writes --bs bytes of the pattern (UNSTABLE) and closes
+ * it (COMMIT), the way `cp` through a kernel client does; rename renames
+ * each .tmp to its final name (the atomic-replace idiom); remove unlinks
+ * the final names. One op is one file; its latency is from the first call
+ * to the last reply. rename --verify reads every file back afterwards,
+ * outside the timed region.
+ *
  * Result: one JSON object on stdout. Exit status: 0 clean, 1 fatal (setup or
  * connection failure; JSON may still be printed with "fatal"), 3 the run
  * completed but saw I/O errors or data mismatches.
@@ -37,7 +47,7 @@
 /* configuration                                                       */
 
 enum pat { P_SEQ, P_RAND, P_STRIDED, P_FIXED };
-enum op { O_READ, O_WRITE };
+enum op { O_READ, O_WRITE, O_CREATE, O_RENAME, O_REMOVE };
 
 static struct {
 	const char *url;
@@ -53,6 +63,7 @@ static struct {
 	int shift;            /* strided read: conn c reads records of (c+shift)%N */
 	double runtime;       /* seconds; 0 = until the op count runs out */
 	uint64_t ops;         /* per connection; 0 = no limit (seq/strided: until range done) */
+	uint64_t files;       /* metadata ops: files per connection */
 	uint64_t seed;
 	int verify;
 	int create;           /* create (and truncate) the file first */
@@ -163,6 +174,8 @@ struct slot {
 	uint64_t t0;
 	uint8_t *buf;
 	int busy;
+	uint64_t file;        /* metadata ops: the file's index */
+	struct nfsfh *fh;     /* create: the file being written */
 };
 
 struct conn {
@@ -361,6 +374,163 @@ static int issue(struct conn *c, struct slot *s)
 	return 1;
 }
 
+/* ------------------------------------------------------------------ */
+/* metadata ops: create (+ write + commit), rename, remove of small files */
+
+static inline int is_meta(void)
+{
+	return cfg.op == O_CREATE || cfg.op == O_RENAME || cfg.op == O_REMOVE;
+}
+
+/* The pattern seed of file i of connection c: a file swapped with another
+ * (or holding stale data) is caught. */
+static inline uint64_t file_seed(int c, uint64_t i)
+{
+	return cfg.seed + 1 + i + 1000003ull * (uint64_t)c;
+}
+
+static void file_path(char *out, size_t n, int c, uint64_t i, int tmp)
+{
+	snprintf(out, n, "%s-c%d-%" PRIu64 "%s", cfg.file, c, i, tmp ? ".tmp" : "");
+}
+
+static void meta_fail(struct conn *c, struct slot *s, const char *what, int err, void *data)
+{
+	c->errors++;
+	cerr(c, "%s of file %" PRIu64 " of connection %d: %s (%d)", what, s->file, c->id,
+	     data ? (char *)data : "?", err);
+	record(c, s);
+}
+
+static void meta_close_cb(int err, struct nfs_context *nfs, void *data, void *priv)
+{
+	struct slot *s = priv;
+	(void)nfs;
+	if (err < 0) {
+		meta_fail(s->c, s, "close (COMMIT)", err, data);
+		return;
+	}
+	record(s->c, s);
+}
+
+static void meta_write_cb(int err, struct nfs_context *nfs, void *data, void *priv)
+{
+	struct slot *s = priv;
+	struct conn *c = s->c;
+	if (err < 0 || (uint64_t)err != cfg.bs) {
+		if (err >= 0)
+			c->short_io++;
+		c->errors += err < 0;
+		cerr(c, "WRITE of file %" PRIu64 ": %s", s->file, err < 0 && data ? (char *)data : "short");
+	} else {
+		c->bytes += (uint64_t)err;
+	}
+	if (nfs_close_async(nfs, s->fh, meta_close_cb, s) != 0)
+		meta_fail(c, s, "queueing close", -1, (void *)nfs_get_error(nfs));
+	s->fh = NULL;
+}
+
+static void meta_create_cb(int err, struct nfs_context *nfs, void *data, void *priv)
+{
+	struct slot *s = priv;
+	struct conn *c = s->c;
+	if (err < 0) {
+		meta_fail(c, s, "CREATE", err, data);
+		return;
+	}
+	s->fh = data;
+	pat_fill(s->buf, 0, cfg.bs, file_seed(c->id, s->file));
+	if (nfs_pwrite_async(nfs, s->fh, 0, cfg.bs, s->buf, meta_write_cb, s) != 0) {
+		nfs_close(nfs, s->fh);
+		s->fh = NULL;
+		meta_fail(c, s, "queueing WRITE", -1, (void *)nfs_get_error(nfs));
+	}
+}
+
+static void meta_done_cb(int err, struct nfs_context *nfs, void *data, void *priv)
+{
+	struct slot *s = priv;
+	(void)nfs;
+	if (err < 0) {
+		meta_fail(s->c, s, cfg.op == O_RENAME ? "RENAME" : "REMOVE", err, data);
+		return;
+	}
+	record(s->c, s);
+}
+
+static int meta_issue(struct conn *c, struct slot *s)
+{
+	char a[512], b[512];
+	int rc;
+	if (c->stop_issuing)
+		return 0;
+	if (c->next_i >= cfg.files) {
+		c->stop_issuing = 1;
+		return 0;
+	}
+	s->file = c->next_i++;
+	s->busy = 1;
+	s->t0 = now_ns();
+	switch (cfg.op) {
+	case O_CREATE:
+		file_path(a, sizeof a, c->id, s->file, 1);
+		rc = nfs_create_async(c->nfs, a, O_RDWR | O_CREAT | O_EXCL, 0644, meta_create_cb, s);
+		break;
+	case O_RENAME:
+		file_path(a, sizeof a, c->id, s->file, 1);
+		file_path(b, sizeof b, c->id, s->file, 0);
+		rc = nfs_rename_async(c->nfs, a, b, meta_done_cb, s);
+		break;
+	default:
+		file_path(a, sizeof a, c->id, s->file, 0);
+		rc = nfs_unlink_async(c->nfs, a, meta_done_cb, s);
+		break;
+	}
+	if (rc != 0) {
+		s->busy = 0;
+		c->fatal = 1;
+		cerr(c, "queueing a metadata op failed: %s", nfs_get_error(c->nfs));
+		c->stop_issuing = 1;
+		return 0;
+	}
+	c->inflight++;
+	return 1;
+}
+
+/* rename --verify: every final file holds its own pattern (not timed). */
+static void meta_verify(struct conn *c)
+{
+	uint8_t *buf = malloc(cfg.bs);
+	char path[512];
+	if (!buf)
+		return;
+	for (int k = 0; k < cfg.conns; k++) {
+		for (uint64_t i = 0; i < cfg.files; i++) {
+			struct nfsfh *fh = NULL;
+			uint64_t fb, bad;
+			int n = -1;
+			file_path(path, sizeof path, k, i, 0);
+			if (nfs_open(c->nfs, path, O_RDONLY, &fh) == 0) {
+				n = nfs_pread(c->nfs, fh, 0, cfg.bs, buf);
+				nfs_close(c->nfs, fh);
+			}
+			if (n < 0) {
+				c->errors++;
+				cerr(c, "read-back of %s failed: %s", path, nfs_get_error(c->nfs));
+				n = 0;
+			}
+			bad = pat_check(buf, 0, (uint64_t)n, file_seed(k, i), &fb) + (cfg.bs - (uint64_t)n);
+			c->verified += (uint64_t)n;
+			if (bad) {
+				c->mism_bytes += bad;
+				c->mism_ops++;
+				note_bad(c, i);
+			}
+		}
+	}
+	free(buf);
+}
+
 static int conn_setup(struct conn *c)
 {
 	struct nfs_url *u;
@@ -405,12 +575,12 @@ static void *conn_main(void *arg)
 	if (conn_setup(c) != 0)
 		setup_ok = 0;
 	/* connection 0 creates the file before anybody opens it */
-	if (setup_ok && c->id == 0 && conn_open(c) != 0)
+	if (setup_ok && c->id == 0 && !is_meta() && conn_open(c) != 0)
 		setup_ok = 0;
 	if (!setup_ok)
 		c->fatal = 1;
 	pthread_barrier_wait(&barrier);
-	if (setup_ok && c->id != 0 && conn_open(c) != 0) {
+	if (setup_ok && c->id != 0 && !is_meta() && conn_open(c) != 0) {
 		c->fatal = 1;
 		setup_ok = 0;
 	}
@@ -422,8 +592,9 @@ static void *conn_main(void *arg)
 	uint64_t start = now_ns();
 	c->deadline = start + (uint64_t)(cfg.runtime * 1e9);
 	uint64_t hard = start + (uint64_t)(cfg.timeout * 1e9);
+	int (*next)(struct conn *, struct slot *) = is_meta() ? meta_issue : issue;
 	for (int i = 0; i < cfg.qd; i++)
-		if (!issue(c, &c->slots[i]))
+		if (!next(c, &c->slots[i]))
 			break;
 	while (c->inflight > 0) {
 		struct pollfd pfd = { .fd = nfs_get_fd(c->nfs), .events = nfs_which_events(c->nfs) };
@@ -447,7 +618,7 @@ static void *conn_main(void *arg)
 		/* refill every free slot */
 		for (int i = 0; i < cfg.qd && !c->stop_issuing; i++)
 			if (!c->slots[i].busy)
-				issue(c, &c->slots[i]);
+				next(c, &c->slots[i]);
 	}
 	if (!c->fatal && cfg.op == O_WRITE && cfg.commit) {
 		if (nfs_fsync(c->nfs, c->fh) != 0) {
@@ -506,9 +677,11 @@ static void usage(void)
 	fprintf(stderr,
 	    "usage: loadgen --url nfs://HOST/EXPORT?nfsport=P&mountport=M --file /NAME\n"
 	    "   --op read|write --pattern seq|rand|strided|fixed --bs SIZE\n"
+	    "   | --op create|rename|remove --files N (per connection) --bs SIZE\n"
 	    "   [--file-size SIZE] [--records R] [--offset OFF] [--qd N] [--conns N]\n"
 	    "   [--shift K] [--runtime SEC] [--ops N] [--seed S] [--verify] [--create]\n"
-	    "   [--commit] [--timeout SEC] [--label TEXT]\n");
+	    "   [--commit] [--timeout SEC] [--label TEXT]\n"
+	    "   metadata ops: FILE is a name prefix (/dir/prefix); files FILE-c<conn>-<i>[.tmp]\n");
 	exit(2);
 }
 
@@ -523,6 +696,9 @@ int main(int argc, char **argv)
 			const char *v = ARG();
 			if (!strcmp(v, "read")) cfg.op = O_READ;
 			else if (!strcmp(v, "write")) cfg.op = O_WRITE;
+			else if (!strcmp(v, "create")) cfg.op = O_CREATE;
+			else if (!strcmp(v, "rename")) cfg.op = O_RENAME;
+			else if (!strcmp(v, "remove")) cfg.op = O_REMOVE;
 			else usage();
 		} else if (!strcmp(a, "--pattern")) {
 			const char *v = ARG();
@@ -540,6 +716,7 @@ int main(int argc, char **argv)
 		else if (!strcmp(a, "--shift")) cfg.shift = atoi(ARG());
 		else if (!strcmp(a, "--runtime")) cfg.runtime = atof(ARG());
 		else if (!strcmp(a, "--ops")) cfg.ops = strtoull(ARG(), NULL, 0);
+		else if (!strcmp(a, "--files")) cfg.files = strtoull(ARG(), NULL, 0);
 		else if (!strcmp(a, "--seed")) cfg.seed = strtoull(ARG(), NULL, 0);
 		else if (!strcmp(a, "--verify")) cfg.verify = 1;
 		else if (!strcmp(a, "--create")) cfg.create = 1;
@@ -556,7 +733,9 @@ int main(int argc, char **argv)
 			usage();
 		cfg.file_size = cfg.records * cfg.bs * (uint64_t)cfg.conns;
 	}
-	if ((cfg.pat == P_SEQ || cfg.pat == P_RAND) && cfg.file_size < cfg.bs)
+	if (is_meta() && cfg.files == 0)
+		usage();
+	if (!is_meta() && (cfg.pat == P_SEQ || cfg.pat == P_RAND) && cfg.file_size < cfg.bs)
 		usage();
 	if (cfg.pat == P_RAND && cfg.runtime <= 0 && cfg.ops == 0)
 		usage();
@@ -601,6 +780,8 @@ int main(int argc, char **argv)
 
 	if (cfg.pat == P_FIXED && cfg.op == O_WRITE && cfg.verify && !conns[0].fatal && conns[0].ops)
 		fixed_verify(&conns[0]);
+	if (cfg.op == O_RENAME && cfg.verify && !conns[0].fatal)
+		meta_verify(&conns[0]);
 
 	/* merge */
 	uint64_t ops = 0, bytes = 0, errors = 0, shorts = 0, mb = 0, mo = 0, ver = 0, lsum = 0, lmax = 0;
@@ -628,7 +809,7 @@ int main(int argc, char **argv)
 	double el = (double)(t1 - t0) / 1e9;
 	printf("{\"label\":\"%s\",\"op\":\"%s\",\"pattern\":\"%s\",\"bs\":%" PRIu64
 	       ",\"qd\":%d,\"conns\":%d,\"file_size\":%" PRIu64 ",\"seed\":%" PRIu64 ",",
-	       cfg.label, cfg.op == O_WRITE ? "write" : "read",
+	       cfg.label, (const char *[]){ "read", "write", "create", "rename", "remove" }[cfg.op],
 	       (const char *[]){ "seq", "rand", "strided", "fixed" }[cfg.pat], cfg.bs, cfg.qd,
 	       cfg.conns, cfg.file_size, cfg.seed);
 	printf("\"elapsed_s\":%.6f,\"ops\":%" PRIu64 ",\"bytes\":%" PRIu64

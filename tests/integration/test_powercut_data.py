@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import random
-import subprocess
 import threading
 import time
 
@@ -36,20 +35,6 @@ REC = 47008
 def _record(k: int) -> bytes:
     rng = random.Random(k)
     return bytes(rng.randrange(1, 256) for _ in range(REC))
-
-
-def _power_cut(loopfs) -> None:
-    subprocess.run(["xfs_io", "-x", "-c", "shutdown", loopfs.mountpoint], check=True)
-
-
-def _remount(loopfs) -> None:
-    for _ in range(40):
-        if subprocess.run(["umount", loopfs.mountpoint], capture_output=True).returncode == 0:
-            break
-        time.sleep(0.25)  # the stopped server may still be closing files
-    else:
-        raise RuntimeError(f"cannot unmount {loopfs.mountpoint}")
-    subprocess.run(["mount", "-t", loopfs.fstype, loopfs.device, loopfs.mountpoint], check=True)
 
 
 @pytest.mark.parametrize("cycle", range(4))
@@ -94,13 +79,13 @@ def test_appends_survive_power_cut_without_zeros_past_the_end(server, loopfs, mo
     cut_at = random.randrange(4, 60) * REC
     while written[0] < cut_at and time.monotonic() < deadline and threads[0].is_alive():
         time.sleep(0.001)
-    _power_cut(loopfs)
+    loopfs.shutdown()
     stop.set()
     for t in threads:
         t.join(30)
     server.close_clients()
     server.stop()
-    _remount(loopfs)
+    loopfs.remount()
 
     path = os.path.join(server.export, "appended")
     got = open(path, "rb").read() if os.path.exists(path) else b""

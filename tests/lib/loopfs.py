@@ -47,6 +47,7 @@ class LoopFs:
         if fstype not in MKFS:
             raise ValueError(f"unsupported filesystem {fstype!r}")
         self.fstype = fstype
+        self.mount_options = mount_options
         self.image: str | None = None
         self.device: str | None = None
         self.mountpoint: str | None = None
@@ -64,9 +65,7 @@ class LoopFs:
                 raise RuntimeError(f"{self.device}: logical block size {lbs}, expected 4096")
             _run(MKFS[fstype] + list(mkfs_args) + [self.device])
             self.mountpoint = tempfile.mkdtemp(prefix=f"dionfs-test-{fstype}-mnt-", dir="/tmp")
-            options = ["-o", mount_options] if mount_options else []
-            _run(["mount", "-t", fstype] + options + [self.device, self.mountpoint])
-            self._mounted = True
+            self._mount()
         except BaseException:
             self.destroy()
             raise
@@ -77,6 +76,42 @@ class LoopFs:
     def path(self, *parts: str) -> str:
         assert self.mountpoint
         return os.path.join(self.mountpoint, *parts)
+
+    def sync(self) -> None:
+        """Make everything written so far durable (syncfs of this filesystem only)."""
+        _run(["sync", "--file-system", self.mountpoint])
+
+    def shutdown(self) -> None:
+        """Simulate a power cut: stop the filesystem *without* flushing its log.
+
+        `xfs_io -x -c shutdown` without `-f` is FS_IOC_SHUTDOWN with
+        NOLOGFLUSH: XFS drops its in-memory log (the CIL and unwritten
+        iclogs), ext4 aborts its journal; every later call on the
+        filesystem fails with EIO. What was not on the device is gone, as
+        after a power cut. Follow with `remount()` (after whoever holds files
+        open on it, e.g. a server, has let go).
+        """
+        assert self._mounted and self.mountpoint
+        _run(["xfs_io", "-x", "-c", "shutdown", self.mountpoint])
+
+    def remount(self) -> None:
+        """Unmount and mount again: log recovery replays what reached the device."""
+        assert self.device and self.mountpoint
+        if self._mounted:
+            for attempt in range(40):
+                r = subprocess.run(["umount", self.mountpoint], capture_output=True, text=True)
+                if r.returncode == 0:
+                    break
+                time.sleep(0.25)  # a server that was just stopped may still be closing files
+            else:
+                raise RuntimeError(f"umount {self.mountpoint}: {r.stderr.strip()}")
+            self._mounted = False
+        self._mount()
+
+    def _mount(self) -> None:
+        opts = ["-o", self.mount_options] if self.mount_options else []
+        _run(["mount", "-t", self.fstype] + opts + [self.device, self.mountpoint])
+        self._mounted = True
 
     def destroy(self) -> None:
         if self._mounted and self.mountpoint:

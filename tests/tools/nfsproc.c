@@ -5,7 +5,8 @@
  * It exists for what neither nfs-rs nor libnfs's command-line tools expose:
  * MKNOD, PATHCONF, plain READDIR (with a byte limit), READDIRPLUS with chosen
  * dircount/maxcount, CREATE in GUARDED/EXCLUSIVE mode, SETATTR with a ctime
- * guard, an explicit UNSTABLE WRITE + COMMIT, the MOUNT procedures DUMP and
+ * guard or with any set of attributes on a symlink or special file itself,
+ * an explicit UNSTABLE WRITE + COMMIT, the MOUNT procedures DUMP and
  * UMNT, and calls on a raw (possibly corrupted) file handle.
  *
  * Build: cc -O1 -Wall -o nfsproc nfsproc.c -lnfs      (libnfs-dev)
@@ -473,6 +474,47 @@ static void cmd_setattr_guard(const char *path, int mode)
     printf("bad_guard_status=%s\n", nfsstat_name(setattr(&f, mode, -1, &wrong)));
     printf("good_guard_status=%s\n", nfsstat_name(setattr(&f, mode, -1, &ctime)));
     getattr_fh(&f);
+}
+
+/* SETATTR with any of mode=OCTAL uid=N gid=N atime=SEC mtime=SEC (times at
+ * whole seconds, set by the client), on the object PATH names itself: a
+ * symlink or a special file is not followed. */
+static void cmd_setattr(const char *path, int argc, char **argv)
+{
+    struct fh f = resolve(path);
+    SETATTR3args a;
+    int st = -1;
+    struct call c = {.fn = setattr_status_handler, .arg = &st};
+    memset(&a, 0, sizeof(a));
+    a.object = as_fh3(&f);
+    for (int i = 0; i < argc; i++) {
+        const char *eq = strchr(argv[i], '=');
+        if (!eq)
+            die(1, "setattr: expected KEY=VALUE, got %s", argv[i]);
+        unsigned long v = strtoul(eq + 1, NULL, !strncmp(argv[i], "mode=", 5) ? 8 : 0);
+        if (!strncmp(argv[i], "mode=", 5)) {
+            a.new_attributes.mode.set_it = 1;
+            a.new_attributes.mode.set_mode3_u.mode = v;
+        } else if (!strncmp(argv[i], "uid=", 4)) {
+            a.new_attributes.uid.set_it = 1;
+            a.new_attributes.uid.set_uid3_u.uid = v;
+        } else if (!strncmp(argv[i], "gid=", 4)) {
+            a.new_attributes.gid.set_it = 1;
+            a.new_attributes.gid.set_gid3_u.gid = v;
+        } else if (!strncmp(argv[i], "atime=", 6)) {
+            a.new_attributes.atime.set_it = SET_TO_CLIENT_TIME;
+            a.new_attributes.atime.set_atime_u.atime.seconds = v;
+        } else if (!strncmp(argv[i], "mtime=", 6)) {
+            a.new_attributes.mtime.set_it = SET_TO_CLIENT_TIME;
+            a.new_attributes.mtime.set_mtime_u.mtime.seconds = v;
+        } else {
+            die(1, "setattr: unknown attribute %s", argv[i]);
+        }
+    }
+    if (rpc_nfs3_setattr_async(nfs(), generic_cb, &a, &c) != 0)
+        die(2, "SETATTR: %s", rpc_get_error(nfs()));
+    wait_call(nfs(), &c, "SETATTR");
+    printf("status=%s\n", nfsstat_name(st));
 }
 
 static void access_handler(void *res, void *arg)
@@ -946,6 +988,7 @@ static void usage(void)
             "  null | mnt | umnt | dump | export | getport PMAPPORT PROG VERS\n"
             "  lookup PATH | getattr PATH | getattr-fh HEX | readdirplus-fh HEX\n"
             "  access PATH [MASK] | setattr-guard PATH MODE | truncate PATH SIZE\n"
+            "  setattr PATH [mode=OCTAL] [uid=N] [gid=N] [atime=SEC] [mtime=SEC]\n"
             "  create unchecked|guarded|exclusive DIR NAME [VERF8]\n"
             "  mknod fifo|sock|chr|blk|reg DIR NAME | mkdir DIR NAME | symlink DIR NAME TARGET\n"
             "  readlink PATH | remove DIR NAME | rmdir DIR NAME | rename D1 N1 D2 N2\n"
@@ -1060,6 +1103,11 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "setattr-guard")) {
         NEED(2);
         cmd_setattr_guard(argv[0], (int)strtol(argv[1], NULL, 8));
+        return 0;
+    }
+    if (!strcmp(cmd, "setattr")) {
+        NEED(1);
+        cmd_setattr(argv[0], argc - 1, argv + 1);
         return 0;
     }
     if (!strcmp(cmd, "truncate")) {

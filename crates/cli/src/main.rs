@@ -8,7 +8,9 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use dionfs_dataplane::Mode;
 use dionfs_server::export::config::{canonical_export_dir, check_max_transfer};
-use dionfs_server::export::{Access, ClientMatch, Config, ExportConfig, ServerSettings, Squash};
+use dionfs_server::export::{
+    Access, ClientMatch, Config, Durability, ExportConfig, ServerSettings, Squash,
+};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
@@ -88,6 +90,11 @@ struct ServeArgs {
     /// How WRITEs touch the file: buffered, dontcache or direct.
     #[arg(long, default_value = "direct", value_parser = parse_mode)]
     write_mode: Mode,
+    /// Reply to CREATE, REMOVE, RENAME, SETATTR... before the change is on
+    /// disk (exports(5) `async`). Faster; UNSAFE: a crash or power loss can
+    /// lose changes clients were told had been made.
+    #[arg(long = "async")]
+    async_: bool,
     /// Largest READ/WRITE (rtmax/wtmax) in bytes.
     #[arg(long, default_value_t = 1 << 20, value_parser = parse_max_transfer)]
     max_transfer: u32,
@@ -148,6 +155,9 @@ impl ServeArgs {
         export.anongid = self.anongid;
         export.read_mode = self.read_mode;
         export.write_mode = self.write_mode;
+        if self.async_ {
+            export.durability = Durability::Async;
+        }
         export.max_transfer = self.max_transfer;
         export.allow_devices = self.allow_devices;
         export.secure = !self.insecure;

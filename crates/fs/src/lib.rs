@@ -19,11 +19,15 @@
 //!   then the data plane on `file.data()`. Size changes go through the same
 //!   open file ([`ExportFs::set_size`]). REMOVE and RENAME evict files
 //!   that lost their last name by themselves.
+//! - CREATE, MKDIR, SYMLINK, MKNOD, REMOVE, RMDIR, RENAME, LINK, SETATTR:
+//!   after the change, and before the reply, the export's [`MetadataSync`]
+//!   makes it durable (a no-op on `async` exports).
 //! - [`FsError`] maps one-to-one to `nfsstat3`.
 
 mod attr;
 mod cache;
 mod dir;
+mod durable;
 mod error;
 mod export;
 pub mod handle;
@@ -34,6 +38,7 @@ mod testutil;
 pub use attr::{Attr, FileKind, SetAttrs, SetTime, Time};
 pub use cache::{OpenFile, OpenFileCache};
 pub use dir::{DirBatch, DirEntry};
+pub use durable::{MetadataSync, MetadataSyncCounters};
 pub use error::FsError;
 pub use export::{ExportFs, Node, NAME_MAX};
 pub use handle::MacKey;

@@ -131,6 +131,28 @@ pub fn render(server: &Server) -> String {
             .map(|(path, s)| (format!("export=\"{path}\""), get(s)));
         metric(name, help, "counter", &mut rows);
     }
+    let syncs: Vec<_> = server
+        .exports
+        .iter()
+        .map(|x| {
+            let path = x.config.path.display().to_string();
+            (path, x.metadata_sync.counters())
+        })
+        .collect();
+    let mut fsyncs = syncs.iter().flat_map(|(path, c)| {
+        [
+            ("directory", c.dir_fsyncs),
+            ("file", c.file_fsyncs),
+            ("filesystem", c.filesystem_syncs),
+        ]
+        .map(|(object, n)| (format!("export=\"{path}\",object=\"{object}\""), n))
+    });
+    metric(
+        "metadata_syncs_total",
+        "fsyncs (directory, file) and syncfs (filesystem) made to keep metadata changes durable.",
+        "counter",
+        &mut fsyncs,
+    );
     let mut faults = std::iter::once((String::new(), server.server_faults()));
     metric(
         "server_faults_total",

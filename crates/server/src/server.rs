@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use dionfs_dataplane::{DataConfig, DataPlane};
-use dionfs_fs::{ExportFs, MacKey, OpenFileCache};
+use dionfs_fs::{ExportFs, MacKey, MetadataSync, OpenFileCache};
 use dionfs_proto::mount3::{MountProc3, MOUNT_PROGRAM, MOUNT_V3};
 use dionfs_proto::nfs3::{NfsProc3, NFS_PROGRAM, NFS_V3};
 use dionfs_rpc::{AuthStat, CallHeader, Credential, RecordError, RecordReader, ReplyStatus};
@@ -16,7 +16,7 @@ use tracing::{debug, warn};
 
 use crate::drc::DuplicateRequestCache;
 use crate::export::port::{InsecurePortWarnings, WARN_EVERY};
-use crate::export::{Config, ExportConfig};
+use crate::export::{Config, Durability, ExportConfig};
 use crate::mount::MountTable;
 use crate::net::{read_args, ConnInfo, Received, Reply, Service};
 use crate::nfs;
@@ -26,6 +26,8 @@ pub struct Export {
     pub config: ExportConfig,
     pub fs: ExportFs,
     pub data: DataPlane,
+    /// Makes metadata changes durable before replies (`sync`), or not.
+    pub metadata_sync: MetadataSync,
 }
 
 /// Everything the NFS and MOUNT programs share.
@@ -81,10 +83,13 @@ impl Server {
                 max_in_flight: config.server.max_in_flight,
             })
             .map_err(|e| format!("export {}: {e}", x.path.display()))?;
+            let metadata_sync = MetadataSync::new(&fs, x.durability == Durability::Sync)
+                .map_err(|e| format!("export {}: {e}", x.path.display()))?;
             exports.push(Export {
                 config: x.clone(),
                 fs,
                 data,
+                metadata_sync,
             });
         }
         let max_args = config

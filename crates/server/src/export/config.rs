@@ -87,6 +87,21 @@ pub enum Access {
     Ro,
 }
 
+/// When changes are durable (exports(5) `sync` / `async`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Durability {
+    /// Metadata changes (CREATE, MKDIR, SYMLINK, MKNOD, REMOVE, RMDIR,
+    /// RENAME, LINK, SETATTR) are on stable storage before the reply, as
+    /// RFC 1813 requires.
+    Sync,
+    /// Replies may come before the change is durable: a crash or power
+    /// loss can lose changes clients were told had been made. Faster, and
+    /// unsafe. (Unlike knfsd's `async`, WRITE and COMMIT keep their
+    /// RFC 1813 guarantees.)
+    Async,
+}
+
 /// One exported directory and its options.
 #[derive(Debug, Clone)]
 pub struct ExportConfig {
@@ -102,6 +117,7 @@ pub struct ExportConfig {
     pub max_transfer: u32,
     pub read_mode: Mode,
     pub write_mode: Mode,
+    pub durability: Durability,
     /// Whether MKNOD may create character and block devices.
     pub allow_devices: bool,
     /// `secure` (exports(5), the default): NFS calls and MNT only from a
@@ -111,7 +127,7 @@ pub struct ExportConfig {
 
 impl ExportConfig {
     /// An export of `path` with the defaults of `dionfs serve DIR`:
-    /// read-write, root_squash, loopback clients only, direct I/O.
+    /// read-write, root_squash, loopback clients only, direct I/O, sync.
     pub fn with_defaults(path: PathBuf) -> Self {
         ExportConfig {
             id: export_id_for(&path),
@@ -124,6 +140,7 @@ impl ExportConfig {
             max_transfer: DEFAULT_MAX_TRANSFER,
             read_mode: Mode::Direct,
             write_mode: Mode::Direct,
+            durability: Durability::Sync,
             allow_devices: false,
             secure: true,
         }
@@ -212,6 +229,7 @@ struct RawExport {
     max_transfer: Option<Spanned<u32>>,
     read_mode: Option<Mode>,
     write_mode: Option<Mode>,
+    durability: Option<Durability>,
     allow_devices: Option<bool>,
     secure: Option<bool>,
 }
@@ -337,6 +355,7 @@ impl Config {
             }
             x.read_mode = e.read_mode.unwrap_or(x.read_mode);
             x.write_mode = e.write_mode.unwrap_or(x.write_mode);
+            x.durability = e.durability.unwrap_or(x.durability);
             x.allow_devices = e.allow_devices.unwrap_or(false);
             x.secure = e.secure.unwrap_or(x.secure);
             exports.push((span, x));
@@ -427,6 +446,7 @@ max_transfer = 65536
 read_mode = "buffered"
 write_mode = "dontcache"
 secure = false
+durability = "async"
 "#,
         )
         .unwrap();
@@ -439,6 +459,7 @@ secure = false
         assert_eq!((x.anonuid, x.anongid, x.max_transfer), (1000, 1000, 65536));
         assert_eq!(x.read_mode, Mode::Buffered);
         assert_eq!(x.write_mode, Mode::DontCache);
+        assert_eq!(x.durability, Durability::Async);
         assert!(x.admits("10.9.9.9".parse().unwrap()));
         assert!(!x.admits("192.168.1.1".parse().unwrap()));
         assert!(!x.secure);
@@ -462,6 +483,10 @@ secure = false
         assert_eq!(e.line, 3, "{e}");
         assert!(e.reason.contains("rw"), "{e}");
 
+        let e = parse("[[export]]\npath = \"/tmp\"\ndurability = \"asap\"\n").unwrap_err();
+        assert_eq!(e.line, 3, "{e}");
+        assert!(e.reason.contains("sync"), "{e}");
+
         let e = parse("[[export]]\npath = \"/tmp\"\nmax_transfer = 1000\n").unwrap_err();
         assert_eq!(e.line, 3, "{e}");
 
@@ -480,7 +505,7 @@ secure = false
     }
 
     #[test]
-    fn defaults_are_rw_root_squash_loopback_direct() {
+    fn defaults_are_rw_root_squash_loopback_direct_sync() {
         let x = ExportConfig::with_defaults(PathBuf::from("/srv/x"));
         assert!(!x.read_only());
         assert_eq!(x.squash, Squash::RootSquash);
@@ -492,5 +517,15 @@ secure = false
         assert!(x.secure);
         assert!(x.admits_port(1023));
         assert!(!x.admits_port(1024));
+        assert_eq!(x.durability, Durability::Sync);
+        let x = parse("[[export]]\npath = \"/tmp\"\n")
+            .unwrap()
+            .exports
+            .remove(0);
+        assert_eq!(
+            x.durability,
+            Durability::Sync,
+            "sync unless the file says async"
+        );
     }
 }

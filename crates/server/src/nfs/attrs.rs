@@ -65,11 +65,12 @@ pub fn setattr(ctx: &Ctx, a: SetattrArgs) -> SetattrRes {
     let set = set_attrs(&a.new_attributes);
     // A regular file's size goes through its one data-plane file, under
     // its range lock (`ExportFs::set_size`), with the caller's credentials
-    // like everything else here.
+    // like everything else here. RFC 1813 3.3.2: durable before the reply.
     let result = if set.is_empty() {
         Ok(())
     } else {
         ctx.as_user(export, || export.fs.setattr(&node, &set).map(|_| ()))
+            .and_then(|()| export.metadata_sync.attrs_changed(&node).map_err(from_fs))
     };
     let after = attr_of(export, &node);
     match result {

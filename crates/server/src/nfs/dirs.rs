@@ -1,11 +1,12 @@
 //! LOOKUP, CREATE, MKDIR, SYMLINK, MKNOD, REMOVE, RMDIR, RENAME, LINK,
 //! READDIR, READDIRPLUS (RFC 1813 sections 3.3.3, 3.3.8-3.3.17).
 
-use dionfs_fs::{Attr, CreateHow, FsError, Node, SpecialFile};
+use dionfs_fs::{Attr, CreateHow, FsError, Node, SetAttrs, SpecialFile};
 use dionfs_proto::nfs3::*;
 
 use super::attrs::attr_of;
 use super::convert::{post_op, set_attrs, wcc};
+use super::status::from_fs;
 use super::Ctx;
 use crate::net::Reply;
 use crate::reply::{success, success_encoder};
@@ -39,11 +40,13 @@ pub fn lookup(ctx: &Ctx, a: LookupArgs) -> LookupRes {
 }
 
 /// The shared shape of CREATE, MKDIR, SYMLINK and MKNOD: resolve the
-/// directory, refuse on a read-only export, make the object as the caller,
-/// answer with its handle, its attributes and the directory's wcc data.
+/// directory, refuse on a read-only export, make the object as the caller
+/// with `attrs`, make it durable, answer with its handle, its attributes and
+/// the directory's wcc data.
 fn new_object(
     ctx: &Ctx,
     at: &DirOpArgs3,
+    attrs: &SetAttrs,
     make: impl FnOnce(&Export, &Node, &[u8]) -> Result<(Node, Attr), FsError>,
 ) -> NfsRes<NewObjResOk, DirWcc> {
     let fail = |s, before: Option<&Attr>, after: Option<&Attr>| {
@@ -62,7 +65,13 @@ fn new_object(
     if let Err(s) = ctx.writable(export) {
         return fail(s, before.as_ref(), before.as_ref());
     }
-    let made = ctx.as_user(export, || make(export, &dir, &at.name.0));
+    let made = ctx
+        .as_user(export, || make(export, &dir, &at.name.0))
+        // RFC 1813 3.3.8: on stable storage before the reply.
+        .and_then(|(node, attr)| {
+            let synced = export.metadata_sync.created(&dir, &node, attrs);
+            synced.map(|()| (node, attr)).map_err(from_fs)
+        });
     let after = attr_of(export, &dir);
     match made {
         Ok((node, attr)) => NfsRes::Ok(NewObjResOk {
@@ -80,18 +89,26 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CreateRes {
         CreateHow3::Guarded(s) => CreateHow::Guarded(set_attrs(s)),
         CreateHow3::Exclusive(v) => CreateHow::Exclusive(v.0),
     };
-    new_object(ctx, &a.target, |x, dir, name| x.fs.create(dir, name, &how))
+    let attrs = match &how {
+        CreateHow::Unchecked(s) | CreateHow::Guarded(s) => s.clone(),
+        CreateHow::Exclusive(_) => SetAttrs::default(),
+    };
+    new_object(ctx, &a.target, &attrs, |x, dir, name| {
+        x.fs.create(dir, name, &how)
+    })
 }
 
 pub fn mkdir(ctx: &Ctx, a: MkdirArgs) -> MkdirRes {
     let attrs = set_attrs(&a.attributes);
-    new_object(ctx, &a.target, |x, dir, name| x.fs.mkdir(dir, name, &attrs))
+    new_object(ctx, &a.target, &attrs, |x, dir, name| {
+        x.fs.mkdir(dir, name, &attrs)
+    })
 }
 
 pub fn symlink(ctx: &Ctx, a: SymlinkArgs) -> SymlinkRes {
     let attrs = set_attrs(&a.symlink.symlink_attributes);
     let target = &a.symlink.symlink_data.0;
-    new_object(ctx, &a.target, |x, dir, name| {
+    new_object(ctx, &a.target, &attrs, |x, dir, name| {
         x.fs.symlink(dir, name, target, &attrs)
     })
 }
@@ -113,12 +130,13 @@ pub fn mknod(ctx: &Ctx, a: MknodArgs) -> MknodRes {
         }
     };
     let attrs = set_attrs(attrs);
-    new_object(ctx, &a.target, |x, dir, name| {
+    new_object(ctx, &a.target, &attrs, |x, dir, name| {
         x.fs.mknod(dir, name, special, &attrs, x.config.allow_devices)
     })
 }
 
-/// REMOVE and RMDIR: a change to one directory with wcc data either way.
+/// REMOVE and RMDIR: a change to one directory (made durable before the
+/// reply, RFC 1813 3.3.12) with wcc data either way.
 fn unlink(
     ctx: &Ctx,
     at: &DirOpArgs3,
@@ -131,7 +149,8 @@ fn unlink(
     let before = attr_of(export, &dir);
     let result = ctx
         .writable(export)
-        .and_then(|()| ctx.as_user(export, || op(export, &dir, &at.name.0)));
+        .and_then(|()| ctx.as_user(export, || op(export, &dir, &at.name.0)))
+        .and_then(|()| export.metadata_sync.removed(&dir).map_err(from_fs));
     let dir_wcc = DirWcc {
         dir_wcc: wcc(before.as_ref(), attr_of(export, &dir).as_ref()),
     };
@@ -162,13 +181,19 @@ pub fn rename(ctx: &Ctx, a: RenameArgs) -> RenameRes {
     let result = if export.config.id != to_export.config.id {
         Err(NfsStat3::XDev)
     } else {
-        ctx.writable(export).and_then(|()| {
-            ctx.as_user(export, || {
-                export
-                    .fs
-                    .rename(&from_dir, &a.from.name.0, &to_dir, &a.to.name.0)
+        ctx.writable(export)
+            .and_then(|()| {
+                ctx.as_user(export, || {
+                    export
+                        .fs
+                        .rename(&from_dir, &a.from.name.0, &to_dir, &a.to.name.0)
+                })
             })
-        })
+            // RFC 1813 3.3.14: both directories durable before the reply.
+            .and_then(|()| {
+                let synced = export.metadata_sync.renamed(&from_dir, &to_dir);
+                synced.map_err(from_fs)
+            })
     };
     let wccs = RenameWcc {
         fromdir_wcc: wcc(from_before.as_ref(), attr_of(export, &from_dir).as_ref()),
@@ -194,6 +219,8 @@ pub fn link(ctx: &Ctx, a: LinkArgs) -> LinkRes {
     } else {
         ctx.writable(export)
             .and_then(|()| ctx.as_user(export, || export.fs.link(&file, &dir, &a.link.name.0)))
+            // RFC 1813 3.3.15: durable before the reply.
+            .and_then(|()| export.metadata_sync.linked(&file, &dir).map_err(from_fs))
     };
     let wccs = LinkWcc {
         file_attributes: post_op(attr_of(export, &file).as_ref()),
