@@ -58,11 +58,29 @@ impl SizeTracker {
         fd: BorrowedFd<'_>,
         data_end: u64,
     ) -> io::Result<SizeClaim<'a>> {
+        self.register(data_end, || fstat_size(fd))
+    }
+
+    /// [`SizeTracker::begin_write`] for a caller that has just read the
+    /// kernel's size itself (under the same range lock).
+    pub(crate) fn begin_write_at_size(
+        &self,
+        kernel_size: u64,
+        data_end: u64,
+    ) -> io::Result<SizeClaim<'_>> {
+        self.register(data_end, || Ok(kernel_size))
+    }
+
+    fn register(
+        &self,
+        data_end: u64,
+        kernel_size: impl FnOnce() -> io::Result<u64>,
+    ) -> io::Result<SizeClaim<'_>> {
         let mut state = self.state.lock();
         if state.extenders == 0 {
             // Nothing of ours in flight: the kernel's size is the truth
             // (and picks up changes made outside the server).
-            state.logical = fstat_size(fd)?;
+            state.logical = kernel_size()?;
         }
         let extends_to = (data_end > state.logical).then(|| {
             state.extenders += 1;

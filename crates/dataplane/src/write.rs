@@ -273,10 +273,10 @@ impl DataPlane {
         // Under the lock no write of ours can change what matters here: the
         // blocks of `io`. Another write may extend the file meanwhile, which
         // only makes the split more careful than needed.
+        let size = crate::size::fstat_size(file.buffered_fd())?;
         let claim = file
             .size
-            .begin_write(file.buffered_fd(), buf.offset + buf.len as u64)?;
-        let size = crate::size::fstat_size(file.buffered_fd())?;
+            .begin_write_at_size(size, buf.offset + buf.len as u64)?;
         let split = split_at_eof(buf.offset, buf.len as u64, align, size);
         // The direct part first, then the tail. Direct I/O moves `i_size`
         // only to the end of real data (a block boundary inside this

@@ -227,8 +227,10 @@ impl ExportFs {
             }
             return Ok(file);
         }
+        // Verifies the file still exists (and a directory still lies in
+        // the export) and tells its type before anything is opened for I/O.
         let node = self.resolve(fh)?;
-        self.open_node(node, key)
+        self.open_node(node.kind, key)
     }
 
     /// [`ExportFs::open_file`] for a file already resolved.
@@ -237,20 +239,14 @@ impl ExportFs {
         if let Some(file) = self.cache.get(&key) {
             return Ok(file);
         }
-        let fd = rustix::io::fcntl_dupfd_cloexec(node.fd(), 0)?;
-        let node = Node {
-            fd,
-            kernel: node.kernel.clone(),
-            fh: node.fh.clone(),
-            kind: node.kind,
-        };
-        self.open_node(node, key)
+        self.open_node(node.kind, key)
     }
 
-    /// Opens the data-plane descriptors of a resolved regular file and
-    /// registers them (or returns the file a concurrent opener registered).
-    fn open_node(&self, node: Node, key: Key) -> Result<Arc<OpenFile>, FsError> {
-        match node.kind {
+    /// Opens the data-plane descriptors of a resolved file of type `kind`
+    /// (by its kernel handle, the second half of `key`) and registers them
+    /// (or returns the file a concurrent opener registered).
+    fn open_node(&self, kind: FileKind, key: Key) -> Result<Arc<OpenFile>, FsError> {
+        match kind {
             FileKind::Regular => {}
             FileKind::Directory => return Err(FsError::IsDir),
             _ => return Err(FsError::Inval),

@@ -1,7 +1,7 @@
 //! GETATTR, SETATTR, ACCESS, READLINK, FSSTAT, FSINFO, PATHCONF
 //! (RFC 1813 sections 3.3.1-3.3.5, 3.3.18-3.3.20).
 
-use dionfs_fs::{access3, Attr, FsError, Node, OpenFile};
+use dionfs_fs::{access3, Attr, Node, OpenFile};
 use dionfs_proto::nfs3::*;
 use dionfs_proto::Void;
 
@@ -9,12 +9,6 @@ use super::convert::{fattr3, nfstime3, post_op, set_attrs, wcc};
 use super::status::from_fs;
 use super::Ctx;
 use crate::server::Export;
-
-/// A file's attributes as clients must see them. The kernel's are exact:
-/// the data plane never rounds a file's size up to a block.
-fn attributes(export: &Export, node: &Node) -> Result<Attr, FsError> {
-    export.fs.getattr(node)
-}
 
 /// Attributes of a file the caller already holds open (READ, WRITE,
 /// COMMIT): no second trip through the handle and the cache.
@@ -24,13 +18,13 @@ pub(super) fn open_file_attr(export: &Export, file: &OpenFile) -> Option<Attr> {
 
 /// Attributes for a reply; failing to get them is not the call's failure.
 pub(super) fn attr_of(export: &Export, node: &Node) -> Option<Attr> {
-    attributes(export, node).ok()
+    export.fs.getattr(node).ok()
 }
 
 pub fn getattr(ctx: &Ctx, a: GetattrArgs) -> GetattrRes {
     let attr = ctx
         .resolve(&a.object)
-        .and_then(|(x, node)| attributes(x, &node).map_err(from_fs));
+        .and_then(|(x, node)| x.fs.getattr(&node).map_err(from_fs));
     match attr {
         Ok(attr) => NfsRes::Ok(GetattrResOk {
             obj_attributes: fattr3(&attr),
