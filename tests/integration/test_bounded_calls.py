@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from nfstools import rss_kib
 from rawrpc import (GARBAGE_ARGS, MOUNT_PROGRAM, MOUNT_V3, NFS_PROGRAM, NFS_V3, PORTMAP_PROGRAM,
                     PORTMAP_V2, SUCCESS, Conn, call, mnt, nfs_status, opaque, u32, u64)
 
@@ -116,14 +117,6 @@ def mount_args_at_limit(proc: int, export: str) -> bytes:
 
 def portmap_args(proc: int) -> bytes:
     return u32(NFS_PROGRAM) + u32(NFS_V3) + u32(6) + u32(0) if proc in (1, 2, 3) else b""
-
-
-def rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
 
 
 @pytest.fixture

@@ -13,15 +13,9 @@ import time
 
 import pytest
 
+from nfstools import rss_kib
+
 NFS_PROGRAM, NFS_V3 = 100003, 3
-
-
-def rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
 
 
 def call(xid: int, prog: int, vers: int, proc: int, args: bytes = b"") -> bytes:

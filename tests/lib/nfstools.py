@@ -12,6 +12,15 @@ NFSPROC_SRC = REPO / "tests" / "tools" / "nfsproc.c"
 IORHARD_SRC = REPO / "tests" / "tools" / "iorhard.c"
 
 
+def rss_kib(pid: int) -> int:
+    """Resident memory of process `pid` in KiB (VmRSS)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
 def sha256_file(path: str) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:

@@ -42,6 +42,7 @@
 
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use dionfs_sys::cred;
 use rustix::fs::{fsync, openat, readlinkat, syncfs, Mode, OFlags, CWD};
@@ -49,7 +50,7 @@ use rustix::io::Errno;
 
 use crate::attr::{FileKind, SetAttrs};
 use crate::export::{proc_fd_path, ExportFs, Node};
-use crate::FsError;
+use crate::{FsError, OpenFileCache};
 
 /// One export's metadata commits: `sync` (knfsd's default; every commit is
 /// an fsync) or `async` (commits do nothing: replies may come before the
@@ -59,6 +60,10 @@ pub struct MetadataSync {
     /// A plain (not `O_PATH`) descriptor on the export's filesystem, for
     /// `syncfs`.
     filesystem: OwnedFd,
+    /// The open files, whose descriptors can be fsynced without opening
+    /// the file again (SETATTR size has just opened it there).
+    cache: Arc<OpenFileCache>,
+    fs_id: u64,
     counters: Counters,
 }
 
@@ -88,6 +93,8 @@ impl MetadataSync {
         Ok(MetadataSync {
             sync,
             filesystem: fs.mount_fd.try_clone()?,
+            cache: Arc::clone(&fs.cache),
+            fs_id: fs.fs_id,
             counters: Counters::default(),
         })
     }
@@ -175,7 +182,11 @@ impl MetadataSync {
             FileKind::Directory => self.dir(node),
             FileKind::Regular => {
                 Counters::bump(&self.counters.file_fsyncs);
-                fsync_node(node)
+                match self.cache.get_live(&(self.fs_id, node.kernel.clone())) {
+                    Some(file) => fsync(file.fd())
+                        .map_err(|e| commit_failed(e, &format!("fsync of {}", describe(node)))),
+                    None => fsync_node(node),
+                }
             }
             _ => self.filesystem(),
         }
@@ -259,16 +270,8 @@ mod tests {
     use super::*;
     use crate::handle::MacKey;
     use crate::ops::{CreateHow, SpecialFile};
-    use crate::testutil::{export, LoopFs};
-    use dionfs_sys::cred::{with_creds, Creds};
-
-    fn nobody() -> Creds {
-        Creds {
-            uid: 65534,
-            gid: 65534,
-            groups: vec![],
-        }
-    }
+    use crate::testutil::{export, nobody, LoopFs};
+    use dionfs_sys::cred::with_creds;
 
     /// Commits of every kind of object on a real filesystem, as a squashed
     /// caller that cannot read what it made.

@@ -727,16 +727,8 @@ fn verifier_times(verf: &[u8; 8]) -> (Time, Time) {
 mod tests {
     use super::*;
     use crate::handle::MacKey;
-    use crate::testutil::{export, LoopFs};
-    use dionfs_sys::cred::{with_creds, Creds};
-
-    fn nobody() -> Creds {
-        Creds {
-            uid: 65534,
-            gid: 65534,
-            groups: vec![],
-        }
-    }
+    use crate::testutil::{export, nobody, LoopFs};
+    use dionfs_sys::cred::with_creds;
 
     fn guarded(mode: u32) -> CreateHow {
         CreateHow::Guarded(SetAttrs {

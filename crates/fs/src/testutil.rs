@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 pub(crate) use dionfs_testfs::LoopFs;
 
+use dionfs_sys::cred::Creds;
+
 use crate::{ExportFs, MacKey, OpenFileCache};
 
 /// An export of `dir` with its own cache.
@@ -21,4 +23,13 @@ pub(crate) fn export_with_cache(
     cache: Arc<OpenFileCache>,
 ) -> ExportFs {
     ExportFs::open(dir, id, key, cache).expect("open export")
+}
+
+/// The usual squashed identity (65534:65534, no groups).
+pub(crate) fn nobody() -> Creds {
+    Creds {
+        uid: 65534,
+        gid: 65534,
+        groups: vec![],
+    }
 }
