@@ -128,6 +128,12 @@ impl DataFile {
         self.size.visible_size(self.buffered.as_fd())
     }
 
+    /// [`DataFile::size`] for a caller that has just read the kernel's size
+    /// (`kernel_size`, from its own statx): no second syscall.
+    pub fn size_given(&self, kernel_size: u64) -> u64 {
+        self.size.visible_size_given(kernel_size)
+    }
+
     /// Sets the file size (`ftruncate`). Holds the whole file's range lock
     /// exclusively, so it waits for every READ and WRITE in flight and
     /// excludes new ones meanwhile: a read-modify-write can never write old

@@ -96,6 +96,16 @@ impl SizeTracker {
 
     /// The size to report: the kernel's when no extender runs, otherwise
     /// the largest end reached or being written.
+    pub(crate) fn visible_size_given(&self, kernel_size: u64) -> u64 {
+        let state = self.state.lock();
+        if state.extenders == 0 {
+            kernel_size
+        } else {
+            state.logical.max(state.pending_end)
+        }
+    }
+
+    /// [`SizeTracker::visible_size_given`] reading the kernel's size itself.
     pub(crate) fn visible_size(&self, fd: BorrowedFd<'_>) -> io::Result<u64> {
         let state = self.state.lock();
         if state.extenders == 0 {

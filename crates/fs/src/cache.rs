@@ -43,6 +43,11 @@ pub struct OpenFile {
 }
 
 impl OpenFile {
+    /// The kernel handle the file is cached under (with its filesystem).
+    pub(crate) fn kernel(&self) -> &KernelHandle {
+        &self.kernel
+    }
+
     /// The data plane's open file.
     pub fn data(&self) -> &DataFile {
         &self.data
@@ -213,24 +218,24 @@ impl ExportFs {
         let kernel = crate::handle::decode(&self.key, self.export_id, fh)?;
         let key = (self.fs_id, kernel);
         if let Some(file) = self.cache.get(&key) {
-            // Deleted behind our back (not through REMOVE/RENAME, which
-            // evict): stale, and no longer worth keeping open.
-            let links = rustix::fs::statx(
-                file.fd(),
-                c"",
-                rustix::fs::AtFlags::EMPTY_PATH,
-                rustix::fs::StatxFlags::NLINK,
-            )?;
-            if links.stx_nlink == 0 {
-                self.cache.evict(&key);
-                return Err(FsError::Stale);
-            }
+            // No syscall on a hit: a file deleted behind our back (not
+            // through REMOVE/RENAME, which evict) is found by the statx
+            // every READ/WRITE/COMMIT makes for its reply attributes
+            // ([`ExportFs::file_attr`]), which answers STALE.
             return Ok(file);
         }
         // Verifies the file still exists (and a directory still lies in
         // the export) and tells its type before anything is opened for I/O.
         let node = self.resolve(fh)?;
         self.open_node(node.kind, key)
+    }
+
+    /// [`ExportFs::open_file`] when that needs no syscall: the file if the
+    /// cache holds it, `None` if it would have to be opened. For async
+    /// callers, which then open it on a blocking thread.
+    pub fn cached_file(&self, fh: &[u8]) -> Result<Option<Arc<OpenFile>>, FsError> {
+        let kernel = crate::handle::decode(&self.key, self.export_id, fh)?;
+        Ok(self.cache.get(&(self.fs_id, kernel)))
     }
 
     /// [`ExportFs::open_file`] for a file already resolved.

@@ -198,9 +198,18 @@ impl ExportFs {
         Ok(())
     }
 
-    /// Attributes of an open file (READ, WRITE and COMMIT replies).
+    /// Attributes of an open file (READ, WRITE and COMMIT replies): one
+    /// statx. A file with no links left was deleted behind the server's
+    /// back (REMOVE and RENAME evict what they unlink): it is dropped from
+    /// the open-file cache and its handle is [`FsError::Stale`], as knfsd
+    /// answers for an unlinked inode.
     pub fn file_attr(&self, file: &OpenFile) -> Result<Attr, FsError> {
-        Ok(with_data_size(Attr::of_fd(file.fd())?, file))
+        let attr = Attr::of_fd(file.fd())?;
+        if attr.nlink == 0 {
+            self.cache.evict(&(self.fs_id, file.kernel().clone()));
+            return Err(FsError::Stale);
+        }
+        Ok(with_data_size(attr, file))
     }
 
     /// [`ExportFs::check_io_access`] for a file opened with
@@ -672,9 +681,7 @@ impl ExportFs {
 
 /// `attr` with the size the data plane reports for `file`.
 fn with_data_size(mut attr: Attr, file: &OpenFile) -> Attr {
-    if let Ok(size) = file.data().size() {
-        attr.size = size;
-    }
+    attr.size = file.data().size_given(attr.size);
     attr
 }
 

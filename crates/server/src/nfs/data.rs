@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use dionfs_dataplane::{ReadData, Stable, WriteBuffer};
-use dionfs_fs::OpenFile;
+use dionfs_fs::{FsError, OpenFile};
 use dionfs_proto::nfs3::*;
 use dionfs_rpc::{CallHeader, RecordError, RecordReader};
 use dionfs_xdr::Decoder;
@@ -83,10 +83,15 @@ async fn prepare_write(
 ) -> Result<(u16, Arc<OpenFile>, WriteBuffer), NfsStat3> {
     let export = ctx.export(&args.file)?;
     ctx.writable(export)?;
-    // Usually a cache hit; a miss opens the file by handle (a short
-    // blocking syscall, kept off the other tasks of this worker).
-    let file = tokio::task::block_in_place(|| export.fs.open_file(args.file.as_bytes()))
-        .map_err(from_fs)?;
+    // Usually a cache hit, which makes no syscall; a miss opens the file by
+    // handle (a short blocking syscall, kept off the other tasks of this
+    // worker: block_in_place hands the worker to another thread, which
+    // costs context switches, so only then).
+    let fh = args.file.as_bytes();
+    let file = match export.fs.cached_file(fh).map_err(from_fs)? {
+        Some(file) => file,
+        None => tokio::task::block_in_place(|| export.fs.open_file(fh)).map_err(from_fs)?,
+    };
     let buf = export
         .data
         .prepare_write(file.data(), args.offset, args.data_len as usize)
@@ -144,7 +149,17 @@ fn write_file(
     buf: WriteBuffer,
     how: StableHow,
 ) -> WriteRes {
-    let before = open_file_attr(export, file);
+    let before = match export.fs.file_attr(file) {
+        Err(FsError::Stale) => {
+            return NfsRes::fail(
+                NfsStat3::Stale,
+                WriteResFail {
+                    file_wcc: WccData::default(),
+                },
+            )
+        }
+        other => other.ok(),
+    };
     // The write itself runs as the caller too, so the kernel treats it as
     // that user's own: set-id bits cleared without CAP_FSETID, quotas and
     // reserved blocks enforced without CAP_SYS_RESOURCE.
@@ -212,7 +227,11 @@ pub fn read(ctx: &Ctx, a: ReadArgs) -> Reply {
                 })
         })
         .and_then(|read| read);
-    let attr = open_file_attr(export, &file);
+    let attr = match export.fs.file_attr(&file) {
+        // Deleted behind our back: its data is not sent.
+        Err(FsError::Stale) => return fail(NfsStat3::Stale, None),
+        other => other.ok(),
+    };
     match data {
         Ok(data) => {
             let mut enc = success_encoder(xid);
@@ -241,7 +260,10 @@ pub fn commit(ctx: &Ctx, a: CommitArgs) -> CommitRes {
         Ok(f) => f,
         Err(e) => return fail(from_fs(e)),
     };
-    let before = open_file_attr(export, &file);
+    let before = match export.fs.file_attr(&file) {
+        Err(FsError::Stale) => return fail(NfsStat3::Stale),
+        other => other.ok(),
+    };
     let result = ctx
         .run_as_user(export, || {
             export.data.commit(file.data(), a.offset, a.count)
