@@ -9,11 +9,11 @@
 //!   requested sub-range of that buffer ([`expand_to_alignment`],
 //!   [`read_reply`]);
 //! - a misaligned WRITE places its payload at `off mod A` in the buffer
-//!   ([`payload_offset`]), completes the partial first and last blocks from
-//!   the disk ([`rmw_blocks`], [`rmw_fill_ranges`]) and writes the expanded
-//!   range — except a last block that lies past both the payload and the
-//!   end of the file, whose payload bytes are written buffered
-//!   ([`split_at_eof`]), so `i_size` never covers bytes nobody wrote.
+//!   ([`payload_offset`]), so its aligned interior
+//!   `[round_up(off, A), round_down(off+len, A))` sits at an aligned buffer
+//!   position and goes out direct, and the payload bytes of the partial
+//!   first and last blocks go out buffered ([`split_edges`]): nothing is
+//!   read back from the disk, and `i_size` never covers bytes nobody wrote.
 //!
 //! Every alignment is a power of two. Callers keep offsets at most
 //! [`MAX_FILE_OFFSET`] so that no rounding overflows.
@@ -87,89 +87,48 @@ pub fn read_reply(
     (start..end, reply_end >= size)
 }
 
-/// The blocks a misaligned write of `len > 0` bytes at `offset` only
-/// partly covers, which must be read from the disk before the expanded
-/// write: the block holding `offset` if `offset` is misaligned, and the
-/// block holding `offset + len` if that is misaligned, each at most once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RmwBlocks {
-    /// File offset of the partial first block.
-    pub head: Option<u64>,
-    /// File offset of the partial last block, if it is not the head block.
-    pub tail: Option<u64>,
-}
-
-impl RmwBlocks {
-    /// The block offsets to read, head first.
-    pub fn iter(&self) -> impl Iterator<Item = u64> {
-        self.head.into_iter().chain(self.tail)
-    }
-}
-
-/// See [`RmwBlocks`].
-pub fn rmw_blocks(offset: u64, len: u64, align: u64) -> RmwBlocks {
-    let end = offset + len;
-    let head = (!offset.is_multiple_of(align)).then(|| round_down(offset, align));
-    let tail = (!end.is_multiple_of(align)).then(|| round_down(end, align));
-    let tail = if tail == head { None } else { tail };
-    RmwBlocks { head, tail }
-}
-
-/// For one block read for a read-modify-write: which bytes of it go into
-/// the write buffer. The block starts at buffer position `block_at`
-/// (`align` bytes long); the payload occupies buffer positions
-/// `[payload_at, payload_at + len)`. Returns the buffer ranges of the block
-/// outside the payload (before it, after it); they are also the ranges of
-/// the block read shifted by `block_at`.
-pub fn rmw_fill_ranges(
-    block_at: usize,
-    align: usize,
-    payload_at: usize,
-    len: usize,
-) -> [Range<usize>; 2] {
-    let block_end = block_at + align;
-    let payload_end = payload_at + len;
-    let before = block_at..payload_at.clamp(block_at, block_end);
-    let after = payload_end.clamp(block_at, block_end)..block_end;
-    [before, after]
-}
-
-/// How a misaligned direct write is split so that the file never grows
-/// past the data written: see [`split_at_eof`].
+/// How a misaligned direct write of `len > 0` bytes at `offset` is split:
+/// see [`split_edges`]. The three ranges are file ranges, disjoint, in file
+/// order, and together exactly `[offset, offset + len)`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EofSplit {
-    /// The aligned file range written with direct I/O (may be empty).
-    pub direct: Range<u64>,
-    /// The payload bytes written buffered: the part of the payload in its
-    /// last block when that block reaches past the end of the file (empty
-    /// otherwise).
-    pub buffered: Range<u64>,
+pub struct EdgeSplit {
+    /// The payload bytes in the partial first block (written buffered);
+    /// empty when `offset` is aligned.
+    pub head: Range<u64>,
+    /// The whole blocks of the payload (written direct); aligned unless
+    /// empty.
+    pub interior: Range<u64>,
+    /// The payload bytes in the partial last block, when that is not the
+    /// head block (written buffered); empty when the end is aligned.
+    pub tail: Range<u64>,
 }
 
-/// Splits a write of `len > 0` bytes at `offset` to a file of `size` bytes
-/// into its direct and buffered parts.
+/// Splits a write of `[offset, offset + len)` into its aligned interior
+/// `[round_up(offset, A), round_down(offset + len, A))` and the partial
+/// edge blocks' payload bytes before and after it. A write inside one
+/// block is all head.
 ///
-/// A direct write sets `i_size` to the end of what it wrote, a whole block.
-/// If the payload's last block is partial and reaches past the end of the
-/// file, writing it direct would make the file longer than the data (zeros
-/// past the real end), and a crash before any fix-up would keep that size.
-/// So that block's payload bytes are written buffered, which extends
-/// `i_size` to exactly the payload's end, as knfsd's direct WRITE does with
-/// its unaligned tail; everything before it is written direct.
-pub fn split_at_eof(offset: u64, len: u64, align: u64, size: u64) -> EofSplit {
-    let io = expand_to_alignment(offset, len, align);
+/// Why edges go buffered instead of being completed by reading the blocks
+/// back: the read is a synchronous device round trip on every misaligned
+/// WRITE (IOR-hard records, small overwrites), and the page cache merges
+/// adjacent partial writes of one block for free. It is also what knfsd's
+/// direct WRITE does. Writing only the payload's own bytes never rounds
+/// `i_size` up: a buffered write extends the file to exactly its end.
+pub fn split_edges(offset: u64, len: u64, align: u64) -> EdgeSplit {
     let end = offset + len;
-    if io.end > end && io.end > size {
-        let tail = round_down(end, align);
-        EofSplit {
-            direct: io.start..tail,
-            buffered: offset.max(tail)..end,
-        }
-    } else {
-        EofSplit {
-            direct: io,
-            buffered: end..end,
-        }
+    let (first, last) = (round_up(offset, align), round_down(end, align));
+    if first > last {
+        // Both ends inside one block.
+        return EdgeSplit {
+            head: offset..end,
+            interior: end..end,
+            tail: end..end,
+        };
+    }
+    EdgeSplit {
+        head: offset..first,
+        interior: first..last,
+        tail: last..end,
     }
 }
 
@@ -218,89 +177,61 @@ mod tests {
     }
 
     #[test]
-    fn rmw_examples() {
+    fn edge_examples() {
+        let split = |o, l| {
+            let s = split_edges(o, l, 4096);
+            (s.head, s.interior, s.tail)
+        };
+        // Inside one block: all head, nothing direct.
+        assert_eq!(split(100, 200), (100..300, 300..300, 300..300));
+        assert_eq!(split(4100, 10), (4100..4110, 4110..4110, 4110..4110));
+        // Crossing one boundary: head and tail, no interior.
+        assert_eq!(split(4000, 200), (4000..4096, 4096..4096, 4096..4200));
+        // Aligned start, partial end; partial start, aligned end.
+        assert_eq!(split(4096, 100), (4096..4096, 4096..4096, 4096..4196));
+        assert_eq!(split(100, 3996), (100..4096, 4096..4096, 4096..4096));
+        // An IOR-hard record: 1952 + 40960 + 4096 bytes.
         assert_eq!(
-            rmw_blocks(100, 200, 4096),
-            RmwBlocks {
-                head: Some(0),
-                tail: None
-            }
+            split(47008, 47008),
+            (47008..49152, 49152..90112, 90112..94016)
         );
-        assert_eq!(
-            rmw_blocks(4000, 200, 4096),
-            RmwBlocks {
-                head: Some(0),
-                tail: Some(4096)
-            }
-        );
-        assert_eq!(
-            rmw_blocks(4096, 100, 4096),
-            RmwBlocks {
-                head: None,
-                tail: Some(4096)
-            }
-        );
-        assert_eq!(
-            rmw_blocks(100, 3996, 4096),
-            RmwBlocks {
-                head: Some(0),
-                tail: None
-            }
-        );
-        assert_eq!(rmw_fill_ranges(0, 4096, 100, 200), [0..100, 300..4096]);
-        assert_eq!(
-            rmw_fill_ranges(4096, 4096, 100, 4200),
-            [4096..4096, 4300..8192]
-        );
-    }
-
-    #[test]
-    fn split_examples() {
-        // Appending 100 bytes at EOF 8192: all buffered, nothing direct.
-        let s = split_at_eof(8192, 100, 4096, 8192);
-        assert_eq!((s.direct, s.buffered), (8192..8192, 8192..8292));
-        // IOR-hard record at EOF: head block direct (RMW), tail buffered.
-        let s = split_at_eof(47008, 47008, 4096, 47008);
-        assert_eq!((s.direct, s.buffered), (45056..90112, 90112..94016));
-        // The same record below EOF: all direct.
-        let s = split_at_eof(47008, 47008, 4096, 1 << 20);
-        assert_eq!((s.direct, s.buffered), (45056..94208, 94016..94016));
-        // Ends on a block boundary: direct, i_size exact anyway.
-        let s = split_at_eof(100, 3996, 4096, 0);
-        assert_eq!((s.direct, s.buffered), (0..4096, 4096..4096));
-        // The last block is partly inside the file but reaches past EOF.
-        let s = split_at_eof(4100, 100, 4096, 5000);
-        assert_eq!((s.direct, s.buffered), (4096..4096, 4100..4200));
+        // Aligned: all interior.
+        assert_eq!(split(8192, 8192), (8192..8192, 8192..16384, 16384..16384));
     }
 
     proptest! {
-        /// The two parts cover the payload, the direct one is aligned, and
-        /// no part makes the file longer than `max(size, offset + len)`.
+        /// Head, interior and tail are disjoint, in order and cover exactly
+        /// the payload; the interior is aligned and its buffer position
+        /// (payload at `offset mod A`, byte 0 at `round_down(offset, A)`)
+        /// is a multiple of `A`; each edge lies inside one block and is
+        /// shorter than a block; the interior is as large as possible.
         #[test]
-        fn split_never_grows_the_file_past_the_data(
-            offset in offset_strategy(), len in 1u64..(1 << 21),
-            align in align_strategy(), size in 0u64..(1 << 25)
+        fn edges_cover_the_payload_around_an_aligned_interior(
+            offset in offset_strategy(), len in 1u64..(1 << 21), align in align_strategy()
         ) {
-            let s = split_at_eof(offset, len, align, size);
+            let s = split_edges(offset, len, align);
             let end = offset + len;
-            prop_assert_eq!(s.direct.start % align, 0);
-            prop_assert_eq!(s.direct.end % align, 0);
-            prop_assert!(s.direct.start <= s.direct.end);
-            prop_assert!(s.buffered.start <= s.buffered.end);
-            // Direct I/O sets i_size to max(size, direct.end).
-            prop_assert!(s.direct.is_empty() || size.max(s.direct.end) <= size.max(end));
-            // Together they cover [offset, end), buffered after direct.
-            let covered_to = if s.direct.is_empty() { offset } else { s.direct.end };
-            prop_assert!(s.direct.is_empty() || s.direct.start <= offset);
-            if s.buffered.is_empty() {
-                prop_assert!(covered_to >= end);
-            } else {
-                prop_assert!(s.buffered.start <= covered_to.max(offset));
-                prop_assert_eq!(s.buffered.end, end);
-                // Only the last, partial block is ever buffered.
-                prop_assert!(end - s.buffered.start < align);
-                prop_assert_eq!(round_down(s.buffered.start, align), round_down(end - 1, align));
+            prop_assert_eq!(s.head.start, offset);
+            prop_assert_eq!(s.head.end, s.interior.start);
+            prop_assert_eq!(s.interior.end, s.tail.start);
+            prop_assert_eq!(s.tail.end, end);
+            prop_assert!(s.interior.start <= s.interior.end);
+            if !s.interior.is_empty() {
+                prop_assert_eq!(s.interior.start % align, 0);
+                prop_assert_eq!(s.interior.end % align, 0);
+                let io_start = expand_to_alignment(offset, len, align).start;
+                let buffer_at = payload_offset(offset, align) as u64 + (s.interior.start - offset);
+                prop_assert_eq!(buffer_at, s.interior.start - io_start);
+                prop_assert_eq!(buffer_at % align, 0);
             }
+            for edge in [&s.head, &s.tail] {
+                prop_assert!(edge.end - edge.start < align);
+                if !edge.is_empty() {
+                    prop_assert_eq!(round_down(edge.start, align), round_down(edge.end - 1, align));
+                }
+            }
+            let whole_blocks = round_down(end, align).saturating_sub(round_up(offset, align));
+            prop_assert_eq!(s.interior.end - s.interior.start, whole_blocks);
         }
 
         #[test]
@@ -359,40 +290,6 @@ mod tests {
                 prop_assert!(eof);
             } else {
                 prop_assert_eq!(eof, offset + range.len() as u64 >= size);
-            }
-        }
-
-        /// Reading the RMW blocks and filling around the payload gives, for
-        /// every byte of the expanded range, the payload where it was
-        /// written and the old disk contents (zero past EOF) elsewhere.
-        #[test]
-        fn rmw_reconstructs_expanded_range(
-            offset in offset_strategy(), len in 1u64..(1 << 17),
-            align in align_strategy(), size in 0u64..(1 << 24)
-        ) {
-            let old = |p: u64| if p < size { (p % 241) as u8 + 1 } else { 0 };
-            let new = |p: u64| (p % 13) as u8 + 100;
-            let io = expand_to_alignment(offset, len, align);
-            let at = payload_offset(offset, align);
-            let mut buf = vec![0xEEu8; (io.end - io.start) as usize];
-            for (i, b) in buf[at..at + len as usize].iter_mut().enumerate() {
-                *b = new(offset + i as u64);
-            }
-            let blocks = rmw_blocks(offset, len, align);
-            for block in blocks.iter() {
-                prop_assert_eq!(block % align, 0);
-                prop_assert!(io.start <= block && block + align <= io.end);
-                let block_at = (block - io.start) as usize;
-                for r in rmw_fill_ranges(block_at, align as usize, at, len as usize) {
-                    for i in r {
-                        buf[i] = old(io.start + i as u64);
-                    }
-                }
-            }
-            for (i, &b) in buf.iter().enumerate() {
-                let p = io.start + i as u64;
-                let want = if p >= offset && p < offset + len { new(p) } else { old(p) };
-                prop_assert_eq!(b, want, "byte at file offset {}", p);
             }
         }
     }

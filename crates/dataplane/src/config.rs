@@ -14,8 +14,9 @@ pub enum Mode {
     /// Buffered I/O with `RWF_DONTCACHE` (Linux 6.14+): pages are dropped
     /// after the I/O. Falls back to `Buffered` where the filesystem refuses.
     DontCache,
-    /// `O_DIRECT`, with misaligned requests expanded (reads) or completed by
-    /// read-modify-write (writes) by the data plane.
+    /// `O_DIRECT`, with misaligned reads expanded to the alignment and the
+    /// partial edge blocks of misaligned writes written buffered (their
+    /// pages dropped again at COMMIT) by the data plane.
     Direct,
 }
 

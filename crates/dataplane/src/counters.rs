@@ -17,8 +17,6 @@ pub struct Counters {
     pub write_bytes: [AtomicU64; 3],
     /// Direct reads that had to be expanded to alignment.
     pub expanded_reads: AtomicU64,
-    /// Direct writes completed by read-modify-write.
-    pub read_modify_writes: AtomicU64,
     /// Operations served buffered because `RWF_DONTCACHE` was refused.
     pub dontcache_fallbacks: AtomicU64,
     /// Operations served buffered because the file cannot do direct I/O
@@ -31,10 +29,14 @@ pub struct Counters {
     pub short_writes: AtomicU64,
     /// READ/WRITE/COMMIT/truncate operations that failed.
     pub errors: AtomicU64,
-    /// Extending direct writes whose last partial block lay past the end of
-    /// the file and was written buffered, so that `i_size` never exceeds
-    /// the written data (see `write_rmw`).
-    pub buffered_tails: AtomicU64,
+    /// Partial edge blocks (head or tail) of misaligned direct-mode writes
+    /// written through the page cache, the payload's own bytes only,
+    /// beside the direct write of the aligned interior (see `write_edges`).
+    pub buffered_edges: AtomicU64,
+    /// Stable (DATA_SYNC/FILE_SYNC) direct writes made durable by the write
+    /// itself (`RWF_DSYNC`/`RWF_SYNC`: FUA where the device has it) rather
+    /// than by a separate `fdatasync`/`fsync`.
+    pub fua_writes: AtomicU64,
     /// Range-lock acquisitions that had to wait for another holder.
     pub range_lock_waits: AtomicU64,
     /// Buffer requests that found the pool empty and waited.
@@ -79,13 +81,13 @@ pub struct CounterSnapshot {
     pub read: PerMode,
     pub write: PerMode,
     pub expanded_reads: u64,
-    pub read_modify_writes: u64,
     pub dontcache_fallbacks: u64,
     pub no_direct_fallbacks: u64,
     pub direct_einval: u64,
     pub short_writes: u64,
     pub errors: u64,
-    pub buffered_tails: u64,
+    pub buffered_edges: u64,
+    pub fua_writes: u64,
     pub range_lock_waits: u64,
     pub pool_waits: u64,
 }
@@ -113,13 +115,13 @@ impl Counters {
             read: per_mode(&self.read_ops, &self.read_bytes),
             write: per_mode(&self.write_ops, &self.write_bytes),
             expanded_reads: load(&self.expanded_reads),
-            read_modify_writes: load(&self.read_modify_writes),
             dontcache_fallbacks: load(&self.dontcache_fallbacks),
             no_direct_fallbacks: load(&self.no_direct_fallbacks),
             direct_einval: load(&self.direct_einval),
             short_writes: load(&self.short_writes),
             errors: load(&self.errors),
-            buffered_tails: load(&self.buffered_tails),
+            buffered_edges: load(&self.buffered_edges),
+            fua_writes: load(&self.fua_writes),
             range_lock_waits: load(&self.range_lock_waits),
             pool_waits: load(&self.pool_waits),
         }

@@ -27,7 +27,8 @@ pub(crate) struct DirectIo {
 /// filesystem backend opens both descriptors and keeps exactly one
 /// `DataFile` per inode alive (its open-file cache); every READ, WRITE,
 /// COMMIT and size change of the file must go through that one `DataFile`,
-/// or two read-modify-writes of one block could miss each other's locks.
+/// or two writes of one block (a buffered edge and a direct write that
+/// invalidates its page) could miss each other's locks.
 #[derive(Debug)]
 pub struct DataFile {
     buffered: OwnedFd,
@@ -43,11 +44,15 @@ pub struct DataFile {
 }
 
 /// Whether the file's alignment is something our pool buffers satisfy.
+/// The interior of a misaligned write starts one write-alignment unit into
+/// its buffer, so the memory alignment must not exceed the write alignment
+/// either (no device we know of asks for that).
 fn usable_direct_alignment(dio: &DioAlign) -> bool {
     let fits = |a: u32| a.is_power_of_two() && a as usize <= MAX_DIO_ALIGN;
     dio.supports_direct()
         && dio.mem_align.is_power_of_two()
         && dio.mem_align as usize <= BUF_ALIGN
+        && dio.mem_align <= dio.write_align()
         && fits(dio.read_align())
         && fits(dio.write_align())
 }
@@ -136,8 +141,8 @@ impl DataFile {
 
     /// Sets the file size (`ftruncate`). Holds the whole file's range lock
     /// exclusively, so it waits for every READ and WRITE in flight and
-    /// excludes new ones meanwhile: a read-modify-write can never write old
-    /// block contents back beyond a new, smaller size. Every size change
+    /// excludes new ones meanwhile: no write in flight can extend the file
+    /// past a new, smaller size after the truncate. Every size change
     /// of a file (SETATTR size, CREATE with a size) must come through here.
     /// Runs with the calling thread's credentials: for a non-root caller
     /// the kernel clears set-user-ID and set-group-ID bits. Returns whether

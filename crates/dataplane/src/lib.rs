@@ -22,11 +22,12 @@
 //!
 //! Direct I/O, modes and alignment follow `DESIGN.md` ("The data plane");
 //! the pieces are named after what they do: [`align`] holds the arithmetic
-//! (`expand_to_alignment`, `read_reply`, `rmw_blocks`), `read.rs` has
+//! (`expand_to_alignment`, `read_reply`, `split_edges`), `read.rs` has
 //! `read_direct`/`read_cached`, `write.rs` has
-//! `write_direct`/`write_rmw`/`write_cached`, [`range_lock`] the per-file
-//! range locks. No write path rounds the file size up to a block (see
-//! [`align::split_at_eof`]), so the kernel's `i_size` is always exact;
+//! `write_direct`/`write_edges`/`write_cached`, [`range_lock`] the per-file
+//! range locks. No write path rounds the file size up to a block (the
+//! partial edge blocks of a misaligned write go buffered, see
+//! [`align::split_edges`]), so the kernel's `i_size` is always exact;
 //! `size.rs` hides half-done extending writes from the sizes reported.
 
 pub mod align;

@@ -7,7 +7,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use dionfs_sys::io::{preadv2, pwritev2, RwFlags};
+use dionfs_sys::io::{fadvise_dontneed, preadv2, pwritev2, RwFlags};
 
 use crate::align::MAX_FILE_OFFSET;
 use crate::counters::{CounterSnapshot, Counters};
@@ -100,12 +100,36 @@ impl DataPlane {
     /// Makes all written data of the file durable (`fdatasync`). NFS COMMIT
     /// names a range; syncing the whole file is allowed (RFC 1813 section
     /// 3.3.21) and is what `fdatasync` can do.
+    ///
+    /// In direct write mode the partial edge blocks of misaligned writes
+    /// went through the page cache; once they are on disk their pages are
+    /// dropped, so direct mode stays out of the page cache (see
+    /// [`DataPlane::drop_cached_pages`]).
     pub fn commit(&self, file: &DataFile, _offset: u64, _count: u32) -> Result<(), DataError> {
         rustix::fs::fdatasync(file.buffered_fd()).map_err(|e| {
             self.note_write_failure();
             tracing::error!(file = %file.label(), error = %e, "COMMIT fdatasync failed");
             DataError::from(e)
-        })
+        })?;
+        self.drop_cached_pages(file, 0, 0);
+        Ok(())
+    }
+
+    /// After a sync: drops the clean cached pages of `[offset, offset+len)`
+    /// (`len == 0`: to the end of the file) that direct-mode writes left
+    /// behind (`POSIX_FADV_DONTNEED`), when this plane writes `file` direct
+    /// and does not read it through the page cache (buffered reads want
+    /// those pages). Pages dirtied since the sync are left alone by the
+    /// kernel; dropping a clean page never loses data, so this needs no
+    /// range lock. Advisory: a failure is only logged.
+    pub(crate) fn drop_cached_pages(&self, file: &DataFile, offset: u64, len: u64) {
+        let writes_direct = matches!(self.planned_write_path(file), IoPath::Direct(_));
+        if !writes_direct || self.config.read_mode == Mode::Buffered {
+            return;
+        }
+        if let Err(e) = fadvise_dontneed(file.buffered_fd(), offset, len) {
+            tracing::debug!(file = %file.label(), error = %e, "POSIX_FADV_DONTNEED failed");
+        }
     }
 
     /// Sets the file size ([`DataFile::truncate`]), counting lock waits and
@@ -245,7 +269,8 @@ impl DataPlane {
             .map_err(|e| self.direct_error(file, e, "read", offset, len, align))
     }
 
-    /// A direct write; `EINVAL` is reported as a bug, see
+    /// A direct write with per-call `flags` (`RWF_DSYNC`/`RWF_SYNC` for
+    /// stable writes); `EINVAL` is reported as a bug, see
     /// [`DataError::DirectRejected`].
     pub(crate) fn direct_pwrite(
         &self,
@@ -254,8 +279,9 @@ impl DataPlane {
         buf: &[u8],
         offset: u64,
         align: u64,
+        flags: RwFlags,
     ) -> Result<usize, DataError> {
-        pwritev2(&direct.fd, buf, offset, RwFlags::NONE)
+        pwritev2(&direct.fd, buf, offset, flags)
             .map_err(|e| self.direct_error(file, e, "write", offset, buf.len(), align))
     }
 
@@ -365,7 +391,14 @@ mod tests {
         // Offset 1 is never a valid direct-I/O offset.
         let buf = plane.pool().get_blocking().unwrap();
         let err = plane
-            .direct_pwrite(&file, direct, &buf[..4096], 1, direct.write_align)
+            .direct_pwrite(
+                &file,
+                direct,
+                &buf[..4096],
+                1,
+                direct.write_align,
+                RwFlags::NONE,
+            )
             .unwrap_err();
         assert!(matches!(
             err,

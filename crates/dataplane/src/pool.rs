@@ -29,9 +29,8 @@ pub const BUF_ALIGN: usize = 4096;
 pub const MAX_DIO_ALIGN: usize = 64 << 10;
 
 /// Bytes a pool buffer has beyond `max_transfer`: one alignment unit for
-/// expanding the start of a request, one for its end, and one aligned
-/// scratch block that a read-modify-write reads its edge blocks into.
-pub const BUF_SLACK: usize = 3 * MAX_DIO_ALIGN;
+/// expanding the start of a request, one for its end.
+pub const BUF_SLACK: usize = 2 * MAX_DIO_ALIGN;
 
 /// A bounded set of [`AlignedBuf`]s of one size.
 pub struct BufferPool {

@@ -1,13 +1,13 @@
 //! Per-file byte-range locks, shared (readers) or exclusive (writers,
 //! truncate).
 //!
-//! Why: a read-modify-write reads the partial edge blocks and writes them
-//! back whole; two of them on the same block at once would each write back
-//! the other's old bytes (a lost update). And Linux direct I/O flushes and
-//! invalidates the page cache of its range, which races with a buffered
-//! writer in the same pages (the IOR-hard corruption in the NFSD O_DIRECT
-//! thread). So every I/O holds a lock on the blocks it touches: shared for
-//! reads, exclusive for writes.
+//! Why: a misaligned direct-mode write mixes a direct write of its
+//! interior with buffered writes of its edge blocks, and Linux direct I/O
+//! flushes and invalidates the page cache of its range, which races with a
+//! buffered writer in the same pages (the IOR-hard corruption in the NFSD
+//! O_DIRECT thread). A reader must also never see a write half done (some
+//! blocks new, some old). So every I/O holds a lock on the blocks it
+//! touches: shared for reads, exclusive for writes.
 //!
 //! Grants are first come, first served among conflicting requests (a
 //! request waits for every earlier conflicting request, granted or not), so

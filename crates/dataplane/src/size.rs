@@ -61,16 +61,6 @@ impl SizeTracker {
         self.register(data_end, || fstat_size(fd))
     }
 
-    /// [`SizeTracker::begin_write`] for a caller that has just read the
-    /// kernel's size itself (under the same range lock).
-    pub(crate) fn begin_write_at_size(
-        &self,
-        kernel_size: u64,
-        data_end: u64,
-    ) -> io::Result<SizeClaim<'_>> {
-        self.register(data_end, || Ok(kernel_size))
-    }
-
     fn register(
         &self,
         data_end: u64,

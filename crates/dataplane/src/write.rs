@@ -1,22 +1,18 @@
-//! WRITE: `write_direct` (aligned: one direct write), `write_rmw`
-//! (misaligned: read the partial edge blocks around the payload, one direct
-//! write of the expanded range, and a partial last block past the end of
-//! the file written buffered) and `write_cached` (buffered or
-//! `RWF_DONTCACHE`); then the durability the client asked for.
+//! WRITE: `write_direct` (aligned: one direct write), `write_edges`
+//! (misaligned: the aligned interior direct, the partial edge blocks'
+//! payload bytes buffered, nothing read back) and `write_cached` (buffered
+//! or `RWF_DONTCACHE`); then the durability the client asked for.
 //!
 //! No path ever makes `i_size` larger than the end of the data written, so
 //! the size a crash leaves behind is always one that some write produced.
 
 use dionfs_sys::io::{pwritev2, RwFlags};
 
-use crate::align::{
-    expand_to_alignment, is_aligned, payload_offset, rmw_blocks, rmw_fill_ranges, round_up,
-    split_at_eof, MAX_FILE_OFFSET,
-};
+use crate::align::{expand_to_alignment, is_aligned, payload_offset, split_edges, MAX_FILE_OFFSET};
 use crate::counters::Counters;
 use crate::file::{DataFile, DirectIo};
 use crate::plane::IoPath;
-use crate::pool::{PooledBuf, BUF_ALIGN, BUF_SLACK};
+use crate::pool::{PooledBuf, BUF_SLACK};
 use crate::range_lock::LockKind;
 use crate::{DataError, DataPlane, Mode};
 
@@ -212,12 +208,20 @@ impl DataPlane {
                 let align = direct.write_align;
                 buf.move_payload_to(payload_offset(buf.offset, align));
                 if is_aligned(buf.offset, buf.len as u64, align) {
-                    self.write_direct(file, direct, buf)?;
+                    self.write_direct(file, direct, buf, stable)?;
                 } else {
-                    self.write_rmw(file, direct, buf)?;
+                    self.write_edges(file, direct, buf)?;
+                    // Direct I/O is not durable by itself (the device may
+                    // cache), and the edges sit in the page cache: one
+                    // fdatasync covers both with a single cache flush,
+                    // where RWF_DSYNC on each of the up to three writes
+                    // would flush up to three times.
+                    self.sync(file, stable)?;
+                    if stable != Stable::Unstable {
+                        let io = expand_to_alignment(buf.offset, buf.len as u64, align);
+                        self.drop_cached_pages(file, io.start, io.end - io.start);
+                    }
                 }
-                // Direct I/O is not durable by itself: the device may cache.
-                self.sync(file, stable)?;
                 Ok(Mode::Direct)
             }
             IoPath::Cached(mode) => {
@@ -230,118 +234,103 @@ impl DataPlane {
     /// Aligned direct write: the payload is already a whole number of
     /// blocks at an aligned offset; one `pwritev2` on the `O_DIRECT` fd. If
     /// it extends the file, `i_size` becomes exactly its end.
+    ///
+    /// A stable write passes `RWF_DSYNC`/`RWF_SYNC` to that same call
+    /// instead of following it with `fdatasync`/`fsync`: the kernel then
+    /// writes the data with FUA where the device supports it (and the
+    /// write needs no metadata change), or flushes the device cache once
+    /// the write completes, as `O_DSYNC` requires (open(2)) — either way
+    /// one system call, and no whole-file writeback pass.
     fn write_direct(
         &self,
         file: &DataFile,
         direct: &DirectIo,
         buf: &WriteBuffer,
+        stable: Stable,
     ) -> Result<(), DataError> {
         let io = buf.offset..buf.offset + buf.len as u64;
         let _lock = self.lock(file, io.clone(), LockKind::Exclusive);
         let claim = file.size.begin_write(file.buffered_fd(), io.end)?;
+        let flags = sync_flags(stable);
         let written = self.direct_pwrite(
             file,
             direct,
             &buf.buf[..buf.len],
             io.start,
             direct.write_align,
+            flags,
         );
         self.check_written(written, buf.len)?;
+        if flags != RwFlags::NONE {
+            Counters::bump(&self.counters.fua_writes);
+        }
         claim.succeeded();
         Ok(())
     }
 
-    /// Misaligned direct write: under an exclusive lock on the blocks it
-    /// touches, read the partial edge blocks (direct) around the payload,
-    /// then write the expanded range in one direct write. Blocks the payload
-    /// does not touch are neither read nor written, so holes stay holes.
+    /// Misaligned direct write ([`split_edges`]): under an exclusive lock on
+    /// the blocks it touches, the aligned interior goes out with one direct
+    /// write, then the payload bytes of the partial head and tail blocks
+    /// with plain buffered writes. Nothing is read back from the disk
+    /// (the kernel reads a partial block itself only if it is allocated,
+    /// inside the file and not cached), and blocks the payload does not
+    /// touch are not written, so holes stay holes.
     ///
-    /// A partial last block that reaches past the end of the file is not
-    /// written direct (that would round `i_size` up to the block, and a
-    /// crash would keep zeros past the real end): its payload bytes go
-    /// through the page cache, under the same lock, after the direct part
-    /// (see [`split_at_eof`]). That block needs no read either.
-    fn write_rmw(
+    /// Mixing the two is safe here: the kernel keeps the page cache and
+    /// direct I/O of an inode coherent (a direct write writes back and
+    /// invalidates the cached pages of its range first; a direct read
+    /// writes back dirty pages of its range first), and our range locks,
+    /// taken for at least whole pages, keep every other READ and WRITE of
+    /// ours out of these blocks meanwhile, so no buffered write can dirty
+    /// a page that a direct I/O is invalidating.
+    ///
+    /// Order: interior, head, tail. A direct write moves `i_size` only to
+    /// the end of data really written (a block boundary inside this
+    /// write), each buffered edge to exactly its own end, the tail to the
+    /// write's end last; so no crash leaves `i_size` covering bytes
+    /// nobody wrote. Attributes never show the half-done state
+    /// (`size.rs`).
+    fn write_edges(
         &self,
         file: &DataFile,
         direct: &DirectIo,
-        buf: &mut WriteBuffer,
+        buf: &WriteBuffer,
     ) -> Result<(), DataError> {
         let align = direct.write_align;
         let io = expand_to_alignment(buf.offset, buf.len as u64, align);
         let _lock = self.lock(file, io.clone(), LockKind::Exclusive);
-        // Under the lock no write of ours can change what matters here: the
-        // blocks of `io`. Another write may extend the file meanwhile, which
-        // only makes the split more careful than needed.
-        let size = crate::size::fstat_size(file.buffered_fd())?;
         let claim = file
             .size
-            .begin_write_at_size(size, buf.offset + buf.len as u64)?;
-        let split = split_at_eof(buf.offset, buf.len as u64, align, size);
-        // The direct part first, then the tail. Direct I/O moves `i_size`
-        // only to the end of real data (a block boundary inside this
-        // write), the buffered tail then to exactly the write's end. The
-        // other order would let a later write's read-modify-write of the
-        // tail block flush that page while `i_size` already reached past
-        // it, and a crash could then leave zeros past the data on disk.
-        // Attributes never show the half-done state (`size.rs`).
-        if !split.direct.is_empty() {
-            let direct_len = (split.direct.end - split.direct.start) as usize;
-            Counters::bump(&self.counters.read_modify_writes);
-            self.fill_rmw_blocks(file, direct, buf, io.start, split.direct.end)?;
-            let written = self.direct_pwrite(file, direct, &buf.buf[..direct_len], io.start, align);
-            self.check_written(written, direct_len)?;
-        }
-        if !split.buffered.is_empty() {
-            Counters::bump(&self.counters.buffered_tails);
-            let from = (split.buffered.start - io.start) as usize;
-            let to = (split.buffered.end - io.start) as usize;
-            let tail = &buf.buf[from..to];
-            let written = pwritev2(
-                file.buffered_fd(),
-                tail,
-                split.buffered.start,
+            .begin_write(file.buffered_fd(), buf.offset + buf.len as u64)?;
+        let split = split_edges(buf.offset, buf.len as u64, align);
+        // Buffer byte 0 is file offset `io.start` (the payload sits at
+        // `offset mod A`), so the interior starts at a multiple of `A` in
+        // the buffer, as direct I/O needs.
+        let in_buf =
+            |r: &std::ops::Range<u64>| (r.start - io.start) as usize..(r.end - io.start) as usize;
+        if !split.interior.is_empty() {
+            let interior = &buf.buf[in_buf(&split.interior)];
+            let written = self.direct_pwrite(
+                file,
+                direct,
+                interior,
+                split.interior.start,
+                align,
                 RwFlags::NONE,
-            )
-            .map_err(DataError::from);
-            self.check_written(written, tail.len())?;
+            );
+            self.check_written(written, interior.len())?;
+        }
+        for edge in [&split.head, &split.tail] {
+            if edge.is_empty() {
+                continue;
+            }
+            Counters::bump(&self.counters.buffered_edges);
+            let bytes = &buf.buf[in_buf(edge)];
+            let written = pwritev2(file.buffered_fd(), bytes, edge.start, RwFlags::NONE)
+                .map_err(DataError::from);
+            self.check_written(written, bytes.len())?;
         }
         claim.succeeded();
-        Ok(())
-    }
-
-    /// Fills the bytes of the partial edge blocks below `direct_end` that
-    /// the payload does not cover with the blocks' current contents. A
-    /// block read short is past end of file: the rest of it is zeros (what
-    /// the file reads as there).
-    fn fill_rmw_blocks(
-        &self,
-        file: &DataFile,
-        direct: &DirectIo,
-        buf: &mut WriteBuffer,
-        io_start: u64,
-        direct_end: u64,
-    ) -> Result<(), DataError> {
-        let align = direct.write_align;
-        let block_len = align as usize;
-        let (at, len) = (buf.at, buf.len);
-        // The expanded range is buf[..io_len]; the scratch block for the
-        // edge reads follows it, aligned for direct I/O. Both fit in
-        // max_transfer + BUF_SLACK (see `BUF_SLACK`).
-        let io_len = round_up((at + len) as u64, align) as usize;
-        let scratch_at = round_up(io_len as u64, align.max(BUF_ALIGN as u64)) as usize;
-        let (io_buf, rest) = buf.buf.split_at_mut(scratch_at);
-        let scratch = &mut rest[..block_len];
-        let blocks = rmw_blocks(buf.offset, len as u64, align);
-        for block in blocks.iter().filter(|&block| block < direct_end) {
-            let n = self.direct_pread(file, direct, scratch, block, align)?;
-            scratch[n..].fill(0);
-            let block_at = (block - io_start) as usize;
-            for range in rmw_fill_ranges(block_at, block_len, at, len) {
-                let from = range.start - block_at..range.end - block_at;
-                io_buf[range].copy_from_slice(&scratch[from]);
-            }
-        }
         Ok(())
     }
 
@@ -355,11 +344,6 @@ impl DataPlane {
         stable: Stable,
     ) -> Result<Mode, DataError> {
         let io = buf.offset..buf.offset + buf.len as u64;
-        let sync_flags = match stable {
-            Stable::Unstable => RwFlags::NONE,
-            Stable::DataSync => RwFlags::DSYNC,
-            Stable::FileSync => RwFlags::SYNC,
-        };
         let _lock = self.lock(file, io.clone(), LockKind::Exclusive);
         let claim = file.size.begin_write(file.buffered_fd(), io.end)?;
         let payload = buf.payload();
@@ -367,7 +351,7 @@ impl DataPlane {
             file,
             mode,
             |flags| pwritev2(file.buffered_fd(), payload, io.start, flags),
-            sync_flags,
+            sync_flags(stable),
         ) {
             Ok((n, mode)) => (Ok(n), mode),
             Err(e) => (Err(e), mode),
@@ -404,6 +388,15 @@ impl DataPlane {
             Stable::FileSync => rustix::fs::fsync(file.buffered_fd())?,
         }
         Ok(())
+    }
+}
+
+/// The per-call flags that make a write as durable as `stable` asks.
+fn sync_flags(stable: Stable) -> RwFlags {
+    match stable {
+        Stable::Unstable => RwFlags::NONE,
+        Stable::DataSync => RwFlags::DSYNC,
+        Stable::FileSync => RwFlags::SYNC,
     }
 }
 

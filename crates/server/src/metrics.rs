@@ -84,11 +84,6 @@ pub fn render(server: &Server) -> String {
             |s| s.expanded_reads,
         ),
         (
-            "read_modify_writes_total",
-            "Misaligned direct WRITEs completed by read-modify-write.",
-            |s| s.read_modify_writes,
-        ),
-        (
             "dontcache_fallbacks_total",
             "Times RWF_DONTCACHE was refused and buffered I/O used instead.",
             |s| s.dontcache_fallbacks,
@@ -110,9 +105,14 @@ pub fn render(server: &Server) -> String {
         ),
         ("io_errors_total", "Data-plane I/O errors.", |s| s.errors),
         (
-            "buffered_tails_total",
-            "Extending direct writes whose partial last block past EOF was written buffered.",
-            |s| s.buffered_tails,
+            "buffered_edges_total",
+            "Partial edge blocks of misaligned direct WRITEs written through the page cache.",
+            |s| s.buffered_edges,
+        ),
+        (
+            "fua_writes_total",
+            "Stable direct WRITEs made durable by RWF_DSYNC/RWF_SYNC on the write itself.",
+            |s| s.fua_writes,
         ),
         (
             "range_lock_waits_total",

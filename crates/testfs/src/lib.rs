@@ -54,6 +54,50 @@ impl LoopFs {
         self.mnt.join(name)
     }
 
+    /// The `/sys` statistics file of the loop device (iostat's fields:
+    /// the third is sectors read, in 512-byte units).
+    pub fn device_stat_path(&self) -> Option<PathBuf> {
+        let dev = self.dev.as_deref()?;
+        let name = Path::new(dev).file_name()?;
+        Some(Path::new("/sys/block").join(name).join("stat"))
+    }
+
+    /// Simulates a power cut: stops the filesystem without flushing its log
+    /// (`xfs_io -x -c shutdown`, FS_IOC_SHUTDOWN with NOLOGFLUSH; XFS drops
+    /// its in-memory log, ext4 aborts its journal). Every later call on it
+    /// fails with EIO; follow with [`LoopFs::remount`] once nothing holds a
+    /// file of it open.
+    pub fn shutdown(&self) -> Result<(), String> {
+        run(
+            "xfs_io",
+            &["-x", "-c", "shutdown", &self.mnt.to_string_lossy()],
+        )
+        .map(|_| ())
+    }
+
+    /// Unmounts and mounts again: log recovery replays what reached the
+    /// device.
+    pub fn remount(&mut self) -> Result<(), String> {
+        let mnt = self.mnt.to_string_lossy().to_string();
+        let dev = self.dev.clone().ok_or("no device")?;
+        if self.mounted {
+            // A descriptor closing late makes umount EBUSY for a moment.
+            let mut last = Ok(String::new());
+            for _ in 0..50 {
+                last = run("umount", &[&mnt]);
+                if last.is_ok() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            last?;
+            self.mounted = false;
+        }
+        run("mount", &["-t", self.kind, &dev, &mnt])?;
+        self.mounted = true;
+        Ok(())
+    }
+
     fn make(
         kind: &'static str,
         size_mib: u64,
