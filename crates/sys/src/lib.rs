@@ -7,3 +7,4 @@ pub mod buf;
 pub mod cred;
 pub mod handle;
 pub mod io;
+pub mod net;
