@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use dionfs_dataplane::Mode;
-use dionfs_server::export::config::{canonical_export_dir, check_max_transfer};
+use dionfs_server::export::config::{canonical_export_dir, check_max_transfer, check_timeout};
 use dionfs_server::export::{
     Access, ClientMatch, Config, Durability, ExportConfig, ServerSettings, Squash,
 };
@@ -27,7 +27,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve DIR (or the exports of --config) over NFSv3/TCP.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Print the counters of a running server (Prometheus text format).
     Stats {
         /// The server's metrics address (its `--metrics` / `metrics_listen`).
@@ -104,6 +104,22 @@ struct ServeArgs {
     /// Files kept open while unused (the open-file cache; at least 1).
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
     open_files: u32,
+    /// Drop a connection whose call stops arriving half-way for SECS seconds
+    /// (default 5; with --config, overrides its `stall_timeout`).
+    #[arg(long, value_name = "SECS", value_parser = parse_stall_timeout)]
+    stall_timeout: Option<std::time::Duration>,
+    /// Close a connection whose client reads none of its replies for SECS
+    /// seconds (default 30; with --config, overrides `reply_timeout`).
+    #[arg(long, value_name = "SECS", value_parser = parse_reply_timeout)]
+    reply_timeout: Option<std::time::Duration>,
+    /// Close a connection without calls for SECS seconds (default 360; with
+    /// --config, overrides `idle_timeout`).
+    #[arg(long, value_name = "SECS", value_parser = parse_idle_timeout)]
+    idle_timeout: Option<std::time::Duration>,
+    /// Connections open at once; more are closed at once (default 4096;
+    /// with --config, overrides `max_connections`).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections: Option<u32>,
     /// Serve NFS calls and MNT from any source port (exports(5) `insecure`).
     /// Default `secure`: only from ports below 1024, which only root binds.
     /// With --config, use `secure = false` in the export instead.
@@ -120,20 +136,67 @@ fn parse_mode(s: &str) -> Result<Mode, String> {
     }
 }
 
+fn parse_secs(name: &str, s: &str) -> Result<std::time::Duration, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of seconds"))?;
+    check_timeout(name, v)
+}
+
+fn parse_stall_timeout(s: &str) -> Result<std::time::Duration, String> {
+    parse_secs("--stall-timeout", s)
+}
+
+fn parse_reply_timeout(s: &str) -> Result<std::time::Duration, String> {
+    parse_secs("--reply-timeout", s)
+}
+
+fn parse_idle_timeout(s: &str) -> Result<std::time::Duration, String> {
+    parse_secs("--idle-timeout", s)
+}
+
 fn parse_max_transfer(s: &str) -> Result<u32, String> {
     let v: u32 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
     check_max_transfer(v)
 }
 
 impl ServeArgs {
+    /// The connection limits given as flags, over those of `settings`.
+    fn apply_connection_flags(&self, settings: &mut ServerSettings) {
+        if let Some(t) = self.stall_timeout {
+            settings.stall_timeout = t;
+        }
+        if let Some(t) = self.reply_timeout {
+            settings.reply_timeout = t;
+        }
+        if let Some(t) = self.idle_timeout {
+            settings.idle_timeout = t;
+        }
+        if let Some(n) = self.max_connections {
+            settings.max_connections = n as usize;
+        }
+    }
+
     fn into_config(self) -> Result<Config, String> {
         if let Some(file) = &self.config {
             let mut c = Config::from_file(file).map_err(|e| e.to_string())?;
             if self.metrics.is_some() {
                 c.server.metrics_listen = self.metrics;
             }
+            self.apply_connection_flags(&mut c.server);
             return Ok(c);
         }
+        let mut server = ServerSettings {
+            listen: self.listen,
+            nfs_port: self.nfs_port,
+            mount_port: self.mount_port,
+            portmap_port: (!self.no_portmap).then_some(self.portmap_port),
+            state_dir: self.state_dir.clone(),
+            metrics_listen: self.metrics,
+            open_files: self.open_files as usize,
+            ..ServerSettings::default()
+        };
+        self.apply_connection_flags(&mut server);
         let dir = self.dir.expect("clap requires DIR without --config");
         let path = canonical_export_dir(&dir.to_string_lossy()).or_else(|_| {
             let abs = std::path::absolute(&dir).map_err(|e| e.to_string())?;
@@ -161,16 +224,6 @@ impl ServeArgs {
         export.max_transfer = self.max_transfer;
         export.allow_devices = self.allow_devices;
         export.secure = !self.insecure;
-        let server = ServerSettings {
-            listen: self.listen,
-            nfs_port: self.nfs_port,
-            mount_port: self.mount_port,
-            portmap_port: (!self.no_portmap).then_some(self.portmap_port),
-            state_dir: self.state_dir,
-            metrics_listen: self.metrics,
-            open_files: self.open_files as usize,
-            ..ServerSettings::default()
-        };
         Ok(Config {
             server,
             exports: vec![export],

@@ -43,9 +43,12 @@ pub struct DataConfig {
     /// `rtmax`/`wtmax` in FSINFO). Longer READs are answered short; longer
     /// WRITEs are refused.
     pub max_transfer: usize,
-    /// How many requests may hold a data buffer at once; the buffer pool has
-    /// this many buffers and requests beyond wait (backpressure).
-    pub max_in_flight: usize,
+    /// How many READs may hold a data buffer at once: the read pool has
+    /// this many buffers and READs beyond wait (backpressure).
+    pub read_buffers: usize,
+    /// The same for WRITEs, from a pool of their own: neither direction can
+    /// take the buffers the other needs.
+    pub write_buffers: usize,
 }
 
 /// Upper bound on `max_transfer`: beyond this a single request ties up too
@@ -58,7 +61,8 @@ impl Default for DataConfig {
             read_mode: Mode::Buffered,
             write_mode: Mode::Buffered,
             max_transfer: 1 << 20,
-            max_in_flight: 32,
+            read_buffers: 16,
+            write_buffers: 16,
         }
     }
 }
@@ -71,8 +75,10 @@ impl DataConfig {
                 "max_transfer must be between 1 byte and 64 MiB",
             ));
         }
-        if self.max_in_flight == 0 {
-            return Err(DataError::InvalidConfig("max_in_flight must be at least 1"));
+        if self.read_buffers == 0 || self.write_buffers == 0 {
+            return Err(DataError::InvalidConfig(
+                "read_buffers and write_buffers must be at least 1",
+            ));
         }
         Ok(())
     }
@@ -94,10 +100,13 @@ mod tests {
             ..DataConfig::default()
         };
         assert!(zero_transfer.validate().is_err());
-        let zero_in_flight = DataConfig {
-            max_in_flight: 0,
-            ..DataConfig::default()
-        };
-        assert!(zero_in_flight.validate().is_err());
+        for (read_buffers, write_buffers) in [(0, 1), (1, 0)] {
+            let zero_pool = DataConfig {
+                read_buffers,
+                write_buffers,
+                ..DataConfig::default()
+            };
+            assert!(zero_pool.validate().is_err());
+        }
     }
 }

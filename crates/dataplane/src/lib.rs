@@ -2,13 +2,13 @@
 //! tested without any network.
 //!
 //! Each export has one [`DataPlane`] (its [`DataConfig`]: a [`Mode`] per
-//! direction, the transfer size, the number of requests in flight). Files
+//! direction, the transfer size, the READ and WRITE buffers in flight). Files
 //! are [`DataFile`]s, opened by the filesystem backend with a buffered and
 //! (if possible) an `O_DIRECT` descriptor.
 //!
 //! Serving a READ (the server, on a connection task):
-//! 1. `let buf = plane.read_buffer().await?` — waits while the pool is
-//!    empty (backpressure);
+//! 1. `let buf = plane.read_buffer().await?` — waits while the read pool
+//!    is empty (backpressure);
 //! 2. on a blocking thread: `let data = plane.read(&file, buf, offset,
 //!    count)?`;
 //! 3. send the reply header, then `data.data()` from the same buffer, with
@@ -16,7 +16,9 @@
 //!
 //! Serving a WRITE:
 //! 1. after decoding the WRITE arguments up to the payload:
-//!    `let mut wb = plane.prepare_write(&file, offset, count).await?`;
+//!    `let mut wb = plane.prepare_write(&file, offset, count).await?`
+//!    (from the write pool, which READs never touch; the server takes it
+//!    only once the payload has arrived in the socket);
 //! 2. receive the payload from the socket straight into `wb.payload_mut()`;
 //! 3. on a blocking thread: `plane.write(&file, wb, stable)?`.
 //!

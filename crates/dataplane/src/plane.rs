@@ -1,4 +1,4 @@
-//! The data plane of one export: configuration, buffer pool, counters, and
+//! The data plane of one export: configuration, buffer pools, counters, and
 //! the decisions shared by READ and WRITE (which I/O path a file gets,
 //! range locking, direct I/O with its `EINVAL` policy), plus COMMIT and
 //! truncate.
@@ -27,7 +27,11 @@ pub(crate) enum IoPath<'f> {
 /// READ, WRITE, COMMIT and truncate for the files of one export.
 pub struct DataPlane {
     pub(crate) config: DataConfig,
-    pool: BufferPool,
+    /// Buffers for READs and for WRITEs, apart: clients that fill one
+    /// direction's pool (say, WRITEs whose payload is slow to come) leave
+    /// the other direction served.
+    read_pool: BufferPool,
+    write_pool: BufferPool,
     pub(crate) counters: Arc<Counters>,
     /// Set once the filesystem refused `RWF_DONTCACHE`: from then on this
     /// export serves `dontcache` as buffered.
@@ -38,19 +42,19 @@ pub struct DataPlane {
 }
 
 impl DataPlane {
-    /// A data plane with its own buffer pool of `max_in_flight` buffers of
-    /// `max_transfer` + [`BUF_SLACK`] bytes.
+    /// A data plane with its own read pool of `read_buffers` and write pool
+    /// of `write_buffers` buffers, each of `max_transfer` + [`BUF_SLACK`]
+    /// bytes.
     pub fn new(config: DataConfig) -> Result<Self, DataError> {
         config.validate()?;
         let counters = Arc::new(Counters::default());
-        let pool = BufferPool::new(
-            config.max_transfer + BUF_SLACK,
-            config.max_in_flight,
-            counters.clone(),
-        );
+        let buf_len = config.max_transfer + BUF_SLACK;
+        let read_pool = BufferPool::new(buf_len, config.read_buffers, counters.clone());
+        let write_pool = BufferPool::new(buf_len, config.write_buffers, counters.clone());
         Ok(Self {
             config,
-            pool,
+            read_pool,
+            write_pool,
             counters,
             dontcache_refused: AtomicBool::new(false),
             no_direct_logged: AtomicBool::new(false),
@@ -63,14 +67,19 @@ impl DataPlane {
         &self.config
     }
 
-    /// The buffer pool (its emptiness is the server's backpressure).
-    pub fn pool(&self) -> &BufferPool {
-        &self.pool
+    /// The READ buffers (their emptiness is backpressure on READs).
+    pub fn read_pool(&self) -> &BufferPool {
+        &self.read_pool
     }
 
-    /// A buffer for a READ; waits while the pool is empty.
+    /// The WRITE buffers (their emptiness is backpressure on WRITEs).
+    pub fn write_pool(&self) -> &BufferPool {
+        &self.write_pool
+    }
+
+    /// A buffer for a READ; waits while the read pool is empty.
     pub async fn read_buffer(&self) -> std::io::Result<PooledBuf> {
-        self.pool.get().await
+        self.read_pool.get().await
     }
 
     /// The live counters.
@@ -329,7 +338,8 @@ mod tests {
             read_mode,
             write_mode,
             max_transfer: 64 << 10,
-            max_in_flight: 4,
+            read_buffers: 4,
+            write_buffers: 4,
         })
         .unwrap()
     }
@@ -355,7 +365,7 @@ mod tests {
         offset: u64,
         data: &[u8],
     ) -> Result<(), DataError> {
-        let buf = plane.pool().get_blocking()?;
+        let buf = plane.write_pool().get_blocking()?;
         let mut wb = plane.write_buffer(file, buf, offset, data.len())?;
         wb.payload_mut().copy_from_slice(data);
         plane.write(file, wb, Stable::Unstable).map(|_| ())
@@ -370,7 +380,7 @@ mod tests {
         assert_eq!(plane.payload_position(&file, 1234), 0);
         write(&plane, &file, 1234, b"hello").unwrap();
         let r = plane
-            .read(&file, plane.pool().get_blocking().unwrap(), 1234, 100)
+            .read(&file, plane.read_pool().get_blocking().unwrap(), 1234, 100)
             .unwrap();
         assert_eq!(r.data(), b"hello");
         assert!(r.eof());
@@ -389,7 +399,7 @@ mod tests {
         };
         let plane = plane(Mode::Direct, Mode::Direct);
         // Offset 1 is never a valid direct-I/O offset.
-        let buf = plane.pool().get_blocking().unwrap();
+        let buf = plane.write_pool().get_blocking().unwrap();
         let err = plane
             .direct_pwrite(
                 &file,
@@ -442,7 +452,7 @@ mod tests {
         write(&plane, &file, 10, b"abc").unwrap();
         write(&plane, &file, 13, b"def").unwrap();
         let r = plane
-            .read(&file, plane.pool().get_blocking().unwrap(), 10, 6)
+            .read(&file, plane.read_pool().get_blocking().unwrap(), 10, 6)
             .unwrap();
         assert_eq!(r.data(), b"abcdef");
         let c = plane.snapshot();

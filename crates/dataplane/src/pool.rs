@@ -1,8 +1,9 @@
 //! A bounded pool of aligned data buffers: the server's memory bound and
 //! backpressure.
 //!
-//! Every READ and WRITE holds one buffer from the moment its payload is
-//! about to be received (WRITE) or read (READ) until its reply is sent. When
+//! Every READ and WRITE holds one buffer (each direction from its own pool,
+//! see `DataPlane`) from the moment its payload is about to be received
+//! (WRITE) or read (READ) until its reply is sent. When
 //! all buffers are out, [`BufferPool::get`] waits, so a connection stops
 //! reading new requests instead of allocating: memory never grows because
 //! clients are fast.

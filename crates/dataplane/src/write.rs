@@ -88,8 +88,8 @@ impl WriteBuffer {
 }
 
 impl DataPlane {
-    /// Takes a pool buffer for a WRITE of `len` bytes at `offset` to `file`
-    /// (waiting while the pool is empty: backpressure) and places the
+    /// Takes a write-pool buffer for a WRITE of `len` bytes at `offset` to
+    /// `file` (waiting while the pool is empty: backpressure) and places the
     /// payload slot where the write path wants it.
     pub async fn prepare_write(
         &self,
@@ -98,12 +98,12 @@ impl DataPlane {
         len: usize,
     ) -> Result<WriteBuffer, DataError> {
         self.check_write_args(offset, len)?;
-        let buf = self.pool().get().await?;
+        let buf = self.write_pool().get().await?;
         self.write_buffer(file, buf, offset, len)
     }
 
     /// [`DataPlane::prepare_write`] with a buffer the caller already took
-    /// from this plane's pool (e.g. with `pool().get_blocking()` in tools
+    /// from this plane's pool (e.g. with `write_pool().get_blocking()` in tools
     /// and tests).
     pub fn write_buffer(
         &self,
@@ -412,7 +412,8 @@ mod tests {
             read_mode: mode,
             write_mode: mode,
             max_transfer: 64 << 10,
-            max_in_flight: 4,
+            read_buffers: 4,
+            write_buffers: 4,
         })
         .unwrap()
     }
@@ -438,7 +439,7 @@ mod tests {
     fn payload_sits_at_offset_mod_alignment_in_direct_mode() {
         let (_tmp, file) = temp_file(true);
         let plane = plane(Mode::Direct);
-        let buf = plane.pool().get_blocking().unwrap();
+        let buf = plane.write_pool().get_blocking().unwrap();
         let wb = plane.write_buffer(&file, buf, 4096 * 3 + 100, 10).unwrap();
         let expected = match file.direct() {
             Some(d) => (100 % d.write_align) as usize,
@@ -454,14 +455,19 @@ mod tests {
         let (tmp_direct, direct_file) = temp_file(true);
         let (_tmp, buffered_file) = temp_file(false);
         let plane = plane(Mode::Direct);
-        let buf = plane.pool().get_blocking().unwrap();
+        let buf = plane.write_pool().get_blocking().unwrap();
         // Prepared for the direct file (payload at offset mod A) ...
         let mut wb = plane.write_buffer(&direct_file, buf, 300, 5).unwrap();
         wb.payload_mut().copy_from_slice(b"HELLO");
         // ... written to the buffered one (payload moved to 0).
         plane.write(&buffered_file, wb, Stable::FileSync).unwrap();
         let r = plane
-            .read(&buffered_file, plane.pool().get_blocking().unwrap(), 300, 5)
+            .read(
+                &buffered_file,
+                plane.read_pool().get_blocking().unwrap(),
+                300,
+                5,
+            )
             .unwrap();
         assert_eq!(r.data(), b"HELLO");
         drop(tmp_direct);
@@ -471,12 +477,12 @@ mod tests {
     fn limits_are_enforced() {
         let (_tmp, file) = temp_file(false);
         let plane = plane(Mode::Buffered);
-        let buf = plane.pool().get_blocking().unwrap();
+        let buf = plane.write_pool().get_blocking().unwrap();
         assert!(matches!(
             plane.write_buffer(&file, buf, 0, (64 << 10) + 1),
             Err(DataError::TooLarge { .. })
         ));
-        let buf = plane.pool().get_blocking().unwrap();
+        let buf = plane.write_pool().get_blocking().unwrap();
         assert!(matches!(
             plane.write_buffer(&file, buf, MAX_FILE_OFFSET - 10, 100),
             Err(DataError::FileTooBig)
@@ -485,7 +491,7 @@ mod tests {
         let r = plane
             .read(
                 &file,
-                plane.pool().get_blocking().unwrap(),
+                plane.read_pool().get_blocking().unwrap(),
                 u64::MAX - 5,
                 10,
             )
@@ -497,7 +503,7 @@ mod tests {
     fn empty_write_succeeds_and_changes_nothing() {
         let (_tmp, file) = temp_file(true);
         let plane = plane(Mode::Direct);
-        let buf = plane.pool().get_blocking().unwrap();
+        let buf = plane.write_pool().get_blocking().unwrap();
         let wb = plane.write_buffer(&file, buf, 5000, 0).unwrap();
         let done = plane.write(&file, wb, Stable::DataSync).unwrap();
         assert_eq!(done.count, 0);
@@ -523,7 +529,7 @@ mod tests {
             ];
             for (i, (off, len)) in writes.into_iter().enumerate() {
                 let data: Vec<u8> = (0..len).map(|j| ((i * 7 + j) % 251) as u8 + 1).collect();
-                let buf = plane.pool().get_blocking().unwrap();
+                let buf = plane.write_pool().get_blocking().unwrap();
                 let mut wb = plane.write_buffer(&file, buf, off, len).unwrap();
                 wb.payload_mut().copy_from_slice(&data);
                 let stable = [Stable::Unstable, Stable::DataSync, Stable::FileSync][i % 3];
@@ -537,7 +543,12 @@ mod tests {
                 assert_eq!(file.size().unwrap(), model.len() as u64, "{mode:?}");
                 for (roff, rcount) in [(0u64, 70000u32), (off, len as u32), (off + 1, 3)] {
                     let r = plane
-                        .read(&file, plane.pool().get_blocking().unwrap(), roff, rcount)
+                        .read(
+                            &file,
+                            plane.read_pool().get_blocking().unwrap(),
+                            roff,
+                            rcount,
+                        )
                         .unwrap();
                     let want_end = (roff as usize + rcount as usize).min(model.len());
                     let want = model.get(roff as usize..want_end).unwrap_or(&[]);

@@ -29,7 +29,7 @@ fn fill_words(buf: &mut [u8], offset: u64) {
 fn write_and_read(plane: &DataPlane, file: &DataFile) -> (usize, usize) {
     let mut offset = 0;
     while offset < FILE_SIZE {
-        let buf = plane.pool().get_blocking().unwrap();
+        let buf = plane.write_pool().get_blocking().unwrap();
         let mut wb = plane.write_buffer(file, buf, offset, CHUNK).unwrap();
         fill_words(wb.payload_mut(), offset);
         plane.write(file, wb, Stable::Unstable).unwrap();

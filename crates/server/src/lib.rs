@@ -79,6 +79,13 @@ async fn serve(config: Config, ports_file: Option<PathBuf>) -> Result<(), String
         // The largest WRITE plus room for the RPC and NFS headers.
         max_record: max_transfer + 8192,
         max_in_flight: settings.connection_in_flight,
+        buffer_share: settings.connection_buffers(),
+        stall_timeout: settings.stall_timeout,
+        reply_timeout: settings.reply_timeout,
+        idle_timeout: settings.idle_timeout,
+        max_connections: settings.max_connections,
+        // One count of connections (and one cap) for every listener.
+        counters: server.net.clone(),
         ..ConnLimits::default()
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -130,6 +137,16 @@ async fn serve(config: Config, ports_file: Option<PathBuf>) -> Result<(), String
         );
     }
     info!(%ip, nfs_port, mount_port, portmap_port = ?portmap_port, "dionfs serving NFSv3 over TCP");
+    info!(
+        read_buffers = settings.read_buffers(),
+        write_buffers = settings.write_buffers(),
+        connection_buffers = limits.buffer_share,
+        max_connections = limits.max_connections,
+        stall_timeout_s = limits.stall_timeout.as_secs_f64(),
+        reply_timeout_s = limits.reply_timeout.as_secs_f64(),
+        idle_timeout_s = limits.idle_timeout.as_secs_f64(),
+        "connection limits"
+    );
     if let Some(path) = ports_file {
         let json = format!(
             "{{\"nfs\": {nfs_port}, \"mount\": {mount_port}, \"portmap\": {}}}\n",

@@ -121,7 +121,7 @@ pub fn render(server: &Server) -> String {
         ),
         (
             "pool_waits_total",
-            "Requests that waited for a pool buffer.",
+            "Requests that waited for a pool buffer (read or write pool).",
             |s| s.pool_waits,
         ),
     ];
@@ -166,6 +166,38 @@ pub fn render(server: &Server) -> String {
         "NFS and MOUNT calls answered GARBAGE_ARGS because their arguments were longer than the procedure's can be (refused before they were read).",
         "counter",
         &mut oversized,
+    );
+    let net = server.net.snapshot();
+    metric(
+        "connections_open",
+        "Client connections open now (NFS, MOUNT and portmap).",
+        "gauge",
+        &mut std::iter::once((String::new(), net.open)),
+    );
+    metric(
+        "connections_refused_total",
+        "Connections closed at once because max_connections were open.",
+        "counter",
+        &mut std::iter::once((String::new(), net.refused)),
+    );
+    let mut dropped = [
+        ("stalled_record", net.stalled),
+        ("unread_replies", net.unread_replies),
+        ("idle", net.idle),
+    ]
+    .into_iter()
+    .map(|(reason, n)| (format!("reason=\"{reason}\""), n));
+    metric(
+        "connections_dropped_total",
+        "Connections the server closed: a call that stopped arriving for stall_timeout, replies unread for reply_timeout, no calls for idle_timeout.",
+        "counter",
+        &mut dropped,
+    );
+    metric(
+        "calls_delayed_by_share_total",
+        "READs and WRITEs that waited because their connection held its share of buffers (connection_buffers).",
+        "counter",
+        &mut std::iter::once((String::new(), net.share_delays)),
     );
     out
 }

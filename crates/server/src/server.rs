@@ -6,19 +6,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use dionfs_dataplane::{DataConfig, DataPlane};
-use dionfs_fs::{ExportFs, MacKey, MetadataSync, OpenFileCache};
+use dionfs_dataplane::{DataConfig, DataPlane, PooledBuf};
+use dionfs_fs::{handle, ExportFs, MacKey, MetadataSync, OpenFileCache};
 use dionfs_proto::mount3::{MountProc3, MOUNT_PROGRAM, MOUNT_V3};
-use dionfs_proto::nfs3::{NfsProc3, NFS_PROGRAM, NFS_V3};
+use dionfs_proto::nfs3::{NfsProc3, ReadArgs, NFS_PROGRAM, NFS_V3};
 use dionfs_rpc::{AuthStat, CallHeader, Credential, RecordError, RecordReader, ReplyStatus};
-use tokio::io::AsyncRead;
+use dionfs_xdr::{Decode, Decoder};
 use tracing::{debug, warn};
 
 use crate::drc::DuplicateRequestCache;
 use crate::export::port::{InsecurePortWarnings, WARN_EVERY};
 use crate::export::{Config, Durability, ExportConfig};
 use crate::mount::MountTable;
-use crate::net::{read_args, ConnInfo, Received, Reply, Service};
+use crate::net::{read_args, CallStream, ConnInfo, NetCounters, Received, Reply, Service};
 use crate::nfs;
 
 /// One export as served: its options, its file system, its data plane.
@@ -46,12 +46,20 @@ pub struct Server {
     /// procedure's can be.
     oversized_args: AtomicU64,
     insecure_port_warnings: InsecurePortWarnings,
+    /// The connection layer's counters, shared by every listener.
+    pub net: Arc<NetCounters>,
 }
 
 /// A call read from a connection, waiting to run.
 pub enum Pending {
-    /// An NFS call other than WRITE, with its encoded arguments.
-    Nfs { call: CallHeader, args: Vec<u8> },
+    /// An NFS call other than WRITE, with its encoded arguments; a READ
+    /// also with the read-pool buffer it will read into (taken while
+    /// receiving, so that no blocking thread waits for one).
+    Nfs {
+        call: CallHeader,
+        args: Vec<u8>,
+        read_buf: Option<PooledBuf>,
+    },
     /// A WRITE whose payload has been received into a data-plane buffer.
     Write(Box<CallHeader>, nfs::data::ReceivedWrite),
     /// A MOUNT call with its encoded arguments.
@@ -80,7 +88,8 @@ impl Server {
                 read_mode: x.read_mode,
                 write_mode: x.write_mode,
                 max_transfer: x.max_transfer as usize,
-                max_in_flight: config.server.max_in_flight,
+                read_buffers: config.server.read_buffers(),
+                write_buffers: config.server.write_buffers(),
             })
             .map_err(|e| format!("export {}: {e}", x.path.display()))?;
             let metadata_sync = MetadataSync::new(&fs, x.durability == Durability::Sync)
@@ -110,6 +119,7 @@ impl Server {
             calls_failed: AtomicU64::new(0),
             oversized_args: AtomicU64::new(0),
             insecure_port_warnings: InsecurePortWarnings::default(),
+            net: Arc::default(),
         })
     }
 
@@ -177,7 +187,7 @@ impl Server {
 impl Service for Server {
     type Pending = Pending;
 
-    async fn receive<R: AsyncRead + Unpin + Send>(
+    async fn receive<R: CallStream>(
         &self,
         conn: &ConnInfo,
         call: CallHeader,
@@ -210,7 +220,15 @@ impl Service for Server {
                     None => nfs::data::receive_write(self, conn, call, body).await,
                     Some(max) => {
                         let args = read_args(body, max).await?;
-                        Ok(Received::Run(Pending::Nfs { call, args }))
+                        let read_buf = match proc_ {
+                            NfsProc3::Read => self.read_buffer(conn, &args).await,
+                            _ => None,
+                        };
+                        Ok(Received::Run(Pending::Nfs {
+                            call,
+                            args,
+                            read_buf,
+                        }))
                     }
                 }
             }
@@ -234,15 +252,47 @@ impl Service for Server {
         self.oversized_args.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// READ and WRITE hold a pool buffer until their reply is out.
+    fn holds_buffer(&self, call: &CallHeader) -> bool {
+        (call.prog, call.vers) == (NFS_PROGRAM, NFS_V3)
+            && matches!(
+                NfsProc3::from_u32(call.proc_),
+                Some(NfsProc3::Read | NfsProc3::Write)
+            )
+    }
+
     // Handlers make file-system calls: run them where blocking is fine.
     const EXECUTE_BLOCKS: bool = true;
 
     async fn execute(self: Arc<Self>, conn: Arc<ConnInfo>, pending: Pending) -> Option<Reply> {
         match pending {
             Pending::Write(call, write) => Some(nfs::data::write(&self, &conn, &call, write)),
-            Pending::Nfs { call, args } => nfs::call(&self, &conn, &call, &args),
+            Pending::Nfs {
+                call,
+                args,
+                read_buf,
+            } => nfs::call(&self, &conn, &call, &args, read_buf),
             Pending::Mount { call, args } => Some(crate::mount::call(&self, &conn, &call, &args)),
         }
+    }
+}
+
+impl Server {
+    /// The read-pool buffer for a READ with arguments `args`, from the
+    /// export its handle names; waits while that pool is empty (the
+    /// connection reads nothing else meanwhile: backpressure). `None` when
+    /// the call will fail before reading (no such export, client not
+    /// admitted, arguments that do not decode): it then needs no buffer,
+    /// and its handler says why.
+    async fn read_buffer(&self, conn: &ConnInfo, args: &[u8]) -> Option<PooledBuf> {
+        let args = ReadArgs::decode(&mut Decoder::new(args)).ok()?;
+        let export = self.export_by_id(handle::export_id(args.file.as_bytes())?)?;
+        if !export.config.admits(conn.peer.ip()) || !export.config.admits_port(conn.peer.port()) {
+            return None;
+        }
+        // An error here (no memory for the buffer) is the handler's to
+        // report, when it finds no buffer.
+        export.data.read_buffer().await.ok()
     }
 }
 

@@ -37,7 +37,8 @@ pub fn plane(read_mode: Mode, write_mode: Mode) -> DataPlane {
         read_mode,
         write_mode,
         max_transfer: 1 << 20,
-        max_in_flight: 16,
+        read_buffers: 16,
+        write_buffers: 16,
     })
     .expect("plane")
 }
@@ -51,7 +52,7 @@ pub fn write_at(
     data: &[u8],
     stable: Stable,
 ) -> Result<WriteDone, DataError> {
-    let buf = plane.pool().get_blocking()?;
+    let buf = plane.write_pool().get_blocking()?;
     let mut wb = plane.write_buffer(file, buf, offset, data.len())?;
     wb.payload_mut().copy_from_slice(data);
     plane.write(file, wb, stable)
@@ -64,7 +65,7 @@ pub fn read_at(
     offset: u64,
     count: u32,
 ) -> Result<ReadData, DataError> {
-    let buf = plane.pool().get_blocking()?;
+    let buf = plane.read_pool().get_blocking()?;
     plane.read(file, buf, offset, count)
 }
 

@@ -8,6 +8,7 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use dionfs_dataplane::Mode;
 use serde::Deserialize;
@@ -40,11 +41,30 @@ pub struct ServerSettings {
     pub portmap_port: Option<u16>,
     /// Holds the file-handle key (handles survive restarts with it).
     pub state_dir: PathBuf,
-    /// READ/WRITE requests in flight across all connections; sizes the
-    /// data plane's buffer pool.
+    /// READ/WRITE requests in flight across all connections, per export:
+    /// the data plane's buffers, half for READs and half for WRITEs unless
+    /// `read_buffers` / `write_buffers` say otherwise.
     pub max_in_flight: usize,
+    /// Buffers of each export's read pool, if set (else half of
+    /// `max_in_flight`).
+    pub read_buffers: Option<usize>,
+    /// Buffers of each export's write pool, if set (else the other half).
+    pub write_buffers: Option<usize>,
     /// Calls in flight on one connection before it stops reading.
     pub connection_in_flight: usize,
+    /// READs and WRITEs of one connection holding a buffer at once, if set
+    /// (else a quarter of the smaller pool, at least 2).
+    pub connection_buffers: Option<usize>,
+    /// Connections open at once (NFS, MOUNT and portmap together).
+    pub max_connections: usize,
+    /// A call whose bytes stop arriving for this long is dropped with its
+    /// connection.
+    pub stall_timeout: Duration,
+    /// A connection whose client reads none of its replies for this long is
+    /// closed.
+    pub reply_timeout: Duration,
+    /// A connection without calls for this long is closed.
+    pub idle_timeout: Duration,
     /// Open files kept in the open-file cache.
     pub open_files: usize,
     /// Serve Prometheus metrics over HTTP on this address, if set.
@@ -60,10 +80,40 @@ impl Default for ServerSettings {
             portmap_port: Some(111),
             state_dir: PathBuf::from("/var/lib/dionfs"),
             max_in_flight: 64,
+            read_buffers: None,
+            write_buffers: None,
             connection_in_flight: 64,
+            connection_buffers: None,
+            max_connections: 4096,
+            stall_timeout: Duration::from_secs(5),
+            reply_timeout: Duration::from_secs(30),
+            // As knfsd, which closes idle connections after 6 minutes.
+            idle_timeout: Duration::from_secs(360),
             open_files: 1024,
             metrics_listen: None,
         }
+    }
+}
+
+impl ServerSettings {
+    /// Buffers of each export's read pool.
+    pub fn read_buffers(&self) -> usize {
+        self.read_buffers
+            .unwrap_or(self.max_in_flight.div_ceil(2))
+            .max(1)
+    }
+
+    /// Buffers of each export's write pool.
+    pub fn write_buffers(&self) -> usize {
+        self.write_buffers.unwrap_or(self.max_in_flight / 2).max(1)
+    }
+
+    /// READs and WRITEs one connection may have holding a buffer at once:
+    /// a fair share, so that one connection (busy, or not reading its
+    /// replies) never holds a whole pool.
+    pub fn connection_buffers(&self) -> usize {
+        self.connection_buffers
+            .unwrap_or_else(|| (self.read_buffers().min(self.write_buffers()) / 4).max(2))
     }
 }
 
@@ -211,7 +261,15 @@ struct RawServer {
     portmap_port: Option<Spanned<toml::Value>>,
     state_dir: Option<PathBuf>,
     max_in_flight: Option<Spanned<usize>>,
+    read_buffers: Option<Spanned<usize>>,
+    write_buffers: Option<Spanned<usize>>,
     connection_in_flight: Option<Spanned<usize>>,
+    connection_buffers: Option<Spanned<usize>>,
+    max_connections: Option<Spanned<usize>>,
+    /// Seconds (fractions allowed).
+    stall_timeout: Option<Spanned<f64>>,
+    reply_timeout: Option<Spanned<f64>>,
+    idle_timeout: Option<Spanned<f64>>,
     open_files: Option<Spanned<usize>>,
     metrics_listen: Option<Spanned<String>>,
 }
@@ -301,12 +359,43 @@ impl Config {
                     &mut server.connection_in_flight,
                 ),
                 (s.open_files, "open_files", &mut server.open_files),
+                (
+                    s.max_connections,
+                    "max_connections",
+                    &mut server.max_connections,
+                ),
             ] {
                 if let Some(v) = value {
                     if *v.get_ref() == 0 {
                         return Err(err(Some(v.span()), format!("{name} must be at least 1")));
                     }
                     *target = *v.get_ref();
+                }
+            }
+            for (value, name, target) in [
+                (s.read_buffers, "read_buffers", &mut server.read_buffers),
+                (s.write_buffers, "write_buffers", &mut server.write_buffers),
+                (
+                    s.connection_buffers,
+                    "connection_buffers",
+                    &mut server.connection_buffers,
+                ),
+            ] {
+                if let Some(v) = value {
+                    if *v.get_ref() == 0 {
+                        return Err(err(Some(v.span()), format!("{name} must be at least 1")));
+                    }
+                    *target = Some(*v.get_ref());
+                }
+            }
+            for (value, name, target) in [
+                (s.stall_timeout, "stall_timeout", &mut server.stall_timeout),
+                (s.reply_timeout, "reply_timeout", &mut server.reply_timeout),
+                (s.idle_timeout, "idle_timeout", &mut server.idle_timeout),
+            ] {
+                if let Some(v) = value {
+                    *target =
+                        check_timeout(name, *v.get_ref()).map_err(|r| err(Some(v.span()), r))?;
                 }
             }
             if let Some(m) = s.metrics_listen {
@@ -396,6 +485,17 @@ pub fn check_max_transfer(v: u32) -> Result<u32, String> {
     Ok(v)
 }
 
+/// Checks a timeout in seconds: positive and at most a day (a longer one is
+/// a typo, and would never fire in practice).
+pub fn check_timeout(name: &str, secs: f64) -> Result<Duration, String> {
+    if !(0.001..=86_400.0).contains(&secs) {
+        return Err(format!(
+            "{name}: {secs} must be a number of seconds between 0.001 and 86400"
+        ));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
 /// Resolves an export path: absolute, existing, a directory; symlinks in it
 /// are resolved once here so clients mount the real path.
 pub fn canonical_export_dir(path: &str) -> Result<PathBuf, String> {
@@ -464,6 +564,50 @@ durability = "async"
         assert!(!x.admits("192.168.1.1".parse().unwrap()));
         assert!(!x.secure);
         assert!(x.admits_port(40000));
+    }
+
+    #[test]
+    fn fairness_settings_parse_and_default() {
+        let c = parse(
+            r#"
+[server]
+max_in_flight = 64
+write_buffers = 8
+connection_buffers = 3
+max_connections = 10
+stall_timeout = 0.5
+reply_timeout = 7
+idle_timeout = 60
+
+[[export]]
+path = "/tmp"
+"#,
+        )
+        .unwrap();
+        let s = &c.server;
+        assert_eq!((s.read_buffers(), s.write_buffers()), (32, 8));
+        assert_eq!(s.connection_buffers(), 3);
+        assert_eq!(s.max_connections, 10);
+        assert_eq!(s.stall_timeout, Duration::from_millis(500));
+        assert_eq!(s.reply_timeout, Duration::from_secs(7));
+        assert_eq!(s.idle_timeout, Duration::from_secs(60));
+
+        let d = ServerSettings::default();
+        assert_eq!((d.read_buffers(), d.write_buffers()), (32, 32));
+        assert_eq!(d.connection_buffers(), 8);
+        let small = ServerSettings {
+            max_in_flight: 3,
+            ..ServerSettings::default()
+        };
+        assert_eq!((small.read_buffers(), small.write_buffers()), (2, 1));
+        assert_eq!(small.connection_buffers(), 2);
+        assert_eq!(d.stall_timeout, Duration::from_secs(5));
+
+        let e = parse("[server]\nstall_timeout = 0\n[[export]]\npath = \"/tmp\"\n").unwrap_err();
+        assert_eq!(e.line, 2, "{e}");
+        assert!(e.reason.contains("stall_timeout"), "{e}");
+        let e = parse("[server]\nmax_connections = 0\n[[export]]\npath = \"/tmp\"\n").unwrap_err();
+        assert_eq!(e.line, 2, "{e}");
     }
 
     #[test]

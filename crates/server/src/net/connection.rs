@@ -1,15 +1,31 @@
-//! One TCP connection: a loop reading calls, tasks running them, and replies
-//! written in the order the calls finish.
+//! One TCP connection: a loop reading calls, tasks (or blocking threads)
+//! running them, replies written in the order the calls finish, and a
+//! watchdog that closes the connection when its peer stalls.
 //!
-//! The reading loop owns the read half. The write half sits behind a mutex
-//! shared by everyone who has a reply to send (the loop itself for immediate
-//! replies, the call tasks for the rest); a reply is written whole, with one
-//! vectored write loop, while holding the mutex, so replies never interleave.
+//! Replies are written by whoever finishes a call, without waiting: if no
+//! one else is writing and the socket takes the whole reply, that is one
+//! `writev` and no hand-off. Otherwise the reply joins the connection's
+//! queue and the connection's own writer (a branch of the connection task)
+//! sends it when the socket has room. So a thread of the blocking pool never
+//! waits on a socket, and a peer that does not read its replies holds its
+//! queue, never threads.
+//!
+//! The bounds, per connection:
+//! - `max_in_flight` calls from read to reply written (queued replies
+//!   included);
+//! - `buffer_share` calls holding a large buffer, likewise;
+//! - no new call is read while more than [`backlog_limit`] reply bytes wait
+//!   for the peer;
+//! - `stall_timeout` without a byte inside a record, `reply_timeout`
+//!   without a reply byte taken by a peer that has replies waiting, and
+//!   `idle_timeout` with nothing at all, each close the connection and give
+//!   back what it holds.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
 use std::io::{self, IoSlice};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -17,16 +33,19 @@ use dionfs_rpc::record::MAX_FRAGMENT_LEN;
 use dionfs_rpc::{
     read_call_header, record_mark, CallError, RecordError, RecordReader, ReplyStatus,
 };
-use tokio::io::{AsyncWrite, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use parking_lot::Mutex;
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
-use tokio::sync::{Mutex, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{debug, info, warn};
 
+use super::counters::NetCounters;
+use super::stream::{CallReader, ReadProgress, Waiting};
 use super::{ConnInfo, ConnLimits, Received, Reply, Service};
 
-/// Upper bound on `ConnLimits::max_in_flight`, so that permit counts fit the
-/// semaphore's u32 arithmetic.
+/// Upper bound on `ConnLimits::max_in_flight` and `buffer_share`, so that
+/// permit counts fit the semaphore's u32 arithmetic.
 const MAX_IN_FLIGHT_CAP: usize = 1 << 16;
 
 /// Why a connection ended.
@@ -44,8 +63,15 @@ pub enum ConnEnd {
     NotACall,
     /// Reading from the socket failed.
     ReadError(io::Error),
-    /// Writing a reply failed or timed out.
+    /// Writing a reply failed.
     WriteError(io::ErrorKind),
+    /// No byte of a started record came for the stall timeout.
+    Stalled(Duration),
+    /// Replies waited for the peer to read them, without progress, for the
+    /// reply timeout.
+    RepliesUnread(Duration),
+    /// No call and no byte for the idle timeout.
+    Idle(Duration),
 }
 
 impl fmt::Display for ConnEnd {
@@ -60,50 +86,229 @@ impl fmt::Display for ConnEnd {
             ConnEnd::NotACall => f.write_str("peer sent a non-call message"),
             ConnEnd::ReadError(e) => write!(f, "read error: {e}"),
             ConnEnd::WriteError(kind) => write!(f, "write error: {kind}"),
+            ConnEnd::Stalled(t) => write!(f, "record stalled for {}s", t.as_secs_f64()),
+            ConnEnd::RepliesUnread(t) => {
+                write!(f, "replies unread for {}s", t.as_secs_f64())
+            }
+            ConnEnd::Idle(t) => write!(f, "idle for {}s", t.as_secs_f64()),
         }
     }
 }
 
-/// The parts of a connection that call tasks share with the reading loop.
+/// Reply bytes that may wait for a peer before the connection stops reading
+/// calls: two of the largest replies, so a client reading at its own pace
+/// never waits on this, and one that does not read costs at most this much
+/// beyond what its socket buffers.
+fn backlog_limit(limits: &ConnLimits) -> usize {
+    2 * limits.max_record as usize
+}
+
+/// What a call holds from the moment it is read until its reply is written
+/// (or dropped): a place among the connection's calls in flight and, for a
+/// call holding a large buffer, one of the connection's buffer shares.
+#[derive(Default)]
+pub(super) struct CallPermits {
+    _in_flight: Option<OwnedSemaphorePermit>,
+    _share: Option<OwnedSemaphorePermit>,
+}
+
+/// A reply that could not be written at once, and how much of it was.
+struct Outgoing {
+    reply: Reply,
+    /// Bytes of its record already written.
+    sent: usize,
+    _permits: CallPermits,
+}
+
+/// Who is writing to the socket. Only one at a time, so replies never
+/// interleave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Writer {
+    /// Nobody: the next reply may be written at once by whoever has it.
+    Idle,
+    /// A call's thread or task, writing its reply without waiting.
+    Direct,
+    /// The connection's writer, draining the queue.
+    Queue,
+}
+
+struct ReplyQueue {
+    writer: Writer,
+    replies: VecDeque<Outgoing>,
+}
+
+/// The parts of a connection that call tasks share with the connection
+/// task.
 struct Shared {
-    writer: Mutex<OwnedWriteHalf>,
-    write_timeout: Duration,
+    socket: OwnedWriteHalf,
+    queue: Mutex<ReplyQueue>,
+    /// Bytes of queued replies not yet written (the reply being written by
+    /// the queue writer included).
+    unsent: AtomicUsize,
+    /// Bytes the queue writer has written: its progress, for the watchdog.
+    written: AtomicU64,
+    /// Wakes the queue writer when a reply is handed to it.
+    wake_writer: Notify,
+    /// Wakes the reading loop when a queued reply has been written.
+    drained: Notify,
     /// Set once the connection is closing or a write failed: replies that
     /// finish later are dropped.
     closed: AtomicBool,
     /// The first write failure, for the log line.
     write_error: OnceLock<io::ErrorKind>,
-    /// Wakes the reading loop when a write fails.
+    /// Wakes the connection task when a write fails.
     write_failed: Notify,
 }
 
 impl Shared {
-    /// Sends one reply. A failure marks the connection broken and wakes the
-    /// reading loop, which then closes it; the caller has nothing to do.
-    async fn send(&self, reply: &Reply) {
-        if self.closed.load(Ordering::Acquire) {
-            return;
+    /// Sends one reply, never waiting: written at once if no one else is
+    /// writing and the socket takes it, else queued for the connection's
+    /// writer (which may then finish a reply written in part). `permits`
+    /// are released when the reply is out. A failure marks the connection
+    /// broken and wakes the connection task, which then closes it; the
+    /// caller has nothing to do.
+    fn send(&self, reply: Reply, permits: CallPermits) {
+        {
+            let mut queue = self.queue.lock();
+            if self.closed.load(Ordering::Acquire) {
+                return;
+            }
+            if queue.writer != Writer::Idle {
+                self.unsent.fetch_add(record_len(&reply), Ordering::Relaxed);
+                queue.replies.push_back(Outgoing {
+                    reply,
+                    sent: 0,
+                    _permits: permits,
+                });
+                return;
+            }
+            queue.writer = Writer::Direct;
         }
-        let mut writer = self.writer.lock().await;
-        if self.closed.load(Ordering::Acquire) {
-            return;
+        let mut sent = 0;
+        let written = write_without_waiting(&reply, &mut sent, |slices| {
+            self.socket.try_write_vectored(slices)
+        });
+        let mut queue = self.queue.lock();
+        match written {
+            Ok(true) => {
+                drop(permits);
+                if queue.replies.is_empty() {
+                    queue.writer = Writer::Idle;
+                } else {
+                    queue.writer = Writer::Queue;
+                    self.wake_writer.notify_one();
+                }
+            }
+            Ok(false) => {
+                // The socket is full: the rest waits for room, first in line.
+                self.unsent
+                    .fetch_add(record_len(&reply) - sent, Ordering::Relaxed);
+                queue.replies.push_front(Outgoing {
+                    reply,
+                    sent,
+                    _permits: permits,
+                });
+                queue.writer = Writer::Queue;
+                self.wake_writer.notify_one();
+            }
+            Err(e) => {
+                drop(queue);
+                self.fail(e.kind());
+            }
         }
-        // Bounded so that a peer that stops reading cannot hold the writer
-        // (and every call task queued behind it) forever.
-        let result = tokio::time::timeout(self.write_timeout, write_reply(&mut *writer, reply))
-            .await
-            .unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into()));
-        if let Err(e) = result {
+    }
+
+    /// Writes queued replies as the socket takes them, for the life of the
+    /// connection. Returns only on a write error.
+    async fn write_queued(&self) -> io::ErrorKind {
+        loop {
+            self.wake_writer.notified().await;
+            loop {
+                let next = {
+                    let mut queue = self.queue.lock();
+                    if queue.writer != Writer::Queue {
+                        break;
+                    }
+                    match queue.replies.pop_front() {
+                        Some(next) => next,
+                        None => {
+                            queue.writer = Writer::Idle;
+                            break;
+                        }
+                    }
+                };
+                if let Err(e) = self.write_out(next).await {
+                    return e.kind();
+                }
+                self.drained.notify_waiters();
+            }
+        }
+    }
+
+    /// Writes the rest of one queued reply, waiting for room in the socket.
+    async fn write_out(&self, mut out: Outgoing) -> io::Result<()> {
+        loop {
+            let before = out.sent;
+            let done = write_without_waiting(&out.reply, &mut out.sent, |slices| {
+                self.socket.try_write_vectored(slices)
+            })?;
+            let n = out.sent - before;
+            self.written.fetch_add(n as u64, Ordering::Relaxed);
+            self.unsent.fetch_sub(n, Ordering::Relaxed);
+            if done {
+                return Ok(());
+            }
+            self.socket.writable().await?;
+        }
+    }
+
+    /// Waits while more than `limit` reply bytes wait for the peer.
+    async fn wait_for_backlog(&self, limit: usize) {
+        loop {
+            let drained = self.drained.notified();
+            tokio::pin!(drained);
+            drained.as_mut().enable();
+            if self.unsent.load(Ordering::Relaxed) <= limit || self.closed.load(Ordering::Acquire) {
+                return;
+            }
+            drained.await;
+        }
+    }
+
+    fn fail(&self, kind: io::ErrorKind) {
+        let _ = self.write_error.set(kind);
+        self.close();
+        self.write_failed.notify_one();
+    }
+
+    /// Drops every queued reply (their buffers and permits go back) and
+    /// every reply that finishes later.
+    fn close(&self) {
+        let dropped = {
+            let mut queue = self.queue.lock();
             self.closed.store(true, Ordering::Release);
-            let _ = self.write_error.set(e.kind());
-            self.write_failed.notify_one();
-        }
+            std::mem::take(&mut queue.replies)
+        };
+        self.unsent.store(0, Ordering::Relaxed);
+        drop(dropped);
     }
 }
 
-/// Writes `reply` as one record: record mark, header, payload, padding, with
-/// vectored writes (the payload is never copied).
-pub(super) async fn write_reply<W: AsyncWrite + Unpin>(w: &mut W, reply: &Reply) -> io::Result<()> {
+/// Bytes of `reply`'s record: record mark, header, payload, padding.
+fn record_len(reply: &Reply) -> usize {
+    let data = reply.data_bytes().len();
+    4 + reply.header.len() + data + dionfs_xdr::pad_len(data)
+}
+
+/// Writes `reply` as one record (record mark, header, payload, padding),
+/// from byte `*sent` on, with vectored writes through `write` (the payload
+/// is never copied), until it is all written (`Ok(true)`) or `write` would
+/// block (`Ok(false)`); `*sent` follows.
+pub(super) fn write_without_waiting(
+    reply: &Reply,
+    sent: &mut usize,
+    mut write: impl FnMut(&[IoSlice<'_>]) -> io::Result<usize>,
+) -> io::Result<bool> {
     let data = reply.data_bytes();
     let pad = dionfs_xdr::pad_len(data.len());
     let total = reply.header.len() + data.len() + pad;
@@ -113,22 +318,27 @@ pub(super) async fn write_reply<W: AsyncWrite + Unpin>(w: &mut W, reply: &Reply)
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "reply exceeds one fragment"))?;
     let mark = record_mark(len, true);
     let zeros = [0u8; 3];
-    let mut slices = [
-        IoSlice::new(&mark),
-        IoSlice::new(&reply.header),
-        IoSlice::new(data),
-        IoSlice::new(&zeros[..pad]),
-    ];
-    let mut remaining: &mut [IoSlice<'_>] = &mut slices;
-    while !remaining.is_empty() {
-        let n = w.write_vectored(remaining).await?;
-        if n == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
-        }
+    loop {
+        let mut slices = [
+            IoSlice::new(&mark),
+            IoSlice::new(&reply.header),
+            IoSlice::new(data),
+            IoSlice::new(&zeros[..pad]),
+        ];
+        let mut remaining: &mut [IoSlice<'_>] = &mut slices;
         // Drops the slices written in full and trims the one written in part.
-        IoSlice::advance_slices(&mut remaining, n);
+        IoSlice::advance_slices(&mut remaining, *sent);
+        if remaining.is_empty() {
+            return Ok(true);
+        }
+        match write(remaining) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => *sent += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
     }
-    Ok(())
 }
 
 /// Serves one connection until the peer closes it or it fails: reads calls,
@@ -158,97 +368,266 @@ pub(super) async fn run_connection<S: Service>(
     info!(conn = conn.id, peer = %conn.peer, local = %conn.local, "connection opened");
     let (read_half, write_half) = stream.into_split();
     let shared = Arc::new(Shared {
-        writer: Mutex::new(write_half),
-        write_timeout: limits.write_timeout,
+        socket: write_half,
+        queue: Mutex::new(ReplyQueue {
+            writer: Writer::Idle,
+            replies: VecDeque::new(),
+        }),
+        unsent: AtomicUsize::new(0),
+        written: AtomicU64::new(0),
+        wake_writer: Notify::new(),
+        drained: Notify::new(),
         closed: AtomicBool::new(false),
         write_error: OnceLock::new(),
         write_failed: Notify::new(),
     });
     let max_in_flight = limits.max_in_flight.clamp(1, MAX_IN_FLIGHT_CAP);
     let in_flight = Arc::new(Semaphore::new(max_in_flight));
-    let mut reader = RecordReader::new(read_half, limits.max_record);
+    let shares = Arc::new(Semaphore::new(
+        limits.buffer_share.clamp(1, MAX_IN_FLIGHT_CAP),
+    ));
+    let progress = Arc::new(ReadProgress::default());
+    let mut reader = RecordReader::new(
+        CallReader::new(read_half, progress.clone()),
+        limits.max_record,
+    );
     let mut calls = 0u64;
+    let loop_state = Loop {
+        service: &service,
+        conn: &conn,
+        shared: &shared,
+        in_flight: &in_flight,
+        max_in_flight,
+        shares: &shares,
+        limits: &limits,
+    };
+
+    // One writer for the life of the connection, polled by both phases
+    // below: a reply it is half-way through survives the switch.
+    let writer = shared.write_queued();
+    tokio::pin!(writer);
 
     let end = tokio::select! {
         biased;
         () = stop => ConnEnd::Shutdown,
-        () = shared.write_failed.notified() => {
-            ConnEnd::WriteError(shared.write_error.get().copied().unwrap_or(io::ErrorKind::Other))
-        }
-        end = read_calls(&service, &conn, &mut reader, &shared, &in_flight, &mut calls) => end,
+        () = shared.write_failed.notified() => write_end(&shared),
+        kind = &mut writer => ConnEnd::WriteError(kind),
+        end = watch(&loop_state, &progress) => end,
+        end = read_calls(&loop_state, &mut reader, &mut calls) => end,
     };
+    // What the reading loop held (a call half-received, a buffer taken for
+    // it) is gone with its future.
 
     if matches!(end, ConnEnd::PeerClosed | ConnEnd::Shutdown) {
         // Let the calls in flight send their replies: wait until every permit
-        // is back. `max_in_flight` is capped far below u32::MAX.
+        // is back (queued replies hold theirs), with the writer running.
+        // `max_in_flight` is capped far below u32::MAX.
         let all = max_in_flight as u32;
-        let _ = tokio::time::timeout(limits.drain_timeout, in_flight.acquire_many(all)).await;
+        tokio::select! {
+            _ = tokio::time::timeout(limits.drain_timeout, in_flight.acquire_many(all)) => {}
+            _ = &mut writer => {}
+        }
     }
-    shared.closed.store(true, Ordering::Release);
-    // Send FIN now; the socket itself closes when the last call task that
-    // still holds the write half finishes. Bounded: a reply being written
-    // holds the lock for at most the write timeout.
-    let _ = tokio::time::timeout(limits.write_timeout, async {
-        shared.writer.lock().await.shutdown().await
-    })
-    .await;
-    info!(conn = conn.id, peer = %conn.peer, reason = %end, calls, "connection closed");
+    shared.close();
+    // Send FIN (or, for a peer we gave up on, close both ways); the socket
+    // itself closes when the last call still holding the write half
+    // finishes.
+    let how = match end {
+        ConnEnd::PeerClosed | ConnEnd::Shutdown => rustix::net::Shutdown::Write,
+        _ => rustix::net::Shutdown::Both,
+    };
+    let socket: &TcpStream = shared.socket.as_ref();
+    let _ = rustix::net::shutdown(socket, how);
+    log_end(&conn, &end, &limits, calls);
     end
+}
+
+fn write_end(shared: &Shared) -> ConnEnd {
+    ConnEnd::WriteError(
+        shared
+            .write_error
+            .get()
+            .copied()
+            .unwrap_or(io::ErrorKind::Other),
+    )
+}
+
+/// The closing log line, and for the ends an operator may act on, the
+/// counter and a warning saying what happened.
+fn log_end(conn: &ConnInfo, end: &ConnEnd, limits: &ConnLimits, calls: u64) {
+    let counters: &NetCounters = &limits.counters;
+    match end {
+        ConnEnd::Stalled(t) => {
+            NetCounters::bump(&counters.stalled);
+            warn!(
+                conn = conn.id,
+                peer = %conn.peer,
+                stall_timeout_s = t.as_secs_f64(),
+                "dropping connection: a call stopped arriving half-way for the stall timeout \
+                 (a hung, overloaded or hostile client); its buffers are free again. \
+                 Raise stall_timeout if clients are this slow on purpose"
+            );
+        }
+        ConnEnd::RepliesUnread(t) => {
+            NetCounters::bump(&counters.unread_replies);
+            warn!(
+                conn = conn.id,
+                peer = %conn.peer,
+                reply_timeout_s = t.as_secs_f64(),
+                "dropping connection: the client read none of its replies for the reply \
+                 timeout (hung or hostile); its buffers are free again"
+            );
+        }
+        ConnEnd::Idle(_) => NetCounters::bump(&counters.idle),
+        _ => {}
+    }
+    info!(conn = conn.id, peer = %conn.peer, reason = %end, calls, "connection closed");
+}
+
+/// What the reading loop and the watchdog share.
+struct Loop<'a, S> {
+    service: &'a Arc<S>,
+    conn: &'a Arc<ConnInfo>,
+    shared: &'a Arc<Shared>,
+    in_flight: &'a Arc<Semaphore>,
+    max_in_flight: usize,
+    shares: &'a Arc<Semaphore>,
+    limits: &'a ConnLimits,
+}
+
+/// Watches the connection for the timeouts of [`ConnLimits`] and returns
+/// the first one that expires.
+///
+/// Clocks run only while the peer is the one awaited: the stall clock while
+/// a read inside a record (or a payload) is pending with no byte arriving,
+/// the reply clock while replies wait and none of their bytes go out, the
+/// idle clock while nothing at all happens. A periodic check, not a timer
+/// per read, so the calls themselves pay nothing for it.
+async fn watch<S>(l: &Loop<'_, S>, progress: &ReadProgress) -> ConnEnd {
+    let limits = l.limits;
+    let shortest = limits
+        .stall_timeout
+        .min(limits.reply_timeout)
+        .min(limits.idle_timeout);
+    let period = (shortest / 4).max(Duration::from_millis(5));
+    let mut ticks = tokio::time::interval(period);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let socket: &TcpStream = l.shared.socket.as_ref();
+    let now = Instant::now();
+    let (mut last_read, mut last_write, mut last_busy) = (now, now, now);
+    let mut received = progress.received();
+    let mut written = l.shared.written.load(Ordering::Relaxed);
+    let mut queued = 0;
+    loop {
+        ticks.tick().await;
+        let now = Instant::now();
+        let waiting = progress.waiting();
+        // Read side: progress is bytes received, or while awaiting a
+        // payload, bytes queued in the socket.
+        let r = progress.received();
+        let q = match waiting {
+            Waiting::Payload => dionfs_sys::net::bytes_queued(socket).unwrap_or(0),
+            _ => 0,
+        };
+        if r != received || q != queued || waiting == Waiting::Nothing {
+            (received, queued, last_read) = (r, q, now);
+        }
+        let in_record = progress.in_record();
+        if waiting != Waiting::Nothing && in_record && now - last_read >= limits.stall_timeout {
+            return ConnEnd::Stalled(limits.stall_timeout);
+        }
+        // Write side: queued replies, and the queue writer's progress.
+        let unsent = l.shared.unsent.load(Ordering::Relaxed);
+        let w = l.shared.written.load(Ordering::Relaxed);
+        if unsent == 0 || w != written {
+            (written, last_write) = (w, now);
+        } else if now - last_write >= limits.reply_timeout {
+            return ConnEnd::RepliesUnread(limits.reply_timeout);
+        }
+        // Idle: waiting for the next call, with none in flight. (Waiting
+        // for a record, the reading loop holds one permit itself.)
+        let calls_in_flight = l.in_flight.available_permits() + 1 < l.max_in_flight;
+        if waiting != Waiting::Socket || in_record || calls_in_flight || unsent > 0 {
+            last_busy = now;
+        }
+        if now - last_busy.max(last_read) >= limits.idle_timeout {
+            return ConnEnd::Idle(limits.idle_timeout);
+        }
+    }
 }
 
 /// The reading loop: one call after the other until the connection ends.
 async fn read_calls<S: Service>(
-    service: &Arc<S>,
-    conn: &Arc<ConnInfo>,
-    reader: &mut RecordReader<OwnedReadHalf>,
-    shared: &Arc<Shared>,
-    in_flight: &Arc<Semaphore>,
+    l: &Loop<'_, S>,
+    reader: &mut RecordReader<CallReader>,
     calls: &mut u64,
 ) -> ConnEnd {
     loop {
         // Backpressure: with every permit taken by calls in flight, the
         // connection reads nothing more until one of them finishes.
-        let Ok(permit) = in_flight.clone().acquire_owned().await else {
+        let Ok(permit) = l.in_flight.clone().acquire_owned().await else {
             // The semaphore is never closed.
             return ConnEnd::Shutdown;
         };
+        // A peer that does not read its replies gets no new calls read.
+        l.shared.wait_for_backlog(backlog_limit(l.limits)).await;
+        reader.get_ref().between_records();
         match reader.next_record().await {
             Ok(true) => {}
             Ok(false) => return ConnEnd::PeerClosed,
-            Err(e) => return record_error_end(e, conn),
+            Err(e) => return record_error_end(e, l.conn),
         }
-        match read_call(service, conn, reader, shared, calls).await {
-            Ok(Some(pending)) => {
-                let task = run_call(
-                    service.clone(),
-                    conn.clone(),
-                    shared.clone(),
-                    pending,
-                    permit,
-                );
-                if S::EXECUTE_BLOCKS {
-                    let runtime = tokio::runtime::Handle::current();
-                    tokio::task::spawn_blocking(move || runtime.block_on(task));
-                } else {
-                    tokio::spawn(task);
-                }
-            }
-            Ok(None) => {}
+        let mut permits = CallPermits {
+            _in_flight: Some(permit),
+            _share: None,
+        };
+        match read_call(l, reader, calls, &mut permits).await {
+            Ok(Outcome::Run(pending)) => run_call(l, pending, permits),
+            Ok(Outcome::Reply(reply)) => l.shared.send(reply, permits),
+            Ok(Outcome::Nothing) => {}
             Err(end) => return end,
         }
     }
 }
 
+/// Starts a received call: on a blocking thread if it blocks, else as a
+/// task. Either way the reply is sent from there, without waiting.
+fn run_call<S: Service>(l: &Loop<'_, S>, pending: S::Pending, permits: CallPermits) {
+    let (service, conn, shared) = (l.service.clone(), l.conn.clone(), l.shared.clone());
+    if S::EXECUTE_BLOCKS {
+        let runtime = tokio::runtime::Handle::current();
+        tokio::task::spawn_blocking(move || {
+            if let Some(reply) = runtime.block_on(service.execute(conn, pending)) {
+                shared.send(reply, permits);
+            }
+        });
+    } else {
+        tokio::spawn(async move {
+            if let Some(reply) = service.execute(conn, pending).await {
+                shared.send(reply, permits);
+            }
+        });
+    }
+}
+
+/// What became of one call read by [`read_call`].
+enum Outcome<P> {
+    Run(P),
+    Reply(Reply),
+    Nothing,
+}
+
 /// Reads one call from the record just opened, through `service.receive`,
-/// and consumes the rest of the record. Replies at once where the call
-/// needs no task. Returns the call to run, if any.
+/// and consumes the rest of the record. A call that will hold a large
+/// buffer first takes one of the connection's buffer shares into
+/// `permits`.
 async fn read_call<S: Service>(
-    service: &Arc<S>,
-    conn: &Arc<ConnInfo>,
-    reader: &mut RecordReader<OwnedReadHalf>,
-    shared: &Shared,
+    l: &Loop<'_, S>,
+    reader: &mut RecordReader<CallReader>,
     calls: &mut u64,
-) -> Result<Option<S::Pending>, ConnEnd> {
+    permits: &mut CallPermits,
+) -> Result<Outcome<S::Pending>, ConnEnd> {
+    let conn = l.conn;
     let call = match read_call_header(reader).await {
         Ok(call) => call,
         Err(CallError::Record(e)) => return Err(record_error_end(e, conn)),
@@ -265,15 +644,17 @@ async fn read_call<S: Service>(
                 .skip_rest()
                 .await
                 .map_err(|e| record_error_end(e, conn))?;
-            if let Some(header) = e.reply() {
-                shared.send(&Reply::new(header)).await;
-            }
-            return Ok(None);
+            return Ok(e.reply().map_or(Outcome::Nothing, |header| {
+                Outcome::Reply(Reply::new(header))
+            }));
         }
     };
     *calls += 1;
+    if l.service.holds_buffer(&call) {
+        permits._share = take_share(l).await;
+    }
     let (xid, prog, proc_) = (call.xid, call.prog, call.proc_);
-    let received = match service.receive(conn, call, reader).await {
+    let received = match l.service.receive(conn, call, reader).await {
         Ok(received) => received,
         // The arguments claimed more bytes than the record holds.
         Err(RecordError::PastEnd) => Received::Reply(Reply::status(xid, ReplyStatus::GarbageArgs)),
@@ -291,7 +672,7 @@ async fn read_call<S: Service>(
                 max,
                 "arguments over the procedure's limit: GARBAGE_ARGS"
             );
-            service.note_oversized_args();
+            l.service.note_oversized_args();
             Received::Reply(Reply::status(xid, ReplyStatus::GarbageArgs))
         }
         Err(e) => return Err(record_error_end(e, conn)),
@@ -300,25 +681,22 @@ async fn read_call<S: Service>(
         .skip_rest()
         .await
         .map_err(|e| record_error_end(e, conn))?;
-    match received {
-        Received::Run(pending) => return Ok(Some(pending)),
-        Received::Reply(reply) => shared.send(&reply).await,
-        Received::NoReply => {}
-    }
-    Ok(None)
+    Ok(match received {
+        Received::Run(pending) => Outcome::Run(pending),
+        Received::Reply(reply) => Outcome::Reply(reply),
+        Received::NoReply => Outcome::Nothing,
+    })
 }
 
-/// Runs one call in its own task; the permit returns when the reply is out.
-async fn run_call<S: Service>(
-    service: Arc<S>,
-    conn: Arc<ConnInfo>,
-    shared: Arc<Shared>,
-    pending: S::Pending,
-    _permit: OwnedSemaphorePermit,
-) {
-    if let Some(reply) = service.execute(conn, pending).await {
-        shared.send(&reply).await;
+/// One of the connection's buffer shares; waits (counted) while all are
+/// held by its calls in flight or replies unsent.
+async fn take_share<S>(l: &Loop<'_, S>) -> Option<OwnedSemaphorePermit> {
+    if let Ok(share) = l.shares.clone().try_acquire_owned() {
+        return Some(share);
     }
+    NetCounters::bump(&l.limits.counters.share_delays);
+    // `None` only if the semaphore were closed, which it never is.
+    l.shares.clone().acquire_owned().await.ok()
 }
 
 /// How a read failure ends the connection. An oversized record is worth a

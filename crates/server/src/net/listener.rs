@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -11,7 +11,12 @@ use tokio::task::JoinSet;
 use tracing::{debug, error, info, warn};
 
 use super::connection::run_connection;
+use super::counters::NetCounters;
 use super::{ConnInfo, ConnLimits, Service};
+
+/// At most one "connection refused" warning this often, however many
+/// connections are refused.
+const REFUSAL_WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// Pause after a failed accept (e.g. EMFILE), so that a persistent failure
 /// neither spins nor floods the log.
@@ -32,7 +37,10 @@ pub fn next_conn_id() -> u64 {
 /// the connections at once.
 ///
 /// An idle connection costs one task, a socket and a few hundred bytes of
-/// state: buffers are allocated per call, as large as the call needs.
+/// state: buffers are allocated per call, as large as the call needs. With
+/// `limits.max_connections` open (counted across every listener sharing
+/// `limits.counters`), a new connection is accepted and closed at once, so
+/// the client sees a reset rather than a hang.
 pub async fn serve<S: Service>(
     listener: TcpListener,
     service: Arc<S>,
@@ -42,12 +50,18 @@ pub async fn serve<S: Service>(
     let local = listener.local_addr().ok();
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut connections = JoinSet::new();
+    let mut refusals = Refusals::default();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
+                    let Some(open) = OpenConnection::admit(&limits) else {
+                        refusals.note(peer, &limits);
+                        drop(stream);
+                        continue;
+                    };
                     // Replies are whole records written at once: Nagle would
                     // only delay them.
                     if let Err(e) = stream.set_nodelay(true) {
@@ -62,13 +76,18 @@ pub async fn serve<S: Service>(
                         // An error means the sender is gone: stop as well.
                         let _ = stop.wait_for(|stop| *stop).await;
                     };
-                    connections.spawn(run_connection(
+                    let run = run_connection(
                         service.clone(),
                         stream,
                         conn,
                         limits.clone(),
                         stopped,
-                    ));
+                    );
+                    connections.spawn(async move {
+                        let end = run.await;
+                        drop(open);
+                        end
+                    });
                 }
                 Err(e) => {
                     warn!(listener = ?local, error = %e, "accept failed");
@@ -83,6 +102,58 @@ pub async fn serve<S: Service>(
     stop_tx.send_replace(true);
     while let Some(joined) = connections.join_next().await {
         log_join(joined);
+    }
+}
+
+/// One connection counted in `NetCounters::open` until dropped.
+struct OpenConnection(Arc<NetCounters>);
+
+impl OpenConnection {
+    /// Counts a new connection, unless `max_connections` are open.
+    fn admit(limits: &ConnLimits) -> Option<Self> {
+        let open = &limits.counters.open;
+        let max = limits.max_connections;
+        open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < max).then_some(n + 1)
+        })
+        .ok()?;
+        Some(Self(limits.counters.clone()))
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Connections refused over the cap: counted, and warned about at most once
+/// per [`REFUSAL_WARN_EVERY`].
+#[derive(Default)]
+struct Refusals {
+    last_warning: Option<Instant>,
+    since_warning: u64,
+}
+
+impl Refusals {
+    fn note(&mut self, peer: std::net::SocketAddr, limits: &ConnLimits) {
+        NetCounters::bump(&limits.counters.refused);
+        self.since_warning += 1;
+        let now = Instant::now();
+        if self
+            .last_warning
+            .is_some_and(|t| now.duration_since(t) < REFUSAL_WARN_EVERY)
+        {
+            return;
+        }
+        warn!(
+            %peer,
+            max_connections = limits.max_connections,
+            refused = self.since_warning,
+            "connection refused: max_connections are open (count since the last such              warning in `refused`); raise max_connections if these clients are legitimate"
+        );
+        self.last_warning = Some(now);
+        self.since_warning = 0;
     }
 }
 

@@ -8,15 +8,26 @@
 //!
 //! A call goes through two steps of its [`Service`]:
 //! 1. [`Service::receive`], in the reading loop: decode the arguments from
-//!    the record (a WRITE payload goes straight into the caller's buffer).
-//!    The loop reads nothing else meanwhile, so a `receive` that waits (for a
-//!    pooled buffer, say) is backpressure on that connection.
+//!    the record (a WRITE payload goes straight into the caller's buffer,
+//!    taken only once the payload is in the socket, see
+//!    [`wait_for_payload`]). The loop reads nothing else meanwhile, so a
+//!    `receive` that waits (for a pooled buffer, say) is backpressure on
+//!    that connection.
 //! 2. [`Service::execute`], in a task of its own: run the call and build the
 //!    [`Reply`]. A READ reply carries its file data as a [`ReplyPayload`],
 //!    written to the socket from where it lies, never copied.
+//!
+//! One client cannot stop the others (see `connection.rs` for how): a
+//! record whose bytes stop coming is dropped after `stall_timeout`, replies
+//! a client does not read close its connection after `reply_timeout`, calls
+//! that hold a large buffer are capped per connection (`buffer_share`), and
+//! connections are capped in number (`max_connections`) and closed when idle
+//! (`idle_timeout`).
 
 mod connection;
+mod counters;
 mod listener;
+mod stream;
 #[cfg(test)]
 mod tests;
 
@@ -27,10 +38,11 @@ use std::time::Duration;
 
 use dionfs_rpc::{CallHeader, RecordError, RecordReader, ReplyHeader, ReplyStatus};
 use dionfs_xdr::Encode;
-use tokio::io::AsyncRead;
 
 pub use connection::{serve_connection, ConnEnd};
+pub use counters::{NetCounters, NetSnapshot};
 pub use listener::{next_conn_id, serve};
+pub use stream::{CallReader, CallStream};
 
 /// An RPC program (or a dispatcher over several) as seen by the connection
 /// loop. Used generically, never as a trait object.
@@ -40,11 +52,23 @@ pub trait Service: Send + Sync + 'static {
     type Pending: Send + 'static;
 
     /// Whether [`execute`](Self::execute) does blocking work (file-system
-    /// calls). If so the connection runs it, and sends its reply, on one
-    /// thread of tokio's blocking pool: one thread hand-off per call, where
-    /// a task that waits for a blocking thread and is then woken to send
-    /// the reply costs two more (measured: most of a small call's time).
+    /// calls). If so the connection runs it on one thread of tokio's
+    /// blocking pool, which then tries to write the reply without waiting
+    /// (and otherwise queues it for the connection's writer): one thread
+    /// hand-off per call, where a task that waits for a blocking thread and
+    /// is then woken to send the reply costs two more (measured: most of a
+    /// small call's time).
     const EXECUTE_BLOCKS: bool = false;
+
+    /// Whether the call will hold one of the service's large buffers (a
+    /// READ's or WRITE's pool buffer) until its reply is sent. The
+    /// connection lets at most `ConnLimits::buffer_share` such calls of one
+    /// connection be in flight at once (from before `receive` until the
+    /// reply is written), so that no connection, however busy or however
+    /// slow to read its replies, holds more than its share of a pool.
+    fn holds_buffer(&self, _call: &CallHeader) -> bool {
+        false
+    }
 
     /// Decodes the call's arguments from `body`, which is positioned right
     /// after the call header. Whatever is left of the record afterwards is
@@ -62,7 +86,7 @@ pub trait Service: Send + Sync + 'static {
     /// other error closes the connection. Malformed arguments that were read
     /// successfully are the service's to answer (usually
     /// `Received::Reply(Reply::status(xid, GarbageArgs))`).
-    fn receive<R: AsyncRead + Unpin + Send>(
+    fn receive<R: CallStream>(
         &self,
         conn: &ConnInfo,
         call: CallHeader,
@@ -89,7 +113,7 @@ pub trait Service: Send + Sync + 'static {
 /// the connection answers with GARBAGE_ARGS): without such a bound any call
 /// could make the server allocate a whole record's worth (about the largest
 /// WRITE) for nothing.
-pub async fn read_args<R: AsyncRead + Unpin>(
+pub async fn read_args<R: tokio::io::AsyncRead + Unpin>(
     body: &mut RecordReader<R>,
     max: usize,
 ) -> Result<Vec<u8>, RecordError> {
@@ -98,6 +122,20 @@ pub async fn read_args<R: AsyncRead + Unpin>(
     let max = u32::try_from(max).unwrap_or(u32::MAX);
     body.read_to_end_bounded(&mut args, max).await?;
     Ok(args)
+}
+
+/// Waits, holding nothing, until the next `bytes` bytes of the record (a
+/// WRITE payload, say) have arrived, or as many as the socket can queue.
+/// Take the buffer for them afterwards: then a client that sends the start
+/// of a call and stalls holds no buffer, only its connection, which the
+/// stall timeout drops. Costs one `ioctl` when the bytes are already there.
+pub async fn wait_for_payload<R: CallStream>(
+    body: &RecordReader<R>,
+    bytes: usize,
+) -> Result<(), RecordError> {
+    // Bytes the record reader has already taken from the socket would count
+    // here; it buffers none (it reads exactly what it is asked for).
+    Ok(body.get_ref().wait_for_queued(bytes).await?)
 }
 
 /// What [`Service::receive`] decided about a call.
@@ -119,7 +157,8 @@ pub struct ConnInfo {
     pub local: SocketAddr,
 }
 
-/// Limits applied to each connection.
+/// Limits applied to each connection, and the counters of the listeners
+/// that share them.
 #[derive(Debug, Clone)]
 pub struct ConnLimits {
     /// Largest record (RPC call) accepted, checked before it is read; a
@@ -128,12 +167,29 @@ pub struct ConnLimits {
     /// Calls of one connection that may be in flight at once; when they are
     /// all taken the connection stops reading.
     pub max_in_flight: usize,
+    /// Calls of one connection holding a large buffer at once (see
+    /// [`Service::holds_buffer`]); more wait, and the connection reads
+    /// nothing else meanwhile.
+    pub buffer_share: usize,
     /// When a connection ends (peer closed, server shutdown), how long its
     /// calls in flight may take to send their replies before it is closed.
     pub drain_timeout: Duration,
-    /// Longest time one reply may take to write; a peer that stops reading
-    /// longer than this loses its connection.
-    pub write_timeout: Duration,
+    /// A record (a call) whose bytes stop coming for this long is dropped
+    /// with its connection; a record that keeps coming, however slowly, is
+    /// not.
+    pub stall_timeout: Duration,
+    /// A connection whose replies make no progress (the peer does not read
+    /// them) for this long is closed.
+    pub reply_timeout: Duration,
+    /// A connection with no call in flight and no bytes received for this
+    /// long is closed.
+    pub idle_timeout: Duration,
+    /// Connections open at once across every listener sharing `counters`;
+    /// more are accepted and closed at once.
+    pub max_connections: usize,
+    /// Counters of the connections served with these limits (shared by
+    /// clones: one set for all listeners of a server).
+    pub counters: Arc<NetCounters>,
 }
 
 impl Default for ConnLimits {
@@ -142,8 +198,14 @@ impl Default for ConnLimits {
             // A 1 MiB WRITE plus generous room for the call and NFS headers.
             max_record: (1 << 20) + 8192,
             max_in_flight: 64,
+            buffer_share: 8,
             drain_timeout: Duration::from_secs(10),
-            write_timeout: Duration::from_secs(60),
+            stall_timeout: Duration::from_secs(5),
+            reply_timeout: Duration::from_secs(30),
+            // As knfsd (svc_age_temp_xprts: 6 minutes).
+            idle_timeout: Duration::from_secs(360),
+            max_connections: 4096,
+            counters: Arc::default(),
         }
     }
 }

@@ -1,24 +1,23 @@
 //! Loopback tests of the connection layer with a toy echo program.
 
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
+use dionfs_dataplane::{BufferPool, Counters, PooledBuf};
 use dionfs_rpc::{
     encode_call, record_mark, reply, AuthStat, CallHeader, Credential, RecordError, RecordReader,
     ReplyHeader, ReplyStatus,
 };
 use dionfs_xdr::{pad_len, Decode, Decoder, Encoder};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use super::connection::write_reply;
+use super::connection::write_without_waiting;
 use super::*;
 
 const ECHO_PROG: u32 = 0x2000_0042;
@@ -30,28 +29,76 @@ const PROC_ECHO: u32 = 1;
 const PROC_SLOW_ECHO: u32 = 2;
 /// Args: raw bytes, at most [`MAX_RAW`]. Result: as ECHO.
 const PROC_RAW_ECHO: u32 = 3;
+/// Args: opaque data. Result: as ECHO, sent from a pool buffer taken before
+/// the data is read (as WRITEs did before they waited for their payload).
+const PROC_POOL_ECHO: u32 = 4;
+/// As POOL_ECHO, but the buffer is taken once the data is in the socket
+/// ([`wait_for_payload`]), as WRITEs are received now.
+const PROC_PAYLOAD_ECHO: u32 = 5;
 const MAX_ECHO: u32 = 1 << 20;
 const MAX_RAW: u32 = 64;
+/// Buffers of the toy program's pool, and their size.
+const POOL_BUFFERS: usize = 8;
+const POOL_BUF_LEN: usize = 128 << 10;
 
 /// The toy program. Counts how many calls run at once, and oversized
-/// arguments refused.
-#[derive(Default)]
+/// arguments refused; POOL_ECHO and PAYLOAD_ECHO hold buffers of its pool.
 struct Echo {
     running: AtomicUsize,
     max_running: AtomicUsize,
     oversized: AtomicUsize,
+    executed: AtomicUsize,
+    pool: BufferPool,
+}
+
+impl Default for Echo {
+    fn default() -> Self {
+        Self {
+            running: AtomicUsize::new(0),
+            max_running: AtomicUsize::new(0),
+            oversized: AtomicUsize::new(0),
+            executed: AtomicUsize::new(0),
+            pool: BufferPool::new(POOL_BUF_LEN, POOL_BUFFERS, Arc::new(Counters::default())),
+        }
+    }
+}
+
+impl Echo {
+    /// Pool buffers held right now.
+    fn buffers_out(&self) -> usize {
+        POOL_BUFFERS - self.pool.available()
+    }
 }
 
 struct EchoCall {
     xid: u32,
     delay: Duration,
-    data: Vec<u8>,
+    data: EchoData,
+}
+
+enum EchoData {
+    Owned(Vec<u8>),
+    /// The first `len` bytes of a pool buffer.
+    Pooled(PooledBuf, usize),
+}
+
+impl ReplyPayload for EchoData {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            EchoData::Owned(v) => v,
+            EchoData::Pooled(buf, len) => &buf[..*len],
+        }
+    }
 }
 
 impl Service for Echo {
     type Pending = EchoCall;
 
-    async fn receive<R: AsyncRead + Unpin + Send>(
+    fn holds_buffer(&self, call: &CallHeader) -> bool {
+        matches!(call.proc_, PROC_POOL_ECHO | PROC_PAYLOAD_ECHO)
+    }
+
+    async fn receive<R: CallStream>(
         &self,
         _conn: &ConnInfo,
         call: CallHeader,
@@ -74,7 +121,23 @@ impl Service for Echo {
                 return Ok(Received::Run(EchoCall {
                     xid: call.xid,
                     delay: Duration::ZERO,
-                    data,
+                    data: EchoData::Owned(data),
+                }));
+            }
+            PROC_POOL_ECHO | PROC_PAYLOAD_ECHO => {
+                let len = body.read_u32().await? as usize;
+                if len > POOL_BUF_LEN {
+                    return status(ReplyStatus::GarbageArgs);
+                }
+                if call.proc_ == PROC_PAYLOAD_ECHO {
+                    wait_for_payload(body, len).await?;
+                }
+                let mut buf = self.pool.get().await?;
+                body.read_exact(&mut buf[..len]).await?;
+                return Ok(Received::Run(EchoCall {
+                    xid: call.xid,
+                    delay: Duration::ZERO,
+                    data: EchoData::Pooled(buf, len),
                 }));
             }
             _ => return status(ReplyStatus::ProcUnavail),
@@ -90,7 +153,7 @@ impl Service for Echo {
         Ok(Received::Run(EchoCall {
             xid: call.xid,
             delay: Duration::from_millis(u64::from(delay_ms)),
-            data,
+            data: EchoData::Owned(data),
         }))
     }
 
@@ -103,9 +166,10 @@ impl Service for Echo {
         self.max_running.fetch_max(now, Ordering::SeqCst);
         tokio::time::sleep(call.delay).await;
         self.running.fetch_sub(1, Ordering::SeqCst);
+        self.executed.fetch_add(1, Ordering::SeqCst);
         let mut enc = Encoder::new();
         reply::accepted_success(&mut enc, call.xid);
-        enc.u32(call.data.len() as u32);
+        enc.u32(call.data.bytes().len() as u32);
         Some(Reply::with_data(enc.into_vec(), Box::new(call.data)))
     }
 }
@@ -113,6 +177,13 @@ impl Service for Echo {
 fn echo_call(xid: u32, data: &[u8]) -> Vec<u8> {
     let mut msg = encode_call(xid, ECHO_PROG, ECHO_VERS, PROC_ECHO, &Credential::None);
     let mut enc = Encoder::from_vec(std::mem::take(&mut msg));
+    enc.opaque_var(data);
+    enc.into_vec()
+}
+
+fn proc_call(xid: u32, proc_: u32, data: &[u8]) -> Vec<u8> {
+    let msg = encode_call(xid, ECHO_PROG, ECHO_VERS, proc_, &Credential::None);
+    let mut enc = Encoder::from_vec(msg);
     enc.opaque_var(data);
     enc.into_vec()
 }
@@ -504,41 +575,228 @@ async fn serve_connection_reports_why_it_ended() {
     );
 }
 
-/// A writer that takes at most 3 bytes per call, to exercise partial writes.
-#[derive(Default)]
-struct Trickle(Vec<u8>);
-
-impl AsyncWrite for Trickle {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        let n = buf.len().min(3);
-        self.0.extend_from_slice(&buf[..n]);
-        Poll::Ready(Ok(n))
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-}
-
-#[tokio::test]
-async fn reply_record_layout_survives_partial_writes() {
+#[test]
+fn reply_record_layout_survives_partial_writes() {
+    // A writer that takes at most 3 bytes per call, and refuses (would
+    // block) every other call.
+    let trickle = |reply: &Reply| {
+        let mut out = Vec::new();
+        let mut sent = 0;
+        let mut refuse = false;
+        let mut rounds = 0;
+        loop {
+            let done = write_without_waiting(reply, &mut sent, |slices| {
+                refuse = !refuse;
+                if refuse {
+                    return Err(std::io::ErrorKind::WouldBlock.into());
+                }
+                let mut n = 0;
+                for s in slices {
+                    let take = (3 - n).min(s.len());
+                    out.extend_from_slice(&s[..take]);
+                    n += take;
+                    if n == 3 {
+                        break;
+                    }
+                }
+                Ok(n)
+            })
+            .unwrap();
+            assert_eq!(sent, out.len());
+            rounds += 1;
+            if done {
+                return (out, rounds);
+            }
+        }
+    };
     let reply = Reply::with_data(vec![1, 2, 3, 4, 5, 6, 7, 8], Box::new(b"abcde".to_vec()));
-    let mut w = Trickle::default();
-    write_reply(&mut w, &reply).await.unwrap();
+    let (bytes, rounds) = trickle(&reply);
     let mut expected = record_mark(16, true).to_vec();
     expected.extend_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8]);
     expected.extend_from_slice(b"abcde\0\0\0");
-    assert_eq!(w.0, expected);
+    assert_eq!(bytes, expected);
+    assert!(
+        rounds > 1,
+        "the writer would block: resumed from where it was"
+    );
 
-    let mut w = Trickle::default();
-    write_reply(&mut w, &Reply::new(vec![9; 4])).await.unwrap();
-    assert_eq!(w.0, [0x80, 0, 0, 4, 9, 9, 9, 9]);
+    let (bytes, _) = trickle(&Reply::new(vec![9; 4]));
+    assert_eq!(bytes, [0x80, 0, 0, 4, 9, 9, 9, 9]);
+}
+
+/// Polls `cond` every 10 ms for up to `within`.
+async fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    while tokio::time::Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    cond()
+}
+
+#[tokio::test]
+async fn stalled_record_is_dropped_and_its_buffer_returned() {
+    let limits = ConnLimits {
+        stall_timeout: Duration::from_millis(300),
+        ..ConnLimits::default()
+    };
+    let counters = limits.counters.clone();
+    let server = start(limits).await;
+    // A call that takes its buffer before its data, then stops half-way.
+    let mut stalled = Client::connect(server.addr).await;
+    let record = framed(&proc_call(1, PROC_POOL_ECHO, &[7u8; 10_000]));
+    stalled.send(&record[..5000]).await;
+    assert!(eventually(Duration::from_secs(2), || server.echo.buffers_out() == 1).await);
+    // A record that keeps coming, more slowly than the stall timeout in
+    // total but never pausing that long, is served.
+    let mut slow = Client::connect(server.addr).await;
+    let record = framed(&echo_call(2, &[3u8; 100]));
+    for piece in record.chunks(10) {
+        slow.send(piece).await;
+        tokio::time::sleep(Duration::from_millis(60)).await;
+    }
+    assert_eq!(slow.echo_reply().await, (2, vec![3u8; 100]));
+    stalled.expect_closed().await;
+    assert!(eventually(Duration::from_secs(2), || server.echo.buffers_out() == 0).await);
+    assert_eq!(counters.snapshot().stalled, 1);
+    // An idle connection is no stalled record.
+    slow.send(&framed(&echo_call(3, b"still"))).await;
+    assert_eq!(slow.echo_reply().await, (3, b"still".to_vec()));
+}
+
+#[tokio::test]
+async fn stalled_payload_holds_no_buffer() {
+    let limits = ConnLimits {
+        stall_timeout: Duration::from_millis(500),
+        ..ConnLimits::default()
+    };
+    let counters = limits.counters.clone();
+    let server = start(limits).await;
+    let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    let record = framed(&proc_call(1, PROC_PAYLOAD_ECHO, &data));
+    // Head and part of the payload, then a pause shorter than the stall
+    // timeout: no buffer is taken meanwhile, and the call is served when
+    // the rest comes.
+    let mut late = Client::connect(server.addr).await;
+    late.send(&record[..60_000]).await;
+    let mut stalled = Client::connect(server.addr).await;
+    stalled.send(&record[..60_000]).await;
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(server.echo.buffers_out(), 0);
+    late.send(&record[60_000..]).await;
+    assert_eq!(late.echo_reply().await, (1, data.clone()));
+    // The other never sends the rest: dropped after the stall timeout,
+    // without ever having held a buffer.
+    stalled.expect_closed().await;
+    assert_eq!(counters.snapshot().stalled, 1);
+    assert_eq!(server.echo.buffers_out(), 0);
+    // A payload that is there at once takes the fast path.
+    late.send(&framed(&proc_call(2, PROC_PAYLOAD_ECHO, &data)))
+        .await;
+    assert_eq!(late.echo_reply().await, (2, data));
+}
+
+#[tokio::test]
+async fn connection_not_reading_replies_stops_being_served_and_holds_its_share() {
+    let share = 2;
+    let limits = ConnLimits {
+        buffer_share: share,
+        reply_timeout: Duration::from_secs(1),
+        ..ConnLimits::default()
+    };
+    let counters = limits.counters.clone();
+    let server = start(limits).await;
+    // A small receive buffer on the client, so its replies back up soon.
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(16 << 10).unwrap();
+    let stream = socket.connect(server.addr).await.unwrap();
+    let (_unread, mut writer) = stream.into_split();
+    let call = framed(&proc_call(1, PROC_POOL_ECHO, &[0x33; 100 << 10]));
+    // Sends calls until the server stops reading them (the send blocks).
+    let sender = tokio::spawn(async move {
+        for _ in 0..10_000 {
+            if writer.write_all(&call).await.is_err() {
+                break;
+            }
+        }
+    });
+    // Served for a while, then no more.
+    let mut last = usize::MAX;
+    let stopped = eventually(Duration::from_secs(10), || {
+        let now = server.echo.executed.load(Ordering::SeqCst);
+        let same = now == last;
+        last = now;
+        same && now > 0
+    })
+    .await;
+    assert!(stopped, "the connection is still served");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(server.echo.executed.load(Ordering::SeqCst), last);
+    assert!(
+        server.echo.buffers_out() <= share,
+        "{} buffers held, share {share}",
+        server.echo.buffers_out()
+    );
+    // Others are served meanwhile.
+    let mut other = Client::connect(server.addr).await;
+    other
+        .send(&framed(&proc_call(2, PROC_POOL_ECHO, b"other")))
+        .await;
+    assert_eq!(other.echo_reply().await, (2, b"other".to_vec()));
+    // Closed after the reply timeout, its buffers back.
+    assert!(
+        eventually(Duration::from_secs(5), || counters
+            .snapshot()
+            .unread_replies
+            == 1)
+        .await
+    );
+    assert!(eventually(Duration::from_secs(2), || server.echo.buffers_out() == 0).await);
+    assert!(counters.snapshot().share_delays > 0);
+    sender.abort();
+}
+
+#[tokio::test]
+async fn connections_over_the_cap_are_closed_at_once() {
+    let limits = ConnLimits {
+        max_connections: 2,
+        ..ConnLimits::default()
+    };
+    let counters = limits.counters.clone();
+    let server = start(limits).await;
+    let mut a = Client::connect(server.addr).await;
+    let mut b = Client::connect(server.addr).await;
+    for (c, xid) in [(&mut a, 1), (&mut b, 2)] {
+        c.send(&framed(&echo_call(xid, b"in"))).await;
+        assert_eq!(c.echo_reply().await, (xid, b"in".to_vec()));
+    }
+    let mut over = Client::connect(server.addr).await;
+    over.expect_closed().await;
+    assert_eq!(counters.snapshot().refused, 1);
+    assert_eq!(counters.snapshot().open, 2);
+    drop(a);
+    assert!(eventually(Duration::from_secs(5), || counters.snapshot().open == 1).await);
+    let mut c = Client::connect(server.addr).await;
+    c.send(&framed(&echo_call(3, b"room again"))).await;
+    assert_eq!(c.echo_reply().await, (3, b"room again".to_vec()));
+}
+
+#[tokio::test]
+async fn idle_connections_are_closed_but_not_while_a_call_runs() {
+    let limits = ConnLimits {
+        idle_timeout: Duration::from_millis(300),
+        ..ConnLimits::default()
+    };
+    let counters = limits.counters.clone();
+    let server = start(limits).await;
+    let mut idle = Client::connect(server.addr).await;
+    let mut busy = Client::connect(server.addr).await;
+    busy.send(&framed(&slow_echo_call(1, 1000, b"long"))).await;
+    idle.expect_closed().await;
+    assert_eq!(counters.snapshot().idle, 1);
+    assert_eq!(busy.echo_reply().await, (1, b"long".to_vec()));
+    busy.expect_closed().await;
+    assert_eq!(counters.snapshot().idle, 2);
 }

@@ -2,25 +2,25 @@
 //! between the protocol and the data plane.
 //!
 //! WRITE is received in phases (`receive_write`): the arguments up to the
-//! payload length, then the payload straight from the socket into the data
-//! plane's aligned buffer, at the position its direct-I/O path wants. READ
-//! replies send the file data from the buffer it was read into.
+//! payload length; then a wait, holding nothing, until the payload is in
+//! the socket; then the payload straight from the socket into a write-pool
+//! buffer, at the position the data plane's direct-I/O path wants. READ
+//! replies send the file data from the read-pool buffer it was read into.
 
 use std::sync::Arc;
 
-use dionfs_dataplane::{ReadData, Stable, WriteBuffer};
+use dionfs_dataplane::{PooledBuf, ReadData, Stable, WriteBuffer};
 use dionfs_fs::{FsError, OpenFile};
 use dionfs_proto::nfs3::*;
 use dionfs_rpc::{CallHeader, RecordError, RecordReader};
 use dionfs_xdr::Decoder;
-use tokio::io::AsyncRead;
 use tracing::error;
 
 use super::attrs::open_file_attr;
 use super::convert::{post_op, wcc};
 use super::status::{from_data, from_fs};
 use super::Ctx;
-use crate::net::{ConnInfo, Received, Reply, ReplyPayload};
+use crate::net::{wait_for_payload, CallStream, ConnInfo, Received, Reply, ReplyPayload};
 use crate::reply::{garbage_args, success, success_encoder};
 use crate::server::{Export, Pending, Server};
 
@@ -39,9 +39,9 @@ pub struct ReceivedWrite {
 }
 
 /// Receives a WRITE call's arguments from the connection (see the module
-/// documentation). Waiting for a pool buffer here is backpressure: the
-/// connection reads nothing else meanwhile.
-pub async fn receive_write<R: AsyncRead + Unpin + Send>(
+/// documentation). Waiting for the payload or a pool buffer here is
+/// backpressure: the connection reads nothing else meanwhile.
+pub async fn receive_write<R: CallStream>(
     server: &Server,
     conn: &ConnInfo,
     call: CallHeader,
@@ -66,21 +66,38 @@ pub async fn receive_write<R: AsyncRead + Unpin + Send>(
         conn,
         call: &call,
     };
-    let mut target = prepare_write(&ctx, &args).await;
-    if let Ok((_, _, buf)) = &mut target {
-        body.read_exact(buf.payload_mut()).await?;
-    }
+    let target = match write_target(&ctx, &args) {
+        Ok((export, file)) => {
+            // A client that sends the start of a WRITE and stalls must not
+            // hold a buffer meanwhile: the buffer is taken once the payload
+            // is there (and a stall drops the connection).
+            wait_for_payload(body, args.data_len as usize).await?;
+            let buf = export
+                .data
+                .prepare_write(file.data(), args.offset, args.data_len as usize)
+                .await
+                .map_err(|e| from_data(&e));
+            match buf {
+                Ok(mut buf) => {
+                    body.read_exact(buf.payload_mut()).await?;
+                    Ok((export.config.id, file, buf))
+                }
+                Err(s) => Err(s),
+            }
+        }
+        Err(s) => Err(s),
+    };
     Ok(Received::Run(Pending::Write(
         Box::new(call),
         ReceivedWrite { head: args, target },
     )))
 }
 
-/// Finds the file a WRITE is for and a buffer for its payload.
-async fn prepare_write(
-    ctx: &Ctx<'_>,
+/// Finds the export and the file a WRITE is for.
+fn write_target<'a>(
+    ctx: &Ctx<'a>,
     args: &WriteArgsHead,
-) -> Result<(u16, Arc<OpenFile>, WriteBuffer), NfsStat3> {
+) -> Result<(&'a Export, Arc<OpenFile>), NfsStat3> {
     let export = ctx.export(&args.file)?;
     ctx.writable(export)?;
     // Usually a cache hit, which makes no syscall; a miss opens the file by
@@ -92,12 +109,7 @@ async fn prepare_write(
         Some(file) => file,
         None => tokio::task::block_in_place(|| export.fs.open_file(fh)).map_err(from_fs)?,
     };
-    let buf = export
-        .data
-        .prepare_write(file.data(), args.offset, args.data_len as usize)
-        .await
-        .map_err(|e| from_data(&e))?;
-    Ok((export.config.id, file, buf))
+    Ok((export, file))
 }
 
 fn stable(s: StableHow) -> Stable {
@@ -188,9 +200,9 @@ fn write_file(
     }
 }
 
-/// READ (blocking): the reply's data goes out from the buffer it was read
-/// into.
-pub fn read(ctx: &Ctx, a: ReadArgs) -> Reply {
+/// READ (blocking) into `buf`, the read-pool buffer taken while the call
+/// was received: the reply's data goes out from it.
+pub fn read(ctx: &Ctx, a: ReadArgs, buf: Option<PooledBuf>) -> Reply {
     let xid = ctx.call.xid;
     let fail = |s, attr| {
         success(
@@ -215,11 +227,9 @@ pub fn read(ctx: &Ctx, a: ReadArgs) -> Reply {
     let data = ctx
         .run_as_user(export, || {
             export.fs.check_file_access(&file, false).map_err(from_fs)?;
-            export
-                .data
-                .pool()
-                .get_blocking()
-                .map_err(Into::into)
+            // Receiving took a buffer for every READ that gets this far,
+            // unless there was no memory for one.
+            buf.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::OutOfMemory).into())
                 .and_then(|buf| export.data.read(file.data(), buf, a.offset, a.count))
                 .map_err(|e| {
                     error!(file = %file.data().label(), offset = a.offset, count = a.count, error = %e, "READ failed");

@@ -14,6 +14,7 @@ pub mod status;
 
 use std::sync::Arc;
 
+use dionfs_dataplane::PooledBuf;
 use dionfs_fs::{handle, FsError, Node};
 use dionfs_proto::nfs3::{NfsFh3, NfsProc3, NfsStat3};
 use dionfs_proto::Void;
@@ -120,13 +121,20 @@ fn is_non_idempotent(p: NfsProc3) -> bool {
 }
 
 /// Runs one NFSv3 call other than WRITE (blocking). `None` means "send
-/// nothing": a retransmission of a call that is still running.
-pub fn call(server: &Server, conn: &ConnInfo, call: &CallHeader, args: &[u8]) -> Option<Reply> {
+/// nothing": a retransmission of a call that is still running. A READ comes
+/// with the buffer taken for it while it was received.
+pub fn call(
+    server: &Server,
+    conn: &ConnInfo,
+    call: &CallHeader,
+    args: &[u8],
+    read_buf: Option<PooledBuf>,
+) -> Option<Reply> {
     let Some(proc_) = NfsProc3::from_u32(call.proc_) else {
         return Some(Reply::status(call.xid, ReplyStatus::ProcUnavail));
     };
     if !is_non_idempotent(proc_) {
-        return Some(dispatch(server, conn, call, proc_, args));
+        return Some(dispatch(server, conn, call, proc_, args, read_buf));
     }
     let key = DrcKey {
         xid: call.xid,
@@ -140,7 +148,7 @@ pub fn call(server: &Server, conn: &ConnInfo, call: &CallHeader, args: &[u8]) ->
         Lookup::InProgress => None,
         Lookup::Replay(bytes) => Some(Reply::new(bytes.to_vec())),
         Lookup::New => {
-            let reply = dispatch(server, conn, call, proc_, args);
+            let reply = dispatch(server, conn, call, proc_, args, None);
             server.drc.complete(key, Arc::new(reply.header.clone()));
             Some(reply)
         }
@@ -154,6 +162,7 @@ fn dispatch(
     call: &CallHeader,
     proc_: NfsProc3,
     args: &[u8],
+    read_buf: Option<PooledBuf>,
 ) -> Reply {
     let ctx = Ctx { server, conn, call };
     let xid = call.xid;
@@ -164,7 +173,9 @@ fn dispatch(
         NfsProc3::Lookup => run(xid, args, |a| dirs::lookup(&ctx, a)),
         NfsProc3::Access => run(xid, args, |a| attrs::access(&ctx, a)),
         NfsProc3::Readlink => run(xid, args, |a| attrs::readlink(&ctx, a)),
-        NfsProc3::Read => decode(args).map_or_else(|| garbage_args(xid), |a| data::read(&ctx, a)),
+        NfsProc3::Read => {
+            decode(args).map_or_else(|| garbage_args(xid), |a| data::read(&ctx, a, read_buf))
+        }
         // WRITE is received by `data::receive_write` and never reaches here.
         NfsProc3::Write => Reply::status(xid, ReplyStatus::SystemErr),
         NfsProc3::Create => run(xid, args, |a| dirs::create(&ctx, a)),

@@ -1,0 +1,55 @@
+//! What the connection layer counts for operators: connections open and
+//! refused, connections dropped and why, calls held back by the
+//! per-connection buffer share.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// Live counters, shared by every listener of a server (through
+/// `ConnLimits::counters`).
+#[derive(Debug, Default)]
+pub struct NetCounters {
+    /// Connections open right now (the cap `max_connections` applies to it).
+    pub(super) open: AtomicUsize,
+    pub(super) refused: AtomicU64,
+    pub(super) stalled: AtomicU64,
+    pub(super) unread_replies: AtomicU64,
+    pub(super) idle: AtomicU64,
+    pub(super) share_delays: AtomicU64,
+}
+
+/// A copy of [`NetCounters`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NetSnapshot {
+    /// Connections open now.
+    pub open: u64,
+    /// Connections closed at once because `max_connections` were open.
+    pub refused: u64,
+    /// Connections dropped because a record stopped arriving.
+    pub stalled: u64,
+    /// Connections closed because the peer did not read its replies.
+    pub unread_replies: u64,
+    /// Connections closed after `idle_timeout` without calls.
+    pub idle: u64,
+    /// Calls that waited because their connection held its share of
+    /// buffers.
+    pub share_delays: u64,
+}
+
+impl NetCounters {
+    /// A copy of the counters.
+    pub fn snapshot(&self) -> NetSnapshot {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        NetSnapshot {
+            open: self.open.load(Ordering::Relaxed) as u64,
+            refused: get(&self.refused),
+            stalled: get(&self.stalled),
+            unread_replies: get(&self.unread_replies),
+            idle: get(&self.idle),
+            share_delays: get(&self.share_delays),
+        }
+    }
+
+    pub(super) fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,177 @@
+//! The reading side of a connection: the socket's read half, with what the
+//! connection's watchdog needs to tell a stalled record from a slow one,
+//! and the wait for a call's payload before a buffer is taken for it.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use dionfs_sys::net::{bytes_queued, rcvlowat, set_rcvlowat};
+use tokio::io::{AsyncRead, Interest, ReadBuf};
+use tokio::net::tcp::OwnedReadHalf;
+use tokio::net::TcpStream;
+
+/// The byte stream a [`super::Service`] receives calls from.
+pub trait CallStream: AsyncRead + Unpin + Send + Sync {
+    /// Waits until `bytes` bytes can be read without waiting, or as many
+    /// as the socket can queue; errors are the socket's. Use it through
+    /// [`super::wait_for_payload`].
+    fn wait_for_queued(&self, bytes: usize) -> impl Future<Output = io::Result<()>> + Send;
+}
+
+/// What the reading side waits for, as the watchdog sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Waiting {
+    /// Nothing from the peer: the loop is working or waiting for the
+    /// server's own resources (a permit, a buffer), which is no stall.
+    Nothing = 0,
+    /// A read from the socket is pending.
+    Socket = 1,
+    /// A payload is awaited in the socket ([`CallStream::wait_for_queued`]);
+    /// progress is then seen with FIONREAD.
+    Payload = 2,
+}
+
+/// The reading side's progress, updated by [`CallReader`] and the reading
+/// loop, watched by the connection's watchdog.
+#[derive(Debug, Default)]
+pub(super) struct ReadProgress {
+    /// Bytes received so far.
+    received: AtomicU64,
+    /// A [`Waiting`].
+    waiting: AtomicU8,
+    /// Bytes of the current record have arrived (set on the first byte
+    /// after [`ReadProgress::between_records`]).
+    in_record: AtomicBool,
+}
+
+impl ReadProgress {
+    pub(super) fn received(&self) -> u64 {
+        self.received.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn waiting(&self) -> Waiting {
+        match self.waiting.load(Ordering::Relaxed) {
+            1 => Waiting::Socket,
+            2 => Waiting::Payload,
+            _ => Waiting::Nothing,
+        }
+    }
+
+    fn set_waiting(&self, w: Waiting) {
+        self.waiting.store(w as u8, Ordering::Relaxed);
+    }
+
+    pub(super) fn in_record(&self) -> bool {
+        self.in_record.load(Ordering::Relaxed)
+    }
+
+    /// The loop is about to wait for the next record: what it waits in now
+    /// is idleness, not a stall, until a byte comes.
+    pub(super) fn between_records(&self) {
+        self.in_record.store(false, Ordering::Relaxed);
+    }
+}
+
+/// The read half of a connection's socket, counting what it receives.
+#[derive(Debug)]
+pub struct CallReader {
+    half: OwnedReadHalf,
+    progress: Arc<ReadProgress>,
+}
+
+impl CallReader {
+    pub(super) fn new(half: OwnedReadHalf, progress: Arc<ReadProgress>) -> Self {
+        Self { half, progress }
+    }
+
+    /// See [`ReadProgress::between_records`].
+    pub(super) fn between_records(&self) {
+        self.progress.between_records();
+    }
+}
+
+impl AsyncRead for CallReader {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.half).poll_read(cx, buf);
+        let progress = &self.progress;
+        match &polled {
+            Poll::Pending => progress.set_waiting(Waiting::Socket),
+            Poll::Ready(_) => {
+                progress.set_waiting(Waiting::Nothing);
+                let n = buf.filled().len() - before;
+                if n > 0 {
+                    progress.received.fetch_add(n as u64, Ordering::Relaxed);
+                    progress.in_record.store(true, Ordering::Relaxed);
+                }
+            }
+        }
+        polled
+    }
+}
+
+impl CallStream for CallReader {
+    async fn wait_for_queued(&self, bytes: usize) -> io::Result<()> {
+        let socket: &TcpStream = self.half.as_ref();
+        // The common case: the payload came with its call.
+        let queued = bytes_queued(socket)?;
+        if queued >= bytes {
+            return Ok(());
+        }
+        self.progress.set_waiting(Waiting::Payload);
+        let waited = wait_with_low_water_mark(socket, bytes, queued).await;
+        self.progress.set_waiting(Waiting::Nothing);
+        // Back to "readable on any byte" for the reads that follow, also
+        // after a failure (the connection may yet answer the call).
+        let reset = set_rcvlowat(socket, 1);
+        waited.and(reset)
+    }
+}
+
+/// Waits with `SO_RCVLOWAT` set to `bytes` until epoll says the socket is
+/// readable under that mark: the bytes are there, or the peer closed, or the
+/// receive window is about to close (the socket cannot queue more: the
+/// payload is larger than its buffer). `seen` bytes are queued already.
+async fn wait_with_low_water_mark(
+    socket: &TcpStream,
+    bytes: usize,
+    mut seen: usize,
+) -> io::Result<()> {
+    // Readiness tokio remembers from earlier reads is about bytes already
+    // counted in `seen`: forget it, so that the next wake-up comes from the
+    // kernel under the new mark. (Clearing before setting the mark: setting
+    // it signals at once if it is already met.)
+    clear_readable(socket);
+    set_rcvlowat(socket, bytes)?;
+    // Linux caps the mark at half the largest receive buffer; wait for no
+    // more than it kept.
+    let mark = rcvlowat(socket)?.clamp(1, bytes);
+    loop {
+        socket.readable().await?;
+        let queued = bytes_queued(socket)?;
+        // Readable without new bytes: the peer closed, or the socket is
+        // full. Either way reading is what comes next.
+        if queued >= mark || queued == seen {
+            return Ok(());
+        }
+        // Bytes that came in the instant before the mark was set woke us
+        // under the old mark: wait again.
+        seen = queued;
+        clear_readable(socket);
+    }
+}
+
+/// Clears tokio's read readiness of `socket`, if it has any.
+fn clear_readable(socket: &TcpStream) {
+    let _ = socket.try_io(Interest::READABLE, || {
+        Err::<(), _>(io::Error::from(io::ErrorKind::WouldBlock))
+    });
+}

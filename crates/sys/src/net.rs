@@ -1,0 +1,89 @@
+//! Socket options the connection layer needs that `rustix` and `socket2`
+//! do not wrap: the receive low-water mark (`SO_RCVLOWAT`), plus the bytes
+//! queued for reading (`FIONREAD`, wrapped by `rustix`) next to it.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd};
+
+/// Bytes the kernel holds for reading on `socket` (`FIONREAD`).
+pub fn bytes_queued<Fd: AsFd>(socket: Fd) -> io::Result<usize> {
+    let n = rustix::io::ioctl_fionread(socket)?;
+    Ok(usize::try_from(n).unwrap_or(usize::MAX))
+}
+
+/// Sets `SO_RCVLOWAT`: poll/epoll report the socket readable only once
+/// `bytes` are queued (or the peer closed, or, for TCP, the receive window
+/// is about to close). Linux TCP caps the mark at half the largest receive
+/// buffer and, unless `SO_RCVBUF` was set, grows the buffer to fit it;
+/// [`rcvlowat`] reads back what was kept. Values above `i32::MAX` are
+/// clamped.
+pub fn set_rcvlowat<Fd: AsFd>(socket: Fd, bytes: usize) -> io::Result<()> {
+    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    // SAFETY: `socket` is a live descriptor for the duration of the call
+    // (borrowed); the option value points at a c_int on our stack and its
+    // exact size is passed, which is what SO_RCVLOWAT reads.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_fd().as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            (&raw const value).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The socket's `SO_RCVLOWAT`, as the kernel kept it.
+pub fn rcvlowat<Fd: AsFd>(socket: Fd) -> io::Result<usize> {
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `socket` is borrowed, so live; `value` and `len` are on our
+    // stack, `len` holds the size of `value`, and the kernel writes at most
+    // that many bytes.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_fd().as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            (&raw mut value).cast(),
+            &raw mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(usize::try_from(value).unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::net::{TcpListener, TcpStream};
+
+    #[test]
+    fn queued_bytes_and_low_water_mark() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        assert_eq!(bytes_queued(&server).unwrap(), 0);
+        client.write_all(&[7u8; 1000]).unwrap();
+        // Loopback delivers at once, but give the stack a moment.
+        for _ in 0..100 {
+            if bytes_queued(&server).unwrap() == 1000 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(bytes_queued(&server).unwrap(), 1000);
+        assert_eq!(rcvlowat(&server).unwrap(), 1);
+        set_rcvlowat(&server, 65536).unwrap();
+        assert_eq!(rcvlowat(&server).unwrap(), 65536);
+        set_rcvlowat(&server, 1).unwrap();
+        assert_eq!(rcvlowat(&server).unwrap(), 1);
+    }
+}

@@ -1,0 +1,203 @@
+"""One slow or hostile client must not stop the others.
+
+bench/stall.py opens connections that each send the start of a 1 MiB WRITE
+and stall, and connections that send READs and never read the replies.
+Meanwhile an independent client (libnfs's nfs-cat and nfs-cp) reads and
+writes files and must be done within seconds, while every stalled
+connection is still open. Afterwards the server drops the stalled writers
+after --stall-timeout and the non-readers after --reply-timeout, its memory
+stays bounded, and a writer that stalls for less than the timeout and then
+finishes its call gets its data written intact.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import resource
+import select
+import socket
+import struct
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from nfstools import make_random_file, nfs_cat, nfs_cp, rss_kib, sha256_file
+from rawrpc import NFS_PROGRAM, NFS_V3, SUCCESS, Conn, call, mnt, nfs_status, opaque, u32, u64
+
+pytestmark = pytest.mark.dionfs_only  # dionfs's own limits and metrics
+
+REPO = Path(__file__).resolve().parents[2]
+STALL_PY = REPO / "bench" / "stall.py"
+MiB = 1 << 20
+
+# Long enough for 1000 connections to be set up and the normal client to
+# finish while all of them are still open; short enough for the test.
+STALL_TIMEOUT = 8
+REPLY_TIMEOUT = 5
+# How long the well-behaved client may take (it takes well under a second
+# on an idle server).
+CLIENT_DEADLINE = 5
+NONREADERS = 2
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+METRICS_PORT = free_port()
+SERVER_ARGS = ("--stall-timeout", str(STALL_TIMEOUT), "--reply-timeout", str(REPLY_TIMEOUT),
+               "--metrics", f"127.0.0.1:{METRICS_PORT}")
+
+
+def metrics() -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=10) as r:
+        return r.read().decode()
+
+
+def metric(name: str, labels: str = "") -> int:
+    pattern = rf"^dionfs_{name}{re.escape('{' + labels + '}') if labels else ''} (\d+)$"
+    m = re.search(pattern, metrics(), re.M)
+    assert m, f"no metric {name}{{{labels}}}"
+    return int(m.group(1))
+
+
+def dropped(reason: str) -> int:
+    return metric("connections_dropped_total", f'reason="{reason}"')
+
+
+def wait_for(what: str, cond, within: float) -> None:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.2)
+    assert cond(), f"not within {within}s: {what}"
+
+
+def start_attackers(server, writers: int, readers: int, file: str) -> tuple[subprocess.Popen, dict]:
+    """bench/stall.py against `file` in the export's root; returns once all
+    its connections are set up."""
+    p = subprocess.Popen(
+        [sys.executable, str(STALL_PY), "--host", server.host,
+         "--nfs-port", str(server.nfs_port), "--mount-port", str(server.mount_port),
+         "--export", server.export, "--file", file,
+         "--writers", str(writers), "--readers", str(readers)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ready, _, _ = select.select([p.stdout], [], [], 60)
+    if not ready:
+        p.kill()
+        raise AssertionError("bench/stall.py set nothing up within 60 s")
+    line = p.stdout.readline()
+    if not line:
+        p.wait(10)
+        raise AssertionError(f"bench/stall.py failed: {p.stderr.read()}")
+    return p, json.loads(line)
+
+
+def stop(p: subprocess.Popen) -> None:
+    p.terminate()
+    try:
+        p.wait(10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait(10)
+
+
+@pytest.mark.server_args(*SERVER_ARGS)
+@pytest.mark.parametrize("writers", [64, 1000])
+def test_stalled_and_non_reading_clients_do_not_stop_others(server, writers, tmp_path):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, writers + 1024)), hard))
+    big = os.path.join(server.export, "big")
+    big_sum = make_random_file(big, 4 * MiB, seed=1)
+    os.chmod(big, 0o666)
+    src = str(tmp_path / "src")
+    src_sum = make_random_file(src, 3 * MiB + 1234, seed=2)
+    pid = server.proc.pid
+    rss_before = rss_kib(pid)
+
+    attackers, info = start_attackers(server, writers, NONREADERS, "big")
+    try:
+        print(f"{writers} stalled writers and {NONREADERS} non-readers set up in "
+              f"{info['setup_s']} s")
+        started = time.monotonic()
+        # The well-behaved client: a READ-heavy and a WRITE-heavy job.
+        data = nfs_cat(server.url("big"), timeout=60)
+        read_s = time.monotonic() - started
+        nfs_cp(src, server.url("copy"), timeout=60)
+        took = time.monotonic() - started
+        print(f"normal client: read 4 MiB in {read_s:.2f} s, read + wrote in {took:.2f} s")
+        # Every attacker was still connected meanwhile: this was no
+        # race against the timeouts.
+        assert dropped("stalled_record") == 0
+        assert dropped("unread_replies") == 0
+        assert metric("connections_open") >= writers + NONREADERS
+        assert took < CLIENT_DEADLINE, f"the normal client took {took:.1f} s"
+        assert hashlib.sha256(data).hexdigest() == big_sum
+        assert sha256_file(os.path.join(server.export, "copy")) == src_sum
+
+        # The stalled writers go after the stall timeout, the non-readers
+        # after the reply timeout; all their buffers come back.
+        wait_for(f"{writers} stalled writers dropped",
+                 lambda: dropped("stalled_record") == writers, STALL_TIMEOUT + 10)
+        wait_for(f"{NONREADERS} non-readers dropped",
+                 lambda: dropped("unread_replies") == NONREADERS, REPLY_TIMEOUT + 10)
+        wait_for("attackers' connections closed",
+                 lambda: metric("connections_open") == 0, 10)
+        rss_after = rss_kib(pid)
+        print(f"server RSS {rss_before} KiB -> {rss_after} KiB")
+        # Bounded by the pools (32 + 32 buffers of 1.2 MiB at most), not by
+        # the attackers' calls (64 MiB of WRITEs, 128 MiB of READ replies).
+        assert rss_after - rss_before < 110 * 1024
+        assert "dropping connection: a call stopped arriving" in server.log_text(tail=5000)
+        assert "dropping connection: the client read none of its replies" in server.log_text(
+            tail=5000)
+    finally:
+        stop(attackers)
+
+
+@pytest.mark.server_args(*SERVER_ARGS)
+def test_a_writer_that_stalls_briefly_then_finishes_is_written_intact(server):
+    target = os.path.join(server.export, "late")
+    with open(target, "wb") as f:
+        f.write(b"\xee" * (3 * MiB))
+    os.chmod(target, 0o666)
+    big = os.path.join(server.export, "big")
+    make_random_file(big, MiB, seed=3)
+    os.chmod(big, 0o666)
+    attackers, _ = start_attackers(server, 64, 0, "big")
+    try:
+        with Conn(server.host, server.mount_port) as m:
+            status, root = mnt(m, server.export)
+        assert status == 0
+        with Conn(server.host, server.nfs_port) as c:
+            accept, res = c.rpc(NFS_PROGRAM, NFS_V3, 3, opaque(root) + opaque(b"late"))
+            assert accept == SUCCESS and nfs_status(res) == 0
+            (n,) = struct.unpack(">I", res[4:8])
+            fh = res[8:8 + n]
+            # Misaligned, so the direct path reads and rewrites its edges.
+            offset, data = 4096 + 100, os.urandom(MiB)
+            args = opaque(fh) + u64(offset) + u32(MiB) + u32(2) + opaque(data)  # FILE_SYNC
+            c.xid += 1
+            msg = call(c.xid, NFS_PROGRAM, NFS_V3, 7, args)
+            c.send(msg[:len(msg) // 3])
+            time.sleep(STALL_TIMEOUT / 2)
+            c.send(msg[len(msg) // 3:])
+            accept, res = c.reply(c.xid)
+            assert accept == SUCCESS and nfs_status(res) == 0
+        with open(target, "rb") as f:
+            content = f.read()
+        assert content[:offset] == b"\xee" * offset
+        assert content[offset:offset + MiB] == data
+        assert content[offset + MiB:] == b"\xee" * (3 * MiB - offset - MiB)
+    finally:
+        stop(attackers)
