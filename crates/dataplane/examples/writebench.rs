@@ -60,7 +60,8 @@ fn plane() -> DataPlane {
         read_mode: Mode::Direct,
         write_mode: Mode::Direct,
         max_transfer: 1 << 20,
-        max_in_flight: 32,
+        read_buffers: 16,
+        write_buffers: 32,
     })
     .expect("plane")
 }
@@ -91,7 +92,7 @@ fn open_fresh(path: &Path) -> DataFile {
 }
 
 fn write(plane: &DataPlane, file: &DataFile, offset: u64, data: &[u8], stable: Stable) {
-    let buf = plane.pool().get_blocking().expect("buffer");
+    let buf = plane.write_pool().get_blocking().expect("buffer");
     let mut wb = plane
         .write_buffer(file, buf, offset, data.len())
         .expect("write buffer");
