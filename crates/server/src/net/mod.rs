@@ -133,9 +133,14 @@ pub async fn wait_for_payload<R: CallStream>(
     body: &RecordReader<R>,
     bytes: usize,
 ) -> Result<(), RecordError> {
-    // Bytes the record reader has already taken from the socket would count
-    // here; it buffers none (it reads exactly what it is asked for).
-    Ok(body.get_ref().wait_for_queued(bytes).await?)
+    // Bytes the record reader has already taken from the socket (its read
+    // buffer) are there too: waiting for them in the socket would wait for
+    // the next call's bytes, or for the stall timeout.
+    let in_socket = bytes.saturating_sub(body.buffered());
+    if in_socket == 0 {
+        return Ok(());
+    }
+    Ok(body.get_ref().wait_for_queued(in_socket).await?)
 }
 
 /// What [`Service::receive`] decided about a call.

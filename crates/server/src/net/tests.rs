@@ -800,3 +800,22 @@ async fn idle_connections_are_closed_but_not_while_a_call_runs() {
     busy.expect_closed().await;
     assert_eq!(counters.snapshot().idle, 2);
 }
+
+#[tokio::test]
+async fn payload_already_in_the_read_buffer_is_not_waited_for() {
+    // A small WRITE-like call arrives whole in one segment: the record
+    // reader's buffer takes it all, so nothing of its payload is left in
+    // the socket. Waiting for the payload there would wait for the next
+    // call's bytes, or until the stall timeout dropped the connection.
+    let limits = ConnLimits {
+        stall_timeout: Duration::from_secs(30),
+        ..ConnLimits::default()
+    };
+    let server = start(limits).await;
+    let mut c = Client::connect(server.addr).await;
+    let data = vec![5u8; 4000];
+    c.send(&framed(&proc_call(1, PROC_PAYLOAD_ECHO, &data)))
+        .await;
+    let reply = tokio::time::timeout(Duration::from_secs(5), c.echo_reply()).await;
+    assert_eq!(reply.expect("answered without waiting"), (1, data));
+}
