@@ -219,15 +219,13 @@ impl Service for Server {
                     // max_transfer) straight into a data-plane buffer.
                     None => nfs::data::receive_write(self, conn, call, body).await,
                     Some(max) => {
+                        // A READ's buffer is taken in `prepare`, once its
+                        // reply has room in the socket.
                         let args = read_args(body, max).await?;
-                        let read_buf = match proc_ {
-                            NfsProc3::Read => self.read_buffer(conn, &args).await,
-                            _ => None,
-                        };
                         Ok(Received::Run(Pending::Nfs {
                             call,
                             args,
-                            read_buf,
+                            read_buf: None,
                         }))
                     }
                 }
@@ -250,6 +248,31 @@ impl Service for Server {
 
     fn note_oversized_args(&self) {
         self.oversized_args.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A READ's reply: its data (as asked, capped by the largest transfer)
+    /// plus room for the headers and attributes.
+    fn reply_room(&self, pending: &Pending) -> usize {
+        match pending {
+            Pending::Nfs { call, args, .. } if is_read(call) => {
+                let count = ReadArgs::decode(&mut Decoder::new(args)).map_or(0, |a| a.count);
+                (count as usize).min(self.max_args as usize) + READ_REPLY_OVERHEAD
+            }
+            _ => 0,
+        }
+    }
+
+    async fn prepare(&self, conn: &ConnInfo, pending: &mut Pending) {
+        if let Pending::Nfs {
+            call,
+            args,
+            read_buf,
+        } = pending
+        {
+            if is_read(call) {
+                *read_buf = self.read_buffer(conn, args).await;
+            }
+        }
     }
 
     /// READ and WRITE hold a pool buffer until their reply is out.
@@ -294,6 +317,13 @@ impl Server {
         // report, when it finds no buffer.
         export.data.read_buffer().await.ok()
     }
+}
+
+/// Room for a READ reply's RPC and NFS headers and post-op attributes.
+const READ_REPLY_OVERHEAD: usize = 512;
+
+fn is_read(call: &CallHeader) -> bool {
+    (call.prog, call.vers, call.proc_) == (NFS_PROGRAM, NFS_V3, NfsProc3::Read as u32)
 }
 
 fn mismatch(call: &CallHeader, version: u32) -> Received<Pending> {

@@ -110,6 +110,21 @@ fn backlog_limit(limits: &ConnLimits) -> usize {
 pub(super) struct CallPermits {
     _in_flight: Option<OwnedSemaphorePermit>,
     _share: Option<OwnedSemaphorePermit>,
+    /// Room in the socket's send buffer reserved for the reply.
+    room: Option<Room>,
+}
+
+/// Send-buffer room reserved for one reply (see [`Shared::reserve_room`]),
+/// given back when the reply is handed to the socket or dropped.
+pub(super) struct Room {
+    reserved: Arc<AtomicUsize>,
+    bytes: usize,
+}
+
+impl Drop for Room {
+    fn drop(&mut self) {
+        self.reserved.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
 }
 
 /// A reply that could not be written at once, and how much of it was.
@@ -158,6 +173,13 @@ struct Shared {
     write_error: OnceLock<io::ErrorKind>,
     /// Wakes the connection task when a write fails.
     write_failed: Notify,
+    /// Usable size of the socket's send buffer (fixed at the start).
+    send_buffer: usize,
+    /// Room reserved for replies of calls in flight.
+    reserved: Arc<AtomicUsize>,
+    /// Set while the reading loop waits for room in the send buffer: the
+    /// peer is not taking its replies.
+    waiting_room: AtomicBool,
 }
 
 impl Shared {
@@ -167,7 +189,9 @@ impl Shared {
     /// are released when the reply is out. A failure marks the connection
     /// broken and wakes the connection task, which then closes it; the
     /// caller has nothing to do.
-    fn send(&self, reply: Reply, permits: CallPermits) {
+    fn send(&self, reply: Reply, mut permits: CallPermits) {
+        // The reply's bytes now count as queued or as in the socket.
+        permits.room = None;
         {
             let mut queue = self.queue.lock();
             if self.closed.load(Ordering::Acquire) {
@@ -259,6 +283,44 @@ impl Shared {
                 return Ok(());
             }
             self.socket.writable().await?;
+        }
+    }
+
+    /// Reserves room for a reply of `bytes` in the socket's send buffer,
+    /// waiting (and polling, since the kernel has no readiness for "this
+    /// much room") while the peer has not taken enough of what was sent.
+    /// So a call is run only once its reply can go straight into the
+    /// socket: a peer that stops reading its replies gets no more calls run,
+    /// and holds no buffer and no thread for them, only its socket's
+    /// memory. One reply is always let through on an empty socket, in case
+    /// the send buffer is smaller than it (the kernel did not let us set it).
+    async fn reserve_room(&self, bytes: usize) -> Room {
+        let mut pause = Duration::from_millis(1);
+        let mut last_unacked = usize::MAX;
+        loop {
+            let reserved = self.reserved.load(Ordering::Relaxed);
+            let unsent = self.unsent.load(Ordering::Relaxed);
+            let unacked =
+                dionfs_sys::net::bytes_unacked(self.socket.as_ref() as &TcpStream).unwrap_or(0);
+            let busy = reserved + unsent + unacked;
+            if busy + bytes <= self.send_buffer || busy == 0 || self.closed.load(Ordering::Acquire)
+            {
+                self.waiting_room.store(false, Ordering::Relaxed);
+                self.reserved.fetch_add(bytes, Ordering::Relaxed);
+                return Room {
+                    reserved: self.reserved.clone(),
+                    bytes,
+                };
+            }
+            self.waiting_room.store(true, Ordering::Relaxed);
+            // The peer taking bytes is progress for the reply watchdog.
+            if unacked < last_unacked && last_unacked != usize::MAX {
+                self.written
+                    .fetch_add((last_unacked - unacked) as u64, Ordering::Relaxed);
+            }
+            last_unacked = unacked;
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(50));
         }
     }
 
@@ -366,6 +428,14 @@ pub(super) async fn run_connection<S: Service>(
 ) -> ConnEnd {
     let conn = Arc::new(conn);
     info!(conn = conn.id, peer = %conn.peer, local = %conn.local, "connection opened");
+    // A fixed send buffer of a few of the largest replies: replies are sent
+    // only into room reserved there (`reserve_room`). Kernel memory is
+    // taken only by bytes actually queued.
+    let send_buffer = dionfs_sys::net::set_send_buffer(&stream, 4 * limits.max_record as usize)
+        .unwrap_or_else(|e| {
+            debug!(conn = conn.id, error = %e, "cannot set the send buffer size");
+            0
+        });
     let (read_half, write_half) = stream.into_split();
     let shared = Arc::new(Shared {
         socket: write_half,
@@ -380,6 +450,9 @@ pub(super) async fn run_connection<S: Service>(
         closed: AtomicBool::new(false),
         write_error: OnceLock::new(),
         write_failed: Notify::new(),
+        send_buffer,
+        reserved: Arc::new(AtomicUsize::new(0)),
+        waiting_room: AtomicBool::new(false),
     });
     let max_in_flight = limits.max_in_flight.clamp(1, MAX_IN_FLIGHT_CAP);
     let in_flight = Arc::new(Semaphore::new(max_in_flight));
@@ -539,7 +612,8 @@ async fn watch<S>(l: &Loop<'_, S>, progress: &ReadProgress) -> ConnEnd {
         // Write side: queued replies, and the queue writer's progress.
         let unsent = l.shared.unsent.load(Ordering::Relaxed);
         let w = l.shared.written.load(Ordering::Relaxed);
-        if unsent == 0 || w != written {
+        let stuck = unsent > 0 || l.shared.waiting_room.load(Ordering::Relaxed);
+        if !stuck || w != written {
             (written, last_write) = (w, now);
         } else if now - last_write >= limits.reply_timeout {
             return ConnEnd::RepliesUnread(limits.reply_timeout);
@@ -580,9 +654,17 @@ async fn read_calls<S: Service>(
         let mut permits = CallPermits {
             _in_flight: Some(permit),
             _share: None,
+            room: None,
         };
         match read_call(l, reader, calls, &mut permits).await {
-            Ok(Outcome::Run(pending)) => run_call(l, pending, permits),
+            Ok(Outcome::Run(mut pending)) => {
+                let bytes = l.service.reply_room(&pending);
+                if bytes > 0 {
+                    permits.room = Some(l.shared.reserve_room(bytes).await);
+                }
+                l.service.prepare(l.conn, &mut pending).await;
+                run_call(l, pending, permits)
+            }
             Ok(Outcome::Reply(reply)) => l.shared.send(reply, permits),
             Ok(Outcome::Nothing) => {}
             Err(end) => return end,

@@ -70,6 +70,25 @@ pub trait Service: Send + Sync + 'static {
         false
     }
 
+    /// Bytes a received call's reply may take, if it is large (a READ's
+    /// data): the call is prepared and run only once that much room is
+    /// free in the connection's send buffer, so its reply goes straight
+    /// into the socket. 0 (the default) runs it at once.
+    fn reply_room(&self, _pending: &Self::Pending) -> usize {
+        0
+    }
+
+    /// Readies a received call to run, after its reply room is reserved:
+    /// e.g. takes the buffer a READ is read into. Waiting here is
+    /// backpressure on the connection, like waiting in `receive`.
+    fn prepare(
+        &self,
+        _conn: &ConnInfo,
+        _pending: &mut Self::Pending,
+    ) -> impl Future<Output = ()> + Send {
+        async {}
+    }
+
     /// Decodes the call's arguments from `body`, which is positioned right
     /// after the call header. Whatever is left of the record afterwards is
     /// skipped by the caller.
