@@ -238,6 +238,7 @@ impl DataPlane {
     ) -> Result<(), DataError> {
         let io = buf.offset..buf.offset + buf.len as u64;
         let _lock = self.lock(file, io.clone(), LockKind::Exclusive);
+        file.readahead.invalidate(io.clone());
         let claim = file.size.begin_write(file.buffered_fd(), io.end)?;
         let written = self.direct_pwrite(
             file,
@@ -270,6 +271,7 @@ impl DataPlane {
         let align = direct.write_align;
         let io = expand_to_alignment(buf.offset, buf.len as u64, align);
         let _lock = self.lock(file, io.clone(), LockKind::Exclusive);
+        file.readahead.invalidate(io.clone());
         // Under the lock no write of ours can change what matters here: the
         // blocks of `io`. Another write may extend the file meanwhile, which
         // only makes the split more careful than needed.
@@ -361,6 +363,7 @@ impl DataPlane {
             Stable::FileSync => RwFlags::SYNC,
         };
         let _lock = self.lock(file, io.clone(), LockKind::Exclusive);
+        file.readahead.invalidate(io.clone());
         let claim = file.size.begin_write(file.buffered_fd(), io.end)?;
         let payload = buf.payload();
         let (written, mode) = match self.cached_io(
