@@ -41,6 +41,18 @@ pub struct Counters {
     pub range_lock_waits: AtomicU64,
     /// Buffer requests that found the pool empty and waited.
     pub pool_waits: AtomicU64,
+    /// Direct READs served from data prefetched by readahead.
+    pub readahead_hits: AtomicU64,
+    /// Direct READs of a detected sequential stream that readahead had not
+    /// prefetched (read from the device).
+    pub readahead_misses: AtomicU64,
+    /// Readahead hits that waited for their prefetch to finish.
+    pub readahead_waits: AtomicU64,
+    /// Bytes read from the device by readahead.
+    pub readahead_bytes: AtomicU64,
+    /// Prefetched ranges dropped unused: overwritten, truncated, expired,
+    /// the stream stopped, or the read came back short.
+    pub readahead_discards: AtomicU64,
 }
 
 /// Operations and bytes of one mode.
@@ -90,6 +102,11 @@ pub struct CounterSnapshot {
     pub fua_writes: u64,
     pub range_lock_waits: u64,
     pub pool_waits: u64,
+    pub readahead_hits: u64,
+    pub readahead_misses: u64,
+    pub readahead_waits: u64,
+    pub readahead_bytes: u64,
+    pub readahead_discards: u64,
 }
 
 fn load(c: &AtomicU64) -> u64 {
@@ -124,6 +141,11 @@ impl Counters {
             fua_writes: load(&self.fua_writes),
             range_lock_waits: load(&self.range_lock_waits),
             pool_waits: load(&self.pool_waits),
+            readahead_hits: load(&self.readahead_hits),
+            readahead_misses: load(&self.readahead_misses),
+            readahead_waits: load(&self.readahead_waits),
+            readahead_bytes: load(&self.readahead_bytes),
+            readahead_discards: load(&self.readahead_discards),
         }
     }
 

@@ -3,12 +3,14 @@
 use std::io;
 use std::ops::Range;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
 
 use dionfs_sys::io::{page_size, statx_dio, DioAlign};
 
 use crate::align::{round_down, round_up};
 use crate::pool::{BUF_ALIGN, MAX_DIO_ALIGN};
 use crate::range_lock::{LockKind, RangeLocks};
+use crate::readahead::Readahead;
 use crate::size::SizeTracker;
 
 /// The `O_DIRECT` side of a file whose alignment our buffers can meet.
@@ -40,6 +42,8 @@ pub struct DataFile {
     lock_unit: u64,
     pub(crate) locks: RangeLocks,
     pub(crate) size: SizeTracker,
+    /// Sequential-read detection and prefetched data (direct reads only).
+    pub(crate) readahead: Arc<Readahead>,
     label: Option<String>,
 }
 
@@ -100,6 +104,7 @@ impl DataFile {
             lock_unit,
             locks: RangeLocks::new(),
             size: SizeTracker::default(),
+            readahead: Arc::default(),
             label: None,
         })
     }
@@ -152,6 +157,9 @@ impl DataFile {
             return Err(io::Error::from_raw_os_error(libc::EFBIG));
         }
         let whole_file = self.locks.lock(0..u64::MAX, LockKind::Exclusive);
+        // Under the exclusive lock, so no prefetch of old data can be
+        // published after this (see `readahead.rs`).
+        self.readahead.invalidate(0..u64::MAX);
         rustix::fs::ftruncate(&self.buffered, new_size)?;
         Ok(whole_file.waited())
     }

@@ -12,7 +12,9 @@
 //! 2. on a blocking thread: `let data = plane.read(&file, buf, offset,
 //!    count)?`;
 //! 3. send the reply header, then `data.data()` from the same buffer, with
-//!    `data.eof()`; drop `data` afterwards.
+//!    `data.eof()`; drop `data` afterwards;
+//! 4. run each of `data.take_prefetch()` (readahead of a sequential direct
+//!    stream, see `readahead.rs`) on a blocking thread: `p.run(&file)`.
 //!
 //! Serving a WRITE:
 //! 1. after decoding the WRITE arguments up to the payload:
@@ -27,7 +29,8 @@
 //! (`expand_to_alignment`, `read_reply`, `split_edges`), `read.rs` has
 //! `read_direct`/`read_cached`, `write.rs` has
 //! `write_direct`/`write_edges`/`write_cached`, [`range_lock`] the per-file
-//! range locks. No write path rounds the file size up to a block (the
+//! range locks, `readahead.rs` the prefetching of sequential direct
+//! reads. No write path rounds the file size up to a block (the
 //! partial edge blocks of a misaligned write go buffered, see
 //! [`align::split_edges`]), so the kernel's `i_size` is always exact;
 //! `size.rs` hides half-done extending writes from the sizes reported.
@@ -41,6 +44,7 @@ mod plane;
 mod pool;
 pub mod range_lock;
 mod read;
+mod readahead;
 mod size;
 mod write;
 
@@ -51,4 +55,5 @@ pub use file::DataFile;
 pub use plane::DataPlane;
 pub use pool::{BufferPool, PooledBuf, BUF_ALIGN, BUF_SLACK, MAX_DIO_ALIGN};
 pub use read::ReadData;
+pub use readahead::{Prefetch, MAX_AGE as READAHEAD_MAX_AGE};
 pub use write::{Stable, WriteBuffer, WriteDone};

@@ -4,16 +4,19 @@
 //! truncate.
 
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Instant;
 
 use dionfs_sys::io::{fadvise_dontneed, preadv2, pwritev2, RwFlags};
+use parking_lot::Mutex;
 
 use crate::align::MAX_FILE_OFFSET;
 use crate::counters::{CounterSnapshot, Counters};
 use crate::file::{DataFile, DirectIo};
 use crate::pool::{BufferPool, PooledBuf, BUF_SLACK};
 use crate::range_lock::{LockKind, RangeGuard};
+use crate::readahead::{Held, Readahead};
 use crate::{DataConfig, DataError, Mode};
 
 /// How one operation on one file does its I/O.
@@ -39,6 +42,12 @@ pub struct DataPlane {
     /// Whether the "file cannot do direct I/O" warning was logged.
     no_direct_logged: AtomicBool,
     write_verifier_generation: AtomicU64,
+    /// Pool buffers held by readahead (planned, running or ready chunks),
+    /// at most `readahead_cap`.
+    readahead_held: Arc<AtomicUsize>,
+    readahead_cap: usize,
+    /// Files this plane prefetched for, swept by `expire_readahead`.
+    readahead_files: Mutex<Vec<Weak<Readahead>>>,
 }
 
 impl DataPlane {
@@ -51,6 +60,10 @@ impl DataPlane {
         let buf_len = config.max_transfer + BUF_SLACK;
         let read_pool = BufferPool::new(buf_len, config.read_buffers, counters.clone());
         let write_pool = BufferPool::new(buf_len, config.write_buffers, counters.clone());
+        // A quarter of the read pool: requests always keep the rest. Below
+        // 4 buffers none, so readahead can never hold the buffer that the
+        // READ which would use its data is waiting for.
+        let readahead_cap = config.read_buffers / 4;
         Ok(Self {
             config,
             read_pool,
@@ -59,6 +72,9 @@ impl DataPlane {
             dontcache_refused: AtomicBool::new(false),
             no_direct_logged: AtomicBool::new(false),
             write_verifier_generation: AtomicU64::new(0),
+            readahead_held: Arc::default(),
+            readahead_cap,
+            readahead_files: Mutex::default(),
         })
     }
 
@@ -80,6 +96,44 @@ impl DataPlane {
     /// A buffer for a READ; waits while the read pool is empty.
     pub async fn read_buffer(&self) -> std::io::Result<PooledBuf> {
         self.read_pool.get().await
+    }
+
+    /// Drops prefetched data that waited longer than
+    /// [`crate::READAHEAD_MAX_AGE`] for its READ, returning its buffers to
+    /// the pool. The server calls this periodically, so a sequential
+    /// reader that goes away leaves no buffers behind.
+    pub fn expire_readahead(&self) {
+        let now = Instant::now();
+        let files: Vec<Arc<Readahead>> = {
+            let mut files = self.readahead_files.lock();
+            files.retain(|f| f.strong_count() > 0);
+            files.iter().filter_map(Weak::upgrade).collect()
+        };
+        for file in files {
+            file.expire(now);
+        }
+    }
+
+    /// Pool buffers held by readahead right now.
+    pub fn readahead_buffers(&self) -> usize {
+        self.readahead_held.load(Ordering::Acquire)
+    }
+
+    /// A buffer for a prefetch, only if one is free now and readahead is
+    /// within its bound.
+    pub(crate) fn readahead_buffer(&self) -> Option<(PooledBuf, Held)> {
+        let held = Held::take(&self.readahead_held, self.readahead_cap)?;
+        let buf = self.read_pool.try_get().ok().flatten()?;
+        Some((buf, held))
+    }
+
+    /// Makes `expire_readahead` sweep `file`.
+    pub(crate) fn register_readahead(&self, file: &DataFile) {
+        if file.readahead.register() {
+            self.readahead_files
+                .lock()
+                .push(Arc::downgrade(&file.readahead));
+        }
     }
 
     /// The live counters.

@@ -78,6 +78,21 @@ impl BufferPool {
                     .map_err(|_| std::io::Error::other("buffer pool closed"))?
             }
         };
+        self.loan(permit)
+    }
+
+    /// Takes a buffer only if one is free right now; `Ok(None)` when all
+    /// are in use. For work that may be skipped (readahead), so that it
+    /// never competes with requests for the last buffers. Not counted as a
+    /// wait.
+    pub fn try_get(&self) -> std::io::Result<Option<PooledBuf>> {
+        let Ok(permit) = self.permits.clone().try_acquire_owned() else {
+            return Ok(None);
+        };
+        self.loan(permit).map(Some)
+    }
+
+    fn loan(&self, permit: OwnedSemaphorePermit) -> std::io::Result<PooledBuf> {
         let reused = self.free.lock().pop();
         let buf = match reused {
             Some(buf) => buf,
@@ -200,6 +215,16 @@ mod tests {
         assert_eq!(waiter.join().unwrap().unwrap(), 8192);
         assert_eq!(counters.pool_waits.load(Ordering::Relaxed), 1);
         assert_eq!(pool.available(), 1);
+    }
+
+    #[test]
+    fn try_get_never_waits() {
+        let (pool, counters) = pool(1);
+        let held = pool.try_get().unwrap().expect("a free buffer");
+        assert!(pool.try_get().unwrap().is_none());
+        drop(held);
+        assert!(pool.try_get().unwrap().is_some());
+        assert_eq!(counters.pool_waits.load(Ordering::Relaxed), 0);
     }
 
     #[test]

@@ -5,23 +5,25 @@ use std::ops::Range;
 
 use dionfs_sys::io::{preadv2, RwFlags};
 
-use crate::align::{expand_to_alignment, read_reply, MAX_FILE_OFFSET};
+use crate::align::{expand_to_alignment, read_reply, round_down, MAX_FILE_OFFSET};
 use crate::counters::Counters;
 use crate::file::{DataFile, DirectIo};
 use crate::plane::IoPath;
 use crate::pool::{PooledBuf, BUF_SLACK};
 use crate::range_lock::LockKind;
+use crate::readahead::{Planning, Prefetch, Reading, Served};
 use crate::{DataError, DataPlane, Mode};
 
 /// The result of a READ: the buffer the data was read into and the part of
 /// it that holds the requested bytes. The server sends [`ReadData::data`]
 /// straight from this buffer and drops it afterwards (returning the buffer
-/// to the pool).
+/// to the pool). The buffer may be one readahead filled earlier.
 #[derive(Debug)]
 pub struct ReadData {
     buf: PooledBuf,
     range: Range<usize>,
     eof: bool,
+    prefetch: Vec<Prefetch>,
 }
 
 impl ReadData {
@@ -43,6 +45,13 @@ impl ReadData {
     /// Whether the read reached the end of the file (`eof` in READ3resok).
     pub fn eof(&self) -> bool {
         self.eof
+    }
+
+    /// The chunks this READ asks to prefetch (a sequential direct stream
+    /// with one READ in flight). Run each with [`Prefetch::run`] on a
+    /// blocking thread, off the READ's own path; dropping one cancels it.
+    pub fn take_prefetch(&mut self) -> Vec<Prefetch> {
+        std::mem::take(&mut self.prefetch)
     }
 }
 
@@ -74,24 +83,111 @@ impl DataPlane {
                 buf,
                 range: 0..0,
                 eof: true,
+                prefetch: Vec::new(),
             });
         }
         let result = match self.read_path(file) {
-            IoPath::Direct(direct) => self
-                .read_direct(file, direct, &mut buf, offset, count)
-                .map(|reply| (reply, Mode::Direct)),
+            IoPath::Direct(direct) => {
+                return self
+                    .read_direct_ahead(file, direct, buf, offset, count)
+                    .inspect_err(|_| Counters::bump(&self.counters.errors));
+            }
             IoPath::Cached(mode) => self.read_cached(file, mode, &mut buf, offset, count),
         };
         match result {
             Ok(((range, eof), mode)) => {
                 self.counters.count_read(mode, range.len());
-                Ok(ReadData { buf, range, eof })
+                Ok(ReadData {
+                    buf,
+                    range,
+                    eof,
+                    prefetch: Vec::new(),
+                })
             }
             Err(e) => {
                 Counters::bump(&self.counters.errors);
                 Err(e)
             }
         }
+    }
+
+    /// Direct READ with readahead: served from prefetched chunks when they
+    /// cover it, else read from the device; then the stream advances and
+    /// may plan the next chunks (`readahead.rs`).
+    fn read_direct_ahead(
+        &self,
+        file: &DataFile,
+        direct: &DirectIo,
+        mut buf: PooledBuf,
+        offset: u64,
+        count: usize,
+    ) -> Result<ReadData, DataError> {
+        let reading = file.readahead.begin_read();
+        let served = reading.serve(offset, count, &mut buf, &self.counters);
+        let hit = served.is_some();
+        let (buf, (range, eof)) = match served {
+            Some(served) => {
+                let (buf, io_start, filled) = match served {
+                    Served::Chunk {
+                        buf: chunk,
+                        start,
+                        len,
+                    } => (chunk, start, len),
+                    Served::Copied => (buf, offset, count),
+                };
+                let size = file.size()?;
+                (
+                    buf,
+                    read_reply(offset, count as u64, io_start, filled, size),
+                )
+            }
+            None => {
+                let reply = self.read_direct(file, direct, &mut buf, offset, count)?;
+                (buf, reply)
+            }
+        };
+        self.counters.count_read(Mode::Direct, range.len());
+        let prefetch = self.plan_readahead(file, direct, &reading, offset, range.len(), hit);
+        Ok(ReadData {
+            buf,
+            range,
+            eof,
+            prefetch,
+        })
+    }
+
+    /// Tells the file's readahead what this READ returned; returns the
+    /// chunks it wants prefetched, with their buffers.
+    fn plan_readahead(
+        &self,
+        file: &DataFile,
+        direct: &DirectIo,
+        reading: &Reading<'_>,
+        offset: u64,
+        len: usize,
+        hit: bool,
+    ) -> Vec<Prefetch> {
+        let align = direct.read_align;
+        // Aligned, and at most max_transfer + align: fits a pool buffer
+        // (BUF_SLACK is more than one alignment unit).
+        let chunk_len = round_down(self.config.max_transfer as u64, align).max(align);
+        let prefetch = reading.advance(
+            offset,
+            offset + len as u64,
+            hit,
+            Planning {
+                align,
+                chunk_len,
+                // An unknown size plans nothing.
+                size: &|| file.size().unwrap_or(0),
+                take_buffer: &mut || self.readahead_buffer(),
+                counters: &self.counters,
+            },
+        );
+        if !prefetch.is_empty() {
+            self.register_readahead(file);
+        }
+        prefetch
     }
 
     /// Direct read: expand `[offset, offset+count)` to the read alignment,

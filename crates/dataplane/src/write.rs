@@ -250,6 +250,7 @@ impl DataPlane {
     ) -> Result<(), DataError> {
         let io = buf.offset..buf.offset + buf.len as u64;
         let _lock = self.lock(file, io.clone(), LockKind::Exclusive);
+        file.readahead.invalidate(io.clone());
         let claim = file.size.begin_write(file.buffered_fd(), io.end)?;
         let flags = sync_flags(stable);
         let written = self.direct_pwrite(
@@ -299,6 +300,7 @@ impl DataPlane {
         let align = direct.write_align;
         let io = expand_to_alignment(buf.offset, buf.len as u64, align);
         let _lock = self.lock(file, io.clone(), LockKind::Exclusive);
+        file.readahead.invalidate(io.clone());
         let claim = file
             .size
             .begin_write(file.buffered_fd(), buf.offset + buf.len as u64)?;
@@ -345,6 +347,7 @@ impl DataPlane {
     ) -> Result<Mode, DataError> {
         let io = buf.offset..buf.offset + buf.len as u64;
         let _lock = self.lock(file, io.clone(), LockKind::Exclusive);
+        file.readahead.invalidate(io.clone());
         let claim = file.size.begin_write(file.buffered_fd(), io.end)?;
         let payload = buf.payload();
         let (written, mode) = match self.cached_io(

@@ -118,6 +118,7 @@ async fn serve(config: Config, ports_file: Option<PathBuf>) -> Result<(), String
             stopped(stop_rx.clone()),
         ));
     }
+    tokio::spawn(expire_readahead(server.clone()));
     if let Some(addr) = settings.metrics_listen {
         let l = TcpListener::bind(addr)
             .await
@@ -168,4 +169,19 @@ async fn serve(config: Config, ports_file: Option<PathBuf>) -> Result<(), String
     while tasks.join_next().await.is_some() {}
     info!("stopped");
     Ok(())
+}
+
+/// Returns the buffers of prefetched data no READ came for (a sequential
+/// reader that stopped or went away) to the pools, a few times per
+/// [`dionfs_dataplane::READAHEAD_MAX_AGE`], so the pools never stay
+/// drained by readahead. Runs until the process ends.
+async fn expire_readahead(server: Arc<Server>) {
+    let mut tick = tokio::time::interval(dionfs_dataplane::READAHEAD_MAX_AGE / 4);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        for export in &server.exports {
+            export.data.expire_readahead();
+        }
+    }
 }

@@ -77,7 +77,7 @@ pub fn render(server: &Server) -> String {
         "counter",
         &mut bytes.into_iter(),
     );
-    let simple: [(&str, &str, Field); 10] = [
+    let simple: [(&str, &str, Field); 15] = [
         (
             "expanded_reads_total",
             "Direct READs widened to the read alignment.",
@@ -123,6 +123,31 @@ pub fn render(server: &Server) -> String {
             "pool_waits_total",
             "Requests that waited for a pool buffer (read or write pool).",
             |s| s.pool_waits,
+        ),
+        (
+            "readahead_hits_total",
+            "Direct READs served from data prefetched by readahead.",
+            |s| s.readahead_hits,
+        ),
+        (
+            "readahead_misses_total",
+            "Direct READs of a sequential stream that readahead had not prefetched.",
+            |s| s.readahead_misses,
+        ),
+        (
+            "readahead_waits_total",
+            "Readahead hits that waited for their prefetch to finish.",
+            |s| s.readahead_waits,
+        ),
+        (
+            "readahead_bytes_total",
+            "Bytes read from the device by readahead.",
+            |s| s.readahead_bytes,
+        ),
+        (
+            "readahead_discards_total",
+            "Prefetched ranges dropped unused (overwritten, truncated, expired, stream stopped, short read).",
+            |s| s.readahead_discards,
         ),
     ];
     for (name, help, get) in simple {

@@ -243,13 +243,29 @@ pub fn read(ctx: &Ctx, a: ReadArgs, buf: Option<PooledBuf>) -> Reply {
         other => other.ok(),
     };
     match data {
-        Ok(data) => {
+        Ok(mut data) => {
+            start_prefetch(&file, data.take_prefetch());
             let mut enc = success_encoder(xid);
             let len = data.len() as u32;
             encode_read_ok_head(&mut enc, &post_op(attr.as_ref()), len, data.eof(), len);
             Reply::with_data(enc.into_vec(), Box::new(data))
         }
         Err(s) => fail(s, attr.as_ref()),
+    }
+}
+
+/// Starts the readahead a READ asked for, each chunk on tokio's blocking
+/// pool so that the reply goes out meanwhile. The prefetch runs with the
+/// server's own identity: it only reads the already-open descriptor, for
+/// data this client's READ of the file was just allowed to read. Without a
+/// runtime (unit tests) the chunks are dropped, which cancels them.
+fn start_prefetch(file: &Arc<OpenFile>, prefetch: Vec<dionfs_dataplane::Prefetch>) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    for chunk in prefetch {
+        let file = file.clone();
+        runtime.spawn_blocking(move || chunk.run(file.data()));
     }
 }
 

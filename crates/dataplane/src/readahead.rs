@@ -1,0 +1,947 @@
+//! Readahead for sequential direct reads.
+//!
+//! Why: a direct READ costs one device read, and a client with one READ in
+//! flight (`nfs-cp`, `dd` through some clients) waits for each before
+//! asking for the next, so it reads at the latency of one device read per
+//! call instead of at device speed. Buffered and `RWF_DONTCACHE` reads get
+//! the kernel's readahead; `O_DIRECT` gets none, so the data plane does its
+//! own, for the direct path only.
+//!
+//! How: each [`DataFile`] (one per inode, server-wide) has a [`Readahead`]
+//! that watches the READs of the file. When [`MIN_STREAK`] READs in a row
+//! each start where the previous one ended, and no other READ of the file
+//! is in flight (a client with several in flight already keeps the device
+//! busy), the READ hands back [`Prefetch`]es for the next chunks: aligned,
+//! `max_transfer`-sized ranges past the end of the stream. The server runs
+//! each on a blocking thread after the reply ([`Prefetch::run`]); the
+//! dataplane stays synchronous and never does readahead I/O on a READ's
+//! thread. The window of chunks kept ahead grows 1 -> 2 -> 4 while READs
+//! hit. A READ covered by prefetched chunks is served from them: from the
+//! chunk's own buffer without a copy when the READ ends where the chunk
+//! ends (the usual case: a client reading `rtmax` at a time), else by
+//! copying into the READ's buffer. A READ that needs a chunk still being
+//! read waits for it instead of reading the same blocks again.
+//!
+//! Bounds: a chunk's buffer comes from the export's pool, only if one is
+//! free right now ([`crate::BufferPool::try_get`]): readahead never waits
+//! for, or takes the last, buffers that requests need. At most
+//! [`MAX_WINDOW`] chunks per file and a quarter of the pool per export are
+//! held by readahead (the export's `held` count). Chunks unused for
+//! [`MAX_AGE`] are dropped (on the file's next READ, or by
+//! [`crate::DataPlane::expire_readahead`], which the server calls
+//! periodically), and a READ that breaks the stream drops them all, so the
+//! pool never stays drained by a reader that went away.
+//!
+//! Coherence: a READ must never see data older than a WRITE or size change
+//! that completed before the READ started (RFC 1813 gives no guarantee for
+//! ones that overlap in time). Every write path and `DataFile::truncate`
+//! call [`Readahead::invalidate`] on the range they change *while holding
+//! the exclusive range lock* of that range, and a prefetch reads *and*
+//! publishes its chunk while holding the shared range lock of the chunk.
+//! The cases:
+//! - Prefetch read before the write: it published the chunk before
+//!   releasing its shared lock, so before the writer got its exclusive
+//!   lock; the writer's invalidate then removes it.
+//! - Prefetch read after the write: it took the shared lock after the
+//!   writer released its exclusive one, so it read the new data.
+//! - A prefetch planned but not yet running (queued, no lock) reads later,
+//!   under the lock, so after any write that already holds it: fresh.
+//! - A READ that took a chunk before the writer's invalidate overlaps that
+//!   write in time; either content is allowed. A READ that starts after the
+//!   WRITE replied finds no chunk from before the write (removed under the
+//!   writer's lock, before its reply).
+//! - Truncate invalidates the whole file under the whole-file lock. Only
+//!   chunks that lie wholly below the file size are planned, and a chunk
+//!   read short (the file shrank meanwhile) is dropped, so a chunk never
+//!   stands for bytes past the end of the file.
+//! - Changes made behind the server's back (local writers on the exported
+//!   directory) take no range lock; a chunk prefetched before one can be
+//!   served for at most [`MAX_AGE`]. (Direct reads racing a local buffered
+//!   writer are no more coherent without readahead.)
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dionfs_sys::io::{preadv2, RwFlags};
+use parking_lot::{Condvar, Mutex};
+
+use crate::counters::Counters;
+use crate::file::DataFile;
+use crate::pool::PooledBuf;
+use crate::range_lock::LockKind;
+
+/// Most chunks one file keeps prefetched or being prefetched; the window
+/// grows 1 -> 2 -> 4 chunks.
+pub(crate) const MAX_WINDOW: usize = 4;
+
+/// Contiguous READs that make a sequential stream. Random reads are almost
+/// never contiguous twice in a row.
+const MIN_STREAK: u32 = 2;
+
+/// Prefetched data unused this long is dropped and its buffer returned.
+pub const MAX_AGE: Duration = Duration::from_secs(1);
+
+/// The readahead state of one file; see the module documentation.
+#[derive(Debug, Default)]
+pub(crate) struct Readahead {
+    state: Mutex<State>,
+    /// Signalled whenever a running prefetch ends (or is cancelled), for
+    /// READs waiting for its chunk.
+    finished: Condvar,
+    /// Whether a data plane already sweeps this file for old chunks.
+    registered: AtomicBool,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Where the last READ of the file ended.
+    next: u64,
+    /// How many READs in a row started where the previous one ended.
+    streak: u32,
+    /// Chunks to keep ahead of the stream; 0 while there is no stream.
+    window: usize,
+    /// READs of this file between `begin_read` and their end.
+    reads_in_flight: usize,
+    /// Prefetched or planned chunks, sorted by start, not overlapping.
+    chunks: Vec<Chunk>,
+    next_id: u64,
+}
+
+#[derive(Debug)]
+struct Chunk {
+    id: u64,
+    range: Range<u64>,
+    /// When it was planned or, once ready, when its data arrived.
+    since: Instant,
+    stage: Stage,
+}
+
+#[derive(Debug)]
+enum Stage {
+    /// Planned; its [`Prefetch`] holds the buffer and has not started.
+    Queued,
+    /// Its [`Prefetch`] is reading (or waiting for the range lock).
+    Running,
+    /// The chunk's data, whole.
+    Ready(Prefetched),
+}
+
+/// A buffer of prefetched data. Dropped without being served, it counts as
+/// a discard.
+#[derive(Debug)]
+struct Prefetched {
+    /// `Some` until a READ takes it.
+    buf: Option<PooledBuf>,
+    counters: Arc<Counters>,
+    _held: Held,
+}
+
+impl Drop for Prefetched {
+    fn drop(&mut self) {
+        if self.buf.is_some() {
+            Counters::bump(&self.counters.readahead_discards);
+        }
+    }
+}
+
+/// One buffer counted against an export's readahead bound; released on
+/// drop.
+#[derive(Debug)]
+pub(crate) struct Held(Arc<AtomicUsize>);
+
+impl Held {
+    /// Counts one more buffer in `held`, unless `cap` are already held.
+    pub(crate) fn take(held: &Arc<AtomicUsize>, cap: usize) -> Option<Held> {
+        held.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < cap).then_some(n + 1)
+        })
+        .ok()
+        .map(|_| Held(held.clone()))
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A chunk a READ asked to prefetch: run it with [`Prefetch::run`] on a
+/// blocking thread after sending the READ's reply, or drop it to cancel.
+/// It already holds its pool buffer.
+#[derive(Debug)]
+pub struct Prefetch {
+    readahead: Arc<Readahead>,
+    id: u64,
+    range: Range<u64>,
+    /// `Some` until the data is handed to the file's state.
+    buf: Option<PooledBuf>,
+    held: Option<Held>,
+    counters: Arc<Counters>,
+}
+
+/// Where a READ served from prefetched chunks finds its bytes.
+pub(crate) enum Served {
+    /// A chunk's own buffer: file offset `start` is at its byte 0, `len`
+    /// bytes are valid.
+    Chunk {
+        buf: PooledBuf,
+        start: u64,
+        len: usize,
+    },
+    /// Copied into the READ's own buffer, from its byte 0.
+    Copied,
+}
+
+/// A READ in progress on a file (see [`Readahead::begin_read`]).
+pub(crate) struct Reading<'a> {
+    readahead: &'a Arc<Readahead>,
+    /// Whether another READ of the file was in flight when this one began.
+    concurrent: bool,
+}
+
+/// What [`Reading::advance`] needs to plan chunks.
+pub(crate) struct Planning<'a> {
+    /// The file's direct read alignment.
+    pub align: u64,
+    /// Length of a chunk (aligned, at most a pool buffer's data length).
+    pub chunk_len: u64,
+    /// The file size now (asked only when planning).
+    pub size: &'a dyn Fn() -> u64,
+    /// Takes a buffer and a unit of the readahead bound, or none.
+    pub take_buffer: &'a mut dyn FnMut() -> Option<(PooledBuf, Held)>,
+    pub counters: &'a Arc<Counters>,
+}
+
+impl Readahead {
+    /// Marks a READ of the file in flight until the returned value drops.
+    pub(crate) fn begin_read(self: &Arc<Self>) -> Reading<'_> {
+        let mut st = self.state.lock();
+        st.reads_in_flight += 1;
+        Reading {
+            readahead: self,
+            concurrent: st.reads_in_flight > 1,
+        }
+    }
+
+    /// Drops prefetched data overlapping `range`. Call it while holding the
+    /// exclusive range lock of every byte the caller changes (see the
+    /// module documentation for why that is enough).
+    pub(crate) fn invalidate(&self, range: Range<u64>) {
+        let mut st = self.state.lock();
+        st.chunks.retain(|c| {
+            let overlaps = c.range.start < range.end && range.start < c.range.end;
+            !(overlaps && matches!(c.stage, Stage::Ready(_)))
+        });
+    }
+
+    /// Drops ready chunks older than [`MAX_AGE`].
+    pub(crate) fn expire(&self, now: Instant) {
+        self.state.lock().expire(now);
+    }
+
+    /// Whether this is the first call (the caller should then sweep the
+    /// file for old chunks).
+    pub(crate) fn register(&self) -> bool {
+        !self.registered.swap(true, Ordering::AcqRel)
+    }
+
+    /// Removes the chunk `id` unless it is ready, and wakes its waiters.
+    fn cancel(&self, id: u64) {
+        let mut st = self.state.lock();
+        st.chunks
+            .retain(|c| c.id != id || matches!(c.stage, Stage::Ready(_)));
+        drop(st);
+        self.finished.notify_all();
+    }
+
+    /// Number of chunks planned, running or ready (for tests).
+    #[cfg(test)]
+    pub(crate) fn chunks(&self) -> usize {
+        self.state.lock().chunks.len()
+    }
+}
+
+impl State {
+    fn expire(&mut self, now: Instant) {
+        self.chunks.retain(|c| {
+            !matches!(c.stage, Stage::Ready(_)) || now.duration_since(c.since) < MAX_AGE
+        });
+    }
+
+    /// The stream stopped: drop every chunk. Queued and running prefetches
+    /// find their chunk gone and drop their data.
+    fn reset(&mut self) {
+        self.window = 0;
+        self.chunks.clear();
+    }
+}
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        self.readahead.state.lock().reads_in_flight -= 1;
+    }
+}
+
+impl Reading<'_> {
+    /// Serves `[offset, offset + count)` from prefetched chunks if they
+    /// cover it, waiting for running prefetches it needs; copies into `buf`
+    /// unless one chunk ends exactly where the READ does. `None`: read it
+    /// from the device (a queued prefetch of its range is cancelled, so the
+    /// blocks are not read twice).
+    pub(crate) fn serve(
+        &self,
+        offset: u64,
+        count: usize,
+        buf: &mut [u8],
+        counters: &Counters,
+    ) -> Option<Served> {
+        let end = offset + count as u64;
+        let mut st = self.readahead.state.lock();
+        let mut waited = false;
+        let miss = |st: &State| {
+            if st.window > 0 {
+                Counters::bump(&counters.readahead_misses);
+            }
+            None
+        };
+        if count == 0 {
+            return None;
+        }
+        loop {
+            st.expire(Instant::now());
+            // The chunks covering [offset, end) back to back, if any.
+            let mut pos = offset;
+            let mut first = None;
+            let mut last = 0;
+            let mut running = false;
+            for (i, c) in st.chunks.iter().enumerate() {
+                if c.range.end <= pos {
+                    continue;
+                }
+                if c.range.start > pos {
+                    break;
+                }
+                match c.stage {
+                    Stage::Queued => {
+                        // Its prefetch finds the chunk gone and ends; no
+                        // one waits for a chunk that is not running.
+                        st.chunks.remove(i);
+                        return miss(&st);
+                    }
+                    Stage::Running => running = true,
+                    Stage::Ready(_) => {}
+                }
+                first.get_or_insert(i);
+                last = i;
+                pos = c.range.end;
+                if pos >= end {
+                    break;
+                }
+            }
+            let Some(first) = first.filter(|_| pos >= end) else {
+                return miss(&st);
+            };
+            if running {
+                waited = true;
+                self.readahead.finished.wait(&mut st);
+                continue;
+            }
+            Counters::bump(&counters.readahead_hits);
+            if waited {
+                Counters::bump(&counters.readahead_waits);
+            }
+            if first == last && st.chunks[first].range.end == end {
+                let chunk = st.chunks.remove(first);
+                let Stage::Ready(mut data) = chunk.stage else {
+                    unreachable!("checked ready above");
+                };
+                let len = (chunk.range.end - chunk.range.start) as usize;
+                // `Some` while the chunk is in the state.
+                let chunk_buf = data.buf.take()?;
+                return Some(Served::Chunk {
+                    buf: chunk_buf,
+                    start: chunk.range.start,
+                    len,
+                });
+            }
+            for c in &st.chunks[first..=last] {
+                let Stage::Ready(data) = &c.stage else {
+                    unreachable!("checked ready above");
+                };
+                let from = offset.max(c.range.start);
+                let to = end.min(c.range.end);
+                let src = (from - c.range.start) as usize..(to - c.range.start) as usize;
+                let dst = (from - offset) as usize..(to - offset) as usize;
+                if let Some(chunk_buf) = &data.buf {
+                    buf[dst].copy_from_slice(&chunk_buf[src]);
+                }
+            }
+            // Chunks this READ read to their end are used up (served, so
+            // their buffers go back uncounted as discards).
+            st.chunks.retain_mut(|c| {
+                let used = c.range.end <= end && c.range.end > offset;
+                if let (true, Stage::Ready(data)) = (used, &mut c.stage) {
+                    data.buf = None;
+                }
+                !used
+            });
+            return Some(Served::Copied);
+        }
+    }
+
+    /// Records that this READ returned `[offset, end)` and, when the file
+    /// is being read as one sequential stream by one READ at a time, plans
+    /// the chunks to prefetch next.
+    pub(crate) fn advance(
+        &self,
+        offset: u64,
+        end: u64,
+        hit: bool,
+        plan: Planning<'_>,
+    ) -> Vec<Prefetch> {
+        let mut st = self.readahead.state.lock();
+        if end <= offset {
+            // Nothing returned (end of file): not a step of any stream.
+            return Vec::new();
+        }
+        if offset == st.next && st.streak > 0 {
+            st.streak = st.streak.saturating_add(1);
+        } else {
+            st.reset();
+            st.streak = 1;
+        }
+        st.next = end;
+        if self.concurrent || st.reads_in_flight > 1 || st.streak < MIN_STREAK {
+            // Several READs in flight keep the device busy by themselves,
+            // and their order is not the stream's.
+            return Vec::new();
+        }
+        st.window = match st.window {
+            0 => 1,
+            w if hit => (w * 2).min(MAX_WINDOW),
+            w => w,
+        };
+        // Chunks behind the stream will not be read again.
+        st.chunks.retain(|c| c.range.end > end);
+        st.expire(Instant::now());
+        let mut start = match st.chunks.last() {
+            Some(c) => c.range.end,
+            None => crate::align::round_down(end, plan.align),
+        };
+        let mut planned = Vec::new();
+        let size = (plan.size)();
+        while st.chunks.len() < st.window && start + plan.chunk_len <= size {
+            let Some((buf, held)) = (plan.take_buffer)() else {
+                break;
+            };
+            let id = st.next_id;
+            st.next_id += 1;
+            let range = start..start + plan.chunk_len;
+            st.chunks.push(Chunk {
+                id,
+                range: range.clone(),
+                since: Instant::now(),
+                stage: Stage::Queued,
+            });
+            planned.push((id, range, buf, held));
+            start += plan.chunk_len;
+        }
+        drop(st);
+        planned
+            .into_iter()
+            .map(|(id, range, buf, held)| Prefetch {
+                readahead: self.readahead.clone(),
+                id,
+                range,
+                buf: Some(buf),
+                held: Some(held),
+                counters: plan.counters.clone(),
+            })
+            .collect()
+    }
+}
+
+impl Prefetch {
+    /// The file range it reads.
+    pub fn range(&self) -> Range<u64> {
+        self.range.clone()
+    }
+
+    /// Reads the chunk under the shared range lock and publishes it for
+    /// the READs to come. Blocking. `file` must be the file of the READ
+    /// that planned it (anything else is ignored). Needs no credentials:
+    /// it only reads the already-open descriptor, for data the client's
+    /// READ of this file was just allowed to read.
+    pub fn run(mut self, file: &DataFile) {
+        if !Arc::ptr_eq(&self.readahead, &file.readahead) {
+            return;
+        }
+        let Some(direct) = file.direct() else {
+            return;
+        };
+        {
+            let mut st = self.readahead.state.lock();
+            match st.chunks.iter_mut().find(|c| c.id == self.id) {
+                Some(c) if matches!(c.stage, Stage::Queued) => c.stage = Stage::Running,
+                // Cancelled (a READ got there first, the stream stopped).
+                _ => return,
+            }
+        }
+        let len = (self.range.end - self.range.start) as usize;
+        // Held until the chunk is published (see the module documentation).
+        let _lock = file
+            .locks
+            .lock(file.lock_range(self.range.clone()), LockKind::Shared);
+        let Some(buf) = self.buf.as_mut() else {
+            return;
+        };
+        match preadv2(&direct.fd, &mut buf[..len], self.range.start, RwFlags::NONE) {
+            Ok(n) if n == len => {}
+            Ok(n) => {
+                // The file shrank since the chunk was planned.
+                tracing::debug!(file = %file.label(), offset = self.range.start, len, n, "readahead read short");
+                Counters::bump(&self.counters.readahead_discards);
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(file = %file.label(), offset = self.range.start, len, error = %e, "readahead read failed");
+                Counters::bump(&self.counters.readahead_discards);
+                return;
+            }
+        }
+        self.counters
+            .readahead_bytes
+            .fetch_add(len as u64, Ordering::Relaxed);
+        let data = Prefetched {
+            buf: self.buf.take(),
+            counters: self.counters.clone(),
+            _held: self
+                .held
+                .take()
+                .expect("a prefetch holds its unit until it runs"),
+        };
+        let mut st = self.readahead.state.lock();
+        match st.chunks.iter_mut().find(|c| c.id == self.id) {
+            Some(c) => {
+                c.stage = Stage::Ready(data);
+                c.since = Instant::now();
+            }
+            // The stream stopped while it read: `data` drops, a discard.
+            None => drop(data),
+        }
+        drop(st);
+        self.readahead.finished.notify_all();
+    }
+}
+
+impl Drop for Prefetch {
+    fn drop(&mut self) {
+        if self.buf.is_some() {
+            // Not run, cancelled or failed: its chunk must not stay
+            // planned, and READs waiting for it must look again.
+            self.readahead.cancel(self.id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{DataConfig, DataPlane, Mode, Stable};
+    use std::fs::OpenOptions;
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::sync::atomic::AtomicU64;
+
+    const CHUNK: usize = 64 << 10;
+
+    fn plane(buffers: usize) -> DataPlane {
+        DataPlane::new(DataConfig {
+            read_mode: Mode::Direct,
+            write_mode: Mode::Direct,
+            max_transfer: CHUNK,
+            read_buffers: buffers,
+            write_buffers: buffers,
+        })
+        .unwrap()
+    }
+
+    /// A temp file with an `O_DIRECT` descriptor, or `None` where the temp
+    /// directory cannot do direct I/O.
+    fn direct_file() -> Option<(tempfile::NamedTempFile, DataFile)> {
+        let tmp = tempfile::NamedTempFile::new().unwrap();
+        let direct = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(tmp.path())
+            .ok()?;
+        let file = DataFile::new(tmp.reopen().unwrap().into(), Some(direct.into())).unwrap();
+        if !file.is_direct_capable() {
+            println!("skipped: temp dir has no direct I/O");
+            return None;
+        }
+        Some((tmp, file))
+    }
+
+    /// Writes `data` in WRITEs of at most `CHUNK` bytes.
+    fn write(plane: &DataPlane, file: &DataFile, offset: u64, data: &[u8]) {
+        for (i, piece) in data.chunks(CHUNK).enumerate() {
+            let buf = plane.write_pool().get_blocking().unwrap();
+            let at = offset + (i * CHUNK) as u64;
+            let mut wb = plane.write_buffer(file, buf, at, piece.len()).unwrap();
+            wb.payload_mut().copy_from_slice(piece);
+            plane.write(file, wb, Stable::Unstable).unwrap();
+        }
+    }
+
+    /// Reads like the server does, running the planned prefetches at once
+    /// (`inline`) or leaving them to the caller.
+    fn read(
+        plane: &DataPlane,
+        file: &DataFile,
+        offset: u64,
+        count: usize,
+    ) -> (Vec<u8>, Vec<Prefetch>) {
+        let buf = plane.read_pool().get_blocking().unwrap();
+        let mut data = plane.read(file, buf, offset, count as u32).unwrap();
+        (data.data().to_vec(), data.take_prefetch())
+    }
+
+    fn read_inline(plane: &DataPlane, file: &DataFile, offset: u64, count: usize) -> Vec<u8> {
+        let (data, prefetch) = read(plane, file, offset, count);
+        for p in prefetch {
+            p.run(file);
+        }
+        data
+    }
+
+    fn pattern(len: usize, seed: u8) -> Vec<u8> {
+        (0..len)
+            .map(|i| (i / 4096) as u8 ^ (i as u8).wrapping_mul(31) ^ seed)
+            .collect()
+    }
+
+    #[test]
+    fn sequential_stream_is_prefetched_and_served() {
+        let Some((_tmp, file)) = direct_file() else {
+            return;
+        };
+        let plane = plane(16);
+        let content = pattern(16 * CHUNK + 1000, 1);
+        write(&plane, &file, 0, &content);
+        let mut offset = 0;
+        while offset < content.len() {
+            let got = read_inline(&plane, &file, offset as u64, CHUNK);
+            let want = &content[offset..(offset + CHUNK).min(content.len())];
+            assert_eq!(got, want, "at {offset}");
+            offset += CHUNK;
+        }
+        let c = plane.snapshot();
+        // Two READs make the stream; every full chunk after them is a hit.
+        // The last, partial chunk is never prefetched (it is past the last
+        // whole chunk below the file size).
+        assert_eq!(c.readahead_hits, 14, "{c:?}");
+        assert_eq!(c.readahead_misses, 1, "{c:?}");
+        assert_eq!(c.readahead_bytes, 14 * CHUNK as u64);
+        assert_eq!(c.readahead_discards, 0);
+        assert_eq!(c.read.direct.ops, 17);
+        assert_eq!(plane.readahead_buffers(), 0, "all prefetched data was used");
+        assert_eq!(plane.read_pool().available(), 16);
+    }
+
+    #[test]
+    fn misaligned_reads_are_served_across_chunks() {
+        let Some((_tmp, file)) = direct_file() else {
+            return;
+        };
+        let plane = plane(16);
+        let content = pattern(12 * CHUNK, 2);
+        write(&plane, &file, 0, &content);
+        // 40000-byte READs straddle chunk boundaries: served by copying.
+        let step = 40000;
+        let mut offset = 0;
+        while offset + step <= content.len() {
+            let got = read_inline(&plane, &file, offset as u64, step);
+            assert_eq!(got, &content[offset..offset + step], "at {offset}");
+            offset += step;
+        }
+        assert!(
+            plane.snapshot().readahead_hits > 10,
+            "{:?}",
+            plane.snapshot()
+        );
+    }
+
+    #[test]
+    fn random_reads_never_prefetch() {
+        let Some((_tmp, file)) = direct_file() else {
+            return;
+        };
+        let plane = plane(16);
+        write(&plane, &file, 0, &pattern(64 * CHUNK, 3));
+        let mut x: u64 = 12345;
+        for _ in 0..2000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let block = (x >> 33) % (64 * CHUNK as u64 / 4096);
+            let (_, prefetch) = read(&plane, &file, block * 4096, 4096);
+            assert!(prefetch.is_empty());
+        }
+        let c = plane.snapshot();
+        assert_eq!((c.readahead_bytes, c.readahead_hits), (0, 0));
+    }
+
+    #[test]
+    fn reads_in_parallel_do_not_prefetch() {
+        let Some((_tmp, file)) = direct_file() else {
+            return;
+        };
+        let plane = plane(16);
+        write(&plane, &file, 0, &pattern(8 * CHUNK, 4));
+        // Another READ of the file in flight throughout.
+        let other = file.readahead.begin_read();
+        for i in 0..8 {
+            let (_, prefetch) = read(&plane, &file, (i * CHUNK) as u64, CHUNK);
+            assert!(prefetch.is_empty());
+        }
+        drop(other);
+        let (_, prefetch) = read(&plane, &file, 0, CHUNK);
+        assert!(prefetch.is_empty(), "a new stream starts with one READ");
+    }
+
+    /// Starts a stream and returns the prefetch of the chunk at `2 * CHUNK`,
+    /// not yet run.
+    fn planned_third_chunk(plane: &DataPlane, file: &DataFile) -> Prefetch {
+        read_inline(plane, file, 0, CHUNK);
+        let (_, mut prefetch) = read(plane, file, CHUNK as u64, CHUNK);
+        assert_eq!(prefetch.len(), 1);
+        let p = prefetch.remove(0);
+        assert_eq!(p.range(), 2 * CHUNK as u64..3 * CHUNK as u64);
+        p
+    }
+
+    #[test]
+    fn write_after_prefetch_is_read_fresh() {
+        let Some((_tmp, file)) = direct_file() else {
+            return;
+        };
+        let plane = plane(16);
+        write(&plane, &file, 0, &pattern(8 * CHUNK, 5));
+        planned_third_chunk(&plane, &file).run(&file);
+        // Misaligned, inside the prefetched chunk.
+        let at = 2 * CHUNK + 1234;
+        write(&plane, &file, at as u64, b"fresh");
+        let got = read_inline(&plane, &file, 2 * CHUNK as u64, CHUNK);
+        assert_eq!(&got[1234..1239], b"fresh");
+        let c = plane.snapshot();
+        assert_eq!(c.readahead_discards, 1, "{c:?}");
+        assert_eq!(c.readahead_hits, 0, "{c:?}");
+    }
+
+    #[test]
+    fn write_before_a_queued_prefetch_runs_is_read_fresh() {
+        let Some((_tmp, file)) = direct_file() else {
+            return;
+        };
+        let plane = plane(16);
+        write(&plane, &file, 0, &pattern(8 * CHUNK, 6));
+        let p = planned_third_chunk(&plane, &file);
+        write(&plane, &file, 2 * CHUNK as u64, &[9u8; 4096]);
+        p.run(&file);
+        let got = read_inline(&plane, &file, 2 * CHUNK as u64, CHUNK);
+        assert_eq!(&got[..4096], &[9u8; 4096]);
+        assert_eq!(
+            plane.snapshot().readahead_hits,
+            1,
+            "the prefetch read after the write"
+        );
+    }
+
+    #[test]
+    fn truncate_after_prefetch_is_read_fresh() {
+        let Some((_tmp, file)) = direct_file() else {
+            return;
+        };
+        let plane = plane(16);
+        write(&plane, &file, 0, &pattern(8 * CHUNK, 7));
+        planned_third_chunk(&plane, &file).run(&file);
+        // Shrink below the chunk and grow back: the chunk now reads zeros.
+        plane.truncate(&file, CHUNK as u64).unwrap();
+        plane.truncate(&file, 8 * CHUNK as u64).unwrap();
+        let got = read_inline(&plane, &file, 2 * CHUNK as u64, CHUNK);
+        assert!(got.iter().all(|&b| b == 0));
+        assert_eq!(plane.snapshot().readahead_discards, 1);
+    }
+
+    #[test]
+    fn dropped_or_cancelled_prefetches_free_their_buffers() {
+        let Some((_tmp, file)) = direct_file() else {
+            return;
+        };
+        let plane = plane(16);
+        write(&plane, &file, 0, &pattern(8 * CHUNK, 8));
+        drop(planned_third_chunk(&plane, &file));
+        assert_eq!(file.readahead.chunks(), 0);
+        assert_eq!(plane.readahead_buffers(), 0);
+        // A READ that gets to a queued chunk first reads it itself; the
+        // prefetch then does nothing.
+        let p = planned_third_chunk(&plane, &file);
+        let (got, next) = read(&plane, &file, 2 * CHUNK as u64, CHUNK);
+        assert_eq!(got, pattern(8 * CHUNK, 8)[2 * CHUNK..3 * CHUNK]);
+        drop(next);
+        p.run(&file);
+        assert_eq!(plane.snapshot().readahead_bytes, 0);
+        assert_eq!(plane.read_pool().available(), 16);
+    }
+
+    #[test]
+    fn readahead_takes_at_most_a_quarter_of_the_pool_and_gives_it_back() {
+        let plane = plane(8);
+        let files: Vec<_> = (0..4).filter_map(|_| direct_file()).collect();
+        if files.len() < 4 {
+            return;
+        }
+        let mut held = Vec::new();
+        for (_, file) in &files {
+            write(&plane, file, 0, &pattern(16 * CHUNK, 9));
+            for i in 0..6 {
+                let (_, prefetch) = read(&plane, file, (i * CHUNK) as u64, CHUNK);
+                held.extend(prefetch);
+            }
+        }
+        assert_eq!(held.len(), 2, "a quarter of 8 buffers");
+        assert_eq!(plane.readahead_buffers(), 2);
+        assert_eq!(plane.read_pool().available(), 6);
+        for p in held {
+            p.run(&files[0].1);
+        }
+        // The prefetches ran on the wrong file: ignored, buffers back.
+        assert_eq!(plane.read_pool().available(), 8);
+        // Ready but never read: given back once old enough.
+        let (_, file) = &files[1];
+        for i in 6..8 {
+            read_inline(&plane, file, (i * CHUNK) as u64, CHUNK);
+        }
+        assert!(plane.readahead_buffers() > 0);
+        plane.expire_readahead();
+        assert!(plane.readahead_buffers() > 0, "young chunks stay");
+        file.readahead.expire(Instant::now() + MAX_AGE);
+        assert_eq!(plane.readahead_buffers(), 0);
+        assert_eq!(plane.read_pool().available(), 8);
+        assert!(plane.snapshot().readahead_discards > 0);
+    }
+
+    #[test]
+    fn a_non_sequential_read_drops_the_stream() {
+        let Some((_tmp, file)) = direct_file() else {
+            return;
+        };
+        let plane = plane(16);
+        write(&plane, &file, 0, &pattern(16 * CHUNK, 10));
+        for i in 0..4 {
+            read_inline(&plane, &file, (i * CHUNK) as u64, CHUNK);
+        }
+        assert!(plane.readahead_buffers() > 0);
+        read_inline(&plane, &file, 12 * CHUNK as u64, 4096);
+        assert_eq!(plane.readahead_buffers(), 0);
+        assert_eq!(plane.read_pool().available(), 16);
+    }
+
+    /// Writers overwrite whole 4 KiB blocks with new versions while a
+    /// sequential reader streams the file with readahead running on other
+    /// threads. Every block read must be whole (one version) and no older
+    /// than the last write that completed before the READ began.
+    #[test]
+    fn stress_writers_and_a_sequential_reader_never_see_stale_data() {
+        let Some((_tmp, file)) = direct_file() else {
+            return;
+        };
+        let plane = plane(32);
+        const BLOCKS: usize = 512; // 2 MiB
+        const WRITERS: usize = 2;
+        let block = |b: usize, version: u64| {
+            let mut data = vec![(b as u8) ^ (version as u8); 4096];
+            data[..8].copy_from_slice(&(b as u64).to_le_bytes());
+            data[8..16].copy_from_slice(&version.to_le_bytes());
+            data
+        };
+        let initial: Vec<u8> = (0..BLOCKS).flat_map(|b| block(b, 0)).collect();
+        write(&plane, &file, 0, &initial);
+        let started: Vec<AtomicU64> = (0..BLOCKS).map(|_| AtomicU64::new(0)).collect();
+        let committed: Vec<AtomicU64> = (0..BLOCKS).map(|_| AtomicU64::new(0)).collect();
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            for w in 0..WRITERS {
+                let (plane, file, started, committed, stop) =
+                    (&plane, &file, &started, &committed, &stop);
+                s.spawn(move || {
+                    let mut x = w as u64 + 1;
+                    let mut version = 0;
+                    while !stop.load(Ordering::Relaxed) {
+                        x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                        // Each writer owns the blocks b % WRITERS == w, so a
+                        // block's versions only grow; 1 to 3 blocks a time.
+                        let first = ((x >> 33) as usize % (BLOCKS / WRITERS)) * WRITERS + w;
+                        let n = 1 + (x >> 20) as usize % 3;
+                        version += 1;
+                        let blocks: Vec<usize> = (0..n)
+                            .map(|i| first + i * WRITERS)
+                            .filter(|&b| b < BLOCKS)
+                            .collect();
+                        for &b in &blocks {
+                            started[b].store(version, Ordering::SeqCst);
+                            write(plane, file, (b * 4096) as u64, &block(b, version));
+                            committed[b].store(version, Ordering::SeqCst);
+                        }
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                });
+            }
+            // Stops the writers also when an assertion below fails, or
+            // the scope would wait for them forever.
+            struct StopOnDrop<'a>(&'a AtomicBool);
+            impl Drop for StopOnDrop<'_> {
+                fn drop(&mut self) {
+                    self.0.store(true, Ordering::Relaxed);
+                }
+            }
+            let _stop = StopOnDrop(&stop);
+            let deadline = Instant::now() + Duration::from_secs(3);
+            let mut passes = 0;
+            while Instant::now() < deadline || passes < 2 {
+                for step in 0..BLOCKS * 4096 / CHUNK {
+                    let offset = step * CHUNK;
+                    let lo: Vec<u64> = (0..CHUNK / 4096)
+                        .map(|i| committed[offset / 4096 + i].load(Ordering::SeqCst))
+                        .collect();
+                    let (data, prefetch) = read(&plane, &file, offset as u64, CHUNK);
+                    for p in prefetch {
+                        let file = &file;
+                        s.spawn(move || p.run(file));
+                    }
+                    assert_eq!(data.len(), CHUNK);
+                    for (i, got) in data.chunks(4096).enumerate() {
+                        let b = offset / 4096 + i;
+                        let version = u64::from_le_bytes(got[8..16].try_into().unwrap());
+                        assert_eq!(got, block(b, version), "block {b} is torn");
+                        let hi = started[b].load(Ordering::SeqCst);
+                        assert!(
+                            lo[i] <= version && version <= hi,
+                            "block {b}: read version {version}, expected {}..={hi}",
+                            lo[i]
+                        );
+                    }
+                }
+                passes += 1;
+            }
+        });
+        let c = plane.snapshot();
+        assert!(c.readahead_hits > 0, "{c:?}");
+        println!("{c:?}");
+        assert!(plane.readahead_buffers() <= 32 / 4);
+    }
+}
