@@ -47,6 +47,10 @@ pub struct DataFile {
     label: Option<String>,
 }
 
+/// What [`DataFile::size_probe`] saw, for [`DataFile::size_given`].
+#[derive(Debug, Clone, Copy)]
+pub struct SizeProbe(u64);
+
 /// Whether the file's alignment is something our pool buffers satisfy.
 /// The interior of a misaligned write starts one write-alignment unit into
 /// its buffer, so the memory alignment must not exceed the write alignment
@@ -138,10 +142,18 @@ impl DataFile {
         self.size.visible_size(self.buffered.as_fd())
     }
 
-    /// [`DataFile::size`] for a caller that has just read the kernel's size
-    /// (`kernel_size`, from its own statx): no second syscall.
-    pub fn size_given(&self, kernel_size: u64) -> u64 {
-        self.size.visible_size_given(kernel_size)
+    /// Taken before a caller's own statx of the file, for
+    /// [`DataFile::size_given`].
+    pub fn size_probe(&self) -> SizeProbe {
+        SizeProbe(self.size.probe())
+    }
+
+    /// [`DataFile::size`] for a caller that took `probe`, then read the
+    /// kernel's size itself (`kernel_size`, from its own statx): no second
+    /// syscall unless an extending write ran meanwhile.
+    pub fn size_given(&self, probe: SizeProbe, kernel_size: u64) -> io::Result<u64> {
+        self.size
+            .visible_size_given(probe.0, kernel_size, self.buffered.as_fd())
     }
 
     /// Sets the file size (`ftruncate`). Holds the whole file's range lock

@@ -51,7 +51,7 @@ mod write;
 pub use config::{DataConfig, Mode, MAX_TRANSFER_LIMIT};
 pub use counters::{CounterSnapshot, Counters, OpsBytes, PerMode};
 pub use error::DataError;
-pub use file::DataFile;
+pub use file::{DataFile, SizeProbe};
 pub use plane::DataPlane;
 pub use pool::{BufferPool, PooledBuf, BUF_ALIGN, BUF_SLACK, MAX_DIO_ALIGN};
 pub use read::ReadData;

@@ -26,6 +26,10 @@ struct SizeState {
     extenders: u32,
     /// Largest end of any extender in flight.
     pending_end: u64,
+    /// Moves whenever an extender starts or ends: a size the kernel
+    /// reported between two equal readings of it, with no extender in
+    /// flight, is a completed one (see [`SizeTracker::visible_size_given`]).
+    epoch: u64,
 }
 
 /// In-flight extending writes of one open file.
@@ -74,6 +78,7 @@ impl SizeTracker {
         }
         let extends_to = (data_end > state.logical).then(|| {
             state.extenders += 1;
+            state.epoch += 1;
             state.pending_end = state.pending_end.max(data_end);
             data_end
         });
@@ -86,12 +91,29 @@ impl SizeTracker {
 
     /// The size to report: the kernel's when no extender runs, otherwise
     /// the largest end reached or being written.
-    pub(crate) fn visible_size_given(&self, kernel_size: u64) -> u64 {
+    pub(crate) fn probe(&self) -> u64 {
+        self.state.lock().epoch
+    }
+
+    /// [`SizeTracker::visible_size`] for a caller that read the kernel's
+    /// size itself (`kernel_size`, from its statx) after taking `probe`:
+    /// that size is used if no extending write was in flight at any time
+    /// in between (the epoch did not move and none runs now); otherwise the
+    /// kernel may have shown a write half-done, and the size is read again
+    /// under the lock.
+    pub(crate) fn visible_size_given(
+        &self,
+        probe: u64,
+        kernel_size: u64,
+        fd: BorrowedFd<'_>,
+    ) -> io::Result<u64> {
         let state = self.state.lock();
-        if state.extenders == 0 {
-            kernel_size
+        if state.extenders > 0 {
+            Ok(state.logical.max(state.pending_end))
+        } else if state.epoch == probe {
+            Ok(kernel_size)
         } else {
-            state.logical.max(state.pending_end)
+            fstat_size(fd)
         }
     }
 
@@ -123,6 +145,7 @@ impl Drop for SizeClaim<'_> {
             state.logical = state.logical.max(end);
         }
         state.extenders -= 1;
+        state.epoch += 1;
         if state.extenders == 0 {
             state.pending_end = 0;
         }
@@ -133,6 +156,31 @@ impl Drop for SizeClaim<'_> {
 mod tests {
     use super::*;
     use std::os::fd::AsFd;
+
+    #[test]
+    fn a_size_read_while_an_extender_ran_is_not_trusted() {
+        // The WRITE reply's attributes: probe, statx, then the tracker. An
+        // extending write that was half-done at the statx and finished
+        // before the tracker was asked must not leave the half-done size.
+        let f = tempfile::tempfile().unwrap();
+        f.set_len(100).unwrap();
+        let t = SizeTracker::default();
+        let probe = t.probe();
+        assert_eq!(t.visible_size_given(probe, 100, f.as_fd()).unwrap(), 100);
+        let probe = t.probe();
+        let w = t.begin_write(f.as_fd(), 9000).unwrap();
+        f.set_len(4096).unwrap();
+        let half_done = 4096; // what the statx saw
+        f.set_len(9000).unwrap();
+        w.succeeded();
+        assert_eq!(
+            t.visible_size_given(probe, half_done, f.as_fd()).unwrap(),
+            9000
+        );
+        // With nothing in flight since the probe, the caller's size stands.
+        let probe = t.probe();
+        assert_eq!(t.visible_size_given(probe, 9000, f.as_fd()).unwrap(), 9000);
+    }
 
     #[test]
     fn in_flight_extenders_show_their_end() {

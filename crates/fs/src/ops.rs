@@ -12,6 +12,7 @@
 
 use std::os::fd::{BorrowedFd, OwnedFd};
 
+use dionfs_dataplane::SizeProbe;
 use dionfs_sys::cred;
 use rustix::fs::{
     chmodat, chownat, fstatvfs, linkat, mkdirat, mknodat, readlinkat, renameat, symlinkat,
@@ -117,13 +118,15 @@ impl ExportFs {
     /// GETATTR. A regular file open in the data plane reports the data
     /// plane's size, which never shows an extending write half-done.
     pub fn getattr(&self, node: &Node) -> Result<Attr, FsError> {
-        let attr = Attr::of_fd(node.fd())?;
-        if attr.kind != FileKind::Regular {
-            return Ok(attr);
+        if node.kind != FileKind::Regular {
+            return Attr::of_fd(node.fd());
         }
         match self.cache.get_live(&(self.fs_id, node.kernel.clone())) {
-            Some(file) => Ok(with_data_size(attr, &file)),
-            None => Ok(attr),
+            Some(file) => {
+                let probe = file.data().size_probe();
+                Ok(with_data_size(Attr::of_fd(node.fd())?, probe, &file))
+            }
+            None => Attr::of_fd(node.fd()),
         }
     }
 
@@ -204,12 +207,13 @@ impl ExportFs {
     /// the open-file cache and its handle is [`FsError::Stale`], as knfsd
     /// answers for an unlinked inode.
     pub fn file_attr(&self, file: &OpenFile) -> Result<Attr, FsError> {
+        let probe = file.data().size_probe();
         let attr = Attr::of_fd(file.fd())?;
         if attr.nlink == 0 {
             self.cache.evict(&(self.fs_id, file.kernel().clone()));
             return Err(FsError::Stale);
         }
-        Ok(with_data_size(attr, file))
+        Ok(with_data_size(attr, probe, file))
     }
 
     /// [`ExportFs::check_io_access`] for a file opened with
@@ -680,8 +684,10 @@ impl ExportFs {
 }
 
 /// `attr` with the size the data plane reports for `file`.
-fn with_data_size(mut attr: Attr, file: &OpenFile) -> Attr {
-    attr.size = file.data().size_given(attr.size);
+fn with_data_size(mut attr: Attr, probe: SizeProbe, file: &OpenFile) -> Attr {
+    if let Ok(size) = file.data().size_given(probe, attr.size) {
+        attr.size = size;
+    }
     attr
 }
 

@@ -27,9 +27,11 @@ pub const MAX_FRAGMENT_LEN: u32 = 0x7fff_ffff;
 /// Size of the stack buffer [`RecordReader::skip_rest`] discards bytes into.
 const SKIP_CHUNK: usize = 512;
 
-/// Size of the reader's own buffer. Small calls (a READ is ~150 bytes, 64 of
-/// them pipelined ~10 KiB) fit whole; reads at least this long bypass it.
-pub const READ_BUF_LEN: usize = 16 << 10;
+/// Size of the reader's own buffer. A small call (a READ is ~150 bytes, a
+/// 1 KiB WRITE ~1.2 KiB) fits whole, 25 pipelined READs at once; reads at
+/// least this long bypass it. Every connection has one, also an idle one,
+/// so it stays a page (thousands of idle connections are a few MiB).
+pub const READ_BUF_LEN: usize = 4 << 10;
 
 /// Why a record could not be read. Every variant except
 /// [`RecordError::PastEnd`] and [`RecordError::RestTooLarge`] leaves the
