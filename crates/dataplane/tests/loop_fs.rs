@@ -511,21 +511,7 @@ fn interleaved_records(
 ) {
     let file = Arc::new(open_data_file(&fs.path(name)));
     let plane = Arc::new(plane(read_mode, write_mode));
-    let threads: Vec<_> = (0..writers)
-        .map(|c| {
-            let (file, plane) = (file.clone(), plane.clone());
-            thread::spawn(move || {
-                for i in 0..per_writer {
-                    let off = (i * writers + c) * record as u64;
-                    let data = pattern_bytes(off, record, 0);
-                    write_at(&plane, &file, off, &data, Stable::Unstable).unwrap();
-                }
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().unwrap();
-    }
+    write_interleaved(&plane, &file, record as u64, writers, per_writer);
     let total = writers * per_writer * record as u64;
     assert_eq!(fs_size(&file), total, "{name}: exact size");
     assert_bytes(
@@ -568,21 +554,7 @@ fn ior_hard(fs: &LoopFs, read_mode: Mode, write_mode: Mode, name: &str) {
             checked
         })
     };
-    let writers: Vec<_> = (0..WRITERS)
-        .map(|c| {
-            let (file, plane) = (file.clone(), plane.clone());
-            thread::spawn(move || {
-                for i in 0..PER_WRITER {
-                    let off = (i * WRITERS + c) * RECORD as u64;
-                    let data = pattern_bytes(off, RECORD, 0);
-                    write_at(&plane, &file, off, &data, Stable::Unstable).unwrap();
-                }
-            })
-        })
-        .collect();
-    for w in writers {
-        w.join().unwrap();
-    }
+    write_interleaved(&plane, &file, RECORD as u64, WRITERS, PER_WRITER);
     done.store(true, Ordering::Relaxed);
     let checked = reader.join().unwrap();
     let total = WRITERS * PER_WRITER * RECORD as u64;
@@ -794,21 +766,7 @@ fn power_cut(kind: &'static str) {
         }
         let plane = Arc::new(plane(Mode::Direct, Mode::Direct));
         plane.truncate(&file, 0).unwrap();
-        let writers: Vec<_> = (0..WRITERS)
-            .map(|c| {
-                let (file, plane) = (file.clone(), plane.clone());
-                thread::spawn(move || {
-                    for i in 0..PER_WRITER {
-                        let off = (i * WRITERS + c) * RECORD;
-                        let data = pattern_bytes(off, RECORD as usize, 0);
-                        write_at(&plane, &file, off, &data, Stable::Unstable).unwrap();
-                    }
-                })
-            })
-            .collect();
-        for w in writers {
-            w.join().unwrap();
-        }
+        write_interleaved(&plane, &file, RECORD, WRITERS, PER_WRITER);
         // Misaligned overwrites of committed-to-be data, some inside one
         // block, some across several.
         let mut rng = Rng::new(cycle + 1);

@@ -132,21 +132,7 @@ fn misaligned_direct_writes_leave_no_pages_after_commit() {
     let file = std::sync::Arc::new(open_data_file(&fs.path("ior")));
     assert!(file.is_direct_capable());
     let plane = std::sync::Arc::new(plane(Mode::Direct, Mode::Direct));
-    let writers: Vec<_> = (0..WRITERS)
-        .map(|c| {
-            let (file, plane) = (file.clone(), plane.clone());
-            std::thread::spawn(move || {
-                for i in 0..PER_WRITER {
-                    let off = (i * WRITERS + c) * RECORD;
-                    let data = pattern_bytes(off, RECORD as usize, 0);
-                    write_at(&plane, &file, off, &data, Stable::Unstable).unwrap();
-                }
-            })
-        })
-        .collect();
-    for w in writers {
-        w.join().unwrap();
-    }
+    write_interleaved(&plane, &file, RECORD, WRITERS, PER_WRITER);
     let size = WRITERS * PER_WRITER * RECORD;
     assert_eq!(fs_size(&file), size);
     let (before, total) = resident_pages(file.buffered_fd(), size).unwrap();

@@ -6,6 +6,7 @@
 use std::fs::OpenOptions;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
+use std::sync::Arc;
 
 use dionfs_dataplane::{
     DataConfig, DataError, DataFile, DataPlane, Mode, ReadData, Stable, WriteDone,
@@ -56,6 +57,33 @@ pub fn write_at(
     let mut wb = plane.write_buffer(file, buf, offset, data.len())?;
     wb.payload_mut().copy_from_slice(data);
     plane.write(file, wb, stable)
+}
+
+/// IOR-hard's write phase: `writers` threads, each writing `per_writer`
+/// records of `record` bytes of [`pattern_bytes`], record `i` of writer `c`
+/// at `(i * writers + c) * record`, UNSTABLE; returns when all are done.
+pub fn write_interleaved(
+    plane: &Arc<DataPlane>,
+    file: &Arc<DataFile>,
+    record: u64,
+    writers: u64,
+    per_writer: u64,
+) {
+    let threads: Vec<_> = (0..writers)
+        .map(|c| {
+            let (file, plane) = (file.clone(), plane.clone());
+            std::thread::spawn(move || {
+                for i in 0..per_writer {
+                    let off = (i * writers + c) * record;
+                    let data = pattern_bytes(off, record as usize, 0);
+                    write_at(&plane, &file, off, &data, Stable::Unstable).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
 }
 
 /// READ `count` bytes at `offset` through the data plane.
