@@ -9,7 +9,7 @@
 use std::io;
 use std::num::NonZeroU64;
 use std::ops::BitOr;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 
 use rustix::fs::{AtFlags, StatxFlags};
 use rustix::io::ReadWriteFlags;
@@ -237,6 +237,31 @@ pub fn fadvise_dontneed<Fd: AsFd>(fd: Fd, offset: u64, len: u64) -> io::Result<(
         rustix::fs::Advice::DontNeed,
     )?;
     Ok(())
+}
+
+/// `faccessat2(fd, "", mode, AT_EACCESS | AT_EMPTY_PATH)`: whether the
+/// thread's fs credentials (fsuid, fsgid, groups; `AT_EACCESS`) may access
+/// the file `fd` refers to (an `O_PATH` descriptor will do), checked by the
+/// kernel like any access, with no path walk (`AT_EMPTY_PATH`, Linux 5.8+).
+/// `rustix` refuses `AT_EMPTY_PATH` here.
+pub fn access_fd<Fd: AsFd>(fd: Fd, mode: rustix::fs::Access) -> io::Result<()> {
+    // SAFETY: the descriptor is borrowed, so open for the call; the path is
+    // a NUL-terminated empty string that outlives the call; the other
+    // arguments are plain integers.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_faccessat2,
+            fd.as_fd().as_raw_fd(),
+            c"".as_ptr(),
+            mode.bits() as libc::c_int,
+            libc::AT_EACCESS | libc::AT_EMPTY_PATH,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 #[cfg(test)]
