@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
 use dionfs_sys::buf::AlignedBuf;
+use dionfs_sys::uring::ReadTarget;
 use parking_lot::Mutex;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -133,6 +134,18 @@ impl Deref for PooledBuf {
 impl DerefMut for PooledBuf {
     fn deref_mut(&mut self) -> &mut [u8] {
         self.buf.as_deref_mut().unwrap_or(&mut [])
+    }
+}
+
+/// So an io_uring read can fill a pool buffer (the ring owns it until the
+/// kernel is done with it).
+impl ReadTarget for PooledBuf {
+    fn aligned_mut(&mut self) -> &mut AlignedBuf {
+        // `buf` is `Some` from `loan` until `drop` takes it, and `drop`
+        // cannot run while a `&mut self` exists.
+        self.buf
+            .as_mut()
+            .expect("a pooled buffer holds its buffer until dropped")
     }
 }
 

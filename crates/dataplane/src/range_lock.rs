@@ -105,6 +105,29 @@ impl RangeLocks {
         }
     }
 
+    /// Locks `range` only if that needs no waiting: `None` when a request
+    /// conflicting with it is granted or waits (a waiting writer keeps its
+    /// place in line). For callers that must not block (an async task),
+    /// which then take the blocking path.
+    pub fn try_lock(&self, range: Range<u64>, kind: LockKind) -> Option<RangeGuard<'_>> {
+        let mut table = self.table.lock();
+        if table.entries.iter().any(|e| e.conflicts(&range, kind)) {
+            return None;
+        }
+        let ticket = table.next_ticket;
+        table.next_ticket += 1;
+        table.entries.push(Entry {
+            ticket,
+            range,
+            kind,
+        });
+        Some(RangeGuard {
+            locks: self,
+            ticket,
+            waited: false,
+        })
+    }
+
     /// Whether a request earlier than `ticket` (granted or waiting)
     /// conflicts with it. Entries are kept in ticket order, so the earlier
     /// ones are those before it.
@@ -143,6 +166,31 @@ mod tests {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
     use std::time::Duration;
+
+    #[test]
+    fn try_lock_never_waits_and_never_jumps_the_line() {
+        let locks = Arc::new(RangeLocks::new());
+        let shared = locks.try_lock(0..4096, LockKind::Shared).unwrap();
+        assert!(locks.try_lock(0..8192, LockKind::Shared).is_some());
+        assert!(locks.try_lock(4096..8192, LockKind::Exclusive).is_some());
+        assert!(locks.try_lock(0..1, LockKind::Exclusive).is_none());
+        // A writer waiting behind the reader: a new reader of its range
+        // does not get ahead of it.
+        let writer = {
+            let locks = locks.clone();
+            std::thread::spawn(move || {
+                let _w = locks.lock(0..4096, LockKind::Exclusive);
+            })
+        };
+        while locks.len() < 2 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(locks.try_lock(1024..2048, LockKind::Shared).is_none());
+        assert!(locks.try_lock(8192..9000, LockKind::Shared).is_some());
+        drop(shared);
+        writer.join().unwrap();
+        assert!(locks.try_lock(0..4096, LockKind::Shared).is_some());
+    }
 
     #[test]
     fn shared_overlap_exclusive_does_not() {

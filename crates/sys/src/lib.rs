@@ -1,7 +1,7 @@
 //! The only place in dionfs with `unsafe` code: aligned buffers and the
 //! Linux system calls that neither `libc`'s safe surface nor `rustix` wraps
 //! (file handles, per-thread credentials, `RWF_*` flags that are too new,
-//! `SO_RCVLOWAT`).
+//! `SO_RCVLOWAT`, io_uring reads).
 //! Every `unsafe` block carries a `SAFETY:` comment.
 
 pub mod buf;
@@ -9,3 +9,4 @@ pub mod cred;
 pub mod handle;
 pub mod io;
 pub mod net;
+pub mod uring;
