@@ -53,6 +53,9 @@ pub struct Counters {
     /// Prefetched ranges dropped unused: overwritten, truncated, expired,
     /// the stream stopped, or the read came back short.
     pub readahead_discards: AtomicU64,
+    /// Direct READs read through io_uring by the connection's own task,
+    /// without a blocking thread.
+    pub ring_reads: AtomicU64,
 }
 
 /// Operations and bytes of one mode.
@@ -107,6 +110,7 @@ pub struct CounterSnapshot {
     pub readahead_waits: u64,
     pub readahead_bytes: u64,
     pub readahead_discards: u64,
+    pub ring_reads: u64,
 }
 
 fn load(c: &AtomicU64) -> u64 {
@@ -146,6 +150,7 @@ impl Counters {
             readahead_waits: load(&self.readahead_waits),
             readahead_bytes: load(&self.readahead_bytes),
             readahead_discards: load(&self.readahead_discards),
+            ring_reads: load(&self.ring_reads),
         }
     }
 

@@ -283,6 +283,16 @@ impl DataPlane {
         self.lock_exact(file, file.lock_range(io), kind)
     }
 
+    /// A shared lock of `io` (widened as [`DataPlane::lock`] does) if
+    /// that needs no waiting.
+    pub(crate) fn try_lock<'f>(
+        &self,
+        file: &'f DataFile,
+        io: Range<u64>,
+    ) -> Option<RangeGuard<'f>> {
+        file.locks.try_lock(file.lock_range(io), LockKind::Shared)
+    }
+
     fn lock_exact<'f>(
         &self,
         file: &'f DataFile,
@@ -348,7 +358,7 @@ impl DataPlane {
             .map_err(|e| self.direct_error(file, e, "write", offset, buf.len(), align))
     }
 
-    fn direct_error(
+    pub(crate) fn direct_error(
         &self,
         file: &DataFile,
         e: std::io::Error,

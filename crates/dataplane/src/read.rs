@@ -1,9 +1,13 @@
 //! READ: `read_direct` (expanded to alignment, replied from the same
 //! buffer) and `read_cached` (buffered or `RWF_DONTCACHE`).
 
+use std::io;
 use std::ops::Range;
+use std::os::fd::AsFd;
+use std::sync::Arc;
 
 use dionfs_sys::io::{preadv2, RwFlags};
+use dionfs_sys::uring::Uring;
 
 use crate::align::{expand_to_alignment, read_reply, round_down, MAX_FILE_OFFSET};
 use crate::counters::Counters;
@@ -53,6 +57,22 @@ impl ReadData {
     pub fn take_prefetch(&mut self) -> Vec<Prefetch> {
         std::mem::take(&mut self.prefetch)
     }
+}
+
+/// The io_uring instance direct READs are read through without a blocking
+/// thread (see [`DataPlane::read_without_blocking`]). One per server; the
+/// server drives it (polls its eventfd and reaps).
+pub type ReadRing = Uring<PooledBuf>;
+
+/// What [`DataPlane::read_without_blocking`] did.
+#[derive(Debug)]
+pub enum ReadAttempt {
+    /// The READ ran; this is its result.
+    Done(Result<ReadData, DataError>),
+    /// It needs a blocking thread (not a direct read, a writer holds or
+    /// waits for its range, readahead chunks to serve from, the ring
+    /// full): run [`DataPlane::read`] there with this buffer.
+    Blocking(PooledBuf),
 }
 
 impl AsRef<[u8]> for ReadData {
@@ -109,6 +129,86 @@ impl DataPlane {
                 Err(e)
             }
         }
+    }
+
+    /// [`DataPlane::read`] for an async caller, when it needs no blocking
+    /// call: a direct read whose range nobody writes, of a file with no
+    /// prefetched chunks, submitted to `ring` and awaited. Otherwise the
+    /// buffer comes back ([`ReadAttempt::Blocking`]) untouched.
+    ///
+    /// Dropping the future abandons the read: the ring keeps the buffer
+    /// until the kernel is done with it, and the shared range lock is
+    /// released at once (the data read is never used, so a writer may go
+    /// ahead).
+    pub async fn read_without_blocking(
+        &self,
+        ring: &Arc<ReadRing>,
+        file: &DataFile,
+        mut buf: PooledBuf,
+        offset: u64,
+        count: u32,
+    ) -> ReadAttempt {
+        let count = (count as usize)
+            .min(self.config.max_transfer)
+            .min(buf.len().saturating_sub(BUF_SLACK));
+        let IoPath::Direct(direct) = self.read_path(file) else {
+            return ReadAttempt::Blocking(buf);
+        };
+        if offset > MAX_FILE_OFFSET - (count + BUF_SLACK) as u64 {
+            return ReadAttempt::Blocking(buf);
+        }
+        let reading = file.readahead.begin_read();
+        if reading.has_chunks() {
+            return ReadAttempt::Blocking(buf);
+        }
+        let align = direct.read_align;
+        let io = expand_to_alignment(offset, count as u64, align);
+        let Some(_lock) = self.try_lock(file, io.clone()) else {
+            return ReadAttempt::Blocking(buf);
+        };
+        let io_len = (io.end - io.start) as usize;
+        let filled = if io_len == 0 {
+            0
+        } else {
+            let read = match ring.read(direct.fd.as_fd(), buf, 0..io_len, io.start) {
+                Ok(read) => read,
+                Err((e, back)) if e.kind() == io::ErrorKind::WouldBlock => {
+                    return ReadAttempt::Blocking(back);
+                }
+                Err((e, _)) => return ReadAttempt::Done(Err(self.read_failed(e.into()))),
+            };
+            let (result, back) = read.await;
+            buf = back;
+            match result {
+                Ok(n) => n,
+                Err(e) => {
+                    let e = self.direct_error(file, e, "read", io.start, io_len, align);
+                    return ReadAttempt::Done(Err(self.read_failed(e)));
+                }
+            }
+        };
+        if io != (offset..offset + count as u64) {
+            Counters::bump(&self.counters.expanded_reads);
+        }
+        let size = match file.size() {
+            Ok(size) => size,
+            Err(e) => return ReadAttempt::Done(Err(self.read_failed(e.into()))),
+        };
+        let (range, eof) = read_reply(offset, count as u64, io.start, filled, size);
+        self.counters.count_read(Mode::Direct, range.len());
+        Counters::bump(&self.counters.ring_reads);
+        let prefetch = self.plan_readahead(file, direct, &reading, offset, range.len(), false);
+        ReadAttempt::Done(Ok(ReadData {
+            buf,
+            range,
+            eof,
+            prefetch,
+        }))
+    }
+
+    fn read_failed(&self, e: DataError) -> DataError {
+        Counters::bump(&self.counters.errors);
+        e
     }
 
     /// Direct READ with readahead: served from prefetched chunks when they

@@ -286,6 +286,12 @@ impl Drop for Reading<'_> {
 }
 
 impl Reading<'_> {
+    /// Whether the file has prefetched chunks (ready, running or queued):
+    /// a READ that must not wait for one takes the blocking path then.
+    pub(crate) fn has_chunks(&self) -> bool {
+        !self.readahead.state.lock().chunks.is_empty()
+    }
+
     /// Serves `[offset, offset + count)` from prefetched chunks if they
     /// cover it, waiting for running prefetches it needs; copies into `buf`
     /// unless one chunk ends exactly where the READ does. `None`: read it

@@ -15,8 +15,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use dionfs_dataplane::ReadRing;
 use tokio::net::TcpListener;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::export::Config;
 use crate::net::ConnLimits;
@@ -119,6 +120,9 @@ async fn serve(config: Config, ports_file: Option<PathBuf>) -> Result<(), String
         ));
     }
     tokio::spawn(expire_readahead(server.clone()));
+    if let Some(ring) = &server.read_ring {
+        tokio::spawn(reap_reads(ring.clone()));
+    }
     if let Some(addr) = settings.metrics_listen {
         let l = TcpListener::bind(addr)
             .await
@@ -169,6 +173,16 @@ async fn serve(config: Config, ports_file: Option<PathBuf>) -> Result<(), String
     while tasks.join_next().await.is_some() {}
     info!("stopped");
     Ok(())
+}
+
+/// Drives the io_uring of direct READs (see `dionfs_sys::uring::drive`):
+/// runs until the process ends.
+async fn reap_reads(ring: Arc<ReadRing>) {
+    let e = dionfs_sys::uring::drive(ring).await;
+    // READs already submitted would never finish: stop rather than hang
+    // every client.
+    error!(error = %e, "cannot watch the io_uring eventfd; exiting");
+    std::process::exit(1);
 }
 
 /// Returns the buffers of prefetched data no READ came for (a sequential

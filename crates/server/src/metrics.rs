@@ -77,7 +77,7 @@ pub fn render(server: &Server) -> String {
         "counter",
         &mut bytes.into_iter(),
     );
-    let simple: [(&str, &str, Field); 15] = [
+    let simple: [(&str, &str, Field); 16] = [
         (
             "expanded_reads_total",
             "Direct READs widened to the read alignment.",
@@ -123,6 +123,11 @@ pub fn render(server: &Server) -> String {
             "pool_waits_total",
             "Requests that waited for a pool buffer (read or write pool).",
             |s| s.pool_waits,
+        ),
+        (
+            "ring_reads_total",
+            "Direct READs read through io_uring, without a blocking thread.",
+            |s| s.ring_reads,
         ),
         (
             "readahead_hits_total",

@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use dionfs_dataplane::{DataConfig, DataPlane, PooledBuf};
+use dionfs_dataplane::{DataConfig, DataPlane, PooledBuf, ReadRing};
 use dionfs_fs::{handle, ExportFs, MacKey, MetadataSync, OpenFileCache};
 use dionfs_proto::mount3::{MountProc3, MOUNT_PROGRAM, MOUNT_V3};
-use dionfs_proto::nfs3::{NfsProc3, ReadArgs, NFS_PROGRAM, NFS_V3};
+use dionfs_proto::nfs3::{NfsFh3, NfsProc3, ReadArgs, NFS_PROGRAM, NFS_V3};
 use dionfs_rpc::{AuthStat, CallHeader, Credential, RecordError, RecordReader, ReplyStatus};
 use dionfs_xdr::{Decode, Decoder};
 use tracing::{debug, warn};
@@ -48,6 +48,10 @@ pub struct Server {
     insecure_port_warnings: InsecurePortWarnings,
     /// The connection layer's counters, shared by every listener.
     pub net: Arc<NetCounters>,
+    /// Direct READs are read through this io_uring by the connection's own
+    /// task (no blocking thread); `None` where io_uring is unavailable.
+    /// Driven by `lib.rs`'s `reap_reads`.
+    pub read_ring: Option<Arc<ReadRing>>,
 }
 
 /// A call read from a connection, waiting to run.
@@ -107,6 +111,16 @@ impl Server {
             .map(|x| x.max_transfer)
             .max()
             .unwrap_or(0);
+        // Room for every READ buffer of every export in the kernel at once;
+        // beyond that a READ takes the blocking path.
+        let ring_depth = (config.exports.len() * config.server.read_buffers()).min(4096) as u32;
+        let read_ring = match ReadRing::new(ring_depth) {
+            Ok(ring) => Some(Arc::new(ring)),
+            Err(e) => {
+                warn!(error = %e, "io_uring unavailable: direct READs run on blocking threads");
+                None
+            }
+        };
         let mut seed = [0u8; 8];
         getrandom::fill(&mut seed)
             .map_err(|e| format!("no randomness for the write verifier: {e}"))?;
@@ -120,6 +134,7 @@ impl Server {
             oversized_args: AtomicU64::new(0),
             insecure_port_warnings: InsecurePortWarnings::default(),
             net: Arc::default(),
+            read_ring,
         })
     }
 
@@ -285,10 +300,23 @@ impl Service for Server {
     }
 
     // Handlers make file-system calls: run them where blocking is fine.
-    const EXECUTE_BLOCKS: bool = true;
+    // A READ, with io_uring, starts as a task (`nfs::data::read_call`).
+    fn execute_blocks(&self, pending: &Pending) -> bool {
+        match pending {
+            Pending::Nfs { call, .. } if is_read(call) => self.read_ring.is_none(),
+            _ => true,
+        }
+    }
 
     async fn execute(self: Arc<Self>, conn: Arc<ConnInfo>, pending: Pending) -> Option<Reply> {
         match pending {
+            Pending::Nfs {
+                call,
+                args,
+                read_buf,
+            } if is_read(&call) && self.read_ring.is_some() => {
+                nfs::data::read_call(self, conn, call, args, read_buf).await
+            }
             Pending::Write(call, write) => Some(nfs::data::write(&self, &conn, &call, write)),
             Pending::Nfs {
                 call,
@@ -309,13 +337,21 @@ impl Server {
     /// and its handler says why.
     async fn read_buffer(&self, conn: &ConnInfo, args: &[u8]) -> Option<PooledBuf> {
         let args = ReadArgs::decode(&mut Decoder::new(args)).ok()?;
-        let export = self.export_by_id(handle::export_id(args.file.as_bytes())?)?;
-        if !export.config.admits(conn.peer.ip()) || !export.config.admits_port(conn.peer.port()) {
-            return None;
-        }
+        let export = self.export_for(conn, &args.file)?;
         // An error here (no memory for the buffer) is the handler's to
         // report, when it finds no buffer.
         export.data.read_buffer().await.ok()
+    }
+}
+
+impl Server {
+    /// The export `fh` belongs to if this client may use it, else `None`,
+    /// silently: for work done before the handler, which reports refusals
+    /// (see `nfs::Ctx::export`).
+    pub fn export_for(&self, conn: &ConnInfo, fh: &NfsFh3) -> Option<&Export> {
+        let export = self.export_by_id(handle::export_id(fh.as_bytes())?)?;
+        (export.config.admits(conn.peer.ip()) && export.config.admits_port(conn.peer.port()))
+            .then_some(export)
     }
 }
 

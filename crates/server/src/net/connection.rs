@@ -676,7 +676,7 @@ async fn read_calls<S: Service>(
 /// task. Either way the reply is sent from there, without waiting.
 fn run_call<S: Service>(l: &Loop<'_, S>, pending: S::Pending, permits: CallPermits) {
     let (service, conn, shared) = (l.service.clone(), l.conn.clone(), l.shared.clone());
-    if S::EXECUTE_BLOCKS {
+    if service.execute_blocks(&pending) {
         let runtime = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || {
             if let Some(reply) = runtime.block_on(service.execute(conn, pending)) {

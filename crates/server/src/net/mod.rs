@@ -52,13 +52,15 @@ pub trait Service: Send + Sync + 'static {
     type Pending: Send + 'static;
 
     /// Whether [`execute`](Self::execute) does blocking work (file-system
-    /// calls). If so the connection runs it on one thread of tokio's
-    /// blocking pool, which then tries to write the reply without waiting
-    /// (and otherwise queues it for the connection's writer): one thread
-    /// hand-off per call, where a task that waits for a blocking thread and
-    /// is then woken to send the reply costs two more (measured: most of a
-    /// small call's time).
-    const EXECUTE_BLOCKS: bool = false;
+    /// calls) for this call. If so the connection runs it on one thread of
+    /// tokio's blocking pool, which then tries to write the reply without
+    /// waiting (and otherwise queues it for the connection's writer): one
+    /// thread hand-off per call, where a task that waits for a blocking
+    /// thread and is then woken to send the reply costs two more (measured:
+    /// most of a small call's time). Otherwise it runs as a task.
+    fn execute_blocks(&self, _pending: &Self::Pending) -> bool {
+        false
+    }
 
     /// Whether the call will hold one of the service's large buffers (a
     /// READ's or WRITE's pool buffer) until its reply is sent. The

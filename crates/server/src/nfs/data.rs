@@ -9,11 +9,11 @@
 
 use std::sync::Arc;
 
-use dionfs_dataplane::{PooledBuf, ReadData, Stable, WriteBuffer};
-use dionfs_fs::{FsError, OpenFile};
+use dionfs_dataplane::{DataError, PooledBuf, ReadAttempt, ReadData, Stable, WriteBuffer};
+use dionfs_fs::{Attr, FsError, OpenFile};
 use dionfs_proto::nfs3::*;
 use dionfs_rpc::{CallHeader, RecordError, RecordReader};
-use dionfs_xdr::Decoder;
+use dionfs_xdr::{Decode, Decoder};
 use tracing::error;
 
 use super::attrs::open_file_attr;
@@ -203,25 +203,13 @@ fn write_file(
 /// READ (blocking) into `buf`, the read-pool buffer taken while the call
 /// was received: the reply's data goes out from it.
 pub fn read(ctx: &Ctx, a: ReadArgs, buf: Option<PooledBuf>) -> Reply {
-    let xid = ctx.call.xid;
-    let fail = |s, attr| {
-        success(
-            xid,
-            &ReadRes::fail(
-                s,
-                ReadResFail {
-                    file_attributes: post_op(attr),
-                },
-            ),
-        )
-    };
     let export = match ctx.export(&a.file) {
         Ok(x) => x,
-        Err(s) => return fail(s, None),
+        Err(s) => return read_failed(ctx, s, None),
     };
     let file = match export.fs.open_file(a.file.as_bytes()) {
         Ok(f) => f,
-        Err(e) => return fail(from_fs(e), None),
+        Err(e) => return read_failed(ctx, from_fs(e), None),
     };
     // Checked and read as the caller, like the caller's own local read.
     let data = ctx
@@ -231,27 +219,125 @@ pub fn read(ctx: &Ctx, a: ReadArgs, buf: Option<PooledBuf>) -> Reply {
             // unless there was no memory for one.
             buf.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::OutOfMemory).into())
                 .and_then(|buf| export.data.read(file.data(), buf, a.offset, a.count))
-                .map_err(|e| {
-                    error!(file = %file.data().label(), offset = a.offset, count = a.count, error = %e, "READ failed");
-                    from_data(&e)
-                })
+                .map_err(|e| read_error(&file, &a, &e))
         })
         .and_then(|read| read);
-    let attr = match export.fs.file_attr(&file) {
+    read_reply(ctx, export, &file, data)
+}
+
+/// A READ on the connection's task (with io_uring): the direct read of an
+/// open file needs no blocking call, so it is submitted from here and the
+/// reply sent when it completes. Anything else (a file to open, a cached
+/// mode, a range a writer holds, readahead to serve from) goes to a
+/// blocking thread as before, with the same buffer.
+pub async fn read_call(
+    server: Arc<Server>,
+    conn: Arc<ConnInfo>,
+    call: CallHeader,
+    args: Vec<u8>,
+    buf: Option<PooledBuf>,
+) -> Option<Reply> {
+    let buf = match (ReadArgs::decode(&mut Decoder::new(&args)), buf) {
+        (Ok(a), Some(buf)) => {
+            let ctx = Ctx {
+                server: &server,
+                conn: &conn,
+                call: &call,
+            };
+            match read_without_blocking(&ctx, &a, buf).await {
+                Ok(reply) => return Some(reply),
+                Err(buf) => Some(buf),
+            }
+        }
+        (_, buf) => buf,
+    };
+    tokio::task::spawn_blocking(move || super::call(&server, &conn, &call, &args, buf))
+        .await
+        .unwrap_or_else(|e| {
+            // A handler that panicked: the connection answers nothing for
+            // this call, as the blocking path would.
+            error!(error = %e, "READ handler failed");
+            None
+        })
+}
+
+/// [`read_call`]'s fast path; `Err` hands the buffer back for the
+/// blocking path. The checks that can fail (export, permission) answer
+/// here only when they pass, so every refusal is logged and answered by
+/// [`read`] alone.
+async fn read_without_blocking(
+    ctx: &Ctx<'_>,
+    a: &ReadArgs,
+    buf: PooledBuf,
+) -> Result<Reply, PooledBuf> {
+    let Some(ring) = &ctx.server.read_ring else {
+        return Err(buf);
+    };
+    let Some(export) = ctx.server.export_for(ctx.conn, &a.file) else {
+        return Err(buf);
+    };
+    let Ok(Some(file)) = export.fs.cached_file(a.file.as_bytes()) else {
+        return Err(buf);
+    };
+    // Short, non-blocking calls (a permission check of an open file), so
+    // made on this task's thread, as the caller.
+    if !matches!(
+        ctx.run_as_user(export, || export.fs.check_file_access(&file, false)),
+        Ok(Ok(()))
+    ) {
+        return Err(buf);
+    }
+    let data = match export
+        .data
+        .read_without_blocking(ring, file.data(), buf, a.offset, a.count)
+        .await
+    {
+        ReadAttempt::Blocking(buf) => return Err(buf),
+        ReadAttempt::Done(data) => data.map_err(|e| read_error(&file, a, &e)),
+    };
+    Ok(read_reply(ctx, export, &file, data))
+}
+
+fn read_error(file: &OpenFile, a: &ReadArgs, e: &DataError) -> NfsStat3 {
+    error!(file = %file.data().label(), offset = a.offset, count = a.count, error = %e, "READ failed");
+    from_data(e)
+}
+
+/// A READ's reply: the file's attributes (one statx) and, if the read
+/// worked, its data, sent from the buffer it was read into.
+fn read_reply(
+    ctx: &Ctx,
+    export: &Export,
+    file: &Arc<OpenFile>,
+    data: Result<ReadData, NfsStat3>,
+) -> Reply {
+    let attr = match export.fs.file_attr(file) {
         // Deleted behind our back: its data is not sent.
-        Err(FsError::Stale) => return fail(NfsStat3::Stale, None),
+        Err(FsError::Stale) => return read_failed(ctx, NfsStat3::Stale, None),
         other => other.ok(),
     };
     match data {
         Ok(mut data) => {
-            start_prefetch(&file, data.take_prefetch());
-            let mut enc = success_encoder(xid);
+            start_prefetch(file, data.take_prefetch());
+            let mut enc = success_encoder(ctx.call.xid);
             let len = data.len() as u32;
             encode_read_ok_head(&mut enc, &post_op(attr.as_ref()), len, data.eof(), len);
             Reply::with_data(enc.into_vec(), Box::new(data))
         }
-        Err(s) => fail(s, attr.as_ref()),
+        Err(s) => read_failed(ctx, s, attr.as_ref()),
     }
+}
+
+fn read_failed(ctx: &Ctx, s: NfsStat3, attr: Option<&Attr>) -> Reply {
+    success(
+        ctx.call.xid,
+        &ReadRes::fail(
+            s,
+            ReadResFail {
+                file_attributes: post_op(attr),
+            },
+        ),
+    )
 }
 
 /// Starts the readahead a READ asked for, each chunk on tokio's blocking
