@@ -56,6 +56,9 @@ pub struct Counters {
     /// Direct READs read through io_uring by the connection's own task,
     /// without a blocking thread.
     pub ring_reads: AtomicU64,
+    /// Aligned direct WRITEs written through io_uring by the connection's
+    /// own task.
+    pub ring_writes: AtomicU64,
 }
 
 /// Operations and bytes of one mode.
@@ -111,6 +114,7 @@ pub struct CounterSnapshot {
     pub readahead_bytes: u64,
     pub readahead_discards: u64,
     pub ring_reads: u64,
+    pub ring_writes: u64,
 }
 
 fn load(c: &AtomicU64) -> u64 {
@@ -151,6 +155,7 @@ impl Counters {
             readahead_bytes: load(&self.readahead_bytes),
             readahead_discards: load(&self.readahead_discards),
             ring_reads: load(&self.ring_reads),
+            ring_writes: load(&self.ring_writes),
         }
     }
 

@@ -54,6 +54,6 @@ pub use error::DataError;
 pub use file::{DataFile, SizeProbe};
 pub use plane::DataPlane;
 pub use pool::{BufferPool, PooledBuf, BUF_ALIGN, BUF_SLACK, MAX_DIO_ALIGN};
-pub use read::{ReadAttempt, ReadData, ReadRing};
+pub use read::{IoRing, ReadAttempt, ReadData};
 pub use readahead::{Prefetch, MAX_AGE as READAHEAD_MAX_AGE};
-pub use write::{Stable, WriteBuffer, WriteDone};
+pub use write::{Stable, WriteAttempt, WriteBuffer, WriteDone};

@@ -233,6 +233,13 @@ impl DataPlane {
         }
     }
 
+    /// The direct path if `mode` is direct and the file can take it,
+    /// without counting or logging anything (the blocking path, which
+    /// runs otherwise, does that).
+    pub(crate) fn direct_only<'f>(&self, file: &'f DataFile, mode: Mode) -> Option<&'f DirectIo> {
+        (mode == Mode::Direct).then(|| file.direct()).flatten()
+    }
+
     fn io_path<'f>(&self, file: &'f DataFile, mode: Mode) -> IoPath<'f> {
         match mode {
             Mode::Direct => match file.direct() {

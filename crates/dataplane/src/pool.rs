@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
 use dionfs_sys::buf::AlignedBuf;
-use dionfs_sys::uring::ReadTarget;
+use dionfs_sys::uring::RingBuf;
 use parking_lot::Mutex;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -139,7 +139,7 @@ impl DerefMut for PooledBuf {
 
 /// So an io_uring read can fill a pool buffer (the ring owns it until the
 /// kernel is done with it).
-impl ReadTarget for PooledBuf {
+impl RingBuf for PooledBuf {
     fn aligned_mut(&mut self) -> &mut AlignedBuf {
         // `buf` is `Some` from `loan` until `drop` takes it, and `drop`
         // cannot run while a `&mut self` exists.

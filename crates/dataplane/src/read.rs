@@ -59,10 +59,11 @@ impl ReadData {
     }
 }
 
-/// The io_uring instance direct READs are read through without a blocking
-/// thread (see [`DataPlane::read_without_blocking`]). One per server; the
-/// server drives it (polls its eventfd and reaps).
-pub type ReadRing = Uring<PooledBuf>;
+/// The io_uring instance direct READs and aligned direct WRITEs go through
+/// without a blocking thread (see [`DataPlane::read_without_blocking`],
+/// [`DataPlane::write_without_blocking`]). One per server; the server
+/// drives it (`dionfs_sys::uring::drive`).
+pub type IoRing = Uring<PooledBuf>;
 
 /// What [`DataPlane::read_without_blocking`] did.
 #[derive(Debug)]
@@ -142,7 +143,7 @@ impl DataPlane {
     /// ahead).
     pub async fn read_without_blocking(
         &self,
-        ring: &Arc<ReadRing>,
+        ring: &Arc<IoRing>,
         file: &DataFile,
         mut buf: PooledBuf,
         offset: u64,
@@ -151,7 +152,7 @@ impl DataPlane {
         let count = (count as usize)
             .min(self.config.max_transfer)
             .min(buf.len().saturating_sub(BUF_SLACK));
-        let IoPath::Direct(direct) = self.read_path(file) else {
+        let Some(direct) = self.direct_only(file, self.config.read_mode) else {
             return ReadAttempt::Blocking(buf);
         };
         if offset > MAX_FILE_OFFSET - (count + BUF_SLACK) as u64 {

@@ -6,6 +6,10 @@
 //! No path ever makes `i_size` larger than the end of the data written, so
 //! the size a crash leaves behind is always one that some write produced.
 
+use std::io;
+use std::os::fd::AsFd;
+use std::sync::Arc;
+
 use dionfs_sys::io::{pwritev2, RwFlags};
 
 use crate::align::{expand_to_alignment, is_aligned, payload_offset, split_edges, MAX_FILE_OFFSET};
@@ -14,7 +18,19 @@ use crate::file::{DataFile, DirectIo};
 use crate::plane::IoPath;
 use crate::pool::{PooledBuf, BUF_SLACK};
 use crate::range_lock::LockKind;
+use crate::read::IoRing;
 use crate::{DataError, DataPlane, Mode};
+
+/// What [`DataPlane::write_without_blocking`] did.
+#[derive(Debug)]
+pub enum WriteAttempt {
+    /// The WRITE ran; this is its result.
+    Done(Result<WriteDone, DataError>),
+    /// It needs a blocking thread (not an aligned direct write, its range
+    /// is locked or waited for, the ring full): run [`DataPlane::write`]
+    /// there with this buffer, untouched.
+    Blocking(WriteBuffer),
+}
 
 /// How durable a WRITE must be before it is answered (`stable_how`, RFC
 /// 1813 section 3.3.7).
@@ -168,24 +184,111 @@ impl DataPlane {
                     committed: stable,
                 })
             }
-            Err(e) => {
-                self.note_write_failure();
-                // Errors like ENOSPC can repeat for every WRITE; the
-                // surprising ones (short writes) are worth a warning.
-                if matches!(e, DataError::ShortWrite { .. }) {
-                    tracing::warn!(
-                        file = %file.label(), offset = buf.offset, len = buf.len, error = %e,
-                        "WRITE failed"
-                    );
-                } else {
-                    tracing::debug!(
-                        file = %file.label(), offset = buf.offset, len = buf.len, error = %e,
-                        "WRITE failed"
-                    );
-                }
-                Err(e)
-            }
+            Err(e) => Err(self.write_failed(file, buf.offset, buf.len, e)),
         }
+    }
+
+    /// A WRITE failed: the verifier moves on (see
+    /// [`DataPlane::write_verifier_generation`]) and the error is logged.
+    fn write_failed(&self, file: &DataFile, offset: u64, len: usize, e: DataError) -> DataError {
+        self.note_write_failure();
+        // Errors like ENOSPC can repeat for every WRITE; the surprising
+        // ones (short writes) are worth a warning.
+        if matches!(e, DataError::ShortWrite { .. }) {
+            tracing::warn!(file = %file.label(), offset, len, error = %e, "WRITE failed");
+        } else {
+            tracing::debug!(file = %file.label(), offset, len, error = %e, "WRITE failed");
+        }
+        e
+    }
+
+    /// [`DataPlane::write`] for an async caller, when it needs no blocking
+    /// call: an aligned direct write whose range is free, submitted to
+    /// `ring` as the credentials registered under `personality` (the
+    /// caller's, see `Uring::register_personality`: the kernel clears
+    /// set-id bits and enforces quotas as for that user's own write), with
+    /// `RWF_DSYNC`/`RWF_SYNC` for stable writes as the blocking path does.
+    /// Otherwise the buffer comes back ([`WriteAttempt::Blocking`]).
+    ///
+    /// Dropping the future after submission abandons the wait, not the
+    /// write: the kernel finishes it and the ring drops the buffer then;
+    /// the range lock is released at once, and the write verifier does not
+    /// move (a client that gets no reply resends).
+    pub async fn write_without_blocking(
+        &self,
+        ring: &Arc<IoRing>,
+        file: &DataFile,
+        buf: WriteBuffer,
+        stable: Stable,
+        personality: u16,
+    ) -> WriteAttempt {
+        let Some(direct) = self.direct_only(file, self.config.write_mode) else {
+            return WriteAttempt::Blocking(buf);
+        };
+        let align = direct.write_align;
+        if buf.is_empty() || !is_aligned(buf.offset, buf.len as u64, align) {
+            return WriteAttempt::Blocking(buf);
+        }
+        let io = buf.offset..buf.offset + buf.len as u64;
+        let Some(_lock) = file
+            .locks
+            .try_lock(file.lock_range(io.clone()), LockKind::Exclusive)
+        else {
+            return WriteAttempt::Blocking(buf);
+        };
+        let mut buf = buf;
+        buf.move_payload_to(0);
+        let WriteBuffer {
+            buf: pooled,
+            offset,
+            at,
+            len,
+        } = buf;
+        file.readahead.invalidate(io.clone());
+        let claim = match file.size.begin_write(file.buffered_fd(), io.end) {
+            Ok(claim) => claim,
+            Err(e) => {
+                return WriteAttempt::Done(Err(self.write_failed(file, offset, len, e.into())))
+            }
+        };
+        let flags = sync_flags(stable);
+        let op = match ring.write(
+            direct.fd.as_fd(),
+            pooled,
+            0..len,
+            offset,
+            flags,
+            personality,
+        ) {
+            Ok(op) => op,
+            Err((e, pooled)) if e.kind() == io::ErrorKind::WouldBlock => {
+                drop(claim);
+                return WriteAttempt::Blocking(WriteBuffer {
+                    buf: pooled,
+                    offset,
+                    at,
+                    len,
+                });
+            }
+            Err((e, _)) => {
+                return WriteAttempt::Done(Err(self.write_failed(file, offset, len, e.into())))
+            }
+        };
+        let (written, _pooled) = op.await;
+        let written = written.map_err(|e| self.direct_error(file, e, "write", offset, len, align));
+        if let Err(e) = self.check_written(written, len) {
+            return WriteAttempt::Done(Err(self.write_failed(file, offset, len, e)));
+        }
+        if flags != RwFlags::NONE {
+            Counters::bump(&self.counters.fua_writes);
+        }
+        claim.succeeded();
+        self.counters.count_write(Mode::Direct, len);
+        Counters::bump(&self.counters.ring_writes);
+        WriteAttempt::Done(Ok(WriteDone {
+            count: len,
+            committed: stable,
+        }))
     }
 
     /// Chooses the write path, writes, syncs. Returns the mode used.

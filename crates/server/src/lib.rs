@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use dionfs_dataplane::ReadRing;
+use dionfs_dataplane::IoRing;
 use tokio::net::TcpListener;
 use tracing::{error, info, warn};
 
@@ -120,7 +120,7 @@ async fn serve(config: Config, ports_file: Option<PathBuf>) -> Result<(), String
         ));
     }
     tokio::spawn(expire_readahead(server.clone()));
-    if let Some(ring) = &server.read_ring {
+    if let Some(ring) = &server.io_ring {
         tokio::spawn(reap_reads(ring.clone()));
     }
     if let Some(addr) = settings.metrics_listen {
@@ -177,7 +177,7 @@ async fn serve(config: Config, ports_file: Option<PathBuf>) -> Result<(), String
 
 /// Drives the io_uring of direct READs (see `dionfs_sys::uring::drive`):
 /// runs until the process ends.
-async fn reap_reads(ring: Arc<ReadRing>) {
+async fn reap_reads(ring: Arc<IoRing>) {
     let e = dionfs_sys::uring::drive(ring).await;
     // READs already submitted would never finish: stop rather than hang
     // every client.

@@ -77,7 +77,7 @@ pub fn render(server: &Server) -> String {
         "counter",
         &mut bytes.into_iter(),
     );
-    let simple: [(&str, &str, Field); 16] = [
+    let simple: [(&str, &str, Field); 17] = [
         (
             "expanded_reads_total",
             "Direct READs widened to the read alignment.",
@@ -128,6 +128,11 @@ pub fn render(server: &Server) -> String {
             "ring_reads_total",
             "Direct READs read through io_uring, without a blocking thread.",
             |s| s.ring_reads,
+        ),
+        (
+            "ring_writes_total",
+            "Aligned direct WRITEs written through io_uring, without a blocking thread.",
+            |s| s.ring_writes,
         ),
         (
             "readahead_hits_total",

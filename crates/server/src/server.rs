@@ -1,17 +1,20 @@
 //! The server's shared state and its [`Service`]: program dispatch for NFS v3
 //! and MOUNT v3 — one `match` on the program a reader can scan.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use dionfs_dataplane::{DataConfig, DataPlane, PooledBuf, ReadRing};
+use dionfs_dataplane::{DataConfig, DataPlane, IoRing, PooledBuf};
 use dionfs_fs::{handle, ExportFs, MacKey, MetadataSync, OpenFileCache};
 use dionfs_proto::mount3::{MountProc3, MOUNT_PROGRAM, MOUNT_V3};
 use dionfs_proto::nfs3::{NfsFh3, NfsProc3, ReadArgs, NFS_PROGRAM, NFS_V3};
 use dionfs_rpc::{AuthStat, CallHeader, Credential, RecordError, RecordReader, ReplyStatus};
+use dionfs_sys::cred::{with_creds, Creds};
 use dionfs_xdr::{Decode, Decoder};
+use parking_lot::Mutex;
 use tracing::{debug, warn};
 
 use crate::drc::DuplicateRequestCache;
@@ -48,10 +51,13 @@ pub struct Server {
     insecure_port_warnings: InsecurePortWarnings,
     /// The connection layer's counters, shared by every listener.
     pub net: Arc<NetCounters>,
-    /// Direct READs are read through this io_uring by the connection's own
-    /// task (no blocking thread); `None` where io_uring is unavailable.
-    /// Driven by `lib.rs`'s `reap_reads`.
-    pub read_ring: Option<Arc<ReadRing>>,
+    /// Direct READs and aligned direct WRITEs go through this io_uring from
+    /// the connection's own task (no blocking thread); `None` where
+    /// io_uring is unavailable. Driven by `lib.rs`'s `reap_reads`.
+    pub io_ring: Option<Arc<IoRing>>,
+    /// The ring's registered credentials (personalities), one per caller
+    /// identity WRITEs were made as; see [`Server::ring_personality`].
+    personalities: Mutex<HashMap<Creds, u16>>,
 }
 
 /// A call read from a connection, waiting to run.
@@ -111,13 +117,14 @@ impl Server {
             .map(|x| x.max_transfer)
             .max()
             .unwrap_or(0);
-        // Room for every READ buffer of every export in the kernel at once;
-        // beyond that a READ takes the blocking path.
-        let ring_depth = (config.exports.len() * config.server.read_buffers()).min(4096) as u32;
-        let read_ring = match ReadRing::new(ring_depth) {
+        // Room for every READ and WRITE buffer of every export in the
+        // kernel at once; beyond that a call takes the blocking path.
+        let buffers = config.server.read_buffers() + config.server.write_buffers();
+        let ring_depth = (config.exports.len() * buffers).min(4096) as u32;
+        let io_ring = match IoRing::new(ring_depth) {
             Ok(ring) => Some(Arc::new(ring)),
             Err(e) => {
-                warn!(error = %e, "io_uring unavailable: direct READs run on blocking threads");
+                warn!(error = %e, "io_uring unavailable: direct READs and WRITEs run on blocking threads");
                 None
             }
         };
@@ -134,7 +141,8 @@ impl Server {
             oversized_args: AtomicU64::new(0),
             insecure_port_warnings: InsecurePortWarnings::default(),
             net: Arc::default(),
-            read_ring,
+            io_ring,
+            personalities: Mutex::default(),
         })
     }
 
@@ -303,18 +311,22 @@ impl Service for Server {
     // A READ, with io_uring, starts as a task (`nfs::data::read_call`).
     fn execute_blocks(&self, pending: &Pending) -> bool {
         match pending {
-            Pending::Nfs { call, .. } if is_read(call) => self.read_ring.is_none(),
+            Pending::Nfs { call, .. } if is_read(call) => self.io_ring.is_none(),
+            Pending::Write(..) => self.io_ring.is_none(),
             _ => true,
         }
     }
 
     async fn execute(self: Arc<Self>, conn: Arc<ConnInfo>, pending: Pending) -> Option<Reply> {
         match pending {
+            Pending::Write(call, write) if self.io_ring.is_some() => {
+                nfs::data::write_call(self, conn, call, write).await
+            }
             Pending::Nfs {
                 call,
                 args,
                 read_buf,
-            } if is_read(&call) && self.read_ring.is_some() => {
+            } if is_read(&call) && self.io_ring.is_some() => {
                 nfs::data::read_call(self, conn, call, args, read_buf).await
             }
             Pending::Write(call, write) => Some(nfs::data::write(&self, &conn, &call, write)),
@@ -344,7 +356,39 @@ impl Server {
     }
 }
 
+/// Personalities kept registered with the ring at most; past that they are
+/// all dropped and registered again as needed (writes in flight keep their
+/// own reference to their credentials).
+const MAX_PERSONALITIES: usize = 1024;
+
 impl Server {
+    /// The ring personality for `creds`: the kernel credentials a thread
+    /// switched to `creds` has (fsuid, fsgid, groups, and for a non-root
+    /// user without root's capabilities; `sys::cred`), registered on first
+    /// use. `None` if that fails (the write then runs on a blocking thread
+    /// as those credentials).
+    pub fn ring_personality(&self, ring: &IoRing, creds: &Creds) -> Option<u16> {
+        let mut known = self.personalities.lock();
+        if let Some(&id) = known.get(creds) {
+            return Some(id);
+        }
+        if known.len() >= MAX_PERSONALITIES {
+            for (_, id) in known.drain() {
+                let _ = ring.unregister_personality(id);
+            }
+        }
+        match with_creds(creds, || ring.register_personality()) {
+            Ok(Ok(id)) => {
+                known.insert(creds.clone(), id);
+                Some(id)
+            }
+            Ok(Err(e)) | Err(e) => {
+                debug!(error = %e, ?creds, "cannot register io_uring credentials");
+                None
+            }
+        }
+    }
+
     /// The export `fh` belongs to if this client may use it, else `None`,
     /// silently: for work done before the handler, which reports refusals
     /// (see `nfs::Ctx::export`).

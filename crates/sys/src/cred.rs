@@ -35,7 +35,7 @@ use rustix::thread::CapabilitySet;
 const NFSD_EXTRA_DROPPED: CapabilitySet = CapabilitySet::SYS_RESOURCE;
 
 /// The filesystem identity an operation runs with.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct Creds {
     /// Filesystem user id.
     pub uid: u32,

@@ -1,4 +1,5 @@
-//! Positioned reads through io_uring, completed without a thread waiting.
+//! Positioned reads and writes through io_uring, completed without a
+//! thread waiting.
 //!
 //! Why: a READ run on a thread of a blocking pool costs a hand-off to that
 //! thread and back (wake-ups, context switches) that dominates a 4 KiB
@@ -9,7 +10,7 @@
 //! with [`Uring::reap`].
 //!
 //! The read's target buffer is owned by the ring until the kernel is done
-//! with it, also when the waiting [`UringRead`] is dropped first (its
+//! with it, also when the waiting [`UringOp`] is dropped first (its
 //! caller gave up): the buffer is dropped only once its completion has been
 //! reaped, so the kernel never writes into freed or reused memory.
 //!
@@ -27,22 +28,30 @@ use std::task::{Context, Poll, Waker};
 use io_uring::{opcode, types, IoUring};
 
 use crate::buf::AlignedBuf;
+use crate::io::RwFlags;
 
-/// A buffer a read may target: it owns (directly or through something it
-/// owns) the [`AlignedBuf`] the kernel writes into. The ring holds the
-/// value, untouched, from submission until the completion is reaped.
-pub trait ReadTarget: Send + 'static {
-    /// The aligned buffer to read into.
+/// A buffer an operation reads into or writes from: it owns (directly or
+/// through something it owns) the [`AlignedBuf`] the kernel uses. The ring
+/// holds the value, untouched, from submission until the completion is
+/// reaped.
+pub trait RingBuf: Send + 'static {
+    /// The aligned buffer.
     fn aligned_mut(&mut self) -> &mut AlignedBuf;
 }
 
-impl ReadTarget for AlignedBuf {
+impl RingBuf for AlignedBuf {
     fn aligned_mut(&mut self) -> &mut AlignedBuf {
         self
     }
 }
 
-/// The state of one submitted read.
+/// What a submission does.
+enum Op {
+    Read,
+    Write { flags: RwFlags, personality: u16 },
+}
+
+/// The state of one submitted operation.
 enum Slot<B> {
     Free,
     /// In the kernel; the future waiting for it last left this waker.
@@ -68,14 +77,14 @@ struct Inner<B> {
     free: Vec<u32>,
 }
 
-/// One io_uring instance for reads into buffers of type `B`.
-pub struct Uring<B: ReadTarget> {
+/// One io_uring instance for reads and writes with buffers of type `B`.
+pub struct Uring<B: RingBuf> {
     inner: Mutex<Inner<B>>,
     /// Signalled by the kernel for each completion (`IORING_REGISTER_EVENTFD`).
     event: OwnedFd,
 }
 
-impl<B: ReadTarget> Uring<B> {
+impl<B: RingBuf> Uring<B> {
     /// A ring with room for `depth` reads in the kernel at once (a read
     /// asked for beyond that is refused with `WouldBlock`: the caller reads
     /// some other way). Fails where io_uring is unavailable (old kernel,
@@ -126,10 +135,53 @@ impl<B: ReadTarget> Uring<B> {
     pub fn read(
         self: &Arc<Self>,
         file: BorrowedFd<'_>,
+        buf: B,
+        range: Range<usize>,
+        offset: u64,
+    ) -> Result<UringOp<B>, (io::Error, B)> {
+        self.submit(Op::Read, file, buf, range, offset)
+    }
+
+    /// Writes `range` of `buf`'s aligned buffer at `offset` of `file`,
+    /// with per-write `flags` (`RWF_DSYNC`, `RWF_SYNC`, as `pwritev2`),
+    /// as the credentials registered under `personality` (see
+    /// [`Uring::register_personality`]): the kernel checks and applies them
+    /// as for that user's own write (set-id bits cleared, quotas), also
+    /// when it finishes the write on one of its worker threads. Otherwise
+    /// as [`Uring::read`].
+    pub fn write(
+        self: &Arc<Self>,
+        file: BorrowedFd<'_>,
+        buf: B,
+        range: Range<usize>,
+        offset: u64,
+        flags: RwFlags,
+        personality: u16,
+    ) -> Result<UringOp<B>, (io::Error, B)> {
+        self.submit(Op::Write { flags, personality }, file, buf, range, offset)
+    }
+
+    /// Registers the calling thread's current credentials (fsuid, fsgid,
+    /// groups, capabilities) with the ring; the id names them in
+    /// [`Uring::write`]. Operations in flight keep their own reference, so
+    /// [`Uring::unregister_personality`] is safe at any time.
+    pub fn register_personality(&self) -> io::Result<u16> {
+        self.lock().ring.submitter().register_personality()
+    }
+
+    /// Forgets a personality registered with [`Uring::register_personality`].
+    pub fn unregister_personality(&self, id: u16) -> io::Result<()> {
+        self.lock().ring.submitter().unregister_personality(id)
+    }
+
+    fn submit(
+        self: &Arc<Self>,
+        op: Op,
+        file: BorrowedFd<'_>,
         mut buf: B,
         range: Range<usize>,
         offset: u64,
-    ) -> Result<UringRead<B>, (io::Error, B)> {
+    ) -> Result<UringOp<B>, (io::Error, B)> {
         let target = buf.aligned_mut();
         if range.start > range.end || range.end > target.len() {
             return Err((io::ErrorKind::InvalidInput.into(), buf));
@@ -144,10 +196,16 @@ impl<B: ReadTarget> Uring<B> {
         let Some(slot) = inner.free.pop() else {
             return Err((io::ErrorKind::WouldBlock.into(), buf));
         };
-        let entry = opcode::Read::new(types::Fd(file.as_raw_fd()), ptr, len)
-            .offset(offset)
-            .build()
-            .user_data(u64::from(slot));
+        let fd = types::Fd(file.as_raw_fd());
+        let entry = match op {
+            Op::Read => opcode::Read::new(fd, ptr, len).offset(offset).build(),
+            Op::Write { flags, personality } => opcode::Write::new(fd, ptr, len)
+                .offset(offset)
+                .rw_flags(flags.bits() as i32)
+                .build()
+                .personality(personality),
+        }
+        .user_data(u64::from(slot));
         // SAFETY: the entry's buffer (`ptr`, `len`) lies inside `buf`'s
         // aligned buffer (checked above), and `buf` is stored in the slot
         // below and kept there, unmoved in memory terms and unused, until
@@ -186,7 +244,7 @@ impl<B: ReadTarget> Uring<B> {
                 }
             }
         }
-        Ok(UringRead {
+        Ok(UringOp {
             ring: self.clone(),
             slot,
             finished: false,
@@ -242,9 +300,9 @@ impl<B: ReadTarget> Uring<B> {
 /// Reaps `ring`'s completions whenever its eventfd is readable, on the
 /// current tokio runtime; returns only if watching the eventfd fails (then
 /// reads already submitted would never be reported: the caller must stop).
-pub async fn drive<B: ReadTarget>(ring: Arc<Uring<B>>) -> io::Error {
-    struct Event<B: ReadTarget>(Arc<Uring<B>>);
-    impl<B: ReadTarget> AsRawFd for Event<B> {
+pub async fn drive<B: RingBuf>(ring: Arc<Uring<B>>) -> io::Error {
+    struct Event<B: RingBuf>(Arc<Uring<B>>);
+    impl<B: RingBuf> AsRawFd for Event<B> {
         fn as_raw_fd(&self) -> RawFd {
             self.0.event.as_raw_fd()
         }
@@ -273,18 +331,18 @@ pub async fn drive<B: ReadTarget>(ring: Arc<Uring<B>>) -> io::Error {
 /// A read in the kernel; resolves to the buffer and the byte count (or the
 /// read's error). Dropping it before then abandons the read: its buffer is
 /// dropped once the kernel is done with it.
-pub struct UringRead<B: ReadTarget> {
+pub struct UringOp<B: RingBuf> {
     ring: Arc<Uring<B>>,
     slot: u32,
     finished: bool,
 }
 
-impl<B: ReadTarget> Future for UringRead<B> {
+impl<B: RingBuf> Future for UringOp<B> {
     type Output = (io::Result<usize>, B);
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         if self.finished {
-            panic!("UringRead polled after completion");
+            panic!("UringOp polled after completion");
         }
         let index = self.slot as usize;
         let ring = self.ring.clone();
@@ -313,7 +371,7 @@ impl<B: ReadTarget> Future for UringRead<B> {
     }
 }
 
-impl<B: ReadTarget> Drop for UringRead<B> {
+impl<B: RingBuf> Drop for UringOp<B> {
     fn drop(&mut self) {
         if self.finished {
             return;
@@ -355,7 +413,7 @@ mod tests {
     }
 
     /// Polls `fut` to completion, reaping whenever it is pending.
-    fn run<B: ReadTarget>(ring: &Uring<B>, mut fut: UringRead<B>) -> (io::Result<usize>, B) {
+    fn run<B: RingBuf>(ring: &Uring<B>, mut fut: UringOp<B>) -> (io::Result<usize>, B) {
         let flag = Arc::new(Flag(Default::default()));
         let waker = Waker::from(flag.clone());
         let mut cx = Context::from_waker(&waker);
@@ -437,6 +495,53 @@ mod tests {
         let (n, buf) = run(&ring, again.expect("the abandoned read's slot came back"));
         assert_eq!(n.unwrap(), 4096);
         assert!(buf[..4096].iter().all(|&b| b == 7));
+    }
+
+    #[test]
+    fn writes_run_as_their_personality() {
+        use std::os::unix::fs::PermissionsExt;
+        if !rustix::process::geteuid().is_root() {
+            println!("skipped: needs root");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("suid");
+        std::fs::write(&path, [0u8; 8192]).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o4777)).unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        let ring = Arc::new(Uring::<AlignedBuf>::new(2).unwrap());
+        let root = ring.register_personality().unwrap();
+        let nobody = crate::cred::Creds {
+            uid: 65534,
+            gid: 65534,
+            groups: vec![],
+        };
+        let user = crate::cred::with_creds(&nobody, || ring.register_personality())
+            .unwrap()
+            .unwrap();
+        let mut buf = AlignedBuf::new(4096, 4096).unwrap();
+        buf[..4096].fill(5);
+        // As root (CAP_FSETID) the set-user-ID bit stays.
+        let fut = ring
+            .write(f.as_fd(), buf, 0..4096, 0, RwFlags::NONE, root)
+            .ok()
+            .unwrap();
+        let (n, buf) = run(&ring, fut);
+        assert_eq!(n.unwrap(), 4096);
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o7777, 0o4777);
+        // As nobody it is cleared, as by nobody's own write.
+        let fut = ring
+            .write(f.as_fd(), buf, 0..4096, 4096, RwFlags::DSYNC, user)
+            .ok()
+            .unwrap();
+        let (n, _) = run(&ring, fut);
+        assert_eq!(n.unwrap(), 4096);
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o7777, 0o0777, "set-user-ID kept: {mode:o}");
+        assert_eq!(std::fs::read(&path).unwrap(), [5u8; 8192]);
+        ring.unregister_personality(user).unwrap();
     }
 
     #[test]

@@ -9,7 +9,9 @@
 
 use std::sync::Arc;
 
-use dionfs_dataplane::{DataError, PooledBuf, ReadAttempt, ReadData, Stable, WriteBuffer};
+use dionfs_dataplane::{
+    DataError, PooledBuf, ReadAttempt, ReadData, Stable, WriteAttempt, WriteBuffer, WriteDone,
+};
 use dionfs_fs::{Attr, FsError, OpenFile};
 use dionfs_proto::nfs3::*;
 use dionfs_rpc::{CallHeader, RecordError, RecordReader};
@@ -181,12 +183,102 @@ fn write_file(
             export
                 .data
                 .write(file.data(), buf, stable(how))
-                .map_err(|e| {
-                    error!(file = %file.data().label(), error = %e, "WRITE failed");
-                    from_data(&e)
-                })
+                .map_err(|e| write_error(file, &e))
         })
         .and_then(|written| written);
+    write_res(ctx, export, file, before, result)
+}
+
+fn write_error(file: &OpenFile, e: &DataError) -> NfsStat3 {
+    error!(file = %file.data().label(), error = %e, "WRITE failed");
+    from_data(e)
+}
+
+/// A WRITE on the connection's task (with io_uring): an aligned direct
+/// write of an open file whose range is free is submitted from here as the
+/// caller (a ring personality with the caller's credentials) and answered
+/// when it completes. Anything else runs on a blocking thread as before.
+pub async fn write_call(
+    server: Arc<Server>,
+    conn: Arc<ConnInfo>,
+    call: Box<CallHeader>,
+    w: ReceivedWrite,
+) -> Option<Reply> {
+    let w = match write_without_blocking(&server, &conn, &call, w).await {
+        Ok(reply) => return Some(reply),
+        Err(w) => w,
+    };
+    tokio::task::spawn_blocking(move || write(&server, &conn, &call, w))
+        .await
+        .map_err(|e| error!(error = %e, "WRITE handler failed"))
+        .ok()
+}
+
+/// [`write_call`]'s fast path; `Err` gives the call back, untouched, for
+/// the blocking path (which also answers every refusal).
+async fn write_without_blocking(
+    server: &Server,
+    conn: &ConnInfo,
+    call: &CallHeader,
+    w: ReceivedWrite,
+) -> Result<Reply, ReceivedWrite> {
+    let ReceivedWrite { head, target } = w;
+    let (export_id, file, buf) = match target {
+        Ok(target) => target,
+        Err(s) => {
+            return Err(ReceivedWrite {
+                head,
+                target: Err(s),
+            })
+        }
+    };
+    let how = stable(head.stable);
+    let back = |file, buf| ReceivedWrite {
+        head,
+        target: Ok((export_id, file, buf)),
+    };
+    let (Some(ring), Some(export)) = (&server.io_ring, server.export_by_id(export_id)) else {
+        return Err(back(file, buf));
+    };
+    let ctx = Ctx { server, conn, call };
+    // Short, non-blocking calls (a permission check and a statx of an open
+    // file), so made on this task's thread.
+    if !matches!(
+        ctx.run_as_user(export, || export.fs.check_file_access(&file, true)),
+        Ok(Ok(()))
+    ) {
+        return Err(back(file, buf));
+    }
+    let Some(personality) = server.ring_personality(ring, &ctx.creds(export)) else {
+        return Err(back(file, buf));
+    };
+    let before = match export.fs.file_attr(&file) {
+        Err(FsError::Stale) => return Err(back(file, buf)),
+        other => other.ok(),
+    };
+    let written = export
+        .data
+        .write_without_blocking(ring, file.data(), buf, how, personality)
+        .await;
+    let result = match written {
+        WriteAttempt::Blocking(buf) => return Err(back(file, buf)),
+        WriteAttempt::Done(result) => result.map_err(|e| write_error(&file, &e)),
+    };
+    Ok(success(
+        call.xid,
+        &write_res(&ctx, export, &file, before, result),
+    ))
+}
+
+/// A WRITE's result: wcc data around it (the attributes before, one statx
+/// after) and, if it worked, what was written and how durably.
+fn write_res(
+    ctx: &Ctx,
+    export: &Export,
+    file: &OpenFile,
+    before: Option<Attr>,
+    result: Result<WriteDone, NfsStat3>,
+) -> WriteRes {
     let after = open_file_attr(export, file);
     let file_wcc = wcc(before.as_ref(), after.as_ref());
     match result {
@@ -270,7 +362,7 @@ async fn read_without_blocking(
     a: &ReadArgs,
     buf: PooledBuf,
 ) -> Result<Reply, PooledBuf> {
-    let Some(ring) = &ctx.server.read_ring else {
+    let Some(ring) = &ctx.server.io_ring else {
         return Err(buf);
     };
     let Some(export) = ctx.server.export_for(ctx.conn, &a.file) else {

@@ -1,9 +1,11 @@
-//! Direct READs through io_uring (`DataPlane::read_without_blocking`) on
-//! XFS and ext4 loop devices with 4096-byte sectors: the bytes, sizes and
-//! eof of misaligned reads at every boundary and past the end match the
+//! Direct READs and aligned direct WRITEs through io_uring
+//! (`DataPlane::read_without_blocking`, `write_without_blocking`) on XFS
+//! and ext4 loop devices with 4096-byte sectors: the bytes, sizes and eof
+//! of misaligned reads at every boundary and past the end match the
 //! blocking path and an in-memory model, while misaligned writers run;
-//! reads that must not be served from the ring come back for the blocking
-//! path untouched.
+//! aligned ring writes (overwriting, extending, stable) leave exactly the
+//! model's bytes and size; calls that must not go to the ring come back
+//! for the blocking path untouched.
 //!
 //! Needs root (loop devices, mount); without it each test prints
 //! "skipped: ..." and passes.
@@ -14,7 +16,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use common::*;
-use dionfs_dataplane::{DataFile, DataPlane, Mode, ReadAttempt, ReadData, ReadRing, Stable};
+use dionfs_dataplane::{
+    DataFile, DataPlane, IoRing, Mode, ReadAttempt, ReadData, Stable, WriteAttempt,
+};
 
 #[test]
 fn xfs() {
@@ -35,15 +39,15 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// A ring driven on `rt`, as the server drives its own.
-fn ring(rt: &tokio::runtime::Runtime) -> Arc<ReadRing> {
-    let ring = Arc::new(ReadRing::new(64).expect("io_uring"));
+fn ring(rt: &tokio::runtime::Runtime) -> Arc<IoRing> {
+    let ring = Arc::new(IoRing::new(64).expect("io_uring"));
     rt.spawn(dionfs_sys::uring::drive(ring.clone()));
     ring
 }
 
 async fn ring_read(
     plane: &DataPlane,
-    ring: &Arc<ReadRing>,
+    ring: &Arc<IoRing>,
     file: &DataFile,
     offset: u64,
     count: u32,
@@ -199,6 +203,8 @@ fn run_fs(kind: &'static str) {
         "{kind}: file after the writers"
     );
 
+    ring_writes(kind, &rt, &ring, &plane, &fs);
+
     // Not for the ring: a cached read mode.
     let buffered = plane_with(Mode::Buffered);
     let buf = buffered.read_pool().get_blocking().unwrap();
@@ -210,4 +216,83 @@ fn run_fs(kind: &'static str) {
 
 fn plane_with(read_mode: Mode) -> DataPlane {
     plane(read_mode, Mode::Direct)
+}
+
+/// Aligned WRITEs through the ring, as the server's own identity (a
+/// personality registered on this thread), against a model: overwrites,
+/// extending writes past EOF (the size becomes exactly their end) and
+/// stable ones; a misaligned or empty WRITE is handed back.
+fn ring_writes(
+    kind: &str,
+    rt: &tokio::runtime::Runtime,
+    ring: &Arc<IoRing>,
+    plane: &Arc<DataPlane>,
+    fs: &LoopFs,
+) {
+    let file = open_data_file(&fs.path("w"));
+    let personality = ring.register_personality().unwrap();
+    let mut model = Vec::new();
+    let before = plane.counters().snapshot().ring_writes;
+    let mut rng = Rng::new(5);
+    let writes = 40;
+    for i in 0..writes {
+        let len = 4096 * (1 + rng.below(64) as usize);
+        let off = 4096 * rng.below(if i % 4 == 0 { 2048 } else { 512 });
+        let data = pattern_bytes(off, len, i as u8 + 1);
+        let stable = [Stable::Unstable, Stable::DataSync, Stable::FileSync][i % 3];
+        let mut wb = plane
+            .write_buffer(&file, plane.write_pool().get_blocking().unwrap(), off, len)
+            .unwrap();
+        wb.payload_mut().copy_from_slice(&data);
+        match rt.block_on(plane.write_without_blocking(ring, &file, wb, stable, personality)) {
+            WriteAttempt::Done(done) => {
+                let done =
+                    done.unwrap_or_else(|e| panic!("{kind}: ring write {len} at {off}: {e}"));
+                assert_eq!((done.count, done.committed), (len, stable));
+            }
+            WriteAttempt::Blocking(_) => {
+                panic!("{kind}: aligned write {len} at {off} not on the ring")
+            }
+        }
+        let end = off as usize + len;
+        if model.len() < end {
+            model.resize(end, 0);
+        }
+        model[off as usize..end].copy_from_slice(&data);
+        assert_eq!(
+            file.size().unwrap(),
+            model.len() as u64,
+            "{kind}: size after write {i}"
+        );
+        assert_eq!(
+            fs_size(&file),
+            model.len() as u64,
+            "{kind}: kernel size after write {i}"
+        );
+    }
+    assert_eq!(
+        plane.counters().snapshot().ring_writes - before,
+        writes as u64
+    );
+    assert_eq!(
+        read_all(plane, &file),
+        model,
+        "{kind}: file after ring writes"
+    );
+    for (off, len) in [(100, 4096), (4096, 100), (0, 0)] {
+        let wb = plane
+            .write_buffer(&file, plane.write_pool().get_blocking().unwrap(), off, len)
+            .unwrap();
+        match rt.block_on(plane.write_without_blocking(
+            ring,
+            &file,
+            wb,
+            Stable::Unstable,
+            personality,
+        )) {
+            WriteAttempt::Blocking(wb) => assert_eq!((wb.offset(), wb.len()), (off, len)),
+            WriteAttempt::Done(_) => panic!("{kind}: write {len} at {off} went to the ring"),
+        }
+    }
+    ring.unregister_personality(personality).unwrap();
 }
