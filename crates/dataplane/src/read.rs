@@ -132,6 +132,12 @@ impl DataPlane {
         }
     }
 
+    /// Whether READs may go to [`DataPlane::read_without_blocking`]: this
+    /// export reads direct (no syscall; the file may still say no).
+    pub fn ring_may_read(&self) -> bool {
+        self.config.read_mode == Mode::Direct
+    }
+
     /// [`DataPlane::read`] for an async caller, when it needs no blocking
     /// call: a direct read whose range nobody writes, of a file with no
     /// prefetched chunks, submitted to `ring` and awaited. Otherwise the

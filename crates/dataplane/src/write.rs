@@ -202,6 +202,16 @@ impl DataPlane {
         e
     }
 
+    /// Whether [`DataPlane::write_without_blocking`] would take `buf` (an
+    /// aligned direct write) unless its range is locked or the ring full:
+    /// tells a caller, without a syscall, whether to try it at all.
+    pub fn ring_may_write(&self, file: &DataFile, buf: &WriteBuffer) -> bool {
+        self.direct_only(file, self.config.write_mode)
+            .is_some_and(|d| {
+                !buf.is_empty() && is_aligned(buf.offset, buf.len as u64, d.write_align)
+            })
+    }
+
     /// [`DataPlane::write`] for an async caller, when it needs no blocking
     /// call: an aligned direct write whose range is free, submitted to
     /// `ring` as the credentials registered under `personality` (the

@@ -310,25 +310,20 @@ impl Service for Server {
     // Handlers make file-system calls: run them where blocking is fine.
     // A READ, with io_uring, starts as a task (`nfs::data::read_call`).
     fn execute_blocks(&self, pending: &Pending) -> bool {
-        match pending {
-            Pending::Nfs { call, .. } if is_read(call) => self.io_ring.is_none(),
-            Pending::Write(..) => self.io_ring.is_none(),
-            _ => true,
-        }
+        !self.may_use_ring(pending)
     }
 
     async fn execute(self: Arc<Self>, conn: Arc<ConnInfo>, pending: Pending) -> Option<Reply> {
+        let ring = self.may_use_ring(&pending);
         match pending {
-            Pending::Write(call, write) if self.io_ring.is_some() => {
+            Pending::Write(call, write) if ring => {
                 nfs::data::write_call(self, conn, call, write).await
             }
             Pending::Nfs {
                 call,
                 args,
                 read_buf,
-            } if is_read(&call) && self.io_ring.is_some() => {
-                nfs::data::read_call(self, conn, call, args, read_buf).await
-            }
+            } if ring => nfs::data::read_call(self, conn, call, args, read_buf).await,
             Pending::Write(call, write) => Some(nfs::data::write(&self, &conn, &call, write)),
             Pending::Nfs {
                 call,
@@ -386,6 +381,19 @@ impl Server {
                 debug!(error = %e, ?creds, "cannot register io_uring credentials");
                 None
             }
+        }
+    }
+
+    /// Whether a call may run through the io_uring, starting as a task: a
+    /// READ of a direct-read export, an aligned direct WRITE. Decided
+    /// without a syscall; the rest runs on a blocking thread directly.
+    fn may_use_ring(&self, pending: &Pending) -> bool {
+        match pending {
+            Pending::Write(_, write) => write.may_use_ring(self),
+            Pending::Nfs { call, args, .. } if is_read(call) => {
+                nfs::data::read_may_use_ring(self, args)
+            }
+            _ => false,
         }
     }
 

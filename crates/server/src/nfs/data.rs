@@ -40,6 +40,35 @@ pub struct ReceivedWrite {
     target: Result<(u16, Arc<OpenFile>, WriteBuffer), NfsStat3>,
 }
 
+impl ReceivedWrite {
+    /// Whether this WRITE may be written through the ring
+    /// ([`write_call`]): an aligned direct write. Anything else goes
+    /// straight to a blocking thread, with no detour through a task.
+    pub fn may_use_ring(&self, server: &Server) -> bool {
+        match &self.target {
+            Ok((export_id, file, buf)) => {
+                server.io_ring.is_some()
+                    && server
+                        .export_by_id(*export_id)
+                        .is_some_and(|x| x.data.ring_may_write(file.data(), buf))
+            }
+            Err(_) => false,
+        }
+    }
+}
+
+/// Whether a READ with arguments `args` may be read through the ring
+/// ([`read_call`]): its export reads direct. Anything else goes straight
+/// to a blocking thread.
+pub fn read_may_use_ring(server: &Server, args: &[u8]) -> bool {
+    server.io_ring.is_some()
+        && ReadArgs::decode(&mut Decoder::new(args))
+            .ok()
+            .and_then(|a| dionfs_fs::handle::export_id(a.file.as_bytes()))
+            .and_then(|id| server.export_by_id(id))
+            .is_some_and(|x| x.data.ring_may_read())
+}
+
 /// Receives a WRITE call's arguments from the connection (see the module
 /// documentation). Waiting for the payload or a pool buffer here is
 /// backpressure: the connection reads nothing else meanwhile.
