@@ -821,11 +821,18 @@ fn power_cut(kind: &'static str) {
             let got_block = &tail[start..(start + block).min(tail.len())];
             let want_block = &appended[start..start + got_block.len()];
             if got_block != want_block {
+                // Uncommitted data may be lost, also in part of a block: a
+                // block holding the buffered tail of one record and the
+                // head of the next can reach the disk with only the first
+                // (written back early, under memory pressure, before the
+                // second was written). What may never appear is a byte
+                // nobody wrote.
                 let at = committed_end + start as u64;
                 assert!(
-                    got_block.iter().all(|&b| b == 0) && at + (block as u64) < size,
-                    "{kind} cycle {cycle}: block at {at} of {size}: neither written data nor \
-                     a whole zero block inside the file"
+                    got_block.iter().zip(want_block).all(|(&g, &w)| g == w || g == 0)
+                        && at + (block as u64) < size,
+                    "{kind} cycle {cycle}: block at {at} of {size}: bytes nobody wrote, or \
+                     a lost last block"
                 );
             }
         }
