@@ -24,23 +24,16 @@ from __future__ import annotations
 
 import os
 import random
-import re
-import socket
 import threading
-import urllib.request
 
 import pytest
+
+from metrics import counters, free_port
 
 pytestmark = pytest.mark.dionfs_only  # the ring and --metrics are dionfs's
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-METRICS = f"127.0.0.1:{_free_port()}"
+METRICS = f"127.0.0.1:{free_port()}"
 DIRECT = pytest.mark.server_args("--read-mode", "direct", "--write-mode", "direct",
                                  "--metrics", METRICS)
 BUFFERED = pytest.mark.server_args("--read-mode", "buffered", "--write-mode", "buffered",
@@ -48,10 +41,9 @@ BUFFERED = pytest.mark.server_args("--read-mode", "buffered", "--write-mode", "b
 
 
 def counter(name: str) -> int:
-    body = urllib.request.urlopen(f"http://{METRICS}/metrics", timeout=10).read().decode()
-    found = re.findall(rf"^dionfs_{name}_total\{{[^}}]*\}} (\d+)$", body, re.M)
-    assert found, f"no dionfs_{name}_total metric"
-    return sum(int(n) for n in found)
+    found = counters(METRICS, name)
+    assert name in found, f"no dionfs_{name}_total metric"
+    return found[name]
 
 
 def ring_reads() -> int:

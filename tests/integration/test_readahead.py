@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import os
 import random
-import re
-import socket
 import time
-import urllib.request
 
 import pytest
 
+from metrics import counters, free_port
 from nfstools import nfs_cat
 
 pytestmark = pytest.mark.dionfs_only  # readahead and --metrics are dionfs's
@@ -29,22 +27,14 @@ pytestmark = pytest.mark.dionfs_only  # readahead and --metrics are dionfs's
 MiB = 1 << 20
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-METRICS = f"127.0.0.1:{_free_port()}"
+METRICS = f"127.0.0.1:{free_port()}"
 DIRECT = pytest.mark.server_args("--read-mode", "direct", "--write-mode", "direct",
                                  "--metrics", METRICS)
 
 
 def metrics() -> dict[str, int]:
     """The server's readahead counters (one export)."""
-    body = urllib.request.urlopen(f"http://{METRICS}/metrics", timeout=10).read().decode()
-    return {m.group(1): int(m.group(2))
-            for m in re.finditer(r"^dionfs_(readahead_\w+)_total\{[^}]*\} (\d+)$", body, re.M)}
+    return counters(METRICS, r"readahead_\w+")
 
 
 def write_local(path: str, data: bytes) -> None:
