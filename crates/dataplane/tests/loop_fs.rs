@@ -829,7 +829,10 @@ fn power_cut(kind: &'static str) {
                 // nobody wrote.
                 let at = committed_end + start as u64;
                 assert!(
-                    got_block.iter().zip(want_block).all(|(&g, &w)| g == w || g == 0)
+                    got_block
+                        .iter()
+                        .zip(want_block)
+                        .all(|(&g, &w)| g == w || g == 0)
                         && at + (block as u64) < size,
                     "{kind} cycle {cycle}: block at {at} of {size}: bytes nobody wrote, or \
                      a lost last block"
