@@ -16,6 +16,8 @@ XFS on a 4096-byte-sector loop device, through nfs-rs.
   file is owned by uid 1000 and the data checked locally. (Set-id clearing
   by ring writes, which run as the caller's registered credentials, is
   test_privileges.py's aligned case in direct mode.)
+- test_no_io_uring_runs_everything_on_threads: `--no-io-uring` serves
+  direct READs and aligned WRITEs on blocking threads (counters stay 0).
 - test_buffered_reads_do_not_use_the_ring: a buffered export reads on
   blocking threads (the page cache may block), so the counter stays 0.
 """
@@ -147,6 +149,19 @@ def test_aligned_direct_writes_go_through_the_ring(server, client, loopfs):
         assert local.read() == bytes(model)
     st = os.stat(os.path.join(server.export, "aw"))
     assert (st.st_uid, st.st_gid) == (1000, 1000)
+
+
+@pytest.mark.server_args("--read-mode", "direct", "--write-mode", "direct",
+                         "--metrics", METRICS, "--no-io-uring")
+def test_no_io_uring_runs_everything_on_threads(server, client, loopfs):
+    write_local(os.path.join(server.export, "n"), bytes(range(256)) * 400)
+    f = client.open("n", "r+b")
+    assert f.read_at(4096, 8192) == (bytes(range(256)) * 400)[4096:4096 + 8192]
+    assert f.write_at(b"z" * 4096, 8192) == 4096
+    f.close()
+    assert (counter("ring_reads"), counter("ring_writes")) == (0, 0)
+    with open(os.path.join(server.export, "n"), "rb") as local:
+        assert local.read(8192 + 4096)[8192:] == b"z" * 4096
 
 
 @BUFFERED

@@ -101,6 +101,11 @@ struct ServeArgs {
     /// Let MKNOD create character and block devices.
     #[arg(long)]
     allow_devices: bool,
+    /// Run every call on blocking threads, without io_uring (default: direct
+    /// READs and aligned direct WRITEs go through io_uring where the kernel
+    /// allows it; with --config, overrides its `io_uring`).
+    #[arg(long)]
+    no_io_uring: bool,
     /// Files kept open while unused (the open-file cache; at least 1).
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
     open_files: u32,
@@ -174,6 +179,9 @@ impl ServeArgs {
         }
         if let Some(n) = self.max_connections {
             settings.max_connections = n as usize;
+        }
+        if self.no_io_uring {
+            settings.io_uring = false;
         }
     }
 

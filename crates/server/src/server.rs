@@ -15,7 +15,7 @@ use dionfs_rpc::{AuthStat, CallHeader, Credential, RecordError, RecordReader, Re
 use dionfs_sys::cred::{with_creds, Creds};
 use dionfs_xdr::{Decode, Decoder};
 use parking_lot::Mutex;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::drc::DuplicateRequestCache;
 use crate::export::port::{InsecurePortWarnings, WARN_EVERY};
@@ -121,11 +121,16 @@ impl Server {
         // kernel at once; beyond that a call takes the blocking path.
         let buffers = config.server.read_buffers() + config.server.write_buffers();
         let ring_depth = (config.exports.len() * buffers).min(4096) as u32;
-        let io_ring = match IoRing::new(ring_depth) {
-            Ok(ring) => Some(Arc::new(ring)),
-            Err(e) => {
-                warn!(error = %e, "io_uring unavailable: direct READs and WRITEs run on blocking threads");
-                None
+        let io_ring = if !config.server.io_uring {
+            info!("io_uring off (io_uring = false): every call runs on blocking threads");
+            None
+        } else {
+            match IoRing::new(ring_depth) {
+                Ok(ring) => Some(Arc::new(ring)),
+                Err(e) => {
+                    warn!(error = %e, "io_uring unavailable: direct READs and WRITEs run on blocking threads");
+                    None
+                }
             }
         };
         let mut seed = [0u8; 8];

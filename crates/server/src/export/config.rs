@@ -69,6 +69,9 @@ pub struct ServerSettings {
     pub open_files: usize,
     /// Serve Prometheus metrics over HTTP on this address, if set.
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Direct READs and aligned direct WRITEs through io_uring (where the
+    /// kernel allows it); `false` runs every call on blocking threads.
+    pub io_uring: bool,
 }
 
 impl Default for ServerSettings {
@@ -91,6 +94,7 @@ impl Default for ServerSettings {
             idle_timeout: Duration::from_secs(360),
             open_files: 1024,
             metrics_listen: None,
+            io_uring: true,
         }
     }
 }
@@ -272,6 +276,7 @@ struct RawServer {
     idle_timeout: Option<Spanned<f64>>,
     open_files: Option<Spanned<usize>>,
     metrics_listen: Option<Spanned<String>>,
+    io_uring: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -350,6 +355,9 @@ impl Config {
             }
             if let Some(d) = s.state_dir {
                 server.state_dir = d;
+            }
+            if let Some(on) = s.io_uring {
+                server.io_uring = on;
             }
             for (value, name, target) in [
                 (s.max_in_flight, "max_in_flight", &mut server.max_in_flight),
@@ -575,6 +583,7 @@ max_in_flight = 64
 write_buffers = 8
 connection_buffers = 3
 max_connections = 10
+io_uring = false
 stall_timeout = 0.5
 reply_timeout = 7
 idle_timeout = 60
@@ -588,6 +597,8 @@ path = "/tmp"
         assert_eq!((s.read_buffers(), s.write_buffers()), (32, 8));
         assert_eq!(s.connection_buffers(), 3);
         assert_eq!(s.max_connections, 10);
+        assert!(!s.io_uring);
+        assert!(ServerSettings::default().io_uring);
         assert_eq!(s.stall_timeout, Duration::from_millis(500));
         assert_eq!(s.reply_timeout, Duration::from_secs(7));
         assert_eq!(s.idle_timeout, Duration::from_secs(60));
