@@ -290,14 +290,14 @@ impl DataPlane {
         self.lock_exact(file, file.lock_range(io), kind)
     }
 
-    /// A shared lock of `io` (widened as [`DataPlane::lock`] does) if
-    /// that needs no waiting.
+    /// [`DataPlane::lock`] if that needs no waiting, else `None`.
     pub(crate) fn try_lock<'f>(
         &self,
         file: &'f DataFile,
         io: Range<u64>,
+        kind: LockKind,
     ) -> Option<RangeGuard<'f>> {
-        file.locks.try_lock(file.lock_range(io), LockKind::Shared)
+        file.locks.try_lock(file.lock_range(io), kind)
     }
 
     fn lock_exact<'f>(

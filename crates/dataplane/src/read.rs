@@ -170,7 +170,7 @@ impl DataPlane {
         }
         let align = direct.read_align;
         let io = expand_to_alignment(offset, count as u64, align);
-        let Some(_lock) = self.try_lock(file, io.clone()) else {
+        let Some(_lock) = self.try_lock(file, io.clone(), LockKind::Shared) else {
             return ReadAttempt::Blocking(buf);
         };
         let io_len = (io.end - io.start) as usize;
@@ -194,14 +194,10 @@ impl DataPlane {
                 }
             }
         };
-        if io != (offset..offset + count as u64) {
-            Counters::bump(&self.counters.expanded_reads);
-        }
-        let size = match file.size() {
-            Ok(size) => size,
-            Err(e) => return ReadAttempt::Done(Err(self.read_failed(e.into()))),
+        let (range, eof) = match self.direct_read_reply(file, offset, count, io, filled) {
+            Ok(reply) => reply,
+            Err(e) => return ReadAttempt::Done(Err(self.read_failed(e))),
         };
-        let (range, eof) = read_reply(offset, count as u64, io.start, filled, size);
         self.counters.count_read(Mode::Direct, range.len());
         Counters::bump(&self.counters.ring_reads);
         let prefetch = self.plan_readahead(file, direct, &reading, offset, range.len(), false);
@@ -310,9 +306,6 @@ impl DataPlane {
     ) -> Result<(Range<usize>, bool), DataError> {
         let align = direct.read_align;
         let io = expand_to_alignment(offset, count as u64, align);
-        if io != (offset..offset + count as u64) {
-            Counters::bump(&self.counters.expanded_reads);
-        }
         // At most count + 2 * align <= max_transfer + BUF_SLACK bytes.
         let io_len = (io.end - io.start) as usize;
         let _lock = self.lock(file, io.clone(), LockKind::Shared);
@@ -321,6 +314,23 @@ impl DataPlane {
         } else {
             self.direct_pread(file, direct, &mut buf[..io_len], io.start, align)?
         };
+        self.direct_read_reply(file, offset, count, io, filled)
+    }
+
+    /// After a direct read of the expanded range `io` put `filled` bytes
+    /// at the buffer's start (with its range lock still held): the part of
+    /// the buffer that answers `[offset, offset + count)`, and eof.
+    fn direct_read_reply(
+        &self,
+        file: &DataFile,
+        offset: u64,
+        count: usize,
+        io: Range<u64>,
+        filled: usize,
+    ) -> Result<(Range<usize>, bool), DataError> {
+        if io != (offset..offset + count as u64) {
+            Counters::bump(&self.counters.expanded_reads);
+        }
         let size = file.size()?;
         Ok(read_reply(offset, count as u64, io.start, filled, size))
     }

@@ -7,6 +7,7 @@
 //! the size a crash leaves behind is always one that some write produced.
 
 use std::io;
+use std::ops::Range;
 use std::os::fd::AsFd;
 use std::sync::Arc;
 
@@ -19,6 +20,7 @@ use crate::plane::IoPath;
 use crate::pool::{PooledBuf, BUF_SLACK};
 use crate::range_lock::LockKind;
 use crate::read::IoRing;
+use crate::size::SizeClaim;
 use crate::{DataError, DataPlane, Mode};
 
 /// What [`DataPlane::write_without_blocking`] did.
@@ -240,10 +242,7 @@ impl DataPlane {
             return WriteAttempt::Blocking(buf);
         }
         let io = buf.offset..buf.offset + buf.len as u64;
-        let Some(_lock) = file
-            .locks
-            .try_lock(file.lock_range(io.clone()), LockKind::Exclusive)
-        else {
+        let Some(_lock) = self.try_lock(file, io.clone(), LockKind::Exclusive) else {
             return WriteAttempt::Blocking(buf);
         };
         let mut buf = buf;
@@ -254,12 +253,9 @@ impl DataPlane {
             at,
             len,
         } = buf;
-        file.readahead.invalidate(io.clone());
-        let claim = match file.size.begin_write(file.buffered_fd(), io.end) {
+        let claim = match self.begin_direct_write(file, io) {
             Ok(claim) => claim,
-            Err(e) => {
-                return WriteAttempt::Done(Err(self.write_failed(file, offset, len, e.into())))
-            }
+            Err(e) => return WriteAttempt::Done(Err(self.write_failed(file, offset, len, e))),
         };
         let flags = sync_flags(stable);
         let op = match ring.write(
@@ -286,13 +282,9 @@ impl DataPlane {
         };
         let (written, _pooled) = op.await;
         let written = written.map_err(|e| self.direct_error(file, e, "write", offset, len, align));
-        if let Err(e) = self.check_written(written, len) {
+        if let Err(e) = self.finish_direct_write(written, len, flags, claim) {
             return WriteAttempt::Done(Err(self.write_failed(file, offset, len, e)));
         }
-        if flags != RwFlags::NONE {
-            Counters::bump(&self.counters.fua_writes);
-        }
-        claim.succeeded();
         self.counters.count_write(Mode::Direct, len);
         Counters::bump(&self.counters.ring_writes);
         WriteAttempt::Done(Ok(WriteDone {
@@ -363,8 +355,7 @@ impl DataPlane {
     ) -> Result<(), DataError> {
         let io = buf.offset..buf.offset + buf.len as u64;
         let _lock = self.lock(file, io.clone(), LockKind::Exclusive);
-        file.readahead.invalidate(io.clone());
-        let claim = file.size.begin_write(file.buffered_fd(), io.end)?;
+        let claim = self.begin_direct_write(file, io.clone())?;
         let flags = sync_flags(stable);
         let written = self.direct_pwrite(
             file,
@@ -374,7 +365,31 @@ impl DataPlane {
             direct.write_align,
             flags,
         );
-        self.check_written(written, buf.len)?;
+        self.finish_direct_write(written, buf.len, flags, claim)
+    }
+
+    /// Before an aligned direct write of `io` (its exclusive range lock
+    /// held): prefetched data of the range is dropped and the size tracker
+    /// told where the write ends.
+    fn begin_direct_write<'f>(
+        &self,
+        file: &'f DataFile,
+        io: Range<u64>,
+    ) -> Result<SizeClaim<'f>, DataError> {
+        file.readahead.invalidate(io.clone());
+        Ok(file.size.begin_write(file.buffered_fd(), io.end)?)
+    }
+
+    /// After it: a short write is an error, a stable one is counted as
+    /// made durable by the write itself, and its end counts for the size.
+    fn finish_direct_write(
+        &self,
+        written: Result<usize, DataError>,
+        len: usize,
+        flags: RwFlags,
+        claim: SizeClaim<'_>,
+    ) -> Result<(), DataError> {
+        self.check_written(written, len)?;
         if flags != RwFlags::NONE {
             Counters::bump(&self.counters.fua_writes);
         }

@@ -121,7 +121,7 @@ async fn serve(config: Config, ports_file: Option<PathBuf>) -> Result<(), String
     }
     tokio::spawn(expire_readahead(server.clone()));
     if let Some(ring) = &server.io_ring {
-        tokio::spawn(reap_reads(ring.clone()));
+        tokio::spawn(drive_ring(ring.clone()));
     }
     if let Some(addr) = settings.metrics_listen {
         let l = TcpListener::bind(addr)
@@ -175,11 +175,11 @@ async fn serve(config: Config, ports_file: Option<PathBuf>) -> Result<(), String
     Ok(())
 }
 
-/// Drives the io_uring of direct READs (see `dionfs_sys::uring::drive`):
-/// runs until the process ends.
-async fn reap_reads(ring: Arc<IoRing>) {
+/// Drives the io_uring of direct READs and WRITEs (see
+/// `dionfs_sys::uring::drive`): runs until the process ends.
+async fn drive_ring(ring: Arc<IoRing>) {
     let e = dionfs_sys::uring::drive(ring).await;
-    // READs already submitted would never finish: stop rather than hang
+    // Calls already submitted would never finish: stop rather than hang
     // every client.
     error!(error = %e, "cannot watch the io_uring eventfd; exiting");
     std::process::exit(1);

@@ -53,7 +53,7 @@ pub struct Server {
     pub net: Arc<NetCounters>,
     /// Direct READs and aligned direct WRITEs go through this io_uring from
     /// the connection's own task (no blocking thread); `None` where
-    /// io_uring is unavailable. Driven by `lib.rs`'s `reap_reads`.
+    /// io_uring is unavailable. Driven by `lib.rs`'s `drive_ring`.
     pub io_ring: Option<Arc<IoRing>>,
     /// The ring's registered credentials (personalities), one per caller
     /// identity WRITEs were made as; see [`Server::ring_personality`].
@@ -313,7 +313,8 @@ impl Service for Server {
     }
 
     // Handlers make file-system calls: run them where blocking is fine.
-    // A READ, with io_uring, starts as a task (`nfs::data::read_call`).
+    // A call that may use the ring starts as a task instead
+    // (`nfs::data::read_call`, `write_call`).
     fn execute_blocks(&self, pending: &Pending) -> bool {
         !self.may_use_ring(pending)
     }
