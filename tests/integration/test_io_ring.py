@@ -170,3 +170,65 @@ def test_buffered_reads_do_not_use_the_ring(server, client, loopfs):
     f = client.open("b", "rb")
     assert f.read_at(5, 70_000) == b"x" * 70_000
     assert ring_reads() == 0
+
+
+def _acl_denying(uid: int) -> bytes:
+    """A system.posix_acl_access value: user::rw- user:UID:--- group::r--
+    mask::r-- other::r-- (the file's mode bits stay 0644)."""
+    import struct
+    entries = [(0x01, 6, 0xFFFFFFFF), (0x02, 0, uid), (0x04, 4, 0xFFFFFFFF),
+               (0x10, 4, 0xFFFFFFFF), (0x20, 4, 0xFFFFFFFF)]
+    return struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in entries)
+
+
+@DIRECT
+def test_permission_changes_bind_the_next_ring_call(server, client, loopfs):
+    """The ring path remembers a caller's READ/WRITE grant per open file
+    (no credential switch on the next call) only while the file's owner,
+    mode and ctime stay as they were: every change below must be refused
+    or granted again on the very next call."""
+    from nfstools import assert_nfs_error
+    path = os.path.join(server.export, "p")
+    data = os.urandom(16384)
+    with open(path, "wb") as f:
+        f.write(data)
+    os.chown(path, 0, 0)
+    os.chmod(path, 0o644)
+    f = client.open("p", "rb")
+    assert f.read_at(0, 4096) == data[:4096]  # opens the file: blocking path
+    before = ring_reads()
+    for _ in range(3):
+        assert f.read_at(4096, 4096) == data[4096:8192]
+    assert ring_reads() - before >= 3
+
+    os.chmod(path, 0o640)  # others lose read
+    assert_nfs_error("NFS3ERR_ACCES", f.read_at, 0, 4096)
+    os.chmod(path, 0o644)
+    assert f.read_at(0, 4096) == data[:4096]
+
+    # An ACL entry that denies uid 1000 leaves the mode bits alone: only
+    # the ctime tells the change.
+    mode = os.stat(path).st_mode
+    os.setxattr(path, "system.posix_acl_access", _acl_denying(1000))
+    assert os.stat(path).st_mode == mode
+    assert_nfs_error("NFS3ERR_ACCES", f.read_at, 0, 4096)
+    os.removexattr(path, "system.posix_acl_access")
+    assert f.read_at(0, 4096) == data[:4096]
+
+    os.chown(path, 2000, 2000)
+    os.chmod(path, 0o640)  # owner 2000 now; 1000 is "other"
+    assert_nfs_error("NFS3ERR_ACCES", f.read_at, 0, 4096)
+    os.chown(path, 1000, 1000)  # the caller owns it: allowed again
+    assert f.read_at(0, 4096) == data[:4096]
+
+    w = client.open("p", "r+b")
+    os.chown(path, 0, 0)
+    os.chmod(path, 0o666)
+    before = counter("ring_writes")
+    assert w.write_at(b"a" * 4096, 0) == 4096
+    assert w.write_at(b"b" * 4096, 4096) == 4096
+    assert counter("ring_writes") - before == 2
+    os.chmod(path, 0o644)
+    assert_nfs_error("NFS3ERR_ACCES", w.write_at, b"c" * 4096, 8192)
+    with open(path, "rb") as local:
+        assert local.read(12288) == b"a" * 4096 + b"b" * 4096 + data[8192:12288]

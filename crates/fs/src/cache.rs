@@ -31,6 +31,7 @@ use parking_lot::Mutex;
 use rustix::fs::OFlags;
 use rustix::io::Errno;
 
+use crate::access_memo::AccessMemo;
 use crate::attr::FileKind;
 use crate::export::{ExportFs, Node};
 use crate::FsError;
@@ -40,6 +41,8 @@ use crate::FsError;
 pub struct OpenFile {
     kernel: KernelHandle,
     data: DataFile,
+    /// READ/WRITE grants of this file to recent callers.
+    pub(crate) access: AccessMemo,
 }
 
 impl OpenFile {
@@ -287,6 +290,7 @@ impl ExportFs {
         let file = Arc::new(OpenFile {
             kernel: key.1.clone(),
             data: data.with_label(label),
+            access: AccessMemo::default(),
         });
         Ok(self.cache.insert(key, file))
     }

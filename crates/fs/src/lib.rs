@@ -24,6 +24,7 @@
 //!   makes it durable (a no-op on `async` exports).
 //! - [`FsError`] maps one-to-one to `nfsstat3`.
 
+mod access_memo;
 mod attr;
 mod cache;
 mod dir;
@@ -35,6 +36,7 @@ mod ops;
 #[cfg(test)]
 mod testutil;
 
+pub use access_memo::Stamp;
 pub use attr::{Attr, FileKind, SetAttrs, SetTime, Time};
 pub use cache::{OpenFile, OpenFileCache};
 pub use dir::{DirBatch, DirEntry};

@@ -21,11 +21,13 @@ use rustix::fs::{
 };
 use rustix::io::Errno;
 
+use crate::access_memo::Stamp;
 use crate::attr::{Attr, FileKind, SetAttrs, SetTime, Time};
 use crate::export::{
     check_name, create_beneath, is_dot_or_dotdot, open_beneath, proc_fd_path, ExportFs, Node,
 };
 use crate::{FsError, OpenFile};
+use dionfs_sys::cred::Creds;
 
 /// RFC 1813 ACCESS3 bits.
 pub mod access3 {
@@ -220,6 +222,34 @@ impl ExportFs {
     /// [`ExportFs::open_file`].
     pub fn check_file_access(&self, file: &OpenFile, write: bool) -> Result<(), FsError> {
         self.check_io_access_of(file.fd(), FileKind::Regular, write)
+    }
+
+    /// Whether [`ExportFs::check_file_access`] granted `creds` this access
+    /// to `file` since it last changed: `attr` must come from a statx made
+    /// after the caller's call arrived (see `access_memo.rs`). No system
+    /// call, no credential switch.
+    pub fn file_access_granted(
+        &self,
+        file: &OpenFile,
+        creds: &Creds,
+        write: bool,
+        attr: &Attr,
+    ) -> bool {
+        file.access.granted(creds, write, Stamp::of(attr))
+    }
+
+    /// [`ExportFs::check_file_access`] that remembers a grant, to the
+    /// calling thread's credentials, for [`ExportFs::file_access_granted`];
+    /// `attr` must come from a statx made before this call.
+    pub fn check_file_access_remembered(
+        &self,
+        file: &OpenFile,
+        write: bool,
+        attr: &Attr,
+    ) -> Result<(), FsError> {
+        self.check_file_access(file, write)?;
+        file.access.grant(&cred::current(), write, Stamp::of(attr));
+        Ok(())
     }
 
     /// ACCESS: which of the `requested` ACCESS3 bits the caller has,

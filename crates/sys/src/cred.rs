@@ -135,7 +135,10 @@ fn apply(creds: &Creds) -> io::Result<()> {
     // Whether the thread is (as recorded) root now: the extra capabilities
     // change only when that changes, so switching between two squashed
     // users costs no capability calls.
-    let was_root = CURRENT.with(|c| c.borrow().uid == 0);
+    let (was_root, same_groups, same_gid) = CURRENT.with(|c| {
+        let c = c.borrow();
+        (c.uid == 0, c.groups == creds.groups, c.gid == creds.gid)
+    });
     let becomes_root = creds.uid == 0;
     // Order: groups and gid first, uid last. Once the fsuid is non-zero the
     // thread has dropped its filesystem capabilities, but not CAP_SETGID,
@@ -145,9 +148,24 @@ fn apply(creds: &Creds) -> io::Result<()> {
         .iter()
         .map(|&g| rustix::process::Gid::from_raw(g))
         .collect();
-    let result = rustix::thread::set_thread_groups(&groups)
-        .map_err(io::Error::from)
-        .and_then(|()| set_fsgid(creds.gid))
+    // What the thread has already (as recorded, and verified when it was
+    // set) is not set again: most callers come with no supplementary
+    // groups, as root has none.
+    let set_groups = || {
+        if same_groups {
+            Ok(())
+        } else {
+            rustix::thread::set_thread_groups(&groups).map_err(io::Error::from)
+        }
+    };
+    let result = set_groups()
+        .and_then(|()| {
+            if same_gid {
+                Ok(())
+            } else {
+                set_fsgid(creds.gid)
+            }
+        })
         .and_then(|()| set_fsuid(creds.uid))
         .and_then(|()| {
             if was_root == becomes_root {
@@ -157,7 +175,9 @@ fn apply(creds: &Creds) -> io::Result<()> {
             }
         });
     // Record what we asked for even on failure: the caller then restores the
-    // previous state in full, which rewrites all of it. The capability
+    // previous state, which rewrites every part in which it differs from
+    // this request, including any part that failed (a part equal in both
+    // was skipped by both, so the thread still has it). The capability
     // change reads the thread's sets and only adds or removes bits, so
     // redoing it after a partial failure is harmless.
     CURRENT.with(|c| *c.borrow_mut() = creds.clone());
@@ -522,6 +542,55 @@ mod tests {
             assert_eq!(kernel_fs_ids(), (65534, 65534));
         })
         .expect("switch creds");
+        assert_eq!(kernel_fs_ids(), (0, 0));
+    }
+
+    #[test]
+    fn parts_already_in_force_are_kept_and_the_rest_switched() {
+        if !is_root() {
+            eprintln!("skipped: needs root");
+            return;
+        }
+        let user = |uid, gid, groups: &[u32]| Creds {
+            uid,
+            gid,
+            groups: groups.to_vec(),
+        };
+        // Same groups and gid, other uid; then other gid; then other groups.
+        with_creds(&user(1000, 100, &[5, 6]), || {
+            assert_eq!(
+                (kernel_fs_ids(), kernel_groups()),
+                ((1000, 100), "5 6".into())
+            );
+            with_creds(&user(1001, 100, &[5, 6]), || {
+                assert_eq!(
+                    (kernel_fs_ids(), kernel_groups()),
+                    ((1001, 100), "5 6".into())
+                );
+                with_creds(&user(1001, 101, &[5, 6]), || {
+                    assert_eq!(kernel_fs_ids(), (1001, 101));
+                    with_creds(&user(1001, 101, &[]), || {
+                        assert_eq!((kernel_fs_ids(), kernel_groups()), ((1001, 101), "".into()));
+                    })
+                    .expect("switch groups");
+                    assert_eq!(kernel_groups(), "5 6");
+                })
+                .expect("switch gid");
+                assert_eq!(kernel_fs_ids(), (1001, 100));
+            })
+            .expect("switch uid");
+            assert_eq!(kernel_fs_ids(), (1000, 100));
+        })
+        .expect("switch");
+        assert_eq!((kernel_fs_ids(), kernel_groups()), ((0, 0), "".into()));
+        // A squashed user with no groups, as root has none.
+        with_creds(&user(65534, 65534, &[]), || {
+            assert_eq!(
+                (kernel_fs_ids(), kernel_groups()),
+                ((65534, 65534), "".into())
+            );
+        })
+        .expect("switch");
         assert_eq!(kernel_fs_ids(), (0, 0));
     }
 }

@@ -208,7 +208,7 @@ fn write_file(
     // reserved blocks enforced without CAP_SYS_RESOURCE.
     let result = ctx
         .run_as_user(export, || {
-            export.fs.check_file_access(file, true).map_err(from_fs)?;
+            check_io_access(ctx, export, file, true, before.as_ref())?;
             export
                 .data
                 .write(file.data(), buf, stable(how))
@@ -270,21 +270,18 @@ async fn write_without_blocking(
         return Err(back(file, buf));
     };
     let ctx = Ctx { server, conn, call };
-    // Short, non-blocking calls (a permission check and a statx of an open
-    // file), so made on this task's thread.
-    if !matches!(
-        ctx.run_as_user(export, || export.fs.check_file_access(&file, true)),
-        Ok(Ok(()))
-    ) {
+    // Short, non-blocking calls (a statx of an open file, maybe a
+    // permission check), so made on this task's thread.
+    let Ok(before) = export.fs.file_attr(&file) else {
+        return Err(back(file, buf));
+    };
+    if !allowed_without_blocking(&ctx, export, &file, true, &before) {
         return Err(back(file, buf));
     }
     let Some(personality) = server.ring_personality(ring, &ctx.creds(export)) else {
         return Err(back(file, buf));
     };
-    let before = match export.fs.file_attr(&file) {
-        Err(FsError::Stale) => return Err(back(file, buf)),
-        other => other.ok(),
-    };
+    let before = Some(before);
     let written = export
         .data
         .write_without_blocking(ring, file.data(), buf, how, personality)
@@ -332,18 +329,22 @@ pub fn read(ctx: &Ctx, a: ReadArgs, buf: Option<PooledBuf>) -> Reply {
         Ok(f) => f,
         Err(e) => return read_failed(ctx, from_fs(e), None),
     };
-    // Checked and read as the caller, like the caller's own local read.
-    let data = ctx
-        .run_as_user(export, || {
-            export.fs.check_file_access(&file, false).map_err(from_fs)?;
-            // Receiving took a buffer for every READ that gets this far,
-            // unless there was no memory for one.
-            buf.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::OutOfMemory).into())
-                .and_then(|buf| export.data.read(file.data(), buf, a.offset, a.count))
-                .map_err(|e| read_error(&file, &a, &e))
-        })
-        .and_then(|read| read);
-    read_reply(ctx, export, &file, data)
+    // The attributes come before the read (see `read_without_blocking`).
+    let attr = match export.fs.file_attr(&file) {
+        // Deleted behind our back: its data is not sent.
+        Err(FsError::Stale) => return read_failed(ctx, NfsStat3::Stale, None),
+        other => other.ok(),
+    };
+    // Checked as the caller. The read itself needs no credentials: reading
+    // an open descriptor checks no permission.
+    let data = check_io_access(ctx, export, &file, false, attr.as_ref()).and_then(|()| {
+        // Receiving took a buffer for every READ that gets this far,
+        // unless there was no memory for one.
+        buf.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::OutOfMemory).into())
+            .and_then(|buf| export.data.read(file.data(), buf, a.offset, a.count))
+            .map_err(|e| read_error(&file, &a, &e))
+    });
+    read_reply(ctx, &file, attr, data)
 }
 
 /// A READ on the connection's task (with io_uring): the direct read of an
@@ -400,12 +401,15 @@ async fn read_without_blocking(
     let Ok(Some(file)) = export.fs.cached_file(a.file.as_bytes()) else {
         return Err(buf);
     };
-    // Short, non-blocking calls (a permission check of an open file), so
-    // made on this task's thread, as the caller.
-    if !matches!(
-        ctx.run_as_user(export, || export.fs.check_file_access(&file, false)),
-        Ok(Ok(()))
-    ) {
+    // Short, non-blocking calls (a statx of an open file, maybe a
+    // permission check), so made on this task's thread. The reply carries
+    // these attributes, taken before the read: the data sent is never
+    // older than they say (the other order could label old data with a
+    // newer change time, which a client would then cache as current).
+    let Ok(attr) = export.fs.file_attr(&file) else {
+        return Err(buf);
+    };
+    if !allowed_without_blocking(ctx, export, &file, false, &attr) {
         return Err(buf);
     }
     let data = match export
@@ -416,7 +420,46 @@ async fn read_without_blocking(
         ReadAttempt::Blocking(buf) => return Err(buf),
         ReadAttempt::Done(data) => data.map_err(|e| read_error(&file, a, &e)),
     };
-    Ok(read_reply(ctx, export, &file, data))
+    Ok(read_reply(ctx, &file, Some(attr), data))
+}
+
+/// Whether the caller may READ (`write == false`) or WRITE `file`, known
+/// without blocking: see [`check_io_access`]. A refusal is left to the
+/// blocking path, which checks again, logs and answers it.
+fn allowed_without_blocking(
+    ctx: &Ctx,
+    export: &Export,
+    file: &OpenFile,
+    write: bool,
+    attr: &Attr,
+) -> bool {
+    check_io_access(ctx, export, file, write, Some(attr)).is_ok()
+}
+
+/// The permission check of a READ (`write == false`) or WRITE: granted to
+/// the same credentials since the file last changed (`attr`, from a statx
+/// made for this call; no system call then), or asked of the kernel under
+/// the caller's credentials (and remembered if granted).
+fn check_io_access(
+    ctx: &Ctx,
+    export: &Export,
+    file: &OpenFile,
+    write: bool,
+    attr: Option<&Attr>,
+) -> Result<(), NfsStat3> {
+    if let Some(attr) = attr {
+        if export
+            .fs
+            .file_access_granted(file, &ctx.creds(export), write, attr)
+        {
+            return Ok(());
+        }
+    }
+    ctx.run_as_user(export, || match attr {
+        Some(attr) => export.fs.check_file_access_remembered(file, write, attr),
+        None => export.fs.check_file_access(file, write),
+    })?
+    .map_err(from_fs)
 }
 
 fn read_error(file: &OpenFile, a: &ReadArgs, e: &DataError) -> NfsStat3 {
@@ -424,19 +467,15 @@ fn read_error(file: &OpenFile, a: &ReadArgs, e: &DataError) -> NfsStat3 {
     from_data(e)
 }
 
-/// A READ's reply: the file's attributes (one statx) and, if the read
-/// worked, its data, sent from the buffer it was read into.
+/// A READ's reply: the file's attributes `attr` (from before the read)
+/// and, if the read worked, its data, sent from the buffer it was read
+/// into.
 fn read_reply(
     ctx: &Ctx,
-    export: &Export,
     file: &Arc<OpenFile>,
+    attr: Option<Attr>,
     data: Result<ReadData, NfsStat3>,
 ) -> Reply {
-    let attr = match export.fs.file_attr(file) {
-        // Deleted behind our back: its data is not sent.
-        Err(FsError::Stale) => return read_failed(ctx, NfsStat3::Stale, None),
-        other => other.ok(),
-    };
     match data {
         Ok(mut data) => {
             start_prefetch(file, data.take_prefetch());
