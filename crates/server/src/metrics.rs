@@ -234,6 +234,12 @@ pub fn render(server: &Server) -> String {
         "counter",
         &mut std::iter::once((String::new(), net.share_delays)),
     );
+    metric(
+        "replies_batched_total",
+        "Replies written together with other replies of their connection in one writev (replies that finished while another was being written).",
+        "counter",
+        &mut std::iter::once((String::new(), net.batched_replies)),
+    );
     out
 }
 

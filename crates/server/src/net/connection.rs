@@ -180,6 +180,7 @@ struct Shared {
     /// Set while the reading loop waits for room in the send buffer: the
     /// peer is not taking its replies.
     waiting_room: AtomicBool,
+    counters: Arc<NetCounters>,
 }
 
 impl Shared {
@@ -219,8 +220,10 @@ impl Shared {
                 if queue.replies.is_empty() {
                     queue.writer = Writer::Idle;
                 } else {
-                    queue.writer = Writer::Queue;
-                    self.wake_writer.notify_one();
+                    // Replies that finished meanwhile: written from here,
+                    // several to a writev, while the socket takes them.
+                    drop(queue);
+                    self.drain_without_waiting();
                 }
             }
             Ok(false) => {
@@ -248,42 +251,118 @@ impl Shared {
         loop {
             self.wake_writer.notified().await;
             loop {
-                let next = {
+                let mut batch = {
                     let mut queue = self.queue.lock();
                     if queue.writer != Writer::Queue {
                         break;
                     }
-                    match queue.replies.pop_front() {
-                        Some(next) => next,
-                        None => {
-                            queue.writer = Writer::Idle;
-                            break;
-                        }
+                    if queue.replies.is_empty() {
+                        queue.writer = Writer::Idle;
+                        break;
                     }
+                    take_batch(&mut queue.replies)
                 };
-                if let Err(e) = self.write_out(next).await {
-                    return e.kind();
+                while !batch.is_empty() {
+                    match self.write_batch(&mut batch) {
+                        Ok(()) if batch.is_empty() => {}
+                        Ok(()) => {
+                            if let Err(e) = self.socket.writable().await {
+                                return e.kind();
+                            }
+                        }
+                        Err(e) => return e.kind(),
+                    }
                 }
                 self.drained.notify_waiters();
             }
         }
     }
 
-    /// Writes the rest of one queued reply, waiting for room in the socket.
-    async fn write_out(&self, mut out: Outgoing) -> io::Result<()> {
+    /// Writes queued replies, in batches, for as long as the socket takes
+    /// them without waiting; called by a writer that holds
+    /// [`Writer::Direct`]. Leaves the socket to the connection's writer
+    /// ([`Writer::Queue`]) when it is full, or [`Writer::Idle`] when the
+    /// queue is empty.
+    fn drain_without_waiting(&self) {
         loop {
-            let before = out.sent;
-            let done = write_without_waiting(&out.reply, &mut out.sent, |slices| {
-                self.socket.try_write_vectored(slices)
-            })?;
-            let n = out.sent - before;
+            let mut batch = {
+                let mut queue = self.queue.lock();
+                if queue.replies.is_empty() {
+                    queue.writer = Writer::Idle;
+                    return;
+                }
+                take_batch(&mut queue.replies)
+            };
+            if let Err(e) = self.write_batch(&mut batch) {
+                self.fail(e.kind());
+                return;
+            }
+            self.drained.notify_waiters();
+            if !batch.is_empty() {
+                // The socket is full: the rest waits for room, first in line.
+                let mut queue = self.queue.lock();
+                while let Some(out) = batch.pop() {
+                    queue.replies.push_front(out);
+                }
+                queue.writer = Writer::Queue;
+                self.wake_writer.notify_one();
+                return;
+            }
+        }
+    }
+
+    /// Writes `batch` (in order; its first reply may be written in part)
+    /// with one vectored write after another, without waiting: the replies
+    /// written in full leave the batch (releasing what they hold); what
+    /// remains when the socket would block stays, its first reply's `sent`
+    /// updated.
+    fn write_batch(&self, batch: &mut Vec<Outgoing>) -> io::Result<()> {
+        while !batch.is_empty() {
+            let marks: Vec<[u8; 4]> = batch
+                .iter()
+                .map(|out| record_mark(record_len(&out.reply) as u32 - 4, true))
+                .collect();
+            let zeros = [0u8; 3];
+            let mut slices = Vec::with_capacity(4 * batch.len());
+            for (out, mark) in batch.iter().zip(&marks) {
+                let data = out.reply.data_bytes();
+                slices.extend([
+                    IoSlice::new(mark),
+                    IoSlice::new(&out.reply.header),
+                    IoSlice::new(data),
+                    IoSlice::new(&zeros[..dionfs_xdr::pad_len(data.len())]),
+                ]);
+            }
+            let mut remaining: &mut [IoSlice<'_>] = &mut slices;
+            IoSlice::advance_slices(&mut remaining, batch[0].sent);
+            let n = match self.socket.try_write_vectored(remaining) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
             self.written.fetch_add(n as u64, Ordering::Relaxed);
             self.unsent.fetch_sub(n, Ordering::Relaxed);
-            if done {
-                return Ok(());
+            // Hand the bytes out to the replies, first to last.
+            let mut left = n;
+            let mut done = 0;
+            for out in batch.iter_mut() {
+                let rest = record_len(&out.reply) - out.sent;
+                if left < rest {
+                    out.sent += left;
+                    break;
+                }
+                left -= rest;
+                out.sent += rest;
+                done += 1;
             }
-            self.socket.writable().await?;
+            if done > 1 {
+                NetCounters::add(&self.counters.batched_replies, done as u64);
+            }
+            batch.drain(..done);
         }
+        Ok(())
     }
 
     /// Reserves room for a reply of `bytes` in the socket's send buffer,
@@ -357,6 +436,16 @@ impl Shared {
 }
 
 /// Bytes of `reply`'s record: record mark, header, payload, padding.
+/// Replies written with one `writev` at most (4 slices each, well under
+/// `IOV_MAX`).
+const MAX_BATCH: usize = 64;
+
+/// The first [`MAX_BATCH`] queued replies, in order.
+fn take_batch(replies: &mut VecDeque<Outgoing>) -> Vec<Outgoing> {
+    let n = replies.len().min(MAX_BATCH);
+    replies.drain(..n).collect()
+}
+
 fn record_len(reply: &Reply) -> usize {
     let data = reply.data_bytes().len();
     4 + reply.header.len() + data + dionfs_xdr::pad_len(data)
@@ -453,6 +542,7 @@ pub(super) async fn run_connection<S: Service>(
         send_buffer,
         reserved: Arc::new(AtomicUsize::new(0)),
         waiting_room: AtomicBool::new(false),
+        counters: limits.counters.clone(),
     });
     let max_in_flight = limits.max_in_flight.clamp(1, MAX_IN_FLIGHT_CAP);
     let in_flight = Arc::new(Semaphore::new(max_in_flight));
@@ -796,5 +886,92 @@ fn record_error_end(e: RecordError, conn: &ConnInfo) -> ConnEnd {
         RecordError::NoRecord | RecordError::RestTooLarge { .. } => {
             ConnEnd::ReadError(io::Error::other(e))
         }
+    }
+}
+
+#[cfg(test)]
+mod batch_tests {
+    use super::*;
+    use dionfs_rpc::RecordReader;
+    use tokio::net::TcpListener;
+
+    /// A connection's shared half on one end of a loopback connection, and
+    /// the peer's reading end.
+    async fn pair() -> (Shared, RecordReader<TcpStream>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (ours, theirs) = tokio::join!(listener.accept(), TcpStream::connect(addr));
+        let (_read, write) = ours.unwrap().0.into_split();
+        let shared = Shared {
+            socket: write,
+            queue: Mutex::new(ReplyQueue {
+                writer: Writer::Idle,
+                replies: VecDeque::new(),
+            }),
+            unsent: AtomicUsize::new(0),
+            written: AtomicU64::new(0),
+            wake_writer: Notify::new(),
+            drained: Notify::new(),
+            closed: AtomicBool::new(false),
+            write_error: OnceLock::new(),
+            write_failed: Notify::new(),
+            send_buffer: 1 << 20,
+            reserved: Arc::new(AtomicUsize::new(0)),
+            waiting_room: AtomicBool::new(false),
+            counters: Arc::default(),
+        };
+        (shared, RecordReader::new(theirs.unwrap(), 1 << 24))
+    }
+
+    /// Reply `i`: a header of `i % 7` bytes and `i * 37 % 600` data bytes
+    /// (every padding length), all bytes derived from `i`. (All of them
+    /// fit the socket's buffers: nothing has to wait for the peer.)
+    fn reply(i: u32) -> Reply {
+        let header = vec![i as u8; (i % 7) as usize];
+        let data: Vec<u8> = (0..(i * 37 % 600)).map(|j| (i + j) as u8).collect();
+        Reply::with_data(header, Box::new(data))
+    }
+
+    fn expected(i: u32) -> Vec<u8> {
+        let r = reply(i);
+        let mut out = r.header.clone();
+        out.extend_from_slice(r.data_bytes());
+        out.resize(out.len() + dionfs_xdr::pad_len(r.data_bytes().len()), 0);
+        out
+    }
+
+    #[tokio::test]
+    async fn queued_replies_go_out_in_batches_whole_and_in_order() {
+        let (shared, mut peer) = pair().await;
+        const N: u32 = 300;
+        // A writer is busy, so every reply queues; the first is queued as
+        // written in part, as when the socket filled in the middle of it.
+        shared.queue.lock().writer = Writer::Direct;
+        for i in 0..N {
+            shared.send(reply(i), CallPermits::default());
+        }
+        shared.queue.lock().replies[0].sent = 3;
+        shared.unsent.fetch_sub(3, Ordering::Relaxed);
+        let partial_head = {
+            let r = &shared.queue.lock().replies[0].reply;
+            let mark = record_mark(record_len(r) as u32 - 4, true);
+            mark[..3].to_vec()
+        };
+        // What the busy writer would have sent of it.
+        shared.socket.try_write(&partial_head).unwrap();
+        shared.drain_without_waiting();
+        assert_eq!(shared.queue.lock().writer, Writer::Idle);
+        assert_eq!(shared.unsent.load(Ordering::Relaxed), 0);
+        for i in 0..N {
+            assert!(peer.next_record().await.unwrap(), "record {i}");
+            let mut got = Vec::new();
+            peer.read_to_end(&mut got).await.unwrap();
+            assert_eq!(got, expected(i), "reply {i}");
+        }
+        let batched = shared.counters.snapshot().batched_replies;
+        assert!(
+            batched >= u64::from(N) / 2,
+            "{batched} of {N} replies batched"
+        );
     }
 }

@@ -15,6 +15,7 @@ pub struct NetCounters {
     pub(super) unread_replies: AtomicU64,
     pub(super) idle: AtomicU64,
     pub(super) share_delays: AtomicU64,
+    pub(super) batched_replies: AtomicU64,
 }
 
 /// A copy of [`NetCounters`].
@@ -33,6 +34,8 @@ pub struct NetSnapshot {
     /// Calls that waited because their connection held its share of
     /// buffers.
     pub share_delays: u64,
+    /// Replies written together with others in one `writev`.
+    pub batched_replies: u64,
 }
 
 impl NetCounters {
@@ -46,10 +49,15 @@ impl NetCounters {
             unread_replies: get(&self.unread_replies),
             idle: get(&self.idle),
             share_delays: get(&self.share_delays),
+            batched_replies: get(&self.batched_replies),
         }
     }
 
     pub(super) fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(super) fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
     }
 }
