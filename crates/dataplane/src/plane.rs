@@ -16,6 +16,7 @@ use crate::counters::{CounterSnapshot, Counters};
 use crate::file::{DataFile, DirectIo};
 use crate::pool::{BufferPool, PooledBuf, BUF_SLACK};
 use crate::range_lock::{LockKind, RangeGuard};
+use crate::read::IoRing;
 use crate::readahead::{Held, Readahead};
 use crate::{DataConfig, DataError, Mode};
 
@@ -81,6 +82,22 @@ impl DataPlane {
     /// The configuration.
     pub fn config(&self) -> &DataConfig {
         &self.config
+    }
+
+    /// Registers the pools' buffers with `ring` as fixed buffers, at
+    /// slots from `first` on (as many as the pools have buffers); returns
+    /// the slot after the last one used.
+    pub fn register_buffers(&self, ring: &Arc<IoRing>, first: u16) -> u16 {
+        let mut next = first;
+        for (pool, count) in [
+            (&self.read_pool, self.config.read_buffers),
+            (&self.write_pool, self.config.write_buffers),
+        ] {
+            let end = next.saturating_add(u16::try_from(count).unwrap_or(u16::MAX));
+            pool.register_with(ring, next..end);
+            next = end;
+        }
+        next
     }
 
     /// The READ buffers (their emptiness is backpressure on READs).

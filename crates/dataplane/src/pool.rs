@@ -21,6 +21,7 @@ use parking_lot::Mutex;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::counters::Counters;
+use crate::read::IoRing;
 
 /// Alignment of every pool buffer's first byte. Files whose
 /// `stx_dio_mem_align` is larger are served buffered.
@@ -37,9 +38,24 @@ pub const BUF_SLACK: usize = 2 * MAX_DIO_ALIGN;
 /// A bounded set of [`AlignedBuf`]s of one size.
 pub struct BufferPool {
     permits: Arc<Semaphore>,
-    free: Arc<Mutex<Vec<AlignedBuf>>>,
+    free: Arc<Mutex<Vec<Slot>>>,
     buf_len: usize,
     counters: Arc<Counters>,
+    /// The ring the pool registers its buffers with as they are allocated.
+    fixed: Mutex<Option<FixedSlots>>,
+}
+
+/// A buffer of the pool and the ring slot it is registered at, if any.
+struct Slot {
+    buf: AlignedBuf,
+    fixed: Option<u16>,
+}
+
+/// Fixed buffer slots of a ring set aside for one pool.
+struct FixedSlots {
+    ring: Arc<IoRing>,
+    next: u16,
+    end: u16,
 }
 
 impl BufferPool {
@@ -51,7 +67,27 @@ impl BufferPool {
             free: Arc::new(Mutex::new(Vec::with_capacity(count))),
             buf_len,
             counters,
+            fixed: Mutex::new(None),
         }
+    }
+
+    /// Registers the pool's buffers with `ring` as fixed buffers at
+    /// `slots` (see [`IoRing::register_fixed`]): those allocated already
+    /// now, the others when first allocated. Ring operations on them then
+    /// skip pinning the pages each time. Buffers beyond the slots, or that
+    /// the kernel refuses, work unregistered.
+    pub fn register_with(&self, ring: &Arc<IoRing>, slots: std::ops::Range<u16>) {
+        let mut fixed = FixedSlots {
+            ring: ring.clone(),
+            next: slots.start,
+            end: slots.end,
+        };
+        for slot in self.free.lock().iter_mut() {
+            if slot.fixed.is_none() {
+                slot.fixed = fixed.register(&mut slot.buf);
+            }
+        }
+        *self.fixed.lock() = Some(fixed);
     }
 
     /// Size of each buffer in bytes.
@@ -95,12 +131,21 @@ impl BufferPool {
 
     fn loan(&self, permit: OwnedSemaphorePermit) -> std::io::Result<PooledBuf> {
         let reused = self.free.lock().pop();
-        let buf = match reused {
-            Some(buf) => buf,
-            None => AlignedBuf::new(self.buf_len, BUF_ALIGN)?,
+        let slot = match reused {
+            Some(slot) => slot,
+            None => {
+                let mut buf = AlignedBuf::new(self.buf_len, BUF_ALIGN)?;
+                let fixed = self
+                    .fixed
+                    .lock()
+                    .as_mut()
+                    .and_then(|f| f.register(&mut buf));
+                Slot { buf, fixed }
+            }
         };
         Ok(PooledBuf {
-            buf: Some(buf),
+            buf: Some(slot.buf),
+            fixed: slot.fixed,
             free: self.free.clone(),
             _permit: permit,
         })
@@ -114,12 +159,36 @@ impl BufferPool {
     }
 }
 
+impl FixedSlots {
+    /// Registers `buf` at the next free slot, if there is one and the
+    /// kernel takes it.
+    fn register(&mut self, buf: &mut AlignedBuf) -> Option<u16> {
+        if self.next >= self.end {
+            return None;
+        }
+        match self.ring.register_fixed(self.next, buf) {
+            Ok(()) => {
+                self.next += 1;
+                Some(self.next - 1)
+            }
+            Err(e) => {
+                tracing::debug!(slot = self.next, error = %e, "cannot register a pool buffer with io_uring");
+                // Do not try the remaining slots one by one.
+                self.next = self.end;
+                None
+            }
+        }
+    }
+}
+
 /// A buffer on loan from a [`BufferPool`]; derefs to its bytes and goes
 /// back to the pool when dropped.
 pub struct PooledBuf {
     /// Always `Some` until `drop` takes it.
     buf: Option<AlignedBuf>,
-    free: Arc<Mutex<Vec<AlignedBuf>>>,
+    /// The ring slot the buffer is registered at.
+    fixed: Option<u16>,
+    free: Arc<Mutex<Vec<Slot>>>,
     _permit: OwnedSemaphorePermit,
 }
 
@@ -147,6 +216,10 @@ impl RingBuf for PooledBuf {
             .as_mut()
             .expect("a pooled buffer holds its buffer until dropped")
     }
+
+    fn fixed_index(&self) -> Option<u16> {
+        self.fixed
+    }
 }
 
 impl Drop for PooledBuf {
@@ -154,7 +227,10 @@ impl Drop for PooledBuf {
         if let Some(buf) = self.buf.take() {
             // The buffer is back on the free list before the permit (dropped
             // after this body) lets the next `get` look for it.
-            self.free.lock().push(buf);
+            self.free.lock().push(Slot {
+                buf,
+                fixed: self.fixed,
+            });
         }
     }
 }

@@ -195,6 +195,13 @@ pub fn render(server: &Server) -> String {
         "counter",
         &mut faults,
     );
+    let fixed = server.io_ring.as_ref().map_or(0, |r| r.fixed_ops());
+    metric(
+        "ring_fixed_ops_total",
+        "io_uring reads and writes made on registered (pre-pinned) pool buffers.",
+        "counter",
+        &mut std::iter::once((String::new(), fixed)),
+    );
     let mut oversized = std::iter::once((String::new(), server.oversized_args()));
     metric(
         "oversized_args_total",

@@ -125,8 +125,23 @@ impl Server {
             info!("io_uring off (io_uring = false): every call runs on blocking threads");
             None
         } else {
-            match IoRing::new(ring_depth) {
-                Ok(ring) => Some(Arc::new(ring)),
+            // A fixed (pre-pinned) slot for every pool buffer, within the
+            // kernel's limit on registered buffers.
+            let fixed = (config.exports.len() * buffers).min(16384) as u16;
+            match IoRing::with_fixed_buffers(ring_depth, fixed) {
+                Ok(ring) => {
+                    let ring = Arc::new(ring);
+                    let mut next = 0;
+                    for export in &exports {
+                        next = export.data.register_buffers(&ring, next);
+                    }
+                    info!(
+                        depth = ring_depth,
+                        fixed_buffers = ring.fixed_slots(),
+                        "io_uring on"
+                    );
+                    Some(ring)
+                }
                 Err(e) => {
                     warn!(error = %e, "io_uring unavailable: direct READs and WRITEs run on blocking threads");
                     None

@@ -37,6 +37,16 @@ use crate::io::RwFlags;
 pub trait RingBuf: Send + 'static {
     /// The aligned buffer.
     fn aligned_mut(&mut self) -> &mut AlignedBuf;
+
+    /// The index this buffer's aligned buffer was registered under with
+    /// [`Uring::register_fixed`] on the ring it is submitted to, if it
+    /// was: operations on it then use the pages the kernel pinned once,
+    /// instead of pinning them for every read and write. The ring checks
+    /// that the operation's bytes lie inside the buffer registered there
+    /// (and the kernel checks it again).
+    fn fixed_index(&self) -> Option<u16> {
+        None
+    }
 }
 
 impl RingBuf for AlignedBuf {
@@ -75,6 +85,8 @@ struct Inner<B> {
     ring: IoUring,
     slots: Vec<Slot<B>>,
     free: Vec<u32>,
+    /// Address range of the buffer registered at each fixed index.
+    fixed: Vec<Option<Range<usize>>>,
 }
 
 /// One io_uring instance for reads and writes with buffers of type `B`.
@@ -82,6 +94,8 @@ pub struct Uring<B: RingBuf> {
     inner: Mutex<Inner<B>>,
     /// Signalled by the kernel for each completion (`IORING_REGISTER_EVENTFD`).
     event: OwnedFd,
+    /// Operations submitted on registered (fixed) buffers.
+    fixed_ops: std::sync::atomic::AtomicU64,
 }
 
 impl<B: RingBuf> Uring<B> {
@@ -90,6 +104,15 @@ impl<B: RingBuf> Uring<B> {
     /// some other way). Fails where io_uring is unavailable (old kernel,
     /// `kernel.io_uring_disabled`, seccomp).
     pub fn new(depth: u32) -> io::Result<Self> {
+        Self::with_fixed_buffers(depth, 0)
+    }
+
+    /// [`Uring::new`] with an empty table of `fixed` buffer slots, filled
+    /// with [`Uring::register_fixed`]. A kernel that refuses the table
+    /// (too old, or the buffers would exceed `RLIMIT_MEMLOCK` for a
+    /// process without `CAP_IPC_LOCK`) leaves the ring without one: see
+    /// [`Uring::fixed_slots`].
+    pub fn with_fixed_buffers(depth: u32, fixed: u16) -> io::Result<Self> {
         let depth = depth.clamp(1, 4096);
         // The completion queue is twice the submission queue by default,
         // and at most `depth` reads are ever in flight, so it can never
@@ -106,10 +129,74 @@ impl<B: RingBuf> Uring<B> {
         ring.submitter().register_eventfd(event.as_raw_fd())?;
         let slots = (0..depth).map(|_| Slot::Free).collect();
         let free = (0..depth).rev().collect();
+        let fixed = if fixed > 0
+            && ring
+                .submitter()
+                .register_buffers_sparse(u32::from(fixed))
+                .is_ok()
+        {
+            vec![None; usize::from(fixed)]
+        } else {
+            Vec::new()
+        };
         Ok(Self {
-            inner: Mutex::new(Inner { ring, slots, free }),
+            inner: Mutex::new(Inner {
+                ring,
+                slots,
+                free,
+                fixed,
+            }),
             event,
+            fixed_ops: Default::default(),
         })
+    }
+
+    /// Fixed buffer slots the ring has (0 if it has no table).
+    pub fn fixed_slots(&self) -> u16 {
+        u16::try_from(self.lock().fixed.len()).unwrap_or(u16::MAX)
+    }
+
+    /// Operations submitted on fixed buffers so far.
+    pub fn fixed_ops(&self) -> u64 {
+        self.fixed_ops.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Registers `buf` at fixed slot `index`: the kernel pins its pages
+    /// now, once. From then on a [`RingBuf`] whose `fixed_index` is
+    /// `index` is read into and written from through that registration.
+    /// `buf` must stay allocated for as long as the ring may be given
+    /// buffers naming `index` (a pool that never frees its buffers while
+    /// the ring lives); if it were freed, the pinned pages stay the
+    /// kernel's, and operations naming the index would not touch the new
+    /// owner of the addresses (the ring refuses operations outside the
+    /// registered range).
+    pub fn register_fixed(&self, index: u16, buf: &mut AlignedBuf) -> io::Result<()> {
+        let mut inner = self.lock();
+        let Some(slot) = inner.fixed.get(usize::from(index)) else {
+            return Err(io::ErrorKind::InvalidInput.into());
+        };
+        if slot.is_some() {
+            return Err(io::ErrorKind::AlreadyExists.into());
+        }
+        let bytes: &mut [u8] = buf;
+        let iov = libc::iovec {
+            iov_base: bytes.as_mut_ptr().cast(),
+            iov_len: bytes.len(),
+        };
+        let start = bytes.as_ptr() as usize;
+        // SAFETY: the iovec describes `buf`'s own allocation, valid now;
+        // the kernel pins its pages during this call and keeps them, so
+        // nothing the caller later does with the allocation can make the
+        // kernel touch memory it does not hold. Operations are only ever
+        // submitted on it for ranges inside it (checked in `submit`).
+        unsafe {
+            inner
+                .ring
+                .submitter()
+                .register_buffers_update(u32::from(index), &[iov], None)?;
+        }
+        inner.fixed[usize::from(index)] = Some(start..start + bytes.len());
+        Ok(())
     }
 
     /// The eventfd that becomes readable when reads complete: call
@@ -192,20 +279,42 @@ impl<B: RingBuf> Uring<B> {
         // The pointer stays valid while `buf` lives, wherever `buf` moves:
         // an AlignedBuf's bytes are a heap allocation of their own.
         let ptr = target[range].as_mut_ptr();
+        let fixed_index = buf.fixed_index();
         let mut inner = self.lock();
+        // A fixed index is used only if the bytes lie inside the buffer
+        // registered there.
+        let bytes = ptr as usize..ptr as usize + len as usize;
+        let fixed = fixed_index.filter(|&i| {
+            inner.fixed.get(usize::from(i)).is_some_and(|r| {
+                r.as_ref()
+                    .is_some_and(|r| r.start <= bytes.start && bytes.end <= r.end)
+            })
+        });
         let Some(slot) = inner.free.pop() else {
             return Err((io::ErrorKind::WouldBlock.into(), buf));
         };
         let fd = types::Fd(file.as_raw_fd());
-        let entry = match op {
-            Op::Read => opcode::Read::new(fd, ptr, len).offset(offset).build(),
-            Op::Write { flags, personality } => opcode::Write::new(fd, ptr, len)
+        let entry = match (op, fixed) {
+            (Op::Read, None) => opcode::Read::new(fd, ptr, len).offset(offset).build(),
+            (Op::Read, Some(i)) => opcode::ReadFixed::new(fd, ptr, len, i)
+                .offset(offset)
+                .build(),
+            (Op::Write { flags, personality }, None) => opcode::Write::new(fd, ptr, len)
+                .offset(offset)
+                .rw_flags(flags.bits() as i32)
+                .build()
+                .personality(personality),
+            (Op::Write { flags, personality }, Some(i)) => opcode::WriteFixed::new(fd, ptr, len, i)
                 .offset(offset)
                 .rw_flags(flags.bits() as i32)
                 .build()
                 .personality(personality),
         }
         .user_data(u64::from(slot));
+        if fixed.is_some() {
+            self.fixed_ops
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         // SAFETY: the entry's buffer (`ptr`, `len`) lies inside `buf`'s
         // aligned buffer (checked above), and `buf` is stored in the slot
         // below and kept there, unmoved in memory terms and unused, until
@@ -551,5 +660,65 @@ mod tests {
         let buf = AlignedBuf::new(4096, 4096).unwrap();
         let err = ring.read(f.as_fd(), buf, 0..8192, 0).err().unwrap();
         assert_eq!(err.0.kind(), io::ErrorKind::InvalidInput);
+    }
+
+    /// An AlignedBuf that says it is registered at slot `index`.
+    struct Fixed(AlignedBuf, u16);
+    impl RingBuf for Fixed {
+        fn aligned_mut(&mut self) -> &mut AlignedBuf {
+            &mut self.0
+        }
+        fn fixed_index(&self) -> Option<u16> {
+            Some(self.1)
+        }
+    }
+
+    #[test]
+    fn fixed_buffers_are_read_into_and_written_from() {
+        let data: Vec<u8> = (0..16384u32).map(|i| (i % 249) as u8).collect();
+        let f = file_with(&data);
+        let ring = Arc::new(Uring::<Fixed>::with_fixed_buffers(4, 2).unwrap());
+        if ring.fixed_slots() == 0 {
+            eprintln!("skipped: no fixed buffer table (kernel or RLIMIT_MEMLOCK)");
+            return;
+        }
+        let mut a = AlignedBuf::new(8192, 4096).unwrap();
+        ring.register_fixed(1, &mut a).unwrap();
+        assert_eq!(
+            ring.register_fixed(1, &mut AlignedBuf::new(4096, 4096).unwrap())
+                .unwrap_err()
+                .kind(),
+            io::ErrorKind::AlreadyExists
+        );
+        let fut = ring
+            .read(f.as_fd(), Fixed(a, 1), 100..4196, 4096)
+            .ok()
+            .unwrap();
+        let (n, Fixed(mut a, _)) = run(&ring, fut);
+        assert_eq!(n.unwrap(), 4096);
+        assert_eq!(&a[100..4196], &data[4096..8192]);
+        assert_eq!(ring.fixed_ops(), 1);
+        a[..4].copy_from_slice(b"abcd");
+        let fut = ring
+            .write(f.as_fd(), Fixed(a, 1), 0..4, 3, RwFlags::NONE, 0)
+            .ok()
+            .unwrap();
+        let (n, Fixed(a, _)) = run(&ring, fut);
+        assert_eq!(n.unwrap(), 4);
+        assert_eq!(ring.fixed_ops(), 2);
+        let mut back = vec![0u8; 8];
+        std::os::unix::fs::FileExt::read_exact_at(&f, &mut back, 0).unwrap();
+        assert_eq!(&back, &[0, 1, 2, b'a', b'b', b'c', b'd', 7]);
+        // A buffer claiming a slot it is not registered at is not read
+        // through it (slot 0 is empty): a plain read, not a fixed one.
+        let other = AlignedBuf::new(4096, 4096).unwrap();
+        let fut = ring
+            .read(f.as_fd(), Fixed(other, 0), 0..4096, 0)
+            .ok()
+            .unwrap();
+        let (n, _) = run(&ring, fut);
+        assert_eq!(n.unwrap(), 4096);
+        assert_eq!(ring.fixed_ops(), 2);
+        drop(a);
     }
 }
