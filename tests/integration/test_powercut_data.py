@@ -8,8 +8,8 @@ cut) and mounted again. Whatever the log kept, the file must be a prefix of
 what was written: its size may be any point the appends reached, but its
 last block must hold written data, never zeros a block-rounded direct write
 left behind (the old trim-after-write scheme had a window where the log
-could hold the rounded size). Blocks that are entirely zero inside the file
-are allowed: data not yet on disk when the power went.
+could hold the rounded size). Zeros inside the file are allowed, in whole
+blocks or in part of one: data not yet on disk when the power went.
 
 Against the old scheme (block-rounded direct write, then ftruncate) this
 caught a file ending in zeros (size 2822144 = 689 blocks, records of 47008)
@@ -94,9 +94,16 @@ def test_appends_survive_power_cut_without_zeros_past_the_end(server, loopfs, mo
     assert size <= len(data)
     for start in range(0, size, B):
         block = got[start:start + B]
-        if block != data[start:start + len(block)]:
-            assert block == bytes(len(block)) and start + B < size, (
-                f"block at {start} of {size}: neither the data written nor a whole zero block "
-                f"inside the file")
+        want = data[start:start + len(block)]
+        if block != want:
+            # Uncommitted data may be lost, also in part of a block: a
+            # record's partial edge goes to the page cache (buffered) while
+            # the neighbouring record's interior goes to the device, so the
+            # cut can keep one and not the other. Each byte is then the
+            # data written or zero, never anything else.
+            stray = [i for i, (g, w) in enumerate(zip(block, want)) if g not in (w, 0)]
+            assert not stray and start + B < size, (
+                f"block at {start} of {size}: bytes neither written nor zero at "
+                f"{[start + i for i in stray[:8]]}, or a block of zeros at the end")
     last = (size - 1) // B * B if size else 0
     assert got[last:] == data[last:size], f"the file ends in bytes nobody wrote (size {size})"
