@@ -456,6 +456,11 @@ impl FileSums {
         &self.key
     }
 
+    /// Computes write checksums alongside the data write (the store's).
+    pub fn checksummer(&self) -> &Checksummer {
+        &self.store.checksummer
+    }
+
     /// Whether the checksums are untrusted until rebuilt (see the module
     /// documentation).
     pub fn is_stale(&self) -> bool {
