@@ -40,6 +40,14 @@ pub use store::{
     CommitTicket, FileKey, FileSums, Mismatch, RecoveryReport, Store, Version, WriteTicket,
 };
 
+/// Runs `f` (creating, renaming or removing files of the store) as the
+/// server itself: the data plane calls the store on threads that carry an
+/// NFS caller's squashed credentials, which must neither be refused the
+/// state directory nor own (or be charged quota for) the store's files.
+pub(crate) fn as_server<T>(f: impl FnOnce() -> std::io::Result<T>) -> std::io::Result<T> {
+    dionfs_sys::cred::as_root(f)?
+}
+
 /// The block size checksums cover.
 pub const BLOCK: u64 = 4096;
 

@@ -318,7 +318,7 @@ impl IntentLog {
                 dirty.files.remove(&id);
             }
         }
-        if let Err(e) = self.compact(&dirty) {
+        if let Err(e) = crate::as_server(|| self.compact(&dirty)) {
             tracing::warn!(log = %self.path.display(), error = %e, "cannot compact the integrity intent log");
         }
     }

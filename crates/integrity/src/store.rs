@@ -304,7 +304,7 @@ impl Store {
     /// The checksum state of the open file `data` (identified by `key`),
     /// creating its checksum file if it has none.
     pub fn open_file(self: &Arc<Self>, key: FileKey, data: BorrowedFd<'_>) -> io::Result<FileSums> {
-        FileSums::open(self, key, data, Open::Create)?
+        crate::as_server(|| FileSums::open(self, key, data, Open::Create))?
             .ok_or_else(|| io::Error::other("no checksum file"))
     }
 
@@ -315,13 +315,14 @@ impl Store {
         key: FileKey,
         data: BorrowedFd<'_>,
     ) -> io::Result<Option<FileSums>> {
-        FileSums::open(self, key, data, Open::Existing)
+        crate::as_server(|| FileSums::open(self, key, data, Open::Existing))
     }
 
     /// Frees the checksums of a file that lost its last name.
     pub fn remove(&self, key: &FileKey) {
         self.log.forget(key.id());
-        match std::fs::remove_file(self.dir.join(key.relative_path())) {
+        let path = self.dir.join(key.relative_path());
+        match crate::as_server(|| std::fs::remove_file(&path)) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => tracing::warn!(file = ?key, error = %e, "cannot remove a file's checksums"),
