@@ -403,7 +403,7 @@ impl FileSums {
         let create = how != Open::Existing;
         let path = store.dir.join(key.relative_path());
         let mut options = std::fs::OpenOptions::new();
-        options.read(true).write(true).mode(0o600);
+        options.read(true).write(true).truncate(false).mode(0o600);
         if create {
             if let Some(parent) = path.parent() {
                 std::fs::create_dir_all(parent)?;
@@ -709,7 +709,7 @@ impl FileSums {
     /// the end are dropped and the new last block's checksum recomputed.
     pub fn truncated(&self, ticket: WriteTicket<'_>, new_size: u64) -> io::Result<()> {
         self.clamp_to(new_size)?;
-        if new_size % BLOCK != 0 {
+        if !new_size.is_multiple_of(BLOCK) {
             self.recompute(ticket.data, new_size / BLOCK..new_size / BLOCK + 1)?;
         }
         self.generation
@@ -860,6 +860,7 @@ mod tests {
         let data_path = dir.path().join("data");
         let data = std::fs::OpenOptions::new()
             .create(true)
+            .truncate(false)
             .read(true)
             .write(true)
             .open(&data_path)
@@ -911,6 +912,7 @@ mod tests {
         let data_path = dir.path().join("data");
         let data = std::fs::OpenOptions::new()
             .create(true)
+            .truncate(false)
             .read(true)
             .write(true)
             .open(&data_path)
