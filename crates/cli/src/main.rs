@@ -1,5 +1,7 @@
-//! `dionfs`: serve directories over NFSv3, read the server's counters, run
-//! the benchmark.
+//! `dionfs`: serve directories over NFSv3, read the server's counters,
+//! scrub integrity exports.
+
+mod scrub;
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -9,7 +11,7 @@ use clap::{Args, Parser, Subcommand};
 use dionfs_dataplane::Mode;
 use dionfs_server::export::config::{canonical_export_dir, check_max_transfer, check_timeout};
 use dionfs_server::export::{
-    Access, ClientMatch, Config, Durability, ExportConfig, ServerSettings, Squash,
+    Access, ClientMatch, Config, Durability, ExportConfig, Integrity, ServerSettings, Squash,
 };
 use tracing_subscriber::EnvFilter;
 
@@ -34,6 +36,69 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:9049")]
         metrics: String,
     },
+    /// Verify every block of integrity exports against its CRC32C, offline
+    /// (the server using the state directory must be stopped). Exit status
+    /// 1 if a block is bad.
+    Scrub(ScrubArgs),
+}
+
+#[derive(Args)]
+struct ScrubArgs {
+    /// An export directory to scrub (repeatable). With --config, limits the
+    /// scrub to these of its integrity exports; default: all of them.
+    #[arg(long = "export", value_name = "PATH")]
+    exports: Vec<PathBuf>,
+    /// The server's TOML config (its exports and state_dir).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// The server's state directory (default: the config's, else
+    /// /var/lib/dionfs).
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+    /// Rebuild the checksums of files changed behind the server's back (or
+    /// never checksummed) from their data, instead of only listing them.
+    #[arg(long)]
+    repair_metadata: bool,
+}
+
+impl ScrubArgs {
+    fn into_plan(self) -> Result<scrub::ScrubPlan, String> {
+        let canonical =
+            |p: &PathBuf| std::fs::canonicalize(p).map_err(|e| format!("{}: {e}", p.display()));
+        let wanted: Vec<PathBuf> = self
+            .exports
+            .iter()
+            .map(canonical)
+            .collect::<Result<_, _>>()?;
+        let (exports, state_dir) = match &self.config {
+            Some(file) => {
+                let c = Config::from_file(file).map_err(|e| e.to_string())?;
+                let exports: Vec<PathBuf> = c
+                    .exports
+                    .iter()
+                    .filter(|x| x.integrity == Integrity::Crc32c)
+                    .map(|x| x.path.clone())
+                    .filter(|p| wanted.is_empty() || wanted.contains(p))
+                    .collect();
+                (exports, self.state_dir.unwrap_or(c.server.state_dir))
+            }
+            None => (
+                wanted,
+                self.state_dir
+                    .unwrap_or_else(|| PathBuf::from("/var/lib/dionfs")),
+            ),
+        };
+        if exports.is_empty() {
+            return Err(
+                "nothing to scrub: give --export PATH, or --config with integrity exports".into(),
+            );
+        }
+        Ok(scrub::ScrubPlan {
+            exports,
+            state_dir,
+            repair_metadata: self.repair_metadata,
+        })
+    }
 }
 
 #[derive(Args)]
@@ -125,6 +190,10 @@ struct ServeArgs {
     /// with --config, overrides `max_connections`).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     max_connections: Option<u32>,
+    /// Keep a CRC32C of every 4 KiB block of every file (under --state-dir),
+    /// verified on every READ: `crc32c` or `off`.
+    #[arg(long, default_value = "off", value_parser = parse_integrity)]
+    integrity: Integrity,
     /// Serve NFS calls and MNT from any source port (exports(5) `insecure`).
     /// Default `secure`: only from ports below 1024, which only root binds.
     /// With --config, use `secure = false` in the export instead.
@@ -138,6 +207,14 @@ fn parse_mode(s: &str) -> Result<Mode, String> {
         "dontcache" => Ok(Mode::DontCache),
         "direct" => Ok(Mode::Direct),
         _ => Err(format!("`{s}`: use buffered, dontcache or direct")),
+    }
+}
+
+fn parse_integrity(s: &str) -> Result<Integrity, String> {
+    match s {
+        "off" => Ok(Integrity::Off),
+        "crc32c" => Ok(Integrity::Crc32c),
+        _ => Err(format!("`{s}`: use crc32c or off")),
     }
 }
 
@@ -232,6 +309,7 @@ impl ServeArgs {
         export.max_transfer = self.max_transfer;
         export.allow_devices = self.allow_devices;
         export.secure = !self.insecure;
+        export.integrity = self.integrity;
         Ok(Config {
             server,
             exports: vec![export],
@@ -265,6 +343,13 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Scrub(args) => match args.into_plan().and_then(scrub::run) {
+            Ok(code) => ExitCode::from(code),
+            Err(e) => {
+                eprintln!("dionfs scrub: {e}");
+                ExitCode::from(2)
+            }
+        },
         Command::Stats { metrics } => match dionfs_server::metrics::fetch(&metrics) {
             Ok(text) => {
                 print!("{text}");

@@ -59,6 +59,12 @@ pub struct Counters {
     /// Aligned direct WRITEs written through io_uring by the connection's
     /// own task.
     pub ring_writes: AtomicU64,
+    /// Blocks read whose data did not match their stored CRC32C (the READ
+    /// failed with an I/O error).
+    pub integrity_errors: AtomicU64,
+    /// Files whose checksums were rebuilt because they changed behind the
+    /// server's back.
+    pub integrity_rebuilds: AtomicU64,
 }
 
 /// Operations and bytes of one mode.
@@ -115,6 +121,8 @@ pub struct CounterSnapshot {
     pub readahead_discards: u64,
     pub ring_reads: u64,
     pub ring_writes: u64,
+    pub integrity_errors: u64,
+    pub integrity_rebuilds: u64,
 }
 
 fn load(c: &AtomicU64) -> u64 {
@@ -156,6 +164,8 @@ impl Counters {
             readahead_discards: load(&self.readahead_discards),
             ring_reads: load(&self.ring_reads),
             ring_writes: load(&self.ring_writes),
+            integrity_errors: load(&self.integrity_errors),
+            integrity_rebuilds: load(&self.integrity_rebuilds),
         }
     }
 

@@ -42,6 +42,26 @@ pub enum DataError {
     /// The write would end beyond the largest file offset Linux supports.
     #[error("write beyond the maximum file size")]
     FileTooBig,
+    /// A block read does not match its stored CRC32C (integrity exports):
+    /// the data on disk is corrupt. Answered `NFS3ERR_IO`; the bytes are
+    /// never sent.
+    #[error(
+        "checksum mismatch in the block at {offset}: expected {expected:08x}, found {found:08x}"
+    )]
+    Corrupt {
+        /// File offset of the block.
+        offset: u64,
+        /// The stored checksum.
+        expected: u32,
+        /// The checksum of the data read.
+        found: u32,
+    },
+    /// A block did not match its checksum because the file was changed
+    /// behind the server's back: its checksums must be rebuilt (the READ
+    /// paths do that and retry; it reaches a client only if the file keeps
+    /// changing).
+    #[error("the file's checksums are out of date (changed behind the server's back)")]
+    ChecksumsStale,
     /// The data-plane configuration is unusable.
     #[error("invalid data-plane configuration: {0}")]
     InvalidConfig(&'static str),
@@ -55,7 +75,10 @@ impl DataError {
     pub fn errno(&self) -> i32 {
         match self {
             DataError::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
-            DataError::DirectRejected { .. } | DataError::ShortWrite { .. } => libc::EIO,
+            DataError::DirectRejected { .. }
+            | DataError::ShortWrite { .. }
+            | DataError::Corrupt { .. }
+            | DataError::ChecksumsStale => libc::EIO,
             DataError::TooLarge { .. } | DataError::InvalidConfig(_) => libc::EINVAL,
             DataError::FileTooBig => libc::EFBIG,
         }

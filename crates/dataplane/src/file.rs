@@ -5,6 +5,7 @@ use std::ops::Range;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
+use dionfs_integrity::FileSums;
 use dionfs_sys::io::{page_size, statx_dio, DioAlign};
 
 use crate::align::{round_down, round_up};
@@ -45,6 +46,9 @@ pub struct DataFile {
     /// Sequential-read detection and prefetched data (direct reads only).
     pub(crate) readahead: Arc<Readahead>,
     label: Option<String>,
+    /// The file's block checksums, on exports with `integrity = "crc32c"`
+    /// (see `checksums.rs`).
+    integrity: Option<FileSums>,
 }
 
 /// What [`DataFile::size_probe`] saw, for [`DataFile::size_given`].
@@ -110,7 +114,28 @@ impl DataFile {
             size: SizeTracker::default(),
             readahead: Arc::default(),
             label: None,
+            integrity: None,
         })
+    }
+
+    /// Keeps and checks the file's block checksums in `sums`: every write
+    /// computes them, every read verifies them (`checksums.rs`). Direct
+    /// I/O then works in whole checksum blocks at least (4 KiB), so that
+    /// a direct read always covers the blocks it verifies.
+    pub fn with_integrity(mut self, sums: FileSums) -> Self {
+        let block = dionfs_integrity::BLOCK;
+        if let Some(d) = &mut self.direct {
+            d.read_align = d.read_align.max(block);
+            d.write_align = d.write_align.max(block);
+        }
+        self.lock_unit = self.lock_unit.max(block);
+        self.integrity = Some(sums);
+        self
+    }
+
+    /// The file's block checksums, if its export keeps them.
+    pub fn integrity(&self) -> Option<&FileSums> {
+        self.integrity.as_ref()
     }
 
     /// Names the file in log lines (e.g. "export:/path" or a handle), in
@@ -172,7 +197,16 @@ impl DataFile {
         // Under the exclusive lock, so no prefetch of old data can be
         // published after this (see `readahead.rs`).
         self.readahead.invalidate(0..u64::MAX);
+        // Integrity hook: the new last block is logged before the size
+        // changes, and its checksum recomputed after (`FileSums::truncated`).
+        let sums = match &self.integrity {
+            Some(sums) => Some((sums, sums.begin_truncate(self.buffered.as_fd(), new_size)?)),
+            None => None,
+        };
         rustix::fs::ftruncate(&self.buffered, new_size)?;
+        if let Some((sums, ticket)) = sums {
+            sums.truncated(ticket, new_size)?;
+        }
         Ok(whole_file.waited())
     }
 

@@ -36,6 +36,7 @@
 //! `size.rs` hides half-done extending writes from the sizes reported.
 
 pub mod align;
+mod checksums;
 mod config;
 mod counters;
 mod error;

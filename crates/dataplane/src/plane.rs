@@ -186,11 +186,21 @@ impl DataPlane {
     /// dropped, so direct mode stays out of the page cache (see
     /// [`DataPlane::drop_cached_pages`]).
     pub fn commit(&self, file: &DataFile, _offset: u64, _count: u32) -> Result<(), DataError> {
+        // Integrity hook: what the data sync covers is taken before it;
+        // the checksums are made durable after it.
+        let ticket = file.integrity().map(|sums| sums.commit_ticket());
         rustix::fs::fdatasync(file.buffered_fd()).map_err(|e| {
             self.note_write_failure();
             tracing::error!(file = %file.label(), error = %e, "COMMIT fdatasync failed");
             DataError::from(e)
         })?;
+        if let (Some(sums), Some(ticket)) = (file.integrity(), ticket) {
+            sums.commit(ticket).map_err(|e| {
+                self.note_write_failure();
+                tracing::error!(file = %file.label(), error = %e, "COMMIT of the file's checksums failed");
+                DataError::from(e)
+            })?;
+        }
         self.drop_cached_pages(file, 0, 0);
         Ok(())
     }
@@ -317,7 +327,7 @@ impl DataPlane {
         file.locks.try_lock(file.lock_range(io), kind)
     }
 
-    fn lock_exact<'f>(
+    pub(crate) fn lock_exact<'f>(
         &self,
         file: &'f DataFile,
         range: Range<u64>,

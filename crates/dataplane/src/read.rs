@@ -113,7 +113,9 @@ impl DataPlane {
                     .read_direct_ahead(file, direct, buf, offset, count)
                     .inspect_err(|_| Counters::bump(&self.counters.errors));
             }
-            IoPath::Cached(mode) => self.read_cached(file, mode, &mut buf, offset, count),
+            IoPath::Cached(mode) => self.with_rebuild(file, || {
+                self.read_cached(file, mode, &mut buf, offset, count)
+            }),
         };
         match result {
             Ok(((range, eof), mode)) => {
@@ -194,8 +196,10 @@ impl DataPlane {
                 }
             }
         };
-        let (range, eof) = match self.direct_read_reply(file, offset, count, io, filled) {
+        let (range, eof) = match self.direct_read_reply(file, &buf, offset, count, io, filled) {
             Ok(reply) => reply,
+            // Checksums to rebuild: a blocking job, for the blocking path.
+            Err(DataError::ChecksumsStale) => return ReadAttempt::Blocking(buf),
             Err(e) => return ReadAttempt::Done(Err(self.read_failed(e))),
         };
         self.counters.count_read(Mode::Direct, range.len());
@@ -245,7 +249,9 @@ impl DataPlane {
                 )
             }
             None => {
-                let reply = self.read_direct(file, direct, &mut buf, offset, count)?;
+                let reply = self.with_rebuild(file, || {
+                    self.read_direct(file, direct, &mut buf, offset, count)
+                })?;
                 (buf, reply)
             }
         };
@@ -314,15 +320,16 @@ impl DataPlane {
         } else {
             self.direct_pread(file, direct, &mut buf[..io_len], io.start, align)?
         };
-        self.direct_read_reply(file, offset, count, io, filled)
+        self.direct_read_reply(file, buf, offset, count, io, filled)
     }
 
     /// After a direct read of the expanded range `io` put `filled` bytes
-    /// at the buffer's start (with its range lock still held): the part of
+    /// at the start of `buf` (with its range lock still held): the part of
     /// the buffer that answers `[offset, offset + count)`, and eof.
     fn direct_read_reply(
         &self,
         file: &DataFile,
+        buf: &[u8],
         offset: u64,
         count: usize,
         io: Range<u64>,
@@ -331,11 +338,14 @@ impl DataPlane {
         if io != (offset..offset + count as u64) {
             Counters::bump(&self.counters.expanded_reads);
         }
+        // Integrity hook: the blocks of the reply match their checksums.
+        self.verify_read(file, buf, io.start, filled, offset..offset + count as u64)?;
         let size = file.size()?;
         Ok(read_reply(offset, count as u64, io.start, filled, size))
     }
 
-    /// Buffered or `RWF_DONTCACHE` read of exactly the requested range.
+    /// Buffered or `RWF_DONTCACHE` read of the requested range (of the
+    /// whole blocks around it with integrity, to verify them).
     fn read_cached(
         &self,
         file: &DataFile,
@@ -344,16 +354,22 @@ impl DataPlane {
         offset: u64,
         count: usize,
     ) -> Result<((Range<usize>, bool), Mode), DataError> {
-        let io = offset..offset + count as u64;
-        let _lock = self.lock(file, io, LockKind::Shared);
-        let dst = &mut buf[..count];
+        let io = self.cached_read_range(file, offset, count);
+        let _lock = self.lock(file, io.clone(), LockKind::Shared);
+        // At most count + 2 blocks <= max_transfer + BUF_SLACK bytes.
+        let dst = &mut buf[..(io.end - io.start) as usize];
         let (filled, mode) = self.cached_io(
             file,
             mode,
-            |flags| preadv2(file.buffered_fd(), dst, offset, flags),
+            |flags| preadv2(file.buffered_fd(), dst, io.start, flags),
             RwFlags::NONE,
         )?;
+        // Integrity hook: the blocks of the reply match their checksums.
+        self.verify_read(file, buf, io.start, filled, offset..offset + count as u64)?;
         let size = file.size()?;
-        Ok((read_reply(offset, count as u64, offset, filled, size), mode))
+        Ok((
+            read_reply(offset, count as u64, io.start, filled, size),
+            mode,
+        ))
     }
 }

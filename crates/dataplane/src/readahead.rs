@@ -518,6 +518,16 @@ impl Prefetch {
                 return;
             }
         }
+        // Integrity hook: a chunk that does not match its checksums is not
+        // published; the READ that wants it reads and checks the blocks
+        // itself (and reports or rebuilds).
+        if let Some(sums) = file.integrity() {
+            let first = self.range.start / dionfs_integrity::BLOCK;
+            if !matches!(sums.verify(first, &buf[..len]), Ok(None)) {
+                Counters::bump(&self.counters.readahead_discards);
+                return;
+            }
+        }
         self.counters
             .readahead_bytes
             .fetch_add(len as u64, Ordering::Relaxed);

@@ -62,11 +62,11 @@ pub struct WriteDone {
 /// socket, pass it to [`DataPlane::write`].
 #[derive(Debug)]
 pub struct WriteBuffer {
-    buf: PooledBuf,
-    offset: u64,
+    pub(crate) buf: PooledBuf,
+    pub(crate) offset: u64,
     /// Where the payload starts in `buf`.
-    at: usize,
-    len: usize,
+    pub(crate) at: usize,
+    pub(crate) len: usize,
 }
 
 impl WriteBuffer {
@@ -164,7 +164,7 @@ impl DataPlane {
     pub fn payload_position(&self, file: &DataFile, offset: u64) -> usize {
         match self.planned_write_path(file) {
             IoPath::Direct(direct) => payload_offset(offset, direct.write_align),
-            IoPath::Cached(_) => 0,
+            IoPath::Cached(_) => self.cached_payload_position(file, offset),
         }
     }
 
@@ -208,10 +208,14 @@ impl DataPlane {
     /// aligned direct write) unless its range is locked or the ring full:
     /// tells a caller, without a syscall, whether to try it at all.
     pub fn ring_may_write(&self, file: &DataFile, buf: &WriteBuffer) -> bool {
-        self.direct_only(file, self.config.write_mode)
-            .is_some_and(|d| {
-                !buf.is_empty() && is_aligned(buf.offset, buf.len as u64, d.write_align)
-            })
+        // Integrity: the checksums are computed alongside the write on the
+        // blocking path (the ring would own the buffer meanwhile).
+        file.integrity().is_none()
+            && self
+                .direct_only(file, self.config.write_mode)
+                .is_some_and(|d| {
+                    !buf.is_empty() && is_aligned(buf.offset, buf.len as u64, d.write_align)
+                })
     }
 
     /// [`DataPlane::write`] for an async caller, when it needs no blocking
@@ -237,6 +241,9 @@ impl DataPlane {
         let Some(direct) = self.direct_only(file, self.config.write_mode) else {
             return WriteAttempt::Blocking(buf);
         };
+        if file.integrity().is_some() {
+            return WriteAttempt::Blocking(buf);
+        }
         let align = direct.write_align;
         if buf.is_empty() || !is_aligned(buf.offset, buf.len as u64, align) {
             return WriteAttempt::Blocking(buf);
@@ -330,7 +337,7 @@ impl DataPlane {
                 Ok(Mode::Direct)
             }
             IoPath::Cached(mode) => {
-                buf.move_payload_to(0);
+                buf.move_payload_to(self.cached_payload_position(file, buf.offset));
                 self.write_cached(file, mode, buf, stable)
             }
         }
@@ -350,21 +357,25 @@ impl DataPlane {
         &self,
         file: &DataFile,
         direct: &DirectIo,
-        buf: &WriteBuffer,
+        buf: &mut WriteBuffer,
         stable: Stable,
     ) -> Result<(), DataError> {
         let io = buf.offset..buf.offset + buf.len as u64;
         let _lock = self.lock(file, io.clone(), LockKind::Exclusive);
         let claim = self.begin_direct_write(file, io.clone())?;
         let flags = sync_flags(stable);
-        let written = self.direct_pwrite(
-            file,
-            direct,
-            &buf.buf[..buf.len],
-            io.start,
-            direct.write_align,
-            flags,
-        );
+        // Integrity hook: checksums computed alongside the write.
+        let written = self.checked_write(file, buf, |buf| {
+            let written = self.direct_pwrite(
+                file,
+                direct,
+                &buf.buf[..buf.len],
+                io.start,
+                direct.write_align,
+                flags,
+            );
+            self.check_written(written, buf.len).map(|()| buf.len)
+        });
         self.finish_direct_write(written, buf.len, flags, claim)
     }
 
@@ -423,7 +434,7 @@ impl DataPlane {
         &self,
         file: &DataFile,
         direct: &DirectIo,
-        buf: &WriteBuffer,
+        buf: &mut WriteBuffer,
     ) -> Result<(), DataError> {
         let align = direct.write_align;
         let io = expand_to_alignment(buf.offset, buf.len as u64, align);
@@ -438,28 +449,33 @@ impl DataPlane {
         // the buffer, as direct I/O needs.
         let in_buf =
             |r: &std::ops::Range<u64>| (r.start - io.start) as usize..(r.end - io.start) as usize;
-        if !split.interior.is_empty() {
-            let interior = &buf.buf[in_buf(&split.interior)];
-            let written = self.direct_pwrite(
-                file,
-                direct,
-                interior,
-                split.interior.start,
-                align,
-                RwFlags::NONE,
-            );
-            self.check_written(written, interior.len())?;
-        }
-        for edge in [&split.head, &split.tail] {
-            if edge.is_empty() {
-                continue;
+        // Integrity hook: checksums of the final blocks (edges completed
+        // from the file) computed alongside the writes.
+        self.checked_write(file, buf, |buf| {
+            if !split.interior.is_empty() {
+                let interior = &buf.buf[in_buf(&split.interior)];
+                let written = self.direct_pwrite(
+                    file,
+                    direct,
+                    interior,
+                    split.interior.start,
+                    align,
+                    RwFlags::NONE,
+                );
+                self.check_written(written, interior.len())?;
             }
-            Counters::bump(&self.counters.buffered_edges);
-            let bytes = &buf.buf[in_buf(edge)];
-            let written = pwritev2(file.buffered_fd(), bytes, edge.start, RwFlags::NONE)
-                .map_err(DataError::from);
-            self.check_written(written, bytes.len())?;
-        }
+            for edge in [&split.head, &split.tail] {
+                if edge.is_empty() {
+                    continue;
+                }
+                Counters::bump(&self.counters.buffered_edges);
+                let bytes = &buf.buf[in_buf(edge)];
+                let written = pwritev2(file.buffered_fd(), bytes, edge.start, RwFlags::NONE)
+                    .map_err(DataError::from);
+                self.check_written(written, bytes.len())?;
+            }
+            Ok(())
+        })?;
         claim.succeeded();
         Ok(())
     }
@@ -470,24 +486,28 @@ impl DataPlane {
         &self,
         file: &DataFile,
         mode: Mode,
-        buf: &WriteBuffer,
+        buf: &mut WriteBuffer,
         stable: Stable,
     ) -> Result<Mode, DataError> {
         let io = buf.offset..buf.offset + buf.len as u64;
         let _lock = self.lock(file, io.clone(), LockKind::Exclusive);
         file.readahead.invalidate(io.clone());
         let claim = file.size.begin_write(file.buffered_fd(), io.end)?;
-        let payload = buf.payload();
-        let (written, mode) = match self.cached_io(
-            file,
-            mode,
-            |flags| pwritev2(file.buffered_fd(), payload, io.start, flags),
-            sync_flags(stable),
-        ) {
-            Ok((n, mode)) => (Ok(n), mode),
-            Err(e) => (Err(e), mode),
-        };
-        self.check_written(written, buf.len)?;
+        // Integrity hook: checksums of the final blocks (partial ones
+        // completed from the page cache) computed alongside the write.
+        let mode = self.checked_write(file, buf, |buf| {
+            let payload = buf.payload();
+            let (written, mode) = match self.cached_io(
+                file,
+                mode,
+                |flags| pwritev2(file.buffered_fd(), payload, io.start, flags),
+                sync_flags(stable),
+            ) {
+                Ok((n, mode)) => (Ok(n), mode),
+                Err(e) => (Err(e), mode),
+            };
+            self.check_written(written, buf.len).map(|()| mode)
+        })?;
         claim.succeeded();
         Ok(mode)
     }

@@ -22,7 +22,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::{Arc, Weak};
 
 use dionfs_dataplane::DataFile;
@@ -280,19 +280,42 @@ impl ExportFs {
             self.export_id,
             crate::attr::Attr::of_fd(&buffered)?.fileid
         );
-        let data = DataFile::new(buffered, direct).map_err(|e| {
+        let sums = match &self.integrity {
+            Some(store) => Some(
+                store
+                    .open_file(integrity_key(self.fs_id, kernel), buffered.as_fd())
+                    .map_err(|e| {
+                        tracing::error!(error = %e, "cannot open a file's checksums");
+                        FsError::Io
+                    })?,
+            ),
+            None => None,
+        };
+        let mut data = DataFile::new(buffered, direct).map_err(|e| {
             tracing::warn!(error = %e, "cannot set up the data plane for a file");
             match Errno::from_io_error(&e) {
                 Some(errno) => FsError::from(errno),
                 None => FsError::ServerFault,
             }
         })?;
+        if let Some(sums) = sums {
+            data = data.with_integrity(sums);
+        }
         let file = Arc::new(OpenFile {
             kernel: key.1.clone(),
             data: data.with_label(label),
             access: AccessMemo::default(),
         });
         Ok(self.cache.insert(key, file))
+    }
+}
+
+/// The checksum store's name for the inode `kernel` of filesystem `fs_id`.
+pub(crate) fn integrity_key(fs_id: u64, kernel: &KernelHandle) -> dionfs_integrity::FileKey {
+    dionfs_integrity::FileKey {
+        fs_id,
+        handle_type: kernel.handle_type,
+        handle: kernel.bytes.clone(),
     }
 }
 

@@ -106,6 +106,9 @@ pub struct ExportFs {
     /// filesystem share its open files.
     pub(crate) fs_id: u64,
     pub(crate) cache: Arc<OpenFileCache>,
+    /// The checksum store, on exports with `integrity = "crc32c"`: every
+    /// regular file opened for I/O gets its checksums attached.
+    pub(crate) integrity: Option<Arc<dionfs_integrity::Store>>,
 }
 
 impl std::fmt::Debug for ExportFs {
@@ -175,7 +178,37 @@ impl ExportFs {
             root_is_mount_root,
             fs_id,
             cache,
+            integrity: None,
         })
+    }
+
+    /// Keeps block checksums of this export's files in `store` (the
+    /// export's `integrity = "crc32c"`). Exports sharing a filesystem share
+    /// its open files, so they must agree on this (the server checks).
+    pub fn set_integrity(&mut self, store: Arc<dionfs_integrity::Store>) {
+        self.integrity = Some(store);
+    }
+
+    /// Whether this export keeps block checksums.
+    pub fn has_integrity(&self) -> bool {
+        self.integrity.is_some()
+    }
+
+    /// The filesystem (superblock) the export lives on, as the open-file
+    /// cache and the checksum store key files.
+    pub fn fs_id(&self) -> u64 {
+        self.fs_id
+    }
+
+    /// Opens the inode `kernel` of this export's filesystem read-only, for
+    /// integrity recovery and scrub; `Stale` if it no longer exists or has
+    /// no name left.
+    pub fn open_inode(&self, kernel: &KernelHandle) -> Result<OwnedFd, FsError> {
+        let fd = self.open_kernel_handle(kernel, OFlags::RDONLY)?;
+        if crate::attr::Attr::of_fd(&fd)?.nlink == 0 {
+            return Err(FsError::Stale);
+        }
+        Ok(fd)
     }
 
     /// This export's id (also inside every handle it issues).

@@ -694,7 +694,7 @@ impl ExportFs {
     /// was a regular file that now has no name left, close the server's
     /// cached descriptors of it.
     fn evict_if_gone(&self, victim: OwnedFd) {
-        if self.cache.is_empty() {
+        if self.cache.is_empty() && self.integrity.is_none() {
             return;
         }
         let Ok(attr) = Attr::of_fd(&victim) else {
@@ -706,6 +706,10 @@ impl ExportFs {
         if let Ok((kernel, _)) =
             dionfs_sys::handle::name_to_handle_at(&victim, c"", AtFlags::EMPTY_PATH)
         {
+            // Its checksums go with it (integrity exports).
+            if let Some(store) = &self.integrity {
+                store.remove(&crate::cache::integrity_key(self.fs_id, &kernel));
+            }
             self.cache.evict(&(self.fs_id, kernel));
         }
     }

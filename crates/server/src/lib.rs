@@ -3,6 +3,7 @@
 
 pub mod drc;
 pub mod export;
+pub mod integrity;
 pub mod metrics;
 pub mod mount;
 pub mod net;

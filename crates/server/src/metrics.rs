@@ -77,7 +77,7 @@ pub fn render(server: &Server) -> String {
         "counter",
         &mut bytes.into_iter(),
     );
-    let simple: [(&str, &str, Field); 17] = [
+    let simple: [(&str, &str, Field); 19] = [
         (
             "expanded_reads_total",
             "Direct READs widened to the read alignment.",
@@ -133,6 +133,16 @@ pub fn render(server: &Server) -> String {
             "ring_writes_total",
             "Aligned direct WRITEs written through io_uring, without a blocking thread.",
             |s| s.ring_writes,
+        ),
+        (
+            "integrity_errors_total",
+            "Blocks read that did not match their CRC32C (the READ failed with NFS3ERR_IO).",
+            |s| s.integrity_errors,
+        ),
+        (
+            "integrity_rebuilds_total",
+            "Files whose checksums were rebuilt because they changed behind the server's back.",
+            |s| s.integrity_rebuilds,
         ),
         (
             "readahead_hits_total",

@@ -90,10 +90,15 @@ impl Server {
             )
         })?;
         let cache = Arc::new(OpenFileCache::new(config.server.open_files));
-        let mut exports = Vec::new();
+        let mut filesystems = Vec::new();
         for x in &config.exports {
             let fs = ExportFs::open(&x.path, x.id, key.clone(), cache.clone())
                 .map_err(|e| format!("cannot open export {}: {e}", x.path.display()))?;
+            filesystems.push(fs);
+        }
+        crate::integrity::open(config, &mut filesystems)?;
+        let mut exports = Vec::new();
+        for (x, fs) in config.exports.iter().zip(filesystems) {
             let data = DataPlane::new(DataConfig {
                 read_mode: x.read_mode,
                 write_mode: x.write_mode,

@@ -156,6 +156,17 @@ pub enum Durability {
     Async,
 }
 
+/// Per-block checksums of an export's files (DESIGN.md, "Integrity").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Integrity {
+    /// None (the default).
+    Off,
+    /// A CRC32C of every 4 KiB block, computed on every WRITE and verified
+    /// on every READ.
+    Crc32c,
+}
+
 /// One exported directory and its options.
 #[derive(Debug, Clone)]
 pub struct ExportConfig {
@@ -177,6 +188,8 @@ pub struct ExportConfig {
     /// `secure` (exports(5), the default): NFS calls and MNT only from a
     /// reserved source port (below 1024); `false` is `insecure`.
     pub secure: bool,
+    /// Block checksums (`integrity = "crc32c"`).
+    pub integrity: Integrity,
 }
 
 impl ExportConfig {
@@ -197,6 +210,7 @@ impl ExportConfig {
             durability: Durability::Sync,
             allow_devices: false,
             secure: true,
+            integrity: Integrity::Off,
         }
     }
 
@@ -295,6 +309,7 @@ struct RawExport {
     durability: Option<Durability>,
     allow_devices: Option<bool>,
     secure: Option<bool>,
+    integrity: Option<Integrity>,
 }
 
 impl Config {
@@ -455,6 +470,7 @@ impl Config {
             x.durability = e.durability.unwrap_or(x.durability);
             x.allow_devices = e.allow_devices.unwrap_or(false);
             x.secure = e.secure.unwrap_or(x.secure);
+            x.integrity = e.integrity.unwrap_or(x.integrity);
             exports.push((span, x));
         }
         if exports.is_empty() {
@@ -553,6 +569,7 @@ anongid = 1000
 max_transfer = 65536
 read_mode = "buffered"
 write_mode = "dontcache"
+integrity = "crc32c"
 secure = false
 durability = "async"
 "#,
@@ -566,6 +583,7 @@ durability = "async"
         assert_eq!(x.squash, Squash::AllSquash);
         assert_eq!((x.anonuid, x.anongid, x.max_transfer), (1000, 1000, 65536));
         assert_eq!(x.read_mode, Mode::Buffered);
+        assert_eq!(x.integrity, Integrity::Crc32c);
         assert_eq!(x.write_mode, Mode::DontCache);
         assert_eq!(x.durability, Durability::Async);
         assert!(x.admits("10.9.9.9".parse().unwrap()));
@@ -667,6 +685,7 @@ path = "/tmp"
         assert!(x.admits("127.0.0.1".parse().unwrap()));
         assert!(!x.admits("10.0.0.1".parse().unwrap()));
         assert_eq!((x.read_mode, x.write_mode), (Mode::Direct, Mode::Direct));
+        assert_eq!(x.integrity, Integrity::Off);
         assert_eq!(x.max_transfer, DEFAULT_MAX_TRANSFER);
         // `secure`, as in exports(5): reserved source ports only.
         assert!(x.secure);

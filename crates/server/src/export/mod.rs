@@ -6,7 +6,9 @@ pub mod config;
 pub mod port;
 
 pub use clients::ClientMatch;
-pub use config::{Access, Config, ConfigError, Durability, ExportConfig, ServerSettings, Squash};
+pub use config::{
+    Access, Config, ConfigError, Durability, ExportConfig, Integrity, ServerSettings, Squash,
+};
 
 use dionfs_rpc::message::Credential;
 use dionfs_sys::cred::Creds;

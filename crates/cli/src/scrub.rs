@@ -1,0 +1,303 @@
+//! `dionfs scrub`: verifies every block of integrity exports against its
+//! stored CRC32C, offline (it locks the checksum store, so it refuses to
+//! run beside a server using the same state directory). First it does
+//! what a server start does, crash recovery from the intent log; then it
+//! walks each export (not crossing mounts, each inode once), reads every
+//! block from the device and prints a summary. Exit status 1 when a bad
+//! block was found.
+
+use std::collections::HashSet;
+use std::io::{IsTerminal, Write};
+use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dionfs_fs::{ExportFs, MacKey, OpenFileCache};
+use dionfs_integrity::scrub::{scrub_file, FileResult};
+use dionfs_integrity::{FileKey, Order, Store, BLOCK};
+use rustix::fs::AtFlags;
+
+/// What to scrub.
+pub struct ScrubPlan {
+    pub exports: Vec<PathBuf>,
+    pub state_dir: PathBuf,
+    pub repair_metadata: bool,
+}
+
+#[derive(Default)]
+struct Summary {
+    files: u64,
+    blocks: u64,
+    bad: Vec<(PathBuf, u64, u32, u32)>,
+    stale: Vec<PathBuf>,
+    rebuilt: u64,
+    errors: Vec<(PathBuf, String)>,
+}
+
+/// Runs the scrub; returns the process exit status.
+pub fn run(plan: ScrubPlan) -> Result<u8, String> {
+    let key = MacKey::load_or_create(&plan.state_dir).map_err(|e| {
+        format!(
+            "cannot load the file-handle key from {}: {e}",
+            plan.state_dir.display()
+        )
+    })?;
+    let cache = Arc::new(OpenFileCache::new(1));
+    let mut filesystems = Vec::new();
+    for (i, path) in plan.exports.iter().enumerate() {
+        let fs = ExportFs::open(path, i as u16, key.clone(), cache.clone())
+            .map_err(|e| format!("cannot open export {}: {e}", path.display()))?;
+        filesystems.push(fs);
+    }
+    let dir = plan.state_dir.join("integrity");
+    let store = Store::open(&dir, Store::DEFAULT_CACHE_PAGES, Order::Overlapped).map_err(|e| {
+        format!(
+            "cannot open the checksum store {}: {e} (stop the server using it first)",
+            dir.display()
+        )
+    })?;
+    let pending = store.pending_recovery();
+    let report = store
+        .recover(&mut |k| dionfs_server::integrity::open_for_recovery(&filesystems, k))
+        .map_err(|e| format!("integrity recovery failed: {e}"))?;
+    if pending > 0 {
+        eprintln!(
+            "recovered the checksums of {} blocks in {} files being written when the server stopped",
+            report.blocks, report.files
+        );
+    }
+
+    let mut files = Vec::new();
+    for (path, fs) in plan.exports.iter().zip(&filesystems) {
+        collect(path, fs.fs_id(), &mut files);
+    }
+    let total: u64 = files.iter().map(|(_, _, size)| size).sum();
+    let mut progress = Progress::new(total, files.len() as u64);
+    let mut summary = Summary::default();
+    let mut seen = HashSet::new();
+    for (path, fs_id, _) in files {
+        let key = match file_key(&path, fs_id) {
+            Ok(k) => k,
+            Err(e) => {
+                summary.errors.push((path, e.to_string()));
+                continue;
+            }
+        };
+        if !seen.insert(key.id()) {
+            continue; // another name of an inode already scrubbed
+        }
+        summary.files += 1;
+        progress.file_done();
+        match scrub_file(&store, key, &path, plan.repair_metadata, &mut |n| {
+            progress.add(n)
+        }) {
+            Ok(FileResult::Verified { blocks, bad }) => {
+                summary.blocks += blocks;
+                for m in bad {
+                    progress.clear();
+                    eprintln!(
+                        "BAD {}: block {} (offset {}): expected crc32c {:08x}, found {:08x}",
+                        path.display(),
+                        m.block,
+                        m.block * BLOCK,
+                        m.expected,
+                        m.found
+                    );
+                    summary
+                        .bad
+                        .push((path.clone(), m.block * BLOCK, m.expected, m.found));
+                }
+            }
+            Ok(FileResult::Stale { rebuilt: true }) => summary.rebuilt += 1,
+            Ok(FileResult::Stale { rebuilt: false }) => summary.stale.push(path),
+            Err(e) => summary.errors.push((path, e.to_string())),
+        }
+    }
+    progress.finish();
+    print_summary(&summary, plan.repair_metadata);
+    Ok(if !summary.bad.is_empty() {
+        1
+    } else if !summary.errors.is_empty() {
+        2
+    } else {
+        0
+    })
+}
+
+/// Every regular file under `root` on the same filesystem: (path, fs id,
+/// size).
+fn collect(root: &Path, fs_id: u64, out: &mut Vec<(PathBuf, u64, u64)>) {
+    let Ok(root_meta) = std::fs::symlink_metadata(root) else {
+        return;
+    };
+    let dev = root_meta.dev();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        let mut names: Vec<_> = entries.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+        names.sort();
+        for path in names {
+            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                continue;
+            };
+            if meta.dev() != dev {
+                continue; // another filesystem mounted inside the export
+            }
+            if meta.is_dir() {
+                dirs.push(path);
+            } else if meta.is_file() {
+                out.push((path, fs_id, meta.len()));
+            }
+        }
+    }
+}
+
+fn file_key(path: &Path, fs_id: u64) -> std::io::Result<FileKey> {
+    let file = std::fs::File::open(path)?;
+    let (kernel, _) =
+        dionfs_sys::handle::name_to_handle_at(file.as_fd(), c"", AtFlags::EMPTY_PATH)?;
+    Ok(FileKey {
+        fs_id,
+        handle_type: kernel.handle_type,
+        handle: kernel.bytes,
+    })
+}
+
+fn print_summary(s: &Summary, repair: bool) {
+    println!("scrub summary");
+    println!("  files:      {}", s.files);
+    println!("  blocks:     {} verified", s.blocks);
+    println!("  bad blocks: {}", s.bad.len());
+    for (path, offset, expected, found) in &s.bad {
+        println!(
+            "    {} offset {} (block {}): expected {:08x}, found {:08x}",
+            path.display(),
+            offset,
+            offset / BLOCK,
+            expected,
+            found
+        );
+    }
+    if repair {
+        println!(
+            "  checksums rebuilt (changed behind the server's back or never computed): {}",
+            s.rebuilt
+        );
+    }
+    if !s.stale.is_empty() {
+        println!(
+            "  not verified, changed behind the server's back or never checksummed ({}; \
+             `--repair-metadata` rebuilds their checksums):",
+            s.stale.len()
+        );
+        for path in s.stale.iter().take(20) {
+            println!("    {}", path.display());
+        }
+        if s.stale.len() > 20 {
+            println!("    ... and {} more", s.stale.len() - 20);
+        }
+    }
+    if !s.errors.is_empty() {
+        println!("  errors: {}", s.errors.len());
+        for (path, e) in &s.errors {
+            println!("    {}: {e}", path.display());
+        }
+    }
+}
+
+/// A progress bar on a terminal (stderr), plain lines every 10% (or 10 s)
+/// otherwise.
+struct Progress {
+    total: u64,
+    done: u64,
+    files_total: u64,
+    files: u64,
+    tty: bool,
+    started: Instant,
+    last_draw: Instant,
+    last_step: u64,
+}
+
+impl Progress {
+    fn new(total: u64, files_total: u64) -> Progress {
+        let now = Instant::now();
+        Progress {
+            total,
+            done: 0,
+            files_total,
+            files: 0,
+            tty: std::io::stderr().is_terminal(),
+            started: now,
+            last_draw: now,
+            last_step: 0,
+        }
+    }
+
+    fn file_done(&mut self) {
+        self.files += 1;
+    }
+
+    fn add(&mut self, bytes: u64) {
+        self.done += bytes;
+        let pct = (self.done * 100).checked_div(self.total).unwrap_or(100);
+        let now = Instant::now();
+        if self.tty {
+            if now.duration_since(self.last_draw) >= Duration::from_millis(100) {
+                self.draw(pct);
+                self.last_draw = now;
+            }
+        } else if pct / 10 > self.last_step / 10
+            || now.duration_since(self.last_draw) >= Duration::from_secs(10)
+        {
+            self.last_step = pct;
+            self.last_draw = now;
+            eprintln!(
+                "scrub: {pct}% ({} of {} MiB, file {} of {})",
+                self.done >> 20,
+                self.total >> 20,
+                self.files,
+                self.files_total
+            );
+        }
+    }
+
+    fn draw(&self, pct: u64) {
+        let width = 30;
+        let filled = (pct as usize * width / 100).min(width);
+        let secs = self.started.elapsed().as_secs_f64().max(0.001);
+        eprint!(
+            "\r[{}{}] {pct:3}% {}/{} MiB {:.0} MiB/s file {}/{} ",
+            "#".repeat(filled),
+            " ".repeat(width - filled),
+            self.done >> 20,
+            self.total >> 20,
+            (self.done >> 20) as f64 / secs,
+            self.files,
+            self.files_total
+        );
+        let _ = std::io::stderr().flush();
+    }
+
+    fn clear(&self) {
+        if self.tty {
+            eprint!("\r{}\r", " ".repeat(79));
+        }
+    }
+
+    fn finish(&mut self) {
+        if self.tty {
+            self.draw(100);
+            eprintln!();
+        } else {
+            eprintln!(
+                "scrub: done, {} MiB in {:.1} s",
+                self.done >> 20,
+                self.started.elapsed().as_secs_f64()
+            );
+        }
+    }
+}

@@ -1,0 +1,381 @@
+//! The data plane's integrity hooks (exports with `integrity = "crc32c"`):
+//! the thin layer between the READ/WRITE paths and the file's
+//! [`FileSums`] (crate `dionfs-integrity`). Every hook runs under the
+//! range lock the I/O path already holds, which covers whole 4 KiB blocks
+//! ([`DataFile::with_integrity`]).
+//!
+//! - WRITE ([`DataPlane::checked_write`], wrapped around the data write
+//!   of every write path): the other bytes of the partial first and last
+//!   4 KiB blocks are read into the pool buffer around the payload (from
+//!   the page cache when they are there), so the buffer holds the final
+//!   contents of every block the write touches; the blocks are logged in
+//!   the intent log; the write is issued while a worker computes the
+//!   blocks' CRC32C over that buffer, which no client can change; the
+//!   checksums are stored once the write succeeded (recomputed from disk if
+//!   it failed).
+//! - READ ([`DataPlane::verify_read`]): every block a reply draws from is
+//!   checked before the reply is built. A mismatch in a file changed
+//!   behind the server's back rebuilds the file's checksums and the READ
+//!   is retried ([`DataPlane::rebuild_checksums`]); any other mismatch is
+//!   [`DataError::Corrupt`]: logged with the file, block and both
+//!   checksums, counted, and answered `NFS3ERR_IO`.
+//! - Truncate and COMMIT: in `file.rs` and `plane.rs`.
+
+use std::ops::Range;
+
+use dionfs_integrity::{block_ceil, block_floor, FileSums, BLOCK};
+
+use crate::counters::Counters;
+use crate::file::DataFile;
+use crate::range_lock::LockKind;
+use crate::write::WriteBuffer;
+use crate::{DataError, DataPlane};
+
+impl DataPlane {
+    /// Runs `io`, the data write of `buf`'s payload (its exclusive range
+    /// lock held), with the file's checksums kept: see the module
+    /// documentation. Without integrity, just `io(buf)`. `io` must fail on
+    /// a short write.
+    pub(crate) fn checked_write<T>(
+        &self,
+        file: &DataFile,
+        buf: &mut WriteBuffer,
+        io: impl FnOnce(&WriteBuffer) -> Result<T, DataError>,
+    ) -> Result<T, DataError> {
+        let Some(sums) = file.integrity() else {
+            return io(buf);
+        };
+        if buf.is_empty() {
+            return io(buf);
+        }
+        let end = buf.offset + buf.len as u64;
+        let blocks = block_floor(buf.offset)..block_ceil(end);
+        // File offset of buffer byte 0: the payload sits at `at`, which is
+        // at least `offset mod 4096` on every path with integrity.
+        let base = buf.offset - buf.at as u64;
+        debug_assert!(base <= blocks.start);
+        fill_partial_blocks(file, buf, base, &blocks)?;
+        let ticket = sums.begin_write(file.buffered_fd(), blocks.clone())?;
+        let buf: &WriteBuffer = buf;
+        let span = (blocks.start - base) as usize..(blocks.end - base) as usize;
+        let (result, crcs) = sums
+            .checksummer()
+            .write_with_crcs(&buf.buf[span], || io(buf));
+        match result {
+            Ok(done) => {
+                ticket.finish(&crcs)?;
+                Ok(done)
+            }
+            Err(e) => {
+                if let Err(e2) = ticket.recompute() {
+                    tracing::warn!(file = %file.label(), error = %e2,
+                        "cannot recompute checksums after a failed write");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Checks the blocks of a READ's reply: `buf` holds file bytes from
+    /// `io_start` (a block boundary), `filled` of them read, under the
+    /// READ's range lock; `reply` is the file range the READ asked for.
+    pub(crate) fn verify_read(
+        &self,
+        file: &DataFile,
+        buf: &[u8],
+        io_start: u64,
+        filled: usize,
+        reply: Range<u64>,
+    ) -> Result<(), DataError> {
+        let Some(sums) = file.integrity() else {
+            return Ok(());
+        };
+        let read_end = io_start + filled as u64;
+        let start = block_floor(reply.start.max(io_start));
+        let end = block_ceil(reply.end.min(read_end)).min(read_end);
+        if start >= end {
+            return Ok(());
+        }
+        debug_assert!(io_start.is_multiple_of(BLOCK));
+        let data = &buf[(start - io_start) as usize..(end - io_start) as usize];
+        match sums.verify(start / BLOCK, data)? {
+            None => Ok(()),
+            Some(m) => self.mismatch(file, sums, m),
+        }
+    }
+
+    fn mismatch(
+        &self,
+        file: &DataFile,
+        sums: &FileSums,
+        m: dionfs_integrity::Mismatch,
+    ) -> Result<(), DataError> {
+        if sums.changed_behind_back(file.buffered_fd())? {
+            return Err(DataError::ChecksumsStale);
+        }
+        Counters::bump(&self.counters.integrity_errors);
+        let offset = m.block * BLOCK;
+        tracing::error!(
+            file = %file.label(),
+            block = m.block,
+            offset,
+            expected = format_args!("{:08x}", m.expected),
+            found = format_args!("{:08x}", m.found),
+            "data corruption: a block read does not match its CRC32C; answering NFS3ERR_IO"
+        );
+        Err(DataError::Corrupt {
+            offset,
+            expected: m.expected,
+            found: m.found,
+        })
+    }
+
+    /// A READ found the file changed behind the server's back: rebuilds
+    /// its checksums from its data, holding its whole range exclusively
+    /// (the READ has released its own lock).
+    pub(crate) fn rebuild_checksums(&self, file: &DataFile) -> Result<(), DataError> {
+        let Some(sums) = file.integrity() else {
+            return Ok(());
+        };
+        let _whole_file = self.lock_exact(file, 0..u64::MAX, LockKind::Exclusive);
+        if !sums.is_stale() {
+            // Another READ rebuilt them meanwhile.
+            return Ok(());
+        }
+        let blocks = sums.rebuild(file.buffered_fd())?;
+        Counters::bump(&self.counters.integrity_rebuilds);
+        tracing::info!(file = %file.label(), blocks,
+            "file changed behind the server's back: its checksums were rebuilt from its data");
+        Ok(())
+    }
+
+    /// Runs a READ attempt; if it found the file changed behind the
+    /// server's back, rebuilds the checksums and runs it once more.
+    pub(crate) fn with_rebuild<T>(
+        &self,
+        file: &DataFile,
+        mut read: impl FnMut() -> Result<T, DataError>,
+    ) -> Result<T, DataError> {
+        match read() {
+            Err(DataError::ChecksumsStale) => {
+                self.rebuild_checksums(file)?;
+                read()
+            }
+            other => other,
+        }
+    }
+
+    /// The file range a buffered or `RWF_DONTCACHE` READ of `count` bytes
+    /// at `offset` reads: whole blocks with integrity (to verify them),
+    /// else exactly the request.
+    pub(crate) fn cached_read_range(
+        &self,
+        file: &DataFile,
+        offset: u64,
+        count: usize,
+    ) -> Range<u64> {
+        let end = offset + count as u64;
+        match file.integrity() {
+            Some(_) if count > 0 => block_floor(offset)..block_ceil(end),
+            _ => offset..end,
+        }
+    }
+
+    /// Where a buffered or `RWF_DONTCACHE` WRITE puts its payload in its
+    /// buffer: at `offset mod 4096` with integrity (room for the rest of
+    /// its first block before it), else at 0.
+    pub(crate) fn cached_payload_position(&self, file: &DataFile, offset: u64) -> usize {
+        match file.integrity() {
+            Some(_) => (offset % BLOCK) as usize,
+            None => 0,
+        }
+    }
+}
+
+/// Reads the bytes of the blocks `blocks` that the payload does not cover
+/// (before and after it) into `buf` (byte 0 is file offset `base`), zeros
+/// past the end of the file.
+fn fill_partial_blocks(
+    file: &DataFile,
+    buf: &mut WriteBuffer,
+    base: u64,
+    blocks: &Range<u64>,
+) -> Result<(), DataError> {
+    let (start, end) = (buf.offset, buf.offset + buf.len as u64);
+    let in_buf = |r: Range<u64>| (r.start - base) as usize..(r.end - base) as usize;
+    for rest in [blocks.start..start, end..blocks.end] {
+        if rest.is_empty() {
+            continue;
+        }
+        let dst = &mut buf.buf[in_buf(rest.clone())];
+        let mut done = 0;
+        while done < dst.len() {
+            match rustix::io::pread(
+                file.buffered_fd(),
+                &mut dst[done..],
+                rest.start + done as u64,
+            ) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        dst[done..].fill(0);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{DataConfig, Mode, Stable};
+    use dionfs_integrity::{FileKey, Order, Store};
+    use std::fs::OpenOptions;
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    use std::sync::Arc;
+
+    fn plane(mode: Mode) -> DataPlane {
+        DataPlane::new(DataConfig {
+            read_mode: mode,
+            write_mode: mode,
+            max_transfer: 256 << 10,
+            read_buffers: 4,
+            write_buffers: 4,
+        })
+        .unwrap()
+    }
+
+    fn file_with_sums(store: &Arc<Store>, path: &std::path::Path, n: u8) -> DataFile {
+        let buffered = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .unwrap();
+        let direct = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
+            .ok();
+        let key = FileKey {
+            fs_id: 1,
+            handle_type: 1,
+            handle: vec![n; 8],
+        };
+        let sums = store.open_file(key, buffered.as_fd()).unwrap();
+        DataFile::new(buffered.into(), direct.map(Into::into))
+            .unwrap()
+            .with_integrity(sums)
+    }
+
+    fn write(plane: &DataPlane, file: &DataFile, offset: u64, data: &[u8], stable: Stable) {
+        let buf = plane.write_pool().get_blocking().unwrap();
+        let mut wb = plane.write_buffer(file, buf, offset, data.len()).unwrap();
+        wb.payload_mut().copy_from_slice(data);
+        plane.write(file, wb, stable).unwrap();
+    }
+
+    fn read(
+        plane: &DataPlane,
+        file: &DataFile,
+        offset: u64,
+        count: u32,
+    ) -> Result<Vec<u8>, DataError> {
+        let buf = plane.read_pool().get_blocking().unwrap();
+        plane
+            .read(file, buf, offset, count)
+            .map(|r| r.data().to_vec())
+    }
+
+    /// Bit rot: bytes change on disk while the file's mtime and size do
+    /// not (a write followed by restoring the mtime stands for it here).
+    fn rot(path: &std::path::Path, offset: u64) {
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .unwrap();
+        let before = f.metadata().unwrap().modified().unwrap();
+        let mut b = [0u8; 1];
+        f.read_exact_at(&mut b, offset).unwrap();
+        f.write_all_at(&[b[0] ^ 0x5a], offset).unwrap();
+        f.set_modified(before).unwrap();
+        f.sync_all().unwrap();
+    }
+
+    #[test]
+    fn every_mode_keeps_checksums_and_catches_rot_and_local_changes() {
+        for mode in [Mode::Buffered, Mode::DontCache, Mode::Direct] {
+            let dir = tempfile::tempdir().unwrap();
+            let store = Store::open(&dir.path().join("integrity"), 64, Order::Overlapped).unwrap();
+            let path = dir.path().join("f");
+            let file = file_with_sums(&store, &path, 1);
+            let plane = plane(mode);
+            let mut model = Vec::new();
+            let writes: [(u64, usize); 6] = [
+                (100, 200),
+                (4000, 5000),
+                (65536 + 1, 511),
+                (0, 4096),
+                (20000, 200 << 10),
+                (3, 1),
+            ];
+            for (i, (off, len)) in writes.into_iter().enumerate() {
+                let data: Vec<u8> = (0..len).map(|j| ((i * 7 + j) % 251) as u8 + 1).collect();
+                write(
+                    &plane,
+                    &file,
+                    off,
+                    &data,
+                    [Stable::Unstable, Stable::FileSync][i % 2],
+                );
+                let end = off as usize + len;
+                if model.len() < end {
+                    model.resize(end, 0);
+                }
+                model[off as usize..end].copy_from_slice(&data);
+                for (roff, rcount) in [(0u64, 300_000u32), (off, len as u32), (off + 1, 3)] {
+                    let got = read(&plane, &file, roff, rcount).unwrap();
+                    let want_end = (roff as usize + rcount as usize).min(model.len());
+                    let want = model.get(roff as usize..want_end).unwrap_or(&[]);
+                    assert_eq!(got, &want[..want.len().min(256 << 10)], "{mode:?}");
+                }
+            }
+            plane.commit(&file, 0, 0).unwrap();
+            // Rot in block 5: READs touching it fail, others do not.
+            rot(&path, 5 * 4096 + 17);
+            if mode != Mode::Direct {
+                dionfs_sys::io::fadvise_dontneed(file.buffered_fd(), 0, 0).unwrap();
+            }
+            let err = read(&plane, &file, 5 * 4096 + 4000, 10).unwrap_err();
+            assert!(
+                matches!(err, DataError::Corrupt { offset, .. } if offset == 5 * 4096),
+                "{mode:?}: {err:?}"
+            );
+            assert_eq!(err.errno(), libc::EIO);
+            assert!(read(&plane, &file, 0, 4096 * 5).is_ok());
+            assert_eq!(plane.snapshot().integrity_errors, 1);
+            // A local write (mtime moves): rebuilt, not reported.
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let f = OpenOptions::new().write(true).open(&path).unwrap();
+            f.write_all_at(b"local!", 5 * 4096 + 100).unwrap();
+            drop(f);
+            let got = read(&plane, &file, 5 * 4096 + 100, 6).unwrap();
+            assert_eq!(got, b"local!");
+            assert_eq!(plane.snapshot().integrity_rebuilds, 1, "{mode:?}");
+            assert_eq!(plane.snapshot().integrity_errors, 1);
+            // Truncate into a block, extend, read the zeros back.
+            plane.truncate(&file, 5000).unwrap();
+            plane.truncate(&file, 70000).unwrap();
+            let got = read(&plane, &file, 0, 70000).unwrap();
+            assert_eq!(got.len(), 70000);
+            assert!(got[5000..].iter().all(|&b| b == 0));
+            assert_eq!(plane.snapshot().integrity_rebuilds, 1);
+            assert_eq!(plane.snapshot().direct_einval, 0);
+        }
+    }
+}

@@ -1,0 +1,445 @@
+//! The intent log: which regions of which files may hold blocks whose
+//! stored checksums do not match the data on disk.
+//!
+//! A write of blocks records their region (64 MiB, [`REGION_BLOCKS`]) as
+//! *dirty* in the log, durably (`fdatasync`), before the data write is
+//! issued; later writes to a region already dirty need no log I/O. A
+//! COMMIT that made a file's data and its checksums durable marks its idle
+//! regions clean again (in memory); when no region of any file is dirty
+//! the log is emptied, and when it grows past [`CHECKPOINT_LEN`] it is
+//! rewritten with just the dirty regions. At start-up, before serving,
+//! the checksums of every region the log names are recomputed from the
+//! data on disk ([`crate::Store::recover`]): whatever a crash left
+//! half-written, data and checksums agree again.
+//!
+//! Concurrent writers that each dirty a region share one `fdatasync`
+//! (group commit: the first to find no sync running writes everyone's
+//! records; the others wait for it).
+//!
+//! Record (little endian): `len u32 | kind u8 (1 = dirty) | region u64 |
+//! fs_id u64 | handle_type i32 | handle_len u16 | handle | crc32c u32` of
+//! everything before it. A torn or damaged tail ends the log.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::ops::Range;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::store::FileKey;
+
+/// Blocks per region: 16384 blocks of 4 KiB = 64 MiB. A sequential
+/// writer logs one record per 64 MiB; recovery re-reads at most that much
+/// per region named.
+pub(crate) const REGION_BLOCKS: u64 = 16384;
+
+/// A log longer than this is rewritten with only the dirty regions.
+const CHECKPOINT_LEN: u64 = 4 << 20;
+
+const KIND_DIRTY: u8 = 1;
+const RECORD_MIN: usize = 4 + 1 + 8 + 8 + 4 + 2 + 4;
+
+type FileId = [u8; 16];
+
+pub(crate) struct IntentLog {
+    path: PathBuf,
+    file: Mutex<File>,
+    sync: Mutex<SyncState>,
+    synced_cv: Condvar,
+    dirty: Mutex<Dirty>,
+}
+
+#[derive(Default)]
+struct SyncState {
+    /// Records not yet written.
+    pending: Vec<u8>,
+    /// Sequence number of the last record added to `pending`.
+    next: u64,
+    /// Records up to this one are durable.
+    synced: u64,
+    /// A writer is writing and syncing `pending` right now.
+    syncing: bool,
+    /// A log write failed: every later write on an integrity export fails
+    /// (its checksums could not be kept consistent after a crash).
+    broken: bool,
+}
+
+#[derive(Default)]
+struct Dirty {
+    /// Counts writes begun (a logical clock for COMMIT).
+    seq: u64,
+    files: HashMap<FileId, DirtyFile>,
+}
+
+struct DirtyFile {
+    key: FileKey,
+    regions: HashMap<u64, Region>,
+}
+
+struct Region {
+    /// Writes of the region between [`IntentLog::begin`] and
+    /// [`IntentLog::end`].
+    in_flight: u32,
+    /// `Dirty::seq` of the last write begun in it.
+    last_seq: u64,
+    /// Its record's sequence number in the log.
+    logged: u64,
+}
+
+/// What a COMMIT may mark clean once it has synced the file: the regions
+/// idle when it started, if no write begins in them before it is done.
+#[derive(Debug)]
+pub(crate) struct CleanTicket {
+    seq: u64,
+    regions: Vec<u64>,
+}
+
+fn encode(key: &FileKey, region: u64, out: &mut Vec<u8>) {
+    let start = out.len();
+    let len = RECORD_MIN + key.handle.len();
+    out.extend_from_slice(&(len as u32).to_le_bytes());
+    out.push(KIND_DIRTY);
+    out.extend_from_slice(&region.to_le_bytes());
+    out.extend_from_slice(&key.fs_id.to_le_bytes());
+    out.extend_from_slice(&key.handle_type.to_le_bytes());
+    out.extend_from_slice(&(key.handle.len() as u16).to_le_bytes());
+    out.extend_from_slice(&key.handle);
+    let crc = crc32c::crc32c(&out[start..]);
+    out.extend_from_slice(&crc.to_le_bytes());
+}
+
+/// The (file, region) pairs of a log's valid records.
+pub(crate) fn decode_all(mut bytes: &[u8]) -> Vec<(FileKey, u64)> {
+    let mut out = Vec::new();
+    let u32_at = |b: &[u8], at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+    while bytes.len() >= RECORD_MIN {
+        let len = u32_at(bytes, 0) as usize;
+        if len < RECORD_MIN || len > bytes.len() {
+            break;
+        }
+        let record = &bytes[..len];
+        if crc32c::crc32c(&record[..len - 4]) != u32_at(record, len - 4) || record[4] != KIND_DIRTY
+        {
+            break;
+        }
+        let u64_at = |at: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&record[at..at + 8]);
+            u64::from_le_bytes(b)
+        };
+        let region = u64_at(5);
+        let fs_id = u64_at(13);
+        let handle_type = u32_at(record, 21) as i32;
+        let handle_len = u16::from_le_bytes([record[25], record[26]]) as usize;
+        if RECORD_MIN + handle_len != len {
+            break;
+        }
+        let handle = record[27..27 + handle_len].to_vec();
+        out.push((
+            FileKey {
+                fs_id,
+                handle_type,
+                handle,
+            },
+            region,
+        ));
+        bytes = &bytes[len..];
+    }
+    out
+}
+
+fn open_append(path: &Path) -> io::Result<File> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .read(true)
+        .mode(0o600)
+        .open(path)
+}
+
+impl IntentLog {
+    /// Opens (or creates) the log at `path`; returns it and the regions its
+    /// records name, which the caller must recover before any write.
+    pub(crate) fn open(path: &Path) -> io::Result<(IntentLog, Vec<(FileKey, u64)>)> {
+        let mut file = open_append(path)?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)?;
+        let records = decode_all(&bytes);
+        Ok((
+            IntentLog {
+                path: path.to_path_buf(),
+                file: Mutex::new(file),
+                sync: Mutex::default(),
+                synced_cv: Condvar::new(),
+                dirty: Mutex::default(),
+            },
+            records,
+        ))
+    }
+
+    /// Empties the log (after recovery made every region it named clean),
+    /// durably.
+    pub(crate) fn reset(&self) -> io::Result<()> {
+        let file = self.file.lock();
+        file.set_len(0)?;
+        file.sync_all()
+    }
+
+    /// A write of the blocks in `regions` of `key` begins: their regions
+    /// are dirty, durably, when this returns. Returns the write's sequence
+    /// number. Every `begin` must be followed by one [`IntentLog::end`].
+    pub(crate) fn begin(&self, id: FileId, key: &FileKey, regions: Range<u64>) -> io::Result<u64> {
+        let mut wait_for = 0;
+        let seq = {
+            let mut dirty = self.dirty.lock();
+            dirty.seq += 1;
+            let seq = dirty.seq;
+            let file = dirty.files.entry(id).or_insert_with(|| DirtyFile {
+                key: key.clone(),
+                regions: HashMap::new(),
+            });
+            for region in regions.clone() {
+                let logged = match file.regions.get(&region) {
+                    Some(r) => r.logged,
+                    None => {
+                        let mut sync = self.sync.lock();
+                        encode(key, region, &mut sync.pending);
+                        sync.next += 1;
+                        sync.next
+                    }
+                };
+                let r = file.regions.entry(region).or_insert(Region {
+                    in_flight: 0,
+                    last_seq: seq,
+                    logged,
+                });
+                r.in_flight += 1;
+                r.last_seq = seq;
+                wait_for = wait_for.max(r.logged);
+            }
+            seq
+        };
+        if let Err(e) = self.wait_durable(wait_for) {
+            self.end(id, regions);
+            return Err(e);
+        }
+        Ok(seq)
+    }
+
+    /// The write begun for `regions` is over (done or failed).
+    pub(crate) fn end(&self, id: FileId, regions: Range<u64>) {
+        let mut dirty = self.dirty.lock();
+        if let Some(file) = dirty.files.get_mut(&id) {
+            for region in regions {
+                if let Some(r) = file.regions.get_mut(&region) {
+                    r.in_flight = r.in_flight.saturating_sub(1);
+                }
+            }
+        }
+    }
+
+    /// Group commit: returns once record `target` is durable.
+    fn wait_durable(&self, target: u64) -> io::Result<()> {
+        let mut sync = self.sync.lock();
+        loop {
+            if sync.broken {
+                return Err(io::Error::other(
+                    "the integrity intent log cannot be written",
+                ));
+            }
+            if sync.synced >= target {
+                return Ok(());
+            }
+            if sync.syncing {
+                self.synced_cv.wait(&mut sync);
+                continue;
+            }
+            sync.syncing = true;
+            let batch = std::mem::take(&mut sync.pending);
+            let upto = sync.next;
+            drop(sync);
+            let written = {
+                let mut file = self.file.lock();
+                file.write_all(&batch).and_then(|()| file.sync_data())
+            };
+            sync = self.sync.lock();
+            sync.syncing = false;
+            match written {
+                Ok(()) => sync.synced = upto,
+                Err(e) => {
+                    tracing::error!(log = %self.path.display(), error = %e,
+                        "cannot write the integrity intent log; writes to integrity exports fail from now on");
+                    sync.broken = true;
+                }
+            }
+            self.synced_cv.notify_all();
+        }
+    }
+
+    /// Taken by COMMIT before it syncs the file's data.
+    pub(crate) fn clean_ticket(&self, id: FileId) -> CleanTicket {
+        let dirty = self.dirty.lock();
+        let regions = dirty
+            .files
+            .get(&id)
+            .map(|f| {
+                f.regions
+                    .iter()
+                    .filter(|(_, r)| r.in_flight == 0)
+                    .map(|(k, _)| *k)
+                    .collect()
+            })
+            .unwrap_or_default();
+        CleanTicket {
+            seq: dirty.seq,
+            regions,
+        }
+    }
+
+    /// After COMMIT made the file's data and checksums durable: its regions
+    /// idle since the ticket was taken are clean. Empties or compacts the
+    /// log when it can.
+    pub(crate) fn clean(&self, id: FileId, ticket: CleanTicket) {
+        let mut dirty = self.dirty.lock();
+        if let Some(file) = dirty.files.get_mut(&id) {
+            for region in ticket.regions {
+                if file
+                    .regions
+                    .get(&region)
+                    .is_some_and(|r| r.in_flight == 0 && r.last_seq <= ticket.seq)
+                {
+                    file.regions.remove(&region);
+                }
+            }
+            if file.regions.is_empty() {
+                dirty.files.remove(&id);
+            }
+        }
+        if let Err(e) = crate::as_server(|| self.compact(&dirty)) {
+            tracing::warn!(log = %self.path.display(), error = %e, "cannot compact the integrity intent log");
+        }
+    }
+
+    /// A file lost its last name: nothing of it needs recovering.
+    pub(crate) fn forget(&self, id: FileId) {
+        let mut dirty = self.dirty.lock();
+        dirty.files.remove(&id);
+    }
+
+    /// Empties the log if nothing is dirty, or rewrites it with only the
+    /// dirty regions once it is long; only while no records are pending
+    /// (the caller holds the dirty map, so none can be added meanwhile).
+    fn compact(&self, dirty: &Dirty) -> io::Result<()> {
+        let sync = self.sync.lock();
+        if sync.syncing || !sync.pending.is_empty() {
+            return Ok(());
+        }
+        let mut file = self.file.lock();
+        if dirty.files.is_empty() {
+            // Not synced: a log that comes back after a crash only makes
+            // recovery recompute regions that were clean.
+            return file.set_len(0);
+        }
+        if file.metadata()?.len() < CHECKPOINT_LEN {
+            return Ok(());
+        }
+        let mut records = Vec::new();
+        for f in dirty.files.values() {
+            for region in f.regions.keys() {
+                encode(&f.key, *region, &mut records);
+            }
+        }
+        let tmp = self.path.with_extension("new");
+        {
+            let mut new = std::fs::File::create(&tmp)?;
+            new.write_all(&records)?;
+            new.sync_all()?;
+        }
+        std::fs::rename(&tmp, &self.path)?;
+        if let Some(dir) = self.path.parent() {
+            File::open(dir)?.sync_all()?;
+        }
+        *file = open_append(&self.path)?;
+        Ok(())
+    }
+
+    /// Dirty regions, for tests.
+    #[cfg(test)]
+    pub(crate) fn dirty_regions(&self) -> usize {
+        self.dirty
+            .lock()
+            .files
+            .values()
+            .map(|f| f.regions.len())
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(n: u8) -> FileKey {
+        FileKey {
+            fs_id: 7,
+            handle_type: 1,
+            handle: vec![n; 12],
+        }
+    }
+
+    #[test]
+    fn records_round_trip_and_a_torn_tail_ends_the_log() {
+        let mut bytes = Vec::new();
+        encode(&key(1), 3, &mut bytes);
+        encode(&key(2), 0, &mut bytes);
+        let whole = decode_all(&bytes);
+        assert_eq!(whole, vec![(key(1), 3), (key(2), 0)]);
+        for cut in 0..bytes.len() {
+            let got = decode_all(&bytes[..cut]);
+            assert!(got.len() <= 1, "cut at {cut}");
+        }
+        let mut damaged = bytes.clone();
+        damaged[10] ^= 1;
+        assert!(decode_all(&damaged).is_empty());
+        // Garbage never panics.
+        let junk: Vec<u8> = (0..1000u32).map(|i| (i * 37 % 256) as u8).collect();
+        let _ = decode_all(&junk);
+    }
+
+    #[test]
+    fn regions_are_logged_once_and_cleaned_by_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("intent.log");
+        let (log, old) = IntentLog::open(&path).unwrap();
+        assert!(old.is_empty());
+        let id = [1u8; 16];
+        let seq = log.begin(id, &key(1), 0..2).unwrap();
+        log.end(id, 0..2);
+        let len1 = std::fs::metadata(&path).unwrap().len();
+        log.begin(id, &key(1), 1..2).unwrap();
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            len1,
+            "region 1 already dirty"
+        );
+        // A COMMIT while a write is in flight leaves its region dirty.
+        let ticket = log.clean_ticket(id);
+        assert!(ticket.seq > seq);
+        log.clean(id, ticket);
+        assert_eq!(log.dirty_regions(), 1);
+        assert_eq!(decode_all(&std::fs::read(&path).unwrap()).len(), 2);
+        log.end(id, 1..2);
+        let ticket = log.clean_ticket(id);
+        log.clean(id, ticket);
+        assert_eq!(log.dirty_regions(), 0);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0, "emptied");
+        // A reopened log names what was dirty.
+        log.begin(id, &key(1), 5..6).unwrap();
+        drop(log);
+        let (_, old) = IntentLog::open(&path).unwrap();
+        assert_eq!(old, vec![(key(1), 5)]);
+    }
+}

@@ -1,0 +1,943 @@
+//! The checksum store and the checksum state of one open file.
+//!
+//! # On disk (under `<state_dir>/integrity/`)
+//! - `files/<ab>/<32 hex>.crc`: one sparse file per inode, named by a hash
+//!   of its [`FileKey`] (filesystem id + kernel file handle, which holds
+//!   the inode number and generation): a 64-byte header, then one
+//!   little-endian `u32` per 4 KiB block at `64 + 4 * block`, holding
+//!   `crc32c(block) ^ crc32c(zero block)` (so a never-written entry means
+//!   "zeros", see the crate documentation). 4 bytes per 4096: 0.1% of the
+//!   data, plus the header's block for each file.
+//! - `intent.log`: see `log.rs`.
+//! - `lock`: `flock`ed by the one process (server or scrub) using the store.
+//!
+//! Header (little endian): `magic "DIONCRC1" | block size u32 | flags u32
+//! (1 = stale) | mtime seconds i64 | mtime nanoseconds u32 | 0 u32 | size
+//! u64 | 0 u8 x20 | crc32c u32` of the 60 bytes before it.
+//!
+//! # Changes behind the server's back
+//! The header records the file's [`Version`] (mtime and size) as of the
+//! server's last change. A file whose version moved while the server was
+//! not writing it (checked when it is opened, and whenever a server write
+//! starts with no other in flight) was changed by someone else: its
+//! checksums are *stale*, and a mismatch in a stale file rebuilds the
+//! file's checksums from its data instead of being reported. `ctime` is not
+//! used: it also moves on chmod, rename and link, which leave the data
+//! alone.
+
+use std::fs::File;
+use std::io;
+use std::ops::Range;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::cache::{Page, PageCache, PAGE_ENTRIES};
+use crate::log::{CleanTicket, IntentLog, REGION_BLOCKS};
+use crate::{block_ceil, block_crc, block_crcs, zero_block_crc, Checksummer, Order, BLOCK};
+
+const MAGIC: &[u8; 8] = b"DIONCRC1";
+const HEADER_LEN: u64 = 64;
+const FLAG_STALE: u32 = 1;
+/// Bytes read at a time when checksumming a file's data.
+const READ_CHUNK: usize = 1 << 20;
+
+/// The identity of an inode: its filesystem and its kernel file handle.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FileKey {
+    /// The filesystem (as the open-file cache keys it).
+    pub fs_id: u64,
+    /// `name_to_handle_at`'s handle type.
+    pub handle_type: i32,
+    /// `name_to_handle_at`'s handle bytes (inode number and generation).
+    pub handle: Vec<u8>,
+}
+
+impl FileKey {
+    /// 128 bits of a hash of the key: the store file's name.
+    pub fn id(&self) -> [u8; 16] {
+        let mut h = blake3::Hasher::new();
+        h.update(&self.fs_id.to_le_bytes());
+        h.update(&self.handle_type.to_le_bytes());
+        h.update(&self.handle);
+        let mut id = [0u8; 16];
+        id.copy_from_slice(&h.finalize().as_bytes()[..16]);
+        id
+    }
+
+    fn relative_path(&self) -> PathBuf {
+        let hex: String = self.id().iter().map(|b| format!("{b:02x}")).collect();
+        PathBuf::from("files")
+            .join(&hex[..2])
+            .join(format!("{hex}.crc"))
+    }
+}
+
+/// What a file's data looked like after the server's last change of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Version {
+    /// Modification time, seconds.
+    pub mtime_sec: i64,
+    /// Modification time, nanoseconds.
+    pub mtime_nsec: u32,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+impl Version {
+    /// The version of the open file `fd` now.
+    pub fn of(fd: BorrowedFd<'_>) -> io::Result<Version> {
+        let st = rustix::fs::fstat(fd)?;
+        Ok(Version {
+            mtime_sec: st.st_mtime,
+            mtime_nsec: st.st_mtime_nsec as u32,
+            size: st.st_size as u64,
+        })
+    }
+}
+
+struct Header {
+    stale: bool,
+    version: Version,
+}
+
+impl Header {
+    fn encode(&self) -> [u8; HEADER_LEN as usize] {
+        let mut h = [0u8; HEADER_LEN as usize];
+        h[..8].copy_from_slice(MAGIC);
+        h[8..12].copy_from_slice(&(BLOCK as u32).to_le_bytes());
+        let flags = if self.stale { FLAG_STALE } else { 0 };
+        h[12..16].copy_from_slice(&flags.to_le_bytes());
+        h[16..24].copy_from_slice(&self.version.mtime_sec.to_le_bytes());
+        h[24..28].copy_from_slice(&self.version.mtime_nsec.to_le_bytes());
+        h[32..40].copy_from_slice(&self.version.size.to_le_bytes());
+        let crc = crc32c::crc32c(&h[..60]);
+        h[60..64].copy_from_slice(&crc.to_le_bytes());
+        h
+    }
+
+    fn decode(h: &[u8]) -> Option<Header> {
+        if h.len() < HEADER_LEN as usize || &h[..8] != MAGIC {
+            return None;
+        }
+        let u32_at = |at: usize| u32::from_le_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
+        let u64_at = |at: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&h[at..at + 8]);
+            u64::from_le_bytes(b)
+        };
+        if crc32c::crc32c(&h[..60]) != u32_at(60) || u32_at(8) as u64 != BLOCK {
+            return None;
+        }
+        Some(Header {
+            stale: u32_at(12) & FLAG_STALE != 0,
+            version: Version {
+                mtime_sec: u64_at(16) as i64,
+                mtime_nsec: u32_at(24),
+                size: u64_at(32),
+            },
+        })
+    }
+}
+
+/// A block whose data does not match its checksum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mismatch {
+    /// Block index (file offset / 4096).
+    pub block: u64,
+    /// The checksum stored for it.
+    pub expected: u32,
+    /// The checksum of the data read.
+    pub found: u32,
+}
+
+/// What [`Store::recover`] did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Files whose checksums were recomputed.
+    pub files: usize,
+    /// Blocks recomputed from the data on disk.
+    pub blocks: u64,
+    /// Files named by the log that no longer exist (their checksums freed).
+    pub gone: usize,
+    /// Files that could not be recovered (no export reaches them, or an
+    /// error), marked stale when possible.
+    pub failed: usize,
+}
+
+/// The checksum store of a server (or of `dionfs scrub`): see the module
+/// documentation.
+pub struct Store {
+    dir: PathBuf,
+    _lock: File,
+    cache: PageCache,
+    log: IntentLog,
+    checksummer: Checksummer,
+    next_generation: AtomicU64,
+    /// Regions named by the log at open, until [`Store::recover`].
+    to_recover: Mutex<Vec<(FileKey, u64)>>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("dir", &self.dir).finish()
+    }
+}
+
+impl Store {
+    /// Default size of the checksum page cache: 4096 pages of 4 KiB (16
+    /// MiB of memory for the checksums of 16 GiB of data).
+    pub const DEFAULT_CACHE_PAGES: usize = 4096;
+
+    /// Opens (creating) the store in `dir`, locked against any other
+    /// process; the regions its intent log names wait for
+    /// [`Store::recover`].
+    pub fn open(dir: &Path, cache_pages: usize, order: Order) -> io::Result<Arc<Store>> {
+        std::fs::create_dir_all(dir.join("files"))?;
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(dir.join("lock"))?;
+        rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).map_err(
+            |e| {
+                io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    format!(
+                        "{} is in use by another dionfs process (serve or scrub): {e}",
+                        dir.display()
+                    ),
+                )
+            },
+        )?;
+        let (log, to_recover) = IntentLog::open(&dir.join("intent.log"))?;
+        let threads = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+            .min(4);
+        Ok(Arc::new(Store {
+            dir: dir.to_path_buf(),
+            _lock: lock,
+            cache: PageCache::new(cache_pages),
+            log,
+            checksummer: Checksummer::new(threads, order),
+            next_generation: AtomicU64::new(1),
+            to_recover: Mutex::new(to_recover),
+        }))
+    }
+
+    /// Where the store lives.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Computes write checksums alongside the data write.
+    pub fn checksummer(&self) -> &Checksummer {
+        &self.checksummer
+    }
+
+    /// The regions the intent log named at open that are not recovered yet.
+    pub fn pending_recovery(&self) -> usize {
+        self.to_recover.lock().len()
+    }
+
+    /// Crash recovery: recomputes from the data on disk the checksums of
+    /// every region the intent log named at open, clamps each such file's
+    /// checksums to its size, makes them durable and empties the log. Call
+    /// it before serving. `open` opens a file by key (read-only), `None`
+    /// if it no longer exists, an error if it cannot be reached.
+    pub fn recover(
+        self: &Arc<Self>,
+        open: &mut dyn FnMut(&FileKey) -> io::Result<Option<OwnedFd>>,
+    ) -> io::Result<RecoveryReport> {
+        let records = std::mem::take(&mut *self.to_recover.lock());
+        let mut by_file: Vec<(FileKey, Vec<u64>)> = Vec::new();
+        for (key, region) in records {
+            match by_file.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, regions)) => {
+                    if !regions.contains(&region) {
+                        regions.push(region)
+                    }
+                }
+                None => by_file.push((key, vec![region])),
+            }
+        }
+        let mut report = RecoveryReport::default();
+        for (key, regions) in by_file {
+            let data = match open(&key) {
+                Ok(Some(fd)) => fd,
+                Ok(None) => {
+                    self.remove(&key);
+                    report.gone += 1;
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(file = ?key, error = %e,
+                        "integrity recovery: cannot open a file the intent log names; its checksums stay as they are");
+                    report.failed += 1;
+                    continue;
+                }
+            };
+            match FileSums::open(self, key.clone(), data.as_fd(), Open::Recover).and_then(|sums| {
+                let sums = sums.ok_or_else(|| io::Error::other("no checksum file"))?;
+                sums.recover_regions(data.as_fd(), &regions)
+            }) {
+                Ok(blocks) => {
+                    report.files += 1;
+                    report.blocks += blocks;
+                }
+                Err(e) => {
+                    tracing::warn!(file = ?key, error = %e, "integrity recovery of a file failed");
+                    report.failed += 1;
+                }
+            }
+        }
+        self.log.reset()?;
+        Ok(report)
+    }
+
+    /// The checksum state of the open file `data` (identified by `key`),
+    /// creating its checksum file if it has none.
+    pub fn open_file(self: &Arc<Self>, key: FileKey, data: BorrowedFd<'_>) -> io::Result<FileSums> {
+        crate::as_server(|| FileSums::open(self, key, data, Open::Create))?
+            .ok_or_else(|| io::Error::other("no checksum file"))
+    }
+
+    /// [`Store::open_file`] without creating: `None` if the file has no
+    /// checksums (scrub).
+    pub fn open_existing(
+        self: &Arc<Self>,
+        key: FileKey,
+        data: BorrowedFd<'_>,
+    ) -> io::Result<Option<FileSums>> {
+        crate::as_server(|| FileSums::open(self, key, data, Open::Existing))
+    }
+
+    /// Frees the checksums of a file that lost its last name.
+    pub fn remove(&self, key: &FileKey) {
+        self.log.forget(key.id());
+        let path = self.dir.join(key.relative_path());
+        match crate::as_server(|| std::fs::remove_file(&path)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!(file = ?key, error = %e, "cannot remove a file's checksums"),
+        }
+    }
+
+    fn new_generation(&self) -> u64 {
+        self.next_generation.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// The checksum state of one open regular file. Owned by the data plane's
+/// `DataFile` (one per inode), whose range locks order every call: see
+/// each method for the lock it expects.
+pub struct FileSums {
+    store: Arc<Store>,
+    key: FileKey,
+    id: [u8; 16],
+    file: File,
+    /// The key of this file's pages in the page cache; replaced whenever
+    /// cached pages may be out of date.
+    generation: AtomicU64,
+    /// Serialises page loads with page updates (see `cache.rs`).
+    load: Mutex<()>,
+    version: Mutex<VersionState>,
+}
+
+struct VersionState {
+    /// The data's version after the server's last change.
+    recorded: Version,
+    /// The checksums cannot be trusted (changed behind the server's back,
+    /// or never computed).
+    stale: bool,
+    /// Server changes of the data between begin and end.
+    in_flight: u32,
+}
+
+impl std::fmt::Debug for FileSums {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileSums").field("key", &self.key).finish()
+    }
+}
+
+/// A write of whole blocks in progress (see [`FileSums::begin_write`]).
+/// Dropping it without [`WriteTicket::finish`] leaves the stored
+/// checksums as they were: use [`WriteTicket::recompute`] after a failed
+/// write.
+#[must_use]
+pub struct WriteTicket<'a> {
+    sums: &'a FileSums,
+    data: BorrowedFd<'a>,
+    blocks: Range<u64>,
+    regions: Range<u64>,
+}
+
+/// How [`FileSums::open`] opens a checksum file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Open {
+    /// Creating it if missing.
+    Create,
+    /// Only if it exists.
+    Existing,
+    /// For crash recovery (creating it if missing).
+    Recover,
+}
+
+/// Taken by COMMIT before it syncs the data: see [`FileSums::commit`].
+#[derive(Debug)]
+pub struct CommitTicket(CleanTicket);
+
+impl FileSums {
+    fn open(
+        store: &Arc<Store>,
+        key: FileKey,
+        data: BorrowedFd<'_>,
+        how: Open,
+    ) -> io::Result<Option<FileSums>> {
+        let create = how != Open::Existing;
+        let path = store.dir.join(key.relative_path());
+        let mut options = std::fs::OpenOptions::new();
+        options.read(true).write(true).truncate(false).mode(0o600);
+        if create {
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            options.create(true);
+        }
+        let file = match options.open(&path) {
+            Ok(f) => f,
+            Err(e) if !create && e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let now = Version::of(data)?;
+        let mut header = [0u8; HEADER_LEN as usize];
+        let got = read_full(&file, &mut header, 0)?;
+        let (recorded, stale) = match Header::decode(&header[..got]) {
+            // Recovery: the log explains a moved version.
+            Some(h) if how == Open::Recover => (h.version, h.stale),
+            Some(h) => {
+                let stale = h.stale || h.version != now;
+                if stale && !h.stale {
+                    tracing::info!(file = ?key, "file changed behind the server's back since its \
+                        checksums were recorded; they will be rebuilt from its data if a READ finds a mismatch");
+                }
+                (h.version, stale)
+            }
+            // New (or unreadable): an empty file has all its checksums;
+            // any other has none yet.
+            None => (now, now.size > 0),
+        };
+        let sums = FileSums {
+            id: key.id(),
+            key,
+            store: store.clone(),
+            file,
+            generation: AtomicU64::new(store.new_generation()),
+            load: Mutex::new(()),
+            version: Mutex::new(VersionState {
+                recorded,
+                stale,
+                in_flight: 0,
+            }),
+        };
+        if got == 0 {
+            sums.write_header()?;
+        }
+        Ok(Some(sums))
+    }
+
+    /// The file's identity.
+    pub fn key(&self) -> &FileKey {
+        &self.key
+    }
+
+    /// Computes write checksums alongside the data write (the store's).
+    pub fn checksummer(&self) -> &Checksummer {
+        &self.store.checksummer
+    }
+
+    /// Whether the checksums are untrusted until rebuilt (see the module
+    /// documentation).
+    pub fn is_stale(&self) -> bool {
+        self.version.lock().stale
+    }
+
+    fn write_header(&self) -> io::Result<()> {
+        let v = self.version.lock();
+        let header = Header {
+            stale: v.stale,
+            version: v.recorded,
+        };
+        drop(v);
+        self.file.write_all_at(&header.encode(), 0)
+    }
+
+    /// Before the server writes the block-aligned byte range `range` of the
+    /// file `data` (under its exclusive range lock): checks for changes
+    /// behind the server's back and records the range's regions in the
+    /// intent log, durably.
+    pub fn begin_write<'a>(
+        &'a self,
+        data: BorrowedFd<'a>,
+        range: Range<u64>,
+    ) -> io::Result<WriteTicket<'a>> {
+        let blocks = range.start / BLOCK..range.end.div_ceil(BLOCK);
+        let last_block = blocks.end.max(blocks.start + 1) - 1;
+        let regions = blocks.start / REGION_BLOCKS..last_block / REGION_BLOCKS + 1;
+        self.version_begin(data)?;
+        if let Err(e) = self.store.log.begin(self.id, &self.key, regions.clone()) {
+            self.version_end(data);
+            return Err(e);
+        }
+        Ok(WriteTicket {
+            sums: self,
+            data,
+            blocks,
+            regions,
+        })
+    }
+
+    fn version_begin(&self, data: BorrowedFd<'_>) -> io::Result<()> {
+        let mut v = self.version.lock();
+        if v.in_flight == 0 && !v.stale {
+            // Nothing of ours is changing the file: if its version moved,
+            // someone else changed it.
+            let now = Version::of(data)?;
+            if now != v.recorded {
+                tracing::info!(file = ?self.key, "file changed behind the server's back; \
+                    its checksums will be rebuilt from its data if a READ finds a mismatch");
+                v.stale = true;
+            }
+        }
+        v.in_flight += 1;
+        Ok(())
+    }
+
+    fn version_end(&self, data: BorrowedFd<'_>) {
+        let mut v = self.version.lock();
+        v.in_flight = v.in_flight.saturating_sub(1);
+        if v.in_flight == 0 {
+            if let Ok(now) = Version::of(data) {
+                v.recorded = now;
+            }
+        }
+    }
+
+    /// The stored checksums of blocks `first..first + n`.
+    fn stored(&self, first: u64, n: usize) -> io::Result<Vec<u32>> {
+        let mut out = Vec::with_capacity(n);
+        let generation = self.generation.load(Ordering::Acquire);
+        let mut block = first;
+        let end = first + n as u64;
+        while block < end {
+            let page_index = block / PAGE_ENTRIES;
+            let page = self.page(generation, page_index)?;
+            let page_end = ((page_index + 1) * PAGE_ENTRIES).min(end);
+            for b in block..page_end {
+                out.push(page.get((b % PAGE_ENTRIES) as usize));
+            }
+            block = page_end;
+        }
+        Ok(out)
+    }
+
+    fn page(&self, generation: u64, index: u64) -> io::Result<Arc<Page>> {
+        if let Some(page) = self.store.cache.get(generation, index) {
+            return Ok(page);
+        }
+        let _load = self.load.lock();
+        if let Some(page) = self.store.cache.get(generation, index) {
+            return Ok(page);
+        }
+        let mut bytes = vec![0u8; (PAGE_ENTRIES * 4) as usize];
+        let got = read_full(
+            &self.file,
+            &mut bytes,
+            HEADER_LEN + index * PAGE_ENTRIES * 4,
+        )?;
+        let page = Arc::new(Page::from_bytes(&bytes[..got]));
+        self.store.cache.insert(generation, index, page.clone());
+        Ok(page)
+    }
+
+    /// Stores the checksums `crcs` of blocks `first..`: to the checksum
+    /// file, then to cached pages.
+    fn store_crcs(&self, first: u64, crcs: &[u32]) -> io::Result<()> {
+        let zero = zero_block_crc();
+        let bytes: Vec<u8> = crcs.iter().flat_map(|c| (c ^ zero).to_le_bytes()).collect();
+        self.file.write_all_at(&bytes, HEADER_LEN + first * 4)?;
+        let generation = self.generation.load(Ordering::Acquire);
+        let _load = self.load.lock();
+        for (i, crc) in crcs.iter().enumerate() {
+            let block = first + i as u64;
+            if let Some(page) = self.store.cache.get(generation, block / PAGE_ENTRIES) {
+                page.set((block % PAGE_ENTRIES) as usize, crc ^ zero);
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the consecutive blocks in `data`, the first being block
+    /// `first_block` (the last may be short: the end of the file), against
+    /// their stored checksums, under the READ's range lock. Returns the
+    /// first mismatch.
+    pub fn verify(&self, first_block: u64, data: &[u8]) -> io::Result<Option<Mismatch>> {
+        let n = data.len().div_ceil(BLOCK as usize);
+        let stored = self.stored(first_block, n)?;
+        let zero = zero_block_crc();
+        for (i, (chunk, entry)) in data.chunks(BLOCK as usize).zip(stored).enumerate() {
+            let found = block_crc(chunk);
+            if found != entry ^ zero {
+                return Ok(Some(Mismatch {
+                    block: first_block + i as u64,
+                    expected: entry ^ zero,
+                    found,
+                }));
+            }
+        }
+        Ok(None)
+    }
+
+    /// After a mismatch: whether the file was changed behind the server's
+    /// back (its checksums are stale, or its version moved while no server
+    /// write was in flight), in which case its checksums must be rebuilt
+    /// rather than the mismatch reported.
+    pub fn changed_behind_back(&self, data: BorrowedFd<'_>) -> io::Result<bool> {
+        let mut v = self.version.lock();
+        if v.stale {
+            return Ok(true);
+        }
+        if v.in_flight > 0 {
+            return Ok(false);
+        }
+        if Version::of(data)? != v.recorded {
+            v.stale = true;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Recomputes every checksum of the file from its data, makes them
+    /// durable and trusts them again. The caller holds the file's whole
+    /// range exclusively. Returns the number of blocks.
+    pub fn rebuild(&self, data: BorrowedFd<'_>) -> io::Result<u64> {
+        let size = Version::of(data)?.size;
+        let blocks = self.recompute(data, 0..size.div_ceil(BLOCK))?;
+        self.file.set_len(HEADER_LEN + 4 * size.div_ceil(BLOCK))?;
+        self.generation
+            .store(self.store.new_generation(), Ordering::Release);
+        {
+            let mut v = self.version.lock();
+            v.recorded = Version::of(data)?;
+            v.stale = false;
+        }
+        self.write_header()?;
+        self.file.sync_data()?;
+        Ok(blocks)
+    }
+
+    /// Recomputes the checksums of `blocks` (clamped to the file) from the
+    /// data of `data`, reading through the page cache and dropping what it
+    /// read. Returns the number of blocks.
+    fn recompute(&self, data: BorrowedFd<'_>, blocks: Range<u64>) -> io::Result<u64> {
+        let size = Version::of(data)?.size;
+        let end = blocks.end.min(size.div_ceil(BLOCK));
+        let mut buf = vec![0u8; READ_CHUNK];
+        let mut crcs = Vec::new();
+        let mut block = blocks.start;
+        while block < end {
+            let n = ((end - block) as usize).min(READ_CHUNK / BLOCK as usize);
+            let want = &mut buf[..n * BLOCK as usize];
+            let got = pread_full(data, want, block * BLOCK)?;
+            crcs.clear();
+            block_crcs(&want[..got], &mut crcs);
+            // Blocks past a short read (the file shrank meanwhile) are
+            // zeros from the store's point of view.
+            crcs.resize(n, zero_block_crc());
+            self.store_crcs(block, &crcs)?;
+            let _ = dionfs_sys::io::fadvise_dontneed(data, block * BLOCK, (n as u64) * BLOCK);
+            block += n as u64;
+        }
+        Ok(end.saturating_sub(blocks.start))
+    }
+
+    /// Recovery of the regions `regions` (see [`Store::recover`]).
+    fn recover_regions(&self, data: BorrowedFd<'_>, regions: &[u64]) -> io::Result<u64> {
+        let mut blocks = 0;
+        for region in regions {
+            let start = region * REGION_BLOCKS;
+            blocks += self.recompute(data, start..start + REGION_BLOCKS)?;
+        }
+        let size = Version::of(data)?.size;
+        self.clamp_to(size)?;
+        {
+            let mut v = self.version.lock();
+            v.recorded = Version::of(data)?;
+        }
+        self.write_header()?;
+        self.file.sync_data()?;
+        Ok(blocks)
+    }
+
+    /// Drops stored checksums past the block holding byte `size - 1`.
+    fn clamp_to(&self, size: u64) -> io::Result<()> {
+        let len = HEADER_LEN + 4 * size.div_ceil(BLOCK);
+        if self.file.metadata()?.len() > len {
+            self.file.set_len(len)?;
+        }
+        Ok(())
+    }
+
+    /// Before the server sets the file's size (its whole range locked
+    /// exclusively): the blocks at the new end are logged as for a write.
+    pub fn begin_truncate<'a>(
+        &'a self,
+        data: BorrowedFd<'a>,
+        new_size: u64,
+    ) -> io::Result<WriteTicket<'a>> {
+        let start = crate::block_floor(new_size);
+        self.begin_write(data, start..start + BLOCK)
+    }
+
+    /// After the server set the file's size to `new_size`: checksums past
+    /// the end are dropped and the new last block's checksum recomputed.
+    pub fn truncated(&self, ticket: WriteTicket<'_>, new_size: u64) -> io::Result<()> {
+        self.clamp_to(new_size)?;
+        if !new_size.is_multiple_of(BLOCK) {
+            self.recompute(ticket.data, new_size / BLOCK..new_size / BLOCK + 1)?;
+        }
+        self.generation
+            .store(self.store.new_generation(), Ordering::Release);
+        drop(ticket);
+        Ok(())
+    }
+
+    /// Taken before COMMIT syncs the file's data.
+    pub fn commit_ticket(&self) -> CommitTicket {
+        CommitTicket(self.store.log.clean_ticket(self.id))
+    }
+
+    /// After COMMIT synced the file's data: makes its checksums durable
+    /// and marks the regions no write touched since `ticket` clean.
+    pub fn commit(&self, ticket: CommitTicket) -> io::Result<()> {
+        self.write_header()?;
+        self.file.sync_data()?;
+        self.store.log.clean(self.id, ticket.0);
+        Ok(())
+    }
+
+    /// Verifies every block of the file `data` (opened for reading, with
+    /// `O_DIRECT` if possible, `buf` aligned for it): calls `bad` for each
+    /// mismatch and `progress` with the bytes checked. Returns the number
+    /// of blocks checked.
+    pub fn verify_all(
+        &self,
+        data: BorrowedFd<'_>,
+        buf: &mut [u8],
+        bad: &mut dyn FnMut(Mismatch),
+        progress: &mut dyn FnMut(u64),
+    ) -> io::Result<u64> {
+        let size = Version::of(data)?.size;
+        let chunk = (buf.len() / BLOCK as usize).max(1) * BLOCK as usize;
+        let mut offset = 0u64;
+        while offset < size {
+            let want = (chunk as u64).min(block_ceil(size - offset)) as usize;
+            let got = pread_full(data, &mut buf[..want], offset)?;
+            let valid = got.min((size - offset) as usize);
+            let first = offset / BLOCK;
+            let stored = self.stored(first, valid.div_ceil(BLOCK as usize))?;
+            let zero = zero_block_crc();
+            for (i, (block, entry)) in buf[..valid].chunks(BLOCK as usize).zip(stored).enumerate() {
+                let found = block_crc(block);
+                if found != entry ^ zero {
+                    bad(Mismatch {
+                        block: first + i as u64,
+                        expected: entry ^ zero,
+                        found,
+                    });
+                }
+            }
+            progress(valid as u64);
+            if got < want {
+                break;
+            }
+            offset += want as u64;
+        }
+        Ok(size.div_ceil(BLOCK))
+    }
+}
+
+impl Drop for FileSums {
+    fn drop(&mut self) {
+        // The version as of the server's last change, for the next open.
+        if let Err(e) = self.write_header() {
+            tracing::debug!(file = ?self.key, error = %e, "cannot write a checksum header");
+        }
+    }
+}
+
+impl WriteTicket<'_> {
+    /// The first block the write covers.
+    pub fn first_block(&self) -> u64 {
+        self.blocks.start
+    }
+
+    /// The write succeeded; `crcs` are the checksums of its blocks, from
+    /// the first.
+    pub fn finish(self, crcs: &[u32]) -> io::Result<()> {
+        debug_assert_eq!(crcs.len() as u64, self.blocks.end - self.blocks.start);
+        self.sums.store_crcs(self.blocks.start, crcs)
+    }
+
+    /// The write failed part-way (or not at all): its blocks' checksums
+    /// are recomputed from whatever is on disk now.
+    pub fn recompute(self) -> io::Result<()> {
+        self.sums
+            .recompute(self.data, self.blocks.clone())
+            .map(|_| ())
+    }
+}
+
+impl Drop for WriteTicket<'_> {
+    fn drop(&mut self) {
+        self.sums.store.log.end(self.sums.id, self.regions.clone());
+        self.sums.version_end(self.data);
+    }
+}
+
+/// `pread` until `buf` is full or the end of the file; returns the bytes
+/// read.
+fn pread_full(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        match rustix::io::pread(fd, &mut buf[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(done)
+}
+
+fn read_full(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    pread_full(file.as_fd(), buf, offset)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::FileExt;
+
+    fn key(n: u8) -> FileKey {
+        FileKey {
+            fs_id: 1,
+            handle_type: 1,
+            handle: vec![n; 8],
+        }
+    }
+
+    fn crcs(data: &[u8]) -> Vec<u32> {
+        let mut out = Vec::new();
+        block_crcs(data, &mut out);
+        out
+    }
+
+    #[test]
+    fn write_verify_mismatch_rebuild_truncate() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("integrity"), 4, Order::Overlapped).unwrap();
+        assert!(
+            Store::open(&dir.path().join("integrity"), 4, Order::Overlapped).is_err(),
+            "locked"
+        );
+        let data_path = dir.path().join("data");
+        let data = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&data_path)
+            .unwrap();
+        let sums = store.open_file(key(1), data.as_fd()).unwrap();
+        assert!(!sums.is_stale(), "an empty new file has all its checksums");
+        let bytes: Vec<u8> = (0..3 * 4096 + 100).map(|i| (i % 253) as u8).collect();
+        let t = sums.begin_write(data.as_fd(), 0..4 * 4096).unwrap();
+        data.write_all_at(&bytes, 0).unwrap();
+        t.finish(&crcs(&bytes)).unwrap();
+        assert_eq!(sums.verify(0, &bytes).unwrap(), None);
+        assert_eq!(sums.verify(3, &bytes[3 * 4096..]).unwrap(), None);
+        // Past the end: zeros verify against never-written entries.
+        assert_eq!(sums.verify(100, &[0u8; 4096]).unwrap(), None);
+        let mut bad = bytes.clone();
+        bad[4096 + 7] ^= 0x40;
+        let m = sums.verify(0, &bad).unwrap().unwrap();
+        assert_eq!(m.block, 1);
+        assert_eq!(m.expected, block_crc(&bytes[4096..8192]));
+        assert!(!sums.changed_behind_back(data.as_fd()).unwrap());
+        // A local write moves the version: stale, then rebuilt.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        data.write_all_at(b"local", 5).unwrap();
+        assert!(sums.changed_behind_back(data.as_fd()).unwrap());
+        assert_eq!(sums.rebuild(data.as_fd()).unwrap(), 4);
+        assert!(!sums.is_stale());
+        let mut now = bytes.clone();
+        now[5..10].copy_from_slice(b"local");
+        assert_eq!(sums.verify(0, &now).unwrap(), None);
+        // Truncate into block 1, then extend: block 1 is zero-padded.
+        let t = sums.begin_truncate(data.as_fd(), 5000).unwrap();
+        data.set_len(5000).unwrap();
+        sums.truncated(t, 5000).unwrap();
+        data.set_len(20000).unwrap();
+        let mut all = vec![0u8; 20000];
+        data.read_exact_at(&mut all, 0).unwrap();
+        assert_eq!(sums.verify(0, &all).unwrap(), None);
+        // The page cache is bounded and the verdicts survive eviction.
+        for page in 0..10u64 {
+            let _ = sums.verify(page * 1024, &[0u8; 4096]).unwrap();
+        }
+        assert_eq!(sums.verify(0, &all).unwrap(), None);
+    }
+
+    #[test]
+    fn recovery_recomputes_logged_regions() {
+        let dir = tempfile::tempdir().unwrap();
+        let sdir = dir.path().join("integrity");
+        let data_path = dir.path().join("data");
+        let data = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&data_path)
+            .unwrap();
+        {
+            let store = Store::open(&sdir, 16, Order::Sequential).unwrap();
+            let sums = store.open_file(key(2), data.as_fd()).unwrap();
+            // A write whose checksums never reached the store (a crash).
+            let t = sums.begin_write(data.as_fd(), 0..8192).unwrap();
+            data.write_all_at(&[9u8; 8192], 0).unwrap();
+            std::mem::forget(t);
+            drop(sums);
+        }
+        let store = Store::open(&sdir, 16, Order::Sequential).unwrap();
+        assert_eq!(store.pending_recovery(), 1);
+        let fd: OwnedFd = data.try_clone().unwrap().into();
+        let mut fd = Some(fd);
+        let report = store.recover(&mut |_| Ok(fd.take())).unwrap();
+        assert_eq!((report.files, report.blocks), (1, 2));
+        assert_eq!(std::fs::metadata(sdir.join("intent.log")).unwrap().len(), 0);
+        let sums = store.open_file(key(2), data.as_fd()).unwrap();
+        assert!(!sums.is_stale());
+        assert_eq!(sums.verify(0, &[9u8; 8192]).unwrap(), None);
+        // A removed file's checksums are freed.
+        store.remove(&key(2));
+        assert!(store.open_existing(key(2), data.as_fd()).unwrap().is_none());
+    }
+}

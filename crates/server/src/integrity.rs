@@ -1,0 +1,93 @@
+//! Setting up the checksum store for the exports with `integrity =
+//! "crc32c"` (DESIGN.md, "Integrity"; the store itself is the
+//! `dionfs-integrity` crate): open it under the state directory, recover
+//! from the intent log before anything is served, attach it to the
+//! exports' file systems.
+
+use std::sync::Arc;
+
+use dionfs_fs::{ExportFs, FsError};
+use dionfs_integrity::{Checksummer, FileKey, Store};
+use dionfs_sys::handle::KernelHandle;
+use tracing::{info, warn};
+
+use crate::export::{Config, Integrity};
+
+/// Opens the store if an export keeps checksums, recovers it, and attaches
+/// it to those exports. Exports on one filesystem share its open files, so
+/// they must agree on integrity.
+pub fn open(config: &Config, filesystems: &mut [ExportFs]) -> Result<Option<Arc<Store>>, String> {
+    let wanted: Vec<bool> = config
+        .exports
+        .iter()
+        .map(|x| x.integrity == Integrity::Crc32c)
+        .collect();
+    for (i, a) in filesystems.iter().enumerate() {
+        for (j, b) in filesystems.iter().enumerate().skip(i + 1) {
+            if a.fs_id() == b.fs_id() && wanted[i] != wanted[j] {
+                return Err(format!(
+                    "exports {} and {} are on one filesystem but only one has integrity = \"crc32c\": \
+                     give both the same integrity",
+                    config.exports[i].path.display(),
+                    config.exports[j].path.display()
+                ));
+            }
+        }
+    }
+    if !wanted.contains(&true) {
+        return Ok(None);
+    }
+    let dir = config.server.state_dir.join("integrity");
+    let store = Store::open(
+        &dir,
+        Store::DEFAULT_CACHE_PAGES,
+        Checksummer::order_from_env(),
+    )
+    .map_err(|e| format!("cannot open the checksum store {}: {e}", dir.display()))?;
+    let pending = store.pending_recovery();
+    let report = store
+        .recover(&mut |key| open_for_recovery(filesystems, key))
+        .map_err(|e| format!("integrity recovery in {} failed: {e}", dir.display()))?;
+    if pending > 0 {
+        info!(
+            regions = pending,
+            files = report.files,
+            blocks = report.blocks,
+            gone = report.gone,
+            failed = report.failed,
+            "integrity: recomputed the checksums of the blocks being written when the server stopped"
+        );
+    }
+    if report.failed > 0 {
+        warn!(
+            failed = report.failed,
+            "integrity: some files named by the intent log could not be recovered"
+        );
+    }
+    info!(store = %dir.display(), order = ?store.checksummer().order(), "integrity: CRC32C per 4 KiB block");
+    for (fs, on) in filesystems.iter_mut().zip(wanted) {
+        if on {
+            fs.set_integrity(store.clone());
+        }
+    }
+    Ok(Some(store))
+}
+
+/// Opens the file `key` names through an export on its filesystem.
+pub fn open_for_recovery(
+    filesystems: &[ExportFs],
+    key: &FileKey,
+) -> std::io::Result<Option<std::os::fd::OwnedFd>> {
+    let Some(fs) = filesystems.iter().find(|fs| fs.fs_id() == key.fs_id) else {
+        return Err(std::io::Error::other("no export on the file's filesystem"));
+    };
+    let kernel = KernelHandle {
+        handle_type: key.handle_type,
+        bytes: key.handle.clone(),
+    };
+    match fs.open_inode(&kernel) {
+        Ok(fd) => Ok(Some(fd)),
+        Err(FsError::Stale) => Ok(None),
+        Err(e) => Err(std::io::Error::other(format!("{e:?}"))),
+    }
+}
