@@ -23,7 +23,7 @@
 
 use std::ops::Range;
 
-use dionfs_integrity::{block_ceil, block_floor, FileSums, BLOCK};
+use dionfs_integrity::{block_ceil, block_floor, FileSums, Order, WriteTicket, BLOCK};
 
 use crate::counters::Counters;
 use crate::file::DataFile;
@@ -74,6 +74,73 @@ impl DataPlane {
                 Err(e)
             }
         }
+    }
+
+    /// For [`DataPlane::write_without_blocking`]: whether a direct write of
+    /// `len` bytes at `offset` may go through the ring as far as the
+    /// checksums are concerned: always without integrity; with it, only
+    /// whole 4 KiB blocks (nothing to read around the payload).
+    pub(crate) fn ring_write_covers_blocks(
+        &self,
+        file: &DataFile,
+        offset: u64,
+        len: usize,
+    ) -> bool {
+        file.integrity().is_none()
+            || (offset.is_multiple_of(BLOCK) && (len as u64).is_multiple_of(BLOCK))
+    }
+
+    /// Before a ring write of the whole blocks `io` (its exclusive range
+    /// lock held): the intent log's ticket, if the file keeps checksums.
+    /// `Err(None)` when that needs a blocking call (a region not yet in
+    /// the intent log): the write takes the blocking path.
+    pub(crate) fn ring_write_begin<'f>(
+        &self,
+        file: &'f DataFile,
+        io: Range<u64>,
+    ) -> Result<Option<WriteTicket<'f>>, Option<DataError>> {
+        let Some(sums) = file.integrity() else {
+            return Ok(None);
+        };
+        match sums.try_begin_write(file.buffered_fd(), io) {
+            None => Err(None),
+            Some(Ok(ticket)) => Ok(Some(ticket)),
+            Some(Err(e)) => Err(Some(e.into())),
+        }
+    }
+
+    /// The checksums of a ring write's `bytes`, computed before it is
+    /// submitted, if the store checksums before writing
+    /// ([`Order::Sequential`]); `None` when they are to be computed while
+    /// the kernel writes (the default).
+    pub(crate) fn ring_write_crcs_first(&self, file: &DataFile, bytes: &[u8]) -> Option<Vec<u32>> {
+        let sums = file.integrity()?;
+        (sums.checksummer().order() == Order::Sequential).then(|| {
+            let mut crcs = Vec::new();
+            dionfs_integrity::block_crcs(bytes, &mut crcs);
+            crcs
+        })
+    }
+
+    /// After the ring write `ticket` was taken for, whose checksums
+    /// `crcs` were computed over the pool buffer while the kernel wrote
+    /// it: stored if the write succeeded, else recomputed from the disk
+    /// (as in [`DataPlane::checked_write`]).
+    pub(crate) fn ring_write_end(
+        &self,
+        file: &DataFile,
+        ticket: WriteTicket<'_>,
+        crcs: &[u32],
+        succeeded: bool,
+    ) -> Result<(), DataError> {
+        if succeeded {
+            return Ok(ticket.finish(crcs)?);
+        }
+        if let Err(e) = ticket.recompute() {
+            tracing::warn!(file = %file.label(), error = %e,
+                "cannot recompute checksums after a failed write");
+        }
+        Ok(())
     }
 
     /// Checks the blocks of a READ's reply: `buf` holds file bytes from
@@ -188,6 +255,28 @@ impl DataPlane {
         match file.integrity() {
             Some(_) => (offset % BLOCK) as usize,
             None => 0,
+        }
+    }
+}
+
+/// Held across a ring write with checksums, from submission until its
+/// checksums are settled ([`DataPlane::ring_write_end`]): if the waiting
+/// future is dropped first, the write still lands but its checksums are
+/// never stored, so the file's stored checksums are no longer trusted
+/// ([`FileSums::distrust`]) rather than reported as corrupt later.
+pub(crate) struct UnsettledWrite<'f>(pub(crate) Option<&'f FileSums>);
+
+impl UnsettledWrite<'_> {
+    /// The write's checksums are settled.
+    pub(crate) fn settled(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for UnsettledWrite<'_> {
+    fn drop(&mut self) {
+        if let Some(sums) = self.0 {
+            sums.distrust();
         }
     }
 }

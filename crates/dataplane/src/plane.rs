@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
+use dionfs_integrity::{CommitTicket, FileSums};
 use dionfs_sys::io::{fadvise_dontneed, preadv2, pwritev2, RwFlags};
 use parking_lot::Mutex;
 
@@ -186,9 +187,25 @@ impl DataPlane {
     /// dropped, so direct mode stays out of the page cache (see
     /// [`DataPlane::drop_cached_pages`]).
     pub fn commit(&self, file: &DataFile, _offset: u64, _count: u32) -> Result<(), DataError> {
+        self.commit_with(file, FileSums::commit_ticket)
+    }
+
+    /// The last COMMIT of `file` before the server stops: as
+    /// [`DataPlane::commit`], and with checksums, every region of the
+    /// file's intent log is left clean (a COMMIT while serving keeps
+    /// recently written ones dirty), so the next start recomputes nothing.
+    pub fn commit_before_stop(&self, file: &DataFile) -> Result<(), DataError> {
+        self.commit_with(file, FileSums::final_commit_ticket)
+    }
+
+    fn commit_with(
+        &self,
+        file: &DataFile,
+        ticket: impl FnOnce(&FileSums) -> CommitTicket,
+    ) -> Result<(), DataError> {
         // Integrity hook: what the data sync covers is taken before it;
         // the checksums are made durable after it.
-        let ticket = file.integrity().map(|sums| sums.commit_ticket());
+        let ticket = file.integrity().map(ticket);
         rustix::fs::fdatasync(file.buffered_fd()).map_err(|e| {
             self.note_write_failure();
             tracing::error!(file = %file.label(), error = %e, "COMMIT fdatasync failed");

@@ -204,6 +204,7 @@ fn run_fs(kind: &'static str) {
     );
 
     ring_writes(kind, &rt, &ring, &plane, &fs);
+    ring_writes_with_checksums(kind, &rt, &ring, &plane, &fs);
 
     // Not for the ring: a cached read mode.
     let buffered = plane_with(Mode::Buffered);
@@ -294,5 +295,116 @@ fn ring_writes(
             WriteAttempt::Done(_) => panic!("{kind}: write {len} at {off} went to the ring"),
         }
     }
+    ring.unregister_personality(personality).unwrap();
+}
+
+/// Aligned WRITEs through the ring to a file with checksums
+/// (`integrity = "crc32c"`): a region not yet in the intent log goes to the
+/// blocking path (logging it durably blocks); then ring writes store the
+/// checksums they computed while the kernel wrote, so every block reads
+/// back verified, and a block rotted on disk afterwards is caught, which it
+/// would not be if the ring path had merely distrusted the file's
+/// checksums. A COMMIT right after them keeps the regions dirty, so the
+/// next write still goes through the ring.
+fn ring_writes_with_checksums(
+    kind: &str,
+    rt: &tokio::runtime::Runtime,
+    ring: &Arc<IoRing>,
+    plane: &Arc<DataPlane>,
+    fs: &LoopFs,
+) {
+    use dionfs_dataplane::DataError;
+    use dionfs_integrity::{FileKey, Order, Store};
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::FileExt;
+
+    let store = Store::open(&fs.path("integrity"), 16, Order::Overlapped).unwrap();
+    let path = fs.path("sums");
+    let file = open_data_file(&path);
+    let key = FileKey {
+        fs_id: 9,
+        handle_type: 1,
+        handle: vec![9; 8],
+    };
+    let sums = store.open_file(key, file.buffered_fd()).unwrap();
+    let file = file.with_integrity(sums);
+    let personality = ring.register_personality().unwrap();
+    let ring_write = |off: u64, data: &[u8]| {
+        let mut wb = plane
+            .write_buffer(
+                &file,
+                plane.write_pool().get_blocking().unwrap(),
+                off,
+                data.len(),
+            )
+            .unwrap();
+        wb.payload_mut().copy_from_slice(data);
+        match rt.block_on(plane.write_without_blocking(
+            ring,
+            &file,
+            wb,
+            Stable::Unstable,
+            personality,
+        )) {
+            WriteAttempt::Done(done) => {
+                done.unwrap_or_else(|e| panic!("{kind}: ring write at {off}: {e}"));
+                true
+            }
+            WriteAttempt::Blocking(wb) => {
+                plane.write(&file, wb, Stable::Unstable).unwrap();
+                false
+            }
+        }
+    };
+    let mut model = pattern_bytes(0, 4 << 20, 21);
+    for (i, chunk) in model.chunks(1 << 20).enumerate() {
+        assert!(
+            !ring_write((i << 20) as u64, chunk) || i > 0,
+            "{kind}: the first write of a region must log it durably first, on the blocking path"
+        );
+    }
+    let before = plane.counters().snapshot().ring_writes;
+    let mut rng = Rng::new(11);
+    for i in 0..30u8 {
+        let off = 4096 * rng.below(1000);
+        let len = 4096 * (1 + rng.below(16) as usize);
+        let data = pattern_bytes(off, len, 40 + i);
+        assert!(ring_write(off, &data), "{kind}: write {i} not on the ring");
+        model[off as usize..off as usize + len].copy_from_slice(&data);
+    }
+    assert_eq!(plane.counters().snapshot().ring_writes - before, 30);
+    assert_eq!(
+        read_all(plane, &file),
+        model,
+        "{kind}: file after ring writes"
+    );
+    assert_eq!(plane.counters().snapshot().integrity_errors, 0);
+
+    // Rot one block under the server (restoring mtime: the checksums stay
+    // trusted): the ring-stored checksum catches it.
+    let rot_at = 4096 * 700 + 17;
+    let raw = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    let mtime = raw.metadata().unwrap().modified().unwrap();
+    raw.write_all_at(&[model[rot_at] ^ 0x33], rot_at as u64)
+        .unwrap();
+    raw.set_modified(mtime).unwrap();
+    raw.sync_all().unwrap();
+    dionfs_sys::io::fadvise_dontneed(raw.as_fd(), 0, 0).unwrap();
+    match read_at(plane, &file, 4096 * 700, 4096) {
+        Err(DataError::Corrupt { offset, .. }) => assert_eq!(offset, 4096 * 700),
+        other => panic!("{kind}: rotted block read as {:?}", other.map(|r| r.len())),
+    }
+
+    // A COMMIT right after the writes keeps their regions dirty: the next
+    // write still needs no log write.
+    plane.commit(&file, 0, 0).unwrap();
+    assert!(
+        ring_write(0, &model[..4096]),
+        "{kind}: write after COMMIT not on the ring"
+    );
     ring.unregister_personality(personality).unwrap();
 }

@@ -159,6 +159,16 @@ impl OpenFileCache {
             .count()
     }
 
+    /// Every file open now (in the LRU or held by requests).
+    pub fn open_files(&self) -> Vec<Arc<OpenFile>> {
+        self.state
+            .lock()
+            .live
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect()
+    }
+
     /// Drops the LRU's references to every file (tests, shutdown).
     pub fn clear(&self) {
         let dropped = self.state.lock().lru.drain();

@@ -121,6 +121,11 @@ impl std::fmt::Debug for ExportFs {
 }
 
 impl ExportFs {
+    /// The server-wide cache of open files this export shares.
+    pub fn open_file_cache(&self) -> &Arc<OpenFileCache> {
+        &self.cache
+    }
+
     /// Opens the export rooted at `root` (a directory; symlinks in this
     /// administrator-given path are followed once, here).
     ///

@@ -5,7 +5,12 @@
 //! *dirty* in the log, durably (`fdatasync`), before the data write is
 //! issued; later writes to a region already dirty need no log I/O. A
 //! COMMIT that made a file's data and its checksums durable marks its idle
-//! regions clean again (in memory); when no region of any file is dirty
+//! regions clean again (in memory), except those written in the last
+//! [`KEEP_DIRTY`]: a client that COMMITs after every few WRITEs would
+//! otherwise pay a log write and `fdatasync` (and lose the io_uring path,
+//! which never waits for one) on the next WRITE of each region, again and
+//! again; a region kept dirty only costs its recomputation if the server
+//! crashes. When no region of any file is dirty
 //! the log is emptied, and when it grows past [`CHECKPOINT_LEN`] it is
 //! rewritten with just the dirty regions. At start-up, before serving,
 //! the checksums of every region the log names are recomputed from the
@@ -26,6 +31,7 @@ use std::io::{self, Read, Write};
 use std::ops::Range;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
@@ -35,6 +41,9 @@ use crate::store::FileKey;
 /// writer logs one record per 64 MiB; recovery re-reads at most that much
 /// per region named.
 pub(crate) const REGION_BLOCKS: u64 = 16384;
+
+/// A COMMIT leaves a region dirty if it was written this recently.
+pub(crate) const KEEP_DIRTY: Duration = Duration::from_secs(5);
 
 /// A log longer than this is rewritten with only the dirty regions.
 const CHECKPOINT_LEN: u64 = 4 << 20;
@@ -50,6 +59,8 @@ pub(crate) struct IntentLog {
     sync: Mutex<SyncState>,
     synced_cv: Condvar,
     dirty: Mutex<Dirty>,
+    /// [`KEEP_DIRTY`], or less in tests.
+    keep_dirty: Duration,
 }
 
 #[derive(Default)]
@@ -87,6 +98,8 @@ struct Region {
     last_seq: u64,
     /// Its record's sequence number in the log.
     logged: u64,
+    /// When the last write of it began.
+    last_write: Instant,
 }
 
 /// What a COMMIT may mark clean once it has synced the file: the regions
@@ -107,7 +120,7 @@ fn encode(key: &FileKey, region: u64, out: &mut Vec<u8>) {
     out.extend_from_slice(&key.handle_type.to_le_bytes());
     out.extend_from_slice(&(key.handle.len() as u16).to_le_bytes());
     out.extend_from_slice(&key.handle);
-    let crc = crc32c::crc32c(&out[start..]);
+    let crc = crate::crc32c(&out[start..]);
     out.extend_from_slice(&crc.to_le_bytes());
 }
 
@@ -121,8 +134,7 @@ pub(crate) fn decode_all(mut bytes: &[u8]) -> Vec<(FileKey, u64)> {
             break;
         }
         let record = &bytes[..len];
-        if crc32c::crc32c(&record[..len - 4]) != u32_at(record, len - 4) || record[4] != KIND_DIRTY
-        {
+        if crate::crc32c(&record[..len - 4]) != u32_at(record, len - 4) || record[4] != KIND_DIRTY {
             break;
         }
         let u64_at = |at: usize| {
@@ -175,6 +187,7 @@ impl IntentLog {
                 sync: Mutex::default(),
                 synced_cv: Condvar::new(),
                 dirty: Mutex::default(),
+                keep_dirty: KEEP_DIRTY,
             },
             records,
         ))
@@ -211,13 +224,16 @@ impl IntentLog {
                         sync.next
                     }
                 };
+                let now = Instant::now();
                 let r = file.regions.entry(region).or_insert(Region {
                     in_flight: 0,
                     last_seq: seq,
                     logged,
+                    last_write: now,
                 });
                 r.in_flight += 1;
                 r.last_seq = seq;
+                r.last_write = now;
                 wait_for = wait_for.max(r.logged);
             }
             seq
@@ -227,6 +243,41 @@ impl IntentLog {
             return Err(e);
         }
         Ok(seq)
+    }
+
+    /// [`IntentLog::begin`] for a caller that must not block: only when
+    /// every region in `regions` is dirty already, durably, so nothing
+    /// has to be written or waited for. Otherwise `None`, and nothing
+    /// changed.
+    pub(crate) fn try_begin(&self, id: FileId, regions: Range<u64>) -> Option<u64> {
+        let mut dirty = self.dirty.lock();
+        let synced = {
+            let sync = self.sync.lock();
+            if sync.broken {
+                return None;
+            }
+            sync.synced
+        };
+        let file = dirty.files.get(&id)?;
+        if !regions.clone().all(|region| {
+            file.regions
+                .get(&region)
+                .is_some_and(|r| r.logged <= synced)
+        }) {
+            return None;
+        }
+        dirty.seq += 1;
+        let seq = dirty.seq;
+        let file = dirty.files.get_mut(&id)?;
+        let now = Instant::now();
+        for region in regions {
+            if let Some(r) = file.regions.get_mut(&region) {
+                r.in_flight += 1;
+                r.last_seq = seq;
+                r.last_write = now;
+            }
+        }
+        Some(seq)
     }
 
     /// The write begun for `regions` is over (done or failed).
@@ -279,8 +330,16 @@ impl IntentLog {
         }
     }
 
-    /// Taken by COMMIT before it syncs the file's data.
-    pub(crate) fn clean_ticket(&self, id: FileId) -> CleanTicket {
+    /// Taken by COMMIT before it syncs the file's data; with `keep_recent`
+    /// regions written in the last [`KEEP_DIRTY`] stay dirty (a COMMIT
+    /// while serving), without it every idle region is cleaned (the last
+    /// COMMIT before the server stops).
+    pub(crate) fn clean_ticket(&self, id: FileId, keep_recent: bool) -> CleanTicket {
+        let keep = if keep_recent {
+            self.keep_dirty
+        } else {
+            Duration::ZERO
+        };
         let dirty = self.dirty.lock();
         let regions = dirty
             .files
@@ -288,7 +347,7 @@ impl IntentLog {
             .map(|f| {
                 f.regions
                     .iter()
-                    .filter(|(_, r)| r.in_flight == 0)
+                    .filter(|(_, r)| r.in_flight == 0 && r.last_write.elapsed() >= keep)
                     .map(|(k, _)| *k)
                     .collect()
             })
@@ -300,7 +359,8 @@ impl IntentLog {
     }
 
     /// After COMMIT made the file's data and checksums durable: its regions
-    /// idle since the ticket was taken are clean. Empties or compacts the
+    /// idle since the ticket was taken (and not written in the
+    /// [`KEEP_DIRTY`] before it) are clean. Empties or compacts the
     /// log when it can.
     pub(crate) fn clean(&self, id: FileId, ticket: CleanTicket) {
         let mut dirty = self.dirty.lock();
@@ -413,7 +473,8 @@ mod tests {
     fn regions_are_logged_once_and_cleaned_by_commit() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("intent.log");
-        let (log, old) = IntentLog::open(&path).unwrap();
+        let (mut log, old) = IntentLog::open(&path).unwrap();
+        log.keep_dirty = Duration::ZERO;
         assert!(old.is_empty());
         let id = [1u8; 16];
         let seq = log.begin(id, &key(1), 0..2).unwrap();
@@ -426,13 +487,13 @@ mod tests {
             "region 1 already dirty"
         );
         // A COMMIT while a write is in flight leaves its region dirty.
-        let ticket = log.clean_ticket(id);
+        let ticket = log.clean_ticket(id, true);
         assert!(ticket.seq > seq);
         log.clean(id, ticket);
         assert_eq!(log.dirty_regions(), 1);
         assert_eq!(decode_all(&std::fs::read(&path).unwrap()).len(), 2);
         log.end(id, 1..2);
-        let ticket = log.clean_ticket(id);
+        let ticket = log.clean_ticket(id, true);
         log.clean(id, ticket);
         assert_eq!(log.dirty_regions(), 0);
         assert_eq!(std::fs::metadata(&path).unwrap().len(), 0, "emptied");
@@ -441,5 +502,28 @@ mod tests {
         drop(log);
         let (_, old) = IntentLog::open(&path).unwrap();
         assert_eq!(old, vec![(key(1), 5)]);
+    }
+
+    #[test]
+    fn a_commit_keeps_recently_written_regions_dirty() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("intent.log");
+        let (mut log, _) = IntentLog::open(&path).unwrap();
+        log.keep_dirty = Duration::from_millis(300);
+        let id = [2u8; 16];
+        log.begin(id, &key(2), 0..1).unwrap();
+        log.end(id, 0..1);
+        let ticket = log.clean_ticket(id, true);
+        log.clean(id, ticket);
+        assert_eq!(log.dirty_regions(), 1, "written just now: kept dirty");
+        let len = std::fs::metadata(&path).unwrap().len();
+        assert!(log.try_begin(id, 0..1).is_some(), "no log write needed");
+        log.end(id, 0..1);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), len);
+        std::thread::sleep(Duration::from_millis(350));
+        let ticket = log.clean_ticket(id, true);
+        log.clean(id, ticket);
+        assert_eq!(log.dirty_regions(), 0, "idle long enough: clean");
+        assert!(log.try_begin(id, 0..1).is_none());
     }
 }

@@ -115,7 +115,7 @@ impl Header {
         h[16..24].copy_from_slice(&self.version.mtime_sec.to_le_bytes());
         h[24..28].copy_from_slice(&self.version.mtime_nsec.to_le_bytes());
         h[32..40].copy_from_slice(&self.version.size.to_le_bytes());
-        let crc = crc32c::crc32c(&h[..60]);
+        let crc = crate::crc32c(&h[..60]);
         h[60..64].copy_from_slice(&crc.to_le_bytes());
         h
     }
@@ -130,7 +130,7 @@ impl Header {
             b.copy_from_slice(&h[at..at + 8]);
             u64::from_le_bytes(b)
         };
-        if crc32c::crc32c(&h[..60]) != u32_at(60) || u32_at(8) as u64 != BLOCK {
+        if crate::crc32c(&h[..60]) != u32_at(60) || u32_at(8) as u64 != BLOCK {
             return None;
         }
         Some(Header {
@@ -503,6 +503,31 @@ impl FileSums {
         })
     }
 
+    /// [`FileSums::begin_write`] for a caller that must not block (an
+    /// async task writing through io_uring): `None` unless the intent log
+    /// already holds every region of `range` durably, so that nothing has
+    /// to be written or synced first. Costs one `statx` of the open file.
+    pub fn try_begin_write<'a>(
+        &'a self,
+        data: BorrowedFd<'a>,
+        range: Range<u64>,
+    ) -> Option<io::Result<WriteTicket<'a>>> {
+        let blocks = range.start / BLOCK..range.end.div_ceil(BLOCK);
+        let last_block = blocks.end.max(blocks.start + 1) - 1;
+        let regions = blocks.start / REGION_BLOCKS..last_block / REGION_BLOCKS + 1;
+        self.store.log.try_begin(self.id, regions.clone())?;
+        if let Err(e) = self.version_begin(data) {
+            self.store.log.end(self.id, regions);
+            return Some(Err(e));
+        }
+        Some(Ok(WriteTicket {
+            sums: self,
+            data,
+            blocks,
+            regions,
+        }))
+    }
+
     fn version_begin(&self, data: BorrowedFd<'_>) -> io::Result<()> {
         let mut v = self.version.lock();
         if v.in_flight == 0 && !v.stale {
@@ -574,11 +599,21 @@ impl FileSums {
         self.file.write_all_at(&bytes, HEADER_LEN + first * 4)?;
         let generation = self.generation.load(Ordering::Acquire);
         let _load = self.load.lock();
-        for (i, crc) in crcs.iter().enumerate() {
-            let block = first + i as u64;
-            if let Some(page) = self.store.cache.get(generation, block / PAGE_ENTRIES) {
-                page.set((block % PAGE_ENTRIES) as usize, crc ^ zero);
+        // One cache lookup per page the write touches, not per block.
+        let end = first + crcs.len() as u64;
+        let mut block = first;
+        while block < end {
+            let page_index = block / PAGE_ENTRIES;
+            let page_end = ((page_index + 1) * PAGE_ENTRIES).min(end);
+            if let Some(page) = self.store.cache.get(generation, page_index) {
+                for b in block..page_end {
+                    page.set(
+                        (b % PAGE_ENTRIES) as usize,
+                        crcs[(b - first) as usize] ^ zero,
+                    );
+                }
             }
+            block = page_end;
         }
         Ok(())
     }
@@ -602,6 +637,16 @@ impl FileSums {
             }
         }
         Ok(None)
+    }
+
+    /// The stored checksums may no longer match the data (a write whose
+    /// outcome nobody will see, such as one abandoned in flight): from
+    /// now on a mismatch rebuilds them from the data instead of being
+    /// reported, as for a file changed behind the server's back.
+    pub fn distrust(&self) {
+        self.version.lock().stale = true;
+        tracing::info!(file = ?self.key, "a write's outcome is unknown; \
+            the file's checksums will be rebuilt from its data if a READ finds a mismatch");
     }
 
     /// After a mismatch: whether the file was changed behind the server's
@@ -720,7 +765,15 @@ impl FileSums {
 
     /// Taken before COMMIT syncs the file's data.
     pub fn commit_ticket(&self) -> CommitTicket {
-        CommitTicket(self.store.log.clean_ticket(self.id))
+        CommitTicket(self.store.log.clean_ticket(self.id, true))
+    }
+
+    /// [`FileSums::commit_ticket`] for the last COMMIT before the server
+    /// stops: every idle region, however recently written, becomes clean,
+    /// so the next start has nothing to recompute (recomputing would also
+    /// adopt, unchecked, whatever the disk holds then).
+    pub fn final_commit_ticket(&self) -> CommitTicket {
+        CommitTicket(self.store.log.clean_ticket(self.id, false))
     }
 
     /// After COMMIT synced the file's data: makes its checksums durable
@@ -847,6 +900,48 @@ mod tests {
         let mut out = Vec::new();
         block_crcs(data, &mut out);
         out
+    }
+
+    #[test]
+    fn cached_pages_follow_writes_across_a_page_boundary_and_try_begin_never_waits() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("integrity"), 4, Order::Overlapped).unwrap();
+        let data = tempfile::tempfile().unwrap();
+        let sums = store.open_file(key(2), data.as_fd()).unwrap();
+        // Blocks 1000..1100 straddle pages 0 and 1 (1024 entries each).
+        let range = 1000 * BLOCK..1100 * BLOCK;
+        assert!(
+            sums.try_begin_write(data.as_fd(), range.clone()).is_none(),
+            "a region not yet in the intent log needs a durable log write first"
+        );
+        let old = vec![1u8; 100 * BLOCK as usize];
+        let t = sums.begin_write(data.as_fd(), range.clone()).unwrap();
+        data.write_all_at(&old, range.start).unwrap();
+        t.finish(&crcs(&old)).unwrap();
+        // Both pages now cached; the next write must update both.
+        assert_eq!(sums.verify(1000, &old).unwrap(), None);
+        let new: Vec<u8> = (0..old.len()).map(|i| (i % 241) as u8).collect();
+        let t = sums
+            .try_begin_write(data.as_fd(), range.clone())
+            .expect("the region is dirty and durable: no waiting")
+            .unwrap();
+        data.write_all_at(&new, range.start).unwrap();
+        t.finish(&crcs(&new)).unwrap();
+        assert_eq!(sums.verify(1000, &new).unwrap(), None);
+        assert_eq!(sums.verify(1000, &old).unwrap().unwrap().block, 1000);
+        assert_eq!(
+            sums.verify(1024, &old[24 * BLOCK as usize..])
+                .unwrap()
+                .unwrap()
+                .block,
+            1024
+        );
+        // A COMMIT right after the writes keeps the region dirty (see
+        // `log::KEEP_DIRTY`): the next write still needs no log write.
+        let ticket = sums.commit_ticket();
+        sums.commit(ticket).unwrap();
+        let t = sums.try_begin_write(data.as_fd(), range).unwrap().unwrap();
+        drop(t);
     }
 
     #[test]

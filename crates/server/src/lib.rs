@@ -172,6 +172,12 @@ async fn serve(config: Config, ports_file: Option<PathBuf>) -> Result<(), String
     }
     let _ = stop_tx.send(true);
     while tasks.join_next().await.is_some() {}
+    let settling = server.clone();
+    if let Err(e) =
+        tokio::task::spawn_blocking(move || integrity::commit_before_stop(&settling)).await
+    {
+        error!(error = %e, "integrity: the last COMMIT before stopping failed");
+    }
     info!("stopped");
     Ok(())
 }

@@ -248,6 +248,42 @@ impl<B: RingBuf> Uring<B> {
         self.submit(Op::Write { flags, personality }, file, buf, range, offset)
     }
 
+    /// [`Uring::write`], then, while the kernel writes, `observe` on the
+    /// bytes being written (`range` of the buffer): work over the data
+    /// that overlaps the write, such as checksumming it (seed 003), on a
+    /// buffer nobody can change meanwhile. Returns the operation and what
+    /// `observe` returned; on a submission error `observe` is not called.
+    // `write`'s arguments plus the observer.
+    #[allow(clippy::too_many_arguments)]
+    pub fn write_observed<R>(
+        self: &Arc<Self>,
+        file: BorrowedFd<'_>,
+        mut buf: B,
+        range: Range<usize>,
+        offset: u64,
+        flags: RwFlags,
+        personality: u16,
+        observe: impl FnOnce(&[u8]) -> R,
+    ) -> Result<(UringOp<B>, R), (io::Error, B)> {
+        let Some(bytes) = buf.aligned_mut().get(range.clone()) else {
+            return Err((io::ErrorKind::InvalidInput.into(), buf));
+        };
+        let (ptr, len) = (bytes.as_ptr(), bytes.len());
+        let op = self.submit(Op::Write { flags, personality }, file, buf, range, offset)?;
+        // SAFETY: `ptr..ptr + len` lies inside the aligned buffer of the
+        // value now stored in the operation's slot, a heap allocation of
+        // its own that moving the value does not move. The buffer is
+        // neither dropped nor written until `op` has completed *and* been
+        // collected or dropped: `op` is still here, so it is neither
+        // (`reap` only moves a completed buffer into `Slot::Done`, where
+        // it stays until `op` collects it). The kernel only reads the
+        // bytes of a write, and nothing else can reach them, so a shared
+        // slice over them is sound for the duration of `observe`.
+        let bytes = unsafe { std::slice::from_raw_parts(ptr, len) };
+        let seen = observe(bytes);
+        Ok((op, seen))
+    }
+
     /// Registers the calling thread's current credentials (fsuid, fsgid,
     /// groups, capabilities) with the ring; the id names them in
     /// [`Uring::write`]. Operations in flight keep their own reference, so
@@ -604,6 +640,39 @@ mod tests {
         let (n, buf) = run(&ring, again.expect("the abandoned read's slot came back"));
         assert_eq!(n.unwrap(), 4096);
         assert!(buf[..4096].iter().all(|&b| b == 7));
+    }
+
+    #[test]
+    fn an_observed_write_shows_the_bytes_it_writes() {
+        let f = file_with(&[0u8; 16384]);
+        let ring = Arc::new(Uring::<AlignedBuf>::new(2).unwrap());
+        let mut buf = AlignedBuf::new(16384, 4096).unwrap();
+        for (i, b) in buf.iter_mut().enumerate() {
+            *b = (i % 249) as u8;
+        }
+        let want: Vec<u8> = buf[4096..12288].to_vec();
+        let (op, seen) = ring
+            .write_observed(f.as_fd(), buf, 4096..12288, 8192, RwFlags::NONE, 0, |b| {
+                b.to_vec()
+            })
+            .ok()
+            .unwrap();
+        assert_eq!(seen, want);
+        let (n, _) = run(&ring, op);
+        assert_eq!(n.unwrap(), 8192);
+        let mut back = vec![0u8; 8192];
+        let n = crate::io::preadv2(f.as_fd(), &mut back, 8192, RwFlags::NONE).unwrap();
+        assert_eq!(n, 8192);
+        assert_eq!(back, want);
+        // A range outside the buffer is refused before anything is seen.
+        let buf = AlignedBuf::new(4096, 4096).unwrap();
+        let refused = ring.write_observed(f.as_fd(), buf, 0..8192, 0, RwFlags::NONE, 0, |_| {
+            panic!("observed a refused write")
+        });
+        assert_eq!(
+            refused.err().map(|(e, _)| e.kind()),
+            Some(io::ErrorKind::InvalidInput)
+        );
     }
 
     #[test]
