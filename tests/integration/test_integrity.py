@@ -24,6 +24,10 @@ block, computed on every WRITE, verified on every READ, scrubbed offline.
   succeeds and scrub finds 0 bad blocks.
 - test_remove_frees_checksums: REMOVE of the last name deletes the
   file's checksum file.
+- test_client_set_mtime_is_not_a_change_behind_the_back: after a SETATTR of
+  the mtime through NFS (`touch -d`, `cp -p`, rsync), a rotted block still
+  fails its READ (the server's own change must not make it rebuild the
+  checksums from the rotted data).
 - test_aligned_direct_writes_go_through_the_ring_with_checksums: aligned
   WRITEs to a region already in the intent log are written through
   io_uring, their checksums computed while the kernel writes; every byte
@@ -377,3 +381,22 @@ def test_aligned_direct_writes_go_through_the_ring_with_checksums(server, client
     assert [x["status"] for x in r] == ["NFS3ERR_IO", "NFS3_OK"]
     assert r[1]["data"] == bytes(model[(bad + 1) * B:(bad + 2) * B])
     assert f"block={bad}" in server.log_text()
+
+
+@pytest.mark.parametrize("mode", [pytest.param(m, marks=_integrity(m), id=m)
+                                  for m in ("buffered", "direct")])
+def test_client_set_mtime_is_not_a_change_behind_the_back(server, client, iorhard, loopfs,
+                                                          mode):
+    data = random.Random(5).randbytes(16 * B)
+    with client.open("touched", "wb") as f:
+        f.write(data)
+    client.utime("touched", ns=(1_500_000_000 * 10**9, 1_600_000_000 * 10**9))
+    local = os.path.join(server.export, "touched")
+    assert os.stat(local).st_mtime_ns == 1_600_000_000 * 10**9
+    os.sync()
+    rot_block(loopfs.device, physical_offset(local, 5 * B))
+    drop_cached_pages(local)
+    r = iorhard.readraw("touched", [(5 * B, B), (0, 5 * B)])
+    assert [x["status"] for x in r] == ["NFS3ERR_IO", "NFS3_OK"]
+    log = server.log_text()
+    assert "checksums were rebuilt" not in log and "block=5" in log

@@ -165,14 +165,41 @@ impl ExportFs {
                 last_access: timespec(attrs.atime),
                 last_modification: timespec(attrs.mtime),
             };
-            utimensat(
-                node.fd(),
-                c"",
-                &times,
-                AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
-            )?;
+            let set = || {
+                utimensat(
+                    node.fd(),
+                    c"",
+                    &times,
+                    AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+                )
+                .map_err(std::io::Error::from)
+            };
+            // With checksums, an mtime the server sets is its own change,
+            // not one behind its back (which would rebuild the checksums
+            // at the next mismatch instead of reporting it).
+            match self.checksummed_file(node, attrs.mtime.is_some())? {
+                Some(file) => {
+                    let sums = file.data().integrity().ok_or(FsError::Io)?;
+                    sums.server_change(file.data().buffered_fd(), set)?
+                }
+                None => set()?,
+            }
         }
         self.getattr(node)
+    }
+
+    /// The open file of `node` if `wanted`, it is a regular file and the
+    /// export keeps checksums (opened if it was not).
+    fn checksummed_file(
+        &self,
+        node: &Node,
+        wanted: bool,
+    ) -> Result<Option<std::sync::Arc<OpenFile>>, FsError> {
+        if !wanted || node.kind != FileKind::Regular || self.integrity.is_none() {
+            return Ok(None);
+        }
+        let file = self.open_file_of(node)?;
+        Ok(file.data().integrity().is_some().then_some(file))
     }
 
     /// Truncates or extends a regular file to `size` bytes. Needs write

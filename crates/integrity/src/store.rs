@@ -639,6 +639,30 @@ impl FileSums {
         Ok(None)
     }
 
+    /// Runs `change`, a change the server itself makes to the file that
+    /// moves its version (mtime, size) without touching its data, such as
+    /// a SETATTR of the mtime, and takes the version after it as the
+    /// server's own: so the checksums stay trusted, and a later mismatch
+    /// is still reported as corruption rather than rebuilt away. If the
+    /// file had already changed behind the server's back, its checksums
+    /// become stale instead.
+    pub fn server_change<T>(
+        &self,
+        data: BorrowedFd<'_>,
+        change: impl FnOnce() -> io::Result<T>,
+    ) -> io::Result<T> {
+        let mut v = self.version.lock();
+        if !v.stale && v.in_flight == 0 && Version::of(data)? != v.recorded {
+            v.stale = true;
+        }
+        let out = change()?;
+        // With writes in flight, the last one to end records the version.
+        if !v.stale && v.in_flight == 0 {
+            v.recorded = Version::of(data)?;
+        }
+        Ok(out)
+    }
+
     /// The stored checksums may no longer match the data (a write whose
     /// outcome nobody will see, such as one abandoned in flight): from
     /// now on a mismatch rebuilds them from the data instead of being
@@ -942,6 +966,33 @@ mod tests {
         sums.commit(ticket).unwrap();
         let t = sums.try_begin_write(data.as_fd(), range).unwrap().unwrap();
         drop(t);
+    }
+
+    #[test]
+    fn times_the_server_sets_keep_the_checksums_trusted() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("integrity"), 4, Order::Overlapped).unwrap();
+        let data = tempfile::tempfile().unwrap();
+        let sums = store.open_file(key(3), data.as_fd()).unwrap();
+        let bytes = vec![5u8; 8192];
+        let t = sums.begin_write(data.as_fd(), 0..8192).unwrap();
+        data.write_all_at(&bytes, 0).unwrap();
+        t.finish(&crcs(&bytes)).unwrap();
+        let set_mtime = |secs| {
+            let when = std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs);
+            data.set_modified(when)
+        };
+        // The server sets the mtime: still trusted, a mismatch is reported.
+        sums.server_change(data.as_fd(), || set_mtime(1_000_000))
+            .unwrap();
+        assert!(!sums.changed_behind_back(data.as_fd()).unwrap());
+        // Someone else sets it: changed behind the server's back.
+        set_mtime(2_000_000).unwrap();
+        assert!(sums.changed_behind_back(data.as_fd()).unwrap());
+        // And a server change after that does not make it trusted again.
+        sums.server_change(data.as_fd(), || set_mtime(3_000_000))
+            .unwrap();
+        assert!(sums.is_stale());
     }
 
     #[test]
