@@ -23,7 +23,8 @@ block, computed on every WRITE, verified on every READ, scrubbed offline.
   remount, restart: the server recovers from the intent log; every READ
   succeeds and scrub finds 0 bad blocks.
 - test_remove_frees_checksums: REMOVE of the last name deletes the
-  file's checksum file.
+  file's checksum file; a file deleted locally (behind the server's back)
+  is found by scrub, whose --repair-metadata removes its checksum file.
 - test_client_set_mtime_is_not_a_change_behind_the_back: after a SETATTR of
   the mtime through NFS (`touch -d`, `cp -p`, rsync), a rotted block still
   fails its READ (the server's own change must not make it rebuild the
@@ -258,6 +259,23 @@ def test_remove_frees_checksums(server, client, loopfs, mode):
     assert len(files()) == 1
     client.remove("gone")
     assert files() == []
+    # Deleted locally: scrub finds the leftover, --repair-metadata frees it.
+    for name in ("kept", "deleted-locally"):
+        with client.open(name, "wb") as f:
+            f.write(name.encode() * 3000)
+    assert len(files()) == 2
+    os.unlink(os.path.join(server.export, "deleted-locally"))
+    server.close_clients()
+    server.stop()
+    r = scrub(server, check_rc=0)
+    assert "deleted behind the server's back: 1 (`--repair-metadata` removes them)" in r.stdout
+    assert len(files()) == 2
+    r = scrub(server, "--repair-metadata", check_rc=0)
+    assert "deleted behind the server's back: 1 (removed)" in r.stdout
+    assert len(files()) == 1
+    r = scrub(server, check_rc=0)
+    assert "deleted behind" not in r.stdout
+    assert "files:      1" in r.stdout and "bad blocks: 0" in r.stdout
 
 
 REC = 47008

@@ -3,8 +3,9 @@
 //! run beside a server using the same state directory). First it does
 //! what a server start does, crash recovery from the intent log; then it
 //! walks each export (not crossing mounts, each inode once), reads every
-//! block from the device and prints a summary. Exit status 1 when a bad
-//! block was found.
+//! block from the device and prints a summary; last it lists the checksum
+//! files of files deleted behind the server's back (`--repair-metadata`
+//! removes them). Exit status 1 when a bad block was found.
 
 use std::collections::HashSet;
 use std::io::{IsTerminal, Write};
@@ -33,6 +34,8 @@ struct Summary {
     bad: Vec<(PathBuf, u64, u32, u32)>,
     stale: Vec<PathBuf>,
     rebuilt: u64,
+    /// Checksum files of files that no longer exist.
+    orphans: u64,
     errors: Vec<(PathBuf, String)>,
 }
 
@@ -116,6 +119,19 @@ pub fn run(plan: ScrubPlan) -> Result<u8, String> {
         }
     }
     progress.finish();
+    // Checksum files of files deleted behind the server's back.
+    match store.sweep(
+        &mut |k| {
+            dionfs_server::integrity::open_for_recovery(&filesystems, k).map(|fd| fd.is_some())
+        },
+        plan.repair_metadata,
+    ) {
+        Ok(report) => summary.orphans = report.orphans,
+        Err(e) => summary.errors.push((
+            dir.join("files"),
+            format!("cannot list the checksum files: {e}"),
+        )),
+    }
     print_summary(&summary, plan.repair_metadata);
     Ok(if !summary.bad.is_empty() {
         1
@@ -199,6 +215,20 @@ fn print_summary(s: &Summary, repair: bool) {
         }
         if s.stale.len() > 20 {
             println!("    ... and {} more", s.stale.len() - 20);
+        }
+    }
+    if s.orphans > 0 {
+        if repair {
+            println!(
+                "  checksum files of files deleted behind the server's back: {} (removed)",
+                s.orphans
+            );
+        } else {
+            println!(
+                "  checksum files of files deleted behind the server's back: {} \
+                 (`--repair-metadata` removes them)",
+                s.orphans
+            );
         }
     }
     if !s.errors.is_empty() {

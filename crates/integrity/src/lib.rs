@@ -37,7 +37,8 @@ use std::sync::OnceLock;
 
 pub use overlap::{Checksummer, Order};
 pub use store::{
-    CommitTicket, FileKey, FileSums, Mismatch, RecoveryReport, Store, Version, WriteTicket,
+    CommitTicket, FileKey, FileSums, Mismatch, RecoveryReport, Store, SweepReport, Version,
+    WriteTicket,
 };
 
 /// Runs `f` (creating, renaming or removing files of the store) as the

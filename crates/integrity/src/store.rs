@@ -43,6 +43,8 @@ use crate::{block_ceil, block_crc, block_crcs, zero_block_crc, Checksummer, Orde
 const MAGIC: &[u8; 8] = b"DIONCRC1";
 const HEADER_LEN: u64 = 64;
 const FLAG_STALE: u32 = 1;
+/// The extended attribute of a checksum file that names its file's key.
+const KEY_XATTR: &str = "user.dionfs.key";
 /// Bytes read at a time when checksumming a file's data.
 const READ_CHUNK: usize = 1 << 20;
 
@@ -67,6 +69,40 @@ impl FileKey {
         let mut id = [0u8; 16];
         id.copy_from_slice(&h.finalize().as_bytes()[..16]);
         id
+    }
+
+    /// Names the file a checksum file belongs to in the checksum file
+    /// itself ([`KEY_XATTR`]), so that [`Store::sweep`] can tell whether
+    /// it still exists. Best effort: a filesystem without user xattrs
+    /// only loses the sweep.
+    fn write_xattr(&self, file: &File) {
+        let mut v = Vec::with_capacity(12 + self.handle.len());
+        v.extend_from_slice(&self.fs_id.to_le_bytes());
+        v.extend_from_slice(&self.handle_type.to_le_bytes());
+        v.extend_from_slice(&self.handle);
+        if let Err(e) = rustix::fs::fsetxattr(file, KEY_XATTR, &v, rustix::fs::XattrFlags::empty())
+        {
+            tracing::debug!(file = ?self, error = %e, "cannot name the file in its checksum file");
+        }
+    }
+
+    /// The key [`FileKey::write_xattr`] stored on `file`, if any.
+    fn read_xattr(file: &File) -> Option<FileKey> {
+        let mut v = vec![0u8; 12 + 256];
+        let n = rustix::fs::fgetxattr(file, KEY_XATTR, &mut v).ok()?;
+        let v = v.get(..n)?;
+        if v.len() < 12 {
+            return None;
+        }
+        let mut fs_id = [0u8; 8];
+        fs_id.copy_from_slice(&v[..8]);
+        let mut handle_type = [0u8; 4];
+        handle_type.copy_from_slice(&v[8..12]);
+        Some(FileKey {
+            fs_id: u64::from_le_bytes(fs_id),
+            handle_type: i32::from_le_bytes(handle_type),
+            handle: v[12..].to_vec(),
+        })
     }
 
     fn relative_path(&self) -> PathBuf {
@@ -318,6 +354,52 @@ impl Store {
         crate::as_server(|| FileSums::open(self, key, data, Open::Existing))
     }
 
+    /// Finds the checksum files whose file no longer exists (deleted
+    /// behind the server's back; a REMOVE through NFS frees them at once):
+    /// `exists` says whether a key's file does (an error: cannot tell, for
+    /// instance no export on its filesystem). Removes them if `remove`.
+    /// Run it offline (the store locked, no server using it).
+    pub fn sweep(
+        &self,
+        exists: &mut dyn FnMut(&FileKey) -> io::Result<bool>,
+        remove: bool,
+    ) -> io::Result<SweepReport> {
+        let mut report = SweepReport::default();
+        let files = self.dir.join("files");
+        let Ok(subdirs) = std::fs::read_dir(&files) else {
+            return Ok(report);
+        };
+        for sub in subdirs {
+            let sub = sub?.path();
+            if !sub.is_dir() {
+                continue;
+            }
+            for entry in std::fs::read_dir(sub)? {
+                let path = entry?.path();
+                if path.extension().is_none_or(|e| e != "crc") {
+                    continue;
+                }
+                let key = File::open(&path).ok().and_then(|f| FileKey::read_xattr(&f));
+                // A key that does not hash to the file's name is not ours.
+                let Some(key) = key.filter(|k| self.dir.join(k.relative_path()) == path) else {
+                    report.unknown += 1;
+                    continue;
+                };
+                match exists(&key) {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        report.orphans += 1;
+                        if remove {
+                            self.remove(&key);
+                        }
+                    }
+                    Err(_) => report.unknown += 1,
+                }
+            }
+        }
+        Ok(report)
+    }
+
     /// Frees the checksums of a file that lost its last name.
     pub fn remove(&self, key: &FileKey) {
         self.log.forget(key.id());
@@ -376,6 +458,16 @@ pub struct WriteTicket<'a> {
     data: BorrowedFd<'a>,
     blocks: Range<u64>,
     regions: Range<u64>,
+}
+
+/// What [`Store::sweep`] found.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SweepReport {
+    /// Checksum files of files that no longer exist (removed if asked).
+    pub orphans: u64,
+    /// Checksum files whose file could not be checked (no name recorded,
+    /// or no export on its filesystem).
+    pub unknown: u64,
 }
 
 /// How [`FileSums::open`] opens a checksum file.
@@ -448,6 +540,7 @@ impl FileSums {
         };
         if got == 0 {
             sums.write_header()?;
+            sums.key.write_xattr(&sums.file);
         }
         Ok(Some(sums))
     }
@@ -993,6 +1086,33 @@ mod tests {
         sums.server_change(data.as_fd(), || set_mtime(3_000_000))
             .unwrap();
         assert!(sums.is_stale());
+    }
+
+    #[test]
+    fn sweep_finds_and_removes_checksums_of_files_that_are_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("integrity"), 4, Order::Overlapped).unwrap();
+        let (a, b) = (tempfile::tempfile().unwrap(), tempfile::tempfile().unwrap());
+        drop(store.open_file(key(4), a.as_fd()).unwrap());
+        drop(store.open_file(key(5), b.as_fd()).unwrap());
+        let path = |n| dir.path().join("integrity").join(key(n).relative_path());
+        assert!(path(4).exists() && path(5).exists());
+        // An unrelated file in the store is never touched.
+        std::fs::write(dir.path().join("integrity/files/zz.crc"), b"x").ok();
+        let mut exists = |k: &FileKey| -> io::Result<bool> {
+            match k.handle[0] {
+                4 => Ok(true),
+                5 => Ok(false),
+                _ => Err(io::Error::other("cannot tell")),
+            }
+        };
+        let found = store.sweep(&mut exists, false).unwrap();
+        assert_eq!(found.orphans, 1);
+        assert!(path(5).exists(), "only reported without remove");
+        let swept = store.sweep(&mut exists, true).unwrap();
+        assert_eq!(swept.orphans, 1);
+        assert!(path(4).exists() && !path(5).exists());
+        assert_eq!(store.sweep(&mut exists, true).unwrap().orphans, 0);
     }
 
     #[test]
