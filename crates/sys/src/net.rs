@@ -115,6 +115,33 @@ pub fn set_send_buffer<Fd: AsFd>(socket: Fd, bytes: usize) -> io::Result<usize> 
     Ok(usize::try_from(kept).unwrap_or(0) / 2)
 }
 
+/// The memory the kernel has charged to `socket`'s receive queue (each
+/// queued segment's truesize, `SK_MEMINFO_RMEM_ALLOC`) and the most it
+/// may charge (`SK_MEMINFO_RCVBUF`), from `SO_MEMINFO`. The receive window
+/// closes as the first nears the second, whatever the payload bytes
+/// queued (FIONREAD) are.
+pub fn receive_memory<Fd: AsFd>(socket: Fd) -> io::Result<(usize, usize)> {
+    // SK_MEMINFO_VARS is 9 in every kernel since 4.x; room for more.
+    let mut info = [0u32; 16];
+    let mut len = std::mem::size_of_val(&info) as libc::socklen_t;
+    // SAFETY: `socket` is borrowed, so live; `info` and `len` are on our
+    // stack, `len` holds the byte size of `info`, and the kernel writes at
+    // most that many bytes (it copies min(len, its own size)).
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_fd().as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MEMINFO,
+            info.as_mut_ptr().cast(),
+            &raw mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((info[0] as usize, info[1] as usize))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

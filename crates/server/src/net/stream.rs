@@ -8,8 +8,9 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
-use dionfs_sys::net::{bytes_queued, rcvlowat, set_rcvlowat};
+use dionfs_sys::net::{bytes_queued, rcvlowat, receive_memory, set_rcvlowat};
 use tokio::io::{AsyncRead, Interest, ReadBuf};
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::TcpStream;
@@ -136,10 +137,26 @@ impl CallStream for CallReader {
     }
 }
 
+/// How long [`wait_with_low_water_mark`] trusts the kernel to say that
+/// the socket can queue no more before it looks itself.
+const PAYLOAD_RECHECK: Duration = Duration::from_millis(20);
+
 /// Waits with `SO_RCVLOWAT` set to `bytes` until epoll says the socket is
 /// readable under that mark: the bytes are there, or the peer closed, or the
 /// receive window is about to close (the socket cannot queue more: the
 /// payload is larger than its buffer). `seen` bytes are queued already.
+///
+/// The kernel does not always say the last: it decides whether to wake
+/// the reader when a segment arrives, and when the queue's memory (each
+/// segment's truesize, not its payload) fills the buffer before the
+/// mark is met, the window closes, no segment arrives any more and no
+/// wake-up comes; the sender waits for the window, the reader for the
+/// mark (seen here with nfs-rs WRITEs under load: 295,044 of 296,036
+/// bytes queued, 299,840 of 301,933 bytes of receive memory charged, then
+/// nothing for the stall timeout). So every [`PAYLOAD_RECHECK`] without a
+/// wake-up the queue is looked at: no new bytes and the receive memory
+/// full means reading is what comes next. (No new bytes with room left is
+/// a client that paused: still waited for, holding no buffer.)
 async fn wait_with_low_water_mark(
     socket: &TcpStream,
     bytes: usize,
@@ -155,8 +172,24 @@ async fn wait_with_low_water_mark(
     // more than it kept.
     let mark = rcvlowat(socket)?.clamp(1, bytes);
     loop {
-        socket.readable().await?;
+        let woken = match tokio::time::timeout(PAYLOAD_RECHECK, socket.readable()).await {
+            Ok(ready) => {
+                ready?;
+                true
+            }
+            Err(_) => false,
+        };
         let queued = bytes_queued(socket)?;
+        if !woken {
+            // No wake-up: still arriving, paused, or stuck below the mark.
+            if queued == seen && receive_memory_full(socket) {
+                return Ok(());
+            }
+            if queued != seen {
+                seen = queued;
+            }
+            continue;
+        }
         // Readable without new bytes: the peer closed, or the socket is
         // full. Either way reading is what comes next.
         if queued >= mark || queued == seen {
@@ -169,9 +202,101 @@ async fn wait_with_low_water_mark(
     }
 }
 
+/// Whether `socket`'s receive memory is (nearly) all charged, so that its
+/// window is closed and no more bytes can come until some are read. An
+/// error says yes: reading then is never wrong.
+fn receive_memory_full(socket: &TcpStream) -> bool {
+    match receive_memory(socket) {
+        Ok((charged, limit)) => limit.saturating_sub(charged) < (limit / 16).max(4096),
+        Err(_) => true,
+    }
+}
+
 /// Clears tokio's read readiness of `socket`, if it has any.
 fn clear_readable(socket: &TcpStream) {
     let _ = socket.try_io(Interest::READABLE, || {
         Err::<(), _>(io::Error::from(io::ErrorKind::WouldBlock))
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    async fn pair() -> (TcpStream, TcpStream) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        (client, server)
+    }
+
+    /// A client that sent part of a payload and paused is waited for
+    /// (holding no buffer), however long: only new bytes or a full socket
+    /// end the wait.
+    #[tokio::test]
+    async fn a_paused_payload_is_waited_for() {
+        let (mut client, server) = pair().await;
+        client.write_all(&[1u8; 10_000]).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let queued = bytes_queued(&server).unwrap();
+        assert_eq!(queued, 10_000);
+        let waited = tokio::time::timeout(
+            Duration::from_millis(300),
+            wait_with_low_water_mark(&server, 100_000, queued),
+        )
+        .await;
+        assert!(waited.is_err(), "stopped waiting for a paused client");
+        // The rest comes: the wait ends.
+        let rest = tokio::spawn(async move {
+            client.write_all(&[2u8; 90_000]).await.unwrap();
+            client
+        });
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            wait_with_low_water_mark(&server, 100_000, queued),
+        )
+        .await
+        .expect("the whole payload came")
+        .unwrap();
+        assert!(bytes_queued(&server).unwrap() >= 100_000 - 4096);
+        drop(rest.await.unwrap());
+    }
+
+    /// A payload larger than the socket can queue (its receive buffer
+    /// fixed small): the wait ends once the queue's memory is full, with
+    /// or without the kernel's wake-up.
+    #[tokio::test]
+    async fn a_payload_the_socket_cannot_queue_ends_the_wait() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let sender = tokio::spawn(async move {
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            let _ = s.write_all(&vec![7u8; 4 << 20]).await;
+            s
+        });
+        let (server, _) = listener.accept().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let queued = bytes_queued(&server).unwrap();
+        assert!(
+            queued < 4 << 20,
+            "the socket queued the whole payload: no test"
+        );
+        tokio::time::timeout(
+            Duration::from_secs(3),
+            wait_with_low_water_mark(&server, 4 << 20, queued),
+        )
+        .await
+        .expect("still waiting for a mark the socket cannot reach")
+        .unwrap();
+        let (charged, limit) = receive_memory(&server).unwrap();
+        assert!(
+            charged > 0 && charged <= limit + limit / 4,
+            "{charged} of {limit}"
+        );
+        drop(server);
+        let _ = sender.await;
+    }
 }
