@@ -1,5 +1,6 @@
 """Server lifecycle: handles survive a restart, the write verifier changes,
-SIGTERM stops it, multi-export config files, bad configs fail loudly."""
+SIGTERM stops it, multi-export config files, bad configs fail loudly; under
+systemd it says READY=1 and STOPPING=1 and logs plain lines."""
 
 from __future__ import annotations
 
@@ -90,6 +91,60 @@ def test_portmap_getport(server, nfsproc):
     assert getport(100005, 3) == server.mount_port
     assert getport(100003, 4) == 0  # not served
     assert getport(100021, 4) == 0  # no NLM
+
+
+@pytest.mark.dionfs_only
+def test_systemd_notify_and_plain_logs(loopfs, tmp_path, monkeypatch):
+    """`Type=notify` (dist/dionfs.service): READY=1 once it serves, STOPPING=1
+    at SIGTERM, to $NOTIFY_SOCKET; logs without colour codes when stderr is
+    not a terminal (no NO_COLOR given), without timestamps under the
+    journal (JOURNAL_STREAM)."""
+    import socket
+
+    exp = loopfs.path("export-sd")
+    os.makedirs(exp, exist_ok=True)
+    sock_path = str(tmp_path / "notify")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(sock_path)
+    listener.settimeout(30)
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("NOTIFY_SOCKET", sock_path)
+    monkeypatch.setenv("JOURNAL_STREAM", "8:1234")
+    srv = DionfsServer(exp, [])
+    try:
+        srv.start()
+        ready = listener.recv(4096).decode()
+        assert ready.startswith("READY=1\n") and "STATUS=serving 1 export(s)" in ready, ready
+        # READY comes once it serves: a client works at once.
+        srv.client().listdir("")
+        assert srv.stop(timeout=10) == 0
+        assert listener.recv(4096) == b"STOPPING=1"
+        log = srv.log_text()
+        assert "dionfs serving NFSv3" in log
+        assert "\x1b[" not in log, "colour codes in a log that is not a terminal"
+        first = next(line for line in log.splitlines() if "dionfs serving NFSv3" in line)
+        assert first.lstrip().startswith("INFO"), f"a timestamp under the journal: {first!r}"
+    finally:
+        listener.close()
+        srv.cleanup()
+
+
+@pytest.mark.dionfs_only
+def test_systemd_unit_verifies(tmp_path):
+    """dist/dionfs.service parses cleanly (`systemd-analyze verify`: every
+    directive known and valid), with its ExecStart pointed at this build."""
+    import shutil
+
+    if not shutil.which("systemd-analyze"):
+        pytest.skip("no systemd-analyze")
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    unit = open(os.path.join(repo, "dist", "dionfs.service")).read()
+    assert "/usr/local/bin/dionfs serve --config /etc/dionfs.toml" in unit
+    path = tmp_path / "dionfs.service"
+    path.write_text(unit.replace("/usr/local/bin/dionfs", dionfs_bin()))
+    r = subprocess.run(["systemd-analyze", "verify", str(path)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0 and r.stdout + r.stderr == "", r.stdout + r.stderr
 
 
 @pytest.mark.dionfs_only

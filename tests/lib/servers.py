@@ -199,7 +199,6 @@ class DionfsServer(ServerBase):
         log.flush()
         env = dict(os.environ)
         env.setdefault("RUST_BACKTRACE", "1")
-        env.setdefault("NO_COLOR", "1")
         self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, env=env)
         _running.add(self.proc)

@@ -3,6 +3,7 @@
 
 mod scrub;
 
+use std::io::IsTerminal;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -318,12 +319,21 @@ impl ServeArgs {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
+    // Colour only on a terminal (and not with NO_COLOR); under systemd
+    // (stderr to the journal, JOURNAL_STREAM set) no timestamp either: the
+    // journal records its own.
+    let terminal = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_env("DIONFS_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
-        .init();
+        .with_ansi(terminal);
+    if std::env::var_os("JOURNAL_STREAM").is_some() {
+        logs.without_time().init();
+    } else {
+        logs.init();
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => {

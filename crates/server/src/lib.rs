@@ -11,6 +11,7 @@ pub mod nfs;
 pub mod portmap;
 mod reply;
 pub mod server;
+pub mod systemd;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -166,10 +167,15 @@ async fn serve(config: Config, ports_file: Option<PathBuf>) -> Result<(), String
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
+    systemd::notify(&format!(
+        "READY=1\nSTATUS=serving {} export(s) on {ip}, NFS port {nfs_port}",
+        server.exports.len()
+    ));
     tokio::select! {
         _ = tokio::signal::ctrl_c() => info!("SIGINT: shutting down"),
         _ = term.recv() => info!("SIGTERM: shutting down"),
     }
+    systemd::notify("STOPPING=1");
     let _ = stop_tx.send(true);
     while tasks.join_next().await.is_some() {}
     let settling = server.clone();
