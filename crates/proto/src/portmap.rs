@@ -137,6 +137,137 @@ impl Decode<'_> for DumpResult {
     }
 }
 
+/// rpcbind versions 3 and 4 (RFC 1833 section 2), the same program on the
+/// same port: `rpcinfo` and libtirpc clients (`showmount`) ask them first.
+pub const RPCBIND_V3: u32 = 3;
+/// See [`RPCBIND_V3`].
+pub const RPCBIND_V4: u32 = 4;
+
+/// Longest netid, address and owner strings accepted (`rpcb` fields).
+pub const RPCB_STRING_MAX: u32 = 255;
+
+/// The longest XDR encoding of an [`Rpcb`]: three u32-length strings of at
+/// most [`RPCB_STRING_MAX`] bytes, padded, and two u32s.
+pub const RPCB_MAX_LEN: usize = 8 + 3 * (4 + 256);
+
+/// Procedures of rpcbind versions 3 and 4 dionfs answers (the others are
+/// PROC_UNAVAIL: CALLIT/BCAST, INDIRECT, the address translations, the
+/// list and statistics calls).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RpcbProcedure {
+    Null = 0,
+    /// Registers (args [`Rpcb`], result bool).
+    Set = 1,
+    /// Unregisters (args [`Rpcb`], result bool).
+    Unset = 2,
+    /// The universal address of a program version over a netid (args
+    /// [`Rpcb`], result string, empty when not registered).
+    GetAddr = 3,
+    /// Every registration (no args, result [`RpcbDump`]).
+    Dump = 4,
+    /// The server's time (no args, result u32 seconds).
+    GetTime = 6,
+    /// Version 4: GETADDR for exactly that version.
+    GetVersAddr = 9,
+}
+
+impl RpcbProcedure {
+    /// The procedure with this number in `vers` (3 or 4), if answered.
+    pub fn from_u32(vers: u32, proc_: u32) -> Option<Self> {
+        Some(match proc_ {
+            0 => RpcbProcedure::Null,
+            1 => RpcbProcedure::Set,
+            2 => RpcbProcedure::Unset,
+            3 => RpcbProcedure::GetAddr,
+            4 => RpcbProcedure::Dump,
+            6 => RpcbProcedure::GetTime,
+            9 if vers == RPCBIND_V4 => RpcbProcedure::GetVersAddr,
+            _ => return None,
+        })
+    }
+
+    /// The longest XDR encoding of its arguments.
+    pub const fn max_args_len(self) -> usize {
+        match self {
+            RpcbProcedure::Null | RpcbProcedure::Dump | RpcbProcedure::GetTime => 0,
+            _ => RPCB_MAX_LEN,
+        }
+    }
+}
+
+/// A registration (`struct rpcb`): program, version, network id ("tcp",
+/// "udp", "tcp6", ...), universal address ("h1.h2.h3.h4.p1.p2") and owner.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Rpcb {
+    pub prog: u32,
+    pub vers: u32,
+    pub netid: String,
+    pub addr: String,
+    pub owner: String,
+}
+
+impl Encode for Rpcb {
+    fn encode(&self, enc: &mut Encoder) {
+        enc.u32(self.prog);
+        enc.u32(self.vers);
+        enc.string(self.netid.as_bytes());
+        enc.string(self.addr.as_bytes());
+        enc.string(self.owner.as_bytes());
+    }
+}
+
+impl Decode<'_> for Rpcb {
+    fn decode(dec: &mut Decoder<'_>) -> Result<Self> {
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        Ok(Self {
+            prog: dec.u32()?,
+            vers: dec.u32()?,
+            netid: text(dec.string(RPCB_STRING_MAX)?),
+            addr: text(dec.string(RPCB_STRING_MAX)?),
+            owner: text(dec.string(RPCB_STRING_MAX)?),
+        })
+    }
+}
+
+/// The result of rpcbind DUMP: every registration, as a linked list (each
+/// entry preceded by TRUE, the list ended by FALSE).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RpcbDump {
+    pub entries: Vec<Rpcb>,
+}
+
+impl Encode for RpcbDump {
+    fn encode(&self, enc: &mut Encoder) {
+        for e in &self.entries {
+            enc.bool(true);
+            e.encode(enc);
+        }
+        enc.bool(false);
+    }
+}
+
+impl Decode<'_> for RpcbDump {
+    fn decode(dec: &mut Decoder<'_>) -> Result<Self> {
+        let mut entries = Vec::new();
+        while dec.bool()? {
+            if entries.len() >= MAX_DUMP_ENTRIES as usize {
+                return Err(XdrError::TooLong {
+                    len: MAX_DUMP_ENTRIES + 1,
+                    max: MAX_DUMP_ENTRIES,
+                });
+            }
+            entries.push(Rpcb::decode(dec)?);
+        }
+        Ok(Self { entries })
+    }
+}
+
+/// The universal address of `ip` port `port` (RFC 1833 section 2.2:
+/// "h1.h2.h3.h4.p1.p2" for IPv4, the textual IPv6 address then ".p1.p2").
+pub fn universal_addr(ip: std::net::IpAddr, port: u16) -> String {
+    format!("{ip}.{}.{}", port >> 8, port & 0xff)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,6 +290,47 @@ mod tests {
         assert_eq!(Procedure::Null.max_args_len(), Some(0));
         assert_eq!(Procedure::Dump.max_args_len(), Some(0));
         assert_eq!(Procedure::CallIt.max_args_len(), None);
+    }
+
+    #[test]
+    fn rpcb_round_trips_is_bounded_and_never_panics() {
+        let r = Rpcb {
+            prog: 100_003,
+            vers: 3,
+            netid: "tcp".into(),
+            addr: universal_addr("127.0.0.1".parse().unwrap(), 2049),
+            owner: "superuser".into(),
+        };
+        assert_eq!(r.addr, "127.0.0.1.8.1");
+        let bytes = r.to_xdr();
+        assert_eq!(Rpcb::from_xdr(&bytes).unwrap(), r);
+        for cut in 0..bytes.len() {
+            assert!(Rpcb::from_xdr(&bytes[..cut]).is_err(), "prefix {cut}");
+        }
+        let longest = Rpcb {
+            netid: "n".repeat(255),
+            addr: "a".repeat(255),
+            owner: "o".repeat(255),
+            ..r.clone()
+        };
+        assert!(longest.to_xdr().len() <= RPCB_MAX_LEN);
+        let too_long = Rpcb {
+            netid: "n".repeat(256),
+            ..r.clone()
+        };
+        assert!(Rpcb::from_xdr(&too_long.to_xdr()).is_err());
+        let dump = RpcbDump {
+            entries: vec![r.clone(), r],
+        };
+        assert_eq!(RpcbDump::from_xdr(&dump.to_xdr()).unwrap(), dump);
+        let junk: Vec<u8> = (0..500u32).map(|i| (i * 131 % 256) as u8).collect();
+        let _ = RpcbDump::from_xdr(&junk);
+        assert_eq!(RpcbProcedure::from_u32(3, 9), None);
+        assert_eq!(
+            RpcbProcedure::from_u32(4, 9),
+            Some(RpcbProcedure::GetVersAddr)
+        );
+        assert_eq!(universal_addr("::1".parse().unwrap(), 111), "::1.0.111");
     }
 
     #[test]

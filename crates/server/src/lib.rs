@@ -10,6 +10,7 @@ pub mod net;
 pub mod nfs;
 pub mod portmap;
 mod reply;
+pub mod rpcbind;
 pub mod server;
 pub mod systemd;
 
@@ -63,12 +64,16 @@ async fn serve(config: Config, ports_file: Option<PathBuf>) -> Result<(), String
     let ip = settings.listen;
     let nfs = bind(ip, settings.nfs_port, "NFS").await?;
     let mount = bind(ip, settings.mount_port, "MOUNT").await?;
+    let mut portmap_taken = false;
     let portmap = match settings.portmap_port {
         None => None,
         Some(port) => match bind(ip, port, "portmap").await {
             Ok(l) => Some(l),
             Err(e) => {
-                warn!("{e}; running without a portmapper (clients need port= and mountport=)");
+                portmap_taken = true;
+                if port != dionfs_proto::portmap::PORT {
+                    warn!("{e}; running without a portmapper (clients need port= and mountport=)");
+                }
                 None
             }
         },
@@ -76,6 +81,30 @@ async fn serve(config: Config, ports_file: Option<PathBuf>) -> Result<(), String
     let port = |l: &TcpListener| l.local_addr().map(|a| a.port()).unwrap_or(0);
     let (nfs_port, mount_port) = (port(&nfs), port(&mount));
     let portmap_port = portmap.as_ref().map(port);
+    // Port 111 taken: the host's rpcbind, most likely. Register with it.
+    let registered = if portmap_taken && settings.portmap_port == Some(dionfs_proto::portmap::PORT)
+    {
+        let programs = PortmapTable::programs(nfs_port, mount_port);
+        let done = tokio::task::spawn_blocking(move || {
+            rpcbind::Rpcbind::connect(rpcbind::SOCKET).and_then(|mut r| r.register(&programs, ip))
+        })
+        .await
+        .map_err(std::io::Error::other)
+        .and_then(|r| r);
+        match done {
+            Ok(()) => {
+                info!("port 111 is the host's rpcbind: NFS and MOUNT registered with it");
+                true
+            }
+            Err(e) => {
+                warn!(error = %e, "port 111 is taken and rpcbind cannot be registered with; \
+                    running without a portmapper (clients need port= and mountport=)");
+                false
+            }
+        }
+    } else {
+        false
+    };
 
     let max_transfer = server.max_args;
     let limits = ConnLimits {
@@ -178,6 +207,18 @@ async fn serve(config: Config, ports_file: Option<PathBuf>) -> Result<(), String
     systemd::notify("STOPPING=1");
     let _ = stop_tx.send(true);
     while tasks.join_next().await.is_some() {}
+    if registered {
+        let programs = PortmapTable::programs(nfs_port, mount_port);
+        let done = tokio::task::spawn_blocking(move || {
+            rpcbind::Rpcbind::connect(rpcbind::SOCKET).and_then(|mut r| r.unregister(&programs, ip))
+        })
+        .await;
+        match done {
+            Ok(Ok(())) => info!("unregistered from the host's rpcbind"),
+            Ok(Err(e)) => warn!(error = %e, "cannot unregister from the host's rpcbind"),
+            Err(e) => warn!(error = %e, "cannot unregister from the host's rpcbind"),
+        }
+    }
     let settling = server.clone();
     if let Err(e) =
         tokio::task::spawn_blocking(move || integrity::commit_before_stop(&settling)).await

@@ -1,15 +1,21 @@
-//! Portmap version 2 (RFC 1833) for the clients that ask: `mount.nfs` asks
-//! the port mapper where MOUNT and NFS listen before it connects.
+//! Portmap version 2 and rpcbind versions 3 and 4 (RFC 1833) for the
+//! clients that ask: `mount.nfs` asks the port mapper where MOUNT and NFS
+//! listen before it connects; `rpcinfo` and libtirpc clients such as
+//! `showmount` ask rpcbind v4/v3 (GETADDR, DUMP) first.
 //!
-//! dionfs is not a general port mapper: it answers GETPORT and DUMP from a
-//! fixed table of its own programs and refuses registrations (SET and UNSET
-//! answer FALSE). Every call is answered at once from
-//! [`Service::receive`]; nothing is ever spawned.
+//! dionfs is not a general port mapper: it answers GETPORT, GETADDR and
+//! DUMP from a fixed table of its own programs and refuses registrations
+//! (SET and UNSET answer FALSE). Every call is answered at once from
+//! [`Service::receive`]; nothing is ever spawned. Where the host runs
+//! rpcbind, dionfs registers with it instead (`rpcbind.rs`).
 
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use dionfs_proto::portmap::{DumpResult, Mapping, Procedure, IPPROTO_TCP, PROGRAM, VERSION};
+use dionfs_proto::portmap::{
+    universal_addr, DumpResult, Mapping, Procedure, Rpcb, RpcbDump, RpcbProcedure, IPPROTO_TCP,
+    IPPROTO_UDP, PROGRAM, RPCBIND_V3, RPCBIND_V4, VERSION,
+};
 use dionfs_rpc::{reply, CallHeader, RecordError, RecordReader, ReplyStatus};
 use dionfs_xdr::{Decode, Encode, Encoder};
 use tokio::io::AsyncRead;
@@ -37,13 +43,44 @@ impl PortmapTable {
             prot: IPPROTO_TCP,
             port: u32::from(port),
         };
-        Self {
-            entries: vec![
-                tcp(PROGRAM, VERSION, portmap_port),
-                tcp(MOUNT_PROGRAM, 3, mount_port),
-                tcp(NFS_PROGRAM, 3, nfs_port),
-            ],
-        }
+        let mut entries = vec![
+            tcp(PROGRAM, RPCBIND_V4, portmap_port),
+            tcp(PROGRAM, RPCBIND_V3, portmap_port),
+            tcp(PROGRAM, VERSION, portmap_port),
+        ];
+        entries.extend(Self::programs(nfs_port, mount_port));
+        Self { entries }
+    }
+
+    /// The programs a dionfs server serves besides the port mapper (what
+    /// it registers with the host's rpcbind), all over TCP: MOUNT v3 and
+    /// NFS v3.
+    pub fn programs(nfs_port: u16, mount_port: u16) -> Vec<Mapping> {
+        let tcp = |prog, vers, port: u16| Mapping {
+            prog,
+            vers,
+            prot: IPPROTO_TCP,
+            port: u32::from(port),
+        };
+        vec![
+            tcp(MOUNT_PROGRAM, 3, mount_port),
+            tcp(NFS_PROGRAM, 3, nfs_port),
+        ]
+    }
+
+    /// The table as rpcbind registrations, with universal addresses on
+    /// `ip` (the address the client reached us on).
+    pub fn rpcb_entries(&self, ip: std::net::IpAddr) -> Vec<Rpcb> {
+        self.entries
+            .iter()
+            .map(|m| Rpcb {
+                prog: m.prog,
+                vers: m.vers,
+                netid: netid(m.prot, ip).to_string(),
+                addr: universal_addr(ip, m.port as u16),
+                owner: "superuser".to_string(),
+            })
+            .collect()
     }
 
     /// The port of `prog` version `vers` over `prot`, or 0 when it is not
@@ -56,7 +93,17 @@ impl PortmapTable {
     }
 }
 
-/// Portmap version 2 served from a [`PortmapTable`].
+/// The rpcbind netid of protocol `prot` over `ip`'s family.
+fn netid(prot: u32, ip: std::net::IpAddr) -> &'static str {
+    match (prot == IPPROTO_UDP, ip.is_ipv6()) {
+        (false, false) => "tcp",
+        (false, true) => "tcp6",
+        (true, false) => "udp",
+        (true, true) => "udp6",
+    }
+}
+
+/// Portmap version 2 and rpcbind 3/4 served from a [`PortmapTable`].
 #[derive(Debug, Clone)]
 pub struct PortmapService {
     table: PortmapTable,
@@ -76,12 +123,79 @@ impl PortmapService {
     }
 }
 
+impl PortmapService {
+    /// rpcbind versions 3 and 4.
+    async fn rpcbind<R: AsyncRead + Unpin + Send>(
+        &self,
+        conn: &ConnInfo,
+        call: CallHeader,
+        body: &mut RecordReader<R>,
+    ) -> Result<Received<Infallible>, RecordError> {
+        let xid = call.xid;
+        let status = |status| Ok(Received::Reply(Reply::status(xid, status)));
+        if !(VERSION..=RPCBIND_V4).contains(&call.vers) {
+            return status(ReplyStatus::ProgMismatch {
+                low: VERSION,
+                high: RPCBIND_V4,
+            });
+        }
+        let Some(proc_) = RpcbProcedure::from_u32(call.vers, call.proc_) else {
+            return status(ReplyStatus::ProcUnavail);
+        };
+        let args = read_args(body, proc_.max_args_len()).await?;
+        let rpcb = || Rpcb::from_xdr(&args).ok();
+        let ip = conn.local.ip();
+        match proc_ {
+            RpcbProcedure::Null => Ok(Self::success(xid, |_| {})),
+            RpcbProcedure::Set | RpcbProcedure::Unset => match rpcb() {
+                // Registrations are refused: the table is fixed.
+                Some(_) => Ok(Self::success(xid, |enc| enc.bool(false))),
+                None => status(ReplyStatus::GarbageArgs),
+            },
+            RpcbProcedure::GetAddr | RpcbProcedure::GetVersAddr => match rpcb() {
+                Some(want) => {
+                    // GETADDR may answer another version of the program
+                    // (RFC 1833 section 2.2.1); GETVERSADDR may not.
+                    let exact = proc_ == RpcbProcedure::GetVersAddr;
+                    let entries = self.table.rpcb_entries(ip);
+                    let found = entries
+                        .iter()
+                        .filter(|e| e.prog == want.prog && e.netid == want.netid)
+                        .find(|e| e.vers == want.vers)
+                        .or_else(|| {
+                            (!exact).then(|| {
+                                entries
+                                    .iter()
+                                    .find(|e| e.prog == want.prog && e.netid == want.netid)
+                            })?
+                        })
+                        .map_or(String::new(), |e| e.addr.clone());
+                    Ok(Self::success(xid, |enc| enc.string(found.as_bytes())))
+                }
+                None => status(ReplyStatus::GarbageArgs),
+            },
+            RpcbProcedure::Dump => {
+                let dump = RpcbDump {
+                    entries: self.table.rpcb_entries(ip),
+                };
+                Ok(Self::success(xid, |enc| dump.encode(enc)))
+            }
+            RpcbProcedure::GetTime => {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs() as u32);
+                Ok(Self::success(xid, |enc| enc.u32(now)))
+            }
+        }
+    }
+}
+
 impl Service for PortmapService {
     type Pending = Infallible;
 
     async fn receive<R: AsyncRead + Unpin + Send>(
         &self,
-        _conn: &ConnInfo,
+        conn: &ConnInfo,
         call: CallHeader,
         body: &mut RecordReader<R>,
     ) -> Result<Received<Infallible>, RecordError> {
@@ -91,10 +205,7 @@ impl Service for PortmapService {
             return status(ReplyStatus::ProgUnavail);
         }
         if call.vers != VERSION {
-            return status(ReplyStatus::ProgMismatch {
-                low: VERSION,
-                high: VERSION,
-            });
+            return self.rpcbind(conn, call, body).await;
         }
         let Some(proc_) = Procedure::from_u32(call.proc_) else {
             return status(ReplyStatus::ProcUnavail);
@@ -219,6 +330,73 @@ mod tests {
         replies
     }
 
+    fn rpcb_args(prog: u32, vers: u32, netid: &str) -> Vec<u8> {
+        Rpcb {
+            prog,
+            vers,
+            netid: netid.into(),
+            addr: String::new(),
+            owner: String::new(),
+        }
+        .to_xdr()
+    }
+
+    #[tokio::test]
+    async fn rpcbind_v3_v4_over_a_connection() {
+        let calls = [
+            call(1, 4, 3, &rpcb_args(NFS_PROGRAM, 3, "tcp")),
+            call(2, 3, 3, &rpcb_args(MOUNT_PROGRAM, 3, "tcp")),
+            call(3, 4, 3, &rpcb_args(NFS_PROGRAM, 3, "udp")),
+            // GETADDR may name another version; GETVERSADDR may not.
+            call(4, 4, 3, &rpcb_args(NFS_PROGRAM, 4, "tcp")),
+            call(5, 4, 9, &rpcb_args(NFS_PROGRAM, 4, "tcp")),
+            call(6, 4, 4, &[]),
+            call(7, 4, 1, &rpcb_args(NFS_PROGRAM, 3, "tcp")),
+            call(8, 3, 9, &[]),
+            call(9, 4, 3, &[0; 7]),
+            call(10, 4, 6, &[]),
+        ];
+        let replies = exchange(&calls).await;
+        let statuses: Vec<_> = replies.iter().map(|(h, _)| (h.xid, h.status)).collect();
+        use ReplyStatus::*;
+        assert_eq!(
+            statuses,
+            [
+                (1, Success),
+                (2, Success),
+                (3, Success),
+                (4, Success),
+                (5, Success),
+                (6, Success),
+                (7, Success),
+                (8, ProcUnavail),
+                (9, GarbageArgs),
+                (10, Success),
+            ]
+        );
+        let addr = |i: usize| {
+            let mut d = Decoder::new(&replies[i].1);
+            String::from_utf8(d.string(255).unwrap().to_vec()).unwrap()
+        };
+        // The test connection reaches the server on 127.0.0.1.
+        assert_eq!(addr(0), "127.0.0.1.8.1");
+        assert_eq!(addr(1), "127.0.0.1.78.80");
+        assert_eq!(addr(2), "");
+        assert_eq!(addr(3), "127.0.0.1.8.1");
+        assert_eq!(addr(4), "");
+        let dump = RpcbDump::from_xdr(&replies[5].1).unwrap();
+        assert_eq!(dump.entries.len(), table().entries.len());
+        assert!(dump
+            .entries
+            .iter()
+            .any(|e| e.prog == NFS_PROGRAM && e.netid == "tcp" && e.addr == "127.0.0.1.8.1"));
+        assert!(
+            !bool::from_xdr(&replies[6].1).unwrap(),
+            "registrations refused"
+        );
+        assert!(u32::from_xdr(&replies[9].1).unwrap() > 1_700_000_000);
+    }
+
     #[tokio::test]
     async fn portmap_over_a_connection() {
         let calls = [
@@ -230,7 +408,7 @@ mod tests {
             call(6, 2, 1, &mapping_args(NFS_PROGRAM, 3, IPPROTO_TCP)),
             call(7, 2, 2, &mapping_args(NFS_PROGRAM, 3, IPPROTO_TCP)),
             call(8, 2, 5, &[]),
-            call(9, 3, 3, &mapping_args(NFS_PROGRAM, 3, IPPROTO_TCP)),
+            call(9, 5, 3, &mapping_args(NFS_PROGRAM, 3, IPPROTO_TCP)),
             call(10, 2, 3, &[0; 8]), // GETPORT with a short mapping
             // Arguments longer than the procedure's: refused unread, and
             // the connection goes on.
@@ -258,7 +436,7 @@ mod tests {
                 (6, Success),
                 (7, Success),
                 (8, ProcUnavail),
-                (9, ProgMismatch { low: 2, high: 2 }),
+                (9, ProgMismatch { low: 2, high: 4 }),
                 (10, GarbageArgs),
                 (12, GarbageArgs),
                 (13, GarbageArgs),

@@ -1,0 +1,140 @@
+//! Registering with the host's rpcbind, when it runs (port 111 taken):
+//! NFS, MOUNT (and whatever else the server serves) are SET with rpcbind
+//! version 4 at start and UNSET at exit, as `rpc.nfsd` and `rpc.mountd`
+//! do, so clients that ask the port mapper find dionfs. Calls go over
+//! rpcbind's local socket (`/run/rpcbind.sock`, where rpcbind takes the
+//! caller's uid from the socket), else TCP to 127.0.0.1:111 (rpcbind
+//! accepts registrations from loopback). Blocking: call it from a
+//! blocking thread.
+
+use std::io::{self, Read, Write};
+use std::net::IpAddr;
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+use dionfs_proto::portmap::{universal_addr, Mapping, Rpcb, PROGRAM, RPCBIND_V4};
+use dionfs_rpc::{encode_call, record_mark, Credential, ReplyHeader, ReplyStatus};
+use dionfs_xdr::{Decode, Decoder, Encode};
+
+/// rpcbind's local socket.
+pub const SOCKET: &str = "/run/rpcbind.sock";
+
+const SET: u32 = 1;
+const UNSET: u32 = 2;
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A connection to the host's rpcbind.
+pub struct Rpcbind {
+    stream: Box<dyn ReadWrite>,
+    xid: u32,
+}
+
+trait ReadWrite: Read + Write + Send {}
+impl<T: Read + Write + Send> ReadWrite for T {}
+
+impl Rpcbind {
+    /// Connects to rpcbind at `socket` (its local socket), else on
+    /// 127.0.0.1:111.
+    pub fn connect(socket: &str) -> io::Result<Rpcbind> {
+        let stream: Box<dyn ReadWrite> = match UnixStream::connect(socket) {
+            Ok(s) => {
+                s.set_read_timeout(Some(TIMEOUT))?;
+                s.set_write_timeout(Some(TIMEOUT))?;
+                Box::new(s)
+            }
+            Err(_) => {
+                let s = std::net::TcpStream::connect_timeout(
+                    &std::net::SocketAddr::from(([127, 0, 0, 1], 111)),
+                    TIMEOUT,
+                )?;
+                s.set_read_timeout(Some(TIMEOUT))?;
+                s.set_write_timeout(Some(TIMEOUT))?;
+                Box::new(s)
+            }
+        };
+        Ok(Rpcbind {
+            stream,
+            xid: std::process::id().wrapping_mul(65_537),
+        })
+    }
+
+    /// Registers each of `mappings` (TCP) on `ip`, after removing whatever
+    /// was registered for its program and version (a server that died
+    /// without unregistering). Errors name the mapping that failed.
+    pub fn register(&mut self, mappings: &[Mapping], ip: IpAddr) -> io::Result<()> {
+        for m in mappings {
+            let _ = self.call(UNSET, &rpcb(m, ip, ""));
+            if !self.call(SET, &rpcb(m, ip, "tcp"))? {
+                return Err(io::Error::other(format!(
+                    "rpcbind refused program {} version {}",
+                    m.prog, m.vers
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes the registrations of `mappings` (every netid).
+    pub fn unregister(&mut self, mappings: &[Mapping], ip: IpAddr) -> io::Result<()> {
+        for m in mappings {
+            self.call(UNSET, &rpcb(m, ip, ""))?;
+        }
+        Ok(())
+    }
+
+    /// One rpcbind v4 call with an `rpcb` argument; its boolean result.
+    fn call(&mut self, proc_: u32, args: &Rpcb) -> io::Result<bool> {
+        self.xid = self.xid.wrapping_add(1);
+        let mut msg = encode_call(self.xid, PROGRAM, RPCBIND_V4, proc_, &Credential::None);
+        msg.extend_from_slice(&args.to_xdr());
+        let mut framed = record_mark(msg.len() as u32, true).to_vec();
+        framed.extend(msg);
+        self.stream.write_all(&framed)?;
+        let reply = self.read_record()?;
+        let mut dec = Decoder::new(&reply);
+        let header = ReplyHeader::decode(&mut dec)
+            .map_err(|e| io::Error::other(format!("bad reply from rpcbind: {e:?}")))?;
+        if header.xid != self.xid || header.status != ReplyStatus::Success {
+            return Err(io::Error::other(format!(
+                "rpcbind answered {:?}",
+                header.status
+            )));
+        }
+        dec.bool()
+            .map_err(|e| io::Error::other(format!("bad reply from rpcbind: {e:?}")))
+    }
+
+    /// One whole record (every fragment), at most 64 KiB.
+    fn read_record(&mut self) -> io::Result<Vec<u8>> {
+        let mut out = Vec::new();
+        loop {
+            let mut mark = [0u8; 4];
+            self.stream.read_exact(&mut mark)?;
+            let mark = u32::from_be_bytes(mark);
+            let len = (mark & 0x7fff_ffff) as usize;
+            if out.len() + len > 64 << 10 {
+                return Err(io::Error::other("oversized reply from rpcbind"));
+            }
+            let start = out.len();
+            out.resize(start + len, 0);
+            self.stream.read_exact(&mut out[start..])?;
+            if mark & 0x8000_0000 != 0 {
+                return Ok(out);
+            }
+        }
+    }
+}
+
+fn rpcb(m: &Mapping, ip: IpAddr, netid: &str) -> Rpcb {
+    Rpcb {
+        prog: m.prog,
+        vers: m.vers,
+        netid: netid.to_string(),
+        addr: if netid.is_empty() {
+            String::new()
+        } else {
+            universal_addr(ip, m.port as u16)
+        },
+        owner: "superuser".to_string(),
+    }
+}

@@ -1,0 +1,117 @@
+"""The port mapper as clients on a kernel-NFSD host see it (issue 10):
+
+- test_builtin_rpcbind_answers_rpcinfo_and_showmount: no rpcbind on the
+  host, so dionfs serves port 111 itself: `rpcinfo -p` (portmap v2 DUMP),
+  `rpcinfo` (rpcbind v4 DUMP), `rpcinfo -T tcp HOST nfs 3` (GETADDR, then a
+  NULL call to the port it names) and `showmount -e` (libtirpc finds
+  mountd through rpcbind, then MOUNT EXPORT) all work.
+- test_registers_with_the_hosts_rpcbind: a real rpcbind (Debian's) holds
+  port 111: dionfs registers NFS and MOUNT with it at start (rpcinfo -p
+  lists them, showmount -e works through it) and unregisters at SIGTERM.
+
+Each runs in a network namespace of its own (port 111 of the host is never
+touched) and a private mount namespace with a tmpfs on /run (the rpcbind
+socket and lock of the host are never touched).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+
+import pytest
+
+from servers import dionfs_bin
+
+pytestmark = pytest.mark.dionfs_only
+
+
+def _need(*tools: str) -> None:
+    for t in tools:
+        if not shutil.which(t):
+            pytest.fail(f"{t} missing (scripts/test installs rpcbind and nfs-common)")
+
+
+def _in_private_netns(script: str, tmp_path) -> str:
+    """Runs `script` (bash) as root in a fresh network namespace with
+    loopback up and a private mount namespace with /run on a tmpfs;
+    returns its output; fails the test on a non-zero exit."""
+    ns = f"dionfs-rpcb-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        subprocess.run(["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"], check=True)
+        path = tmp_path / "script.sh"
+        path.write_text("set -eu\nmount -t tmpfs tmpfs /run\n" + script)
+        r = subprocess.run(["ip", "netns", "exec", ns, "unshare", "-m", "bash", str(path)],
+                           capture_output=True, text=True, timeout=120)
+        out = r.stdout + r.stderr
+        print(out)
+        assert r.returncode == 0, out
+        return out
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=False)
+
+
+def _serve(tmp_path) -> str:
+    export = tmp_path / "export"
+    export.mkdir()
+    (export / "hello").write_text("hi\n")
+    return f"""
+{dionfs_bin()} serve {export} --listen 127.0.0.1 --state-dir {tmp_path}/state \\
+    --insecure > {tmp_path}/dionfs.log 2>&1 &
+DIONFS=$!
+for i in $(seq 100); do
+    (exec 3<>/dev/tcp/127.0.0.1/2049) 2>/dev/null && break
+    sleep 0.1
+done
+sleep 0.3
+"""
+
+
+def test_builtin_rpcbind_answers_rpcinfo_and_showmount(tmp_path):
+    _need("rpcinfo", "showmount")
+    out = _in_private_netns(_serve(tmp_path) + """
+echo "== rpcinfo -p"; rpcinfo -p 127.0.0.1
+echo "== rpcinfo"; rpcinfo 127.0.0.1
+echo "== getaddr"; rpcinfo -T tcp 127.0.0.1 nfs 3; rpcinfo -T tcp 127.0.0.1 mountd 3
+echo "== showmount"; showmount -e 127.0.0.1
+kill $DIONFS; wait $DIONFS
+""", tmp_path)
+    v2 = out.split("== rpcinfo -p")[1].split("== rpcinfo\n")[0]
+    for line in ("100000    2   tcp    111  portmapper", "100005    3   tcp  20048  mountd",
+                 "100003    3   tcp   2049  nfs"):
+        assert line in v2, v2
+    v4 = out.split("== rpcinfo\n")[1].split("== getaddr")[0]
+    assert "100003    3    tcp       127.0.0.1.8.1" in v4, v4
+    assert "100000    4    tcp       127.0.0.1.0.111" in v4, v4
+    assert "program 100003 version 3 ready and waiting" in out
+    assert "program 100005 version 3 ready and waiting" in out
+    assert f"{tmp_path}/export 127.0.0.0/8" in out.split("== showmount")[1]
+
+
+def test_registers_with_the_hosts_rpcbind(tmp_path):
+    _need("rpcbind", "rpcinfo", "showmount")
+    out = _in_private_netns("""
+mkdir -p /run/rpcbind
+chown _rpc /run/rpcbind 2>/dev/null || true
+rpcbind -f &
+RPCBIND=$!
+for i in $(seq 50); do [ -S /run/rpcbind.sock ] && break; sleep 0.1; done
+""" + _serve(tmp_path) + """
+echo "== while serving"; rpcinfo -p 127.0.0.1
+echo "== showmount"; showmount -e 127.0.0.1
+kill $DIONFS; wait $DIONFS
+echo "== after stop"; rpcinfo -p 127.0.0.1
+kill $RPCBIND; wait $RPCBIND || true
+""", tmp_path)
+    serving = out.split("== while serving")[1].split("== showmount")[0]
+    assert "100003    3   tcp   2049  nfs" in serving, serving
+    assert "100005    3   tcp  20048  mountd" in serving, serving
+    assert "100000    4   udp    111  portmapper" in serving, "not the real rpcbind answering"
+    assert f"{tmp_path}/export 127.0.0.0/8" in out.split("== showmount")[1]
+    after = out.split("== after stop")[1]
+    assert "100003" not in after and "100005" not in after, after
+    log = open(tmp_path / "dionfs.log").read()
+    assert "registered with it" in log and "unregistered from the host's rpcbind" in log, log
