@@ -320,3 +320,37 @@ def test_handles_on_each_filesystem(server, client, nfsproc, loopfs):
     assert r["status"] == "NFS3_OK" and r.int("size") == 5000, r
     assert nfsproc("getattr-fh", fh_dir)["status"] == "NFS3_OK"
     assert nfsproc("read", "a/b/keep", 4999, 10).int("count") == 1
+
+
+STATS_METRICS = f"127.0.0.1:{_free_ports(1)[0]}"
+
+
+@pytest.mark.dionfs_only
+@pytest.mark.server_args("--metrics", STATS_METRICS)
+def test_stats_shows_calls_per_procedure_with_percentiles(server, client):
+    """`dionfs stats`: per-procedure call counts and service-time
+    percentiles, like `nfsstat -s`, from calls an independent client made."""
+    with client.open("s", "wb") as f:
+        f.write(b"x" * 100_000)
+    for _ in range(20):
+        client.stat("s")
+    with client.open("s", "rb") as f:
+        assert len(f.read()) == 100_000
+    r = subprocess.run([dionfs_bin(), "stats", "--metrics", STATS_METRICS], capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    print(r.stdout)
+    rows = {}
+    for line in r.stdout.splitlines():
+        parts = line.split()
+        if len(parts) >= 6 and parts[0].isupper() and parts[1].isdigit():
+            rows[parts[0]] = parts
+    assert "NFS v3 calls:" in r.stdout and "MOUNT v3 calls:" in r.stdout
+    assert int(rows["WRITE"][1]) >= 1 and int(rows["READ"][1]) >= 1, rows
+    assert int(rows["GETATTR"][1]) + int(rows.get("LOOKUP", [0, "0"])[1]) >= 20, rows
+    assert "MNT" in rows, rows
+    for unit_col in rows["READ"][3:]:
+        assert unit_col.replace(".", "").isdigit() or unit_col in ("µs", "ms", "s"), rows["READ"]
+    raw = subprocess.run([dionfs_bin(), "stats", "--raw", "--metrics", STATS_METRICS],
+                         capture_output=True, text=True, timeout=30).stdout
+    assert 'dionfs_call_seconds_count{program="nfs3",procedure="READ"}' in raw

@@ -31,11 +31,15 @@ struct Cli {
 enum Command {
     /// Serve DIR (or the exports of --config) over NFSv3/TCP.
     Serve(Box<ServeArgs>),
-    /// Print the counters of a running server (Prometheus text format).
+    /// Per-procedure call counts and service-time percentiles of a running
+    /// server (like `nfsstat -s`); --raw: every counter, Prometheus text.
     Stats {
         /// The server's metrics address (its `--metrics` / `metrics_listen`).
         #[arg(long, default_value = "127.0.0.1:9049")]
         metrics: String,
+        /// Print every counter as the server exports it (Prometheus text).
+        #[arg(long)]
+        raw: bool,
     },
     /// Verify every block of integrity exports against its CRC32C, offline
     /// (the server using the state directory must be stopped). Exit status
@@ -360,9 +364,14 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        Command::Stats { metrics } => match dionfs_server::metrics::fetch(&metrics) {
-            Ok(text) => {
+        Command::Stats { metrics, raw } => match dionfs_server::metrics::fetch(&metrics) {
+            Ok(text) if raw => {
                 print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Ok(text) => {
+                use dionfs_server::callstats;
+                print!("{}", callstats::table(&callstats::parse(&text)));
                 ExitCode::SUCCESS
             }
             Err(e) => {

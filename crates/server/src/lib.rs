@@ -1,6 +1,7 @@
 //! dionfs server: exports, the connection loop ([`net`]) carrying ONC RPC
 //! calls, and the programs served on it (NFS v3, MOUNT v3, portmap v2).
 
+pub mod callstats;
 pub mod drc;
 pub mod export;
 pub mod integrity;

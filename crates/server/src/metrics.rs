@@ -257,6 +257,7 @@ pub fn render(server: &Server) -> String {
         "counter",
         &mut std::iter::once((String::new(), net.batched_replies)),
     );
+    server.calls.render(&mut out);
     out
 }
 

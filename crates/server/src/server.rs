@@ -58,6 +58,8 @@ pub struct Server {
     /// The ring's registered credentials (personalities), one per caller
     /// identity WRITEs were made as; see [`Server::ring_personality`].
     personalities: Mutex<HashMap<Creds, u16>>,
+    /// Per-procedure call counts and service times (`dionfs stats`).
+    pub calls: crate::callstats::CallStats,
 }
 
 /// A call read from a connection, waiting to run.
@@ -168,6 +170,7 @@ impl Server {
             net: Arc::default(),
             io_ring,
             personalities: Mutex::default(),
+            calls: Default::default(),
         })
     }
 
@@ -341,7 +344,13 @@ impl Service for Server {
 
     async fn execute(self: Arc<Self>, conn: Arc<ConnInfo>, pending: Pending) -> Option<Reply> {
         let ring = self.may_use_ring(&pending);
-        match pending {
+        let (prog, proc_) = match &pending {
+            Pending::Nfs { call, .. } | Pending::Mount { call, .. } => (call.prog, call.proc_),
+            Pending::Write(call, _) => (call.prog, call.proc_),
+        };
+        let started = std::time::Instant::now();
+        let stats = self.clone();
+        let reply = match pending {
             Pending::Write(call, write) if ring => {
                 nfs::data::write_call(self, conn, call, write).await
             }
@@ -357,7 +366,9 @@ impl Service for Server {
                 read_buf,
             } => nfs::call(&self, &conn, &call, &args, read_buf),
             Pending::Mount { call, args } => Some(crate::mount::call(&self, &conn, &call, &args)),
-        }
+        };
+        stats.calls.record(prog, proc_, started.elapsed());
+        reply
     }
 }
 
