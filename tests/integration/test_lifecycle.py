@@ -354,3 +354,55 @@ def test_stats_shows_calls_per_procedure_with_percentiles(server, client):
     raw = subprocess.run([dionfs_bin(), "stats", "--raw", "--metrics", STATS_METRICS],
                          capture_output=True, text=True, timeout=30).stdout
     assert 'dionfs_call_seconds_count{program="nfs3",procedure="READ"}' in raw
+
+
+@pytest.mark.dionfs_only
+def test_etc_exports_converted_and_served(loopfs, tmp_path):
+    """From nfs-kernel-server: `dionfs exportfs --convert /etc/exports`
+    gives a config that serves what the file said (exports(5) semantics:
+    read-only unless `rw`, squashing, fsid as the handle id; notes for
+    options without effect); `dionfs exportfs -v` lists it back in those
+    words; what dionfs cannot honour is refused naming the line."""
+    rw = loopfs.path("x5-rw")
+    ro = loopfs.path("x5-ro")
+    for d in (rw, ro):
+        os.makedirs(d, exist_ok=True)
+        os.chmod(d, 0o777)
+    exports = tmp_path / "exports"
+    exports.write_text(f"""# /etc/exports of a kernel NFS server
+{rw}   127.0.0.1(rw,sync,insecure,all_squash,anonuid=4242,anongid=4243,fsid=77,subtree_check)
+{ro}   -insecure 127.0.0.0/8
+""")
+    r = subprocess.run([dionfs_bin(), "exportfs", "--convert", str(exports)], capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    nfs_port, mount_port = _free_ports(2)
+    state = tmp_path / "state"
+    conf = tmp_path / "dionfs.toml"
+    conf.write_text(r.stdout.replace(
+        "[server]\n", f'[server]\nlisten = "127.0.0.1"\nnfs_port = {nfs_port}\n'
+                      f'mount_port = {mount_port}\nportmap_port = false\n').replace(
+        'state_dir = "/var/lib/dionfs"', f'state_dir = "{state}"'))
+    listing = subprocess.run([dionfs_bin(), "exportfs", "-v", "--config", str(conf)],
+                             capture_output=True, text=True, timeout=30).stdout
+    assert f"127.0.0.1/32(rw,sync,insecure,all_squash,no_subtree_check,fsid=77,anonuid=4242" \
+        in listing, listing
+    assert "127.0.0.0/8(ro,sync,insecure,root_squash" in listing, listing
+    srv = ConfigServer(rw, config=str(conf))
+    srv.nfs_port, srv.mount_port = nfs_port, mount_port
+    try:
+        srv.start()
+        c = srv.client()
+        c.touch("made")
+        st = os.stat(os.path.join(rw, "made"))
+        assert (st.st_uid, st.st_gid) == (4242, 4243), "all_squash with anonuid/anongid"
+        srv.export = ro
+        assert_nfs_error("NFS3ERR_ROFS", srv.client().touch, "nope")
+        assert "subtree_check: not needed" in srv.log_text()
+    finally:
+        srv.cleanup()
+    bad = tmp_path / "bad-exports"
+    bad.write_text(f"{rw} 127.0.0.1(rw)\n{ro} *.example.com(ro)\n")
+    r = subprocess.run([dionfs_bin(), "exportfs", "--convert", str(bad)], capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 1 and "line 2" in r.stderr and "*.example.com" in r.stderr, r.stderr

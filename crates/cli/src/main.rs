@@ -41,6 +41,19 @@ enum Command {
         #[arg(long)]
         raw: bool,
     },
+    /// The exports of a config in /etc/exports words (like `exportfs -v`),
+    /// or, with --convert, a dionfs config from an /etc/exports file.
+    Exportfs {
+        /// The config whose exports to list.
+        #[arg(long, default_value = "/etc/dionfs.toml")]
+        config: PathBuf,
+        /// Accepted for `exportfs -v` habits; the listing is always verbose.
+        #[arg(short, long)]
+        verbose: bool,
+        /// Print a dionfs config (TOML) for this /etc/exports file instead.
+        #[arg(long, value_name = "EXPORTS_FILE")]
+        convert: Option<PathBuf>,
+    },
     /// Verify every block of integrity exports against its CRC32C, offline
     /// (the server using the state directory must be stopped). Exit status
     /// 1 if a block is bad.
@@ -364,6 +377,11 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Command::Exportfs {
+            config,
+            verbose: _,
+            convert,
+        } => exportfs(&config, convert.as_deref()),
         Command::Stats { metrics, raw } => match dionfs_server::metrics::fetch(&metrics) {
             Ok(text) if raw => {
                 print!("{text}");
@@ -379,5 +397,39 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+    }
+}
+
+/// `dionfs exportfs`: see [`Command::Exportfs`].
+fn exportfs(config: &std::path::Path, convert: Option<&std::path::Path>) -> ExitCode {
+    use dionfs_server::export::exports5;
+    if let Some(file) = convert {
+        let text = match std::fs::read_to_string(file) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("dionfs exportfs: cannot read {}: {e}", file.display());
+                return ExitCode::from(2);
+            }
+        };
+        return match exports5::convert(&text) {
+            Ok(toml) => {
+                print!("{toml}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("dionfs exportfs: {}: {e}", file.display());
+                ExitCode::FAILURE
+            }
+        };
+    }
+    match Config::from_file(config) {
+        Ok(c) => {
+            print!("{}", exports5::listing(&c.exports));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("dionfs exportfs: {e}");
+            ExitCode::from(2)
+        }
     }
 }

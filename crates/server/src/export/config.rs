@@ -310,6 +310,9 @@ struct RawExport {
     allow_devices: Option<bool>,
     secure: Option<bool>,
     integrity: Option<Integrity>,
+    /// exports(5) options ("rw,sync,no_root_squash"): exports(5)'s
+    /// defaults first (read-only), then these, then the keys above.
+    options: Option<Spanned<String>>,
 }
 
 impl Config {
@@ -438,6 +441,14 @@ impl Config {
             let path = canonical_export_dir(e.path.get_ref())
                 .map_err(|reason| err(Some(e.path.span()), reason))?;
             let mut x = ExportConfig::with_defaults(path);
+            if let Some(options) = &e.options {
+                super::exports5::exports5_defaults(&mut x);
+                let notes = super::exports5::apply_options(&mut x, options.get_ref())
+                    .map_err(|r| err(Some(options.span()), format!("options: {r}")))?;
+                for note in notes {
+                    tracing::info!(export = %x.path.display(), "options: {note}");
+                }
+            }
             if let Some(id) = e.id {
                 x.id = id;
             }

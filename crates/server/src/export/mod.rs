@@ -3,6 +3,7 @@
 
 pub mod clients;
 pub mod config;
+pub mod exports5;
 pub mod port;
 
 pub use clients::ClientMatch;
