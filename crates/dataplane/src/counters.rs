@@ -33,6 +33,10 @@ pub struct Counters {
     /// written through the page cache, the payload's own bytes only,
     /// beside the direct write of the aligned interior (see `write_edges`).
     pub buffered_edges: AtomicU64,
+    /// Misaligned direct-mode writes of at most
+    /// [`crate::write::WHOLE_BUFFERED_MAX`] bytes written whole through
+    /// the page cache (`write_small_misaligned`).
+    pub buffered_misaligned: AtomicU64,
     /// Stable (DATA_SYNC/FILE_SYNC) direct writes made durable by the write
     /// itself (`RWF_DSYNC`/`RWF_SYNC`: FUA where the device has it) rather
     /// than by a separate `fdatasync`/`fsync`.
@@ -111,6 +115,7 @@ pub struct CounterSnapshot {
     pub short_writes: u64,
     pub errors: u64,
     pub buffered_edges: u64,
+    pub buffered_misaligned: u64,
     pub fua_writes: u64,
     pub range_lock_waits: u64,
     pub pool_waits: u64,
@@ -154,6 +159,7 @@ impl Counters {
             short_writes: load(&self.short_writes),
             errors: load(&self.errors),
             buffered_edges: load(&self.buffered_edges),
+            buffered_misaligned: load(&self.buffered_misaligned),
             fua_writes: load(&self.fua_writes),
             range_lock_waits: load(&self.range_lock_waits),
             pool_waits: load(&self.pool_waits),

@@ -50,6 +50,10 @@ pub struct DataPlane {
     readahead_cap: usize,
     /// Files this plane prefetched for, swept by `expire_readahead`.
     readahead_files: Mutex<Vec<Weak<Readahead>>>,
+    /// Misaligned direct-mode writes up to this many bytes go through the
+    /// page cache whole ([`crate::write::WHOLE_BUFFERED_MAX`] unless set
+    /// with [`DataPlane::with_whole_buffered_max`]).
+    pub(crate) whole_buffered_max: usize,
 }
 
 impl DataPlane {
@@ -77,7 +81,17 @@ impl DataPlane {
             readahead_held: Arc::default(),
             readahead_cap,
             readahead_files: Mutex::default(),
+            whole_buffered_max: crate::write::WHOLE_BUFFERED_MAX,
         })
+    }
+
+    /// Misaligned direct-mode writes up to `bytes` long are written whole
+    /// through the page cache; longer ones write their aligned interior
+    /// direct and their partial edge blocks buffered. 0: every misaligned
+    /// write splits (tests of the split use it).
+    pub fn with_whole_buffered_max(mut self, bytes: usize) -> Self {
+        self.whole_buffered_max = bytes;
+        self
     }
 
     /// The configuration.

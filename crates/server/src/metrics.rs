@@ -77,7 +77,7 @@ pub fn render(server: &Server) -> String {
         "counter",
         &mut bytes.into_iter(),
     );
-    let simple: [(&str, &str, Field); 19] = [
+    let simple: [(&str, &str, Field); 20] = [
         (
             "expanded_reads_total",
             "Direct READs widened to the read alignment.",
@@ -108,6 +108,11 @@ pub fn render(server: &Server) -> String {
             "buffered_edges_total",
             "Partial edge blocks of misaligned direct WRITEs written through the page cache.",
             |s| s.buffered_edges,
+        ),
+        (
+            "buffered_misaligned_total",
+            "Small misaligned direct WRITEs written whole through the page cache (dropped at COMMIT).",
+            |s| s.buffered_misaligned,
         ),
         (
             "fua_writes_total",

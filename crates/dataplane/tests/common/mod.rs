@@ -34,14 +34,35 @@ pub fn open_data_file(path: &Path) -> DataFile {
 }
 
 pub fn plane(read_mode: Mode, write_mode: Mode) -> DataPlane {
-    DataPlane::new(DataConfig {
+    let plane = DataPlane::new(DataConfig {
         read_mode,
         write_mode,
         max_transfer: 1 << 20,
         read_buffers: 16,
         write_buffers: 16,
     })
-    .expect("plane")
+    .expect("plane");
+    if SPLIT_MISALIGNED.with(|s| s.get()) {
+        plane.with_whole_buffered_max(0)
+    } else {
+        plane
+    }
+}
+
+thread_local! {
+    /// Set by a test thread: the planes it makes split every misaligned
+    /// direct-mode write into a direct interior and buffered edges, instead
+    /// of writing small ones whole through the page cache.
+    static SPLIT_MISALIGNED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with [`plane`] making planes that split every misaligned
+/// direct-mode write (see `DataPlane::with_whole_buffered_max`).
+pub fn with_split_misaligned<T>(f: impl FnOnce() -> T) -> T {
+    SPLIT_MISALIGNED.with(|s| s.set(true));
+    let out = f();
+    SPLIT_MISALIGNED.with(|s| s.set(false));
+    out
 }
 
 /// WRITE `data` at `offset` through the data plane (the same steps as the
