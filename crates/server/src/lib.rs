@@ -119,6 +119,7 @@ async fn serve(config: Config, ports_file: Option<PathBuf>) -> Result<(), String
         max_connections: settings.max_connections,
         // One count of connections (and one cap) for every listener.
         counters: server.net.clone(),
+        resolve_names: config.exports.iter().any(|x| x.needs_names()),
         ..ConnLimits::default()
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

@@ -2,7 +2,7 @@
 //! the advisory list of who mounted what (DUMP).
 
 use std::collections::BTreeSet;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 
 use dionfs_proto::mount3::{
     DirPath, ExportNode, Exports, MountBody, MountList, MountName, MountProc3, MountRes3,
@@ -61,7 +61,7 @@ pub fn call(server: &Server, conn: &ConnInfo, call: &CallHeader, args: &[u8]) ->
             let Ok(path) = DirPath::from_xdr(args) else {
                 return garbage_args(xid);
             };
-            success(xid, &mnt(server, call, conn.peer, path.0))
+            success(xid, &mnt(server, call, conn, path.0))
         }
         MountProc3::Dump => {
             let list = server
@@ -105,7 +105,8 @@ pub fn call(server: &Server, conn: &ConnInfo, call: &CallHeader, args: &[u8]) ->
     }
 }
 
-fn mnt(server: &Server, call: &CallHeader, peer: SocketAddr, path: Vec<u8>) -> MountRes3 {
+fn mnt(server: &Server, call: &CallHeader, conn: &ConnInfo, path: Vec<u8>) -> MountRes3 {
+    let peer = conn.peer;
     let client = peer.ip();
     // Trailing slashes name the same directory ("/srv/x/" is "/srv/x").
     let mut wanted: &[u8] = &path;
@@ -127,7 +128,7 @@ fn mnt(server: &Server, call: &CallHeader, peer: SocketAddr, path: Vec<u8>) -> M
         );
         return MountRes3::Fail(MountStat3::NoEnt);
     };
-    if !export.config.admits(client) {
+    if !export.config.admits_client(client, &conn.names) {
         warn!(
             client = %client,
             export = %export.config.path.display(),

@@ -303,6 +303,7 @@ mod tests {
             id: next_conn_id(),
             peer,
             local: addr,
+            names: Vec::new(),
         };
         let service = Arc::new(PortmapService::new(table()));
         let server = tokio::spawn(serve_connection(

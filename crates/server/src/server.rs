@@ -439,8 +439,9 @@ impl Server {
     /// (see `nfs::Ctx::export`).
     pub fn export_for(&self, conn: &ConnInfo, fh: &NfsFh3) -> Option<&Export> {
         let export = self.export_by_id(handle::export_id(fh.as_bytes())?)?;
-        (export.config.admits(conn.peer.ip()) && export.config.admits_port(conn.peer.port()))
-            .then_some(export)
+        (export.config.admits_client(conn.peer.ip(), &conn.names)
+            && export.config.admits_port(conn.peer.port()))
+        .then_some(export)
     }
 }
 

@@ -142,6 +142,77 @@ pub fn receive_memory<Fd: AsFd>(socket: Fd) -> io::Result<(usize, usize)> {
     Ok((info[0] as usize, info[1] as usize))
 }
 
+/// The host name `ip` resolves to (the system resolver: /etc/hosts, DNS,
+/// as nsswitch.conf says), `None` when it has none. Blocking.
+pub fn reverse_lookup(ip: std::net::IpAddr) -> io::Result<Option<String>> {
+    let addr = std::net::SocketAddr::new(ip, 0);
+    let (storage, len) = socket_addr_bytes(&addr);
+    let mut host = [0 as libc::c_char; 1025];
+    // SAFETY: `storage` holds a valid sockaddr of `len` bytes; `host` is
+    // a writable buffer whose length is passed; no service buffer is
+    // asked for (null, length 0). getnameinfo writes a NUL-terminated
+    // string of at most that length into `host`.
+    let rc = unsafe {
+        libc::getnameinfo(
+            (&raw const storage).cast(),
+            len,
+            host.as_mut_ptr(),
+            host.len() as libc::socklen_t,
+            std::ptr::null_mut(),
+            0,
+            libc::NI_NAMEREQD,
+        )
+    };
+    match rc {
+        0 => {
+            // SAFETY: getnameinfo succeeded, so `host` is NUL-terminated
+            // within its length.
+            let name = unsafe { std::ffi::CStr::from_ptr(host.as_ptr()) };
+            Ok(Some(name.to_string_lossy().into_owned()))
+        }
+        libc::EAI_NONAME | libc::EAI_AGAIN | libc::EAI_FAIL => Ok(None),
+        libc::EAI_SYSTEM => Err(io::Error::last_os_error()),
+        other => Err(io::Error::other(format!("getnameinfo failed ({other})"))),
+    }
+}
+
+/// A socket address as `sockaddr_storage` bytes for libc calls.
+fn socket_addr_bytes(addr: &std::net::SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain old data; all zeros is valid.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        std::net::SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is large and aligned enough for any
+            // sockaddr; we write one sockaddr_in at its start.
+            unsafe { std::ptr::write((&raw mut storage).cast(), sin) };
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        std::net::SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: as above, for a sockaddr_in6.
+            unsafe { std::ptr::write((&raw mut storage).cast(), sin6) };
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (storage, len as libc::socklen_t)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,5 +260,15 @@ mod tests {
         assert_eq!(rcvlowat(&server).unwrap(), 65536);
         set_rcvlowat(&server, 1).unwrap();
         assert_eq!(rcvlowat(&server).unwrap(), 1);
+    }
+
+    #[test]
+    fn loopback_has_a_name() {
+        // /etc/hosts names 127.0.0.1 on every Debian system ("localhost").
+        let name = reverse_lookup("127.0.0.1".parse().unwrap()).unwrap();
+        assert!(name.is_some_and(|n| !n.is_empty()));
+        // TEST-NET-1 (RFC 5737) has no name anywhere.
+        let none = reverse_lookup("192.0.2.55".parse().unwrap());
+        assert!(matches!(none, Ok(None) | Err(_)), "{none:?}");
     }
 }

@@ -1,36 +1,61 @@
-//! Which client addresses an export admits: single addresses and CIDR
-//! networks, IPv4 and IPv6, as in /etc/exports.
+//! Which clients an export admits, as in /etc/exports: single addresses
+//! and CIDR networks (IPv4 and IPv6), host names (`build1.example.com`)
+//! and wildcards (`*.example.com`, `node?.lab`). Names are matched against
+//! the client address's host name (reverse lookup confirmed by a forward
+//! one, as rpc.mountd does; see `export::names`), never against what the
+//! client says it is.
 
 use std::fmt;
 use std::net::IpAddr;
 use std::str::FromStr;
 
-/// One entry of an export's client list: an address or a network.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClientMatch {
-    net: IpAddr,
-    prefix: u8,
+/// One entry of an export's client list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientMatch {
+    /// An address or a network.
+    Net { net: IpAddr, prefix: u8 },
+    /// A host name (lower case), or a wildcard pattern (`*` any run of
+    /// characters, `?` one), matched against the client's host name.
+    Name(String),
 }
 
 impl ClientMatch {
-    /// True when `addr` lies inside this entry. IPv4-mapped IPv6 addresses
-    /// (`::ffff:a.b.c.d`, what a dual-stack socket reports) match IPv4 entries.
-    pub fn matches(&self, addr: IpAddr) -> bool {
-        match (self.net, normalize(addr)) {
-            (IpAddr::V4(net), IpAddr::V4(a)) => prefix_eq(&net.octets(), &a.octets(), self.prefix),
-            (IpAddr::V6(net), IpAddr::V6(a)) => prefix_eq(&net.octets(), &a.octets(), self.prefix),
-            _ => false,
+    /// True when `addr` lies inside this entry, or `names` (the client's
+    /// confirmed host names) match it. IPv4-mapped IPv6 addresses
+    /// (`::ffff:a.b.c.d`, what a dual-stack socket reports) match IPv4
+    /// entries.
+    pub fn matches_client(&self, addr: IpAddr, names: &[String]) -> bool {
+        match self {
+            ClientMatch::Net { net, prefix } => match (*net, normalize(addr)) {
+                (IpAddr::V4(net), IpAddr::V4(a)) => prefix_eq(&net.octets(), &a.octets(), *prefix),
+                (IpAddr::V6(net), IpAddr::V6(a)) => prefix_eq(&net.octets(), &a.octets(), *prefix),
+                _ => false,
+            },
+            ClientMatch::Name(pattern) => names
+                .iter()
+                .any(|n| wildcard_match(pattern.as_bytes(), n.to_ascii_lowercase().as_bytes())),
         }
+    }
+
+    /// [`ClientMatch::matches_client`] for a client whose names are not
+    /// known: only addresses and networks can match.
+    pub fn matches(&self, addr: IpAddr) -> bool {
+        self.matches_client(addr, &[])
+    }
+
+    /// Whether this entry needs the client's host name.
+    pub fn needs_name(&self) -> bool {
+        matches!(self, ClientMatch::Name(_))
     }
 
     /// The loopback networks: what `dionfs serve DIR` admits without `--allow`.
     pub fn loopback() -> Vec<ClientMatch> {
         vec![
-            ClientMatch {
+            ClientMatch::Net {
                 net: IpAddr::from([127, 0, 0, 0]),
                 prefix: 8,
             },
-            ClientMatch {
+            ClientMatch::Net {
                 net: IpAddr::from([0u16, 0, 0, 0, 0, 0, 0, 1]),
                 prefix: 128,
             },
@@ -70,9 +95,9 @@ impl FromStr for ClientMatch {
             Some((a, p)) => (a, Some(p)),
             None => (s, None),
         };
-        let net: IpAddr = addr
-            .parse()
-            .map_err(|_| format!("`{s}` is not an IP address or CIDR network"))?;
+        let Ok(net) = addr.parse::<IpAddr>() else {
+            return name_pattern(s);
+        };
         let max = if net.is_ipv4() { 32 } else { 128 };
         let prefix = match prefix {
             None => max,
@@ -81,7 +106,7 @@ impl FromStr for ClientMatch {
                 _ => return Err(format!("`{s}`: prefix length must be 0..={max}")),
             },
         };
-        Ok(ClientMatch {
+        Ok(ClientMatch::Net {
             net: normalize(net),
             prefix: if normalize(net).is_ipv4() && net.is_ipv6() {
                 prefix.saturating_sub(96)
@@ -92,9 +117,69 @@ impl FromStr for ClientMatch {
     }
 }
 
+/// A host name or wildcard entry, checked: letters, digits, `-`, `.`,
+/// `*`, `?`; `@netgroup` is refused with its own reason.
+fn name_pattern(s: &str) -> Result<ClientMatch, String> {
+    if s.starts_with('@') {
+        return Err(format!(
+            "`{s}`: netgroups are not supported; list the hosts or networks"
+        ));
+    }
+    let ok = !s.is_empty()
+        && s.len() <= 253
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'*' | b'?'))
+        && s.bytes()
+            .any(|b| b.is_ascii_alphanumeric() || b == b'*' || b == b'?');
+    // Digits and dots only is a mistyped address, never a host name (no
+    // top-level domain is numeric).
+    let numeric = s.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+    if numeric {
+        return Err(format!("`{s}` is not an IP address"));
+    }
+    if !ok || s.contains('/') {
+        return Err(format!(
+            "`{s}` is not an IP address, CIDR network, host name or wildcard"
+        ));
+    }
+    Ok(ClientMatch::Name(s.to_ascii_lowercase()))
+}
+
+/// Shell-style match of `name` against `pattern` (`*`, `?`), as
+/// exports(5) wildcards.
+fn wildcard_match(pattern: &[u8], name: &[u8]) -> bool {
+    let (mut p, mut n) = (0, 0);
+    let (mut star, mut mark) = (None, 0);
+    while n < name.len() {
+        match pattern.get(p) {
+            Some(b'*') => {
+                star = Some(p);
+                mark = n;
+                p += 1;
+            }
+            Some(&c) if c == b'?' || c == name[n] => {
+                p += 1;
+                n += 1;
+            }
+            _ => match star {
+                Some(s) => {
+                    p = s + 1;
+                    mark += 1;
+                    n = mark;
+                }
+                None => return false,
+            },
+        }
+    }
+    pattern[p..].iter().all(|&c| c == b'*')
+}
+
 impl fmt::Display for ClientMatch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.net, self.prefix)
+        match self {
+            ClientMatch::Net { net, prefix } => write!(f, "{net}/{prefix}"),
+            ClientMatch::Name(name) => write!(f, "{name}"),
+        }
     }
 }
 
@@ -122,9 +207,37 @@ mod tests {
     }
 
     #[test]
+    fn names_and_wildcards() {
+        let ip = "10.1.2.3".parse().unwrap();
+        let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let with = names(&["build1.Example.COM"]);
+        assert!(m("*.example.com").matches_client(ip, &with));
+        assert!(m("build1.example.com").matches_client(ip, &with));
+        assert!(m("build?.example.com").matches_client(ip, &with));
+        assert!(m("*").matches_client(ip, &with));
+        assert!(!m("*.example.org").matches_client(ip, &with));
+        assert!(!m("build12.example.com").matches_client(ip, &with));
+        assert!(
+            !m("*.example.com").matches_client(ip, &[]),
+            "no name, no match"
+        );
+        assert!(!m("*.example.com").matches(ip));
+        assert!(m("*.example.com").needs_name() && !m("10.0.0.0/8").needs_name());
+        assert_eq!(m("Host.Example").to_string(), "host.example");
+        assert!(wildcard_match(b"a*b*c", b"axxbyyc"));
+        assert!(!wildcard_match(b"a*b*c", b"axxbyy"));
+    }
+
+    #[test]
     fn bad_entries_are_errors() {
         assert!("10.0.0.0/33".parse::<ClientMatch>().is_err());
-        assert!("host.example".parse::<ClientMatch>().is_err());
+        assert!("@trusted"
+            .parse::<ClientMatch>()
+            .unwrap_err()
+            .contains("netgroups"));
+        assert!("host name".parse::<ClientMatch>().is_err());
+        assert!("...".parse::<ClientMatch>().is_err());
+        assert!("300.1.2.3".parse::<ClientMatch>().is_err());
         assert!("10.0.0.0/x".parse::<ClientMatch>().is_err());
         assert!("".parse::<ClientMatch>().is_err());
     }

@@ -219,6 +219,17 @@ impl ExportConfig {
         self.clients.iter().any(|c| c.matches(addr))
     }
 
+    /// Whether a client at `addr` with the confirmed host names `names`
+    /// may use this export (names match host and wildcard entries).
+    pub fn admits_client(&self, addr: IpAddr, names: &[String]) -> bool {
+        self.clients.iter().any(|c| c.matches_client(addr, names))
+    }
+
+    /// Whether the client list names hosts or wildcards.
+    pub fn needs_names(&self) -> bool {
+        self.clients.iter().any(ClientMatch::needs_name)
+    }
+
     pub fn read_only(&self) -> bool {
         self.access == Access::Ro
     }

@@ -154,8 +154,8 @@ pub fn listing(exports: &[ExportConfig]) -> String {
 /// A dionfs config (TOML) for an /etc/exports text: one `[[export]]` per
 /// path, its clients, its options as `options = "..."` (exports(5)
 /// semantics: read-only unless `rw`). Errors name the line: clients
-/// dionfs cannot match yet (host names, wildcards, netgroups) and one path
-/// with different options for different clients.
+/// dionfs cannot match (netgroups) and one path with different options
+/// for different clients.
 pub fn convert(text: &str) -> Result<String, String> {
     let mut out = String::from(
         "# Converted from /etc/exports by `dionfs exportfs --convert`.\n\
@@ -179,13 +179,10 @@ pub fn convert(text: &str) -> Result<String, String> {
             };
             let clients_here: Vec<String> = match client.as_str() {
                 "" | "*" => vec!["0.0.0.0/0".into(), "::/0".into()],
-                c if c.parse::<super::ClientMatch>().is_ok() => vec![c.to_string()],
-                c => {
-                    return Err(format!(
-                        "line {n}: client `{c}`: dionfs matches addresses and networks \
-                         (CIDR) only so far, not host names, wildcards or netgroups"
-                    ))
-                }
+                c => match c.parse::<super::ClientMatch>() {
+                    Ok(_) => vec![c.to_string()],
+                    Err(e) => return Err(format!("line {n}: client {e}")),
+                },
             };
             let mut probe = ExportConfig::with_defaults(path.clone().into());
             exports5_defaults(&mut probe);
@@ -332,11 +329,13 @@ mod tests {
         assert!(toml.contains("path = \"/srv/public\"\nclients = [\"0.0.0.0/0\", \"::/0\"]\noptions = \"ro,insecure\""), "{toml}");
         assert!(toml.contains("path = \"/srv/with space\""), "{toml}");
         assert!(config.is_err(), "paths that do not exist are refused");
-        let e = convert("/srv/a host.example.com(rw)\n").unwrap_err();
+        let names = convert("/srv/a build?.example.com(rw) *.lab(rw)\n").unwrap();
         assert!(
-            e.starts_with("line 1:") && e.contains("host.example.com"),
-            "{e}"
+            names.contains("clients = [\"build?.example.com\", \"*.lab\"]"),
+            "{names}"
         );
+        let e = convert("/srv/a @trusted(rw)\n").unwrap_err();
+        assert!(e.starts_with("line 1:") && e.contains("netgroups"), "{e}");
         let e = convert("/srv/a 10.0.0.1(rw) 10.0.0.2(ro)\n").unwrap_err();
         assert!(e.contains("different options"), "{e}");
         let e = convert("/srv/a 10.0.0.1(rw,crossmnt)\n").unwrap_err();

@@ -4,6 +4,7 @@
 pub mod clients;
 pub mod config;
 pub mod exports5;
+pub mod names;
 pub mod port;
 
 pub use clients::ClientMatch;

@@ -70,7 +70,12 @@ pub async fn serve<S: Service>(
                     let Ok(local) = stream.local_addr() else {
                         continue; // the socket is already gone
                     };
-                    let conn = ConnInfo { id: next_conn_id(), peer, local };
+                    let conn = ConnInfo {
+                        id: next_conn_id(),
+                        peer,
+                        local,
+                        names: Vec::new(),
+                    };
                     let mut stop = stop_rx.clone();
                     let stopped = async move {
                         // An error means the sender is gone: stop as well.

@@ -181,6 +181,9 @@ pub struct ConnInfo {
     pub id: u64,
     pub peer: SocketAddr,
     pub local: SocketAddr,
+    /// The peer's confirmed host names, looked up before the first call
+    /// when an export matches clients by name ([`ConnLimits::resolve_names`]).
+    pub names: Vec<String>,
 }
 
 /// Limits applied to each connection, and the counters of the listeners
@@ -216,6 +219,9 @@ pub struct ConnLimits {
     /// Counters of the connections served with these limits (shared by
     /// clones: one set for all listeners of a server).
     pub counters: Arc<NetCounters>,
+    /// Look up each peer's host names before serving it (an export's
+    /// client list has host names or wildcards).
+    pub resolve_names: bool,
 }
 
 impl Default for ConnLimits {
@@ -232,6 +238,7 @@ impl Default for ConnLimits {
             idle_timeout: Duration::from_secs(360),
             max_connections: 4096,
             counters: Arc::default(),
+            resolve_names: false,
         }
     }
 }

@@ -45,7 +45,10 @@ impl<'a> Ctx<'a> {
         let id = handle::export_id(fh.as_bytes()).ok_or(NfsStat3::BadHandle)?;
         // An export that is gone (config changed) makes its handles stale.
         let export = self.server.export_by_id(id).ok_or(NfsStat3::Stale)?;
-        if !export.config.admits(self.conn.peer.ip()) {
+        if !export
+            .config
+            .admits_client(self.conn.peer.ip(), &self.conn.names)
+        {
             warn!(
                 client = %self.conn.peer.ip(),
                 export = %export.config.path.display(),

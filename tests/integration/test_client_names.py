@@ -1,0 +1,98 @@
+"""Client lists with host names and wildcards, as in /etc/exports (issue 10):
+an export for `*.example.com` and `db?.lab` admits a client whose address
+resolves (and resolves back) to a matching name and refuses one whose name
+does not match, both at MNT and for NFS calls with a handle obtained by an
+admitted client. Names come from /etc/hosts, bind-mounted in a private mount
+namespace, in a private network namespace (127.0.0.2-4 on its loopback).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from servers import dionfs_bin
+
+pytestmark = pytest.mark.dionfs_only
+
+LIB = str(__import__("pathlib").Path(__file__).resolve().parents[1] / "lib")
+
+
+def test_host_names_and_wildcards_in_client_lists(tmp_path):
+    export = tmp_path / "export"
+    export.mkdir()
+    export.chmod(0o755)
+    (tmp_path / "hosts").write_text(
+        "127.0.0.1 localhost\n"
+        "127.0.0.2 build1.example.com\n"
+        "127.0.0.3 intruder.example.org\n"
+        "127.0.0.4 db7.lab\n")
+    (tmp_path / "dionfs.toml").write_text(f"""
+[server]
+listen = "0.0.0.0"
+nfs_port = 2049
+mount_port = 20048
+portmap_port = false
+state_dir = "{tmp_path}/state"
+
+[[export]]
+path = "{export}"
+clients = ["*.example.com", "db?.lab"]
+options = "rw,insecure"
+""")
+    client = tmp_path / "client.py"
+    client.write_text(f"""
+import socket, struct, sys
+sys.path.insert(0, {LIB!r})
+import rawrpc
+
+def conn(src, port):
+    s = socket.socket()
+    s.bind((src, 0))
+    s.settimeout(20)
+    s.connect(("127.0.0.1", port))
+    c = rawrpc.Conn.__new__(rawrpc.Conn)
+    c.sock, c.xid = s, 1
+    return c
+
+handle = None
+for src in ("127.0.0.2", "127.0.0.3", "127.0.0.4"):
+    status, fh = rawrpc.mnt(conn(src, 20048), {str(export)!r})
+    print(f"MNT from {{src}}: {{status}}")
+    if src == "127.0.0.2":
+        handle = fh
+# GETATTR with the admitted client's handle, from each address.
+for src in ("127.0.0.2", "127.0.0.3"):
+    accept, res = conn(src, 2049).rpc(100003, 3, 1, rawrpc.opaque(handle))
+    print(f"GETATTR from {{src}}: {{rawrpc.nfs_status(res)}}")
+""")
+    ns = f"dionfs-names-{uuid.uuid4().hex[:8]}"
+    script = tmp_path / "run.sh"
+    script.write_text(f"""set -eu
+mount --bind {tmp_path}/hosts /etc/hosts
+{dionfs_bin()} serve --config {tmp_path}/dionfs.toml > {tmp_path}/dionfs.log 2>&1 &
+D=$!
+for i in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/2049) 2>/dev/null && break; sleep 0.1; done
+{sys.executable} {client}
+kill $D; wait $D || true
+""")
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        subprocess.run(["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"], check=True)
+        r = subprocess.run(["ip", "netns", "exec", ns, "unshare", "-m", "bash", str(script)],
+                           capture_output=True, text=True, timeout=120)
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=False)
+    out = r.stdout + r.stderr
+    log = (tmp_path / "dionfs.log").read_text()
+    print(out, log)
+    assert r.returncode == 0, out
+    assert "MNT from 127.0.0.2: 0" in out, out          # build1.example.com
+    assert "MNT from 127.0.0.3: 13" in out, out         # intruder.example.org: ACCES
+    assert "MNT from 127.0.0.4: 0" in out, out          # db7.lab matches db?.lab
+    assert "GETATTR from 127.0.0.2: 0" in out, out
+    assert "GETATTR from 127.0.0.3: 0" not in out, out  # refused with the same handle
+    assert 'names=["build1.example.com"]' in log, log
