@@ -127,8 +127,9 @@ struct ServeArgs {
     /// A TOML file with [server] settings and [[export]] sections.
     #[arg(long)]
     config: Option<PathBuf>,
-    /// Clients allowed to mount (address or CIDR; repeatable). Default: loopback only.
-    #[arg(long = "allow", value_name = "ADDR|CIDR")]
+    /// Clients allowed to mount (address, CIDR, host name or wildcard such
+    /// as *.example.com; repeatable). Default: loopback only.
+    #[arg(long = "allow", value_name = "ADDR|CIDR|NAME")]
     allow: Vec<ClientMatch>,
     /// Address to listen on.
     #[arg(long, default_value = "0.0.0.0")]
