@@ -113,28 +113,41 @@ pub struct DumpResult {
 
 impl Encode for DumpResult {
     fn encode(&self, enc: &mut Encoder) {
-        for m in &self.mappings {
-            enc.bool(true);
-            m.encode(enc);
-        }
-        enc.bool(false);
+        encode_list(&self.mappings, enc);
     }
 }
 
 impl Decode<'_> for DumpResult {
     fn decode(dec: &mut Decoder<'_>) -> Result<Self> {
-        let mut mappings = Vec::new();
-        while dec.bool()? {
-            if mappings.len() >= MAX_DUMP_ENTRIES as usize {
-                return Err(XdrError::TooLong {
-                    len: MAX_DUMP_ENTRIES + 1,
-                    max: MAX_DUMP_ENTRIES,
-                });
-            }
-            mappings.push(Mapping::decode(dec)?);
-        }
-        Ok(Self { mappings })
+        Ok(Self {
+            mappings: decode_list(dec)?,
+        })
     }
+}
+
+/// A DUMP result's linked list: each entry preceded by TRUE, the list
+/// ended by FALSE.
+fn encode_list<T: Encode>(entries: &[T], enc: &mut Encoder) {
+    for e in entries {
+        enc.bool(true);
+        e.encode(enc);
+    }
+    enc.bool(false);
+}
+
+/// [`encode_list`]'s list, at most [`MAX_DUMP_ENTRIES`] entries.
+fn decode_list<T: for<'a> Decode<'a>>(dec: &mut Decoder<'_>) -> Result<Vec<T>> {
+    let mut entries = Vec::new();
+    while dec.bool()? {
+        if entries.len() >= MAX_DUMP_ENTRIES as usize {
+            return Err(XdrError::TooLong {
+                len: MAX_DUMP_ENTRIES + 1,
+                max: MAX_DUMP_ENTRIES,
+            });
+        }
+        entries.push(T::decode(dec)?);
+    }
+    Ok(entries)
 }
 
 /// rpcbind versions 3 and 4 (RFC 1833 section 2), the same program on the
@@ -238,27 +251,15 @@ pub struct RpcbDump {
 
 impl Encode for RpcbDump {
     fn encode(&self, enc: &mut Encoder) {
-        for e in &self.entries {
-            enc.bool(true);
-            e.encode(enc);
-        }
-        enc.bool(false);
+        encode_list(&self.entries, enc);
     }
 }
 
 impl Decode<'_> for RpcbDump {
     fn decode(dec: &mut Decoder<'_>) -> Result<Self> {
-        let mut entries = Vec::new();
-        while dec.bool()? {
-            if entries.len() >= MAX_DUMP_ENTRIES as usize {
-                return Err(XdrError::TooLong {
-                    len: MAX_DUMP_ENTRIES + 1,
-                    max: MAX_DUMP_ENTRIES,
-                });
-            }
-            entries.push(Rpcb::decode(dec)?);
-        }
-        Ok(Self { entries })
+        Ok(Self {
+            entries: decode_list(dec)?,
+        })
     }
 }
 
