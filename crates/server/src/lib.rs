@@ -86,13 +86,7 @@ async fn serve(config: Config, ports_file: Option<PathBuf>) -> Result<(), String
     let registered = if portmap_taken && settings.portmap_port == Some(dionfs_proto::portmap::PORT)
     {
         let programs = PortmapTable::programs(nfs_port, mount_port);
-        let done = tokio::task::spawn_blocking(move || {
-            rpcbind::Rpcbind::connect(rpcbind::SOCKET).and_then(|mut r| r.register(&programs, ip))
-        })
-        .await
-        .map_err(std::io::Error::other)
-        .and_then(|r| r);
-        match done {
+        match rpcbind::update(programs, ip, true).await {
             Ok(()) => {
                 info!("port 111 is the host's rpcbind: NFS and MOUNT registered with it");
                 true
@@ -211,13 +205,8 @@ async fn serve(config: Config, ports_file: Option<PathBuf>) -> Result<(), String
     while tasks.join_next().await.is_some() {}
     if registered {
         let programs = PortmapTable::programs(nfs_port, mount_port);
-        let done = tokio::task::spawn_blocking(move || {
-            rpcbind::Rpcbind::connect(rpcbind::SOCKET).and_then(|mut r| r.unregister(&programs, ip))
-        })
-        .await;
-        match done {
-            Ok(Ok(())) => info!("unregistered from the host's rpcbind"),
-            Ok(Err(e)) => warn!(error = %e, "cannot unregister from the host's rpcbind"),
+        match rpcbind::update(programs, ip, false).await {
+            Ok(()) => info!("unregistered from the host's rpcbind"),
             Err(e) => warn!(error = %e, "cannot unregister from the host's rpcbind"),
         }
     }

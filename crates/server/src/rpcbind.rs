@@ -23,6 +23,21 @@ const SET: u32 = 1;
 const UNSET: u32 = 2;
 const TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Registers `programs` on `ip` with the host's rpcbind (or, with
+/// `register` false, removes them), on a blocking thread.
+pub async fn update(programs: Vec<Mapping>, ip: IpAddr, register: bool) -> io::Result<()> {
+    tokio::task::spawn_blocking(move || {
+        let mut rpcbind = Rpcbind::connect(SOCKET)?;
+        if register {
+            rpcbind.register(&programs, ip)
+        } else {
+            rpcbind.unregister(&programs, ip)
+        }
+    })
+    .await
+    .map_err(io::Error::other)?
+}
+
 /// A connection to the host's rpcbind.
 pub struct Rpcbind {
     stream: Box<dyn ReadWrite>,
