@@ -397,10 +397,11 @@ impl DataPlane {
     /// for the whole device write, so when neighbouring records share
     /// edge blocks (IOR-hard's 47008-byte records from several clients)
     /// each record's edges wait for the others' direct interiors and the
-    /// other way round: 250 MiB/s against 805 this way, the CPU per record
-    /// down from 167 to 66 ticks per run (`/tmp/exp/ior.sh`, 8 connections
-    /// x qd 2). Larger writes keep the direct interior: the copy through
-    /// the page cache would cost more than the lock.
+    /// other way round: bench/run's `ior-hard-write` (8 connections x
+    /// qd 2) went from 275 to 709 MiB/s this way, and the server's CPU for
+    /// it fell by more than half (README, Results). Larger writes keep the
+    /// direct interior: the copy through the page cache would cost more
+    /// than the lock.
     fn write_small_misaligned(
         &self,
         file: &DataFile,
