@@ -17,6 +17,8 @@
 mod codec;
 pub mod mount3;
 pub mod nfs3;
+pub mod nlm4;
+pub mod nsm;
 
 #[cfg(test)]
 mod test_util;

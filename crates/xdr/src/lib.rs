@@ -307,6 +307,18 @@ impl Decode<'_> for u32 {
     }
 }
 
+impl Encode for i32 {
+    fn encode(&self, enc: &mut Encoder) {
+        enc.i32(*self)
+    }
+}
+
+impl Decode<'_> for i32 {
+    fn decode(dec: &mut Decoder<'_>) -> Result<Self> {
+        dec.i32()
+    }
+}
+
 impl Encode for u64 {
     fn encode(&self, enc: &mut Encoder) {
         enc.u64(*self)
