@@ -1,12 +1,13 @@
 //! The only place in dionfs with `unsafe` code: aligned buffers and the
 //! Linux system calls that neither `libc`'s safe surface nor `rustix` wraps
 //! (file handles, per-thread credentials, `RWF_*` flags that are too new,
-//! `SO_RCVLOWAT`, io_uring reads).
+//! `SO_RCVLOWAT`, io_uring reads, byte-range OFD locks).
 //! Every `unsafe` block carries a `SAFETY:` comment.
 
 pub mod buf;
 pub mod cred;
 pub mod handle;
 pub mod io;
+pub mod lock;
 pub mod net;
 pub mod uring;
