@@ -216,6 +216,29 @@ impl ExportFs {
         Ok(fd)
     }
 
+    /// A new open file description of the regular file `fh` names, for
+    /// byte-range locks held on a remote owner's behalf (NLM): read-write
+    /// where the file and filesystem allow, else read-only (the bool says
+    /// which). Opened as the server, like the data plane's descriptors;
+    /// NLM checks the caller's access itself.
+    pub fn open_for_locks(&self, fh: &[u8]) -> Result<(OwnedFd, bool), FsError> {
+        let node = self.resolve(fh)?;
+        match node.kind {
+            FileKind::Regular => {}
+            FileKind::Directory => return Err(FsError::IsDir),
+            _ => return Err(FsError::Inval),
+        }
+        let flags = OFlags::CLOEXEC | OFlags::NOCTTY;
+        match self.open_kernel_handle(&node.kernel, flags | OFlags::RDWR) {
+            Ok(fd) => Ok((fd, true)),
+            Err(FsError::Rofs | FsError::Access | FsError::Perm) => Ok((
+                self.open_kernel_handle(&node.kernel, flags | OFlags::RDONLY)?,
+                false,
+            )),
+            Err(e) => Err(e),
+        }
+    }
+
     /// This export's id (also inside every handle it issues).
     pub fn export_id(&self) -> u16 {
         self.export_id
