@@ -73,14 +73,18 @@ def test_ports_file(server):
     import json
 
     ports = json.load(open(server.ports_file))
-    assert set(ports) == {"nfs", "mount", "portmap"}, ports
+    assert set(ports) == {"nfs", "mount", "portmap", "nlm", "nsm"}, ports
     assert ports["nfs"] > 0 and ports["mount"] > 0 and ports["nfs"] != ports["mount"]
     assert ports["portmap"] is None or ports["portmap"] > 0
+    assert ports["nlm"] is None or ports["nlm"] > 0
 
 
 @pytest.mark.dionfs_only
 def test_portmap_getport(server, nfsproc):
-    """The portmapper (on an ephemeral port here) maps NFS and MOUNT v3/TCP."""
+    import json
+
+    """The portmapper (on an ephemeral port here) maps NFS and MOUNT v3/TCP,
+    and the NLM v4 lock manager."""
     if not server.portmap_port:
         pytest.skip("no portmapper port in the ports file")
 
@@ -90,7 +94,10 @@ def test_portmap_getport(server, nfsproc):
     assert getport(100003, 3) == server.nfs_port
     assert getport(100005, 3) == server.mount_port
     assert getport(100003, 4) == 0  # not served
-    assert getport(100021, 4) == 0  # no NLM
+    ports = json.load(open(server.ports_file))
+    assert getport(100021, 4) == ports["nlm"] > 0
+    assert getport(100024, 1) == ports["nlm"]  # NSM over TCP shares NLM's port
+    assert getport(100021, 1) == 0  # NFSv2's NLM: not served
 
 
 @pytest.mark.dionfs_only

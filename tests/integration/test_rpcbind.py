@@ -4,9 +4,10 @@
   host, so dionfs serves port 111 itself: `rpcinfo -p` (portmap v2 DUMP),
   `rpcinfo` (rpcbind v4 DUMP), `rpcinfo -T tcp HOST nfs 3` (GETADDR, then a
   NULL call to the port it names) and `showmount -e` (libtirpc finds
-  mountd through rpcbind, then MOUNT EXPORT) all work.
+  mountd through rpcbind, then MOUNT EXPORT) all work, and the port mapper
+  and NSM answer over UDP (`rpcinfo -u`).
 - test_registers_with_the_hosts_rpcbind: a real rpcbind (Debian's) holds
-  port 111: dionfs registers NFS and MOUNT with it at start (rpcinfo -p
+  port 111: dionfs registers NFS, MOUNT, NLM and NSM with it at start (rpcinfo -p
   lists them, showmount -e works through it) and unregisters at SIGTERM.
 
 Each runs in a network namespace of its own (port 111 of the host is never
@@ -17,6 +18,7 @@ socket and lock of the host are never touched).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import uuid
@@ -76,18 +78,28 @@ def test_builtin_rpcbind_answers_rpcinfo_and_showmount(tmp_path):
 echo "== rpcinfo -p"; rpcinfo -p 127.0.0.1
 echo "== rpcinfo"; rpcinfo 127.0.0.1
 echo "== getaddr"; rpcinfo -T tcp 127.0.0.1 nfs 3; rpcinfo -T tcp 127.0.0.1 mountd 3
+rpcinfo -T tcp 127.0.0.1 nlockmgr 4
+echo "== udp"; rpcinfo -u 127.0.0.1 portmapper 2; rpcinfo -u 127.0.0.1 status 1
 echo "== showmount"; showmount -e 127.0.0.1
 kill $DIONFS; wait $DIONFS
 """, tmp_path)
     v2 = out.split("== rpcinfo -p")[1].split("== rpcinfo\n")[0]
     for line in ("100000    2   tcp    111  portmapper", "100005    3   tcp  20048  mountd",
-                 "100003    3   tcp   2049  nfs"):
+                 "100003    3   tcp   2049  nfs", "100000    2   udp    111  portmapper"):
         assert line in v2, v2
+    # The lock service, on ports of its own.
+    assert re.search(r"100021    4   tcp  +\d+  nlockmgr", v2), v2
+    assert re.search(r"100024    1   udp  +\d+  status", v2), v2
     v4 = out.split("== rpcinfo\n")[1].split("== getaddr")[0]
     assert "100003    3    tcp       127.0.0.1.8.1" in v4, v4
     assert "100000    4    tcp       127.0.0.1.0.111" in v4, v4
     assert "program 100003 version 3 ready and waiting" in out
     assert "program 100005 version 3 ready and waiting" in out
+    assert "program 100021 version 4 ready and waiting" in out
+    udp = out.split("== udp")[1]
+    # Over UDP: the port mapper itself, and NSM (where sm-notify sends).
+    assert "program 100000 version 2 ready and waiting" in udp, udp
+    assert "program 100024 version 1 ready and waiting" in udp, udp
     assert f"{tmp_path}/export 127.0.0.0/8" in out.split("== showmount")[1]
 
 
@@ -110,8 +122,11 @@ kill $RPCBIND; wait $RPCBIND || true
     assert "100003    3   tcp   2049  nfs" in serving, serving
     assert "100005    3   tcp  20048  mountd" in serving, serving
     assert "100000    4   udp    111  portmapper" in serving, "not the real rpcbind answering"
+    assert re.search(r"100021    4   tcp  +\d+  nlockmgr", serving), serving
+    assert re.search(r"100024    1   udp  +\d+  status", serving), serving
     assert f"{tmp_path}/export 127.0.0.0/8" in out.split("== showmount")[1]
     after = out.split("== after stop")[1]
-    assert "100003" not in after and "100005" not in after, after
+    for prog in ("100003", "100005", "100021", "100024"):
+        assert prog not in after, after
     log = open(tmp_path / "dionfs.log").read()
     assert "registered with it" in log and "unregistered from the host's rpcbind" in log, log

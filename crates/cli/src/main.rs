@@ -190,6 +190,23 @@ struct ServeArgs {
     /// allows it; with --config, overrides its `io_uring`).
     #[arg(long)]
     no_io_uring: bool,
+    /// Serve no NLM/NSM lock service (clients must then mount with
+    /// `nolock`; with --config, overrides its `nlm`).
+    #[arg(long)]
+    no_nlm: bool,
+    /// NLM's TCP port (default 0: any free port, found by clients through
+    /// the port mapper; with --config, overrides `nlm_port`).
+    #[arg(long, value_name = "N")]
+    nlm_port: Option<u16>,
+    /// NSM's UDP port for reboot notifications (default 0: any free port;
+    /// with --config, overrides `nsm_port`).
+    #[arg(long, value_name = "N")]
+    nsm_port: Option<u16>,
+    /// After a restart with clients that held locks, grant only their
+    /// reclaims for SECS seconds (default 90, 0 for none; with --config,
+    /// overrides `grace_period`).
+    #[arg(long, value_name = "SECS", value_parser = parse_grace)]
+    grace_period: Option<std::time::Duration>,
     /// Files kept open while unused (the open-file cache; at least 1).
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
     open_files: u32,
@@ -256,6 +273,16 @@ fn parse_idle_timeout(s: &str) -> Result<std::time::Duration, String> {
     parse_secs("--idle-timeout", s)
 }
 
+fn parse_grace(s: &str) -> Result<std::time::Duration, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of seconds"))?;
+    if !(0.0..=3600.0).contains(&v) {
+        return Err(format!("--grace-period: {v} must be between 0 and 3600"));
+    }
+    Ok(std::time::Duration::from_secs_f64(v))
+}
+
 fn parse_max_transfer(s: &str) -> Result<u32, String> {
     let v: u32 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
     check_max_transfer(v)
@@ -278,6 +305,18 @@ impl ServeArgs {
         }
         if self.no_io_uring {
             settings.io_uring = false;
+        }
+        if self.no_nlm {
+            settings.nlm = false;
+        }
+        if let Some(p) = self.nlm_port {
+            settings.nlm_port = p;
+        }
+        if let Some(p) = self.nsm_port {
+            settings.nsm_port = p;
+        }
+        if let Some(g) = self.grace_period {
+            settings.grace_period = g;
         }
     }
 

@@ -9,6 +9,7 @@ pub mod metrics;
 pub mod mount;
 pub mod net;
 pub mod nfs;
+pub mod nlm;
 pub mod portmap;
 mod reply;
 pub mod rpcbind;
@@ -20,7 +21,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use dionfs_dataplane::IoRing;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UdpSocket};
 use tracing::{error, info, warn};
 
 use crate::export::Config;
@@ -82,13 +83,52 @@ async fn serve(config: Config, ports_file: Option<PathBuf>) -> Result<(), String
     let port = |l: &TcpListener| l.local_addr().map(|a| a.port()).unwrap_or(0);
     let (nfs_port, mount_port) = (port(&nfs), port(&mount));
     let portmap_port = portmap.as_ref().map(port);
+    // The port mapper over UDP too (sm-notify and some mount helpers ask
+    // over UDP), on the port the TCP one got.
+    let portmap_udp = match portmap_port {
+        Some(p) => match UdpSocket::bind(SocketAddr::new(ip, p)).await {
+            Ok(s) => Some(s),
+            Err(e) => {
+                warn!(error = %e, port = p, "cannot serve the port mapper over UDP; TCP only");
+                None
+            }
+        },
+        None => None,
+    };
+    // The lock service: NLM (and NSM) over TCP, NSM over UDP.
+    let locks = if settings.nlm {
+        let tcp = bind(ip, settings.nlm_port, "NLM").await?;
+        let udp = UdpSocket::bind(SocketAddr::new(ip, settings.nsm_port))
+            .await
+            .map_err(|e| {
+                format!(
+                    "cannot listen for NSM on {ip}:{} (UDP): {e}",
+                    settings.nsm_port
+                )
+            })?;
+        let service =
+            nlm::LockService::start(server.clone(), &settings.state_dir, settings.grace_period)?;
+        Some((tcp, udp, service))
+    } else {
+        None
+    };
+    let (nlm_port, nsm_port) = match &locks {
+        Some((tcp, udp, _)) => (
+            Some(port(tcp)),
+            Some(udp.local_addr().map(|a| a.port()).unwrap_or(0)),
+        ),
+        None => (None, None),
+    };
+    let mut programs = PortmapTable::programs(nfs_port, mount_port);
+    if let (Some(nlm_port), Some(nsm_port)) = (nlm_port, nsm_port) {
+        programs.extend(nlm::mappings(nlm_port, nsm_port));
+    }
     // Port 111 taken: the host's rpcbind, most likely. Register with it.
     let registered = if portmap_taken && settings.portmap_port == Some(dionfs_proto::portmap::PORT)
     {
-        let programs = PortmapTable::programs(nfs_port, mount_port);
-        match rpcbind::update(programs, ip, true).await {
+        match rpcbind::update(programs.clone(), ip, true).await {
             Ok(()) => {
-                info!("port 111 is the host's rpcbind: NFS and MOUNT registered with it");
+                info!("port 111 is the host's rpcbind: NFS, MOUNT, NLM and NSM registered with it");
                 true
             }
             Err(e) => {
@@ -133,18 +173,38 @@ async fn serve(config: Config, ports_file: Option<PathBuf>) -> Result<(), String
         limits.clone(),
         stopped(stop_rx.clone()),
     ));
+    let small = ConnLimits {
+        max_record: 64 * 1024,
+        ..limits.clone()
+    };
     if let Some(l) = portmap {
-        let table = PortmapTable::dionfs(nfs_port, mount_port, portmap_port.unwrap_or(0));
-        let small = ConnLimits {
-            max_record: 64 * 1024,
-            ..limits.clone()
-        };
+        let table = PortmapTable::dionfs(
+            portmap_port.unwrap_or(0),
+            portmap_udp.is_some(),
+            programs.clone(),
+        );
+        let service = Arc::new(PortmapService::new(table));
+        if let Some(udp) = portmap_udp {
+            tasks.spawn(net::udp::serve(
+                udp,
+                service.clone(),
+                stopped(stop_rx.clone()),
+            ));
+        }
         tasks.spawn(net::serve(
             l,
-            Arc::new(PortmapService::new(table)),
-            small,
+            service,
+            small.clone(),
             stopped(stop_rx.clone()),
         ));
+    }
+    if let Some((tcp, udp, service)) = locks {
+        tasks.spawn(net::udp::serve(
+            udp,
+            service.clone(),
+            stopped(stop_rx.clone()),
+        ));
+        tasks.spawn(net::serve(tcp, service, small, stopped(stop_rx.clone())));
     }
     tokio::spawn(expire_readahead(server.clone()));
     if let Some(ring) = &server.io_ring {
@@ -168,7 +228,8 @@ async fn serve(config: Config, ports_file: Option<PathBuf>) -> Result<(), String
             "exporting"
         );
     }
-    info!(%ip, nfs_port, mount_port, portmap_port = ?portmap_port, "dionfs serving NFSv3 over TCP");
+    info!(%ip, nfs_port, mount_port, portmap_port = ?portmap_port, nlm_port = ?nlm_port,
+        nsm_udp_port = ?nsm_port, "dionfs serving NFSv3 over TCP");
     info!(
         read_buffers = settings.read_buffers(),
         write_buffers = settings.write_buffers(),
@@ -180,9 +241,12 @@ async fn serve(config: Config, ports_file: Option<PathBuf>) -> Result<(), String
         "connection limits"
     );
     if let Some(path) = ports_file {
+        let opt = |p: Option<u16>| p.map_or("null".to_string(), |p| p.to_string());
         let json = format!(
-            "{{\"nfs\": {nfs_port}, \"mount\": {mount_port}, \"portmap\": {}}}\n",
-            portmap_port.map_or("null".to_string(), |p| p.to_string())
+            "{{\"nfs\": {nfs_port}, \"mount\": {mount_port}, \"portmap\": {}, \"nlm\": {}, \"nsm\": {}}}\n",
+            opt(portmap_port),
+            opt(nlm_port),
+            opt(nsm_port),
         );
         let tmp = path.with_extension("tmp");
         std::fs::write(&tmp, json)
@@ -204,7 +268,6 @@ async fn serve(config: Config, ports_file: Option<PathBuf>) -> Result<(), String
     let _ = stop_tx.send(true);
     while tasks.join_next().await.is_some() {}
     if registered {
-        let programs = PortmapTable::programs(nfs_port, mount_port);
         match rpcbind::update(programs, ip, false).await {
             Ok(()) => info!("unregistered from the host's rpcbind"),
             Err(e) => warn!(error = %e, "cannot unregister from the host's rpcbind"),

@@ -34,21 +34,24 @@ pub struct PortmapTable {
 }
 
 impl PortmapTable {
-    /// The programs of a dionfs server, all over TCP: NFS v3, MOUNT v3 and
-    /// portmap v2 itself.
-    pub fn dionfs(nfs_port: u16, mount_port: u16, portmap_port: u16) -> Self {
-        let tcp = |prog, vers, port: u16| Mapping {
-            prog,
-            vers,
-            prot: IPPROTO_TCP,
-            port: u32::from(port),
-        };
-        let mut entries = vec![
-            tcp(PROGRAM, RPCBIND_V4, portmap_port),
-            tcp(PROGRAM, RPCBIND_V3, portmap_port),
-            tcp(PROGRAM, VERSION, portmap_port),
-        ];
-        entries.extend(Self::programs(nfs_port, mount_port));
+    /// The table of a dionfs server: the port mapper itself on
+    /// `portmap_port` (over TCP, and UDP if `udp`), then `programs`.
+    pub fn dionfs(portmap_port: u16, udp: bool, programs: Vec<Mapping>) -> Self {
+        let mut entries = Vec::new();
+        for prot in [IPPROTO_TCP, IPPROTO_UDP] {
+            if prot == IPPROTO_UDP && !udp {
+                continue;
+            }
+            for vers in [RPCBIND_V4, RPCBIND_V3, VERSION] {
+                entries.push(Mapping {
+                    prog: PROGRAM,
+                    vers,
+                    prot,
+                    port: u32::from(portmap_port),
+                });
+            }
+        }
+        entries.extend(programs);
         Self { entries }
     }
 
@@ -260,7 +263,7 @@ mod tests {
     use tokio::net::{TcpListener, TcpStream};
 
     fn table() -> PortmapTable {
-        PortmapTable::dionfs(2049, 20048, 111)
+        PortmapTable::dionfs(111, false, PortmapTable::programs(2049, 20048))
     }
 
     fn call(xid: u32, vers: u32, proc_: u32, args: &[u8]) -> Vec<u8> {

@@ -12,7 +12,7 @@ use std::net::IpAddr;
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-use dionfs_proto::portmap::{universal_addr, Mapping, Rpcb, PROGRAM, RPCBIND_V4};
+use dionfs_proto::portmap::{universal_addr, Mapping, Rpcb, IPPROTO_UDP, PROGRAM, RPCBIND_V4};
 use dionfs_rpc::{encode_call, record_mark, Credential, ReplyHeader, ReplyStatus};
 use dionfs_xdr::{Decode, Decoder, Encode};
 
@@ -79,7 +79,8 @@ impl Rpcbind {
     pub fn register(&mut self, mappings: &[Mapping], ip: IpAddr) -> io::Result<()> {
         for m in mappings {
             let _ = self.call(UNSET, &rpcb(m, ip, ""));
-            if !self.call(SET, &rpcb(m, ip, "tcp"))? {
+            let netid = if m.prot == IPPROTO_UDP { "udp" } else { "tcp" };
+            if !self.call(SET, &rpcb(m, ip, netid))? {
                 return Err(io::Error::other(format!(
                     "rpcbind refused program {} version {}",
                     m.prog, m.vers

@@ -72,6 +72,17 @@ pub struct ServerSettings {
     /// Direct READs and aligned direct WRITEs through io_uring (where the
     /// kernel allows it); `false` runs every call on blocking threads.
     pub io_uring: bool,
+    /// Serve NLM v4 and NSM (locking for clients mounted without
+    /// `nolock`).
+    pub nlm: bool,
+    /// NLM's TCP port (NSM over TCP too); 0 picks a free one, as clients
+    /// find it through the port mapper.
+    pub nlm_port: u16,
+    /// NSM's UDP port (SM_NOTIFY from rebooted clients); 0 picks one.
+    pub nsm_port: u16,
+    /// After a restart with clients that held locks, how long only
+    /// reclaims are granted.
+    pub grace_period: Duration,
 }
 
 impl Default for ServerSettings {
@@ -95,6 +106,11 @@ impl Default for ServerSettings {
             open_files: 1024,
             metrics_listen: None,
             io_uring: true,
+            nlm: true,
+            nlm_port: 0,
+            nsm_port: 0,
+            // As knfsd's lockd (nlm_grace_period follows the 90 s lease).
+            grace_period: Duration::from_secs(90),
         }
     }
 }
@@ -302,6 +318,11 @@ struct RawServer {
     open_files: Option<Spanned<usize>>,
     metrics_listen: Option<Spanned<String>>,
     io_uring: Option<bool>,
+    nlm: Option<bool>,
+    nlm_port: Option<u16>,
+    nsm_port: Option<u16>,
+    /// Seconds; 0 turns the grace period off.
+    grace_period: Option<Spanned<f64>>,
 }
 
 #[derive(Deserialize)]
@@ -387,6 +408,19 @@ impl Config {
             }
             if let Some(on) = s.io_uring {
                 server.io_uring = on;
+            }
+            server.nlm = s.nlm.unwrap_or(server.nlm);
+            server.nlm_port = s.nlm_port.unwrap_or(server.nlm_port);
+            server.nsm_port = s.nsm_port.unwrap_or(server.nsm_port);
+            if let Some(g) = s.grace_period {
+                let secs = *g.get_ref();
+                if !(0.0..=3600.0).contains(&secs) {
+                    return Err(err(
+                        Some(g.span()),
+                        format!("grace_period: {secs} must be between 0 and 3600 seconds"),
+                    ));
+                }
+                server.grace_period = Duration::from_secs_f64(secs);
             }
             for (value, name, target) in [
                 (s.max_in_flight, "max_in_flight", &mut server.max_in_flight),

@@ -30,6 +30,7 @@ mod listener;
 mod stream;
 #[cfg(test)]
 mod tests;
+pub mod udp;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -1,0 +1,901 @@
+//! The lock service: NLM version 4 (program 100021) and NSM version 1
+//! (program 100024, the server's own statd), so that Linux clients mount
+//! without `nolock` and their `fcntl`/`flock` locks hold between clients
+//! and against processes on the server.
+//!
+//! - Locks are OFD locks on server-side descriptions of the file, one per
+//!   remote owner (client host + `svid`): see [`table`].
+//! - A LOCK that must wait (`block`) is answered BLOCKED and queued; when
+//!   it can be had, the server takes it and calls the client back with
+//!   GRANTED ([`client`]). Waiters are retried whenever a lock of the file
+//!   is released through NLM and every second (for locks released by
+//!   processes on the server).
+//! - NSM: the clients holding locks are recorded under the state
+//!   directory ([`state`]). A client that reboots sends SM_NOTIFY (or its
+//!   lock manager FREE_ALL): its locks are dropped. A server that restarts
+//!   tells the recorded clients (SM_NOTIFY to their statd) and keeps a
+//!   grace period in which only reclaims are granted.
+//!
+//! The calls are quick and run on blocking threads; one mutex guards the
+//! lock table.
+
+pub mod client;
+pub mod state;
+pub mod table;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dionfs_proto::nfs3::NfsFh3;
+use dionfs_proto::nlm4::{
+    Fsh4Access, Fsh4Mode, NetObj, Nlm4CancArgs, Nlm4Holder, Nlm4LockArgs, Nlm4Notify, Nlm4Res,
+    Nlm4ShareArgs, Nlm4ShareRes, Nlm4Stat, Nlm4TestArgs, Nlm4TestRes, Nlm4UnlockArgs, NlmProc4,
+    NLM_PROGRAM, NLM_V4,
+};
+use dionfs_proto::nsm::{NsmProc, SmRes, SmStatRes, StatChge, NSM_PROGRAM, NSM_V1};
+use dionfs_proto::Void;
+use dionfs_rpc::{CallHeader, RecordError, RecordReader, ReplyStatus};
+use dionfs_xdr::{Decode, Encode};
+use parking_lot::Mutex;
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+
+use crate::export::{squash, Access};
+use crate::net::{read_args, CallStream, ConnInfo, Received, Reply, Service};
+use crate::reply::{garbage_args, success};
+use crate::server::{Export, Server};
+use client::Peer;
+use state::{Monitored, NsmState};
+use table::{Attempt, Host, LockTable, Owner, Span, Waiter};
+
+/// How long a blocked LOCK waits for its client to ask again before it
+/// is dropped (the Linux client asks every 30 s while it waits).
+const WAITER_TTL: Duration = Duration::from_secs(120);
+/// How often waiters are retried without a release seen through NLM.
+const RETRY_EVERY: Duration = Duration::from_secs(1);
+
+/// A GRANTED callback to make: to whom, and what.
+#[derive(Clone)]
+pub struct Callback {
+    peer: Peer,
+    args: Nlm4TestArgs,
+}
+
+/// Work for the callback task.
+enum Job {
+    /// A blocked lock was taken for its owner: tell the client.
+    Granted {
+        fh: Vec<u8>,
+        owner: Owner,
+        span: Span,
+        callback: Callback,
+    },
+    /// The answer to a `_MSG` call, sent as the matching `_RES` call.
+    Res {
+        peer: Peer,
+        proc_: NlmProc4,
+        results: Vec<u8>,
+    },
+    /// Tell a client's statd that this server restarted.
+    Notify { host: Monitored, state: i32 },
+}
+
+/// A DOS share reservation (SHARE).
+struct Share {
+    host: Host,
+    oh: Vec<u8>,
+    mode: Fsh4Mode,
+    access: Fsh4Access,
+}
+
+/// Counters of the lock service.
+#[derive(Debug, Default)]
+pub struct NlmCounters {
+    pub granted: AtomicU64,
+    pub denied: AtomicU64,
+    pub blocked: AtomicU64,
+    pub callbacks_failed: AtomicU64,
+    pub hosts_dropped: AtomicU64,
+}
+
+/// The NLM and NSM programs.
+pub struct LockService {
+    server: Arc<Server>,
+    table: Mutex<LockTable<Callback>>,
+    shares: Mutex<HashMap<Vec<u8>, Vec<Share>>>,
+    nsm: NsmState,
+    /// Until when only reclaims are granted.
+    grace_until: Option<Instant>,
+    jobs: mpsc::UnboundedSender<Job>,
+    pub counters: NlmCounters,
+}
+
+impl LockService {
+    /// Opens the lock service's state under `state_dir` and starts its
+    /// background work (callbacks, retries, notifying the clients of the
+    /// previous run). A grace period of `grace` starts if the previous run
+    /// had clients holding locks.
+    pub fn start(
+        server: Arc<Server>,
+        state_dir: &std::path::Path,
+        grace: Duration,
+    ) -> Result<Arc<LockService>, String> {
+        let (nsm, previous) = NsmState::open(state_dir).map_err(|e| {
+            format!(
+                "cannot open the lock service's state in {}: {e}",
+                state_dir.join("nlm").display()
+            )
+        })?;
+        let grace_until =
+            (!previous.is_empty() && !grace.is_zero()).then(|| Instant::now() + grace);
+        let (jobs, rx) = mpsc::unbounded_channel();
+        let state = nsm.number;
+        let service = Arc::new(LockService {
+            server,
+            table: Mutex::default(),
+            shares: Mutex::default(),
+            nsm,
+            grace_until,
+            jobs,
+            counters: NlmCounters::default(),
+        });
+        if grace_until.is_some() {
+            info!(
+                clients = previous.len(),
+                grace_s = grace.as_secs(),
+                nsm_state = state,
+                "NLM: clients held locks before the restart; grace period for their reclaims"
+            );
+        }
+        for host in previous {
+            let _ = service.jobs.send(Job::Notify { host, state });
+        }
+        tokio::spawn(run_jobs(service.clone(), rx));
+        tokio::spawn(retry_waiters(service.clone()));
+        Ok(service)
+    }
+
+    fn in_grace(&self) -> bool {
+        self.grace_until.is_some_and(|t| Instant::now() < t)
+    }
+
+    /// Locks held now (metrics, tests).
+    pub fn lock_count(&self) -> usize {
+        self.table.lock().lock_count()
+    }
+
+    /// Blocked locks waiting now.
+    pub fn waiter_count(&self) -> usize {
+        self.table.lock().waiter_count()
+    }
+
+    /// This run's NSM state number.
+    pub fn nsm_state(&self) -> i32 {
+        self.nsm.number
+    }
+}
+
+/// A received NLM or NSM call.
+pub struct Pending {
+    call: CallHeader,
+    args: Vec<u8>,
+}
+
+impl Service for LockService {
+    type Pending = Pending;
+
+    async fn receive<R: CallStream>(
+        &self,
+        _conn: &ConnInfo,
+        call: CallHeader,
+        body: &mut RecordReader<R>,
+    ) -> Result<Received<Pending>, RecordError> {
+        let status = |s| Ok(Received::Reply(Reply::status(call.xid, s)));
+        let max = match (call.prog, call.vers) {
+            (NLM_PROGRAM, NLM_V4) => match NlmProc4::from_u32(call.proc_) {
+                Some(p) => p.max_args_len(),
+                None => return status(ReplyStatus::ProcUnavail),
+            },
+            (NSM_PROGRAM, NSM_V1) => match NsmProc::from_u32(call.proc_) {
+                Some(p) => p.max_args_len(),
+                None => return status(ReplyStatus::ProcUnavail),
+            },
+            (NLM_PROGRAM, _) => {
+                return status(ReplyStatus::ProgMismatch {
+                    low: NLM_V4,
+                    high: NLM_V4,
+                })
+            }
+            (NSM_PROGRAM, _) => {
+                return status(ReplyStatus::ProgMismatch {
+                    low: NSM_V1,
+                    high: NSM_V1,
+                })
+            }
+            _ => return status(ReplyStatus::ProgUnavail),
+        };
+        let args = read_args(body, max).await?;
+        Ok(Received::Run(Pending { call, args }))
+    }
+
+    fn execute_blocks(&self, _pending: &Pending) -> bool {
+        true
+    }
+
+    async fn execute(self: Arc<Self>, conn: Arc<ConnInfo>, pending: Pending) -> Option<Reply> {
+        let Pending { call, args } = pending;
+        Some(match call.prog {
+            NLM_PROGRAM => self.nlm(&conn, &call, &args),
+            _ => self.nsm_call(&conn, &call, &args),
+        })
+    }
+}
+
+/// Decodes `args` as `T`, or answers GARBAGE_ARGS.
+macro_rules! decode_or_garbage {
+    ($ty:ty, $args:expr, $xid:expr) => {
+        match <$ty>::from_xdr($args) {
+            Ok(v) => v,
+            Err(_) => return garbage_args($xid),
+        }
+    };
+}
+
+impl LockService {
+    fn nlm(&self, conn: &ConnInfo, call: &CallHeader, args: &[u8]) -> Reply {
+        let xid = call.xid;
+        let Some(proc_) = NlmProc4::from_u32(call.proc_) else {
+            return Reply::status(xid, ReplyStatus::ProcUnavail);
+        };
+        let peer = Peer {
+            client: conn.peer.ip(),
+            local: conn.local.ip(),
+        };
+        use NlmProc4::*;
+        match proc_ {
+            Null => success(xid, &Void),
+            Test | TestMsg => {
+                let a = decode_or_garbage!(Nlm4TestArgs, args, xid);
+                let res = self.test(conn, call, &a);
+                self.answer(xid, proc_, TestRes, peer, &res)
+            }
+            Lock | LockMsg | NmLock => {
+                let a = decode_or_garbage!(Nlm4LockArgs, args, xid);
+                let stat = self.lock(conn, call, &a, proc_ != NmLock);
+                let res = Nlm4Res {
+                    cookie: a.cookie,
+                    stat,
+                };
+                self.answer(xid, proc_, LockRes, peer, &res)
+            }
+            Cancel | CancelMsg => {
+                let a = decode_or_garbage!(Nlm4CancArgs, args, xid);
+                let stat = self.cancel(conn, &a);
+                let res = Nlm4Res {
+                    cookie: a.cookie,
+                    stat,
+                };
+                self.answer(xid, proc_, CancelRes, peer, &res)
+            }
+            Unlock | UnlockMsg => {
+                let a = decode_or_garbage!(Nlm4UnlockArgs, args, xid);
+                let stat = self.unlock(conn, &a);
+                let res = Nlm4Res {
+                    cookie: a.cookie,
+                    stat,
+                };
+                self.answer(xid, proc_, UnlockRes, peer, &res)
+            }
+            // Callbacks are the server's to make, not to receive.
+            Granted | GrantedMsg => {
+                let a = decode_or_garbage!(Nlm4TestArgs, args, xid);
+                let res = Nlm4Res {
+                    cookie: a.cookie,
+                    stat: Nlm4Stat::Denied,
+                };
+                self.answer(xid, proc_, GrantedRes, peer, &res)
+            }
+            // Answers to `_MSG` calls this server never makes.
+            TestRes | LockRes | CancelRes | UnlockRes | GrantedRes => success(xid, &Void),
+            Share | Unshare => {
+                let a = decode_or_garbage!(Nlm4ShareArgs, args, xid);
+                let stat = self.share(conn, &a, proc_ == Share);
+                success(
+                    xid,
+                    &Nlm4ShareRes {
+                        cookie: a.cookie,
+                        stat,
+                        sequence: 0,
+                    },
+                )
+            }
+            FreeAll => {
+                let a = decode_or_garbage!(Nlm4Notify, args, xid);
+                let name = a.name.0;
+                info!(client = %conn.peer.ip(), name = %String::from_utf8_lossy(&name),
+                    "NLM FREE_ALL: dropping the client's locks");
+                self.drop_hosts(|h| h.name == name, |m| m.name == name);
+                success(xid, &Void)
+            }
+        }
+    }
+
+    /// The reply to a synchronous procedure (the results), or to a `_MSG`
+    /// one (nothing; the results go back as the `res` call).
+    fn answer<T: Encode>(
+        &self,
+        xid: u32,
+        proc_: NlmProc4,
+        res: NlmProc4,
+        peer: Peer,
+        results: &T,
+    ) -> Reply {
+        use NlmProc4::*;
+        if matches!(
+            proc_,
+            TestMsg | LockMsg | CancelMsg | UnlockMsg | GrantedMsg
+        ) {
+            let _ = self.jobs.send(Job::Res {
+                peer,
+                proc_: res,
+                results: results.to_xdr(),
+            });
+            return success(xid, &Void);
+        }
+        success(xid, results)
+    }
+
+    /// The export and caller of a call on `fh`, or the status to answer:
+    /// STALE_FH for a handle that is not ours or an export this client
+    /// may not use (as the NFS program would refuse it).
+    fn export_for<'s>(&'s self, conn: &ConnInfo, fh: &NetObj) -> Result<&'s Export, Nlm4Stat> {
+        let fh = NfsFh3::new(fh.0.clone()).map_err(|_| Nlm4Stat::StaleFh)?;
+        self.server.export_for(conn, &fh).ok_or(Nlm4Stat::StaleFh)
+    }
+
+    /// Opens a description of `fh` for locks and checks the caller may
+    /// take the lock: read access for a shared lock, write access for an
+    /// exclusive one, or owning the file (knfsd's `NFSD_MAY_LOCK` with
+    /// owner override).
+    fn open_checked(
+        export: &Export,
+        call: &CallHeader,
+        fh: &[u8],
+        exclusive: bool,
+    ) -> Result<(std::os::fd::OwnedFd, bool), Nlm4Stat> {
+        let (fd, writable) = export.fs.open_for_locks(fh).map_err(|e| match e {
+            dionfs_fs::FsError::Stale | dionfs_fs::FsError::BadHandle => Nlm4Stat::StaleFh,
+            _ => Nlm4Stat::Failed,
+        })?;
+        let creds = squash(&export.config, &call.cred);
+        if creds.uid != 0 {
+            let owner = rustix::fs::fstat(&fd).map(|s| s.st_uid).unwrap_or(u32::MAX);
+            if owner != creds.uid {
+                let mode = if exclusive {
+                    rustix::fs::Access::WRITE_OK
+                } else {
+                    rustix::fs::Access::READ_OK
+                };
+                let ok = dionfs_sys::cred::with_creds(&creds, || {
+                    dionfs_sys::io::access_fd(&fd, mode).is_ok()
+                })
+                .unwrap_or(false);
+                if !ok {
+                    return Err(Nlm4Stat::Denied);
+                }
+            }
+        }
+        Ok((fd, writable))
+    }
+
+    fn owner(conn: &ConnInfo, lock: &dionfs_proto::nlm4::Nlm4Lock) -> Owner {
+        Owner {
+            host: Host {
+                name: lock.caller_name.0.clone(),
+                ip: conn.peer.ip(),
+            },
+            svid: lock.svid,
+        }
+    }
+
+    fn lock(
+        &self,
+        conn: &ConnInfo,
+        call: &CallHeader,
+        a: &Nlm4LockArgs,
+        monitor: bool,
+    ) -> Nlm4Stat {
+        let stat = self.try_lock(conn, call, a, monitor);
+        let counter = match stat {
+            Nlm4Stat::Granted => &self.counters.granted,
+            Nlm4Stat::Blocked => &self.counters.blocked,
+            _ => &self.counters.denied,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        debug!(client = %conn.peer, svid = a.alock.svid, offset = a.alock.l_offset,
+            len = a.alock.l_len, exclusive = a.exclusive, block = a.block,
+            reclaim = a.reclaim, ?stat, "NLM LOCK");
+        stat
+    }
+
+    fn try_lock(
+        &self,
+        conn: &ConnInfo,
+        call: &CallHeader,
+        a: &Nlm4LockArgs,
+        monitor: bool,
+    ) -> Nlm4Stat {
+        if self.in_grace() != a.reclaim {
+            // In the grace period only reclaims; after it, none (knfsd).
+            return Nlm4Stat::DeniedGracePeriod;
+        }
+        let export = match self.export_for(conn, &a.alock.fh) {
+            Ok(x) => x,
+            Err(s) => return s,
+        };
+        if a.exclusive && export.config.access == Access::Ro {
+            return Nlm4Stat::Rofs;
+        }
+        let Some(span) = Span::from_nlm(a.alock.l_offset, a.alock.l_len) else {
+            return Nlm4Stat::Fbig;
+        };
+        let fh = &a.alock.fh.0;
+        let opened = match Self::open_checked(export, call, fh, a.exclusive) {
+            Ok(o) => o,
+            Err(s) => return s,
+        };
+        let mut opened = Some(opened);
+        let mut open = || {
+            opened
+                .take()
+                .ok_or_else(|| std::io::Error::other("opened twice"))
+        };
+        let owner = Self::owner(conn, &a.alock);
+        let mut table = self.table.lock();
+        let callback = a.block.then(|| Callback {
+            peer: Peer {
+                client: conn.peer.ip(),
+                local: conn.local.ip(),
+            },
+            args: Nlm4TestArgs {
+                cookie: a.cookie.clone(),
+                exclusive: a.exclusive,
+                alock: a.alock.clone(),
+            },
+        });
+        let attempt = table.lock(
+            fh,
+            &owner,
+            &a.alock.oh.0,
+            span,
+            a.exclusive,
+            &mut open,
+            callback,
+        );
+        let stat = match attempt {
+            Ok(Attempt::Granted) => Nlm4Stat::Granted,
+            Ok(Attempt::ReadOnly) => Nlm4Stat::Rofs,
+            Ok(Attempt::Conflict) if a.block => Nlm4Stat::Blocked,
+            Ok(Attempt::Conflict) => Nlm4Stat::Denied,
+            Err(e) => {
+                warn!(error = %e, client = %conn.peer, "NLM LOCK failed");
+                Nlm4Stat::Failed
+            }
+        };
+        drop(table);
+        if stat == Nlm4Stat::Granted && monitor {
+            self.monitor(conn, &owner);
+        }
+        stat
+    }
+
+    /// Records the client as holding locks (durably, the first time).
+    fn monitor(&self, conn: &ConnInfo, owner: &Owner) {
+        let host = Monitored {
+            name: owner.host.name.clone(),
+            client: owner.host.ip,
+            server: conn.local.ip(),
+        };
+        if let Err(e) = self.nsm.monitor(host) {
+            warn!(error = %e, client = %conn.peer,
+                "NLM: cannot record the client in the state directory; \
+                 after a restart it will not be told to reclaim its locks");
+        }
+    }
+
+    fn test(&self, conn: &ConnInfo, call: &CallHeader, a: &Nlm4TestArgs) -> Nlm4TestRes {
+        let res = |stat, holder| Nlm4TestRes {
+            cookie: a.cookie.clone(),
+            stat,
+            holder,
+        };
+        if self.in_grace() {
+            return res(Nlm4Stat::DeniedGracePeriod, None);
+        }
+        let export = match self.export_for(conn, &a.alock.fh) {
+            Ok(x) => x,
+            Err(s) => return res(s, None),
+        };
+        let Some(span) = Span::from_nlm(a.alock.l_offset, a.alock.l_len) else {
+            return res(Nlm4Stat::Fbig, None);
+        };
+        let fh = &a.alock.fh.0;
+        // A TEST needs only read access, whatever lock it asks about.
+        let mut opened = match Self::open_checked(export, call, fh, false) {
+            Ok(o) => Some(o),
+            Err(s) => return res(s, None),
+        };
+        let mut open = || {
+            opened
+                .take()
+                .ok_or_else(|| std::io::Error::other("opened twice"))
+        };
+        let owner = Self::owner(conn, &a.alock);
+        match self
+            .table
+            .lock()
+            .test(fh, &owner, span, a.exclusive, &mut open)
+        {
+            Ok(None) => res(Nlm4Stat::Granted, None),
+            Ok(Some(h)) => {
+                let (l_offset, l_len) = h.span.to_nlm();
+                let (svid, oh) = h.owner.unwrap_or((0, Vec::new()));
+                res(
+                    Nlm4Stat::Denied,
+                    Some(Nlm4Holder {
+                        exclusive: h.exclusive,
+                        svid,
+                        oh: NetObj(oh),
+                        l_offset,
+                        l_len,
+                    }),
+                )
+            }
+            Err(e) => {
+                warn!(error = %e, client = %conn.peer, "NLM TEST failed");
+                res(Nlm4Stat::Failed, None)
+            }
+        }
+    }
+
+    fn unlock(&self, conn: &ConnInfo, a: &Nlm4UnlockArgs) -> Nlm4Stat {
+        // Unlocking is allowed in the grace period (knfsd too).
+        if self.export_for(conn, &a.alock.fh).is_err() {
+            return Nlm4Stat::StaleFh;
+        }
+        let Some(span) = Span::from_nlm(a.alock.l_offset, a.alock.l_len) else {
+            return Nlm4Stat::Fbig;
+        };
+        let fh = &a.alock.fh.0;
+        let owner = Self::owner(conn, &a.alock);
+        let mut table = self.table.lock();
+        if let Err(e) = table.unlock(fh, &owner, span) {
+            warn!(error = %e, client = %conn.peer, "NLM UNLOCK failed");
+            return Nlm4Stat::Failed;
+        }
+        let granted = table.grant_waiters(fh);
+        drop(table);
+        self.send_granted(fh, granted);
+        Nlm4Stat::Granted
+    }
+
+    fn cancel(&self, conn: &ConnInfo, a: &Nlm4CancArgs) -> Nlm4Stat {
+        if self.in_grace() {
+            return Nlm4Stat::DeniedGracePeriod;
+        }
+        if self.export_for(conn, &a.alock.fh).is_err() {
+            return Nlm4Stat::StaleFh;
+        }
+        let Some(span) = Span::from_nlm(a.alock.l_offset, a.alock.l_len) else {
+            return Nlm4Stat::Fbig;
+        };
+        let owner = Self::owner(conn, &a.alock);
+        self.table
+            .lock()
+            .cancel(&a.alock.fh.0, &owner, span, a.exclusive);
+        Nlm4Stat::Granted
+    }
+
+    /// SHARE / UNSHARE: DOS share reservations, kept among NLM clients
+    /// (processes on the server know nothing of them, as with knfsd).
+    fn share(&self, conn: &ConnInfo, a: &Nlm4ShareArgs, take: bool) -> Nlm4Stat {
+        if take && self.in_grace() != a.reclaim {
+            return Nlm4Stat::DeniedGracePeriod;
+        }
+        if self.export_for(conn, &a.share.fh).is_err() {
+            return Nlm4Stat::StaleFh;
+        }
+        let host = Host {
+            name: a.share.caller_name.0.clone(),
+            ip: conn.peer.ip(),
+        };
+        let oh = a.share.oh.0.clone();
+        let mut shares = self.shares.lock();
+        let list = shares.entry(a.share.fh.0.clone()).or_default();
+        list.retain(|s| !(s.host == host && s.oh == oh));
+        if take {
+            let bits = |x: u32| x & 3;
+            let conflict = list.iter().any(|s| {
+                bits(s.mode as u32) & bits(a.share.access as u32) != 0
+                    || bits(a.share.mode as u32) & bits(s.access as u32) != 0
+            });
+            if conflict {
+                return Nlm4Stat::Denied;
+            }
+            list.push(Share {
+                host,
+                oh,
+                mode: a.share.mode,
+                access: a.share.access,
+            });
+        }
+        if list.is_empty() {
+            shares.remove(&a.share.fh.0);
+        }
+        Nlm4Stat::Granted
+    }
+
+    /// Drops every lock, waiter and share of the hosts `host` matches and
+    /// forgets the monitored clients `monitored` matches; grants what the
+    /// drop freed.
+    fn drop_hosts(&self, host: impl Fn(&Host) -> bool, monitored: impl FnMut(&Monitored) -> bool) {
+        let mut table = self.table.lock();
+        let touched = table.drop_hosts(&host);
+        let mut granted = Vec::new();
+        for fh in &touched {
+            granted.extend(table.grant_waiters(fh).into_iter().map(|w| (fh.clone(), w)));
+        }
+        drop(table);
+        self.shares.lock().retain(|_, list| {
+            list.retain(|s| !host(&s.host));
+            !list.is_empty()
+        });
+        self.counters.hosts_dropped.fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = self.nsm.forget(monitored) {
+            warn!(error = %e, "NLM: cannot update the monitored clients in the state directory");
+        }
+        for (fh, w) in granted {
+            self.send_granted(&fh, vec![w]);
+        }
+    }
+
+    fn send_granted(&self, fh: &[u8], granted: Vec<Waiter<Callback>>) {
+        for w in granted {
+            self.counters.granted.fetch_add(1, Ordering::Relaxed);
+            let _ = self.jobs.send(Job::Granted {
+                fh: fh.to_vec(),
+                owner: w.owner,
+                span: w.span,
+                callback: w.callback,
+            });
+        }
+    }
+
+    /// NSM: the server's own statd.
+    fn nsm_call(&self, conn: &ConnInfo, call: &CallHeader, args: &[u8]) -> Reply {
+        let xid = call.xid;
+        let Some(proc_) = NsmProc::from_u32(call.proc_) else {
+            return Reply::status(xid, ReplyStatus::ProcUnavail);
+        };
+        let state = self.nsm.number;
+        match proc_ {
+            NsmProc::Null | NsmProc::SimuCrash => success(xid, &Void),
+            NsmProc::Stat => success(
+                xid,
+                &SmStatRes {
+                    res_stat: SmRes::Succ,
+                    state,
+                },
+            ),
+            // Monitoring is the lock service's own business: no other lock
+            // manager on this host may use this statd.
+            NsmProc::Mon => success(
+                xid,
+                &SmStatRes {
+                    res_stat: SmRes::Fail,
+                    state,
+                },
+            ),
+            NsmProc::Unmon | NsmProc::UnmonAll => success(xid, &state),
+            NsmProc::Notify => {
+                let a = decode_or_garbage!(StatChge, args, xid);
+                let name = a.mon_name.0;
+                let ip = conn.peer.ip();
+                let by_name = self.table.lock().hosts().iter().any(|h| h.name == name);
+                info!(client = %ip, name = %String::from_utf8_lossy(&name), state = a.state,
+                    "NSM: a client rebooted; dropping its locks");
+                if by_name {
+                    self.drop_hosts(|h| h.name == name, |m| m.name == name);
+                } else {
+                    self.drop_hosts(|h| h.ip == ip, |m| m.client == ip);
+                }
+                success(xid, &Void)
+            }
+        }
+    }
+}
+
+/// Makes the callbacks, one at a time per job, on blocking threads.
+async fn run_jobs(service: Arc<LockService>, mut rx: mpsc::UnboundedReceiver<Job>) {
+    while let Some(job) = rx.recv().await {
+        let s = service.clone();
+        tokio::spawn(async move {
+            let _ = tokio::task::spawn_blocking(move || s.run_job(job)).await;
+        });
+    }
+}
+
+impl LockService {
+    fn run_job(&self, job: Job) {
+        match job {
+            Job::Granted {
+                fh,
+                owner,
+                span,
+                callback,
+            } => self.call_granted(&fh, &owner, span, &callback),
+            Job::Res {
+                peer,
+                proc_,
+                results,
+            } => {
+                let r = client::getport(peer, NLM_PROGRAM, NLM_V4, false).and_then(|port| {
+                    client::tcp_call(
+                        peer.local,
+                        SocketAddr::new(peer.client, port),
+                        NLM_PROGRAM,
+                        NLM_V4,
+                        proc_ as u32,
+                        &results,
+                    )
+                });
+                if let Err(e) = r {
+                    self.counters
+                        .callbacks_failed
+                        .fetch_add(1, Ordering::Relaxed);
+                    warn!(client = %peer.client, error = %e, ?proc_, "NLM: cannot send a result to the client");
+                }
+            }
+            Job::Notify { host, state } => notify(&host, state),
+        }
+    }
+
+    /// GRANTED to the client, a few times; if it answers that it no longer
+    /// waits, the lock is released again.
+    fn call_granted(&self, fh: &[u8], owner: &Owner, span: Span, cb: &Callback) {
+        let args = cb.args.to_xdr();
+        let mut last = None;
+        for attempt in 0..5 {
+            if attempt > 0 {
+                std::thread::sleep(Duration::from_secs(2));
+            }
+            let r = client::getport(cb.peer, NLM_PROGRAM, NLM_V4, false).and_then(|port| {
+                client::tcp_call(
+                    cb.peer.local,
+                    SocketAddr::new(cb.peer.client, port),
+                    NLM_PROGRAM,
+                    NLM_V4,
+                    NlmProc4::Granted as u32,
+                    &args,
+                )
+            });
+            let r = r.map(|res| Nlm4Res::from_xdr(&res));
+            debug!(client = %cb.peer.client, svid = owner.svid, attempt, result = ?r, "NLM GRANTED callback");
+            match r {
+                Ok(Ok(res)) if res.stat == Nlm4Stat::Granted => return,
+                Ok(Ok(res)) => {
+                    debug!(client = %cb.peer.client, stat = ?res.stat,
+                        "NLM GRANTED refused: the client no longer waits; releasing");
+                    let mut table = self.table.lock();
+                    let _ = table.unlock(fh, owner, span);
+                    let granted = table.grant_waiters(fh);
+                    drop(table);
+                    self.send_granted(fh, granted);
+                    return;
+                }
+                Ok(Err(e)) => last = Some(std::io::Error::other(format!("{e:?}"))),
+                Err(e) => last = Some(e),
+            }
+        }
+        self.counters
+            .callbacks_failed
+            .fetch_add(1, Ordering::Relaxed);
+        // The lock stays held: the client asks again while it waits, and
+        // gets GRANTED at once.
+        warn!(client = %cb.peer.client, svid = owner.svid,
+            error = %last.map_or_else(String::new, |e| e.to_string()),
+            "NLM: cannot call GRANTED back; the lock stays held for the client's next LOCK");
+    }
+}
+
+/// SM_NOTIFY to a client's statd: this server restarted, reclaim.
+fn notify(host: &Monitored, state: i32) {
+    let peer = Peer {
+        client: host.client,
+        local: host.server,
+    };
+    let args = StatChge {
+        mon_name: host.server.to_string().as_str().into(),
+        state,
+    }
+    .to_xdr();
+    let mut wait = Duration::from_secs(1);
+    for _ in 0..8 {
+        let r = client::getport(peer, NSM_PROGRAM, NSM_V1, true).and_then(|port| {
+            client::udp_call(
+                host.server,
+                SocketAddr::new(host.client, port),
+                NSM_PROGRAM,
+                NSM_V1,
+                NsmProc::Notify as u32,
+                &args,
+            )
+        });
+        match r {
+            Ok(_) => {
+                info!(client = %host.client, "NSM: told the client to reclaim its locks");
+                return;
+            }
+            Err(e) => debug!(client = %host.client, error = %e, "NSM: SM_NOTIFY failed; retrying"),
+        }
+        std::thread::sleep(wait);
+        wait = (wait * 2).min(Duration::from_secs(15));
+    }
+    warn!(client = %host.client, "NSM: the client did not answer SM_NOTIFY; \
+        its locks can be reclaimed only if it learns of the restart otherwise");
+}
+
+/// Retries every blocked lock each [`RETRY_EVERY`] (locks released by
+/// processes on the server), drops waiters their clients gave up on, and
+/// at the end of the grace period forgets the clients that did not
+/// reclaim.
+async fn retry_waiters(service: Arc<LockService>) {
+    let mut tick = tokio::time::interval(RETRY_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut grace_done = service.grace_until.is_none();
+    loop {
+        tick.tick().await;
+        let s = service.clone();
+        let finish_grace = !grace_done && !service.in_grace();
+        grace_done |= finish_grace;
+        let _ = tokio::task::spawn_blocking(move || {
+            let stale = Instant::now()
+                .checked_sub(WAITER_TTL)
+                .unwrap_or_else(Instant::now);
+            let granted = s.table.lock().grant_all(stale);
+            for (fh, w) in granted {
+                s.send_granted(&fh, vec![w]);
+            }
+            if finish_grace {
+                let held = s.table.lock().hosts();
+                info!(reclaimed = held.len(), "NLM: grace period over");
+                let keep =
+                    |m: &Monitored| held.iter().any(|h| h.name == m.name && h.ip == m.client);
+                if let Err(e) = s.nsm.keep_only(keep) {
+                    warn!(error = %e, "NLM: cannot update the monitored clients");
+                }
+            }
+        })
+        .await;
+    }
+}
+
+/// The mappings the lock service listens on, for the port mapper: NLM v4
+/// over TCP, NSM v1 over TCP and UDP.
+pub fn mappings(nlm_port: u16, nsm_udp_port: u16) -> Vec<dionfs_proto::portmap::Mapping> {
+    use dionfs_proto::portmap::{Mapping, IPPROTO_TCP, IPPROTO_UDP};
+    let m = |prog, vers, prot, port: u16| Mapping {
+        prog,
+        vers,
+        prot,
+        port: u32::from(port),
+    };
+    vec![
+        m(NLM_PROGRAM, NLM_V4, IPPROTO_TCP, nlm_port),
+        m(NSM_PROGRAM, NSM_V1, IPPROTO_TCP, nlm_port),
+        m(NSM_PROGRAM, NSM_V1, IPPROTO_UDP, nsm_udp_port),
+    ]
+}

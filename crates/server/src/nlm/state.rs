@@ -1,0 +1,164 @@
+//! What the lock service keeps across restarts, under
+//! `STATE_DIR/nlm/` (as rpc.statd keeps `/var/lib/nfs/sm`):
+//! - `state`: the server's NSM state number, odd while it runs, moved on
+//!   at every start so clients can tell a restart;
+//! - `hosts`: the clients that held locks, with the server address they
+//!   used, so that a restarted server can tell them (SM_NOTIFY) to reclaim
+//!   their locks in its grace period.
+//!
+//! Both are replaced atomically (write, fsync, rename, fsync the
+//! directory): a crash leaves the old or the new version, never half.
+
+use std::collections::BTreeSet;
+use std::io::{self, Write};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use parking_lot::Mutex;
+
+/// A client to tell when the server restarts.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Monitored {
+    /// The client's `caller_name`.
+    pub name: Vec<u8>,
+    pub client: IpAddr,
+    /// The server address the client locked through: what it calls the
+    /// server (the `mon_name` its statd expects).
+    pub server: IpAddr,
+}
+
+/// The lock service's persistent state.
+pub struct NsmState {
+    dir: PathBuf,
+    /// This run's NSM state number (odd).
+    pub number: i32,
+    hosts: Mutex<BTreeSet<Monitored>>,
+}
+
+impl NsmState {
+    /// Opens (creating) `state_dir/nlm`, moves the state number on, and
+    /// returns the clients the previous run had monitored. They stay
+    /// recorded until [`NsmState::keep_only`] drops them (after the grace
+    /// period), so a crash during the grace period forgets nobody.
+    pub fn open(state_dir: &Path) -> io::Result<(NsmState, Vec<Monitored>)> {
+        let dir = state_dir.join("nlm");
+        std::fs::create_dir_all(&dir)?;
+        let previous: i32 = match std::fs::read_to_string(dir.join("state")) {
+            Ok(s) => s.trim().parse().unwrap_or(0),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
+            Err(e) => return Err(e),
+        };
+        // Odd while up; past a previous odd value (a crash) by two.
+        let number = if previous % 2 == 0 {
+            previous.wrapping_add(1)
+        } else {
+            previous.wrapping_add(2)
+        };
+        replace(&dir, "state", format!("{number}\n").as_bytes())?;
+        let hosts = match std::fs::read_to_string(dir.join("hosts")) {
+            Ok(s) => parse_hosts(&s),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => BTreeSet::new(),
+            Err(e) => return Err(e),
+        };
+        let previous = hosts.iter().cloned().collect();
+        Ok((
+            NsmState {
+                dir,
+                number,
+                hosts: Mutex::new(hosts),
+            },
+            previous,
+        ))
+    }
+
+    /// Records a client that now holds locks; durable before it returns
+    /// the first time (a lock granted must be reclaimable after a crash).
+    pub fn monitor(&self, host: Monitored) -> io::Result<()> {
+        let mut hosts = self.hosts.lock();
+        if hosts.contains(&host) {
+            return Ok(());
+        }
+        hosts.insert(host);
+        self.write(&hosts)
+    }
+
+    /// Forgets the clients `drop` matches (they rebooted or freed all).
+    pub fn forget(&self, mut drop: impl FnMut(&Monitored) -> bool) -> io::Result<()> {
+        let mut hosts = self.hosts.lock();
+        let before = hosts.len();
+        hosts.retain(|h| !drop(h));
+        if hosts.len() == before {
+            return Ok(());
+        }
+        self.write(&hosts)
+    }
+
+    /// Keeps only the clients `keep` matches (those holding locks once
+    /// the grace period is over).
+    pub fn keep_only(&self, mut keep: impl FnMut(&Monitored) -> bool) -> io::Result<()> {
+        self.forget(|h| !keep(h))
+    }
+
+    fn write(&self, hosts: &BTreeSet<Monitored>) -> io::Result<()> {
+        let mut text = String::new();
+        for h in hosts {
+            text.push_str(&format!(
+                "{} {} {}\n",
+                hex::encode(&h.name),
+                h.client,
+                h.server
+            ));
+        }
+        replace(&self.dir, "hosts", text.as_bytes())
+    }
+}
+
+fn parse_hosts(text: &str) -> BTreeSet<Monitored> {
+    text.lines()
+        .filter_map(|line| {
+            let mut it = line.split_whitespace();
+            Some(Monitored {
+                name: hex::decode(it.next()?).ok()?,
+                client: it.next()?.parse().ok()?,
+                server: it.next()?.parse().ok()?,
+            })
+        })
+        .collect()
+}
+
+/// Replaces `dir/name` with `data` atomically and durably.
+fn replace(dir: &Path, name: &str, data: &[u8]) -> io::Result<()> {
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(data)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, dir.join(name))?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_moves_on_and_hosts_survive_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let (s, previous) = NsmState::open(dir.path()).unwrap();
+        assert_eq!(s.number, 1);
+        assert!(previous.is_empty());
+        let host = Monitored {
+            name: b"client one".to_vec(),
+            client: "192.0.2.7".parse().unwrap(),
+            server: "192.0.2.1".parse().unwrap(),
+        };
+        s.monitor(host.clone()).unwrap();
+        drop(s);
+        let (s, previous) = NsmState::open(dir.path()).unwrap();
+        assert_eq!(s.number, 3);
+        assert_eq!(previous, vec![host.clone()]);
+        s.keep_only(|_| false).unwrap();
+        let (s, previous) = NsmState::open(dir.path()).unwrap();
+        assert_eq!(s.number, 5);
+        assert!(previous.is_empty());
+    }
+}

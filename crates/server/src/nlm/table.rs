@@ -1,0 +1,678 @@
+//! The lock table of the NLM service: for every file with NLM locks, one
+//! open file description per remote lock owner (client host + `svid`),
+//! holding that owner's byte-range locks as OFD locks; and the blocked
+//! LOCKs waiting for a conflicting lock to go.
+//!
+//! The kernel decides every conflict: between owners of different
+//! clients, between processes of one client, and with processes on the
+//! server itself (`fcntl` locks conflict with OFD locks). Upgrades,
+//! downgrades and the split of a lock by a partial unlock are the
+//! kernel's POSIX semantics on the owner's description. The table keeps
+//! its own copy of each owner's ranges only to know when an owner holds
+//! nothing more (its description is then closed) and whom to name as the
+//! holder in a TEST's denial.
+//!
+//! Everything here is synchronous and quick (non-blocking `fcntl`s under
+//! one mutex); the service calls it from blocking threads.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
+use std::os::fd::OwnedFd;
+use std::time::Instant;
+
+use dionfs_sys::lock::{ofd_getlk, ofd_setlk, LockRange, LockType};
+
+/// A client host as NLM knows it: the name its lock manager gives
+/// (`caller_name`) and the address its calls come from.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Host {
+    pub name: Vec<u8>,
+    pub ip: IpAddr,
+}
+
+/// A lock owner: a process (`svid`) of a client host.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Owner {
+    pub host: Host,
+    pub svid: i32,
+}
+
+/// An inclusive byte range; `end` `u64::MAX` reaches past any end of file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    pub start: u64,
+    pub end: u64,
+}
+
+/// The largest offset `fcntl` can lock.
+const OFFSET_MAX: u64 = i64::MAX as u64;
+
+impl Span {
+    /// The range of an NLM lock (`l_offset`, `l_len`, 0 for "to the end"),
+    /// or `None` if it starts beyond what the kernel can lock (NLM4_FBIG).
+    /// A range reaching past the largest offset reaches to the end, as in
+    /// the kernel's lockd.
+    pub fn from_nlm(offset: u64, len: u64) -> Option<Span> {
+        if offset > OFFSET_MAX {
+            return None;
+        }
+        let end = match len {
+            0 => u64::MAX,
+            _ => match offset.checked_add(len - 1) {
+                Some(end) if end <= OFFSET_MAX => end,
+                _ => u64::MAX,
+            },
+        };
+        Some(Span { start: offset, end })
+    }
+
+    /// The range as `fcntl` takes it.
+    pub fn to_fcntl(self) -> LockRange {
+        LockRange {
+            start: self.start as i64,
+            len: if self.end == u64::MAX {
+                0
+            } else {
+                (self.end - self.start + 1) as i64
+            },
+        }
+    }
+
+    /// `fcntl`'s range (as `F_OFD_GETLK` reports it) as a span.
+    fn from_fcntl(r: LockRange) -> Span {
+        let start = r.start.max(0) as u64;
+        let end = match r.len {
+            0 => u64::MAX,
+            n if n > 0 => start.saturating_add(n as u64 - 1),
+            // A negative length covers the bytes before start.
+            n => {
+                let first = start.saturating_sub(n.unsigned_abs());
+                return Span {
+                    start: first,
+                    end: start.saturating_sub(1),
+                };
+            }
+        };
+        Span { start, end }
+    }
+
+    /// The span as NLM's (`l_offset`, `l_len`).
+    pub fn to_nlm(self) -> (u64, u64) {
+        if self.end == u64::MAX {
+            (self.start, 0)
+        } else {
+            (self.start, self.end - self.start + 1)
+        }
+    }
+
+    fn overlaps(self, other: Span) -> bool {
+        self.start <= other.end && other.start <= self.end
+    }
+}
+
+/// What one owner holds on one file.
+struct Held {
+    fd: OwnedFd,
+    /// Whether `fd` is open for writing (exclusive locks need it).
+    writable: bool,
+    /// The owner's locks as (span, exclusive), as the kernel holds them.
+    ranges: Vec<(Span, bool)>,
+    /// The owner handle of its last call (for TEST's holder).
+    oh: Vec<u8>,
+}
+
+impl Held {
+    fn remove(&mut self, span: Span) {
+        let mut kept = Vec::with_capacity(self.ranges.len() + 1);
+        for &(r, excl) in &self.ranges {
+            if !r.overlaps(span) {
+                kept.push((r, excl));
+                continue;
+            }
+            if r.start < span.start {
+                kept.push((
+                    Span {
+                        start: r.start,
+                        end: span.start - 1,
+                    },
+                    excl,
+                ));
+            }
+            if r.end > span.end {
+                kept.push((
+                    Span {
+                        start: span.end + 1,
+                        end: r.end,
+                    },
+                    excl,
+                ));
+            }
+        }
+        self.ranges = kept;
+    }
+
+    fn add(&mut self, span: Span, exclusive: bool) {
+        self.remove(span);
+        self.ranges.push((span, exclusive));
+    }
+}
+
+/// A blocked LOCK waiting for its range; `T` is what the service needs
+/// to call the client back when it is granted.
+pub struct Waiter<T> {
+    pub owner: Owner,
+    pub span: Span,
+    pub exclusive: bool,
+    /// When the client last asked (it asks again while it waits).
+    pub asked: Instant,
+    pub callback: T,
+}
+
+/// The locks and waiters of one file.
+struct FileLocks<T> {
+    owners: HashMap<Owner, Held>,
+    waiters: VecDeque<Waiter<T>>,
+}
+
+impl<T> Default for FileLocks<T> {
+    fn default() -> Self {
+        Self {
+            owners: HashMap::new(),
+            waiters: VecDeque::new(),
+        }
+    }
+}
+
+/// The outcome of a lock attempt.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Attempt {
+    Granted,
+    /// Another owner holds a conflicting lock.
+    Conflict,
+    /// The owner's description cannot take an exclusive lock (the file is
+    /// read-only to the server).
+    ReadOnly,
+}
+
+/// Who holds the lock a TEST ran into.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Holder {
+    pub exclusive: bool,
+    pub span: Span,
+    /// The NLM owner, if the lock is one (else a process on the server or
+    /// another server's client: svid 0).
+    pub owner: Option<(i32, Vec<u8>)>,
+}
+
+/// Every NLM lock of the server, by file (its NFS handle). `T`: see
+/// [`Waiter`].
+pub struct LockTable<T> {
+    files: HashMap<Vec<u8>, FileLocks<T>>,
+}
+
+impl<T> Default for LockTable<T> {
+    fn default() -> Self {
+        Self {
+            files: HashMap::new(),
+        }
+    }
+}
+
+/// Opens a new description of the file (read-write if it can: the bool).
+pub type Opener<'a> = &'a mut dyn FnMut() -> std::io::Result<(OwnedFd, bool)>;
+
+impl<T> LockTable<T> {
+    /// Tries to take `span` for `owner` on file `fh` without waiting.
+    /// `open` gives the owner a description if it has none on the file.
+    /// On a conflict, `waiter` (a blocking LOCK) is queued, keeping the
+    /// owner's description open for when it can be granted.
+    #[allow(clippy::too_many_arguments)]
+    pub fn lock(
+        &mut self,
+        fh: &[u8],
+        owner: &Owner,
+        oh: &[u8],
+        span: Span,
+        exclusive: bool,
+        open: Opener<'_>,
+        waiter: Option<T>,
+    ) -> std::io::Result<Attempt> {
+        let file = self.files.entry(fh.to_vec()).or_default();
+        if !file.owners.contains_key(owner) {
+            let (fd, writable) = open()?;
+            file.owners.insert(
+                owner.clone(),
+                Held {
+                    fd,
+                    writable,
+                    ranges: Vec::new(),
+                    oh: oh.to_vec(),
+                },
+            );
+        }
+        let result = Self::try_take(file, owner, span, exclusive);
+        match (&result, waiter) {
+            (Ok(Attempt::Granted), _) => {
+                if let Some(held) = file.owners.get_mut(owner) {
+                    held.oh = oh.to_vec();
+                }
+                // A blocking LOCK asked again while waiting, granted now.
+                file.waiters
+                    .retain(|w| !(w.owner == *owner && w.span == span && w.exclusive == exclusive));
+            }
+            (Ok(Attempt::Conflict), Some(callback)) => Self::wait(
+                file,
+                Waiter {
+                    owner: owner.clone(),
+                    span,
+                    exclusive,
+                    asked: Instant::now(),
+                    callback,
+                },
+            ),
+            _ => {}
+        }
+        self.tidy(fh);
+        result
+    }
+
+    fn try_take(
+        file: &mut FileLocks<T>,
+        owner: &Owner,
+        span: Span,
+        exclusive: bool,
+    ) -> std::io::Result<Attempt> {
+        let Some(held) = file.owners.get_mut(owner) else {
+            return Ok(Attempt::Conflict);
+        };
+        if exclusive && !held.writable {
+            return Ok(Attempt::ReadOnly);
+        }
+        let kind = if exclusive {
+            LockType::Write
+        } else {
+            LockType::Read
+        };
+        if ofd_setlk(&held.fd, kind, span.to_fcntl())? {
+            held.add(span, exclusive);
+            Ok(Attempt::Granted)
+        } else {
+            Ok(Attempt::Conflict)
+        }
+    }
+
+    /// Releases `span` of `owner`'s locks on `fh` (nothing held: nothing
+    /// to do), and drops the owner's waiters overlapping it (a client
+    /// unlocks what it stopped waiting for, as knfsd's unlock cancels).
+    pub fn unlock(&mut self, fh: &[u8], owner: &Owner, span: Span) -> std::io::Result<()> {
+        let Some(file) = self.files.get_mut(fh) else {
+            return Ok(());
+        };
+        file.waiters
+            .retain(|w| !(w.owner == *owner && w.span.overlaps(span)));
+        if let Some(held) = file.owners.get_mut(owner) {
+            ofd_setlk(&held.fd, LockType::Unlock, span.to_fcntl())?;
+            held.remove(span);
+        }
+        self.tidy(fh);
+        Ok(())
+    }
+
+    /// The first lock in the way of `owner` taking `span` on `fh`, if any.
+    /// `open` gives a description to ask through when the owner has none.
+    pub fn test(
+        &mut self,
+        fh: &[u8],
+        owner: &Owner,
+        span: Span,
+        exclusive: bool,
+        open: Opener<'_>,
+    ) -> std::io::Result<Option<Holder>> {
+        let kind = if exclusive {
+            LockType::Write
+        } else {
+            LockType::Read
+        };
+        let own = self
+            .files
+            .get(fh)
+            .and_then(|f| f.owners.get(owner))
+            .map(|h| ofd_getlk(&h.fd, kind, span.to_fcntl()));
+        let found = match own {
+            Some(r) => r?,
+            None => {
+                let (fd, _) = open()?;
+                ofd_getlk(&fd, kind, span.to_fcntl())?
+            }
+        };
+        let Some((excl, range)) = found else {
+            return Ok(None);
+        };
+        let span = Span::from_fcntl(range);
+        let owner = self.files.get(fh).and_then(|f| {
+            f.owners.iter().find_map(|(o, h)| {
+                (o != owner && h.ranges.iter().any(|&(r, e)| e == excl && r.overlaps(span)))
+                    .then(|| (o.svid, h.oh.clone()))
+            })
+        });
+        Ok(Some(Holder {
+            exclusive: excl,
+            span,
+            owner,
+        }))
+    }
+
+    /// Queues a blocked LOCK, unless the same one already waits (a client
+    /// asks again while it waits): then only refreshes it.
+    fn wait(file: &mut FileLocks<T>, waiter: Waiter<T>) {
+        if let Some(w) = file.waiters.iter_mut().find(|w| {
+            w.owner == waiter.owner && w.span == waiter.span && w.exclusive == waiter.exclusive
+        }) {
+            w.asked = waiter.asked;
+            w.callback = waiter.callback;
+            return;
+        }
+        file.waiters.push_back(waiter);
+    }
+
+    /// Drops `owner`'s waiter for exactly `span`/`exclusive` (CANCEL);
+    /// whether there was one.
+    pub fn cancel(&mut self, fh: &[u8], owner: &Owner, span: Span, exclusive: bool) -> bool {
+        let Some(file) = self.files.get_mut(fh) else {
+            return false;
+        };
+        let before = file.waiters.len();
+        file.waiters
+            .retain(|w| !(w.owner == *owner && w.span == span && w.exclusive == exclusive));
+        let cancelled = file.waiters.len() != before;
+        self.tidy(fh);
+        cancelled
+    }
+
+    /// Grants what waiters of `fh` can now have, in the order they came;
+    /// returns them (their callbacks are the caller's to make).
+    pub fn grant_waiters(&mut self, fh: &[u8]) -> Vec<Waiter<T>> {
+        let Some(file) = self.files.get_mut(fh) else {
+            return Vec::new();
+        };
+        let mut granted = Vec::new();
+        let mut waiting = VecDeque::with_capacity(file.waiters.len());
+        while let Some(w) = file.waiters.pop_front() {
+            match Self::try_take(file, &w.owner, w.span, w.exclusive) {
+                Ok(Attempt::Granted) => granted.push(w),
+                Ok(_) => waiting.push_back(w),
+                Err(e) => {
+                    tracing::warn!(error = %e, svid = w.owner.svid, "NLM: a blocked lock failed");
+                }
+            }
+        }
+        file.waiters = waiting;
+        self.tidy(fh);
+        granted
+    }
+
+    /// Grants what every file's waiters can now have (locks released by
+    /// processes on the server are seen this way), and drops waiters whose
+    /// client has not asked since `stale` (it stopped waiting without a
+    /// CANCEL). Returns the granted ones with their file handles.
+    pub fn grant_all(&mut self, stale: Instant) -> Vec<(Vec<u8>, Waiter<T>)> {
+        let handles: Vec<Vec<u8>> = self
+            .files
+            .iter_mut()
+            .filter_map(|(fh, f)| {
+                f.waiters.retain(|w| w.asked >= stale);
+                (!f.waiters.is_empty()).then(|| fh.clone())
+            })
+            .collect();
+        let mut out = Vec::new();
+        for fh in handles {
+            for w in self.grant_waiters(&fh) {
+                out.push((fh.clone(), w));
+            }
+        }
+        let all: Vec<Vec<u8>> = self.files.keys().cloned().collect();
+        for fh in all {
+            self.tidy(&fh);
+        }
+        out
+    }
+
+    /// Drops every lock and waiter of the hosts `host` matches (a client
+    /// rebooted: FREE_ALL, SM_NOTIFY); returns the files that had some,
+    /// whose waiters may now be granted.
+    pub fn drop_hosts(&mut self, mut matches: impl FnMut(&Host) -> bool) -> Vec<Vec<u8>> {
+        let mut touched = Vec::new();
+        for (fh, file) in self.files.iter_mut() {
+            let before = file.owners.len() + file.waiters.len();
+            // Closing the description releases its locks.
+            file.owners.retain(|o, _| !matches(&o.host));
+            file.waiters.retain(|w| !matches(&w.owner.host));
+            if file.owners.len() + file.waiters.len() != before {
+                touched.push(fh.clone());
+            }
+        }
+        for fh in &touched {
+            self.tidy(fh);
+        }
+        touched
+    }
+
+    /// The hosts holding at least one lock.
+    pub fn hosts(&self) -> Vec<Host> {
+        let mut hosts: Vec<Host> = self
+            .files
+            .values()
+            .flat_map(|f| f.owners.iter())
+            .filter(|(_, h)| !h.ranges.is_empty())
+            .map(|(o, _)| o.host.clone())
+            .collect();
+        hosts.sort();
+        hosts.dedup();
+        hosts
+    }
+
+    /// Locks held, over all owners and files (for metrics and tests).
+    pub fn lock_count(&self) -> usize {
+        self.files
+            .values()
+            .flat_map(|f| f.owners.values())
+            .map(|h| h.ranges.len())
+            .sum()
+    }
+
+    /// Waiters queued, over all files.
+    pub fn waiter_count(&self) -> usize {
+        self.files.values().map(|f| f.waiters.len()).sum()
+    }
+
+    /// Closes the descriptions of owners that hold nothing and wait for
+    /// nothing, and forgets files with neither.
+    fn tidy(&mut self, fh: &[u8]) {
+        let Some(file) = self.files.get_mut(fh) else {
+            return;
+        };
+        let waiting: Vec<Owner> = file.waiters.iter().map(|w| w.owner.clone()).collect();
+        file.owners
+            .retain(|o, h| !h.ranges.is_empty() || waiting.contains(o));
+        if file.owners.is_empty() && file.waiters.is_empty() {
+            self.files.remove(fh);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs::OpenOptions;
+    use std::path::Path;
+
+    fn owner(svid: i32) -> Owner {
+        Owner {
+            host: Host {
+                name: b"client".to_vec(),
+                ip: "192.0.2.1".parse().unwrap(),
+            },
+            svid,
+        }
+    }
+
+    fn opener(path: &Path) -> impl FnMut() -> std::io::Result<(OwnedFd, bool)> + '_ {
+        move || {
+            let f = OpenOptions::new().read(true).write(true).open(path)?;
+            Ok((f.into(), true))
+        }
+    }
+
+    fn span(offset: u64, len: u64) -> Span {
+        Span::from_nlm(offset, len).unwrap()
+    }
+
+    #[test]
+    fn spans_convert_like_lockd() {
+        assert_eq!(span(0, 0).to_fcntl(), LockRange { start: 0, len: 0 });
+        assert_eq!(span(10, 5).to_fcntl(), LockRange { start: 10, len: 5 });
+        // Past the largest offset: to the end.
+        assert_eq!(span(10, u64::MAX).end, u64::MAX);
+        assert_eq!(Span::from_nlm(1 << 63, 1), None);
+        assert_eq!(span(7, 3).to_nlm(), (7, 3));
+        assert_eq!(span(7, 0).to_nlm(), (7, 0));
+    }
+
+    #[test]
+    fn owners_conflict_split_and_upgrade() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"data").unwrap();
+        let mut t: LockTable<()> = LockTable::default();
+        let fh = b"fh".as_slice();
+        let mut open = opener(&path);
+        let (a, b) = (owner(1), owner(2));
+        assert_eq!(
+            t.lock(fh, &a, b"a", span(0, 100), true, &mut open, None)
+                .unwrap(),
+            Attempt::Granted
+        );
+        assert_eq!(
+            t.lock(fh, &b, b"b", span(50, 10), false, &mut open, None)
+                .unwrap(),
+            Attempt::Conflict
+        );
+        let holder = t
+            .test(fh, &b, span(50, 10), false, &mut open)
+            .unwrap()
+            .unwrap();
+        assert_eq!(holder.owner, Some((1, b"a".to_vec())));
+        assert_eq!(holder.span, span(0, 100));
+        // A partial unlock splits a's lock: the middle is free.
+        t.unlock(fh, &a, span(40, 20)).unwrap();
+        assert_eq!(
+            t.lock(fh, &b, b"b", span(45, 10), true, &mut open, None)
+                .unwrap(),
+            Attempt::Granted
+        );
+        assert_eq!(t.lock_count(), 3);
+        // Downgrade a's first part; b may share it.
+        assert_eq!(
+            t.lock(fh, &a, b"a", span(0, 40), false, &mut open, None)
+                .unwrap(),
+            Attempt::Granted
+        );
+        assert_eq!(
+            t.lock(fh, &b, b"b", span(0, 10), false, &mut open, None)
+                .unwrap(),
+            Attempt::Granted
+        );
+        // b waits for a's tail; a's unlock grants it.
+        assert_eq!(
+            t.lock(fh, &b, b"b", span(60, 0), true, &mut open, Some(()))
+                .unwrap(),
+            Attempt::Conflict
+        );
+        assert_eq!(t.waiter_count(), 1);
+        assert!(t.grant_waiters(fh).is_empty());
+        t.unlock(fh, &a, span(0, 0)).unwrap();
+        let granted = t.grant_waiters(fh);
+        assert_eq!(granted.len(), 1);
+        assert_eq!(t.waiter_count(), 0);
+        // The client goes away: everything of it is dropped.
+        assert_eq!(t.hosts().len(), 1);
+        assert_eq!(t.drop_hosts(|h| h.name == b"client").len(), 1);
+        assert_eq!(t.lock_count(), 0);
+        assert!(t.files.is_empty());
+    }
+
+    #[test]
+    fn a_waiter_with_nothing_held_is_granted_after_the_release() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"data").unwrap();
+        let local = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        assert!(ofd_setlk(&local, LockType::Write, LockRange { start: 0, len: 0 }).unwrap());
+        let mut t: LockTable<u32> = LockTable::default();
+        let mut open = opener(&path);
+        let c = owner(3);
+        assert_eq!(
+            t.lock(b"fh", &c, b"c", span(0, 10), true, &mut open, Some(7))
+                .unwrap(),
+            Attempt::Conflict
+        );
+        // Asked again while waiting: still one waiter.
+        assert_eq!(
+            t.lock(b"fh", &c, b"c", span(0, 10), true, &mut open, Some(8))
+                .unwrap(),
+            Attempt::Conflict
+        );
+        assert_eq!(t.waiter_count(), 1);
+        assert!(t
+            .grant_all(Instant::now() - std::time::Duration::from_secs(60))
+            .is_empty());
+        drop(local);
+        let granted = t.grant_all(Instant::now() - std::time::Duration::from_secs(60));
+        assert_eq!(granted.len(), 1);
+        assert_eq!(granted[0].1.callback, 8);
+        assert_eq!(t.lock_count(), 1);
+        // A waiter its client stopped asking about is dropped.
+        let other = owner(4);
+        assert_eq!(
+            t.lock(b"fh", &other, b"", span(0, 10), true, &mut open, Some(9))
+                .unwrap(),
+            Attempt::Conflict
+        );
+        assert!(t
+            .grant_all(Instant::now() + std::time::Duration::from_secs(1))
+            .is_empty());
+        assert_eq!(t.waiter_count(), 0);
+    }
+
+    #[test]
+    fn a_process_on_the_server_conflicts() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"data").unwrap();
+        let local = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        assert!(ofd_setlk(&local, LockType::Write, LockRange { start: 0, len: 1 }).unwrap());
+        let mut t: LockTable<()> = LockTable::default();
+        let mut open = opener(&path);
+        assert_eq!(
+            t.lock(b"fh", &owner(1), b"", span(0, 0), false, &mut open, None)
+                .unwrap(),
+            Attempt::Conflict
+        );
+        let holder = t
+            .test(b"fh", &owner(1), span(0, 0), false, &mut open)
+            .unwrap()
+            .unwrap();
+        assert_eq!(holder.owner, None);
+        assert!(holder.exclusive);
+        // Nothing held, nothing waiting: nothing kept open.
+        assert!(t.files.is_empty());
+    }
+}
