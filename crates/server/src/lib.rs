@@ -38,7 +38,12 @@ pub fn run(config: Config, ports_file: Option<PathBuf>) -> Result<(), String> {
         .thread_name("dionfs")
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
-    runtime.block_on(serve(config, ports_file))
+    let result = runtime.block_on(serve(config, ports_file));
+    // Calls in flight and the last COMMITs were awaited by `serve`; what
+    // may still run on blocking threads is the lock service's calls to
+    // clients (SM_NOTIFY, GRANTED retries), which a stop abandons.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    result
 }
 
 /// Each client connection and each cached open file holds descriptors; the

@@ -1,0 +1,243 @@
+"""NLM v4 and NSM procedures, called with raw RPC (issue 10): the cases the
+Linux client never sends or cannot show (tests/realclient/locks.py shows it
+using them): TEST's holder, CANCEL of a blocked lock, lock splitting, FREE_ALL,
+NM_LOCK, SHARE/UNSHARE, GRANTED sent to the server, the `_MSG` calls, bad
+handles and offsets, NLM versions other than 4, NSM STAT/MON/NOTIFY, and the
+grace period after a restart (reclaims only). Locks taken through NLM are
+real locks on the server: a process here conflicts with them.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import struct
+import time
+
+import pytest
+
+from rawrpc import Conn, mnt, opaque, u32, u64, PROG_MISMATCH, SUCCESS
+
+pytestmark = pytest.mark.dionfs_only
+
+NLM, NLM_V4, NSM, NSM_V1 = 100021, 4, 100024, 1
+TEST, LOCK, CANCEL, UNLOCK, GRANTED, TEST_MSG = 1, 2, 3, 4, 5, 6
+SHARE, UNSHARE, NM_LOCK, FREE_ALL = 20, 21, 22, 23
+(S_GRANTED, S_DENIED, S_NOLOCKS, S_BLOCKED, S_GRACE, S_DEADLCK, S_ROFS, S_STALE,
+ S_FBIG, S_FAILED) = range(10)
+
+
+def lock_obj(fh: bytes, caller: bytes, svid: int, off: int, length: int, oh: bytes = b"") -> bytes:
+    return opaque(caller) + opaque(fh) + opaque(oh or caller + b"-" + str(svid).encode()) + \
+        struct.pack(">i", svid) + u64(off) + u64(length)
+
+
+def b(v: bool) -> bytes:
+    return u32(1 if v else 0)
+
+
+class Nlm:
+    """An NLM client on one connection, as host `caller`."""
+
+    def __init__(self, server, caller: bytes):
+        ports = json.load(open(server.ports_file))
+        self.conn = Conn(server.host, ports["nlm"], reserved=True)
+        self.caller = caller
+
+    def call(self, proc: int, args: bytes, vers: int = NLM_V4, prog: int = NLM) -> tuple[int, bytes]:
+        return self.conn.rpc(prog, vers, proc, args, uid=0, gid=0)
+
+    def stat(self, proc: int, args: bytes) -> int:
+        accept, res = self.call(proc, args)
+        assert accept == SUCCESS, accept
+        (n,) = struct.unpack(">I", res[:4])
+        at = 4 + n + (-n % 4)
+        return struct.unpack(">I", res[at:at + 4])[0]
+
+    def lock(self, fh, svid, off, length, excl=True, block=False, reclaim=False, proc=LOCK) -> int:
+        args = opaque(b"c1") + b(block) + b(excl) + lock_obj(fh, self.caller, svid, off, length) + \
+            b(reclaim) + u32(1)
+        return self.stat(proc, args)
+
+    def unlock(self, fh, svid, off, length) -> int:
+        return self.stat(UNLOCK, opaque(b"c2") + lock_obj(fh, self.caller, svid, off, length))
+
+    def cancel(self, fh, svid, off, length, excl=True) -> int:
+        return self.stat(CANCEL, opaque(b"c3") + b(True) + b(excl) + lock_obj(fh, self.caller, svid, off, length))
+
+    def test(self, fh, svid, off, length, excl=True):
+        """(stat, holder) where holder = (exclusive, svid, oh, offset, len)."""
+        accept, res = self.call(TEST, opaque(b"c4") + b(excl) + lock_obj(fh, self.caller, svid, off, length))
+        assert accept == SUCCESS
+        (n,) = struct.unpack(">I", res[:4])
+        at = 4 + n + (-n % 4)
+        (stat,) = struct.unpack(">I", res[at:at + 4])
+        if stat != S_DENIED:
+            return stat, None
+        ex, hsvid, ohlen = struct.unpack(">Iii", res[at + 4:at + 16])
+        oh = res[at + 16:at + 16 + ohlen]
+        at += 16 + ohlen + (-ohlen % 4)
+        off, ln = struct.unpack(">QQ", res[at:at + 16])
+        return stat, (bool(ex), hsvid, oh, off, ln)
+
+    def share(self, fh, oh, mode, access, proc=SHARE) -> int:
+        args = opaque(b"c5") + opaque(self.caller) + opaque(fh) + opaque(oh) + u32(mode) + u32(access) + b(False)
+        accept, res = self.call(proc, args)
+        assert accept == SUCCESS
+        (n,) = struct.unpack(">I", res[:4])
+        at = 4 + n + (-n % 4)
+        return struct.unpack(">I", res[at:at + 4])[0]
+
+    def close(self):
+        self.conn.close()
+
+
+def file_fh(server, name: str) -> bytes:
+    path = os.path.join(server.export, name)
+    with open(path, "wb") as f:
+        f.write(b"x" * 4096)
+    os.chmod(path, 0o666)
+    with Conn(server.host, server.mount_port, reserved=True) as m:
+        status, root = mnt(m, server.export)
+    assert status == 0
+    with Conn(server.host, server.nfs_port, reserved=True) as c:
+        accept, res = c.rpc(100003, 3, 3, opaque(root) + opaque(name.encode()), uid=0, gid=0)
+    assert accept == SUCCESS and struct.unpack(">I", res[:4])[0] == 0, res[:8].hex()
+    (n,) = struct.unpack(">I", res[4:8])
+    return res[8:8 + n]
+
+
+def local_denied(path: str, off: int, length: int) -> bool:
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, length, off)
+        return False
+    except (BlockingIOError, PermissionError):
+        return True
+    finally:
+        os.close(fd)
+
+
+def test_locks_conflict_split_cancel_and_free_all(server):
+    fh = file_fh(server, "f")
+    path = os.path.join(server.export, "f")
+    a, bb = Nlm(server, b"hostA"), Nlm(server, b"hostB")
+    assert a.call(0, b"")[0] == SUCCESS
+    assert a.lock(fh, 1, 0, 100) == S_GRANTED
+    assert local_denied(path, 50, 1), "a process on the server must conflict with an NLM lock"
+    assert not local_denied(path, 100, 1)
+    stat, holder = bb.test(fh, 2, 50, 10)
+    assert stat == S_DENIED and holder == (True, 1, b"hostA-1", 0, 100), holder
+    assert bb.test(fh, 2, 100, 10)[0] == S_GRANTED
+    assert bb.lock(fh, 2, 50, 10) == S_DENIED
+    # Blocked, then cancelled: the release does not hand it over.
+    assert bb.lock(fh, 2, 50, 10, block=True) == S_BLOCKED
+    assert bb.cancel(fh, 2, 50, 10) == S_GRANTED
+    # A partial unlock splits A's lock.
+    assert a.unlock(fh, 1, 40, 20) == S_GRANTED
+    assert bb.lock(fh, 2, 45, 10) == S_GRANTED
+    assert bb.lock(fh, 2, 30, 1) == S_DENIED
+    assert bb.lock(fh, 2, 70, 1) == S_DENIED
+    # Shared locks share; A downgrades its left part.
+    assert a.lock(fh, 1, 0, 40, excl=False) == S_GRANTED
+    assert bb.lock(fh, 2, 0, 10, excl=False) == S_GRANTED
+    assert bb.lock(fh, 2, 0, 10, excl=True) == S_DENIED
+    # EOF and beyond.
+    assert a.lock(fh, 3, 1000, 0) == S_GRANTED
+    assert bb.lock(fh, 2, 1 << 40, 1) == S_DENIED
+    # A reboots (FREE_ALL from its lock manager): all of A's locks go.
+    accept, _ = bb.call(FREE_ALL, opaque(b"hostA") + u32(3))
+    assert accept == SUCCESS
+    assert bb.lock(fh, 2, 0, 0) == S_GRANTED
+    assert local_denied(path, 0, 1)
+    assert bb.unlock(fh, 2, 0, 0) == S_GRANTED
+    assert not local_denied(path, 0, 1)
+    a.close(); bb.close()
+
+
+def test_blocked_lock_granted_when_a_process_here_releases(server):
+    """The waiter is retried each second; GRANTED goes to the caller's
+    port mapper, which here is absent: the lock is held for the client's
+    next LOCK, which is GRANTED at once."""
+    fh = file_fh(server, "g")
+    fd = os.open(os.path.join(server.export, "g"), os.O_RDWR)
+    fcntl.lockf(fd, fcntl.LOCK_EX, 10, 0)
+    c = Nlm(server, b"hostC")
+    assert c.lock(fh, 7, 0, 10, block=True) == S_BLOCKED
+    os.close(fd)
+    deadline = time.monotonic() + 10
+    while not local_denied(os.path.join(server.export, "g"), 0, 1):
+        assert time.monotonic() < deadline, "the blocked lock was not taken after the release"
+        time.sleep(0.2)
+    assert c.lock(fh, 7, 0, 10, block=True) == S_GRANTED
+    c.close()
+
+
+def test_other_procedures_and_bad_arguments(server):
+    fh = file_fh(server, "h")
+    a, bb = Nlm(server, b"hostA"), Nlm(server, b"hostB")
+    # NM_LOCK: a lock without monitoring.
+    assert a.lock(fh, 1, 0, 10, proc=NM_LOCK) == S_GRANTED
+    assert bb.lock(fh, 2, 0, 10) == S_DENIED
+    # _MSG: answered with no results (the result goes back as a call).
+    accept, res = a.call(TEST_MSG, opaque(b"m") + b(True) + lock_obj(fh, b"hostA", 1, 0, 1))
+    assert accept == SUCCESS and res == b""
+    # GRANTED is the server's to send.
+    accept, res = a.call(GRANTED, opaque(b"g") + b(True) + lock_obj(fh, b"hostA", 1, 0, 1))
+    assert accept == SUCCESS and struct.unpack(">I", res[8:12])[0] == S_DENIED
+    # SHARE: deny-write + read vs. write access.
+    assert a.share(fh, b"o1", 2, 1) == S_GRANTED
+    assert bb.share(fh, b"o2", 0, 2) == S_DENIED
+    assert bb.share(fh, b"o2", 0, 1) == S_GRANTED
+    assert a.share(fh, b"o1", 2, 1, proc=UNSHARE) == S_GRANTED
+    assert bb.share(fh, b"o3", 0, 3) == S_GRANTED
+    # Handles that are not ours, offsets the kernel cannot lock.
+    assert a.lock(b"\x01" * 32, 1, 0, 1) == S_STALE
+    assert a.lock(fh, 1, 1 << 63, 1) == S_FBIG
+    # NLM versions 1-3 (NFSv2's): PROG_MISMATCH 4..4.
+    accept, _ = a.call(0, b"", vers=3)
+    assert accept == PROG_MISMATCH
+    a.close(); bb.close()
+
+
+def test_nsm_stat_mon_and_notify(server):
+    fh = file_fh(server, "n")
+    a = Nlm(server, b"rebooter")
+    accept, res = a.call(1, opaque(b"anyone"), prog=NSM, vers=NSM_V1)
+    res_stat, state = struct.unpack(">Ii", res[:8])
+    assert accept == SUCCESS and res_stat == 0 and state % 2 == 1, (res_stat, state)
+    mon = opaque(b"x") + opaque(b"localhost") + u32(NLM) + u32(4) + u32(16) + b"\0" * 16
+    accept, res = a.call(2, mon, prog=NSM, vers=NSM_V1)
+    assert accept == SUCCESS and struct.unpack(">I", res[:4])[0] == 1  # STAT_FAIL
+    assert a.lock(fh, 5, 0, 0) == S_GRANTED
+    assert local_denied(os.path.join(server.export, "n"), 0, 1)
+    accept, _ = a.call(6, opaque(b"rebooter") + u32(2), prog=NSM, vers=NSM_V1)
+    assert accept == SUCCESS
+    assert not local_denied(os.path.join(server.export, "n"), 0, 1)
+    a.close()
+
+
+@pytest.mark.server_args("--grace-period", "4")
+def test_grace_period_after_a_restart(server):
+    fh = file_fh(server, "r")
+    a = Nlm(server, b"reclaimer")
+    state0 = struct.unpack(">Ii", a.call(1, opaque(b"x"), prog=NSM, vers=NSM_V1)[1][:8])[1]
+    assert a.lock(fh, 1, 0, 10) == S_GRANTED
+    hosts = os.path.join(server.state_dir, "nlm", "hosts")
+    assert "127.0.0.1" in open(hosts).read()
+    a.close()
+    server.restart()
+    started = time.monotonic()
+    a, bb = Nlm(server, b"reclaimer"), Nlm(server, b"newcomer")
+    state1 = struct.unpack(">Ii", a.call(1, opaque(b"x"), prog=NSM, vers=NSM_V1)[1][:8])[1]
+    assert state1 > state0 and state1 % 2 == 1
+    assert bb.lock(fh, 2, 100, 10) == S_GRACE
+    assert bb.test(fh, 2, 100, 10)[0] == S_GRACE
+    assert a.lock(fh, 1, 0, 10, reclaim=True) == S_GRANTED
+    assert bb.lock(fh, 2, 0, 10, reclaim=True) == S_DENIED  # a reclaim conflicts too
+    time.sleep(max(0.0, 4.5 - (time.monotonic() - started)))
+    assert bb.lock(fh, 2, 100, 10) == S_GRANTED
+    assert bb.lock(fh, 2, 0, 10) == S_DENIED
+    assert a.lock(fh, 1, 200, 1, reclaim=True) == S_GRACE  # no reclaims after it
+    a.close(); bb.close()
