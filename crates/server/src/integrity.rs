@@ -97,8 +97,8 @@ pub fn open_for_recovery(
 /// so the next start has nothing to recompute. Regions a call still in
 /// flight is writing stay dirty and are recomputed then.
 pub fn commit_before_stop(server: &crate::Server) {
-    let Some(export) = server
-        .exports
+    let exports = server.exports();
+    let Some(export) = exports
         .iter()
         .find(|x| x.config.integrity == Integrity::Crc32c)
     else {

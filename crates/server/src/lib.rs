@@ -113,7 +113,6 @@ async fn serve(config: Config, ports_file: Option<PathBuf>) -> Result<(), String
         max_connections: settings.max_connections,
         // One count of connections (and one cap) for every listener.
         counters: server.net.clone(),
-        resolve_names: config.exports.iter().any(|x| x.needs_names()),
         ..ConnLimits::default()
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -156,7 +155,7 @@ async fn serve(config: Config, ports_file: Option<PathBuf>) -> Result<(), String
             .map_err(|e| format!("cannot listen for metrics on {addr}: {e}"))?;
         tokio::spawn(metrics::serve(l, server.clone()));
     }
-    for x in &server.exports {
+    for x in server.exports().iter() {
         info!(
             export = %x.config.path.display(),
             read_mode = ?x.config.read_mode,
@@ -194,7 +193,7 @@ async fn serve(config: Config, ports_file: Option<PathBuf>) -> Result<(), String
         .map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
     systemd::notify(&format!(
         "READY=1\nSTATUS=serving {} export(s) on {ip}, NFS port {nfs_port}",
-        server.exports.len()
+        server.exports().len()
     ));
     tokio::select! {
         _ = tokio::signal::ctrl_c() => info!("SIGINT: shutting down"),
@@ -239,7 +238,7 @@ async fn expire_readahead(server: Arc<Server>) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        for export in &server.exports {
+        for export in server.exports().iter() {
             export.data.expire_readahead();
         }
     }

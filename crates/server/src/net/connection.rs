@@ -516,7 +516,7 @@ pub(super) async fn run_connection<S: Service>(
     stop: impl Future<Output = ()>,
 ) -> ConnEnd {
     let mut conn = conn;
-    if limits.resolve_names {
+    if service.resolves_names() {
         let ip = conn.peer.ip();
         conn.names = tokio::task::spawn_blocking(move || crate::export::names::client_names(ip))
             .await

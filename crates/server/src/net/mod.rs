@@ -72,6 +72,13 @@ pub trait Service: Send + Sync + 'static {
         false
     }
 
+    /// Whether a new connection's peer host names are looked up before
+    /// its first call ([`ConnInfo::names`]): some client list names hosts
+    /// or wildcards. Asked once per connection, as it opens.
+    fn resolves_names(&self) -> bool {
+        false
+    }
+
     /// Bytes a received call's reply may take, if it is large (a READ's
     /// data): the call is prepared and run only once that much room is
     /// free in the connection's send buffer, so its reply goes straight
@@ -182,7 +189,7 @@ pub struct ConnInfo {
     pub peer: SocketAddr,
     pub local: SocketAddr,
     /// The peer's confirmed host names, looked up before the first call
-    /// when an export matches clients by name ([`ConnLimits::resolve_names`]).
+    /// when an export matches clients by name ([`Service::resolves_names`]).
     pub names: Vec<String>,
 }
 
@@ -219,9 +226,6 @@ pub struct ConnLimits {
     /// Counters of the connections served with these limits (shared by
     /// clones: one set for all listeners of a server).
     pub counters: Arc<NetCounters>,
-    /// Look up each peer's host names before serving it (an export's
-    /// client list has host names or wildcards).
-    pub resolve_names: bool,
 }
 
 impl Default for ConnLimits {
@@ -238,7 +242,6 @@ impl Default for ConnLimits {
             idle_timeout: Duration::from_secs(360),
             max_connections: 4096,
             counters: Arc::default(),
-            resolve_names: false,
         }
     }
 }
