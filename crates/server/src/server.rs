@@ -26,6 +26,8 @@ use crate::net::{read_args, CallStream, ConnInfo, NetCounters, Received, Reply, 
 use crate::nfs;
 
 /// One export as served: its options, its file system, its data plane.
+/// A reload that changes only an export's options makes a new `Export`
+/// around the same file system and data plane (see [`crate::reload`]).
 pub struct Export {
     pub config: ExportConfig,
     pub fs: Arc<ExportFs>,
@@ -34,10 +36,11 @@ pub struct Export {
     pub metadata_sync: Arc<MetadataSync>,
 }
 
-/// The exports served at one moment, in the config's order, shared by
-/// reference so that one list can replace another whole
-/// ([`Server::exports`]); each call takes the list once, when it is
-/// received, and uses that one throughout.
+/// The exports served at one moment, in the config's order. A reload
+/// replaces the whole list at once ([`Server::exports`]); each call takes
+/// the list once, when it is received, and uses that one throughout, so a
+/// call never sees half of a reload and the export it started on stays
+/// alive until it is answered.
 #[derive(Default)]
 pub struct Exports(Vec<Arc<Export>>);
 
@@ -78,8 +81,7 @@ impl std::ops::Deref for Exports {
 
 /// Everything the NFS and MOUNT programs share.
 pub struct Server {
-    /// The exports served now (an atomic pointer, so the list can be
-    /// replaced while calls run).
+    /// The exports served now; replaced whole by a reload.
     exports: ArcSwap<Exports>,
     pub mounts: MountTable,
     pub drc: DuplicateRequestCache,
@@ -87,7 +89,8 @@ pub struct Server {
     verifier_base: u64,
     /// Largest WRITE payload accepted: the largest export's max_transfer
     /// at start. (The other procedures' arguments are bounded by
-    /// [`NfsProc3::max_args_len`]; the record limit is set from this.)
+    /// [`NfsProc3::max_args_len`]; the record limit is set from this, so
+    /// a reload cannot raise it.)
     pub max_args: u32,
     calls_failed: AtomicU64,
     /// Calls refused because their arguments were longer than the
@@ -105,6 +108,8 @@ pub struct Server {
     personalities: Mutex<HashMap<Creds, u16>>,
     /// Per-procedure call counts and service times (`dionfs stats`).
     pub calls: crate::callstats::CallStats,
+    /// What a reload needs to open exports as the start did.
+    pub(crate) reload: crate::reload::ReloadState,
 }
 
 /// A call read from a connection, waiting to run, with the exports it
@@ -149,7 +154,7 @@ impl Server {
                 .map_err(|e| format!("cannot open export {}: {e}", x.path.display()))?;
             filesystems.push(fs);
         }
-        crate::integrity::open(config, &mut filesystems)?;
+        let store = crate::integrity::open(config, &mut filesystems)?;
         let mut exports = Vec::new();
         for (x, fs) in config.exports.iter().zip(filesystems) {
             exports.push(Arc::new(open_export(&config.server, x, Arc::new(fs))?));
@@ -194,6 +199,7 @@ impl Server {
         let mut seed = [0u8; 8];
         getrandom::fill(&mut seed)
             .map_err(|e| format!("no randomness for the write verifier: {e}"))?;
+        let reload = crate::reload::ReloadState::new(&config.server, key, cache, store, &exports);
         Ok(Server {
             exports: ArcSwap::from_pointee(Exports::new(exports)),
             mounts: MountTable::default(),
@@ -207,6 +213,7 @@ impl Server {
             io_ring,
             personalities: Mutex::default(),
             calls: Default::default(),
+            reload,
         })
     }
 
@@ -214,6 +221,12 @@ impl Server {
     /// received (one atomic load), and keeps them until it is answered.
     pub fn exports(&self) -> Arc<Exports> {
         self.exports.load_full()
+    }
+
+    /// Serves `exports` from now on (a reload): calls received from now
+    /// on see them; calls in flight finish with the exports they took.
+    pub(crate) fn replace_exports(&self, exports: Exports) {
+        self.exports.store(Arc::new(exports));
     }
 
     /// The WRITE/COMMIT verifier (RFC 1813 section 3.3.7): random per start,
@@ -226,6 +239,9 @@ impl Server {
             .iter()
             .map(|x| x.data.write_verifier_generation())
             .sum();
+        // Planes a reload retired count on, so that the verifier never
+        // goes back to a value clients saw before a lost write.
+        let generations = generations.wrapping_add(self.reload.retired_generations());
         self.verifier_base.wrapping_add(generations).to_be_bytes()
     }
 

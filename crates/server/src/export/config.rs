@@ -72,6 +72,9 @@ pub struct ServerSettings {
     /// Direct READs and aligned direct WRITEs through io_uring (where the
     /// kernel allows it); `false` runs every call on blocking threads.
     pub io_uring: bool,
+    /// Where to write the server's process id while it runs (for
+    /// `dionfs reload`), if set.
+    pub pid_file: Option<PathBuf>,
 }
 
 impl Default for ServerSettings {
@@ -95,6 +98,7 @@ impl Default for ServerSettings {
             open_files: 1024,
             metrics_listen: None,
             io_uring: true,
+            pid_file: None,
         }
     }
 }
@@ -168,7 +172,7 @@ pub enum Integrity {
 }
 
 /// One exported directory and its options.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExportConfig {
     /// Stable id carried in file handles; derived from the path unless set.
     pub id: u16,
@@ -302,6 +306,7 @@ struct RawServer {
     open_files: Option<Spanned<usize>>,
     metrics_listen: Option<Spanned<String>>,
     io_uring: Option<bool>,
+    pid_file: Option<PathBuf>,
 }
 
 #[derive(Deserialize)]
@@ -387,6 +392,9 @@ impl Config {
             }
             if let Some(on) = s.io_uring {
                 server.io_uring = on;
+            }
+            if s.pid_file.is_some() {
+                server.pid_file = s.pid_file;
             }
             for (value, name, target) in [
                 (s.max_in_flight, "max_in_flight", &mut server.max_in_flight),
@@ -624,6 +632,7 @@ write_buffers = 8
 connection_buffers = 3
 max_connections = 10
 io_uring = false
+pid_file = "/run/dionfs-test.pid"
 stall_timeout = 0.5
 reply_timeout = 7
 idle_timeout = 60
@@ -639,6 +648,8 @@ path = "/tmp"
         assert_eq!(s.max_connections, 10);
         assert!(!s.io_uring);
         assert!(ServerSettings::default().io_uring);
+        assert_eq!(s.pid_file, Some(PathBuf::from("/run/dionfs-test.pid")));
+        assert_eq!(ServerSettings::default().pid_file, None);
         assert_eq!(s.stall_timeout, Duration::from_millis(500));
         assert_eq!(s.reply_timeout, Duration::from_secs(7));
         assert_eq!(s.idle_timeout, Duration::from_secs(60));
