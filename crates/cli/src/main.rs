@@ -1,6 +1,7 @@
-//! `dionfs`: serve directories over NFSv3, read the server's counters,
-//! scrub integrity exports.
+//! `dionfs`: serve directories over NFSv3, reload a running server's
+//! configuration, read the server's counters, scrub integrity exports.
 
+mod reload;
 mod scrub;
 
 use std::io::IsTerminal;
@@ -32,6 +33,19 @@ struct Cli {
 enum Command {
     /// Serve DIR (or the exports of --config) over NFSv3/TCP.
     Serve(Box<ServeArgs>),
+    /// Make a running `dionfs serve --config FILE` read FILE again and
+    /// apply its exports, without dropping connections (sends it SIGHUP,
+    /// as `systemctl reload dionfs` does). Default: the pid in
+    /// /run/dionfs.pid if that exists, else the only running `dionfs
+    /// serve`.
+    Reload {
+        /// The server's process id.
+        #[arg(long, conflicts_with = "pid_file")]
+        pid: Option<i32>,
+        /// The file the server wrote its pid to (its --pid-file / pid_file).
+        #[arg(long, value_name = "FILE")]
+        pid_file: Option<PathBuf>,
+    },
     /// Per-procedure call counts and service-time percentiles of a running
     /// server (like `nfsstat -s`); --raw: every counter, Prometheus text.
     Stats {
@@ -391,6 +405,26 @@ fn main() -> ExitCode {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("dionfs: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Reload { pid, pid_file } => {
+            let target = match (pid, pid_file) {
+                (Some(pid), _) => reload::Target::Pid(pid),
+                (None, Some(file)) => reload::Target::PidFile(file),
+                (None, None) => reload::Target::Default,
+            };
+            match reload::run(target) {
+                Ok(pid) => {
+                    println!(
+                        "dionfs reload: asked dionfs serve (pid {pid}) to reload its \
+                         configuration; its log says what changed"
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("dionfs reload: {e}");
                     ExitCode::FAILURE
                 }
             }
