@@ -1,0 +1,384 @@
+"""Reloading the configuration without a restart (issue 10): `SIGHUP` and
+`dionfs reload` re-read the file `dionfs serve --config` was started with
+and apply its exports while clients keep their connections. Exports added
+are served at once, removed ones refuse MNT and answer their handles
+NFS3ERR_STALE (as knfsd after `exportfs -r`), changed options apply to the
+next call, and a bad file changes nothing and is reported as at start."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+from nfstools import NfsProc, assert_nfs_error, make_random_file, nfs_cat, nfs_ls
+from servers import DionfsServer, dionfs_bin
+
+pytestmark = pytest.mark.dionfs_only
+
+MiB = 1 << 20
+
+
+def _fresh_dir(loopfs, name: str) -> str:
+    path = loopfs.path(name)
+    if os.path.lexists(path):
+        shutil.rmtree(path)
+    os.mkdir(path)
+    os.chmod(path, 0o777)
+    return path
+
+
+class ReloadServer(DionfsServer):
+    """`dionfs serve --config FILE --ports-file ... --pid-file ...` on
+    ephemeral ports, whose exports a test rewrites (`write_config`) and
+    reloads (`hup`, `reload_cli`)."""
+
+    def __init__(self, exports: dict[str, dict]):
+        super().__init__(next(iter(exports)))
+        self.config = os.path.join(self.workdir, "dionfs.toml")
+        self.pid_file = os.path.join(self.workdir, "dionfs.pid")
+        self.extra_args = ["--ports-file", self.ports_file, "--pid-file", self.pid_file]
+        self.write_config(exports)
+
+    def write_config(self, exports: dict[str, dict], tail: str = "") -> None:
+        """Exports by path, each with its extra options (TOML values)."""
+        text = (f'[server]\nlisten = "127.0.0.1"\nnfs_port = 0\nmount_port = 0\n'
+                f'portmap_port = false\nstate_dir = "{self.state_dir}"\n')
+        for path, options in exports.items():
+            text += f'\n[[export]]\npath = "{path}"\nclients = ["127.0.0.1"]\nsecure = false\n'
+            for key, value in options.items():
+                text += f"{key} = {value}\n"
+        write_atomic(self.config, text + tail)
+
+    def reloads(self) -> int:
+        """Reloads the log reports as done or failed so far."""
+        return len(re.findall(r"reloaded: |reload failed", self.log_text(tail=100000)))
+
+    def hup(self) -> str:
+        """SIGHUP, then the log line that reports the reload."""
+        n = self.reloads()
+        self.proc.send_signal(signal.SIGHUP)
+        return self.wait_reload(n)
+
+    def reload_cli(self, *args: str) -> str:
+        """`dionfs reload ARGS` (default: --pid-file of this server)."""
+        n = self.reloads()
+        argv = [dionfs_bin(), "reload"] + (list(args) or ["--pid-file", self.pid_file])
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, f"{argv}: rc={r.returncode} {r.stderr}"
+        assert f"pid {self.proc.pid}" in r.stdout, r.stdout
+        return self.wait_reload(n)
+
+    def wait_reload(self, before: int, timeout: float = 30) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.alive(), f"dionfs died on reload:\n{self.log_text()}"
+            lines = [line for line in self.log_text(tail=100000).splitlines()
+                     if "reloaded: " in line or "reload failed" in line]
+            if len(lines) > before:
+                return lines[before]
+            time.sleep(0.05)
+        raise AssertionError(f"no reload reported within {timeout}s:\n{self.log_text()}")
+
+    def open_nfs_connections(self) -> set[int]:
+        """Ids of the NFS connections the log shows open now."""
+        opened, closed = set(), set()
+        for line in self.log_text(tail=100000).splitlines():
+            m = re.search(r"conn=(\d+)", line)
+            if not m:
+                continue
+            if "connection opened" in line and f"local=127.0.0.1:{self.nfs_port}" in line:
+                opened.add(int(m.group(1)))
+            elif "connection closed" in line:
+                closed.add(int(m.group(1)))
+        return opened - closed
+
+    def at(self, export: str) -> "ReloadServer":
+        """This server with `export` as the one its clients and urls use."""
+        self.export = export
+        return self
+
+
+def write_atomic(path: str, text: str) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.rename(tmp, path)
+
+
+@pytest.fixture
+def reload_server(request, loopfs):
+    servers: list[ReloadServer] = []
+
+    def start(exports: dict[str, dict]) -> ReloadServer:
+        srv = ReloadServer(exports)
+        servers.append(srv)
+        srv.start()
+        return srv
+
+    yield start
+    for srv in servers:
+        failed = getattr(request.node, "rep_call", None)
+        if failed is not None and failed.failed:
+            print(f"\n===== dionfs log ({srv.log_path}) =====\n{srv.log_text()}\n===== end =====")
+        code = srv.stop()
+        srv.cleanup()
+        assert code == 0, f"dionfs exited with {code} after SIGTERM"
+
+
+class Reader(threading.Thread):
+    """Reads one file again and again through one nfs-rs client (one
+    connection), checking every pass against `digest`."""
+
+    def __init__(self, client, path: str, digest: str):
+        super().__init__(daemon=True)
+        self.client, self.path, self.digest = client, path, digest
+        self.passes = 0
+        self.error: BaseException | None = None
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        buf = bytearray(MiB)
+        try:
+            while not self.stop.is_set():
+                h = hashlib.sha256()
+                with self.client.open(self.path, "rb") as f:
+                    while n := f.readinto(buf):
+                        h.update(memoryview(buf)[:n])
+                assert h.hexdigest() == self.digest, f"pass {self.passes + 1}: wrong data"
+                self.passes += 1
+        except BaseException as e:  # reported by the test
+            self.error = e
+
+    def wait_passes(self, n: int, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while self.passes < n and time.monotonic() < deadline:
+            assert self.error is None, f"the reader failed: {self.error!r}"
+            assert self.is_alive(), "the reader stopped"
+            time.sleep(0.05)
+        assert self.error is None, f"the reader failed: {self.error!r}"
+        assert self.passes >= n, f"the reader made {self.passes} passes in {timeout}s, not {n}"
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.join(120)
+        assert not self.is_alive(), "the reader did not stop"
+        assert self.error is None, f"the reader failed: {self.error!r}"
+
+
+def test_reload_adds_exports_while_a_client_keeps_reading(reload_server, loopfs, nfsproc_bin):
+    a, b, c = (_fresh_dir(loopfs, n) for n in ("reload-a", "reload-b", "reload-c"))
+    digest = make_random_file(os.path.join(a, "big"), 64 * MiB, seed=10)
+    for d in (b, c):
+        with open(os.path.join(d, "hello"), "w") as f:
+            f.write(f"in {d}\n")
+    srv = reload_server({a: {}})
+    proc = NfsProc(nfsproc_bin, srv)
+    assert proc("mnt", export=b, check=False)["mnt_status"] == "MNT3ERR_NOENT"
+    reader = Reader(srv.at(a).client(), "big", digest)
+    reader.start()
+    reader.wait_passes(1)
+    before = srv.open_nfs_connections()
+    assert before, "the reader's connection is not in the log"
+
+    # SIGHUP: B added, A untouched.
+    srv.write_config({a: {}, b: {"access": '"ro"'}})
+    line = srv.hup()
+    assert f"reloaded: added {b}; 1 unchanged" in line, line
+    assert nfs_cat(srv.at(b).url("hello")) == f"in {b}\n".encode()
+    assert_nfs_error("NFS3ERR_ROFS", srv.at(b).client().touch, "nope")
+
+    # `dionfs reload --pid-file`: C added too.
+    srv.write_config({a: {}, b: {"access": '"ro"'}, c: {}})
+    line = srv.reload_cli()
+    assert f"reloaded: added {c}; 2 unchanged" in line, line
+    assert "hello" in nfs_ls(srv.at(c).url()).stdout.decode()
+    srv.at(c).client().touch("written")
+    assert os.path.exists(os.path.join(c, "written"))
+
+    # The reader read on across both reloads, on its connection.
+    done = reader.passes
+    reader.wait_passes(done + 1)
+    reader.finish()
+    still_open = srv.open_nfs_connections()
+    assert before <= still_open, (f"connections open before the reloads were closed: "
+                                  f"{sorted(before - still_open)}\n{srv.log_text(60)}")
+
+
+def test_reload_removes_an_export(reload_server, loopfs, nfsproc_bin):
+    a, b = (_fresh_dir(loopfs, n) for n in ("reload-a", "reload-b"))
+    with open(os.path.join(b, "f"), "w") as f:
+        f.write("b's file\n")
+    with open(os.path.join(a, "f"), "w") as f:
+        f.write("a's file\n")
+    srv = reload_server({a: {}, b: {}})
+    proc = NfsProc(nfsproc_bin, srv)
+    fh_b = proc("lookup", "f", export=b)["fh"]
+    root_b = proc("mnt", export=b)["root_fh"]
+    fh_a = proc("lookup", "f", export=a)["fh"]
+    assert proc("getattr-fh", fh_b)["status"] == "NFS3_OK"
+    client_b = srv.at(b).client()
+    with client_b.open("f", "rb") as f:
+        assert f.read() == b"b's file\n"
+
+    srv.write_config({a: {}})
+    line = srv.hup()
+    assert f"reloaded: removed {b}; 1 unchanged" in line, line
+
+    assert proc("mnt", export=b, check=False)["mnt_status"] == "MNT3ERR_NOENT"
+    for fh in (fh_b, root_b):
+        assert proc("getattr-fh", fh)["status"] == "NFS3ERR_STALE"
+    # A client that mounted B before: its calls are stale too.
+    assert_nfs_error("NFS3ERR_STALE", client_b.listdir, "")
+    assert proc("getattr-fh", fh_a)["status"] == "NFS3_OK"
+    assert nfs_cat(srv.at(a).url("f")) == b"a's file\n"
+
+    # Exported again: its handles work again (same id, same path).
+    srv.write_config({a: {}, b: {}})
+    assert f"reloaded: added {b}; 1 unchanged" in srv.hup()
+    assert proc("getattr-fh", fh_b)["status"] == "NFS3_OK"
+
+
+def test_reload_changes_options_of_a_served_export(reload_server, loopfs, nfsproc_bin):
+    a = _fresh_dir(loopfs, "reload-a")
+    srv = reload_server({a: {"access": '"rw"'}})
+    proc = NfsProc(nfsproc_bin, srv)
+    client = srv.at(a).client()  # one connection throughout
+    with client.open("f", "wb") as f:
+        f.write(b"x" * 100_000)
+    client.touch("w")
+    assert proc("write", "w", 0, 4096, "unstable")["write_status"] == "NFS3_OK"
+
+    srv.write_config({a: {"access": '"ro"', "squash": '"all_squash"', "anonuid": 4242}})
+    line = srv.hup()
+    assert f"reloaded: changed {a} (access, squash, anonuid); 0 unchanged" in line, line
+    assert proc("write", "w", 0, 4096, "unstable")["write_status"] == "NFS3ERR_ROFS"
+    assert_nfs_error("NFS3ERR_ROFS", client.touch, "new")
+    with client.open("f", "rb") as f:
+        assert f.read() == b"x" * 100_000, "reads go on"
+    assert os.path.getsize(os.path.join(a, "f")) == 100_000
+
+    # Back to read-write, reading buffered now (a new data plane): writes
+    # work again on the same connection, as the squashed user.
+    srv.write_config({a: {"access": '"rw"', "squash": '"all_squash"', "anonuid": 4242,
+                          "read_mode": '"buffered"'}})
+    line = srv.hup()
+    assert f"changed {a} (access, read_mode)" in line, line
+    client.touch("made")
+    assert os.stat(os.path.join(a, "made")).st_uid == 4242
+    with client.open("f", "rb") as f:
+        assert f.read() == b"x" * 100_000
+
+
+def test_bad_config_on_reload_keeps_the_exports(reload_server, loopfs):
+    a, b = (_fresh_dir(loopfs, n) for n in ("reload-a", "reload-b"))
+    with open(os.path.join(a, "f"), "w") as f:
+        f.write("still here\n")
+    srv = reload_server({a: {}})
+    client = srv.at(a).client()
+
+    def line_of(needle: str) -> int:
+        lines = open(srv.config).read().splitlines()
+        return next(i for i, line in enumerate(lines, 1) if needle in line)
+
+    # A syntax error, an export with a bad option, an export that does not
+    # exist: none of the file is applied (A would become read-only), and
+    # the log says where and why, as at start.
+    srv.write_config({a: {"access": '"ro"'}, b: {}}, tail="bogus line\n")
+    line = srv.hup()
+    assert "reload failed" in line and f"{srv.config}:{line_of('bogus')}:" in line, line
+    srv.write_config({a: {"access": '"ro"'}, b: {"squash": '"some_squash"'}})
+    line = srv.hup()
+    assert "reload failed" in line and f"{srv.config}:{line_of('some_squash')}:" in line, line
+    srv.write_config({a: {"access": '"ro"'}, b: {}})
+    os.rmdir(b)
+    line = srv.hup()
+    assert "reload failed" in line and f"{srv.config}:{line_of(b)}:" in line, line
+
+    assert srv.alive()
+    client.touch("rw-still")  # A stayed read-write
+    with client.open("f", "rb") as f:
+        assert f.read() == b"still here\n"
+
+    # Fixed: applied.
+    os.mkdir(b)
+    assert f"added {b}" in srv.hup()
+
+
+def test_server_settings_need_a_restart(reload_server, loopfs):
+    a, b = (_fresh_dir(loopfs, n) for n in ("reload-a", "reload-b"))
+    srv = reload_server({a: {}})
+    srv.write_config({a: {}, b: {}})
+    text = open(srv.config).read().replace("portmap_port = false\n",
+                                           "portmap_port = false\nmax_connections = 10\n"
+                                           "idle_timeout = 60\n")
+    write_atomic(srv.config, text)
+    line = srv.hup()
+    assert f"added {b}" in line, line
+    assert re.search(r"reload: \[server\] max_connections, idle_timeout changed: not applied "
+                     r"until a restart", srv.log_text()), srv.log_text(20)
+    srv.at(b).client().listdir("")
+
+
+def test_sighup_without_config_file_changes_nothing(server, client):
+    client.touch("x")
+    server.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 20
+    while "nothing to reload" not in server.log_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "nothing to reload" in server.log_text()
+    assert server.alive()
+    assert "x" in client.listdir("")
+
+
+def test_reload_tells_systemd(reload_server, loopfs, tmp_path, monkeypatch):
+    """Type=notify: RELOADING=1 (with MONOTONIC_USEC) when a reload starts,
+    READY=1 when it is done (sd_notify(3)); `systemctl reload` waits for
+    it (dist/dionfs.service: ExecReload sends SIGHUP)."""
+    a, b = (_fresh_dir(loopfs, n) for n in ("reload-a", "reload-b"))
+    sock_path = str(tmp_path / "notify")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(sock_path)
+    listener.settimeout(30)
+    monkeypatch.setenv("NOTIFY_SOCKET", sock_path)
+    try:
+        srv = reload_server({a: {}})
+        assert listener.recv(4096).decode().startswith("READY=1\n")
+        srv.write_config({a: {}, b: {}})
+        srv.hup()
+        reloading = listener.recv(4096).decode()
+        assert re.fullmatch(r"RELOADING=1\nMONOTONIC_USEC=\d+", reloading), reloading
+        ready = listener.recv(4096).decode()
+        assert ready.startswith("READY=1\n") and "serving 2 export(s)" in ready, ready
+    finally:
+        listener.close()
+    unit = open(os.path.join(os.path.dirname(__file__), "..", "..", "dist",
+                             "dionfs.service")).read()
+    assert "ExecReload=/bin/kill -HUP $MAINPID" in unit
+
+
+def test_reload_command_errors(tmp_path):
+    """`dionfs reload` refuses what is not a running `dionfs serve`, and
+    says so."""
+    b = dionfs_bin()
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        pid_file = tmp_path / "other.pid"
+        pid_file.write_text(f"{sleeper.pid}\n")
+        for args, needle in ((["--pid-file", str(pid_file)], "not a `dionfs serve`"),
+                             (["--pid", str(sleeper.pid)], "not a `dionfs serve`"),
+                             (["--pid-file", str(tmp_path / "none.pid")], "cannot read pid file"),
+                             (["--pid", "2147483647"], "no process")):
+            r = subprocess.run([b, "reload"] + args, capture_output=True, text=True, timeout=30)
+            assert r.returncode != 0 and needle in r.stderr, (args, r.returncode, r.stderr)
+        assert sleeper.poll() is None, "SIGHUP was sent to a process that is not dionfs"
+    finally:
+        sleeper.kill()
+        sleeper.wait()
