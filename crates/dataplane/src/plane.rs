@@ -117,20 +117,12 @@ impl DataPlane {
         &self.config
     }
 
-    /// Registers the pools' buffers with `ring` as fixed buffers, at
-    /// slots from `first` on (as many as the pools have buffers); returns
-    /// the slot after the last one used.
-    pub fn register_buffers(&self, ring: &Arc<IoRing>, first: u16) -> u16 {
-        let mut next = first;
-        for (pool, count) in [
-            (&self.read_pool, self.config.read_buffers),
-            (&self.write_pool, self.config.write_buffers),
-        ] {
-            let end = next.saturating_add(u16::try_from(count).unwrap_or(u16::MAX));
-            pool.register_with(ring, next..end);
-            next = end;
-        }
-        next
+    /// Registers the pools' buffers with `ring` as fixed buffers, each at
+    /// a free slot as it is allocated; freeing a buffer gives its slot
+    /// back.
+    pub fn register_buffers(&self, ring: &Arc<IoRing>) {
+        self.read_pool.register_with(ring);
+        self.write_pool.register_with(ring);
     }
 
     /// The READ buffers (their emptiness is backpressure on READs).

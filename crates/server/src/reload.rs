@@ -12,13 +12,13 @@
 //!   data plane only if the I/O modes or the transfer size changed (the
 //!   pools are sized by it), new metadata commits only if `sync`/`async`
 //!   did. Calls in flight finish with the options they started with.
-//! - Added: opened as at start. Its pool buffers are not registered with
-//!   the io_uring (its fixed slots were laid out at start): its ring I/O
-//!   pins the pages of each operation instead.
+//! - Added: opened as at start. Its pool buffers take the io_uring's
+//!   fixed slots that freed buffers gave back; with none free, its ring
+//!   I/O pins the pages of each operation instead.
 //! - Removed: gone from the list, so MNT refuses it and its handles are
 //!   `NFS3ERR_STALE`, as knfsd's are after `exportfs -r`. Calls in flight
 //!   finish; its data plane is freed once its last buffer is back
-//!   ([`ReloadState::sweep`]).
+//!   ([`ReloadState::sweep`]), and its buffers' fixed slots with it.
 //! - Kept as they were, with a warning: the `[server]` settings (a restart
 //!   applies them), and what was fixed at start: an export's `integrity`
 //!   (its open files carry their checksums or not), a `max_transfer` above
@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use dionfs_dataplane::DataPlane;
+use dionfs_dataplane::{DataPlane, IoRing};
 use dionfs_fs::{ExportFs, MacKey, MetadataSync, OpenFileCache};
 use dionfs_integrity::Store;
 use parking_lot::Mutex;
@@ -445,10 +445,11 @@ impl Server {
                 }
                 Step::Changed { old, options } => {
                     let path = x.path.clone();
-                    next.push(Arc::new(state.changed(&running[old], x)?));
+                    let export = state.changed(&running[old], x, self.io_ring.as_ref())?;
+                    next.push(Arc::new(export));
                     report.changed.push((path, options));
                 }
-                Step::Added => match state.added(&x, &mut filesystems)? {
+                Step::Added => match state.added(&x, &mut filesystems, self.io_ring.as_ref())? {
                     Ok(export) => {
                         report.added.push(x.path.clone());
                         next.push(Arc::new(export));
@@ -486,8 +487,14 @@ impl Server {
 impl ReloadState {
     /// The export `old` with the options `x`: the same file system, the
     /// same data plane unless the I/O modes or the transfer size changed,
-    /// the same metadata commits unless `sync`/`async` did.
-    fn changed(&self, old: &Export, x: ExportConfig) -> Result<Export, String> {
+    /// the same metadata commits unless `sync`/`async` did. A new plane's
+    /// buffers are registered with `ring`.
+    fn changed(
+        &self,
+        old: &Export,
+        x: ExportConfig,
+        ring: Option<&Arc<IoRing>>,
+    ) -> Result<Export, String> {
         let o = &old.config;
         let data = if (o.read_mode, o.write_mode, o.max_transfer)
             == (x.read_mode, x.write_mode, x.max_transfer)
@@ -498,6 +505,9 @@ impl ReloadState {
                 .data
                 .successor(data_config(&self.settings, &x))
                 .map_err(|e| format!("export {}: {e}", x.path.display()))?;
+            if let Some(ring) = ring {
+                plane.register_buffers(ring);
+            }
             Arc::new(plane)
         };
         let metadata_sync = if o.durability == x.durability {
@@ -519,11 +529,12 @@ impl ReloadState {
     /// fails the whole reload (the export cannot be opened, as it would
     /// fail a start); the inner one refuses this export alone (integrity
     /// that cannot be set up live), saying why. `filesystems` learns the
-    /// export's filesystem.
+    /// export's filesystem; its buffers are registered with `ring`.
     fn added(
         &self,
         x: &ExportConfig,
         filesystems: &mut HashMap<u64, bool>,
+        ring: Option<&Arc<IoRing>>,
     ) -> Result<Result<Export, String>, String> {
         let mut fs = ExportFs::open(&x.path, x.id, self.key.clone(), self.cache.clone())
             .map_err(|e| format!("cannot open export {}: {e}", x.path.display()))?;
@@ -555,6 +566,9 @@ impl ReloadState {
             fs.set_integrity(store.clone());
         }
         let export = open_export(&self.settings, x, Arc::new(fs))?;
+        if let Some(ring) = ring {
+            export.data.register_buffers(ring);
+        }
         filesystems.insert(export.fs.fs_id(), wanted);
         Ok(Ok(export))
     }
@@ -909,5 +923,50 @@ mod tests {
         let exports = server.exports();
         assert!(exports.by_id(b.id).unwrap().fs.has_integrity());
         assert!(exports.by_id(c.id).is_none());
+    }
+
+    #[test]
+    fn ring_slots_of_a_removed_export_go_to_an_added_one() {
+        let f = Fixture::new();
+        let (a, b) = (f.export("a"), f.export("b"));
+        let mut config = f.config(vec![a.clone()]);
+        config.server.io_uring = true;
+        let server = Server::open(&config).unwrap();
+        use dionfs_sys::uring::RingBuf;
+        let Some(ring) = server.io_ring.clone() else {
+            println!("skipped: no io_uring here");
+            return;
+        };
+        if ring.fixed_slots() == 0 {
+            println!("skipped: no fixed buffer table");
+            return;
+        }
+        // 2 read and 2 write buffers, one slot each: all taken.
+        let plane = server.exports()[0].data.clone();
+        let held: Vec<_> = (0..2)
+            .flat_map(|_| {
+                [
+                    plane.read_pool().get_blocking().unwrap(),
+                    plane.write_pool().get_blocking().unwrap(),
+                ]
+            })
+            .collect();
+        assert!(held.iter().all(|b| RingBuf::fixed_index(b).is_some()));
+        drop(held);
+
+        config.exports = vec![b.clone()];
+        server.reload(config).unwrap();
+        let new_plane = server.exports()[0].data.clone();
+        let early = new_plane.read_pool().get_blocking().unwrap();
+        assert_eq!(RingBuf::fixed_index(&early), None, "none free yet");
+        drop(plane);
+        server.reload.sweep();
+        assert_eq!(server.reload.retired_planes(), 0, "a's plane is freed");
+        let _early = early;
+        let late = new_plane.read_pool().get_blocking().unwrap();
+        assert!(
+            RingBuf::fixed_index(&late).is_some(),
+            "a slot a's buffers gave back"
+        );
     }
 }

@@ -179,9 +179,8 @@ impl Server {
             match IoRing::with_fixed_buffers(ring_depth, fixed) {
                 Ok(ring) => {
                     let ring = Arc::new(ring);
-                    let mut next = 0;
                     for export in &exports {
-                        next = export.data.register_buffers(&ring, next);
+                        export.data.register_buffers(&ring);
                     }
                     info!(
                         depth = ring_depth,
