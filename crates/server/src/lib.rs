@@ -75,7 +75,11 @@ async fn serve(
 ) -> Result<(), String> {
     // Watched from the start: a SIGHUP while the exports open is applied
     // once they serve, rather than ending the process (its default).
+    // Streams rather than one-off futures: a signal that comes during a
+    // reload is kept for the loop below.
     use tokio::signal::unix::{signal, SignalKind};
+    let mut interrupt =
+        signal(SignalKind::interrupt()).map_err(|e| format!("cannot watch SIGINT: {e}"))?;
     let mut term =
         signal(SignalKind::terminate()).map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
     let mut hangup =
@@ -214,7 +218,7 @@ async fn serve(
     systemd::notify(&ready(&server));
     loop {
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => {
+            _ = interrupt.recv() => {
                 info!("SIGINT: shutting down");
                 break;
             }

@@ -45,6 +45,7 @@ pub struct Export {
 pub struct Exports(Vec<Arc<Export>>);
 
 impl Exports {
+    /// The list of `exports`, in the config's order.
     pub fn new(exports: Vec<Arc<Export>>) -> Exports {
         Exports(exports)
     }
