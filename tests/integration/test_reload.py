@@ -382,3 +382,95 @@ def test_reload_command_errors(tmp_path):
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_a_reload_that_adds_a_name_matched_export_serves_open_connections(tmp_path):
+    """An export whose client list names hosts, added by a reload when no
+    export did, admits a matching client on the connections it already
+    had (their names are looked up before their next call) and refuses one
+    that does not match. In private namespaces, as test_client_names.py:
+    names from a bind-mounted /etc/hosts, 127.0.0.2-3 on a private
+    loopback, the standard ports."""
+    import sys
+    import uuid
+
+    lib = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib")
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b):
+        d.mkdir()
+        d.chmod(0o755)
+    (tmp_path / "hosts").write_text("127.0.0.1 localhost\n127.0.0.2 build1.example.com\n"
+                                    "127.0.0.3 intruder.example.org\n")
+    head = (f'[server]\nlisten = "0.0.0.0"\nnfs_port = 2049\nmount_port = 20048\n'
+            f'portmap_port = false\nstate_dir = "{tmp_path}/state"\n'
+            f'\n[[export]]\npath = "{a}"\nclients = ["127.0.0.0/8"]\noptions = "rw,insecure"\n')
+    conf = tmp_path / "dionfs.toml"
+    conf.write_text(head)
+    (tmp_path / "after.toml").write_text(
+        head + f'\n[[export]]\npath = "{b}"\nclients = ["*.example.com"]\n'
+               f'options = "rw,insecure"\n')
+    client = tmp_path / "client.py"
+    client.write_text(f"""
+import os, signal, socket, sys, time
+sys.path.insert(0, {lib!r})
+import rawrpc
+
+def conn(src, port):
+    s = socket.socket()
+    s.bind((src, 0))
+    s.settimeout(20)
+    s.connect(("127.0.0.1", port))
+    c = rawrpc.Conn.__new__(rawrpc.Conn)
+    c.sock, c.xid = s, 1
+    return c
+
+mnt2, nfs2, mnt3 = conn("127.0.0.2", 20048), conn("127.0.0.2", 2049), conn("127.0.0.3", 20048)
+status, fh_a = rawrpc.mnt(mnt2, {str(a)!r})
+print(f"before: MNT a from 127.0.0.2: {{status}}")
+print(f"before: MNT b from 127.0.0.2: {{rawrpc.mnt(mnt2, {str(b)!r})[0]}}")
+accept, res = nfs2.rpc(100003, 3, 1, rawrpc.opaque(fh_a))
+print(f"before: GETATTR a from 127.0.0.2: {{rawrpc.nfs_status(res)}}")
+
+os.replace({str(tmp_path / "after.toml")!r}, {str(conf)!r})
+os.kill(int(os.environ["DIONFS_PID"]), signal.SIGHUP)
+for _ in range(200):
+    if "reloaded:" in open({str(tmp_path / "dionfs.log")!r}).read():
+        break
+    time.sleep(0.05)
+
+status, fh_b = rawrpc.mnt(mnt2, {str(b)!r})
+print(f"after: MNT b from 127.0.0.2: {{status}}")
+accept, res = nfs2.rpc(100003, 3, 1, rawrpc.opaque(fh_b))
+print(f"after: GETATTR b from 127.0.0.2: {{rawrpc.nfs_status(res)}}")
+print(f"after: MNT b from 127.0.0.3: {{rawrpc.mnt(mnt3, {str(b)!r})[0]}}")
+""")
+    ns = f"dionfs-reload-{uuid.uuid4().hex[:8]}"
+    script = tmp_path / "run.sh"
+    script.write_text(f"""set -eu
+mount --bind {tmp_path}/hosts /etc/hosts
+{dionfs_bin()} serve --config {conf} > {tmp_path}/dionfs.log 2>&1 &
+D=$!
+for i in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/2049) 2>/dev/null && break; sleep 0.1; done
+DIONFS_PID=$D {sys.executable} {client}
+kill $D; wait $D || true
+""")
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        subprocess.run(["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"], check=True)
+        r = subprocess.run(["ip", "netns", "exec", ns, "unshare", "-m", "bash", str(script)],
+                           capture_output=True, text=True, timeout=120)
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=False)
+    out = r.stdout + r.stderr
+    log = (tmp_path / "dionfs.log").read_text()
+    print(out, log)
+    assert r.returncode == 0, out
+    assert "before: MNT a from 127.0.0.2: 0" in out, out
+    assert "before: MNT b from 127.0.0.2: 2" in out, out     # not exported yet: NOENT
+    assert "before: GETATTR a from 127.0.0.2: 0" in out, out
+    assert f"reloaded: added {b}" in log, log
+    assert "after: MNT b from 127.0.0.2: 0" in out, out      # build1.example.com
+    assert "after: GETATTR b from 127.0.0.2: 0" in out, out  # on the connection it had
+    assert "after: MNT b from 127.0.0.3: 13" in out, out     # intruder.example.org: ACCES
+    # No reconnection: the two connections from 127.0.0.2 served it all.
+    assert len(re.findall(r"connection opened .*peer=127\.0\.0\.2:", log)) == 2, log

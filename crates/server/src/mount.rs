@@ -140,7 +140,7 @@ fn mnt(
         );
         return MountRes3::Fail(MountStat3::NoEnt);
     };
-    if !export.config.admits_client(client, &conn.names) {
+    if !export.config.admits_client(client, conn.names()) {
         warn!(
             client = %client,
             export = %export.config.path.display(),

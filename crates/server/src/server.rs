@@ -42,17 +42,24 @@ pub struct Export {
 /// call never sees half of a reload and the export it started on stays
 /// alive until it is answered.
 #[derive(Default)]
-pub struct Exports(Vec<Arc<Export>>);
+pub struct Exports {
+    list: Vec<Arc<Export>>,
+    /// Whether a client list names hosts or wildcards.
+    need_names: bool,
+}
 
 impl Exports {
     /// The list of `exports`, in the config's order.
     pub fn new(exports: Vec<Arc<Export>>) -> Exports {
-        Exports(exports)
+        Exports {
+            need_names: exports.iter().any(|x| x.config.needs_names()),
+            list: exports,
+        }
     }
 
     /// The export whose id a file handle carries.
     pub fn by_id(&self, id: u16) -> Option<&Arc<Export>> {
-        self.0.iter().find(|x| x.config.id == id)
+        self.list.iter().find(|x| x.config.id == id)
     }
 
     /// The export `fh` belongs to if this client may use it, else `None`,
@@ -60,7 +67,7 @@ impl Exports {
     /// (see `nfs::Ctx::export`).
     pub fn for_client(&self, conn: &ConnInfo, fh: &NfsFh3) -> Option<&Arc<Export>> {
         let export = self.by_id(handle::export_id(fh.as_bytes())?)?;
-        (export.config.admits_client(conn.peer.ip(), &conn.names)
+        (export.config.admits_client(conn.peer.ip(), conn.names())
             && export.config.admits_port(conn.peer.port()))
         .then_some(export)
     }
@@ -68,7 +75,7 @@ impl Exports {
     /// Whether a client list names hosts or wildcards, so that clients'
     /// host names must be looked up.
     pub fn need_names(&self) -> bool {
-        self.0.iter().any(|x| x.config.needs_names())
+        self.need_names
     }
 }
 
@@ -76,7 +83,7 @@ impl std::ops::Deref for Exports {
     type Target = [Arc<Export>];
 
     fn deref(&self) -> &[Arc<Export>] {
-        &self.0
+        &self.list
     }
 }
 
@@ -314,6 +321,16 @@ impl Service for Server {
                 ReplyStatus::ProcUnavail,
             )))
         };
+        // The exports this call runs against, whatever a reload does
+        // meanwhile.
+        let exports = self.exports();
+        // A connection opened while no client list named hosts (before a
+        // reload added one) has no names yet: they are looked up once,
+        // before its first call since. Its reading waits meanwhile, as at
+        // the start of a connection; the stall clock does not run.
+        if exports.need_names() {
+            conn.look_up_names().await;
+        }
         match (call.prog, call.vers) {
             (NFS_PROGRAM, NFS_V3) => {
                 let Some(proc_) = NfsProc3::from_u32(call.proc_) else {
@@ -322,13 +339,13 @@ impl Service for Server {
                 match proc_.max_args_len() {
                     // WRITE: the head is read exactly, the payload (at most
                     // max_transfer) straight into a data-plane buffer.
-                    None => nfs::data::receive_write(self, self.exports(), conn, call, body).await,
+                    None => nfs::data::receive_write(self, exports, conn, call, body).await,
                     Some(max) => {
                         // A READ's buffer is taken in `prepare`, once its
                         // reply has room in the socket.
                         let args = read_args(body, max).await?;
                         Ok(Received::Run(Pending::Nfs {
-                            exports: self.exports(),
+                            exports,
                             call,
                             args,
                             read_buf: None,
@@ -342,7 +359,7 @@ impl Service for Server {
                 };
                 let args = read_args(body, proc_.max_args_len()).await?;
                 Ok(Received::Run(Pending::Mount {
-                    exports: self.exports(),
+                    exports,
                     call,
                     args,
                 }))

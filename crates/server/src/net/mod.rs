@@ -189,8 +189,31 @@ pub struct ConnInfo {
     pub peer: SocketAddr,
     pub local: SocketAddr,
     /// The peer's confirmed host names, looked up before the first call
-    /// when an export matches clients by name ([`Service::resolves_names`]).
-    pub names: Vec<String>,
+    /// when an export matches clients by name ([`Service::resolves_names`]),
+    /// or before a later call once one does (an export a reload added);
+    /// see [`ConnInfo::names`].
+    pub names: std::sync::OnceLock<Vec<String>>,
+}
+
+impl ConnInfo {
+    /// The peer's confirmed host names; empty if it has none or they were
+    /// not looked up (no export matches clients by name).
+    pub fn names(&self) -> &[String] {
+        self.names.get().map_or(&[], Vec::as_slice)
+    }
+
+    /// Looks the peer's host names up (blocking: the system resolver,
+    /// cached per address for a minute), unless that was done.
+    pub async fn look_up_names(&self) {
+        if self.names.get().is_some() {
+            return;
+        }
+        let ip = self.peer.ip();
+        let names = tokio::task::spawn_blocking(move || crate::export::names::client_names(ip))
+            .await
+            .unwrap_or_default();
+        let _ = self.names.set(names);
+    }
 }
 
 /// Limits applied to each connection, and the counters of the listeners

@@ -50,7 +50,7 @@ impl<'a> Ctx<'a> {
         let export = self.exports.by_id(id).ok_or(NfsStat3::Stale)?;
         if !export
             .config
-            .admits_client(self.conn.peer.ip(), &self.conn.names)
+            .admits_client(self.conn.peer.ip(), self.conn.names())
         {
             warn!(
                 client = %self.conn.peer.ip(),
