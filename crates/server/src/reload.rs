@@ -366,6 +366,12 @@ impl ReloadState {
         }
     }
 
+    /// Whether the checksum store was opened at start (an export had
+    /// integrity).
+    pub(crate) fn has_checksum_store(&self) -> bool {
+        self.integrity.is_some()
+    }
+
     /// The write-verifier generations of every plane a reload retired:
     /// with those of the planes serving now, the sum never goes back.
     pub(crate) fn retired_generations(&self) -> u64 {
