@@ -1,6 +1,7 @@
-//! `dionfs`: serve directories over NFSv3, read the server's counters,
-//! scrub integrity exports.
+//! `dionfs`: serve directories over NFSv3, reload a running server's
+//! configuration, read the server's counters, scrub integrity exports.
 
+mod reload;
 mod scrub;
 
 use std::io::IsTerminal;
@@ -14,6 +15,7 @@ use dionfs_server::export::config::{canonical_export_dir, check_max_transfer, ch
 use dionfs_server::export::{
     Access, ClientMatch, Config, Durability, ExportConfig, Integrity, ServerSettings, Squash,
 };
+use dionfs_server::reload::ConfigSource;
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
@@ -31,6 +33,19 @@ struct Cli {
 enum Command {
     /// Serve DIR (or the exports of --config) over NFSv3/TCP.
     Serve(Box<ServeArgs>),
+    /// Make a running `dionfs serve --config FILE` read FILE again and
+    /// apply its exports, without dropping connections (sends it SIGHUP,
+    /// as `systemctl reload dionfs` does). Default: the pid in
+    /// /run/dionfs.pid if that exists, else the only running `dionfs
+    /// serve`.
+    Reload {
+        /// The server's process id.
+        #[arg(long, conflicts_with = "pid_file")]
+        pid: Option<i32>,
+        /// The file the server wrote its pid to (its --pid-file / pid_file).
+        #[arg(long, value_name = "FILE")]
+        pid_file: Option<PathBuf>,
+    },
     /// Per-procedure call counts and service-time percentiles of a running
     /// server (like `nfsstat -s`); --raw: every counter, Prometheus text.
     Stats {
@@ -152,9 +167,8 @@ struct ServeArgs {
     /// After binding, write the ports in use as JSON to this file.
     #[arg(long)]
     ports_file: Option<PathBuf>,
-    /// Serve Prometheus metrics over HTTP on ADDR:PORT (read by `dionfs stats`).
-    #[arg(long)]
-    metrics: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    settings: SettingsFlags,
     /// Export read-only.
     #[arg(long)]
     ro: bool,
@@ -185,47 +199,9 @@ struct ServeArgs {
     /// Let MKNOD create character and block devices.
     #[arg(long)]
     allow_devices: bool,
-    /// Run every call on blocking threads, without io_uring (default: direct
-    /// READs and aligned direct WRITEs go through io_uring where the kernel
-    /// allows it; with --config, overrides its `io_uring`).
-    #[arg(long)]
-    no_io_uring: bool,
-    /// Serve no NLM/NSM lock service (clients must then mount with
-    /// `nolock`; with --config, overrides its `nlm`).
-    #[arg(long)]
-    no_nlm: bool,
-    /// NLM's TCP port (default 0: any free port, found by clients through
-    /// the port mapper; with --config, overrides `nlm_port`).
-    #[arg(long, value_name = "N")]
-    nlm_port: Option<u16>,
-    /// NSM's UDP port for reboot notifications (default 0: any free port;
-    /// with --config, overrides `nsm_port`).
-    #[arg(long, value_name = "N")]
-    nsm_port: Option<u16>,
-    /// After a restart with clients that held locks, grant only their
-    /// reclaims for SECS seconds (default 90, 0 for none; with --config,
-    /// overrides `grace_period`).
-    #[arg(long, value_name = "SECS", value_parser = parse_grace)]
-    grace_period: Option<std::time::Duration>,
     /// Files kept open while unused (the open-file cache; at least 1).
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
     open_files: u32,
-    /// Drop a connection whose call stops arriving half-way for SECS seconds
-    /// (default 5; with --config, overrides its `stall_timeout`).
-    #[arg(long, value_name = "SECS", value_parser = parse_stall_timeout)]
-    stall_timeout: Option<std::time::Duration>,
-    /// Close a connection whose client reads none of its replies for SECS
-    /// seconds (default 30; with --config, overrides `reply_timeout`).
-    #[arg(long, value_name = "SECS", value_parser = parse_reply_timeout)]
-    reply_timeout: Option<std::time::Duration>,
-    /// Close a connection without calls for SECS seconds (default 360; with
-    /// --config, overrides `idle_timeout`).
-    #[arg(long, value_name = "SECS", value_parser = parse_idle_timeout)]
-    idle_timeout: Option<std::time::Duration>,
-    /// Connections open at once; more are closed at once (default 4096;
-    /// with --config, overrides `max_connections`).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    max_connections: Option<u32>,
     /// Keep a CRC32C of every 4 KiB block of every file (under --state-dir),
     /// verified on every READ: `crc32c` or `off`.
     #[arg(long, default_value = "off", value_parser = parse_integrity)]
@@ -288,9 +264,66 @@ fn parse_max_transfer(s: &str) -> Result<u32, String> {
     check_max_transfer(v)
 }
 
-impl ServeArgs {
-    /// The connection limits given as flags, over those of `settings`.
-    fn apply_connection_flags(&self, settings: &mut ServerSettings) {
+/// `dionfs serve` flags that, with --config, override the file's `[server]`
+/// settings (at start, and again at each reload).
+#[derive(Args, Clone)]
+struct SettingsFlags {
+    /// Serve Prometheus metrics over HTTP on ADDR:PORT (read by `dionfs stats`).
+    #[arg(long)]
+    metrics: Option<std::net::SocketAddr>,
+    /// Write the server's process id to FILE while it runs (for `dionfs
+    /// reload`; with --config, overrides its `pid_file`).
+    #[arg(long, value_name = "FILE")]
+    pid_file: Option<PathBuf>,
+    /// Run every call on blocking threads, without io_uring (default: direct
+    /// READs and aligned direct WRITEs go through io_uring where the kernel
+    /// allows it; with --config, overrides its `io_uring`).
+    #[arg(long)]
+    no_io_uring: bool,
+    /// Serve no NLM/NSM lock service (clients must then mount with
+    /// `nolock`; with --config, overrides its `nlm`).
+    #[arg(long)]
+    no_nlm: bool,
+    /// NLM's TCP port (default 0: any free port, found by clients through
+    /// the port mapper; with --config, overrides `nlm_port`).
+    #[arg(long, value_name = "N")]
+    nlm_port: Option<u16>,
+    /// NSM's UDP port for reboot notifications (default 0: any free port;
+    /// with --config, overrides `nsm_port`).
+    #[arg(long, value_name = "N")]
+    nsm_port: Option<u16>,
+    /// After a restart with clients that held locks, grant only their
+    /// reclaims for SECS seconds (default 90, 0 for none; with --config,
+    /// overrides `grace_period`).
+    #[arg(long, value_name = "SECS", value_parser = parse_grace)]
+    grace_period: Option<std::time::Duration>,
+    /// Drop a connection whose call stops arriving half-way for SECS seconds
+    /// (default 5; with --config, overrides its `stall_timeout`).
+    #[arg(long, value_name = "SECS", value_parser = parse_stall_timeout)]
+    stall_timeout: Option<std::time::Duration>,
+    /// Close a connection whose client reads none of its replies for SECS
+    /// seconds (default 30; with --config, overrides `reply_timeout`).
+    #[arg(long, value_name = "SECS", value_parser = parse_reply_timeout)]
+    reply_timeout: Option<std::time::Duration>,
+    /// Close a connection without calls for SECS seconds (default 360; with
+    /// --config, overrides `idle_timeout`).
+    #[arg(long, value_name = "SECS", value_parser = parse_idle_timeout)]
+    idle_timeout: Option<std::time::Duration>,
+    /// Connections open at once; more are closed at once (default 4096;
+    /// with --config, overrides `max_connections`).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections: Option<u32>,
+}
+
+impl SettingsFlags {
+    /// The settings given as flags, over those of `settings`.
+    fn apply(&self, settings: &mut ServerSettings) {
+        if self.metrics.is_some() {
+            settings.metrics_listen = self.metrics;
+        }
+        if self.pid_file.is_some() {
+            settings.pid_file = self.pid_file.clone();
+        }
         if let Some(t) = self.stall_timeout {
             settings.stall_timeout = t;
         }
@@ -319,15 +352,20 @@ impl ServeArgs {
             settings.grace_period = g;
         }
     }
+}
 
-    fn into_config(self) -> Result<Config, String> {
+impl ServeArgs {
+    /// The configuration to start with, and with --config where a reload
+    /// reads it again (with the same flags over it).
+    fn into_config(self) -> Result<(Config, Option<ConfigSource>), String> {
         if let Some(file) = &self.config {
-            let mut c = Config::from_file(file).map_err(|e| e.to_string())?;
-            if self.metrics.is_some() {
-                c.server.metrics_listen = self.metrics;
-            }
-            self.apply_connection_flags(&mut c.server);
-            return Ok(c);
+            let flags = self.settings.clone();
+            let source = ConfigSource {
+                file: file.clone(),
+                overrides: Box::new(move |c: &mut Config| flags.apply(&mut c.server)),
+            };
+            let c = source.load()?;
+            return Ok((c, Some(source)));
         }
         let mut server = ServerSettings {
             listen: self.listen,
@@ -335,11 +373,10 @@ impl ServeArgs {
             mount_port: self.mount_port,
             portmap_port: (!self.no_portmap).then_some(self.portmap_port),
             state_dir: self.state_dir.clone(),
-            metrics_listen: self.metrics,
             open_files: self.open_files as usize,
             ..ServerSettings::default()
         };
-        self.apply_connection_flags(&mut server);
+        self.settings.apply(&mut server);
         let dir = self.dir.expect("clap requires DIR without --config");
         let path = canonical_export_dir(&dir.to_string_lossy()).or_else(|_| {
             let abs = std::path::absolute(&dir).map_err(|e| e.to_string())?;
@@ -368,10 +405,11 @@ impl ServeArgs {
         export.allow_devices = self.allow_devices;
         export.secure = !self.insecure;
         export.integrity = self.integrity;
-        Ok(Config {
+        let config = Config {
             server,
             exports: vec![export],
-        })
+        };
+        Ok((config, None))
     }
 }
 
@@ -395,17 +433,37 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve(args) => {
             let ports_file = args.ports_file.clone();
-            let config = match args.into_config() {
+            let (config, source) = match args.into_config() {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!("dionfs: {e}");
                     return ExitCode::from(2);
                 }
             };
-            match dionfs_server::run(config, ports_file) {
+            match dionfs_server::run(config, ports_file, source) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("dionfs: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Reload { pid, pid_file } => {
+            let target = match (pid, pid_file) {
+                (Some(pid), _) => reload::Target::Pid(pid),
+                (None, Some(file)) => reload::Target::PidFile(file),
+                (None, None) => reload::Target::Default,
+            };
+            match reload::run(target) {
+                Ok(pid) => {
+                    println!(
+                        "dionfs reload: asked dionfs serve (pid {pid}) to reload its \
+                         configuration; its log says what changed"
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("dionfs reload: {e}");
                     ExitCode::FAILURE
                 }
             }

@@ -61,8 +61,26 @@ impl DataPlane {
     /// of `write_buffers` buffers, each of `max_transfer` + [`BUF_SLACK`]
     /// bytes.
     pub fn new(config: DataConfig) -> Result<Self, DataError> {
+        Self::with_counters(config, Arc::default())
+    }
+
+    /// A data plane with `config` that takes over from `self` when a
+    /// configuration reload changes the export's modes or transfer size:
+    /// new pools (of the new size), the same counters (so the export's
+    /// metrics go on counting), and what `self` learnt of the filesystem
+    /// (that it refuses `RWF_DONTCACHE`). `self` goes on serving the calls
+    /// that already hold it.
+    pub fn successor(&self, config: DataConfig) -> Result<Self, DataError> {
+        let next = Self::with_counters(config, self.counters.clone())?;
+        next.dontcache_refused.store(
+            self.dontcache_refused.load(Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
+        Ok(next.with_whole_buffered_max(self.whole_buffered_max))
+    }
+
+    fn with_counters(config: DataConfig, counters: Arc<Counters>) -> Result<Self, DataError> {
         config.validate()?;
-        let counters = Arc::new(Counters::default());
         let buf_len = config.max_transfer + BUF_SLACK;
         let read_pool = BufferPool::new(buf_len, config.read_buffers, counters.clone());
         let write_pool = BufferPool::new(buf_len, config.write_buffers, counters.clone());
@@ -99,20 +117,12 @@ impl DataPlane {
         &self.config
     }
 
-    /// Registers the pools' buffers with `ring` as fixed buffers, at
-    /// slots from `first` on (as many as the pools have buffers); returns
-    /// the slot after the last one used.
-    pub fn register_buffers(&self, ring: &Arc<IoRing>, first: u16) -> u16 {
-        let mut next = first;
-        for (pool, count) in [
-            (&self.read_pool, self.config.read_buffers),
-            (&self.write_pool, self.config.write_buffers),
-        ] {
-            let end = next.saturating_add(u16::try_from(count).unwrap_or(u16::MAX));
-            pool.register_with(ring, next..end);
-            next = end;
-        }
-        next
+    /// Registers the pools' buffers with `ring` as fixed buffers, each at
+    /// a free slot as it is allocated; freeing a buffer gives its slot
+    /// back.
+    pub fn register_buffers(&self, ring: &Arc<IoRing>) {
+        self.read_pool.register_with(ring);
+        self.write_pool.register_with(ring);
     }
 
     /// The READ buffers (their emptiness is backpressure on READs).
@@ -144,6 +154,13 @@ impl DataPlane {
         for file in files {
             file.expire(now);
         }
+    }
+
+    /// Whether every buffer of both pools is back (no call, prefetch or
+    /// ring operation holds one): a plane a reload retired can then go.
+    pub fn is_idle(&self) -> bool {
+        self.read_pool.available() == self.config.read_buffers
+            && self.write_pool.available() == self.config.write_buffers
     }
 
     /// Pool buffers held by readahead right now.
@@ -603,6 +620,39 @@ mod tests {
             plane.truncate(&file, u64::MAX),
             Err(DataError::FileTooBig)
         ));
+    }
+
+    #[test]
+    fn a_successor_counts_on_with_new_pools() {
+        let tmp = tempfile::NamedTempFile::new().unwrap();
+        let file = DataFile::new(tmp.reopen().unwrap().into(), None).unwrap();
+        let old = plane(Mode::Buffered, Mode::Buffered);
+        write(&old, &file, 0, b"before").unwrap();
+        let held = old.read_pool().get_blocking().unwrap();
+        assert!(!old.is_idle(), "a buffer is out");
+        let next = old
+            .successor(DataConfig {
+                read_mode: Mode::Direct,
+                write_mode: Mode::Buffered,
+                max_transfer: 128 << 10,
+                read_buffers: 2,
+                write_buffers: 3,
+            })
+            .unwrap();
+        assert_eq!(next.config().read_mode, Mode::Direct);
+        assert_eq!(next.read_pool().buf_len(), (128 << 10) + BUF_SLACK);
+        assert!(next.is_idle(), "its own pools, all free");
+        write(&next, &file, 6, b" after").unwrap();
+        let r = next
+            .read(&file, next.read_pool().get_blocking().unwrap(), 0, 100)
+            .unwrap();
+        assert_eq!(r.data(), b"before after");
+        drop(r);
+        // Both planes count into one set of counters (the export's).
+        assert_eq!(old.snapshot().write.buffered.ops, 2);
+        assert_eq!(next.snapshot(), old.snapshot());
+        drop(held);
+        assert!(old.is_idle());
     }
 
     #[test]

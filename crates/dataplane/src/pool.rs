@@ -41,21 +41,33 @@ pub struct BufferPool {
     free: Arc<Mutex<Vec<Slot>>>,
     buf_len: usize,
     counters: Arc<Counters>,
-    /// The ring the pool registers its buffers with as they are allocated.
-    fixed: Mutex<Option<FixedSlots>>,
+    /// The ring the pool registers its buffers with as they are allocated
+    /// (until the kernel refuses one).
+    ring: Mutex<Option<Arc<IoRing>>>,
 }
 
 /// A buffer of the pool and the ring slot it is registered at, if any.
 struct Slot {
+    // Declared first, so dropped first: the slot is given back before the
+    // buffer's memory is freed.
+    fixed: Option<Fixed>,
     buf: AlignedBuf,
-    fixed: Option<u16>,
 }
 
-/// Fixed buffer slots of a ring set aside for one pool.
-struct FixedSlots {
+/// A pool buffer's fixed slot in a ring, given back when the buffer is
+/// freed (its pool dropped, say a data plane a reload retired) so that
+/// the kernel unpins its pages and another pool's buffer can take it.
+struct Fixed {
     ring: Arc<IoRing>,
-    next: u16,
-    end: u16,
+    index: u16,
+}
+
+impl Drop for Fixed {
+    fn drop(&mut self) {
+        if let Err(e) = self.ring.unregister_fixed(self.index) {
+            tracing::debug!(slot = self.index, error = %e, "cannot unregister a pool buffer from io_uring");
+        }
+    }
 }
 
 impl BufferPool {
@@ -67,27 +79,23 @@ impl BufferPool {
             free: Arc::new(Mutex::new(Vec::with_capacity(count))),
             buf_len,
             counters,
-            fixed: Mutex::new(None),
+            ring: Mutex::new(None),
         }
     }
 
-    /// Registers the pool's buffers with `ring` as fixed buffers at
-    /// `slots` (see [`IoRing::register_fixed`]): those allocated already
-    /// now, the others when first allocated. Ring operations on them then
-    /// skip pinning the pages each time. Buffers beyond the slots, or that
-    /// the kernel refuses, work unregistered.
-    pub fn register_with(&self, ring: &Arc<IoRing>, slots: std::ops::Range<u16>) {
-        let mut fixed = FixedSlots {
-            ring: ring.clone(),
-            next: slots.start,
-            end: slots.end,
-        };
+    /// Registers the pool's buffers with `ring` as fixed buffers, each at
+    /// a free slot (see [`IoRing::register_fixed_free`]): those allocated
+    /// already now, the others when first allocated. Ring operations on
+    /// them then skip pinning the pages each time. A buffer that finds no
+    /// free slot, or that the kernel refuses, works unregistered.
+    pub fn register_with(&self, ring: &Arc<IoRing>) {
+        let mut ring = Some(ring.clone());
         for slot in self.free.lock().iter_mut() {
             if slot.fixed.is_none() {
-                slot.fixed = fixed.register(&mut slot.buf);
+                slot.fixed = register(&mut ring, &mut slot.buf);
             }
         }
-        *self.fixed.lock() = Some(fixed);
+        *self.ring.lock() = ring;
     }
 
     /// Size of each buffer in bytes.
@@ -135,12 +143,8 @@ impl BufferPool {
             Some(slot) => slot,
             None => {
                 let mut buf = AlignedBuf::new(self.buf_len, BUF_ALIGN)?;
-                let fixed = self
-                    .fixed
-                    .lock()
-                    .as_mut()
-                    .and_then(|f| f.register(&mut buf));
-                Slot { buf, fixed }
+                let fixed = register(&mut self.ring.lock(), &mut buf);
+                Slot { fixed, buf }
             }
         };
         Ok(PooledBuf {
@@ -159,24 +163,21 @@ impl BufferPool {
     }
 }
 
-impl FixedSlots {
-    /// Registers `buf` at the next free slot, if there is one and the
-    /// kernel takes it.
-    fn register(&mut self, buf: &mut AlignedBuf) -> Option<u16> {
-        if self.next >= self.end {
-            return None;
-        }
-        match self.ring.register_fixed(self.next, buf) {
-            Ok(()) => {
-                self.next += 1;
-                Some(self.next - 1)
-            }
-            Err(e) => {
-                tracing::debug!(slot = self.next, error = %e, "cannot register a pool buffer with io_uring");
-                // Do not try the remaining slots one by one.
-                self.next = self.end;
-                None
-            }
+/// Registers `buf` with `ring` at a free slot, if there is one and the
+/// kernel takes it. A refusal forgets the ring: the next buffers are not
+/// tried one by one.
+fn register(ring: &mut Option<Arc<IoRing>>, buf: &mut AlignedBuf) -> Option<Fixed> {
+    let r = ring.as_ref()?;
+    match r.register_fixed_free(buf) {
+        Ok(Some(index)) => Some(Fixed {
+            ring: r.clone(),
+            index,
+        }),
+        Ok(None) => None,
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot register a pool buffer with io_uring");
+            *ring = None;
+            None
         }
     }
 }
@@ -187,7 +188,7 @@ pub struct PooledBuf {
     /// Always `Some` until `drop` takes it.
     buf: Option<AlignedBuf>,
     /// The ring slot the buffer is registered at.
-    fixed: Option<u16>,
+    fixed: Option<Fixed>,
     free: Arc<Mutex<Vec<Slot>>>,
     _permit: OwnedSemaphorePermit,
 }
@@ -218,7 +219,7 @@ impl RingBuf for PooledBuf {
     }
 
     fn fixed_index(&self) -> Option<u16> {
-        self.fixed
+        self.fixed.as_ref().map(|f| f.index)
     }
 }
 
@@ -228,8 +229,8 @@ impl Drop for PooledBuf {
             // The buffer is back on the free list before the permit (dropped
             // after this body) lets the next `get` look for it.
             self.free.lock().push(Slot {
+                fixed: self.fixed.take(),
                 buf,
-                fixed: self.fixed,
             });
         }
     }
@@ -314,6 +315,56 @@ mod tests {
         drop(held);
         assert!(pool.try_get().unwrap().is_some());
         assert_eq!(counters.pool_waits.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn fixed_slots_are_taken_while_free_and_given_back_with_the_buffers() {
+        let Ok(ring) = IoRing::with_fixed_buffers(4, 2) else {
+            println!("skipped: no io_uring here");
+            return;
+        };
+        if ring.fixed_slots() == 0 {
+            println!("skipped: no fixed buffer table");
+            return;
+        }
+        let ring = Arc::new(ring);
+        let (first, _) = pool(3);
+        first.register_with(&ring);
+        let held: Vec<PooledBuf> = (0..3).map(|_| first.get_blocking().unwrap()).collect();
+        let mut slots: Vec<Option<u16>> = held.iter().map(|b| b.fixed_index()).collect();
+        slots.sort();
+        assert_eq!(
+            slots,
+            [None, Some(0), Some(1)],
+            "two slots for three buffers"
+        );
+        // A second pool finds none free; once the first pool and its
+        // buffers are gone, their slots are.
+        let (second, _) = pool(2);
+        second.register_with(&ring);
+        let b = second.get_blocking().unwrap();
+        assert_eq!(b.fixed_index(), None);
+        drop(b);
+        drop(held);
+        assert_eq!(
+            first.free.lock().len(),
+            3,
+            "back in the pool: still registered"
+        );
+        drop(first);
+        let mut probe = AlignedBuf::new(4096, BUF_ALIGN).unwrap();
+        assert_eq!(ring.register_fixed_free(&mut probe).unwrap(), Some(0));
+        ring.unregister_fixed(0).unwrap();
+        // The second pool's next new buffer takes one.
+        let (b, c) = (
+            second.get_blocking().unwrap(),
+            second.get_blocking().unwrap(),
+        );
+        assert_eq!(
+            [b.fixed_index(), c.fixed_index()].iter().flatten().count(),
+            1,
+            "its first buffer was allocated before the slots came free"
+        );
     }
 
     #[test]

@@ -97,10 +97,18 @@ pub fn open_for_recovery(
 /// so the next start has nothing to recompute. Regions a call still in
 /// flight is writing stay dirty and are recomputed then.
 pub fn commit_before_stop(server: &crate::Server) {
-    let Some(export) = server
-        .exports
+    if !server.reload.has_checksum_store() {
+        return;
+    }
+    // The open files are the server-wide cache's, and any data plane
+    // commits any of them: one of an integrity export if one is served,
+    // else another, for the files integrity exports a reload removed left
+    // open.
+    let exports = server.exports();
+    let Some(export) = exports
         .iter()
         .find(|x| x.config.integrity == Integrity::Crc32c)
+        .or_else(|| exports.first())
     else {
         return;
     };

@@ -11,13 +11,14 @@ pub mod net;
 pub mod nfs;
 pub mod nlm;
 pub mod portmap;
+pub mod reload;
 mod reply;
 pub mod rpcbind;
 pub mod server;
 pub mod systemd;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use dionfs_dataplane::IoRing;
@@ -27,18 +28,26 @@ use tracing::{error, info, warn};
 use crate::export::Config;
 use crate::net::ConnLimits;
 use crate::portmap::{PortmapService, PortmapTable};
+use crate::reload::ConfigSource;
 use crate::server::Server;
 
 /// Runs the server until SIGINT or SIGTERM. `ports_file`, if given, gets the
-/// bound ports as JSON once every listener is up (tests use port 0).
-pub fn run(config: Config, ports_file: Option<PathBuf>) -> Result<(), String> {
+/// bound ports as JSON once every listener is up (tests use port 0). On
+/// SIGHUP the configuration is read again from `source` and its exports
+/// applied (see [`reload`]); without a source (`dionfs serve DIR`) there is
+/// nothing to reload.
+pub fn run(
+    config: Config,
+    ports_file: Option<PathBuf>,
+    source: Option<ConfigSource>,
+) -> Result<(), String> {
     raise_fd_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("dionfs")
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
-    let result = runtime.block_on(serve(config, ports_file));
+    let result = runtime.block_on(serve(config, ports_file, source));
     // Calls in flight and the last COMMITs were awaited by `serve`; what
     // may still run on blocking threads is the lock service's calls to
     // clients (SM_NOTIFY, GRANTED retries), which a stop abandons.
@@ -65,7 +74,22 @@ async fn bind(ip: std::net::IpAddr, port: u16, what: &str) -> Result<TcpListener
         .map_err(|e| format!("cannot listen for {what} on {ip}:{port}: {e}"))
 }
 
-async fn serve(config: Config, ports_file: Option<PathBuf>) -> Result<(), String> {
+async fn serve(
+    config: Config,
+    ports_file: Option<PathBuf>,
+    source: Option<ConfigSource>,
+) -> Result<(), String> {
+    // Watched from the start: a SIGHUP while the exports open is applied
+    // once they serve, rather than ending the process (its default).
+    // Streams rather than one-off futures: a signal that comes during a
+    // reload is kept for the loop below.
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut interrupt =
+        signal(SignalKind::interrupt()).map_err(|e| format!("cannot watch SIGINT: {e}"))?;
+    let mut term =
+        signal(SignalKind::terminate()).map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
+    let mut hangup =
+        signal(SignalKind::hangup()).map_err(|e| format!("cannot watch SIGHUP: {e}"))?;
     let server = Arc::new(Server::open(&config)?);
     let settings = &config.server;
     let ip = settings.listen;
@@ -158,7 +182,6 @@ async fn serve(config: Config, ports_file: Option<PathBuf>) -> Result<(), String
         max_connections: settings.max_connections,
         // One count of connections (and one cap) for every listener.
         counters: server.net.clone(),
-        resolve_names: config.exports.iter().any(|x| x.needs_names()),
         ..ConnLimits::default()
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -221,17 +244,8 @@ async fn serve(config: Config, ports_file: Option<PathBuf>) -> Result<(), String
             .map_err(|e| format!("cannot listen for metrics on {addr}: {e}"))?;
         tokio::spawn(metrics::serve(l, server.clone()));
     }
-    for x in &server.exports {
-        info!(
-            export = %x.config.path.display(),
-            read_mode = ?x.config.read_mode,
-            write_mode = ?x.config.write_mode,
-            access = ?x.config.access,
-            squash = ?x.config.squash,
-            secure = x.config.secure,
-            clients = %x.config.clients.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(","),
-            "exporting"
-        );
+    for x in server.exports().iter() {
+        log_export(&x.config);
     }
     info!(%ip, nfs_port, mount_port, portmap_port = ?portmap_port, nlm_port = ?nlm_port,
         nsm_udp_port = ?nsm_port, "dionfs serving NFSv3 over TCP");
@@ -258,16 +272,35 @@ async fn serve(config: Config, ports_file: Option<PathBuf>) -> Result<(), String
             .and_then(|()| std::fs::rename(&tmp, &path))
             .map_err(|e| format!("cannot write ports file {}: {e}", path.display()))?;
     }
+    let pid_file = settings.pid_file.clone();
+    if let Some(path) = &pid_file {
+        write_pid_file(path)?;
+    }
 
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
-    systemd::notify(&format!(
-        "READY=1\nSTATUS=serving {} export(s) on {ip}, NFS port {nfs_port}",
-        server.exports.len()
-    ));
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => info!("SIGINT: shutting down"),
-        _ = term.recv() => info!("SIGTERM: shutting down"),
+    let source = source.map(Arc::new);
+    let ready = |server: &Server| {
+        format!(
+            "READY=1\nSTATUS=serving {} export(s) on {ip}, NFS port {nfs_port}",
+            server.exports().len()
+        )
+    };
+    systemd::notify(&ready(&server));
+    loop {
+        tokio::select! {
+            _ = interrupt.recv() => {
+                info!("SIGINT: shutting down");
+                break;
+            }
+            _ = term.recv() => {
+                info!("SIGTERM: shutting down");
+                break;
+            }
+            _ = hangup.recv() => {
+                systemd::notify(&format!("RELOADING=1\nMONOTONIC_USEC={}", monotonic_usec()));
+                reload(&server, source.as_ref()).await;
+                systemd::notify(&ready(&server));
+            }
+        }
     }
     systemd::notify("STOPPING=1");
     let _ = stop_tx.send(true);
@@ -284,8 +317,92 @@ async fn serve(config: Config, ports_file: Option<PathBuf>) -> Result<(), String
     {
         error!(error = %e, "integrity: the last COMMIT before stopping failed");
     }
+    if let Some(path) = &pid_file {
+        remove_pid_file(path);
+    }
     info!("stopped");
     Ok(())
+}
+
+/// Logs an export's main options (at start, and as a reload adds or
+/// changes it).
+fn log_export(x: &crate::export::ExportConfig) {
+    info!(
+        export = %x.path.display(),
+        read_mode = ?x.read_mode,
+        write_mode = ?x.write_mode,
+        access = ?x.access,
+        squash = ?x.squash,
+        secure = x.secure,
+        clients = %x.clients.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(","),
+        "exporting"
+    );
+}
+
+/// SIGHUP: reads the configuration again from `source` and applies its
+/// exports (`Server::reload`), on a blocking thread (it opens file
+/// systems). A file that does not load, or a reload that fails, leaves the
+/// exports as they were, and says why as a start would.
+async fn reload(server: &Arc<Server>, source: Option<&Arc<ConfigSource>>) {
+    let Some(source) = source else {
+        warn!(
+            "SIGHUP: the server was started without --config; there is nothing to reload \
+             (serving on as before)"
+        );
+        return;
+    };
+    info!(config = %source.file.display(), "SIGHUP: reloading the configuration");
+    let (server, source) = (server.clone(), source.clone());
+    let done = tokio::task::spawn_blocking(move || {
+        let config = source.load()?;
+        server.reload(config).map(|report| (report, server))
+    })
+    .await;
+    match done {
+        Ok(Ok((report, server))) => {
+            for warning in &report.warnings {
+                warn!("reload: {warning}");
+            }
+            let exports = server.exports();
+            for x in exports.iter() {
+                let path = &x.config.path;
+                if report.added.contains(path) || report.changed.iter().any(|(p, _)| p == path) {
+                    log_export(&x.config);
+                }
+            }
+            info!(exports = exports.len(), "reloaded: {}", report.summary());
+        }
+        Ok(Err(e)) => error!("reload failed, the exports stay as they were: {e}"),
+        Err(e) => error!(error = %e, "reload failed, the exports stay as they were"),
+    }
+}
+
+/// The monotonic clock in microseconds, which systemd wants beside
+/// `RELOADING=1` (sd_notify(3)).
+fn monotonic_usec() -> u64 {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    (now.tv_sec as u64) * 1_000_000 + (now.tv_nsec as u64) / 1000
+}
+
+/// Writes this process's id to `path` (for `dionfs reload`), whole or not
+/// at all.
+fn write_pid_file(path: &Path) -> Result<(), String> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, format!("{}\n", std::process::id()))
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .map_err(|e| format!("cannot write pid file {}: {e}", path.display()))
+}
+
+/// Removes the pid file at a clean stop, unless another server has
+/// written its own there since.
+fn remove_pid_file(path: &Path) {
+    let ours =
+        std::fs::read_to_string(path).is_ok_and(|s| s.trim() == std::process::id().to_string());
+    if ours {
+        if let Err(e) = std::fs::remove_file(path) {
+            warn!(error = %e, file = %path.display(), "cannot remove the pid file");
+        }
+    }
 }
 
 /// Drives the io_uring of direct READs and WRITEs (see
@@ -307,8 +424,9 @@ async fn expire_readahead(server: Arc<Server>) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        for export in &server.exports {
+        for export in server.exports().iter() {
             export.data.expire_readahead();
         }
+        server.reload.sweep();
     }
 }

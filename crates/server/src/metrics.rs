@@ -35,8 +35,8 @@ pub fn render(server: &Server) -> String {
                 }
             }
         };
-    let snaps: Vec<_> = server
-        .exports
+    let exports = server.exports();
+    let snaps: Vec<_> = exports
         .iter()
         .map(|x| (x.config.path.display().to_string(), x.data.snapshot()))
         .collect();
@@ -181,8 +181,7 @@ pub fn render(server: &Server) -> String {
             .map(|(path, s)| (format!("export=\"{path}\""), get(s)));
         metric(name, help, "counter", &mut rows);
     }
-    let syncs: Vec<_> = server
-        .exports
+    let syncs: Vec<_> = exports
         .iter()
         .map(|x| {
             let path = x.config.path.display().to_string();

@@ -19,7 +19,7 @@ use tracing::warn;
 use crate::export::squash;
 use crate::net::{ConnInfo, Reply};
 use crate::reply::{garbage_args, success};
-use crate::server::{Export, Server};
+use crate::server::{self, Export, Server};
 use dionfs_fs::{FileKind, FsError};
 use dionfs_sys::cred::with_creds;
 
@@ -48,8 +48,15 @@ impl MountTable {
     }
 }
 
-/// Runs one MOUNT v3 call.
-pub fn call(server: &Server, conn: &ConnInfo, call: &CallHeader, args: &[u8]) -> Reply {
+/// Runs one MOUNT v3 call against `exports` (those served when it was
+/// received).
+pub fn call(
+    server: &Server,
+    exports: &server::Exports,
+    conn: &ConnInfo,
+    call: &CallHeader,
+    args: &[u8],
+) -> Reply {
     let xid = call.xid;
     let client = conn.peer.ip();
     let Some(proc_) = MountProc3::from_u32(call.proc_) else {
@@ -61,7 +68,7 @@ pub fn call(server: &Server, conn: &ConnInfo, call: &CallHeader, args: &[u8]) ->
             let Ok(path) = DirPath::from_xdr(args) else {
                 return garbage_args(xid);
             };
-            success(xid, &mnt(server, call, conn, path.0))
+            success(xid, &mnt(server, exports, call, conn, path.0))
         }
         MountProc3::Dump => {
             let list = server
@@ -87,8 +94,7 @@ pub fn call(server: &Server, conn: &ConnInfo, call: &CallHeader, args: &[u8]) ->
             success(xid, &Void)
         }
         MountProc3::Export => {
-            let nodes = server
-                .exports
+            let nodes = exports
                 .iter()
                 .map(|x| ExportNode {
                     dir: DirPath(x.config.path.as_os_str().as_encoded_bytes().to_vec()),
@@ -105,7 +111,13 @@ pub fn call(server: &Server, conn: &ConnInfo, call: &CallHeader, args: &[u8]) ->
     }
 }
 
-fn mnt(server: &Server, call: &CallHeader, conn: &ConnInfo, path: Vec<u8>) -> MountRes3 {
+fn mnt(
+    server: &Server,
+    exports: &server::Exports,
+    call: &CallHeader,
+    conn: &ConnInfo,
+    path: Vec<u8>,
+) -> MountRes3 {
     let peer = conn.peer;
     let client = peer.ip();
     // Trailing slashes name the same directory ("/srv/x/" is "/srv/x").
@@ -115,7 +127,7 @@ fn mnt(server: &Server, call: &CallHeader, conn: &ConnInfo, path: Vec<u8>) -> Mo
     }
     // The export itself, or a directory below it (knfsd allows both; libnfs
     // mounts the directory of the file it is asked for).
-    let found = server.exports.iter().find_map(|x| {
+    let found = exports.iter().find_map(|x| {
         let root = x.config.path.as_os_str().as_encoded_bytes();
         let rest = wanted.strip_prefix(root)?;
         (rest.is_empty() || rest.starts_with(b"/") || root == b"/").then_some((x, rest))
@@ -128,7 +140,7 @@ fn mnt(server: &Server, call: &CallHeader, conn: &ConnInfo, path: Vec<u8>) -> Mo
         );
         return MountRes3::Fail(MountStat3::NoEnt);
     };
-    if !export.config.admits_client(client, &conn.names) {
+    if !export.config.admits_client(client, conn.names()) {
         warn!(
             client = %client,
             export = %export.config.path.display(),

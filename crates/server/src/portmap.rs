@@ -306,7 +306,7 @@ mod tests {
             id: next_conn_id(),
             peer,
             local: addr,
-            names: Vec::new(),
+            names: Default::default(),
         };
         let service = Arc::new(PortmapService::new(table()));
         let server = tokio::spawn(serve_connection(

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use arc_swap::ArcSwap;
 use dionfs_dataplane::{DataConfig, DataPlane, IoRing, PooledBuf};
 use dionfs_fs::{handle, ExportFs, MacKey, MetadataSync, OpenFileCache};
 use dionfs_proto::mount3::{MountProc3, MOUNT_PROGRAM, MOUNT_V3};
@@ -19,30 +20,85 @@ use tracing::{debug, info, warn};
 
 use crate::drc::DuplicateRequestCache;
 use crate::export::port::{InsecurePortWarnings, WARN_EVERY};
-use crate::export::{Config, Durability, ExportConfig};
+use crate::export::{Config, Durability, ExportConfig, ServerSettings};
 use crate::mount::MountTable;
 use crate::net::{read_args, CallStream, ConnInfo, NetCounters, Received, Reply, Service};
 use crate::nfs;
 
 /// One export as served: its options, its file system, its data plane.
+/// A reload that changes only an export's options makes a new `Export`
+/// around the same file system and data plane (see [`crate::reload`]).
 pub struct Export {
     pub config: ExportConfig,
-    pub fs: ExportFs,
-    pub data: DataPlane,
+    pub fs: Arc<ExportFs>,
+    pub data: Arc<DataPlane>,
     /// Makes metadata changes durable before replies (`sync`), or not.
-    pub metadata_sync: MetadataSync,
+    pub metadata_sync: Arc<MetadataSync>,
+}
+
+/// The exports served at one moment, in the config's order. A reload
+/// replaces the whole list at once ([`Server::exports`]); each call takes
+/// the list once, when it is received, and uses that one throughout, so a
+/// call never sees half of a reload and the export it started on stays
+/// alive until it is answered.
+#[derive(Default)]
+pub struct Exports {
+    list: Vec<Arc<Export>>,
+    /// Whether a client list names hosts or wildcards.
+    need_names: bool,
+}
+
+impl Exports {
+    /// The list of `exports`, in the config's order.
+    pub fn new(exports: Vec<Arc<Export>>) -> Exports {
+        Exports {
+            need_names: exports.iter().any(|x| x.config.needs_names()),
+            list: exports,
+        }
+    }
+
+    /// The export whose id a file handle carries.
+    pub fn by_id(&self, id: u16) -> Option<&Arc<Export>> {
+        self.list.iter().find(|x| x.config.id == id)
+    }
+
+    /// The export `fh` belongs to if this client may use it, else `None`,
+    /// silently: for work done before the handler, which reports refusals
+    /// (see `nfs::Ctx::export`).
+    pub fn for_client(&self, conn: &ConnInfo, fh: &NfsFh3) -> Option<&Arc<Export>> {
+        let export = self.by_id(handle::export_id(fh.as_bytes())?)?;
+        (export.config.admits_client(conn.peer.ip(), conn.names())
+            && export.config.admits_port(conn.peer.port()))
+        .then_some(export)
+    }
+
+    /// Whether a client list names hosts or wildcards, so that clients'
+    /// host names must be looked up.
+    pub fn need_names(&self) -> bool {
+        self.need_names
+    }
+}
+
+impl std::ops::Deref for Exports {
+    type Target = [Arc<Export>];
+
+    fn deref(&self) -> &[Arc<Export>] {
+        &self.list
+    }
 }
 
 /// Everything the NFS and MOUNT programs share.
 pub struct Server {
-    pub exports: Vec<Export>,
+    /// The exports served now; replaced whole by a reload.
+    exports: ArcSwap<Exports>,
     pub mounts: MountTable,
     pub drc: DuplicateRequestCache,
     /// Random per start; see [`Server::write_verifier`].
     verifier_base: u64,
-    /// Largest WRITE payload accepted: the largest export's max_transfer.
-    /// (The other procedures' arguments are bounded by
-    /// [`NfsProc3::max_args_len`]; the record limit is set from this.)
+    /// Largest WRITE payload accepted: the largest export's max_transfer
+    /// at start. (The other procedures' arguments are bounded by
+    /// [`NfsProc3::max_args_len`]; the record limit is set from this, so
+    /// a reload cannot raise it.)
     pub max_args: u32,
     calls_failed: AtomicU64,
     /// Calls refused because their arguments were longer than the
@@ -60,14 +116,18 @@ pub struct Server {
     personalities: Mutex<HashMap<Creds, u16>>,
     /// Per-procedure call counts and service times (`dionfs stats`).
     pub calls: crate::callstats::CallStats,
+    /// What a reload needs to open exports as the start did.
+    pub(crate) reload: crate::reload::ReloadState,
 }
 
-/// A call read from a connection, waiting to run.
+/// A call read from a connection, waiting to run, with the exports it
+/// runs against (taken when it was received).
 pub enum Pending {
     /// An NFS call other than WRITE, with its encoded arguments; a READ
     /// also with the read-pool buffer it will read into (taken while
     /// receiving, so that no blocking thread waits for one).
     Nfs {
+        exports: Arc<Exports>,
         call: CallHeader,
         args: Vec<u8>,
         read_buf: Option<PooledBuf>,
@@ -75,7 +135,11 @@ pub enum Pending {
     /// A WRITE whose payload has been received into a data-plane buffer.
     Write(Box<CallHeader>, nfs::data::ReceivedWrite),
     /// A MOUNT call with its encoded arguments.
-    Mount { call: CallHeader, args: Vec<u8> },
+    Mount {
+        exports: Arc<Exports>,
+        call: CallHeader,
+        args: Vec<u8>,
+    },
 }
 
 impl Server {
@@ -98,25 +162,10 @@ impl Server {
                 .map_err(|e| format!("cannot open export {}: {e}", x.path.display()))?;
             filesystems.push(fs);
         }
-        crate::integrity::open(config, &mut filesystems)?;
+        let store = crate::integrity::open(config, &mut filesystems)?;
         let mut exports = Vec::new();
         for (x, fs) in config.exports.iter().zip(filesystems) {
-            let data = DataPlane::new(DataConfig {
-                read_mode: x.read_mode,
-                write_mode: x.write_mode,
-                max_transfer: x.max_transfer as usize,
-                read_buffers: config.server.read_buffers(),
-                write_buffers: config.server.write_buffers(),
-            })
-            .map_err(|e| format!("export {}: {e}", x.path.display()))?;
-            let metadata_sync = MetadataSync::new(&fs, x.durability == Durability::Sync)
-                .map_err(|e| format!("export {}: {e}", x.path.display()))?;
-            exports.push(Export {
-                config: x.clone(),
-                fs,
-                data,
-                metadata_sync,
-            });
+            exports.push(Arc::new(open_export(&config.server, x, Arc::new(fs))?));
         }
         let max_args = config
             .exports
@@ -138,9 +187,8 @@ impl Server {
             match IoRing::with_fixed_buffers(ring_depth, fixed) {
                 Ok(ring) => {
                     let ring = Arc::new(ring);
-                    let mut next = 0;
                     for export in &exports {
-                        next = export.data.register_buffers(&ring, next);
+                        export.data.register_buffers(&ring);
                     }
                     info!(
                         depth = ring_depth,
@@ -158,8 +206,9 @@ impl Server {
         let mut seed = [0u8; 8];
         getrandom::fill(&mut seed)
             .map_err(|e| format!("no randomness for the write verifier: {e}"))?;
+        let reload = crate::reload::ReloadState::new(&config.server, key, cache, store, &exports);
         Ok(Server {
-            exports,
+            exports: ArcSwap::from_pointee(Exports::new(exports)),
             mounts: MountTable::default(),
             drc: DuplicateRequestCache::new(4096),
             verifier_base: u64::from_ne_bytes(seed),
@@ -171,12 +220,20 @@ impl Server {
             io_ring,
             personalities: Mutex::default(),
             calls: Default::default(),
+            reload,
         })
     }
 
-    /// The export whose id a file handle carries.
-    pub fn export_by_id(&self, id: u16) -> Option<&Export> {
-        self.exports.iter().find(|x| x.config.id == id)
+    /// The exports served now. A call takes them once, when it is
+    /// received (one atomic load), and keeps them until it is answered.
+    pub fn exports(&self) -> Arc<Exports> {
+        self.exports.load_full()
+    }
+
+    /// Serves `exports` from now on (a reload): calls received from now
+    /// on see them; calls in flight finish with the exports they took.
+    pub(crate) fn replace_exports(&self, exports: Exports) {
+        self.exports.store(Arc::new(exports));
     }
 
     /// The WRITE/COMMIT verifier (RFC 1813 section 3.3.7): random per start,
@@ -185,9 +242,13 @@ impl Server {
     pub fn write_verifier(&self) -> [u8; 8] {
         let generations: u64 = self
             .exports
+            .load()
             .iter()
             .map(|x| x.data.write_verifier_generation())
             .sum();
+        // Planes a reload retired count on, so that the verifier never
+        // goes back to a value clients saw before a lost write.
+        let generations = generations.wrapping_add(self.reload.retired_generations());
         self.verifier_base.wrapping_add(generations).to_be_bytes()
     }
 
@@ -260,6 +321,16 @@ impl Service for Server {
                 ReplyStatus::ProcUnavail,
             )))
         };
+        // The exports this call runs against, whatever a reload does
+        // meanwhile.
+        let exports = self.exports();
+        // A connection opened while no client list named hosts (before a
+        // reload added one) has no names yet: they are looked up once,
+        // before its first call since. Its reading waits meanwhile, as at
+        // the start of a connection; the stall clock does not run.
+        if exports.need_names() {
+            conn.look_up_names().await;
+        }
         match (call.prog, call.vers) {
             (NFS_PROGRAM, NFS_V3) => {
                 let Some(proc_) = NfsProc3::from_u32(call.proc_) else {
@@ -268,12 +339,13 @@ impl Service for Server {
                 match proc_.max_args_len() {
                     // WRITE: the head is read exactly, the payload (at most
                     // max_transfer) straight into a data-plane buffer.
-                    None => nfs::data::receive_write(self, conn, call, body).await,
+                    None => nfs::data::receive_write(self, exports, conn, call, body).await,
                     Some(max) => {
                         // A READ's buffer is taken in `prepare`, once its
                         // reply has room in the socket.
                         let args = read_args(body, max).await?;
                         Ok(Received::Run(Pending::Nfs {
+                            exports,
                             call,
                             args,
                             read_buf: None,
@@ -286,7 +358,11 @@ impl Service for Server {
                     return proc_unavail(&call);
                 };
                 let args = read_args(body, proc_.max_args_len()).await?;
-                Ok(Received::Run(Pending::Mount { call, args }))
+                Ok(Received::Run(Pending::Mount {
+                    exports,
+                    call,
+                    args,
+                }))
             }
             (NFS_PROGRAM, _) => Ok(mismatch(&call, NFS_V3)),
             (MOUNT_PROGRAM, _) => Ok(mismatch(&call, MOUNT_V3)),
@@ -315,15 +391,21 @@ impl Service for Server {
 
     async fn prepare(&self, conn: &ConnInfo, pending: &mut Pending) {
         if let Pending::Nfs {
+            exports,
             call,
             args,
             read_buf,
         } = pending
         {
             if is_read(call) {
-                *read_buf = self.read_buffer(conn, args).await;
+                *read_buf = read_buffer(exports, conn, args).await;
             }
         }
+    }
+
+    /// Names are looked up if an export served now matches clients by name.
+    fn resolves_names(&self) -> bool {
+        self.exports.load().need_names()
     }
 
     /// READ and WRITE hold a pool buffer until their reply is out.
@@ -355,37 +437,41 @@ impl Service for Server {
                 nfs::data::write_call(self, conn, call, write).await
             }
             Pending::Nfs {
+                exports,
                 call,
                 args,
                 read_buf,
-            } if ring => nfs::data::read_call(self, conn, call, args, read_buf).await,
+            } if ring => nfs::data::read_call(self, exports, conn, call, args, read_buf).await,
             Pending::Write(call, write) => Some(nfs::data::write(&self, &conn, &call, write)),
             Pending::Nfs {
+                exports,
                 call,
                 args,
                 read_buf,
-            } => nfs::call(&self, &conn, &call, &args, read_buf),
-            Pending::Mount { call, args } => Some(crate::mount::call(&self, &conn, &call, &args)),
+            } => nfs::call(&self, &exports, &conn, &call, &args, read_buf),
+            Pending::Mount {
+                exports,
+                call,
+                args,
+            } => Some(crate::mount::call(&self, &exports, &conn, &call, &args)),
         };
         stats.calls.record(prog, proc_, started.elapsed());
         reply
     }
 }
 
-impl Server {
-    /// The read-pool buffer for a READ with arguments `args`, from the
-    /// export its handle names; waits while that pool is empty (the
-    /// connection reads nothing else meanwhile: backpressure). `None` when
-    /// the call will fail before reading (no such export, client not
-    /// admitted, arguments that do not decode): it then needs no buffer,
-    /// and its handler says why.
-    async fn read_buffer(&self, conn: &ConnInfo, args: &[u8]) -> Option<PooledBuf> {
-        let args = ReadArgs::decode(&mut Decoder::new(args)).ok()?;
-        let export = self.export_for(conn, &args.file)?;
-        // An error here (no memory for the buffer) is the handler's to
-        // report, when it finds no buffer.
-        export.data.read_buffer().await.ok()
-    }
+/// The read-pool buffer for a READ with arguments `args`, from the export
+/// of `exports` its handle names; waits while that pool is empty (the
+/// connection reads nothing else meanwhile: backpressure). `None` when the
+/// call will fail before reading (no such export, client not admitted,
+/// arguments that do not decode): it then needs no buffer, and its handler
+/// says why.
+async fn read_buffer(exports: &Exports, conn: &ConnInfo, args: &[u8]) -> Option<PooledBuf> {
+    let args = ReadArgs::decode(&mut Decoder::new(args)).ok()?;
+    let export = exports.for_client(conn, &args.file)?;
+    // An error here (no memory for the buffer) is the handler's to
+    // report, when it finds no buffer.
+    export.data.read_buffer().await.ok()
 }
 
 /// Personalities kept registered with the ring at most; past that they are
@@ -427,21 +513,45 @@ impl Server {
     fn may_use_ring(&self, pending: &Pending) -> bool {
         match pending {
             Pending::Write(_, write) => write.may_use_ring(self),
-            Pending::Nfs { call, args, .. } if is_read(call) => {
-                nfs::data::read_may_use_ring(self, args)
-            }
+            Pending::Nfs {
+                exports,
+                call,
+                args,
+                ..
+            } if is_read(call) => nfs::data::read_may_use_ring(self, exports, args),
             _ => false,
         }
     }
+}
 
-    /// The export `fh` belongs to if this client may use it, else `None`,
-    /// silently: for work done before the handler, which reports refusals
-    /// (see `nfs::Ctx::export`).
-    pub fn export_for(&self, conn: &ConnInfo, fh: &NfsFh3) -> Option<&Export> {
-        let export = self.export_by_id(handle::export_id(fh.as_bytes())?)?;
-        (export.config.admits_client(conn.peer.ip(), &conn.names)
-            && export.config.admits_port(conn.peer.port()))
-        .then_some(export)
+/// Opens the data plane and the metadata commits of the export `x` of a
+/// server with `settings`, on its file system `fs` (at start, and for an
+/// export a reload adds).
+pub(crate) fn open_export(
+    settings: &ServerSettings,
+    x: &ExportConfig,
+    fs: Arc<ExportFs>,
+) -> Result<Export, String> {
+    let data = DataPlane::new(data_config(settings, x))
+        .map_err(|e| format!("export {}: {e}", x.path.display()))?;
+    let metadata_sync = MetadataSync::new(&fs, x.durability == Durability::Sync)
+        .map_err(|e| format!("export {}: {e}", x.path.display()))?;
+    Ok(Export {
+        config: x.clone(),
+        fs,
+        data: Arc::new(data),
+        metadata_sync: Arc::new(metadata_sync),
+    })
+}
+
+/// The data-plane settings of the export `x` of a server with `settings`.
+pub(crate) fn data_config(settings: &ServerSettings, x: &ExportConfig) -> DataConfig {
+    DataConfig {
+        read_mode: x.read_mode,
+        write_mode: x.write_mode,
+        max_transfer: x.max_transfer as usize,
+        read_buffers: settings.read_buffers(),
+        write_buffers: settings.write_buffers(),
     }
 }
 

@@ -164,14 +164,59 @@ impl<B: RingBuf> Uring<B> {
     /// Registers `buf` at fixed slot `index`: the kernel pins its pages
     /// now, once. From then on a [`RingBuf`] whose `fixed_index` is
     /// `index` is read into and written from through that registration.
-    /// `buf` must stay allocated for as long as the ring may be given
-    /// buffers naming `index` (a pool that never frees its buffers while
-    /// the ring lives); if it were freed, the pinned pages stay the
-    /// kernel's, and operations naming the index would not touch the new
-    /// owner of the addresses (the ring refuses operations outside the
-    /// registered range).
+    /// Before `buf` is freed, give the slot back
+    /// ([`Uring::unregister_fixed`]): else its pages stay pinned, the
+    /// kernel's, for as long as the ring lives (operations naming the
+    /// index never touch the new owner of the addresses: the ring refuses
+    /// operations outside the registered range).
     pub fn register_fixed(&self, index: u16, buf: &mut AlignedBuf) -> io::Result<()> {
+        Self::register_at(&mut self.lock(), index, buf)
+    }
+
+    /// [`Uring::register_fixed`] at the first empty slot, which it
+    /// returns; `None` when every slot is taken (or the ring has no
+    /// table).
+    pub fn register_fixed_free(&self, buf: &mut AlignedBuf) -> io::Result<Option<u16>> {
         let mut inner = self.lock();
+        let Some(index) = inner.fixed.iter().position(Option::is_none) else {
+            return Ok(None);
+        };
+        // The table has at most u16::MAX slots (`with_fixed_buffers`).
+        let index = u16::try_from(index).map_err(|_| io::ErrorKind::InvalidInput)?;
+        Self::register_at(&mut inner, index, buf)?;
+        Ok(Some(index))
+    }
+
+    /// Empties fixed slot `index`: the kernel drops its pin on the pages
+    /// registered there (after operations in flight on them, which hold
+    /// their own reference), and the slot can be registered again. Call
+    /// it before the buffer registered there is freed, once no operation
+    /// will name the slot for it any more.
+    pub fn unregister_fixed(&self, index: u16) -> io::Result<()> {
+        let mut inner = self.lock();
+        match inner.fixed.get(usize::from(index)) {
+            Some(Some(_)) => {}
+            Some(None) => return Err(io::ErrorKind::NotFound.into()),
+            None => return Err(io::ErrorKind::InvalidInput.into()),
+        }
+        let empty = libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        };
+        // SAFETY: an empty iovec (null, 0) hands the kernel no memory: it
+        // makes the slot sparse again (IORING_REGISTER_BUFFERS_UPDATE,
+        // Linux 5.19+, as the sparse table itself).
+        unsafe {
+            inner
+                .ring
+                .submitter()
+                .register_buffers_update(u32::from(index), &[empty], None)?;
+        }
+        inner.fixed[usize::from(index)] = None;
+        Ok(())
+    }
+
+    fn register_at(inner: &mut Inner<B>, index: u16, buf: &mut AlignedBuf) -> io::Result<()> {
         let Some(slot) = inner.fixed.get(usize::from(index)) else {
             return Err(io::ErrorKind::InvalidInput.into());
         };
@@ -788,6 +833,56 @@ mod tests {
         let (n, _) = run(&ring, fut);
         assert_eq!(n.unwrap(), 4096);
         assert_eq!(ring.fixed_ops(), 2);
+        ring.unregister_fixed(1).unwrap();
         drop(a);
+    }
+
+    #[test]
+    fn fixed_slots_are_given_back_and_taken_again() {
+        let data: Vec<u8> = (0..8192u32).map(|i| (i % 251) as u8).collect();
+        let f = file_with(&data);
+        let ring = Arc::new(Uring::<Fixed>::with_fixed_buffers(4, 2).unwrap());
+        if ring.fixed_slots() == 0 {
+            eprintln!("skipped: no fixed buffer table (kernel or RLIMIT_MEMLOCK)");
+            return;
+        }
+        let mut a = AlignedBuf::new(4096, 4096).unwrap();
+        let mut b = AlignedBuf::new(4096, 4096).unwrap();
+        let mut c = AlignedBuf::new(4096, 4096).unwrap();
+        assert_eq!(ring.register_fixed_free(&mut a).unwrap(), Some(0));
+        assert_eq!(ring.register_fixed_free(&mut b).unwrap(), Some(1));
+        assert_eq!(ring.register_fixed_free(&mut c).unwrap(), None, "full");
+        ring.unregister_fixed(0).unwrap();
+        assert_eq!(
+            ring.unregister_fixed(0).unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
+        assert_eq!(
+            ring.unregister_fixed(9).unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
+        drop(a);
+        // The freed slot is not used for a buffer still claiming it.
+        let stale = AlignedBuf::new(4096, 4096).unwrap();
+        let fut = ring
+            .read(f.as_fd(), Fixed(stale, 0), 0..4096, 0)
+            .ok()
+            .unwrap();
+        let (n, _) = run(&ring, fut);
+        assert_eq!(n.unwrap(), 4096);
+        assert_eq!(ring.fixed_ops(), 0);
+        // Taken again by another buffer, and read through.
+        assert_eq!(ring.register_fixed_free(&mut c).unwrap(), Some(0));
+        let fut = ring
+            .read(f.as_fd(), Fixed(c, 0), 0..4096, 4096)
+            .ok()
+            .unwrap();
+        let (n, Fixed(c, _)) = run(&ring, fut);
+        assert_eq!(n.unwrap(), 4096);
+        assert_eq!(&c[..4096], &data[4096..]);
+        assert_eq!(ring.fixed_ops(), 1);
+        ring.unregister_fixed(0).unwrap();
+        ring.unregister_fixed(1).unwrap();
+        drop((b, c));
     }
 }

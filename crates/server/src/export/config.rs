@@ -83,6 +83,9 @@ pub struct ServerSettings {
     /// After a restart with clients that held locks, how long only
     /// reclaims are granted.
     pub grace_period: Duration,
+    /// Where to write the server's process id while it runs (for
+    /// `dionfs reload`), if set.
+    pub pid_file: Option<PathBuf>,
 }
 
 impl Default for ServerSettings {
@@ -111,6 +114,7 @@ impl Default for ServerSettings {
             nsm_port: 0,
             // As knfsd's lockd (nlm_grace_period follows the 90 s lease).
             grace_period: Duration::from_secs(90),
+            pid_file: None,
         }
     }
 }
@@ -184,7 +188,7 @@ pub enum Integrity {
 }
 
 /// One exported directory and its options.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExportConfig {
     /// Stable id carried in file handles; derived from the path unless set.
     pub id: u16,
@@ -323,6 +327,7 @@ struct RawServer {
     nsm_port: Option<u16>,
     /// Seconds; 0 turns the grace period off.
     grace_period: Option<Spanned<f64>>,
+    pid_file: Option<PathBuf>,
 }
 
 #[derive(Deserialize)]
@@ -421,6 +426,9 @@ impl Config {
                     ));
                 }
                 server.grace_period = Duration::from_secs_f64(secs);
+            }
+            if s.pid_file.is_some() {
+                server.pid_file = s.pid_file;
             }
             for (value, name, target) in [
                 (s.max_in_flight, "max_in_flight", &mut server.max_in_flight),
@@ -658,6 +666,7 @@ write_buffers = 8
 connection_buffers = 3
 max_connections = 10
 io_uring = false
+pid_file = "/run/dionfs-test.pid"
 stall_timeout = 0.5
 reply_timeout = 7
 idle_timeout = 60
@@ -673,6 +682,8 @@ path = "/tmp"
         assert_eq!(s.max_connections, 10);
         assert!(!s.io_uring);
         assert!(ServerSettings::default().io_uring);
+        assert_eq!(s.pid_file, Some(PathBuf::from("/run/dionfs-test.pid")));
+        assert_eq!(ServerSettings::default().pid_file, None);
         assert_eq!(s.stall_timeout, Duration::from_millis(500));
         assert_eq!(s.reply_timeout, Duration::from_secs(7));
         assert_eq!(s.idle_timeout, Duration::from_secs(60));

@@ -515,15 +515,11 @@ pub(super) async fn run_connection<S: Service>(
     limits: ConnLimits,
     stop: impl Future<Output = ()>,
 ) -> ConnEnd {
-    let mut conn = conn;
-    if limits.resolve_names {
-        let ip = conn.peer.ip();
-        conn.names = tokio::task::spawn_blocking(move || crate::export::names::client_names(ip))
-            .await
-            .unwrap_or_default();
+    if service.resolves_names() {
+        conn.look_up_names().await;
     }
     let conn = Arc::new(conn);
-    info!(conn = conn.id, peer = %conn.peer, local = %conn.local, names = ?conn.names,
+    info!(conn = conn.id, peer = %conn.peer, local = %conn.local, names = ?conn.names(),
         "connection opened");
     // A fixed send buffer of a few of the largest replies: replies are sent
     // only into room reserved there (`reserve_room`). Kernel memory is

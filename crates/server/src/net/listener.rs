@@ -74,7 +74,7 @@ pub async fn serve<S: Service>(
                         id: next_conn_id(),
                         peer,
                         local,
-                        names: Vec::new(),
+                        names: Default::default(),
                     };
                     let mut stop = stop_rx.clone();
                     let stopped = async move {

@@ -73,6 +73,13 @@ pub trait Service: Send + Sync + 'static {
         false
     }
 
+    /// Whether a new connection's peer host names are looked up before
+    /// its first call ([`ConnInfo::names`]): some client list names hosts
+    /// or wildcards. Asked once per connection, as it opens.
+    fn resolves_names(&self) -> bool {
+        false
+    }
+
     /// Bytes a received call's reply may take, if it is large (a READ's
     /// data): the call is prepared and run only once that much room is
     /// free in the connection's send buffer, so its reply goes straight
@@ -183,8 +190,31 @@ pub struct ConnInfo {
     pub peer: SocketAddr,
     pub local: SocketAddr,
     /// The peer's confirmed host names, looked up before the first call
-    /// when an export matches clients by name ([`ConnLimits::resolve_names`]).
-    pub names: Vec<String>,
+    /// when an export matches clients by name ([`Service::resolves_names`]),
+    /// or before a later call once one does (an export a reload added);
+    /// see [`ConnInfo::names`].
+    pub names: std::sync::OnceLock<Vec<String>>,
+}
+
+impl ConnInfo {
+    /// The peer's confirmed host names; empty if it has none or they were
+    /// not looked up (no export matches clients by name).
+    pub fn names(&self) -> &[String] {
+        self.names.get().map_or(&[], Vec::as_slice)
+    }
+
+    /// Looks the peer's host names up (blocking: the system resolver,
+    /// cached per address for a minute), unless that was done.
+    pub async fn look_up_names(&self) {
+        if self.names.get().is_some() {
+            return;
+        }
+        let ip = self.peer.ip();
+        let names = tokio::task::spawn_blocking(move || crate::export::names::client_names(ip))
+            .await
+            .unwrap_or_default();
+        let _ = self.names.set(names);
+    }
 }
 
 /// Limits applied to each connection, and the counters of the listeners
@@ -220,9 +250,6 @@ pub struct ConnLimits {
     /// Counters of the connections served with these limits (shared by
     /// clones: one set for all listeners of a server).
     pub counters: Arc<NetCounters>,
-    /// Look up each peer's host names before serving it (an export's
-    /// client list has host names or wildcards).
-    pub resolve_names: bool,
 }
 
 impl Default for ConnLimits {
@@ -239,7 +266,6 @@ impl Default for ConnLimits {
             idle_timeout: Duration::from_secs(360),
             max_connections: 4096,
             counters: Arc::default(),
-            resolve_names: false,
         }
     }
 }

@@ -550,7 +550,7 @@ async fn serve_connection_reports_why_it_ended() {
         id: next_conn_id(),
         peer,
         local: addr,
-        names: Vec::new(),
+        names: Default::default(),
     };
     let limits = ConnLimits {
         max_record: 100,

@@ -57,7 +57,7 @@ pub async fn serve<S: Service>(
             id: next_conn_id(),
             peer,
             local,
-            names: Vec::new(),
+            names: Default::default(),
         });
         let (socket, service) = (socket.clone(), service.clone());
         tokio::spawn(async move {

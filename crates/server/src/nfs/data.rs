@@ -24,7 +24,7 @@ use super::status::{from_data, from_fs};
 use super::Ctx;
 use crate::net::{wait_for_payload, CallStream, ConnInfo, Received, Reply, ReplyPayload};
 use crate::reply::{garbage_args, success, success_encoder};
-use crate::server::{Export, Pending, Server};
+use crate::server::{Export, Exports, Pending, Server};
 
 impl ReplyPayload for ReadData {
     fn bytes(&self) -> &[u8] {
@@ -33,10 +33,14 @@ impl ReplyPayload for ReadData {
 }
 
 /// A WRITE whose arguments have been received: either its payload sits in
-/// a data-plane buffer ready to be written, or the call already failed
-/// (bad handle, read-only export, ...) and its payload was skipped.
+/// a data-plane buffer of its export ready to be written, or the call
+/// already failed (bad handle, read-only export, ...) and its payload was
+/// skipped.
 pub struct ReceivedWrite {
     head: WriteArgsHead,
+    /// The exports taken when the call was received.
+    exports: Arc<Exports>,
+    /// The export (its id in `exports`), the file and the payload.
     target: Result<(u16, Arc<OpenFile>, WriteBuffer), NfsStat3>,
 }
 
@@ -48,8 +52,9 @@ impl ReceivedWrite {
         match &self.target {
             Ok((export_id, file, buf)) => {
                 server.io_ring.is_some()
-                    && server
-                        .export_by_id(*export_id)
+                    && self
+                        .exports
+                        .by_id(*export_id)
                         .is_some_and(|x| x.data.ring_may_write(file.data(), buf))
             }
             Err(_) => false,
@@ -60,12 +65,12 @@ impl ReceivedWrite {
 /// Whether a READ with arguments `args` may be read through the ring
 /// ([`read_call`]): its export reads direct. Anything else goes straight
 /// to a blocking thread.
-pub fn read_may_use_ring(server: &Server, args: &[u8]) -> bool {
+pub fn read_may_use_ring(server: &Server, exports: &Exports, args: &[u8]) -> bool {
     server.io_ring.is_some()
         && ReadArgs::decode(&mut Decoder::new(args))
             .ok()
             .and_then(|a| dionfs_fs::handle::export_id(a.file.as_bytes()))
-            .and_then(|id| server.export_by_id(id))
+            .and_then(|id| exports.by_id(id))
             .is_some_and(|x| x.data.ring_may_read())
 }
 
@@ -74,6 +79,7 @@ pub fn read_may_use_ring(server: &Server, args: &[u8]) -> bool {
 /// backpressure: the connection reads nothing else meanwhile.
 pub async fn receive_write<R: CallStream>(
     server: &Server,
+    exports: Arc<Exports>,
     conn: &ConnInfo,
     call: CallHeader,
     body: &mut RecordReader<R>,
@@ -94,6 +100,7 @@ pub async fn receive_write<R: CallStream>(
     }
     let ctx = Ctx {
         server,
+        exports: &exports,
         conn,
         call: &call,
     };
@@ -120,7 +127,11 @@ pub async fn receive_write<R: CallStream>(
     };
     Ok(Received::Run(Pending::Write(
         Box::new(call),
-        ReceivedWrite { head: args, target },
+        ReceivedWrite {
+            head: args,
+            exports,
+            target,
+        },
     )))
 }
 
@@ -169,7 +180,7 @@ pub fn write(server: &Server, conn: &ConnInfo, call: &CallHeader, w: ReceivedWri
                 file_wcc: WccData::default(),
             },
         ),
-        Ok((export_id, file, buf)) => match server.export_by_id(export_id) {
+        Ok((export_id, file, buf)) => match w.exports.by_id(export_id) {
             None => WriteRes::fail(
                 NfsStat3::Stale,
                 WriteResFail {
@@ -177,7 +188,12 @@ pub fn write(server: &Server, conn: &ConnInfo, call: &CallHeader, w: ReceivedWri
                 },
             ),
             Some(export) => {
-                let ctx = Ctx { server, conn, call };
+                let ctx = Ctx {
+                    server,
+                    exports: &w.exports,
+                    conn,
+                    call,
+                };
                 write_file(&ctx, export, &file, buf, w.head.stable)
             }
         },
@@ -251,12 +267,17 @@ async fn write_without_blocking(
     call: &CallHeader,
     w: ReceivedWrite,
 ) -> Result<Reply, ReceivedWrite> {
-    let ReceivedWrite { head, target } = w;
+    let ReceivedWrite {
+        head,
+        exports,
+        target,
+    } = w;
     let (export_id, file, buf) = match target {
         Ok(target) => target,
         Err(s) => {
             return Err(ReceivedWrite {
                 head,
+                exports,
                 target: Err(s),
             })
         }
@@ -264,12 +285,18 @@ async fn write_without_blocking(
     let how = stable(head.stable);
     let back = |file, buf| ReceivedWrite {
         head,
+        exports: exports.clone(),
         target: Ok((export_id, file, buf)),
     };
-    let (Some(ring), Some(export)) = (&server.io_ring, server.export_by_id(export_id)) else {
+    let (Some(ring), Some(export)) = (&server.io_ring, exports.by_id(export_id)) else {
         return Err(back(file, buf));
     };
-    let ctx = Ctx { server, conn, call };
+    let ctx = Ctx {
+        server,
+        exports: &exports,
+        conn,
+        call,
+    };
     // Short, non-blocking calls (a statx of an open file, maybe a
     // permission check), so made on this task's thread.
     let Ok(before) = export.fs.file_attr(&file) else {
@@ -354,6 +381,7 @@ pub fn read(ctx: &Ctx, a: ReadArgs, buf: Option<PooledBuf>) -> Reply {
 /// blocking thread as before, with the same buffer.
 pub async fn read_call(
     server: Arc<Server>,
+    exports: Arc<Exports>,
     conn: Arc<ConnInfo>,
     call: CallHeader,
     args: Vec<u8>,
@@ -363,6 +391,7 @@ pub async fn read_call(
         (Ok(a), Some(buf)) => {
             let ctx = Ctx {
                 server: &server,
+                exports: &exports,
                 conn: &conn,
                 call: &call,
             };
@@ -373,7 +402,7 @@ pub async fn read_call(
         }
         (_, buf) => buf,
     };
-    tokio::task::spawn_blocking(move || super::call(&server, &conn, &call, &args, buf))
+    tokio::task::spawn_blocking(move || super::call(&server, &exports, &conn, &call, &args, buf))
         .await
         .unwrap_or_else(|e| {
             // A handler that panicked: the connection answers nothing for
@@ -395,7 +424,7 @@ async fn read_without_blocking(
     let Some(ring) = &ctx.server.io_ring else {
         return Err(buf);
     };
-    let Some(export) = ctx.server.export_for(ctx.conn, &a.file) else {
+    let Some(export) = ctx.exports.for_client(ctx.conn, &a.file) else {
         return Err(buf);
     };
     let Ok(Some(file)) = export.fs.cached_file(a.file.as_bytes()) else {

@@ -27,12 +27,14 @@ use crate::drc::{hash_args, DrcKey, Lookup};
 use crate::export::squash;
 use crate::net::{ConnInfo, Reply};
 use crate::reply::{garbage_args, success};
-use crate::server::{Export, Server};
+use crate::server::{Export, Exports, Server};
 
-/// What a handler knows about its call: the server, the client, and who the
-/// client is after squashing (per export, so worked out per handle).
+/// What a handler knows about its call: the server, the exports taken when
+/// the call was received, the client, and who the client is after squashing
+/// (per export, so worked out per handle).
 pub struct Ctx<'a> {
     pub server: &'a Server,
+    pub exports: &'a Exports,
     pub conn: &'a ConnInfo,
     pub call: &'a CallHeader,
 }
@@ -43,11 +45,12 @@ impl<'a> Ctx<'a> {
     /// calling a `secure` export from an unreserved port gets PERM.
     pub fn export(&self, fh: &NfsFh3) -> Result<&'a Export, NfsStat3> {
         let id = handle::export_id(fh.as_bytes()).ok_or(NfsStat3::BadHandle)?;
-        // An export that is gone (config changed) makes its handles stale.
-        let export = self.server.export_by_id(id).ok_or(NfsStat3::Stale)?;
+        // An export that is gone (a reload removed it) makes its handles
+        // stale, as knfsd's do after `exportfs -r`.
+        let export = self.exports.by_id(id).ok_or(NfsStat3::Stale)?;
         if !export
             .config
-            .admits_client(self.conn.peer.ip(), &self.conn.names)
+            .admits_client(self.conn.peer.ip(), self.conn.names())
         {
             warn!(
                 client = %self.conn.peer.ip(),
@@ -128,6 +131,7 @@ fn is_non_idempotent(p: NfsProc3) -> bool {
 /// with the buffer taken for it while it was received.
 pub fn call(
     server: &Server,
+    exports: &Exports,
     conn: &ConnInfo,
     call: &CallHeader,
     args: &[u8],
@@ -136,8 +140,14 @@ pub fn call(
     let Some(proc_) = NfsProc3::from_u32(call.proc_) else {
         return Some(Reply::status(call.xid, ReplyStatus::ProcUnavail));
     };
+    let ctx = Ctx {
+        server,
+        exports,
+        conn,
+        call,
+    };
     if !is_non_idempotent(proc_) {
-        return Some(dispatch(server, conn, call, proc_, args, read_buf));
+        return Some(dispatch(&ctx, proc_, args, read_buf));
     }
     let key = DrcKey {
         xid: call.xid,
@@ -151,7 +161,7 @@ pub fn call(
         Lookup::InProgress => None,
         Lookup::Replay(bytes) => Some(Reply::new(bytes.to_vec())),
         Lookup::New => {
-            let reply = dispatch(server, conn, call, proc_, args, None);
+            let reply = dispatch(&ctx, proc_, args, None);
             server.drc.complete(key, Arc::new(reply.header.clone()));
             Some(reply)
         }
@@ -159,46 +169,38 @@ pub fn call(
 }
 
 /// The dispatch table.
-fn dispatch(
-    server: &Server,
-    conn: &ConnInfo,
-    call: &CallHeader,
-    proc_: NfsProc3,
-    args: &[u8],
-    read_buf: Option<PooledBuf>,
-) -> Reply {
-    let ctx = Ctx { server, conn, call };
-    let xid = call.xid;
+fn dispatch(ctx: &Ctx, proc_: NfsProc3, args: &[u8], read_buf: Option<PooledBuf>) -> Reply {
+    let xid = ctx.call.xid;
     match proc_ {
         NfsProc3::Null => success(xid, &Void),
-        NfsProc3::Getattr => run(xid, args, |a| attrs::getattr(&ctx, a)),
-        NfsProc3::Setattr => run(xid, args, |a| attrs::setattr(&ctx, a)),
-        NfsProc3::Lookup => run(xid, args, |a| dirs::lookup(&ctx, a)),
-        NfsProc3::Access => run(xid, args, |a| attrs::access(&ctx, a)),
-        NfsProc3::Readlink => run(xid, args, |a| attrs::readlink(&ctx, a)),
+        NfsProc3::Getattr => run(xid, args, |a| attrs::getattr(ctx, a)),
+        NfsProc3::Setattr => run(xid, args, |a| attrs::setattr(ctx, a)),
+        NfsProc3::Lookup => run(xid, args, |a| dirs::lookup(ctx, a)),
+        NfsProc3::Access => run(xid, args, |a| attrs::access(ctx, a)),
+        NfsProc3::Readlink => run(xid, args, |a| attrs::readlink(ctx, a)),
         NfsProc3::Read => {
-            decode(args).map_or_else(|| garbage_args(xid), |a| data::read(&ctx, a, read_buf))
+            decode(args).map_or_else(|| garbage_args(xid), |a| data::read(ctx, a, read_buf))
         }
         // WRITE is received by `data::receive_write` and never reaches here.
         NfsProc3::Write => Reply::status(xid, ReplyStatus::SystemErr),
-        NfsProc3::Create => run(xid, args, |a| dirs::create(&ctx, a)),
-        NfsProc3::Mkdir => run(xid, args, |a| dirs::mkdir(&ctx, a)),
-        NfsProc3::Symlink => run(xid, args, |a| dirs::symlink(&ctx, a)),
-        NfsProc3::Mknod => run(xid, args, |a| dirs::mknod(&ctx, a)),
-        NfsProc3::Remove => run(xid, args, |a| dirs::remove(&ctx, a)),
-        NfsProc3::Rmdir => run(xid, args, |a| dirs::rmdir(&ctx, a)),
-        NfsProc3::Rename => run(xid, args, |a| dirs::rename(&ctx, a)),
-        NfsProc3::Link => run(xid, args, |a| dirs::link(&ctx, a)),
+        NfsProc3::Create => run(xid, args, |a| dirs::create(ctx, a)),
+        NfsProc3::Mkdir => run(xid, args, |a| dirs::mkdir(ctx, a)),
+        NfsProc3::Symlink => run(xid, args, |a| dirs::symlink(ctx, a)),
+        NfsProc3::Mknod => run(xid, args, |a| dirs::mknod(ctx, a)),
+        NfsProc3::Remove => run(xid, args, |a| dirs::remove(ctx, a)),
+        NfsProc3::Rmdir => run(xid, args, |a| dirs::rmdir(ctx, a)),
+        NfsProc3::Rename => run(xid, args, |a| dirs::rename(ctx, a)),
+        NfsProc3::Link => run(xid, args, |a| dirs::link(ctx, a)),
         NfsProc3::Readdir => {
-            decode(args).map_or_else(|| garbage_args(xid), |a| dirs::readdir(&ctx, a))
+            decode(args).map_or_else(|| garbage_args(xid), |a| dirs::readdir(ctx, a))
         }
         NfsProc3::Readdirplus => {
-            decode(args).map_or_else(|| garbage_args(xid), |a| dirs::readdirplus(&ctx, a))
+            decode(args).map_or_else(|| garbage_args(xid), |a| dirs::readdirplus(ctx, a))
         }
-        NfsProc3::Fsstat => run(xid, args, |a| attrs::fsstat(&ctx, a)),
-        NfsProc3::Fsinfo => run(xid, args, |a| attrs::fsinfo(&ctx, a)),
-        NfsProc3::Pathconf => run(xid, args, |a| attrs::pathconf(&ctx, a)),
-        NfsProc3::Commit => run(xid, args, |a| data::commit(&ctx, a)),
+        NfsProc3::Fsstat => run(xid, args, |a| attrs::fsstat(ctx, a)),
+        NfsProc3::Fsinfo => run(xid, args, |a| attrs::fsinfo(ctx, a)),
+        NfsProc3::Pathconf => run(xid, args, |a| attrs::pathconf(ctx, a)),
+        NfsProc3::Commit => run(xid, args, |a| data::commit(ctx, a)),
     }
 }
 

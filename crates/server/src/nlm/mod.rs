@@ -225,6 +225,12 @@ impl Service for LockService {
         true
     }
 
+    /// As for NFS calls: a lock call is admitted by the export's client
+    /// list, which may name hosts.
+    fn resolves_names(&self) -> bool {
+        self.server.exports().need_names()
+    }
+
     async fn execute(self: Arc<Self>, conn: Arc<ConnInfo>, pending: Pending) -> Option<Reply> {
         let Pending { call, args } = pending;
         Some(match call.prog {
@@ -351,9 +357,13 @@ impl LockService {
     /// The export and caller of a call on `fh`, or the status to answer:
     /// STALE_FH for a handle that is not ours or an export this client
     /// may not use (as the NFS program would refuse it).
-    fn export_for<'s>(&'s self, conn: &ConnInfo, fh: &NetObj) -> Result<&'s Export, Nlm4Stat> {
+    fn export_for(&self, conn: &ConnInfo, fh: &NetObj) -> Result<Arc<Export>, Nlm4Stat> {
         let fh = NfsFh3::new(fh.0.clone()).map_err(|_| Nlm4Stat::StaleFh)?;
-        self.server.export_for(conn, &fh).ok_or(Nlm4Stat::StaleFh)
+        self.server
+            .exports()
+            .for_client(conn, &fh)
+            .cloned()
+            .ok_or(Nlm4Stat::StaleFh)
     }
 
     /// Opens a description of `fh` for locks and checks the caller may
@@ -443,7 +453,7 @@ impl LockService {
             return Nlm4Stat::Fbig;
         };
         let fh = &a.alock.fh.0;
-        let opened = match Self::open_checked(export, call, fh, a.exclusive) {
+        let opened = match Self::open_checked(&export, call, fh, a.exclusive) {
             Ok(o) => o,
             Err(s) => return s,
         };
@@ -524,7 +534,7 @@ impl LockService {
         };
         let fh = &a.alock.fh.0;
         // A TEST needs only read access, whatever lock it asks about.
-        let mut opened = match Self::open_checked(export, call, fh, false) {
+        let mut opened = match Self::open_checked(&export, call, fh, false) {
             Ok(o) => Some(o),
             Err(s) => return res(s, None),
         };
