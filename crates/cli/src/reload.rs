@@ -110,9 +110,13 @@ fn command_line(pid: i32) -> Option<Vec<String>> {
 /// Whether `args` are those of `dionfs serve ...` (the program by any
 /// path).
 fn is_dionfs_serve(args: &[String]) -> bool {
-    let program = args.first().map(|a| Path::new(a).file_name());
-    program == Some(Some(std::ffi::OsStr::new("dionfs")))
-        && args.get(1).is_some_and(|a| a == "serve")
+    // A copy of the binary under another name (`dionfs-head`, as the
+    // benchmarks run it) is a server too.
+    let program = args
+        .first()
+        .and_then(|a| Path::new(a).file_name())
+        .and_then(|n| n.to_str());
+    program.is_some_and(|n| n.starts_with("dionfs")) && args.get(1).is_some_and(|a| a == "serve")
 }
 
 #[cfg(test)]
@@ -136,7 +140,12 @@ mod tests {
         assert!(!is_dionfs_serve(&args(&["dionfs", "reload"])));
         assert!(!is_dionfs_serve(&args(&["dionfs"])));
         assert!(!is_dionfs_serve(&args(&["/usr/bin/python3", "serve"])));
-        assert!(!is_dionfs_serve(&args(&["/bin/dionfs-bench", "serve"])));
+        assert!(is_dionfs_serve(&args(&[
+            "/tmp/dionfs-head",
+            "serve",
+            "/srv"
+        ])));
+        assert!(!is_dionfs_serve(&args(&["/bin/notdionfs", "serve"])));
         assert!(!is_dionfs_serve(&[]));
     }
 
