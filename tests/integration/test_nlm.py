@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from metrics import counters, free_port
 from rawrpc import Conn, mnt, opaque, u32, u64, PROG_MISMATCH, SUCCESS
 
 pytestmark = pytest.mark.dionfs_only
@@ -119,6 +120,10 @@ def local_denied(path: str, off: int, length: int) -> bool:
         os.close(fd)
 
 
+METRICS = f"127.0.0.1:{free_port()}"
+
+
+@pytest.mark.server_args("--metrics", METRICS)
 def test_locks_conflict_split_cancel_and_free_all(server):
     fh = file_fh(server, "f")
     path = os.path.join(server.export, "f")
@@ -153,6 +158,8 @@ def test_locks_conflict_split_cancel_and_free_all(server):
     assert local_denied(path, 0, 1)
     assert bb.unlock(fh, 2, 0, 0) == S_GRANTED
     assert not local_denied(path, 0, 1)
+    m = counters(METRICS, r"nlm_\w+")
+    assert m["nlm_locks"] == 12 and m["nlm_hosts_dropped"] == 1, m
     a.close(); bb.close()
 
 

@@ -226,6 +226,7 @@ async fn serve(
             stopped(stop_rx.clone()),
         ));
     }
+    let lock_service = locks.as_ref().map(|(_, _, service)| service.clone());
     if let Some((tcp, udp, service)) = locks {
         tasks.spawn(net::udp::serve(
             udp,
@@ -242,7 +243,7 @@ async fn serve(
         let l = TcpListener::bind(addr)
             .await
             .map_err(|e| format!("cannot listen for metrics on {addr}: {e}"))?;
-        tokio::spawn(metrics::serve(l, server.clone()));
+        tokio::spawn(metrics::serve(l, server.clone(), lock_service));
     }
     for x in server.exports().iter() {
         log_export(&x.config);

@@ -13,13 +13,15 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tracing::{info, warn};
 
+use crate::nlm::LockService;
 use crate::server::Server;
 
 /// Reads one counter out of a snapshot.
 type Field = fn(&CounterSnapshot) -> u64;
 
-/// Renders every export's data-plane counters.
-pub fn render(server: &Server) -> String {
+/// Renders every export's data-plane counters, the connection layer's,
+/// the call statistics and the lock service's.
+pub fn render(server: &Server, locks: Option<&LockService>) -> String {
     let mut out = String::new();
     let mut metric =
         |name: &str, help: &str, kind: &str, rows: &mut dyn Iterator<Item = (String, u64)>| {
@@ -261,12 +263,53 @@ pub fn render(server: &Server) -> String {
         "counter",
         &mut std::iter::once((String::new(), net.batched_replies)),
     );
+    if let Some(locks) = locks {
+        let c = &locks.counters;
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        let mut outcomes = [
+            ("granted", load(&c.granted)),
+            ("denied", load(&c.denied)),
+            ("blocked", load(&c.blocked)),
+        ]
+        .into_iter()
+        .map(|(o, n)| (format!("outcome=\"{o}\""), n));
+        metric(
+            "nlm_locks_total",
+            "NLM LOCK calls by outcome (granted: at once or later to a blocked one; denied: conflicts, grace period, errors).",
+            "counter",
+            &mut outcomes,
+        );
+        metric(
+            "nlm_locks_held",
+            "Byte-range locks held for NLM clients now.",
+            "gauge",
+            &mut std::iter::once((String::new(), locks.lock_count() as u64)),
+        );
+        metric(
+            "nlm_waiters",
+            "Blocked NLM LOCKs waiting now.",
+            "gauge",
+            &mut std::iter::once((String::new(), locks.waiter_count() as u64)),
+        );
+        metric(
+            "nlm_callbacks_failed_total",
+            "GRANTED and _RES calls to clients that failed after retries.",
+            "counter",
+            &mut std::iter::once((String::new(), load(&c.callbacks_failed))),
+        );
+        metric(
+            "nlm_hosts_dropped_total",
+            "Times a client's locks were all dropped (SM_NOTIFY of a reboot, FREE_ALL).",
+            "counter",
+            &mut std::iter::once((String::new(), load(&c.hosts_dropped))),
+        );
+    }
     server.calls.render(&mut out);
     out
 }
 
 /// Serves `/metrics` until the process ends.
-pub async fn serve(listener: TcpListener, server: Arc<Server>) {
+pub async fn serve(listener: TcpListener, server: Arc<Server>, locks: Option<Arc<LockService>>) {
     info!(addr = ?listener.local_addr().ok(), "metrics endpoint listening");
     loop {
         let (mut stream, _) = match listener.accept().await {
@@ -277,12 +320,12 @@ pub async fn serve(listener: TcpListener, server: Arc<Server>) {
                 continue;
             }
         };
-        let server = server.clone();
+        let (server, locks) = (server.clone(), locks.clone());
         tokio::spawn(async move {
             // The request itself does not matter: every path gets the metrics.
             let mut request = [0u8; 1024];
             let _ = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut request)).await;
-            let body = render(&server);
+            let body = render(&server, locks.as_deref());
             let response = format!(
                 "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{body}",
                 body.len()
