@@ -190,6 +190,15 @@ def test_other_procedures_and_bad_arguments(server):
     # _MSG: answered with no results (the result goes back as a call).
     accept, res = a.call(TEST_MSG, opaque(b"m") + b(True) + lock_obj(fh, b"hostA", 1, 0, 1))
     assert accept == SUCCESS and res == b""
+    # LOCK_MSG takes the lock like LOCK (the result goes back as LOCK_RES,
+    # to this host's lock manager, which is absent here).
+    args = opaque(b"m2") + b(False) + b(True) + lock_obj(fh, b"hostA", 1, 500, 10) + b(False) + u32(1)
+    accept, res = a.call(7, args)
+    assert accept == SUCCESS and res == b""
+    assert local_denied(os.path.join(server.export, "h"), 505, 1)
+    # A `_RES` call (the answer to a `_MSG` this server never sends): void.
+    accept, res = a.call(12, opaque(b"r") + u32(S_GRANTED))
+    assert accept == SUCCESS and res == b""
     # GRANTED is the server's to send.
     accept, res = a.call(GRANTED, opaque(b"g") + b(True) + lock_obj(fh, b"hostA", 1, 0, 1))
     assert accept == SUCCESS and struct.unpack(">I", res[8:12])[0] == S_DENIED
@@ -217,6 +226,12 @@ def test_nsm_stat_mon_and_notify(server):
     mon = opaque(b"x") + opaque(b"localhost") + u32(NLM) + u32(4) + u32(16) + b"\0" * 16
     accept, res = a.call(2, mon, prog=NSM, vers=NSM_V1)
     assert accept == SUCCESS and struct.unpack(">I", res[:4])[0] == 1  # STAT_FAIL
+    my_id = opaque(b"localhost") + u32(NLM) + u32(4) + u32(16)
+    for proc, args in ((3, opaque(b"x") + my_id), (4, my_id)):  # UNMON, UNMON_ALL: sm_stat
+        accept, res = a.call(proc, args, prog=NSM, vers=NSM_V1)
+        assert accept == SUCCESS and struct.unpack(">i", res[:4])[0] == state
+    accept, res = a.call(5, b"", prog=NSM, vers=NSM_V1)  # SIMU_CRASH: void
+    assert accept == SUCCESS and res == b""
     assert a.lock(fh, 5, 0, 0) == S_GRANTED
     assert local_denied(os.path.join(server.export, "n"), 0, 1)
     accept, _ = a.call(6, opaque(b"rebooter") + u32(2), prog=NSM, vers=NSM_V1)
