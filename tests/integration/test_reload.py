@@ -173,7 +173,7 @@ class Reader(threading.Thread):
         assert self.error is None, f"the reader failed: {self.error!r}"
 
 
-def test_reload_adds_exports_while_a_client_keeps_reading(reload_server, loopfs, nfsproc_bin):
+def test_reload_adds_and_removes_exports_while_a_client_keeps_reading(reload_server, loopfs, nfsproc_bin):
     a, b, c = (_fresh_dir(loopfs, n) for n in ("reload-a", "reload-b", "reload-c"))
     digest = make_random_file(os.path.join(a, "big"), 64 * MiB, seed=10)
     for d in (b, c):
@@ -203,7 +203,13 @@ def test_reload_adds_exports_while_a_client_keeps_reading(reload_server, loopfs,
     srv.at(c).client().touch("written")
     assert os.path.exists(os.path.join(c, "written"))
 
-    # The reader read on across both reloads, on its connection.
+    # SIGHUP again: B removed, while the reader still reads A.
+    srv.write_config({a: {}, c: {}})
+    line = srv.hup()
+    assert f"reloaded: removed {b}; 2 unchanged" in line, line
+    assert proc("mnt", export=b, check=False)["mnt_status"] == "MNT3ERR_NOENT"
+
+    # The reader read on across the three reloads, on its connection.
     done = reader.passes
     reader.wait_passes(done + 1)
     reader.finish()
