@@ -29,7 +29,8 @@ from pathlib import Path
 import pytest
 
 from nfstools import make_random_file, nfs_cat, nfs_cp, rss_kib, sha256_file
-from rawrpc import NFS_PROGRAM, NFS_V3, SUCCESS, Conn, call, mnt, nfs_status, opaque, u32, u64
+from rawrpc import (NFS_PROGRAM, NFS_V3, SUCCESS, Conn, call, mnt, nfs_status, opaque, parse_reply,
+                    read_record, u32, u64)
 
 pytestmark = pytest.mark.dionfs_only  # dionfs's own limits and metrics
 
@@ -201,3 +202,60 @@ def test_a_writer_that_stalls_briefly_then_finishes_is_written_intact(server):
         assert content[offset + MiB:] == b"\xee" * (3 * MiB - offset - MiB)
     finally:
         stop(attackers)
+
+
+def _lookup(c: Conn, root: bytes, name: str) -> bytes:
+    accept, res = c.rpc(NFS_PROGRAM, NFS_V3, 3, opaque(root) + opaque(name.encode()), uid=0, gid=0)
+    assert accept == SUCCESS and nfs_status(res) == 0
+    (n,) = struct.unpack(">I", res[4:8])
+    return res[8:8 + n]
+
+
+def _share_delays() -> int:
+    body = urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=10).read().decode()
+    m = re.search(r"^dionfs_calls_delayed_by_share_total (\d+)$", body, re.M)
+    return int(m.group(1))
+
+
+@pytest.mark.server_args(*SERVER_ARGS)
+def test_small_requests_are_not_held_to_the_large_buffer_share(server):
+    """READs and WRITEs of at most 64 KiB take small buffers of their own
+    pools: 48 of them pipelined on one connection all run at once (none
+    waits for one of the connection's 8 shares of the large pools, as they
+    all did before), and every reply is right."""
+    make_random_file(os.path.join(server.export, "f"), 4 * MiB, seed=3)
+    os.chmod(os.path.join(server.export, "f"), 0o666)  # root is squashed
+    data = open(os.path.join(server.export, "f"), "rb").read()
+    with Conn(server.host, server.mount_port, reserved=True) as m:
+        status, root = mnt(m, server.export)
+    assert status == 0
+    with Conn(server.host, server.nfs_port, reserved=True) as c:
+        fh = _lookup(c, root, "f")
+
+        def pipeline(calls: list[tuple[int, bytes]]) -> dict[int, bytes]:
+            base = c.xid + 1
+            c.send(b"".join(call(base + i, NFS_PROGRAM, NFS_V3, proc, args, uid=0, gid=0)
+                            for i, (proc, args) in enumerate(calls)))
+            c.xid += len(calls)
+            out = {}
+            for _ in calls:
+                xid, accept, res = parse_reply(read_record(c.sock))
+                assert accept == SUCCESS and nfs_status(res) == 0, (xid, res[:8].hex())
+                out[xid - base] = res
+            return out
+
+        before = _share_delays()
+        reads = pipeline([(6, opaque(fh) + u64(i * 4096 + 7) + u32(4096)) for i in range(48)])
+        for i, res in reads.items():
+            # READ3resok: status, post_op_attr (1 + 84), count, eof, data.
+            (count,) = struct.unpack(">I", res[4 + 88:4 + 92])
+            payload = res[4 + 100:4 + 100 + count]
+            assert payload == data[i * 4096 + 7:i * 4096 + 7 + 4096], f"READ {i}"
+        writes = pipeline([(7, opaque(fh) + u64(i * 8192) + u32(8192) + u32(0) + opaque(bytes([i]) * 8192))
+                           for i in range(48)])
+        assert len(writes) == 48
+        assert _share_delays() == before, "small calls waited for a large-buffer share"
+    with open(os.path.join(server.export, "f"), "rb") as f:
+        for i in range(48):
+            f.seek(i * 8192)
+            assert f.read(8192) == bytes([i]) * 8192, f"WRITE {i}"

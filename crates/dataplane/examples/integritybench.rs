@@ -172,6 +172,7 @@ fn run(dir: &Path, order: Option<Order>, mib: u64, threads: u64) -> [f64; 4] {
             max_transfer: 1 << 20,
             read_buffers: 16,
             write_buffers: 16,
+            small_buffers: 8,
         })
         .expect("plane"),
     );

@@ -62,6 +62,7 @@ fn plane() -> DataPlane {
         max_transfer: 1 << 20,
         read_buffers: 16,
         write_buffers: 32,
+        small_buffers: 8,
     })
     .expect("plane")
 }

@@ -332,6 +332,7 @@ mod tests {
             max_transfer: 256 << 10,
             read_buffers: 4,
             write_buffers: 4,
+            small_buffers: 8,
         })
         .unwrap()
     }

@@ -49,7 +49,16 @@ pub struct DataConfig {
     /// The same for WRITEs, from a pool of their own: neither direction can
     /// take the buffers the other needs.
     pub write_buffers: usize,
+    /// READs and WRITEs of at most [`SMALL_IO`] bytes take their buffers
+    /// from two pools of their own (one per direction) of this many small
+    /// buffers each, so that many small requests in flight neither wait
+    /// for nor tie up the large buffers.
+    pub small_buffers: usize,
 }
+
+/// The largest READ or WRITE served from the small pools
+/// ([`DataConfig::small_buffers`]).
+pub const SMALL_IO: usize = 64 << 10;
 
 /// Upper bound on `max_transfer`: beyond this a single request ties up too
 /// much memory for too long.
@@ -63,6 +72,7 @@ impl Default for DataConfig {
             max_transfer: 1 << 20,
             read_buffers: 16,
             write_buffers: 16,
+            small_buffers: 64,
         }
     }
 }
@@ -75,9 +85,9 @@ impl DataConfig {
                 "max_transfer must be between 1 byte and 64 MiB",
             ));
         }
-        if self.read_buffers == 0 || self.write_buffers == 0 {
+        if self.read_buffers == 0 || self.write_buffers == 0 || self.small_buffers == 0 {
             return Err(DataError::InvalidConfig(
-                "read_buffers and write_buffers must be at least 1",
+                "read_buffers, write_buffers and small_buffers must be at least 1",
             ));
         }
         Ok(())

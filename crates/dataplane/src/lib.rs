@@ -49,11 +49,11 @@ mod readahead;
 mod size;
 mod write;
 
-pub use config::{DataConfig, Mode, MAX_TRANSFER_LIMIT};
+pub use config::{DataConfig, Mode, MAX_TRANSFER_LIMIT, SMALL_IO};
 pub use counters::{CounterSnapshot, Counters, OpsBytes, PerMode};
 pub use error::DataError;
 pub use file::{DataFile, SizeProbe};
-pub use plane::DataPlane;
+pub use plane::{is_small, DataPlane};
 pub use pool::{BufferPool, PooledBuf, BUF_ALIGN, BUF_SLACK, MAX_DIO_ALIGN};
 pub use read::{IoRing, ReadAttempt, ReadData};
 pub use readahead::{Prefetch, MAX_AGE as READAHEAD_MAX_AGE};

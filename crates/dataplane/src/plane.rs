@@ -13,6 +13,7 @@ use dionfs_sys::io::{fadvise_dontneed, preadv2, pwritev2, RwFlags};
 use parking_lot::Mutex;
 
 use crate::align::MAX_FILE_OFFSET;
+use crate::config::SMALL_IO;
 use crate::counters::{CounterSnapshot, Counters};
 use crate::file::{DataFile, DirectIo};
 use crate::pool::{BufferPool, PooledBuf, BUF_SLACK};
@@ -36,6 +37,10 @@ pub struct DataPlane {
     /// direction's pool (say, WRITEs whose payload is slow to come) leave
     /// the other direction served.
     read_pool: BufferPool,
+    /// Buffers of READs of at most [`SMALL_IO`] bytes.
+    small_read_pool: BufferPool,
+    /// Buffers of WRITEs of at most [`SMALL_IO`] bytes.
+    small_write_pool: BufferPool,
     write_pool: BufferPool,
     pub(crate) counters: Arc<Counters>,
     /// Set once the filesystem refused `RWF_DONTCACHE`: from then on this
@@ -54,6 +59,11 @@ pub struct DataPlane {
     /// page cache whole ([`crate::write::WHOLE_BUFFERED_MAX`] unless set
     /// with [`DataPlane::with_whole_buffered_max`]).
     pub(crate) whole_buffered_max: usize,
+}
+
+/// Whether a request of `len` bytes is served from the small pools.
+pub fn is_small(len: usize) -> bool {
+    len <= SMALL_IO
 }
 
 impl DataPlane {
@@ -84,6 +94,11 @@ impl DataPlane {
         let buf_len = config.max_transfer + BUF_SLACK;
         let read_pool = BufferPool::new(buf_len, config.read_buffers, counters.clone());
         let write_pool = BufferPool::new(buf_len, config.write_buffers, counters.clone());
+        // Never larger than the large ones: a small request is at most
+        // max_transfer too.
+        let small_len = SMALL_IO.min(config.max_transfer) + BUF_SLACK;
+        let small_read_pool = BufferPool::new(small_len, config.small_buffers, counters.clone());
+        let small_write_pool = BufferPool::new(small_len, config.small_buffers, counters.clone());
         // A quarter of the read pool: requests always keep the rest. Below
         // 4 buffers none, so readahead can never hold the buffer that the
         // READ which would use its data is waiting for.
@@ -92,6 +107,8 @@ impl DataPlane {
             config,
             read_pool,
             write_pool,
+            small_read_pool,
+            small_write_pool,
             counters,
             dontcache_refused: AtomicBool::new(false),
             no_direct_logged: AtomicBool::new(false),
@@ -123,6 +140,8 @@ impl DataPlane {
     pub fn register_buffers(&self, ring: &Arc<IoRing>) {
         self.read_pool.register_with(ring);
         self.write_pool.register_with(ring);
+        self.small_read_pool.register_with(ring);
+        self.small_write_pool.register_with(ring);
     }
 
     /// The READ buffers (their emptiness is backpressure on READs).
@@ -138,6 +157,26 @@ impl DataPlane {
     /// A buffer for a READ; waits while the read pool is empty.
     pub async fn read_buffer(&self) -> std::io::Result<PooledBuf> {
         self.read_pool.get().await
+    }
+
+    /// A buffer for a READ of `count` bytes: from the small pool for at
+    /// most [`SMALL_IO`], else from the read pool; waits while that pool
+    /// is empty.
+    pub async fn read_buffer_for(&self, count: u32) -> std::io::Result<PooledBuf> {
+        if is_small(count as usize) {
+            self.small_read_pool.get().await
+        } else {
+            self.read_pool.get().await
+        }
+    }
+
+    /// The pool a WRITE of `len` bytes takes its buffer from.
+    pub fn write_pool_for(&self, len: usize) -> &BufferPool {
+        if is_small(len) {
+            &self.small_write_pool
+        } else {
+            &self.write_pool
+        }
     }
 
     /// Drops prefetched data that waited longer than
@@ -161,6 +200,8 @@ impl DataPlane {
     pub fn is_idle(&self) -> bool {
         self.read_pool.available() == self.config.read_buffers
             && self.write_pool.available() == self.config.write_buffers
+            && self.small_read_pool.available() == self.config.small_buffers
+            && self.small_write_pool.available() == self.config.small_buffers
     }
 
     /// Pool buffers held by readahead right now.
@@ -486,6 +527,7 @@ mod tests {
             max_transfer: 64 << 10,
             read_buffers: 4,
             write_buffers: 4,
+            small_buffers: 8,
         })
         .unwrap()
     }
@@ -637,6 +679,7 @@ mod tests {
                 max_transfer: 128 << 10,
                 read_buffers: 2,
                 write_buffers: 3,
+                small_buffers: 8,
             })
             .unwrap();
         assert_eq!(next.config().read_mode, Mode::Direct);

@@ -580,6 +580,7 @@ mod tests {
             max_transfer: CHUNK,
             read_buffers: buffers,
             write_buffers: buffers,
+            small_buffers: 8,
         })
         .unwrap()
     }

@@ -122,7 +122,7 @@ impl DataPlane {
         len: usize,
     ) -> Result<WriteBuffer, DataError> {
         self.check_write_args(offset, len)?;
-        let buf = self.write_pool().get().await?;
+        let buf = self.write_pool_for(len).get().await?;
         self.write_buffer(file, buf, offset, len)
     }
 
@@ -639,6 +639,7 @@ mod tests {
             max_transfer: 64 << 10,
             read_buffers: 4,
             write_buffers: 4,
+            small_buffers: 8,
         })
         .unwrap()
     }

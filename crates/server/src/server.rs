@@ -174,8 +174,11 @@ impl Server {
             .max()
             .unwrap_or(0);
         // Room for every READ and WRITE buffer of every export in the
-        // kernel at once; beyond that a call takes the blocking path.
-        let buffers = config.server.read_buffers() + config.server.write_buffers();
+        // kernel at once (the large and the small pools); beyond that a
+        // call takes the blocking path.
+        let buffers = config.server.read_buffers()
+            + config.server.write_buffers()
+            + 2 * config.server.small_buffers;
         let ring_depth = (config.exports.len() * buffers).min(4096) as u32;
         let io_ring = if !config.server.io_uring {
             info!("io_uring off (io_uring = false): every call runs on blocking threads");
@@ -408,13 +411,27 @@ impl Service for Server {
         self.exports.load().need_names()
     }
 
-    /// READ and WRITE hold a pool buffer until their reply is out.
-    fn holds_buffer(&self, call: &CallHeader) -> bool {
+    /// A WRITE holds a large pool buffer until its reply is out, unless
+    /// its record, one fragment, is too short for more than
+    /// [`dionfs_dataplane::SMALL_IO`] bytes of data (it then takes a small
+    /// buffer, bounded by the calls a connection may have in flight). A
+    /// READ's count is in its arguments: see below.
+    fn holds_buffer(&self, call: &CallHeader, args_len: Option<u32>) -> bool {
         (call.prog, call.vers) == (NFS_PROGRAM, NFS_V3)
-            && matches!(
-                NfsProc3::from_u32(call.proc_),
-                Some(NfsProc3::Read | NfsProc3::Write)
-            )
+            && NfsProc3::from_u32(call.proc_) == Some(NfsProc3::Write)
+            && args_len.is_none_or(|n| !dionfs_dataplane::is_small(n as usize))
+    }
+
+    /// A READ of more than [`dionfs_dataplane::SMALL_IO`] bytes holds a
+    /// large pool buffer until its reply is out.
+    fn holds_buffer_after_receive(&self, pending: &Pending) -> bool {
+        match pending {
+            Pending::Nfs { call, args, .. } if is_read(call) => {
+                ReadArgs::decode(&mut Decoder::new(args))
+                    .is_ok_and(|a| !dionfs_dataplane::is_small(a.count as usize))
+            }
+            _ => false,
+        }
     }
 
     // Handlers make file-system calls: run them where blocking is fine.
@@ -460,7 +477,8 @@ impl Service for Server {
     }
 }
 
-/// The read-pool buffer for a READ with arguments `args`, from the export
+/// The buffer for a READ with arguments `args` (small or large, by its
+/// count), from the export
 /// of `exports` its handle names; waits while that pool is empty (the
 /// connection reads nothing else meanwhile: backpressure). `None` when the
 /// call will fail before reading (no such export, client not admitted,
@@ -471,7 +489,7 @@ async fn read_buffer(exports: &Exports, conn: &ConnInfo, args: &[u8]) -> Option<
     let export = exports.for_client(conn, &args.file)?;
     // An error here (no memory for the buffer) is the handler's to
     // report, when it finds no buffer.
-    export.data.read_buffer().await.ok()
+    export.data.read_buffer_for(args.count).await.ok()
 }
 
 /// Personalities kept registered with the ring at most; past that they are
@@ -552,6 +570,7 @@ pub(crate) fn data_config(settings: &ServerSettings, x: &ExportConfig) -> DataCo
         max_transfer: x.max_transfer as usize,
         read_buffers: settings.read_buffers(),
         write_buffers: settings.write_buffers(),
+        small_buffers: settings.small_buffers,
     }
 }
 

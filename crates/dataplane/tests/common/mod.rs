@@ -40,6 +40,7 @@ pub fn plane(read_mode: Mode, write_mode: Mode) -> DataPlane {
         max_transfer: 1 << 20,
         read_buffers: 16,
         write_buffers: 16,
+        small_buffers: 8,
     })
     .expect("plane");
     if SPLIT_MISALIGNED.with(|s| s.get()) {

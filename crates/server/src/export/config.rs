@@ -52,6 +52,9 @@ pub struct ServerSettings {
     pub write_buffers: Option<usize>,
     /// Calls in flight on one connection before it stops reading.
     pub connection_in_flight: usize,
+    /// Buffers of each export's two small pools (READs, WRITEs of at most
+    /// 64 KiB): small requests in flight at once, all connections.
+    pub small_buffers: usize,
     /// READs and WRITEs of one connection holding a buffer at once, if set
     /// (else a quarter of the smaller pool, at least 2).
     pub connection_buffers: Option<usize>,
@@ -100,6 +103,7 @@ impl Default for ServerSettings {
             read_buffers: None,
             write_buffers: None,
             connection_in_flight: 64,
+            small_buffers: 128,
             connection_buffers: None,
             max_connections: 4096,
             stall_timeout: Duration::from_secs(5),
@@ -313,6 +317,7 @@ struct RawServer {
     read_buffers: Option<Spanned<usize>>,
     write_buffers: Option<Spanned<usize>>,
     connection_in_flight: Option<Spanned<usize>>,
+    small_buffers: Option<Spanned<usize>>,
     connection_buffers: Option<Spanned<usize>>,
     max_connections: Option<Spanned<usize>>,
     /// Seconds (fractions allowed).
@@ -438,6 +443,7 @@ impl Config {
                     &mut server.connection_in_flight,
                 ),
                 (s.open_files, "open_files", &mut server.open_files),
+                (s.small_buffers, "small_buffers", &mut server.small_buffers),
                 (
                     s.max_connections,
                     "max_connections",

@@ -752,6 +752,9 @@ async fn read_calls<S: Service>(
         };
         match read_call(l, reader, calls, &mut permits).await {
             Ok(Outcome::Run(mut pending)) => {
+                if permits._share.is_none() && l.service.holds_buffer_after_receive(&pending) {
+                    permits._share = take_share(l).await;
+                }
                 let bytes = l.service.reply_room(&pending);
                 if bytes > 0 {
                     permits.room = Some(l.shared.reserve_room(bytes).await);
@@ -826,7 +829,10 @@ async fn read_call<S: Service>(
         }
     };
     *calls += 1;
-    if l.service.holds_buffer(&call) {
+    let args_len = reader
+        .is_last_fragment()
+        .then(|| reader.fragment_remaining());
+    if l.service.holds_buffer(&call, args_len) {
         permits._share = take_share(l).await;
     }
     let (xid, prog, proc_) = (call.xid, call.prog, call.proc_);

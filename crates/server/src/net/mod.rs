@@ -64,12 +64,23 @@ pub trait Service: Send + Sync + 'static {
     }
 
     /// Whether the call will hold one of the service's large buffers (a
-    /// READ's or WRITE's pool buffer) until its reply is sent. The
-    /// connection lets at most `ConnLimits::buffer_share` such calls of one
-    /// connection be in flight at once (from before `receive` until the
-    /// reply is written), so that no connection, however busy or however
-    /// slow to read its replies, holds more than its share of a pool.
-    fn holds_buffer(&self, _call: &CallHeader) -> bool {
+    /// READ's or WRITE's pool buffer) until its reply is sent, as far as
+    /// its header and `args_len` tell (the bytes of arguments left in the
+    /// record, when the record is one fragment: `None` when more may
+    /// follow). The connection lets at most `ConnLimits::buffer_share`
+    /// such calls of one connection be in flight at once (from before
+    /// `receive` until the reply is written), so that no connection,
+    /// however busy or however slow to read its replies, holds more than
+    /// its share of a pool.
+    fn holds_buffer(&self, _call: &CallHeader, _args_len: Option<u32>) -> bool {
+        false
+    }
+
+    /// Whether a received call the header did not mark as holding a large
+    /// buffer ([`Service::holds_buffer`]) will hold one after all, told by
+    /// its arguments (a READ's count): it then takes a buffer share before
+    /// it is prepared and run.
+    fn holds_buffer_after_receive(&self, _pending: &Self::Pending) -> bool {
         false
     }
 

@@ -94,7 +94,7 @@ impl ReplyPayload for EchoData {
 impl Service for Echo {
     type Pending = EchoCall;
 
-    fn holds_buffer(&self, call: &CallHeader) -> bool {
+    fn holds_buffer(&self, call: &CallHeader, _args_len: Option<u32>) -> bool {
         matches!(call.proc_, PROC_POOL_ECHO | PROC_PAYLOAD_ECHO)
     }
 
