@@ -163,10 +163,15 @@ impl DataPlane {
     /// most [`SMALL_IO`], else from the read pool; waits while that pool
     /// is empty.
     pub async fn read_buffer_for(&self, count: u32) -> std::io::Result<PooledBuf> {
-        if is_small(count as usize) {
-            self.small_read_pool.get().await
+        self.read_pool_for(count as usize).get().await
+    }
+
+    /// The pool a READ of `count` bytes takes its buffer from.
+    pub fn read_pool_for(&self, count: usize) -> &BufferPool {
+        if is_small(count) {
+            &self.small_read_pool
         } else {
-            self.read_pool.get().await
+            &self.read_pool
         }
     }
 

@@ -947,6 +947,7 @@ mod tests {
         let (a, b) = (f.export("a"), f.export("b"));
         let mut config = f.config(vec![a.clone()]);
         config.server.io_uring = true;
+        config.server.small_buffers = 1;
         let server = Server::open(&config).unwrap();
         use dionfs_sys::uring::RingBuf;
         let Some(ring) = server.io_ring.clone() else {
@@ -957,9 +958,10 @@ mod tests {
             println!("skipped: no fixed buffer table");
             return;
         }
-        // 2 read and 2 write buffers, one slot each: all taken.
+        // 2 read and 2 write buffers and a small one of each, one slot
+        // each: all taken.
         let plane = server.exports()[0].data.clone();
-        let held: Vec<_> = (0..2)
+        let mut held: Vec<_> = (0..2)
             .flat_map(|_| {
                 [
                     plane.read_pool().get_blocking().unwrap(),
@@ -967,6 +969,8 @@ mod tests {
                 ]
             })
             .collect();
+        held.push(plane.read_pool_for(1).get_blocking().unwrap());
+        held.push(plane.write_pool_for(1).get_blocking().unwrap());
         assert!(held.iter().all(|b| RingBuf::fixed_index(b).is_some()));
         drop(held);
 
