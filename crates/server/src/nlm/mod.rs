@@ -111,6 +111,9 @@ pub struct LockService {
     grace_until: Option<Instant>,
     jobs: mpsc::UnboundedSender<Job>,
     pub counters: NlmCounters,
+    started: Instant,
+    /// Seconds after `started` of the last DENIED_NOLOCKS warning.
+    nolocks_warned: AtomicU64,
 }
 
 impl LockService {
@@ -141,6 +144,8 @@ impl LockService {
             grace_until,
             jobs,
             counters: NlmCounters::default(),
+            started: Instant::now(),
+            nolocks_warned: AtomicU64::new(0),
         });
         if grace_until.is_some() {
             info!(
@@ -488,6 +493,22 @@ impl LockService {
         let stat = match attempt {
             Ok(Attempt::Granted) => Nlm4Stat::Granted,
             Ok(Attempt::ReadOnly) => Nlm4Stat::Rofs,
+            Ok(Attempt::NoLocks) => {
+                // At most one line every 10 s, however hard a client tries.
+                let now = self.started.elapsed().as_secs();
+                let last = self.nolocks_warned.load(Ordering::Relaxed);
+                if (last == 0 || now >= last + 10)
+                    && self
+                        .nolocks_warned
+                        .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
+                        .is_ok()
+                {
+                    warn!(client = %conn.peer, name = %String::from_utf8_lossy(&a.alock.caller_name.0),
+                        "NLM LOCK refused (DENIED_NOLOCKS): the client holds as many lock owners \
+                         or blocked locks as it may (repeats are not logged for 10 s)");
+                }
+                Nlm4Stat::DeniedNolocks
+            }
             Ok(Attempt::Conflict) if a.block => Nlm4Stat::Blocked,
             Ok(Attempt::Conflict) => Nlm4Stat::Denied,
             Err(e) => {

@@ -192,7 +192,17 @@ pub enum Attempt {
     /// The owner's description cannot take an exclusive lock (the file is
     /// read-only to the server).
     ReadOnly,
+    /// The client has as many lock owners with open descriptions, or
+    /// blocked locks on the file, as it may ([`MAX_DESCRIPTIONS_PER_HOST`],
+    /// [`MAX_WAITERS_PER_HOST`]): NLM4_DENIED_NOLOCKS.
+    NoLocks,
 }
+
+/// Open descriptions (lock owners on files) one client host may have: a
+/// client cannot run the server out of descriptors.
+pub const MAX_DESCRIPTIONS_PER_HOST: usize = 4096;
+/// Blocked locks one client host may have waiting on one file.
+pub const MAX_WAITERS_PER_HOST: usize = 256;
 
 /// Who holds the lock a TEST ran into.
 #[derive(Debug, PartialEq, Eq)]
@@ -208,12 +218,25 @@ pub struct Holder {
 /// [`Waiter`].
 pub struct LockTable<T> {
     files: HashMap<Vec<u8>, FileLocks<T>>,
+    /// Open descriptions per client host.
+    per_host: HashMap<Host, usize>,
 }
 
 impl<T> Default for LockTable<T> {
     fn default() -> Self {
         Self {
             files: HashMap::new(),
+            per_host: HashMap::new(),
+        }
+    }
+}
+
+/// One description fewer for `host`.
+fn forget(per_host: &mut HashMap<Host, usize>, host: &Host) {
+    if let Some(n) = per_host.get_mut(host) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            per_host.remove(host);
         }
     }
 }
@@ -239,7 +262,13 @@ impl<T> LockTable<T> {
     ) -> std::io::Result<Attempt> {
         let file = self.files.entry(fh.to_vec()).or_default();
         if !file.owners.contains_key(owner) {
+            let held = self.per_host.get(&owner.host).copied().unwrap_or(0);
+            if held >= MAX_DESCRIPTIONS_PER_HOST {
+                self.tidy(fh);
+                return Ok(Attempt::NoLocks);
+            }
             let (fd, writable) = open()?;
+            *self.per_host.entry(owner.host.clone()).or_default() += 1;
             file.owners.insert(
                 owner.clone(),
                 Held {
@@ -260,16 +289,31 @@ impl<T> LockTable<T> {
                 file.waiters
                     .retain(|w| !(w.owner == *owner && w.span == span && w.exclusive == exclusive));
             }
-            (Ok(Attempt::Conflict), Some(callback)) => Self::wait(
-                file,
-                Waiter {
-                    owner: owner.clone(),
-                    span,
-                    exclusive,
-                    asked: Instant::now(),
-                    callback,
-                },
-            ),
+            (Ok(Attempt::Conflict), Some(callback)) => {
+                let waiting = file
+                    .waiters
+                    .iter()
+                    .filter(|w| w.owner.host == owner.host)
+                    .count();
+                let again = file
+                    .waiters
+                    .iter()
+                    .any(|w| w.owner == *owner && w.span == span && w.exclusive == exclusive);
+                if waiting >= MAX_WAITERS_PER_HOST && !again {
+                    self.tidy(fh);
+                    return Ok(Attempt::NoLocks);
+                }
+                Self::wait(
+                    file,
+                    Waiter {
+                        owner: owner.clone(),
+                        span,
+                        exclusive,
+                        asked: Instant::now(),
+                        callback,
+                    },
+                )
+            }
             _ => {}
         }
         self.tidy(fh);
@@ -442,10 +486,17 @@ impl<T> LockTable<T> {
     /// whose waiters may now be granted.
     pub fn drop_hosts(&mut self, mut matches: impl FnMut(&Host) -> bool) -> Vec<Vec<u8>> {
         let mut touched = Vec::new();
+        let per_host = &mut self.per_host;
         for (fh, file) in self.files.iter_mut() {
             let before = file.owners.len() + file.waiters.len();
             // Closing the description releases its locks.
-            file.owners.retain(|o, _| !matches(&o.host));
+            file.owners.retain(|o, _| {
+                let drop = matches(&o.host);
+                if drop {
+                    forget(per_host, &o.host);
+                }
+                !drop
+            });
             file.waiters.retain(|w| !matches(&w.owner.host));
             if file.owners.len() + file.waiters.len() != before {
                 touched.push(fh.clone());
@@ -492,8 +543,14 @@ impl<T> LockTable<T> {
             return;
         };
         let waiting: Vec<Owner> = file.waiters.iter().map(|w| w.owner.clone()).collect();
-        file.owners
-            .retain(|o, h| !h.ranges.is_empty() || waiting.contains(o));
+        let per_host = &mut self.per_host;
+        file.owners.retain(|o, h| {
+            let keep = !h.ranges.is_empty() || waiting.contains(o);
+            if !keep {
+                forget(per_host, &o.host);
+            }
+            keep
+        });
         if file.owners.is_empty() && file.waiters.is_empty() {
             self.files.remove(fh);
         }
@@ -646,6 +703,109 @@ mod tests {
             .grant_all(Instant::now() + std::time::Duration::from_secs(1))
             .is_empty());
         assert_eq!(t.waiter_count(), 0);
+    }
+
+    #[test]
+    fn a_client_gets_a_bounded_number_of_descriptions_and_waiters() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"data").unwrap();
+        let mut t: LockTable<()> = LockTable::default();
+        let mut open = opener(&path);
+        for svid in 0..MAX_DESCRIPTIONS_PER_HOST as i32 {
+            assert_eq!(
+                t.lock(
+                    b"fh",
+                    &owner(svid),
+                    b"",
+                    span(svid as u64, 1),
+                    false,
+                    &mut open,
+                    None
+                )
+                .unwrap(),
+                Attempt::Granted
+            );
+        }
+        let one_more = owner(MAX_DESCRIPTIONS_PER_HOST as i32);
+        assert_eq!(
+            t.lock(
+                b"fh",
+                &one_more,
+                b"",
+                span(1 << 30, 1),
+                false,
+                &mut open,
+                None
+            )
+            .unwrap(),
+            Attempt::NoLocks
+        );
+        // Owners already open go on; another client is not affected.
+        assert_eq!(
+            t.lock(b"fh", &owner(0), b"", span(0, 2), false, &mut open, None)
+                .unwrap(),
+            Attempt::Granted
+        );
+        let other = Owner {
+            host: Host {
+                name: b"other".to_vec(),
+                ip: "192.0.2.2".parse().unwrap(),
+            },
+            svid: 1,
+        };
+        assert_eq!(
+            t.lock(b"fh", &other, b"", span(1 << 31, 1), false, &mut open, None)
+                .unwrap(),
+            Attempt::Granted
+        );
+        // Releasing gives descriptions back.
+        t.unlock(b"fh", &owner(5), span(5, 1)).unwrap();
+        assert_eq!(
+            t.lock(
+                b"fh",
+                &one_more,
+                b"",
+                span(1 << 30, 1),
+                false,
+                &mut open,
+                None
+            )
+            .unwrap(),
+            Attempt::Granted
+        );
+        assert_eq!(t.drop_hosts(|h| h.name == b"client").len(), 1);
+        assert!(!t.per_host.contains_key(&owner(0).host));
+        // Waiters: at most MAX_WAITERS_PER_HOST per file.
+        for i in 0..MAX_WAITERS_PER_HOST as u64 {
+            assert_eq!(
+                t.lock(
+                    b"fh",
+                    &owner(1),
+                    b"",
+                    span(1 << 31, 1 + i),
+                    true,
+                    &mut open,
+                    Some(())
+                )
+                .unwrap(),
+                Attempt::Conflict
+            );
+        }
+        assert_eq!(
+            t.lock(
+                b"fh",
+                &owner(1),
+                b"",
+                span(1 << 31, 9999),
+                true,
+                &mut open,
+                Some(())
+            )
+            .unwrap(),
+            Attempt::NoLocks
+        );
+        assert_eq!(t.waiter_count(), MAX_WAITERS_PER_HOST);
     }
 
     #[test]
