@@ -263,3 +263,32 @@ def test_grace_period_after_a_restart(server):
     assert bb.lock(fh, 2, 0, 10) == S_DENIED
     assert a.lock(fh, 1, 200, 1, reclaim=True) == S_GRACE  # no reclaims after it
     a.close(); bb.close()
+
+
+def test_malformed_lock_calls_are_refused_and_the_server_goes_on(server):
+    """Arguments that do not decode (truncated, lengths past their limit,
+    bad enum values) are answered GARBAGE_ARGS over TCP; datagrams of
+    garbage to NSM's UDP port are dropped; the server answers afterwards."""
+    import random
+    import socket
+
+    a = Nlm(server, b"fuzzer")
+    rng = random.Random(5)
+    good = opaque(b"c") + b(True) + b(True) + lock_obj(b"\x01" * 32, b"fuzzer", 1, 0, 10) + b(False) + u32(1)
+    cases = [good[:n] for n in (0, 3, 8, 20, len(good) - 1)]
+    cases.append(u32(0xFFFFFFFF) + good)  # a cookie longer than any netobj
+    cases.append(opaque(b"c") + u32(7) + good[8:])  # a bool that is 7
+    for proc in (1, 2, 3, 4, 20, 23):
+        for args in cases:
+            accept, _ = a.call(proc, args)
+            assert accept == 4, (proc, args[:16].hex(), accept)  # GARBAGE_ARGS
+    # SHARE's mode out of range.
+    bad_share = opaque(b"c") + opaque(b"fuzzer") + opaque(b"\x01" * 8) + opaque(b"o") + u32(9) + u32(1) + b(False)
+    assert a.call(20, bad_share)[0] == 4
+    ports = json.load(open(server.ports_file))
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+        for _ in range(200):
+            u.sendto(rng.randbytes(rng.randrange(0, 600)), (server.host, ports["nsm"]))
+    assert a.call(0, b"")[0] == SUCCESS
+    a.close()
+    assert server.alive()
