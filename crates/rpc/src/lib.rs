@@ -16,5 +16,5 @@ pub mod reply;
 pub use message::{
     encode_call, read_call_header, AuthSys, CallError, CallHeader, Credential, OpaqueAuth,
 };
-pub use record::{record_mark, RecordError, RecordReader};
+pub use record::{framed, read_record_blocking, record_mark, RecordError, RecordReader};
 pub use reply::{AuthStat, ReplyHeader, ReplyStatus};

@@ -74,6 +74,38 @@ pub fn record_mark(len: u32, last: bool) -> [u8; 4] {
     (flag | (len & MAX_FRAGMENT_LEN)).to_be_bytes()
 }
 
+/// `msg` as a one-fragment record: its mark, then the message.
+pub fn framed(msg: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + msg.len());
+    out.extend_from_slice(&record_mark(msg.len() as u32, true));
+    out.extend_from_slice(msg);
+    out
+}
+
+/// Reads one whole record (every fragment) from a blocking reader, for the
+/// few blocking clients (calls to rpcbind, to a client's lock manager or
+/// statd); at most `max` bytes, else an error.
+pub fn read_record_blocking(r: &mut impl std::io::Read, max: usize) -> std::io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let mut mark = [0u8; 4];
+        r.read_exact(&mut mark)?;
+        let mark = u32::from_be_bytes(mark);
+        let len = (mark & MAX_FRAGMENT_LEN) as usize;
+        if out.len() + len > max {
+            return Err(std::io::Error::other(format!(
+                "record longer than {max} bytes"
+            )));
+        }
+        let start = out.len();
+        out.resize(start + len, 0);
+        r.read_exact(&mut out[start..])?;
+        if mark & LAST_FRAGMENT != 0 {
+            return Ok(out);
+        }
+    }
+}
+
 /// Reads RPC records from a byte stream, one record at a time, through a
 /// small read buffer that large reads bypass (see the module documentation).
 ///
@@ -375,6 +407,21 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
         }
         self.in_record = false;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod blocking_tests {
+    use super::*;
+
+    #[test]
+    fn blocking_reads_join_fragments_and_refuse_oversized_records() {
+        let mut bytes = record_mark(3, false).to_vec();
+        bytes.extend_from_slice(b"abc");
+        bytes.extend_from_slice(&framed(b"de"));
+        assert_eq!(read_record_blocking(&mut &bytes[..], 5).unwrap(), b"abcde");
+        assert!(read_record_blocking(&mut &bytes[..], 4).is_err());
+        assert!(read_record_blocking(&mut &bytes[..2], 5).is_err());
     }
 }
 

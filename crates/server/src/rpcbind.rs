@@ -13,7 +13,7 @@ use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use dionfs_proto::portmap::{universal_addr, Mapping, Rpcb, IPPROTO_UDP, PROGRAM, RPCBIND_V4};
-use dionfs_rpc::{encode_call, record_mark, Credential, ReplyHeader, ReplyStatus};
+use dionfs_rpc::{encode_call, framed, read_record_blocking, Credential, ReplyHeader, ReplyStatus};
 use dionfs_xdr::{Decode, Decoder, Encode};
 
 /// rpcbind's local socket.
@@ -103,10 +103,8 @@ impl Rpcbind {
         self.xid = self.xid.wrapping_add(1);
         let mut msg = encode_call(self.xid, PROGRAM, RPCBIND_V4, proc_, &Credential::None);
         msg.extend_from_slice(&args.to_xdr());
-        let mut framed = record_mark(msg.len() as u32, true).to_vec();
-        framed.extend(msg);
-        self.stream.write_all(&framed)?;
-        let reply = self.read_record()?;
+        self.stream.write_all(&framed(&msg))?;
+        let reply = read_record_blocking(&mut self.stream, 64 << 10)?;
         let mut dec = Decoder::new(&reply);
         let header = ReplyHeader::decode(&mut dec)
             .map_err(|e| io::Error::other(format!("bad reply from rpcbind: {e:?}")))?;
@@ -118,26 +116,6 @@ impl Rpcbind {
         }
         dec.bool()
             .map_err(|e| io::Error::other(format!("bad reply from rpcbind: {e:?}")))
-    }
-
-    /// One whole record (every fragment), at most 64 KiB.
-    fn read_record(&mut self) -> io::Result<Vec<u8>> {
-        let mut out = Vec::new();
-        loop {
-            let mut mark = [0u8; 4];
-            self.stream.read_exact(&mut mark)?;
-            let mark = u32::from_be_bytes(mark);
-            let len = (mark & 0x7fff_ffff) as usize;
-            if out.len() + len > 64 << 10 {
-                return Err(io::Error::other("oversized reply from rpcbind"));
-            }
-            let start = out.len();
-            out.resize(start + len, 0);
-            self.stream.read_exact(&mut out[start..])?;
-            if mark & 0x8000_0000 != 0 {
-                return Ok(out);
-            }
-        }
     }
 }
 

@@ -7,13 +7,13 @@
 //! Calls leave from a reserved port on the server address the client
 //! used (the kernel's lockd matches GRANTED against the server's address).
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
 use std::time::Duration;
 
 use dionfs_proto::portmap::{Mapping, IPPROTO_TCP, IPPROTO_UDP};
 use dionfs_rpc::message::AuthSys;
-use dionfs_rpc::{encode_call, record_mark, Credential, ReplyHeader, ReplyStatus};
+use dionfs_rpc::{encode_call, framed, read_record_blocking, Credential, ReplyHeader, ReplyStatus};
 use dionfs_xdr::{Decode, Decoder, Encode};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
@@ -93,25 +93,8 @@ pub fn tcp_call(
     let xid = xid();
     let mut msg = encode_call(xid, prog, vers, proc_, &credential());
     msg.extend_from_slice(args);
-    let mut framed = record_mark(msg.len() as u32, true).to_vec();
-    framed.extend(msg);
-    stream.write_all(&framed)?;
-    let mut reply = Vec::new();
-    loop {
-        let mut mark = [0u8; 4];
-        stream.read_exact(&mut mark)?;
-        let mark = u32::from_be_bytes(mark);
-        let len = (mark & 0x7fff_ffff) as usize;
-        if reply.len() + len > MAX_REPLY {
-            return Err(io::Error::other("oversized reply"));
-        }
-        let start = reply.len();
-        reply.resize(start + len, 0);
-        stream.read_exact(&mut reply[start..])?;
-        if mark & 0x8000_0000 != 0 {
-            break;
-        }
-    }
+    stream.write_all(&framed(&msg))?;
+    let reply = read_record_blocking(&mut stream, MAX_REPLY)?;
     results(&reply, xid)
 }
 
