@@ -168,6 +168,14 @@ pub struct Waiter<T> {
     pub callback: T,
 }
 
+impl<T> Waiter<T> {
+    /// Whether this waits for exactly `span`, `exclusive`, for `owner` (a
+    /// LOCK asked again, a CANCEL).
+    fn is(&self, owner: &Owner, span: Span, exclusive: bool) -> bool {
+        self.owner == *owner && self.span == span && self.exclusive == exclusive
+    }
+}
+
 /// The locks and waiters of one file.
 struct FileLocks<T> {
     owners: HashMap<Owner, Held>,
@@ -286,8 +294,7 @@ impl<T> LockTable<T> {
                     held.oh = oh.to_vec();
                 }
                 // A blocking LOCK asked again while waiting, granted now.
-                file.waiters
-                    .retain(|w| !(w.owner == *owner && w.span == span && w.exclusive == exclusive));
+                file.waiters.retain(|w| !w.is(owner, span, exclusive));
             }
             (Ok(Attempt::Conflict), Some(callback)) => {
                 let waiting = file
@@ -295,10 +302,7 @@ impl<T> LockTable<T> {
                     .iter()
                     .filter(|w| w.owner.host == owner.host)
                     .count();
-                let again = file
-                    .waiters
-                    .iter()
-                    .any(|w| w.owner == *owner && w.span == span && w.exclusive == exclusive);
+                let again = file.waiters.iter().any(|w| w.is(owner, span, exclusive));
                 if waiting >= MAX_WAITERS_PER_HOST && !again {
                     self.tidy(fh);
                     return Ok(Attempt::NoLocks);
@@ -409,9 +413,11 @@ impl<T> LockTable<T> {
     /// Queues a blocked LOCK, unless the same one already waits (a client
     /// asks again while it waits): then only refreshes it.
     fn wait(file: &mut FileLocks<T>, waiter: Waiter<T>) {
-        if let Some(w) = file.waiters.iter_mut().find(|w| {
-            w.owner == waiter.owner && w.span == waiter.span && w.exclusive == waiter.exclusive
-        }) {
+        if let Some(w) = file
+            .waiters
+            .iter_mut()
+            .find(|w| w.is(&waiter.owner, waiter.span, waiter.exclusive))
+        {
             w.asked = waiter.asked;
             w.callback = waiter.callback;
             return;
@@ -426,8 +432,7 @@ impl<T> LockTable<T> {
             return false;
         };
         let before = file.waiters.len();
-        file.waiters
-            .retain(|w| !(w.owner == *owner && w.span == span && w.exclusive == exclusive));
+        file.waiters.retain(|w| !w.is(owner, span, exclusive));
         let cancelled = file.waiters.len() != before;
         self.tidy(fh);
         cancelled
@@ -584,6 +589,26 @@ mod tests {
         Span::from_nlm(offset, len).unwrap()
     }
 
+    /// A file in a fresh directory (kept while the guard lives).
+    fn data_file() -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"data").unwrap();
+        (dir, path)
+    }
+
+    /// A process's own description of `path`, holding a write lock of
+    /// `len` bytes (0: to the end) at 0, as a process on the server would.
+    fn locked_locally(path: &Path, len: i64) -> std::fs::File {
+        let local = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .unwrap();
+        assert!(ofd_setlk(&local, LockType::Write, LockRange { start: 0, len }).unwrap());
+        local
+    }
+
     #[test]
     fn spans_convert_like_lockd() {
         assert_eq!(span(0, 0).to_fcntl(), LockRange { start: 0, len: 0 });
@@ -597,9 +622,7 @@ mod tests {
 
     #[test]
     fn owners_conflict_split_and_upgrade() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f");
-        std::fs::write(&path, b"data").unwrap();
+        let (_dir, path) = data_file();
         let mut t: LockTable<()> = LockTable::default();
         let fh = b"fh".as_slice();
         let mut open = opener(&path);
@@ -660,15 +683,8 @@ mod tests {
 
     #[test]
     fn a_waiter_with_nothing_held_is_granted_after_the_release() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f");
-        std::fs::write(&path, b"data").unwrap();
-        let local = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .unwrap();
-        assert!(ofd_setlk(&local, LockType::Write, LockRange { start: 0, len: 0 }).unwrap());
+        let (_dir, path) = data_file();
+        let local = locked_locally(&path, 0);
         let mut t: LockTable<u32> = LockTable::default();
         let mut open = opener(&path);
         let c = owner(3);
@@ -707,9 +723,7 @@ mod tests {
 
     #[test]
     fn a_client_gets_a_bounded_number_of_descriptions_and_waiters() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f");
-        std::fs::write(&path, b"data").unwrap();
+        let (_dir, path) = data_file();
         let mut t: LockTable<()> = LockTable::default();
         let mut open = opener(&path);
         for svid in 0..MAX_DESCRIPTIONS_PER_HOST as i32 {
@@ -810,15 +824,8 @@ mod tests {
 
     #[test]
     fn a_process_on_the_server_conflicts() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f");
-        std::fs::write(&path, b"data").unwrap();
-        let local = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .unwrap();
-        assert!(ofd_setlk(&local, LockType::Write, LockRange { start: 0, len: 1 }).unwrap());
+        let (_dir, path) = data_file();
+        let _local = locked_locally(&path, 1);
         let mut t: LockTable<()> = LockTable::default();
         let mut open = opener(&path);
         assert_eq!(
