@@ -265,49 +265,35 @@ impl LockService {
             client: conn.peer.ip(),
             local: conn.local.ip(),
         };
+        let res = |cookie, stat| Nlm4Res { cookie, stat };
         use NlmProc4::*;
         match proc_ {
             Null => success(xid, &Void),
             Test | TestMsg => {
                 let a = decode_or_garbage!(Nlm4TestArgs, args, xid);
-                let res = self.test(conn, call, &a);
-                self.answer(xid, proc_, TestRes, peer, &res)
+                let tested = self.test(conn, call, &a);
+                self.answer(xid, proc_, TestRes, peer, &tested)
             }
             Lock | LockMsg | NmLock => {
                 let a = decode_or_garbage!(Nlm4LockArgs, args, xid);
                 let stat = self.lock(conn, call, &a, proc_ != NmLock);
-                let res = Nlm4Res {
-                    cookie: a.cookie,
-                    stat,
-                };
-                self.answer(xid, proc_, LockRes, peer, &res)
+                self.answer(xid, proc_, LockRes, peer, &res(a.cookie, stat))
             }
             Cancel | CancelMsg => {
                 let a = decode_or_garbage!(Nlm4CancArgs, args, xid);
                 let stat = self.cancel(conn, &a);
-                let res = Nlm4Res {
-                    cookie: a.cookie,
-                    stat,
-                };
-                self.answer(xid, proc_, CancelRes, peer, &res)
+                self.answer(xid, proc_, CancelRes, peer, &res(a.cookie, stat))
             }
             Unlock | UnlockMsg => {
                 let a = decode_or_garbage!(Nlm4UnlockArgs, args, xid);
                 let stat = self.unlock(conn, &a);
-                let res = Nlm4Res {
-                    cookie: a.cookie,
-                    stat,
-                };
-                self.answer(xid, proc_, UnlockRes, peer, &res)
+                self.answer(xid, proc_, UnlockRes, peer, &res(a.cookie, stat))
             }
             // Callbacks are the server's to make, not to receive.
             Granted | GrantedMsg => {
                 let a = decode_or_garbage!(Nlm4TestArgs, args, xid);
-                let res = Nlm4Res {
-                    cookie: a.cookie,
-                    stat: Nlm4Stat::Denied,
-                };
-                self.answer(xid, proc_, GrantedRes, peer, &res)
+                let denied = res(a.cookie, Nlm4Stat::Denied);
+                self.answer(xid, proc_, GrantedRes, peer, &denied)
             }
             // Answers to `_MSG` calls this server never makes.
             TestRes | LockRes | CancelRes | UnlockRes | GrantedRes => success(xid, &Void),
@@ -458,15 +444,9 @@ impl LockService {
             return Nlm4Stat::Fbig;
         };
         let fh = &a.alock.fh.0;
-        let opened = match Self::open_checked(&export, call, fh, a.exclusive) {
-            Ok(o) => o,
+        let mut open = match Self::open_checked(&export, call, fh, a.exclusive) {
+            Ok(o) => once(o),
             Err(s) => return s,
-        };
-        let mut opened = Some(opened);
-        let mut open = || {
-            opened
-                .take()
-                .ok_or_else(|| std::io::Error::other("opened twice"))
         };
         let owner = Self::owner(conn, &a.alock);
         let mut table = self.table.lock();
@@ -555,14 +535,9 @@ impl LockService {
         };
         let fh = &a.alock.fh.0;
         // A TEST needs only read access, whatever lock it asks about.
-        let mut opened = match Self::open_checked(&export, call, fh, false) {
-            Ok(o) => Some(o),
+        let mut open = match Self::open_checked(&export, call, fh, false) {
+            Ok(o) => once(o),
             Err(s) => return res(s, None),
-        };
-        let mut open = || {
-            opened
-                .take()
-                .ok_or_else(|| std::io::Error::other("opened twice"))
         };
         let owner = Self::owner(conn, &a.alock);
         match self
@@ -746,6 +721,19 @@ impl LockService {
                 success(xid, &Void)
             }
         }
+    }
+}
+
+/// The lock table's opener for a description opened (and checked) already:
+/// gives it the first time, an error after.
+fn once(
+    opened: (std::os::fd::OwnedFd, bool),
+) -> impl FnMut() -> std::io::Result<(std::os::fd::OwnedFd, bool)> {
+    let mut opened = Some(opened);
+    move || {
+        opened
+            .take()
+            .ok_or_else(|| std::io::Error::other("opened twice"))
     }
 }
 
