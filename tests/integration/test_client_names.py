@@ -45,18 +45,12 @@ options = "rw,insecure"
 """)
     client = tmp_path / "client.py"
     client.write_text(f"""
-import socket, struct, sys
+import sys
 sys.path.insert(0, {LIB!r})
 import rawrpc
 
 def conn(src, port):
-    s = socket.socket()
-    s.bind((src, 0))
-    s.settimeout(20)
-    s.connect(("127.0.0.1", port))
-    c = rawrpc.Conn.__new__(rawrpc.Conn)
-    c.sock, c.xid = s, 1
-    return c
+    return rawrpc.Conn("127.0.0.1", port, timeout=20, source=src)
 
 handle = None
 for src in ("127.0.0.2", "127.0.0.3", "127.0.0.4"):

@@ -417,18 +417,12 @@ def test_a_reload_that_adds_a_name_matched_export_serves_open_connections(tmp_pa
                f'options = "rw,insecure"\n')
     client = tmp_path / "client.py"
     client.write_text(f"""
-import os, signal, socket, sys, time
+import os, signal, sys, time
 sys.path.insert(0, {lib!r})
 import rawrpc
 
 def conn(src, port):
-    s = socket.socket()
-    s.bind((src, 0))
-    s.settimeout(20)
-    s.connect(("127.0.0.1", port))
-    c = rawrpc.Conn.__new__(rawrpc.Conn)
-    c.sock, c.xid = s, 1
-    return c
+    return rawrpc.Conn("127.0.0.1", port, timeout=20, source=src)
 
 mnt2, nfs2, mnt3 = conn("127.0.0.2", 20048), conn("127.0.0.2", 2049), conn("127.0.0.3", 20048)
 status, fh_a = rawrpc.mnt(mnt2, {str(a)!r})

@@ -77,16 +77,21 @@ def parse_reply(reply: bytes) -> tuple[int, int, bytes]:
     return xid, accept, reply[at + 4:]
 
 
-def connect(host: str, port: int, reserved: bool = False, timeout: float = 30) -> socket.socket:
+def connect(host: str, port: int, reserved: bool = False, timeout: float = 30,
+            source: str | None = None) -> socket.socket:
     """A connection from an ordinary (ephemeral) source port, or from a free
     reserved one (below 1024; needs root). A reserved one is closed with a
-    reset, so that the port is not held in TIME_WAIT after the test."""
+    reset, so that the port is not held in TIME_WAIT after the test.
+    `source`: the local address to call from (another loopback address,
+    to be another client)."""
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if source is not None and not reserved:
+        s.bind((source, 0))
     if reserved:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         for p in random.sample(range(600, IPPORT_RESERVED), IPPORT_RESERVED - 600):
             try:
-                s.bind((host, p))
+                s.bind((source or host, p))
                 break
             except OSError:
                 continue
@@ -102,8 +107,9 @@ class Conn:
     """One RPC connection: `rpc(prog, vers, proc, args)` sends a call and
     returns (accept_stat, results)."""
 
-    def __init__(self, host: str, port: int, reserved: bool = False):
-        self.sock = connect(host, port, reserved)
+    def __init__(self, host: str, port: int, reserved: bool = False, timeout: float = 30,
+                 source: str | None = None):
+        self.sock = connect(host, port, reserved, timeout, source)
         self.xid = random.randrange(1 << 20)
 
     @property
