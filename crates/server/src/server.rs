@@ -367,8 +367,8 @@ impl Service for Server {
                     args,
                 }))
             }
-            (NFS_PROGRAM, _) => Ok(mismatch(&call, NFS_V3)),
-            (MOUNT_PROGRAM, _) => Ok(mismatch(&call, MOUNT_V3)),
+            (NFS_PROGRAM, _) => Ok(Received::Reply(Reply::only_version(call.xid, NFS_V3))),
+            (MOUNT_PROGRAM, _) => Ok(Received::Reply(Reply::only_version(call.xid, MOUNT_V3))),
             _ => Ok(Received::Reply(Reply::status(
                 call.xid,
                 ReplyStatus::ProgUnavail,
@@ -579,14 +579,4 @@ const READ_REPLY_OVERHEAD: usize = 512;
 
 fn is_read(call: &CallHeader) -> bool {
     (call.prog, call.vers, call.proc_) == (NFS_PROGRAM, NFS_V3, NfsProc3::Read as u32)
-}
-
-fn mismatch(call: &CallHeader, version: u32) -> Received<Pending> {
-    Received::Reply(Reply::status(
-        call.xid,
-        ReplyStatus::ProgMismatch {
-            low: version,
-            high: version,
-        },
-    ))
 }

@@ -326,6 +326,17 @@ impl Reply {
         Self::new(ReplyHeader::new(xid, status).to_xdr())
     }
 
+    /// PROG_MISMATCH for a program served in one `version` only.
+    pub fn only_version(xid: u32, version: u32) -> Self {
+        Self::status(
+            xid,
+            ReplyStatus::ProgMismatch {
+                low: version,
+                high: version,
+            },
+        )
+    }
+
     /// The payload's bytes (empty without payload).
     pub fn data_bytes(&self) -> &[u8] {
         self.data.as_deref().map_or(&[], |d| d.bytes())

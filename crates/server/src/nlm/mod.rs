@@ -208,18 +208,8 @@ impl Service for LockService {
                 Some(p) => p.max_args_len(),
                 None => return status(ReplyStatus::ProcUnavail),
             },
-            (NLM_PROGRAM, _) => {
-                return status(ReplyStatus::ProgMismatch {
-                    low: NLM_V4,
-                    high: NLM_V4,
-                })
-            }
-            (NSM_PROGRAM, _) => {
-                return status(ReplyStatus::ProgMismatch {
-                    low: NSM_V1,
-                    high: NSM_V1,
-                })
-            }
+            (NLM_PROGRAM, _) => return Ok(Received::Reply(Reply::only_version(call.xid, NLM_V4))),
+            (NSM_PROGRAM, _) => return Ok(Received::Reply(Reply::only_version(call.xid, NSM_V1))),
             _ => return status(ReplyStatus::ProgUnavail),
         };
         let args = read_args(body, max).await?;
