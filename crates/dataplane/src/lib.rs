@@ -7,8 +7,9 @@
 //! (if possible) an `O_DIRECT` descriptor.
 //!
 //! Serving a READ (the server, on a connection task):
-//! 1. `let buf = plane.read_buffer().await?` — waits while the read pool
-//!    is empty (backpressure);
+//! 1. `let buf = plane.read_buffer_for(count).await?` — waits while the
+//!    read pool (the small one for at most `SMALL_IO` bytes) is empty
+//!    (backpressure);
 //! 2. on a blocking thread: `let data = plane.read(&file, buf, offset,
 //!    count)?`;
 //! 3. send the reply header, then `data.data()` from the same buffer, with

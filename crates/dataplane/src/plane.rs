@@ -154,11 +154,6 @@ impl DataPlane {
         &self.write_pool
     }
 
-    /// A buffer for a READ; waits while the read pool is empty.
-    pub async fn read_buffer(&self) -> std::io::Result<PooledBuf> {
-        self.read_pool.get().await
-    }
-
     /// A buffer for a READ of `count` bytes: from the small pool for at
     /// most [`SMALL_IO`], else from the read pool; waits while that pool
     /// is empty.

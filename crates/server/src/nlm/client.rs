@@ -46,10 +46,15 @@ fn credential() -> Credential {
     })
 }
 
-fn xid() -> u32 {
+/// A call message with a random xid (returned too), our credential, and
+/// `args`.
+fn call_message(prog: u32, vers: u32, proc_: u32, args: &[u8]) -> (u32, Vec<u8>) {
     let mut b = [0; 4];
     let _ = getrandom::fill(&mut b);
-    u32::from_ne_bytes(b)
+    let xid = u32::from_ne_bytes(b);
+    let mut msg = encode_call(xid, prog, vers, proc_, &credential());
+    msg.extend_from_slice(args);
+    (xid, msg)
 }
 
 /// A socket bound to a reserved port (below 1024) on `local`.
@@ -90,9 +95,7 @@ pub fn tcp_call(
     let mut stream: TcpStream = s.into();
     stream.set_read_timeout(Some(TIMEOUT))?;
     stream.set_write_timeout(Some(TIMEOUT))?;
-    let xid = xid();
-    let mut msg = encode_call(xid, prog, vers, proc_, &credential());
-    msg.extend_from_slice(args);
+    let (xid, msg) = call_message(prog, vers, proc_, args);
     stream.write_all(&framed(&msg))?;
     let reply = read_record_blocking(&mut stream, MAX_REPLY)?;
     results(&reply, xid)
@@ -109,9 +112,7 @@ pub fn udp_call(
 ) -> io::Result<Vec<u8>> {
     let socket: UdpSocket = reserved_socket(from, true)?.into();
     socket.set_read_timeout(Some(Duration::from_secs(2)))?;
-    let xid = xid();
-    let mut msg = encode_call(xid, prog, vers, proc_, &credential());
-    msg.extend_from_slice(args);
+    let (xid, msg) = call_message(prog, vers, proc_, args);
     let mut buf = vec![0u8; MAX_REPLY];
     let mut last = io::Error::from(io::ErrorKind::TimedOut);
     for _ in 0..3 {

@@ -176,11 +176,6 @@ impl LockService {
     pub fn waiter_count(&self) -> usize {
         self.table.lock().waiter_count()
     }
-
-    /// This run's NSM state number.
-    pub fn nsm_state(&self) -> i32 {
-        self.nsm.number
-    }
 }
 
 /// A received NLM or NSM call.
