@@ -84,7 +84,7 @@ impl AsRef<[u8]> for ReadData {
 
 impl DataPlane {
     /// Reads up to `count` bytes at `offset` into `buf` (from
-    /// [`DataPlane::read_buffer`]). Blocking: call it on a blocking thread.
+    /// [`DataPlane::read_buffer_for`]). Blocking: call it on a blocking thread.
     /// Requests longer than `max_transfer` are answered short, as RFC 1813
     /// allows.
     pub fn read(
