@@ -141,6 +141,12 @@ impl CallStream for CallReader {
 /// the socket can queue no more before it looks itself.
 const PAYLOAD_RECHECK: Duration = Duration::from_millis(20);
 
+/// The longest it waits between looks while the client sends nothing (a
+/// paused or stalled client): the look's interval doubles from
+/// [`PAYLOAD_RECHECK`] up to this, so a thousand stalled clients cost a few
+/// thousand wake-ups a second instead of fifty thousand.
+const PAYLOAD_RECHECK_MAX: Duration = Duration::from_millis(640);
+
 /// Waits with `SO_RCVLOWAT` set to `bytes` until epoll says the socket is
 /// readable under that mark: the bytes are there, or the peer closed, or the
 /// receive window is about to close (the socket cannot queue more: the
@@ -156,7 +162,8 @@ const PAYLOAD_RECHECK: Duration = Duration::from_millis(20);
 /// nothing for the stall timeout). So every [`PAYLOAD_RECHECK`] without a
 /// wake-up the queue is looked at: no new bytes and the receive memory
 /// full means reading is what comes next. (No new bytes with room left is
-/// a client that paused: still waited for, holding no buffer.)
+/// a client that paused: still waited for, holding no buffer, and looked
+/// at less and less often, up to every [`PAYLOAD_RECHECK_MAX`].)
 async fn wait_with_low_water_mark(
     socket: &TcpStream,
     bytes: usize,
@@ -171,8 +178,9 @@ async fn wait_with_low_water_mark(
     // Linux caps the mark at half the largest receive buffer; wait for no
     // more than it kept.
     let mark = rcvlowat(socket)?.clamp(1, bytes);
+    let mut recheck = PAYLOAD_RECHECK;
     loop {
-        let woken = match tokio::time::timeout(PAYLOAD_RECHECK, socket.readable()).await {
+        let woken = match tokio::time::timeout(recheck, socket.readable()).await {
             Ok(ready) => {
                 ready?;
                 true
@@ -185,9 +193,8 @@ async fn wait_with_low_water_mark(
             if queued == seen && receive_memory_full(socket) {
                 return Ok(());
             }
-            if queued != seen {
-                seen = queued;
-            }
+            recheck = next_recheck(recheck, queued != seen);
+            seen = queued;
             continue;
         }
         // Readable without new bytes: the peer closed, or the socket is
@@ -212,6 +219,16 @@ fn receive_memory_full(socket: &TcpStream) -> bool {
     }
 }
 
+/// The wait before the next look of [`wait_with_low_water_mark`], after
+/// one that waited `last` and saw new bytes (`progressed`) or none.
+fn next_recheck(last: Duration, progressed: bool) -> Duration {
+    if progressed {
+        PAYLOAD_RECHECK
+    } else {
+        (last * 2).min(PAYLOAD_RECHECK_MAX)
+    }
+}
+
 /// Clears tokio's read readiness of `socket`, if it has any.
 fn clear_readable(socket: &TcpStream) {
     let _ = socket.try_io(Interest::READABLE, || {
@@ -231,6 +248,24 @@ mod tests {
             .unwrap();
         let (server, _) = listener.accept().await.unwrap();
         (client, server)
+    }
+
+    /// A stalled client is looked at less and less often (a thousand of
+    /// them polled every 20 ms took a fifth of a CPU from the server), and
+    /// one that sends again at the first interval.
+    #[test]
+    fn a_stalled_payload_is_looked_at_less_and_less_often() {
+        let mut wait = PAYLOAD_RECHECK;
+        let mut looks = 0;
+        let mut waited = Duration::ZERO;
+        while waited < Duration::from_secs(10) {
+            waited += wait;
+            looks += 1;
+            wait = next_recheck(wait, false);
+        }
+        assert!(looks <= 25, "{looks} looks in 10 s of a stalled client");
+        assert_eq!(wait, PAYLOAD_RECHECK_MAX);
+        assert_eq!(next_recheck(wait, true), PAYLOAD_RECHECK);
     }
 
     /// A client that sent part of a payload and paused is waited for
