@@ -95,6 +95,14 @@ impl fmt::Display for ConnEnd {
     }
 }
 
+/// Send-buffer room a peer gets before it has shown that it reads its
+/// replies: one large reply. Each byte the peer then takes adds a byte of
+/// room, up to the whole send buffer, so a client reading at its pace has
+/// it all after its first few replies, and one that never reads (its
+/// socket's receive buffer takes a little, then nothing) gets about one
+/// large reply's worth of calls run instead of a send buffer's worth.
+const FIRST_ROOM: usize = 1 << 20;
+
 /// Reply bytes that may wait for a peer before the connection stops reading
 /// calls: two of the largest replies, so a client reading at its own pace
 /// never waits on this, and one that does not read costs at most this much
@@ -162,6 +170,9 @@ struct Shared {
     unsent: AtomicUsize,
     /// Bytes the queue writer has written: its progress, for the watchdog.
     written: AtomicU64,
+    /// Bytes written to the socket by anyone; less the bytes the socket
+    /// still holds unacknowledged, what the peer has taken.
+    to_socket: AtomicU64,
     /// Wakes the queue writer when a reply is handed to it.
     wake_writer: Notify,
     /// Wakes the reading loop when a queued reply has been written.
@@ -213,6 +224,7 @@ impl Shared {
         let written = write_without_waiting(&reply, &mut sent, |slices| {
             self.socket.try_write_vectored(slices)
         });
+        self.to_socket.fetch_add(sent as u64, Ordering::Relaxed);
         let mut queue = self.queue.lock();
         match written {
             Ok(true) => {
@@ -343,6 +355,7 @@ impl Shared {
                 Err(e) => return Err(e),
             };
             self.written.fetch_add(n as u64, Ordering::Relaxed);
+            self.to_socket.fetch_add(n as u64, Ordering::Relaxed);
             self.unsent.fetch_sub(n, Ordering::Relaxed);
             // Hand the bytes out to the replies, first to last.
             let mut left = n;
@@ -382,7 +395,9 @@ impl Shared {
             let unacked =
                 dionfs_sys::net::bytes_unacked(self.socket.as_ref() as &TcpStream).unwrap_or(0);
             let busy = reserved + unsent + unacked;
-            if busy + bytes <= self.send_buffer || busy == 0 || self.closed.load(Ordering::Acquire)
+            if busy + bytes <= self.room(unacked)
+                || busy == 0
+                || self.closed.load(Ordering::Acquire)
             {
                 self.waiting_room.store(false, Ordering::Relaxed);
                 self.reserved.fetch_add(bytes, Ordering::Relaxed);
@@ -401,6 +416,18 @@ impl Shared {
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_millis(50));
         }
+    }
+
+    /// The send-buffer room replies may use now, `unacked` bytes being in
+    /// the socket unacknowledged: [`FIRST_ROOM`] plus what the peer has
+    /// taken, at most the send buffer.
+    fn room(&self, unacked: usize) -> usize {
+        let taken = self
+            .to_socket
+            .load(Ordering::Relaxed)
+            .saturating_sub(unacked as u64);
+        let taken = usize::try_from(taken).unwrap_or(usize::MAX);
+        self.send_buffer.min(FIRST_ROOM.saturating_add(taken))
     }
 
     /// Waits while more than `limit` reply bytes wait for the peer.
@@ -538,6 +565,7 @@ pub(super) async fn run_connection<S: Service>(
         }),
         unsent: AtomicUsize::new(0),
         written: AtomicU64::new(0),
+        to_socket: AtomicU64::new(0),
         wake_writer: Notify::new(),
         drained: Notify::new(),
         closed: AtomicBool::new(false),
@@ -920,6 +948,7 @@ mod batch_tests {
             }),
             unsent: AtomicUsize::new(0),
             written: AtomicU64::new(0),
+            to_socket: AtomicU64::new(0),
             wake_writer: Notify::new(),
             drained: Notify::new(),
             closed: AtomicBool::new(false),

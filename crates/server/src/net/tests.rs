@@ -157,6 +157,11 @@ impl Service for Echo {
         }))
     }
 
+    fn reply_room(&self, call: &EchoCall) -> usize {
+        // As a READ: room for its data.
+        call.data.bytes().len()
+    }
+
     fn note_oversized_args(&self) {
         self.oversized.fetch_add(1, Ordering::SeqCst);
     }
@@ -697,6 +702,63 @@ async fn stalled_payload_holds_no_buffer() {
     late.send(&framed(&proc_call(2, PROC_PAYLOAD_ECHO, &data)))
         .await;
     assert_eq!(late.echo_reply().await, (2, data));
+}
+
+/// A peer that never read a reply gets about one large reply's worth of
+/// calls run (the send buffer's room opens as the peer takes bytes), not
+/// a send buffer's worth; one that reads gets every call run.
+#[tokio::test]
+async fn a_peer_that_never_reads_gets_little_room_and_a_reader_all() {
+    let limits = ConnLimits::default();
+    let counters = limits.counters.clone();
+    let server = start(limits).await;
+    let call = |xid| framed(&echo_call(xid, &[0x44; 256 << 10]));
+    let deaf = TcpStream::connect(server.addr).await.unwrap();
+    let (_unread, mut writer) = deaf.into_split();
+    // Sends until the server stops reading calls (the send blocks).
+    let sender = tokio::spawn(async move {
+        for xid in 0..40 {
+            if writer.write_all(&call(xid)).await.is_err() {
+                break;
+            }
+        }
+    });
+    let mut last = usize::MAX;
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let now = server.echo.executed.load(Ordering::SeqCst);
+            let same = now == last;
+            last = now;
+            same && now > 0
+        })
+        .await
+    );
+    // 1 MiB of room and what the client's receive buffer took: a few
+    // 256 KiB replies. (A send buffer's worth, 4 MiB, would be 16 or more.)
+    let deaf_calls = server.echo.executed.load(Ordering::SeqCst);
+    assert!(
+        deaf_calls <= 8,
+        "{deaf_calls} calls run for a peer that reads nothing {:?}",
+        counters.snapshot()
+    );
+    // A client that reads its replies while it sends its calls.
+    let (read, mut writer) = TcpStream::connect(server.addr).await.unwrap().into_split();
+    let calls = tokio::spawn(async move {
+        for xid in 100..140 {
+            writer.write_all(&call(xid)).await.unwrap();
+        }
+        writer
+    });
+    let mut replies = RecordReader::new(read, 1 << 24);
+    for _ in 100..140 {
+        let next = tokio::time::timeout(Duration::from_secs(10), replies.next_record());
+        assert!(next.await.expect("reply in time").unwrap());
+        let mut msg = Vec::new();
+        replies.read_to_end(&mut msg).await.unwrap();
+        assert!(msg.len() > 256 << 10, "{}", msg.len());
+    }
+    drop(calls.await.unwrap());
+    sender.abort();
 }
 
 #[tokio::test]
