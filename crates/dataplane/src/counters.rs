@@ -35,7 +35,7 @@ pub struct Counters {
     pub buffered_edges: AtomicU64,
     /// Misaligned direct-mode writes of at most
     /// [`crate::write::WHOLE_BUFFERED_MAX`] bytes written whole through
-    /// the page cache (`write_small_misaligned`).
+    /// the page cache (`write_small_buffered`).
     pub buffered_misaligned: AtomicU64,
     /// Stable (DATA_SYNC/FILE_SYNC) direct writes made durable by the write
     /// itself (`RWF_DSYNC`/`RWF_SYNC`: FUA where the device has it) rather

@@ -149,3 +149,55 @@ fn misaligned_direct_writes_leave_no_pages_after_commit() {
     // 47008-byte records are written whole through the page cache.
     assert!(plane.snapshot().buffered_misaligned >= WRITERS * PER_WRITER);
 }
+
+/// Small UNSTABLE direct-mode writes go through the page cache even when
+/// aligned (IOR's 48 KiB records); COMMIT drops their pages. Stable ones
+/// and large ones stay direct and leave nothing cached.
+#[test]
+fn small_unstable_direct_writes_leave_no_pages_after_commit() {
+    const RECORD: u64 = 48 << 10;
+    const RECORDS: u64 = 400;
+    let Some(fs) = LoopFs::new("xfs", 512) else {
+        return;
+    };
+    let plane = plane(Mode::Direct, Mode::Direct);
+    let write = |file: &DataFile, offset: u64, len: usize, stable: Stable| {
+        let buf = plane.write_pool().get_blocking().unwrap();
+        let mut wb = plane.write_buffer(file, buf, offset, len).unwrap();
+        fill_words(wb.payload_mut(), offset);
+        plane.write(file, wb, stable).unwrap();
+    };
+    let size = RECORDS * RECORD;
+    let file = open_data_file(&fs.path("aligned"));
+    assert!(file.is_direct_capable());
+    for k in 0..RECORDS {
+        write(&file, k * RECORD, RECORD as usize, Stable::Unstable);
+    }
+    let (before, total) = resident_pages(file.buffered_fd(), size).unwrap();
+    assert_eq!(plane.snapshot().write.direct.bytes, size);
+    assert_eq!(plane.snapshot().buffered_misaligned, 0, "all aligned");
+    plane.commit(&file, 0, 0).unwrap();
+    let (after, _) = resident_pages(file.buffered_fd(), size).unwrap();
+    println!(
+        "small aligned unstable: {before} of {total} pages cached before COMMIT, {after} after"
+    );
+    assert!(
+        before * 2 > total,
+        "went through the page cache: {before}/{total}"
+    );
+    assert!(after * 100 < total, "after COMMIT: {after}/{total} cached");
+    let r = read_at(&plane, &file, 7 * RECORD, 4096).unwrap();
+    assert_eq!(&r.data()[..8], &(7 * RECORD).to_le_bytes());
+
+    // Stable, or large: direct, nothing cached at any point.
+    let other = open_data_file(&fs.path("direct"));
+    for k in 0..RECORDS / 4 {
+        write(&other, k * RECORD, RECORD as usize, Stable::DataSync);
+    }
+    write(&other, size, 1 << 20, Stable::Unstable);
+    let (cached, total) = resident_pages(other.buffered_fd(), size + (1 << 20)).unwrap();
+    assert!(
+        cached * 100 < total,
+        "stable or large writes: {cached}/{total} cached"
+    );
+}

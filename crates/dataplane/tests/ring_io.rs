@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use common::*;
 use dionfs_dataplane::{
-    DataFile, DataPlane, IoRing, Mode, ReadAttempt, ReadData, Stable, WriteAttempt,
+    DataFile, DataPlane, IoRing, Mode, ReadAttempt, ReadData, Stable, WriteAttempt, SMALL_IO,
 };
 
 #[test]
@@ -222,7 +222,9 @@ fn plane_with(read_mode: Mode) -> DataPlane {
 /// Aligned WRITEs through the ring, as the server's own identity (a
 /// personality registered on this thread), against a model: overwrites,
 /// extending writes past EOF (the size becomes exactly their end) and
-/// stable ones; a misaligned or empty WRITE is handed back.
+/// stable ones; a misaligned or empty WRITE is handed back, and so is a
+/// small UNSTABLE one (it goes whole through the page cache, on a blocking
+/// thread).
 fn ring_writes(
     kind: &str,
     rt: &tokio::runtime::Runtime,
@@ -236,6 +238,7 @@ fn ring_writes(
     let before = plane.counters().snapshot().ring_writes;
     let mut rng = Rng::new(5);
     let writes = 40;
+    let mut blocking = 0;
     for i in 0..writes {
         let len = 4096 * (1 + rng.below(64) as usize);
         let off = 4096 * rng.below(if i % 4 == 0 { 2048 } else { 512 });
@@ -250,6 +253,11 @@ fn ring_writes(
                 let done =
                     done.unwrap_or_else(|e| panic!("{kind}: ring write {len} at {off}: {e}"));
                 assert_eq!((done.count, done.committed), (len, stable));
+            }
+            WriteAttempt::Blocking(wb) if stable == Stable::Unstable && len <= SMALL_IO => {
+                blocking += 1;
+                let done = plane.write(&file, wb, stable).unwrap();
+                assert_eq!(done.count, len);
             }
             WriteAttempt::Blocking(_) => {
                 panic!("{kind}: aligned write {len} at {off} not on the ring")
@@ -273,8 +281,9 @@ fn ring_writes(
     }
     assert_eq!(
         plane.counters().snapshot().ring_writes - before,
-        writes as u64
+        (writes - blocking) as u64
     );
+    assert!(blocking > 0 && blocking < writes, "{blocking} of {writes}");
     assert_eq!(
         read_all(plane, &file),
         model,
@@ -366,8 +375,10 @@ fn ring_writes_with_checksums(
     let before = plane.counters().snapshot().ring_writes;
     let mut rng = Rng::new(11);
     for i in 0..30u8 {
-        let off = 4096 * rng.below(1000);
-        let len = 4096 * (1 + rng.below(16) as usize);
+        // Longer than SMALL_IO: an UNSTABLE write of at most that goes
+        // through the page cache instead.
+        let off = 4096 * rng.below(980);
+        let len = SMALL_IO + 4096 * (1 + rng.below(16) as usize);
         let data = pattern_bytes(off, len, 40 + i);
         assert!(ring_write(off, &data), "{kind}: write {i} not on the ring");
         model[off as usize..off as usize + len].copy_from_slice(&data);
@@ -403,7 +414,7 @@ fn ring_writes_with_checksums(
     // write still needs no log write.
     plane.commit(&file, 0, 0).unwrap();
     assert!(
-        ring_write(0, &model[..4096]),
+        ring_write(0, &model[..2 * SMALL_IO]),
         "{kind}: write after COMMIT not on the ring"
     );
     ring.unregister_personality(personality).unwrap();
