@@ -726,41 +726,24 @@ mod tests {
         let (_dir, path) = data_file();
         let mut t: LockTable<()> = LockTable::default();
         let mut open = opener(&path);
+        // A LOCK of `at` on one file; a blocking one waits with a `()`.
+        let mut lock = |t: &mut LockTable<()>, who: &Owner, at: Span, block: bool| {
+            t.lock(b"fh", who, b"", at, block, &mut open, block.then_some(()))
+                .unwrap()
+        };
         for svid in 0..MAX_DESCRIPTIONS_PER_HOST as i32 {
             assert_eq!(
-                t.lock(
-                    b"fh",
-                    &owner(svid),
-                    b"",
-                    span(svid as u64, 1),
-                    false,
-                    &mut open,
-                    None
-                )
-                .unwrap(),
+                lock(&mut t, &owner(svid), span(svid as u64, 1), false),
                 Attempt::Granted
             );
         }
         let one_more = owner(MAX_DESCRIPTIONS_PER_HOST as i32);
         assert_eq!(
-            t.lock(
-                b"fh",
-                &one_more,
-                b"",
-                span(1 << 30, 1),
-                false,
-                &mut open,
-                None
-            )
-            .unwrap(),
+            lock(&mut t, &one_more, span(1 << 30, 1), false),
             Attempt::NoLocks
         );
         // Owners already open go on; another client is not affected.
-        assert_eq!(
-            t.lock(b"fh", &owner(0), b"", span(0, 2), false, &mut open, None)
-                .unwrap(),
-            Attempt::Granted
-        );
+        assert_eq!(lock(&mut t, &owner(0), span(0, 2), false), Attempt::Granted);
         let other = Owner {
             host: Host {
                 name: b"other".to_vec(),
@@ -769,23 +752,13 @@ mod tests {
             svid: 1,
         };
         assert_eq!(
-            t.lock(b"fh", &other, b"", span(1 << 31, 1), false, &mut open, None)
-                .unwrap(),
+            lock(&mut t, &other, span(1 << 31, 1), false),
             Attempt::Granted
         );
         // Releasing gives descriptions back.
         t.unlock(b"fh", &owner(5), span(5, 1)).unwrap();
         assert_eq!(
-            t.lock(
-                b"fh",
-                &one_more,
-                b"",
-                span(1 << 30, 1),
-                false,
-                &mut open,
-                None
-            )
-            .unwrap(),
+            lock(&mut t, &one_more, span(1 << 30, 1), false),
             Attempt::Granted
         );
         assert_eq!(t.drop_hosts(|h| h.name == b"client").len(), 1);
@@ -793,30 +766,12 @@ mod tests {
         // Waiters: at most MAX_WAITERS_PER_HOST per file.
         for i in 0..MAX_WAITERS_PER_HOST as u64 {
             assert_eq!(
-                t.lock(
-                    b"fh",
-                    &owner(1),
-                    b"",
-                    span(1 << 31, 1 + i),
-                    true,
-                    &mut open,
-                    Some(())
-                )
-                .unwrap(),
+                lock(&mut t, &owner(1), span(1 << 31, 1 + i), true),
                 Attempt::Conflict
             );
         }
         assert_eq!(
-            t.lock(
-                b"fh",
-                &owner(1),
-                b"",
-                span(1 << 31, 9999),
-                true,
-                &mut open,
-                Some(())
-            )
-            .unwrap(),
+            lock(&mut t, &owner(1), span(1 << 31, 9999), true),
             Attempt::NoLocks
         );
         assert_eq!(t.waiter_count(), MAX_WAITERS_PER_HOST);
