@@ -10,17 +10,23 @@
 //!
 //! How: the calling thread (a blocking-pool thread holding the write's
 //! range lock) issues the data write; the checksums are computed by a
-//! worker of a small pool at the same time (`rayon::ThreadPool::
-//! in_place_scope`: the closure runs on the calling thread, the spawned
-//! job on a worker, and the scope returns when both are done). If every
-//! worker is busy, the calling thread computes them itself after the I/O,
-//! so nothing ever waits for a worker. Writes below [`OVERLAP_MIN`] bytes
+//! parked helper thread at the same time ([`dionfs_sys::beside::Helpers`]:
+//! the call returns when both are done). If every helper is busy, the
+//! calling thread computes them itself after the I/O, so nothing ever
+//! waits for a helper. (Not a rayon pool: its idle workers spin on
+//! `sched_yield` after every job, which cost more CPU than the checksums
+//! themselves: `integritybench` with one writer measured 0.27 CPU s/GiB
+//! overlapped on rayon against 0.17 checksumming first.) The io_uring
+//! write path needs no helper at all: the kernel writes while the calling
+//! task checksums (`dataplane/src/write.rs`). Writes below [`OVERLAP_MIN`] bytes
 //! are checksummed on the calling thread after the write: handing them to
 //! another thread costs more than their checksum.
 //!
 //! [`Order::Sequential`] computes the checksums first and writes after, the
 //! order the seed improves on; it exists to measure the difference
 //! (`DIONFS_INTEGRITY_ORDER=sequential`, and the `overlap` example).
+
+use dionfs_sys::beside::Helpers;
 
 use crate::block_crcs;
 
@@ -40,7 +46,7 @@ pub enum Order {
 /// Computes write checksums alongside the data write (see the module
 /// documentation). One per [`crate::Store`].
 pub struct Checksummer {
-    pool: Option<rayon::ThreadPool>,
+    helpers: Helpers,
     order: Order,
 }
 
@@ -53,16 +59,11 @@ impl std::fmt::Debug for Checksummer {
 }
 
 impl Checksummer {
-    /// A checksummer with `threads` workers (at least one) computing in
+    /// A checksummer with `threads` helpers (at least one) computing in
     /// `order`.
     pub fn new(threads: usize, order: Order) -> Checksummer {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads.max(1))
-            .thread_name(|i| format!("dionfs-crc-{i}"))
-            .build()
-            .map_err(|e| tracing::warn!(error = %e, "no checksum workers: checksumming on the writing threads"))
-            .ok();
-        Checksummer { pool, order }
+        let helpers = Helpers::new(threads.max(1), "dionfs-crc");
+        Checksummer { helpers, order }
     }
 
     /// The order from `DIONFS_INTEGRITY_ORDER` (`sequential` or, by
@@ -85,17 +86,14 @@ impl Checksummer {
     /// returns, which the shared borrow guarantees.
     pub fn write_with_crcs<T>(&self, blocks: &[u8], io: impl FnOnce() -> T) -> (T, Vec<u32>) {
         let mut crcs = Vec::with_capacity(blocks.len().div_ceil(crate::BLOCK as usize));
-        match (&self.pool, self.order) {
-            (_, Order::Sequential) => {
+        match self.order {
+            Order::Sequential => {
                 block_crcs(blocks, &mut crcs);
                 (io(), crcs)
             }
-            (Some(pool), Order::Overlapped) if blocks.len() >= OVERLAP_MIN => {
+            Order::Overlapped if blocks.len() >= OVERLAP_MIN => {
                 let out = &mut crcs;
-                let result = pool.in_place_scope(|scope| {
-                    scope.spawn(move |_| block_crcs(blocks, out));
-                    io()
-                });
+                let result = self.helpers.join(|| block_crcs(blocks, out), io);
                 (result, crcs)
             }
             _ => {
