@@ -406,12 +406,16 @@ mod tests {
             let file = file_with_sums(&store, &path, 1);
             let plane = plane(mode);
             let mut model = Vec::new();
-            let writes: [(u64, usize); 6] = [
+            let writes: [(u64, usize); 8] = [
                 (100, 200),
                 (4000, 5000),
                 (65536 + 1, 511),
                 (0, 4096),
                 (20000, 200 << 10),
+                // Partial blocks completed from the file's own bytes, in
+                // two blocks and in one.
+                (3 * 4096 + 10, 2 * 4096),
+                (7 * 4096 + 100, 50),
                 (3, 1),
             ];
             for (i, (off, len)) in writes.into_iter().enumerate() {
