@@ -13,8 +13,8 @@
 //!   whole blocks ([`FileSums::begin_write`]), after it
 //!   ([`WriteTicket::finish`]), after a read ([`FileSums::verify`]), and
 //!   around truncate and COMMIT.
-//! - [`Checksummer`]: computes a write's checksums on a small worker pool
-//!   *while* the calling thread does the data write (seed 003), over the
+//! - [`Checksummer`]: computes a write's checksums on a parked helper
+//!   thread *while* the calling thread does the data write (seed 003), over the
 //!   server's own buffer, which no client can change meanwhile.
 //! - [`scrub`]: verifying or rebuilding a whole file offline.
 //!
