@@ -118,7 +118,16 @@ pub struct Server {
     pub calls: crate::callstats::CallStats,
     /// What a reload needs to open exports as the start did.
     pub(crate) reload: crate::reload::ReloadState,
+    /// Memory for the starts of WRITE payloads a client's closed receive
+    /// window keeps from arriving whole before a buffer is taken
+    /// ([`crate::net::stage_payload`]).
+    pub staging: crate::net::StagingBudget,
 }
+
+/// [`Server::staging`]'s size: room for the first 64 KiB window of 2,048
+/// connections' payloads (a stalled one holds its share until the stall
+/// timeout drops it); spent, payloads are read into their pool buffers.
+pub const STAGING_BUDGET: usize = 128 << 20;
 
 /// A call read from a connection, waiting to run, with the exports it
 /// runs against (taken when it was received).
@@ -224,6 +233,7 @@ impl Server {
             personalities: Mutex::default(),
             calls: Default::default(),
             reload,
+            staging: crate::net::StagingBudget::new(STAGING_BUDGET),
         })
     }
 

@@ -9,8 +9,9 @@
 //! A call goes through two steps of its [`Service`]:
 //! 1. [`Service::receive`], in the reading loop: decode the arguments from
 //!    the record (a WRITE payload goes straight into the caller's buffer,
-//!    taken only once the payload is in the socket, see
-//!    [`wait_for_payload`]). The loop reads nothing else meanwhile, so a
+//!    taken only once the payload is in the socket, or its start staged
+//!    when the client's window closed first, see [`stage_payload`]). The
+//!    loop reads nothing else meanwhile, so a
 //!    `receive` that waits (for a pooled buffer, say) is backpressure on
 //!    that connection.
 //! 2. [`Service::execute`], in a task of its own: run the call and build the
@@ -39,6 +40,7 @@ use std::time::Duration;
 
 use dionfs_rpc::{CallHeader, RecordError, RecordReader, ReplyHeader, ReplyStatus};
 use dionfs_xdr::Encode;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 pub use connection::{serve_connection, ConnEnd};
 pub use counters::{NetCounters, NetSnapshot};
@@ -165,22 +167,99 @@ pub async fn read_args<R: tokio::io::AsyncRead + Unpin>(
 }
 
 /// Waits, holding nothing, until the next `bytes` bytes of the record (a
-/// WRITE payload, say) have arrived, or as many as the socket can queue.
-/// Take the buffer for them afterwards: then a client that sends the start
-/// of a call and stalls holds no buffer, only its connection, which the
-/// stall timeout drops. Costs one `ioctl` when the bytes are already there.
+/// WRITE payload, say) have arrived (`true`), or as many as the socket can
+/// queue (`false`). Take the buffer for them afterwards: then a client
+/// that sends the start of a call and stalls holds no buffer, only its
+/// connection, which the stall timeout drops. Costs one `ioctl` when the
+/// bytes are already there. See [`stage_payload`] for a payload the socket
+/// cannot queue whole.
 pub async fn wait_for_payload<R: CallStream>(
     body: &RecordReader<R>,
     bytes: usize,
-) -> Result<(), RecordError> {
+) -> Result<bool, RecordError> {
     // Bytes the record reader has already taken from the socket (its read
     // buffer) are there too: waiting for them in the socket would wait for
     // the next call's bytes, or for the stall timeout.
     let in_socket = bytes.saturating_sub(body.buffered());
     if in_socket == 0 {
-        return Ok(());
+        return Ok(true);
     }
     Ok(body.get_ref().wait_for_queued(in_socket).await?)
+}
+
+/// Memory for the starts of payloads read before their buffer is taken
+/// ([`stage_payload`]), all connections together.
+#[derive(Debug)]
+pub struct StagingBudget(Arc<Semaphore>);
+
+impl StagingBudget {
+    /// A budget of `bytes` (at most `u32::MAX`).
+    pub fn new(bytes: usize) -> Self {
+        let permits = bytes.min(u32::MAX as usize).min(Semaphore::MAX_PERMITS);
+        Self(Arc::new(Semaphore::new(permits)))
+    }
+
+    /// Bytes not staged now.
+    pub fn available(&self) -> usize {
+        self.0.available_permits()
+    }
+}
+
+/// The start of a payload, read from the socket before a buffer was taken
+/// for it (see [`stage_payload`]); holds its part of the budget until
+/// dropped.
+#[derive(Debug, Default)]
+pub struct Staged {
+    bytes: Vec<u8>,
+    _held: Vec<OwnedSemaphorePermit>,
+}
+
+impl Staged {
+    /// The payload's first bytes, in order.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+/// Waits, holding no pool buffer, for the next `len` bytes of the record
+/// (a WRITE payload), as [`wait_for_payload`] does, and also when the
+/// socket cannot queue them all: a client's receive window is closed
+/// before a whole payload has come (a fresh connection's window is about
+/// 64 KiB, and grows only as the server reads). Then the bytes queued are
+/// read into memory charged to `budget`, which opens the window, and the
+/// wait goes on for the rest. So a client that sends the start of a large
+/// WRITE and stalls holds a little of the budget, never a pool buffer that
+/// others wait for, until the stall timeout drops it. Returns what was
+/// read that way: the caller takes its buffer, copies these bytes to its
+/// start and reads the rest into it. With the budget spent (or the peer
+/// gone), staging stops and the caller's buffer is read into directly.
+pub async fn stage_payload<R: CallStream>(
+    body: &mut RecordReader<R>,
+    len: usize,
+    budget: &StagingBudget,
+) -> Result<Staged, RecordError> {
+    let mut staged = Staged::default();
+    loop {
+        let want = len - staged.bytes.len();
+        if want == 0 || wait_for_payload(body, want).await? {
+            return Ok(staged);
+        }
+        let ready = body
+            .buffered()
+            .saturating_add(body.get_ref().queued()?)
+            .min(want);
+        let Some(held) = u32::try_from(ready)
+            .ok()
+            .filter(|&n| n > 0)
+            .and_then(|n| budget.0.clone().try_acquire_many_owned(n).ok())
+        else {
+            return Ok(staged);
+        };
+        staged._held.push(held);
+        let start = staged.bytes.len();
+        staged.bytes.resize(start + ready, 0);
+        body.read_exact(&mut staged.bytes[start..]).await?;
+    }
 }
 
 /// What [`Service::receive`] decided about a call.

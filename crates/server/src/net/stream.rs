@@ -17,10 +17,14 @@ use tokio::net::TcpStream;
 
 /// The byte stream a [`super::Service`] receives calls from.
 pub trait CallStream: AsyncRead + Unpin + Send + Sync {
-    /// Waits until `bytes` bytes can be read without waiting, or as many
-    /// as the socket can queue; errors are the socket's. Use it through
-    /// [`super::wait_for_payload`].
-    fn wait_for_queued(&self, bytes: usize) -> impl Future<Output = io::Result<()>> + Send;
+    /// Waits until `bytes` bytes can be read without waiting (`true`), or
+    /// as many as the socket can queue (`false`: the peer's window is
+    /// closed, or it closed the connection); errors are the socket's. Use
+    /// it through [`super::wait_for_payload`].
+    fn wait_for_queued(&self, bytes: usize) -> impl Future<Output = io::Result<bool>> + Send;
+
+    /// Bytes that can be read now without waiting.
+    fn queued(&self) -> io::Result<usize>;
 }
 
 /// What the reading side waits for, as the watchdog sees it.
@@ -120,12 +124,12 @@ impl AsyncRead for CallReader {
 }
 
 impl CallStream for CallReader {
-    async fn wait_for_queued(&self, bytes: usize) -> io::Result<()> {
+    async fn wait_for_queued(&self, bytes: usize) -> io::Result<bool> {
         let socket: &TcpStream = self.half.as_ref();
         // The common case: the payload came with its call.
         let queued = bytes_queued(socket)?;
         if queued >= bytes {
-            return Ok(());
+            return Ok(true);
         }
         self.progress.set_waiting(Waiting::Payload);
         let waited = wait_with_low_water_mark(socket, bytes, queued).await;
@@ -133,7 +137,12 @@ impl CallStream for CallReader {
         // Back to "readable on any byte" for the reads that follow, also
         // after a failure (the connection may yet answer the call).
         let reset = set_rcvlowat(socket, 1);
-        waited.and(reset)
+        waited.and(reset)?;
+        Ok(bytes_queued(socket)? >= bytes)
+    }
+
+    fn queued(&self) -> io::Result<usize> {
+        bytes_queued(self.half.as_ref() as &TcpStream)
     }
 }
 

@@ -22,7 +22,7 @@ use super::attrs::open_file_attr;
 use super::convert::{post_op, wcc};
 use super::status::{from_data, from_fs};
 use super::Ctx;
-use crate::net::{wait_for_payload, CallStream, ConnInfo, Received, Reply, ReplyPayload};
+use crate::net::{stage_payload, CallStream, ConnInfo, Received, Reply, ReplyPayload};
 use crate::reply::{garbage_args, success, success_encoder};
 use crate::server::{Export, Exports, Pending, Server};
 
@@ -108,8 +108,9 @@ pub async fn receive_write<R: CallStream>(
         Ok((export, file)) => {
             // A client that sends the start of a WRITE and stalls must not
             // hold a buffer meanwhile: the buffer is taken once the payload
-            // is there (and a stall drops the connection).
-            wait_for_payload(body, args.data_len as usize).await?;
+            // is there, its start staged if the client's window closed
+            // first (and a stall drops the connection).
+            let staged = stage_payload(body, args.data_len as usize, &server.staging).await?;
             let buf = export
                 .data
                 .prepare_write(file.data(), args.offset, args.data_len as usize)
@@ -117,7 +118,10 @@ pub async fn receive_write<R: CallStream>(
                 .map_err(|e| from_data(&e));
             match buf {
                 Ok(mut buf) => {
-                    body.read_exact(buf.payload_mut()).await?;
+                    let (head, rest) = buf.payload_mut().split_at_mut(staged.bytes().len());
+                    head.copy_from_slice(staged.bytes());
+                    drop(staged);
+                    body.read_exact(rest).await?;
                     Ok((export.config.id, file, buf))
                 }
                 Err(s) => Err(s),
