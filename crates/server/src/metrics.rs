@@ -257,6 +257,19 @@ pub fn render(server: &Server, locks: Option<&LockService>) -> String {
         "counter",
         &mut std::iter::once((String::new(), net.share_delays)),
     );
+    let (staged_payloads, staged_bytes) = server.staging.staged();
+    metric(
+        "payloads_staged_total",
+        "WRITE payloads whose start was read into staging memory because the client's receive window closed before the whole payload arrived (a fresh connection's window is about 64 KiB).",
+        "counter",
+        &mut std::iter::once((String::new(), staged_payloads)),
+    );
+    metric(
+        "payload_bytes_staged_total",
+        "Bytes of WRITE payloads read into staging memory (see payloads_staged_total).",
+        "counter",
+        &mut std::iter::once((String::new(), staged_bytes)),
+    );
     metric(
         "replies_batched_total",
         "Replies written together with other replies of their connection in one writev (replies that finished while another was being written).",

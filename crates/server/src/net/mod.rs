@@ -35,6 +35,7 @@ pub mod udp;
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -190,18 +191,35 @@ pub async fn wait_for_payload<R: CallStream>(
 /// Memory for the starts of payloads read before their buffer is taken
 /// ([`stage_payload`]), all connections together.
 #[derive(Debug)]
-pub struct StagingBudget(Arc<Semaphore>);
+pub struct StagingBudget {
+    free: Arc<Semaphore>,
+    /// Payloads that had bytes staged, and those bytes, since the start.
+    payloads: AtomicU64,
+    bytes: AtomicU64,
+}
 
 impl StagingBudget {
     /// A budget of `bytes` (at most `u32::MAX`).
     pub fn new(bytes: usize) -> Self {
         let permits = bytes.min(u32::MAX as usize).min(Semaphore::MAX_PERMITS);
-        Self(Arc::new(Semaphore::new(permits)))
+        Self {
+            free: Arc::new(Semaphore::new(permits)),
+            payloads: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+        }
     }
 
     /// Bytes not staged now.
     pub fn available(&self) -> usize {
-        self.0.available_permits()
+        self.free.available_permits()
+    }
+
+    /// Payloads that had bytes staged since the start, and those bytes.
+    pub fn staged(&self) -> (u64, u64) {
+        (
+            self.payloads.load(Ordering::Relaxed),
+            self.bytes.load(Ordering::Relaxed),
+        )
     }
 }
 
@@ -251,10 +269,14 @@ pub async fn stage_payload<R: CallStream>(
         let Some(held) = u32::try_from(ready)
             .ok()
             .filter(|&n| n > 0)
-            .and_then(|n| budget.0.clone().try_acquire_many_owned(n).ok())
+            .and_then(|n| budget.free.clone().try_acquire_many_owned(n).ok())
         else {
             return Ok(staged);
         };
+        if staged._held.is_empty() {
+            budget.payloads.fetch_add(1, Ordering::Relaxed);
+        }
+        budget.bytes.fetch_add(ready as u64, Ordering::Relaxed);
         staged._held.push(held);
         let start = staged.bytes.len();
         staged.bytes.resize(start + ready, 0);
