@@ -63,6 +63,28 @@ fn lock(slot: &Slot) -> MutexGuard<'_, State> {
     slot.state.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// Waits on `slot` until `take` accepts its state (`Ok`), leaving `leave`
+/// in its place; a state `take` hands back (`Err`) stays as it was.
+fn take_when<T>(slot: &Slot, leave: State, take: impl Fn(State) -> Result<T, State>) -> T {
+    let mut state = lock(slot);
+    loop {
+        // `Running` only while the lock is held: nobody sees it.
+        match take(std::mem::replace(&mut *state, State::Running)) {
+            Ok(out) => {
+                *state = leave;
+                return out;
+            }
+            Err(other) => {
+                *state = other;
+                state = slot
+                    .changed
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
+        }
+    }
+}
+
 impl Helpers {
     /// `threads` helpers named `name-N`. Fewer if the system refuses to
     /// start threads (the callers then run their jobs themselves).
@@ -154,20 +176,10 @@ impl Waiter<'_> {
     }
 
     fn finish(&self) -> Option<Box<dyn Any + Send>> {
-        let mut state = lock(self.0);
-        loop {
-            match std::mem::replace(&mut *state, State::Idle) {
-                State::Done(payload) => return payload,
-                other => {
-                    *state = other;
-                    state = self
-                        .0
-                        .changed
-                        .wait(state)
-                        .unwrap_or_else(PoisonError::into_inner);
-                }
-            }
-        }
+        take_when(self.0, State::Idle, |state| match state {
+            State::Done(payload) => Ok(payload),
+            other => Err(other),
+        })
     }
 }
 
@@ -181,21 +193,13 @@ impl Drop for Waiter<'_> {
 /// A helper thread's loop.
 fn serve(slot: &Slot) {
     loop {
-        let job = {
-            let mut state = lock(slot);
-            loop {
-                match std::mem::replace(&mut *state, State::Running) {
-                    State::Job(job) => break job,
-                    State::Exit => return,
-                    other => {
-                        *state = other;
-                        state = slot
-                            .changed
-                            .wait(state)
-                            .unwrap_or_else(PoisonError::into_inner);
-                    }
-                }
-            }
+        let job = take_when(slot, State::Running, |state| match state {
+            State::Job(job) => Ok(Some(job)),
+            State::Exit => Ok(None),
+            other => Err(other),
+        });
+        let Some(job) = job else {
+            return;
         };
         // SAFETY: the caller that handed over `job` waits (in `Waiter`)
         // until `Done` is set below, so the pointee is alive and nobody
