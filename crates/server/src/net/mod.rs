@@ -168,24 +168,27 @@ pub async fn read_args<R: tokio::io::AsyncRead + Unpin>(
 }
 
 /// Waits, holding nothing, until the next `bytes` bytes of the record (a
-/// WRITE payload, say) have arrived (`true`), or as many as the socket can
-/// queue (`false`). Take the buffer for them afterwards: then a client
-/// that sends the start of a call and stalls holds no buffer, only its
-/// connection, which the stall timeout drops. Costs one `ioctl` when the
-/// bytes are already there. See [`stage_payload`] for a payload the socket
-/// cannot queue whole.
+/// WRITE payload, say) have arrived, or as many as the socket can queue;
+/// returns how many bytes of the record can be read now (at least `bytes`
+/// in the first case, and possibly more). Take the buffer for them
+/// afterwards: then a client that sends the start of a call and stalls
+/// holds no buffer, only its connection, which the stall timeout drops.
+/// Costs one `ioctl` when the bytes are already there. See
+/// [`stage_payload`] for a payload the socket cannot queue whole.
 pub async fn wait_for_payload<R: CallStream>(
     body: &RecordReader<R>,
     bytes: usize,
-) -> Result<bool, RecordError> {
+) -> Result<usize, RecordError> {
     // Bytes the record reader has already taken from the socket (its read
     // buffer) are there too: waiting for them in the socket would wait for
     // the next call's bytes, or for the stall timeout.
-    let in_socket = bytes.saturating_sub(body.buffered());
+    let buffered = body.buffered();
+    let in_socket = bytes.saturating_sub(buffered);
     if in_socket == 0 {
-        return Ok(true);
+        return Ok(buffered);
     }
-    Ok(body.get_ref().wait_for_queued(in_socket).await?)
+    let queued = body.get_ref().wait_for_queued(in_socket).await?;
+    Ok(buffered.saturating_add(queued))
 }
 
 /// Memory for the starts of payloads read before their buffer is taken
@@ -259,13 +262,13 @@ pub async fn stage_payload<R: CallStream>(
     let mut staged = Staged::default();
     loop {
         let want = len - staged.bytes.len();
-        if want == 0 || wait_for_payload(body, want).await? {
+        if want == 0 {
             return Ok(staged);
         }
-        let ready = body
-            .buffered()
-            .saturating_add(body.get_ref().queued()?)
-            .min(want);
+        let ready = wait_for_payload(body, want).await?;
+        if ready >= want {
+            return Ok(staged);
+        }
         let Some(held) = u32::try_from(ready)
             .ok()
             .filter(|&n| n > 0)

@@ -17,14 +17,12 @@ use tokio::net::TcpStream;
 
 /// The byte stream a [`super::Service`] receives calls from.
 pub trait CallStream: AsyncRead + Unpin + Send + Sync {
-    /// Waits until `bytes` bytes can be read without waiting (`true`), or
-    /// as many as the socket can queue (`false`: the peer's window is
-    /// closed, or it closed the connection); errors are the socket's. Use
-    /// it through [`super::wait_for_payload`].
-    fn wait_for_queued(&self, bytes: usize) -> impl Future<Output = io::Result<bool>> + Send;
-
-    /// Bytes that can be read now without waiting.
-    fn queued(&self) -> io::Result<usize>;
+    /// Waits until `bytes` bytes can be read without waiting, or as many
+    /// as the socket can queue (the peer's window is closed, or it closed
+    /// the connection); returns how many can be read now (fewer than
+    /// `bytes` in the second case); errors are the socket's. Use it
+    /// through [`super::wait_for_payload`].
+    fn wait_for_queued(&self, bytes: usize) -> impl Future<Output = io::Result<usize>> + Send;
 }
 
 /// What the reading side waits for, as the watchdog sees it.
@@ -124,12 +122,12 @@ impl AsyncRead for CallReader {
 }
 
 impl CallStream for CallReader {
-    async fn wait_for_queued(&self, bytes: usize) -> io::Result<bool> {
+    async fn wait_for_queued(&self, bytes: usize) -> io::Result<usize> {
         let socket: &TcpStream = self.half.as_ref();
         // The common case: the payload came with its call.
         let queued = bytes_queued(socket)?;
         if queued >= bytes {
-            return Ok(true);
+            return Ok(queued);
         }
         self.progress.set_waiting(Waiting::Payload);
         let waited = wait_with_low_water_mark(socket, bytes, queued).await;
@@ -137,12 +135,9 @@ impl CallStream for CallReader {
         // Back to "readable on any byte" for the reads that follow, also
         // after a failure (the connection may yet answer the call).
         let reset = set_rcvlowat(socket, 1);
-        waited.and(reset)?;
-        Ok(bytes_queued(socket)? >= bytes)
-    }
-
-    fn queued(&self) -> io::Result<usize> {
-        bytes_queued(self.half.as_ref() as &TcpStream)
+        let queued = waited?;
+        reset?;
+        Ok(queued)
     }
 }
 
@@ -160,6 +155,7 @@ const PAYLOAD_RECHECK_MAX: Duration = Duration::from_millis(640);
 /// readable under that mark: the bytes are there, or the peer closed, or the
 /// receive window is about to close (the socket cannot queue more: the
 /// payload is larger than its buffer). `seen` bytes are queued already.
+/// Returns the bytes queued when it stopped waiting.
 ///
 /// The kernel does not always say the last: it decides whether to wake
 /// the reader when a segment arrives, and when the queue's memory (each
@@ -177,7 +173,7 @@ async fn wait_with_low_water_mark(
     socket: &TcpStream,
     bytes: usize,
     mut seen: usize,
-) -> io::Result<()> {
+) -> io::Result<usize> {
     // Readiness tokio remembers from earlier reads is about bytes already
     // counted in `seen`: forget it, so that the next wake-up comes from the
     // kernel under the new mark. (Clearing before setting the mark: setting
@@ -200,7 +196,7 @@ async fn wait_with_low_water_mark(
         if !woken {
             // No wake-up: still arriving, paused, or stuck below the mark.
             if queued == seen && receive_memory_full(socket) {
-                return Ok(());
+                return Ok(queued);
             }
             recheck = next_recheck(recheck, queued != seen);
             seen = queued;
@@ -209,7 +205,7 @@ async fn wait_with_low_water_mark(
         // Readable without new bytes: the peer closed, or the socket is
         // full. Either way reading is what comes next.
         if queued >= mark || queued == seen {
-            return Ok(());
+            return Ok(queued);
         }
         // Bytes that came in the instant before the mark was set woke us
         // under the old mark: wait again.
