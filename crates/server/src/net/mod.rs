@@ -212,11 +212,6 @@ impl StagingBudget {
         }
     }
 
-    /// Bytes not staged now.
-    pub fn available(&self) -> usize {
-        self.free.available_permits()
-    }
-
     /// Payloads that had bytes staged since the start, and those bytes.
     pub fn staged(&self) -> (u64, u64) {
         (
@@ -232,7 +227,7 @@ impl StagingBudget {
 #[derive(Debug, Default)]
 pub struct Staged {
     bytes: Vec<u8>,
-    _held: Vec<OwnedSemaphorePermit>,
+    held: Option<OwnedSemaphorePermit>,
 }
 
 impl Staged {
@@ -276,11 +271,14 @@ pub async fn stage_payload<R: CallStream>(
         else {
             return Ok(staged);
         };
-        if staged._held.is_empty() {
-            budget.payloads.fetch_add(1, Ordering::Relaxed);
-        }
         budget.bytes.fetch_add(ready as u64, Ordering::Relaxed);
-        staged._held.push(held);
+        match &mut staged.held {
+            Some(all) => all.merge(held),
+            None => {
+                budget.payloads.fetch_add(1, Ordering::Relaxed);
+                staged.held = Some(held);
+            }
+        }
         let start = staged.bytes.len();
         staged.bytes.resize(start + ready, 0);
         body.read_exact(&mut staged.bytes[start..]).await?;
