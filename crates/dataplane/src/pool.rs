@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
-use dionfs_sys::buf::AlignedBuf;
+use dionfs_sys::buf::{AlignedBuf, BufArena};
 use dionfs_sys::uring::RingBuf;
 use parking_lot::Mutex;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -35,11 +35,22 @@ pub const MAX_DIO_ALIGN: usize = 64 << 10;
 /// expanding the start of a request, one for its end.
 pub const BUF_SLACK: usize = 2 * MAX_DIO_ALIGN;
 
+/// Buffers longer than this (more than 128 pages of 4 KiB, the segment
+/// limit of many block devices) are carved from a [`BufArena`] in huge
+/// pages, so that a transfer filling one reaches the device as one
+/// request; shorter ones come from the heap.
+pub const ARENA_MIN_LEN: usize = 512 << 10;
+
 /// A bounded set of [`AlignedBuf`]s of one size.
 pub struct BufferPool {
     permits: Arc<Semaphore>,
     free: Arc<Mutex<Vec<Slot>>>,
     buf_len: usize,
+    count: usize,
+    /// Where the buffers come from when they are longer than
+    /// [`ARENA_MIN_LEN`]: made with the first of them; `None` inside if
+    /// the kernel refused the mapping (then the heap, as for short ones).
+    arena: std::sync::OnceLock<Option<Arc<BufArena>>>,
     counters: Arc<Counters>,
     /// The ring the pool registers its buffers with as they are allocated
     /// (until the kernel refuses one).
@@ -78,6 +89,8 @@ impl BufferPool {
             permits: Arc::new(Semaphore::new(count)),
             free: Arc::new(Mutex::new(Vec::with_capacity(count))),
             buf_len,
+            count,
+            arena: std::sync::OnceLock::new(),
             counters,
             ring: Mutex::new(None),
         }
@@ -142,7 +155,7 @@ impl BufferPool {
         let slot = match reused {
             Some(slot) => slot,
             None => {
-                let mut buf = AlignedBuf::new(self.buf_len, BUF_ALIGN)?;
+                let mut buf = self.allocate()?;
                 let fixed = register(&mut self.ring.lock(), &mut buf);
                 Slot { fixed, buf }
             }
@@ -153,6 +166,26 @@ impl BufferPool {
             free: self.free.clone(),
             _permit: permit,
         })
+    }
+
+    /// A new buffer: the arena's next one for long buffers, else (or once
+    /// the arena has none left, which the permits make impossible while
+    /// every buffer comes back to `free`) one from the heap.
+    fn allocate(&self) -> std::io::Result<AlignedBuf> {
+        if self.buf_len > ARENA_MIN_LEN {
+            let arena = self.arena.get_or_init(|| {
+                BufArena::new(self.buf_len, BUF_ALIGN, self.count)
+                    .inspect_err(|e| {
+                        tracing::info!(error = %e, buf_len = self.buf_len,
+                            "cannot map a buffer arena; buffers come from the heap");
+                    })
+                    .ok()
+            });
+            if let Some(buf) = arena.as_ref().and_then(|a| a.take()) {
+                return Ok(buf);
+            }
+        }
+        Ok(AlignedBuf::new(self.buf_len, BUF_ALIGN)?)
     }
 
     /// [`BufferPool::get`] for threads outside an async runtime (tests,
@@ -365,6 +398,39 @@ mod tests {
             1,
             "its first buffer was allocated before the slots came free"
         );
+    }
+
+    #[test]
+    fn long_buffers_come_from_one_arena_and_short_ones_from_the_heap() {
+        let counters = Arc::new(Counters::default());
+        let len = (1 << 20) + BUF_SLACK;
+        let long = BufferPool::new(len, 3, counters.clone());
+        let bufs: Vec<PooledBuf> = (0..3).map(|_| long.get_blocking().unwrap()).collect();
+        let mut at: Vec<usize> = bufs.iter().map(|b| b.as_ptr() as usize).collect();
+        at.sort();
+        assert_eq!(
+            at[0] % dionfs_sys::buf::HUGE_PAGE,
+            0,
+            "the arena starts on a huge page"
+        );
+        assert_eq!(
+            [at[1] - at[0], at[2] - at[1]],
+            [len, len],
+            "side by side in one mapping"
+        );
+        assert!(bufs.iter().all(|b| b.len() == len));
+        drop(bufs);
+        // Reused, not carved again.
+        let again = long.get_blocking().unwrap();
+        assert!(at.contains(&(again.as_ptr() as usize)));
+
+        let short = BufferPool::new(ARENA_MIN_LEN, 2, counters);
+        let (a, b) = (short.get_blocking().unwrap(), short.get_blocking().unwrap());
+        assert_ne!(
+            (b.as_ptr() as usize).abs_diff(a.as_ptr() as usize),
+            ARENA_MIN_LEN
+        );
+        assert_eq!(a.as_ptr() as usize % BUF_ALIGN, 0);
     }
 
     #[test]
