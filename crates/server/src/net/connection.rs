@@ -103,6 +103,21 @@ impl fmt::Display for ConnEnd {
 /// large reply's worth of calls run instead of a send buffer's worth.
 const FIRST_ROOM: usize = 1 << 20;
 
+/// The send buffer a connection asks for: room for the reply of each call
+/// that may hold a large buffer, and for [`SEND_BACKLOG`] more, at most
+/// [`MAX_SEND_RECORDS`] of the largest.
+fn send_buffer_len(limits: &ConnLimits) -> usize {
+    let records = (limits.buffer_share.max(1) + SEND_BACKLOG).min(MAX_SEND_RECORDS);
+    records.saturating_mul(limits.max_record as usize)
+}
+
+/// Largest replies the send buffer holds beyond those of calls in progress.
+const SEND_BACKLOG: usize = 4;
+
+/// Largest replies a send buffer holds at most, however many buffer shares
+/// a connection has.
+const MAX_SEND_RECORDS: usize = 64;
+
 /// Reply bytes that may wait for a peer before the connection stops reading
 /// calls: two of the largest replies, so a client reading at its own pace
 /// never waits on this, and one that does not read costs at most this much
@@ -125,13 +140,22 @@ pub(super) struct CallPermits {
 /// Send-buffer room reserved for one reply (see [`Shared::reserve_room`]),
 /// given back when the reply is handed to the socket or dropped.
 pub(super) struct Room {
-    reserved: Arc<AtomicUsize>,
+    rooms: Arc<Rooms>,
     bytes: usize,
+}
+
+/// The room a connection's calls in flight hold for their replies.
+#[derive(Default)]
+struct Rooms {
+    reserved: AtomicUsize,
+    /// Wakes the reading loop waiting for room when some is given back.
+    freed: Notify,
 }
 
 impl Drop for Room {
     fn drop(&mut self) {
-        self.reserved.fetch_sub(self.bytes, Ordering::Relaxed);
+        self.rooms.reserved.fetch_sub(self.bytes, Ordering::Relaxed);
+        self.rooms.freed.notify_one();
     }
 }
 
@@ -187,7 +211,7 @@ struct Shared {
     /// Usable size of the socket's send buffer (fixed at the start).
     send_buffer: usize,
     /// Room reserved for replies of calls in flight.
-    reserved: Arc<AtomicUsize>,
+    rooms: Arc<Rooms>,
     /// Set while the reading loop waits for room in the send buffer: the
     /// peer is not taking its replies.
     waiting_room: AtomicBool,
@@ -379,8 +403,9 @@ impl Shared {
     }
 
     /// Reserves room for a reply of `bytes` in the socket's send buffer,
-    /// waiting (and polling, since the kernel has no readiness for "this
-    /// much room") while the peer has not taken enough of what was sent.
+    /// waiting while calls in flight hold it (woken when one gives its room
+    /// back) or the peer has not taken enough of what was sent (polling,
+    /// since the kernel has no readiness for "this much room").
     /// So a call is run only once its reply can go straight into the
     /// socket: a peer that stops reading its replies gets no more calls run,
     /// and holds no buffer and no thread for them, only its socket's
@@ -390,7 +415,7 @@ impl Shared {
         let mut pause = Duration::from_millis(1);
         let mut last_unacked = usize::MAX;
         loop {
-            let reserved = self.reserved.load(Ordering::Relaxed);
+            let reserved = self.rooms.reserved.load(Ordering::Relaxed);
             let unsent = self.unsent.load(Ordering::Relaxed);
             let unacked =
                 dionfs_sys::net::bytes_unacked(self.socket.as_ref() as &TcpStream).unwrap_or(0);
@@ -400,9 +425,9 @@ impl Shared {
                 || self.closed.load(Ordering::Acquire)
             {
                 self.waiting_room.store(false, Ordering::Relaxed);
-                self.reserved.fetch_add(bytes, Ordering::Relaxed);
+                self.rooms.reserved.fetch_add(bytes, Ordering::Relaxed);
                 return Room {
-                    reserved: self.reserved.clone(),
+                    rooms: self.rooms.clone(),
                     bytes,
                 };
             }
@@ -413,8 +438,12 @@ impl Shared {
                     .fetch_add((last_unacked - unacked) as u64, Ordering::Relaxed);
             }
             last_unacked = unacked;
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_millis(50));
+            tokio::select! {
+                () = self.rooms.freed.notified() => {}
+                () = tokio::time::sleep(pause) => {
+                    pause = (pause * 2).min(Duration::from_millis(50));
+                }
+            }
         }
     }
 
@@ -548,10 +577,14 @@ pub(super) async fn run_connection<S: Service>(
     let conn = Arc::new(conn);
     info!(conn = conn.id, peer = %conn.peer, local = %conn.local, names = ?conn.names(),
         "connection opened");
-    // A fixed send buffer of a few of the largest replies: replies are sent
-    // only into room reserved there (`reserve_room`). Kernel memory is
-    // taken only by bytes actually queued.
-    let send_buffer = dionfs_sys::net::set_send_buffer(&stream, 4 * limits.max_record as usize)
+    // A fixed send buffer: replies are sent only into room reserved there
+    // (`reserve_room`), before their calls run, so it must hold the replies
+    // of every large call the connection may have in progress (its buffer
+    // shares; with less, a client with many READs outstanding has only as
+    // many read from the device at once as the buffer holds replies) plus
+    // a backlog of a few of the largest replies for the peer to take.
+    // Kernel memory is taken only by bytes actually queued.
+    let send_buffer = dionfs_sys::net::set_send_buffer(&stream, send_buffer_len(&limits))
         .unwrap_or_else(|e| {
             debug!(conn = conn.id, error = %e, "cannot set the send buffer size");
             0
@@ -572,7 +605,7 @@ pub(super) async fn run_connection<S: Service>(
         write_error: OnceLock::new(),
         write_failed: Notify::new(),
         send_buffer,
-        reserved: Arc::new(AtomicUsize::new(0)),
+        rooms: Arc::default(),
         waiting_room: AtomicBool::new(false),
         counters: limits.counters.clone(),
     });
@@ -955,7 +988,7 @@ mod batch_tests {
             write_error: OnceLock::new(),
             write_failed: Notify::new(),
             send_buffer: 1 << 20,
-            reserved: Arc::new(AtomicUsize::new(0)),
+            rooms: Arc::default(),
             waiting_room: AtomicBool::new(false),
             counters: Arc::default(),
         };

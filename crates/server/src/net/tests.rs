@@ -761,6 +761,34 @@ async fn a_peer_that_never_reads_gets_little_room_and_a_reader_all() {
     sender.abort();
 }
 
+/// A client with many large READs outstanding has as many run at once as
+/// its buffer shares allow: the send buffer holds all their replies, so
+/// reserving room for them does not hold the calls back (with room for
+/// four, sequential 1 MiB reads kept the device at under two requests).
+#[tokio::test]
+async fn every_buffer_share_can_have_its_large_call_running() {
+    let share = 8;
+    let limits = ConnLimits {
+        buffer_share: share,
+        ..ConnLimits::default()
+    };
+    let server = start(limits).await;
+    let mut c = Client::connect(server.addr).await;
+    let data = vec![0x5a; 900 << 10];
+    // First the client shows that it reads its replies: room is earned.
+    for xid in 0..share as u32 {
+        c.send(&framed(&echo_call(xid, &data))).await;
+        assert_eq!(c.echo_reply().await, (xid, data.clone()));
+    }
+    for xid in 0..share as u32 {
+        c.send(&framed(&slow_echo_call(xid, 500, &data))).await;
+    }
+    for _ in 0..share {
+        assert_eq!(c.echo_reply().await.1, data);
+    }
+    assert_eq!(server.echo.max_running.load(Ordering::SeqCst), share);
+}
+
 #[tokio::test]
 async fn connection_not_reading_replies_stops_being_served_and_holds_its_share() {
     let share = 2;
