@@ -57,7 +57,12 @@ SIZE = 10000
 # (offset, length) of each WRITE: an aligned overwrite and a misaligned one
 # past EOF. In direct mode the first is one O_DIRECT write, the second a
 # read-modify-write of the edge block and then the exact-size fix-up.
-WRITES = {"aligned": (0, 4096), "extending": (9950, 100)}
+# (offset, count, stable_how). The UNSTABLE overwrite of cached pages
+# (make_file just wrote them) is made on the connection's own task, not a
+# blocking thread (DataPlane::write_on_task): it must switch credentials
+# all the same.
+WRITES = {"aligned": (0, 4096, "file_sync"), "extending": (9950, 100, "file_sync"),
+          "unstable-overwrite": (100, 1000, "unstable")}
 TRUNCATES = {"shrink": 5000, "extend": 20000}
 
 
@@ -147,9 +152,8 @@ class SetidRun:
 
 def nfs_write(np: NfsProc):
     def op(name: str, caller: tuple[int, int], arg: tuple[int, int]) -> None:
-        off, n = arg
-        # FILE_SYNC: the data is on disk before the reply, whatever the mode.
-        r = np("write", name, off, n, "file_sync", uid=caller[0], gid=caller[1])
+        off, n, how = arg
+        r = np("write", name, off, n, how, uid=caller[0], gid=caller[1])
         assert r["write_status"] == "NFS3_OK" and r.int("count") == n, r
     return op
 

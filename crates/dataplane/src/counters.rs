@@ -63,6 +63,12 @@ pub struct Counters {
     /// Aligned direct WRITEs written through io_uring by the connection's
     /// own task.
     pub ring_writes: AtomicU64,
+    /// Small UNSTABLE overwrites of cached pages written through the page
+    /// cache by the connection's own task, without a blocking thread.
+    pub task_writes: AtomicU64,
+    /// Small UNSTABLE WRITEs tried there that went to a blocking thread
+    /// after all (pages not cached, file extended, other I/O on it).
+    pub task_write_handoffs: AtomicU64,
     /// Blocks read whose data did not match their stored CRC32C (the READ
     /// failed with an I/O error).
     pub integrity_errors: AtomicU64,
@@ -126,6 +132,8 @@ pub struct CounterSnapshot {
     pub readahead_discards: u64,
     pub ring_reads: u64,
     pub ring_writes: u64,
+    pub task_writes: u64,
+    pub task_write_handoffs: u64,
     pub integrity_errors: u64,
     pub integrity_rebuilds: u64,
 }
@@ -170,6 +178,8 @@ impl Counters {
             readahead_discards: load(&self.readahead_discards),
             ring_reads: load(&self.ring_reads),
             ring_writes: load(&self.ring_writes),
+            task_writes: load(&self.task_writes),
+            task_write_handoffs: load(&self.task_write_handoffs),
             integrity_errors: load(&self.integrity_errors),
             integrity_rebuilds: load(&self.integrity_rebuilds),
         }

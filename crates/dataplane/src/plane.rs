@@ -46,6 +46,10 @@ pub struct DataPlane {
     /// Set once the filesystem refused `RWF_DONTCACHE`: from then on this
     /// export serves `dontcache` as buffered.
     dontcache_refused: AtomicBool,
+    /// Set once the filesystem refused `preadv2(RWF_NOWAIT)`: from then
+    /// on no WRITE is made on a connection's task
+    /// ([`DataPlane::write_on_task`]).
+    pub(crate) nowait_refused: AtomicBool,
     /// Whether the "file cannot do direct I/O" warning was logged.
     no_direct_logged: AtomicBool,
     write_verifier_generation: AtomicU64,
@@ -86,6 +90,10 @@ impl DataPlane {
             self.dontcache_refused.load(Ordering::Relaxed),
             Ordering::Relaxed,
         );
+        next.nowait_refused.store(
+            self.nowait_refused.load(Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
         Ok(next.with_whole_buffered_max(self.whole_buffered_max))
     }
 
@@ -111,6 +119,7 @@ impl DataPlane {
             small_write_pool,
             counters,
             dontcache_refused: AtomicBool::new(false),
+            nowait_refused: AtomicBool::new(false),
             no_direct_logged: AtomicBool::new(false),
             write_verifier_generation: AtomicU64::new(0),
             readahead_held: Arc::default(),

@@ -129,6 +129,11 @@ impl SizeTracker {
 }
 
 impl SizeClaim<'_> {
+    /// Whether the write reaches beyond the size (an extender).
+    pub(crate) fn extends(&self) -> bool {
+        self.extends_to.is_some()
+    }
+
     /// All of the write's bytes are written: its end counts.
     pub(crate) fn succeeded(mut self) {
         self.succeeded = true;

@@ -9,9 +9,10 @@
 use std::io;
 use std::ops::Range;
 use std::os::fd::AsFd;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use dionfs_sys::io::{pwritev2, RwFlags};
+use dionfs_sys::io::{preadv2, pwritev2, RwFlags};
 
 use crate::align::{expand_to_alignment, is_aligned, payload_offset, split_edges, MAX_FILE_OFFSET};
 use crate::checksums::UnsettledWrite;
@@ -22,7 +23,7 @@ use crate::pool::{PooledBuf, BUF_SLACK};
 use crate::range_lock::LockKind;
 use crate::read::IoRing;
 use crate::size::SizeClaim;
-use crate::{DataError, DataPlane, Mode};
+use crate::{is_small, DataError, DataPlane, Mode};
 
 /// Misaligned direct-mode writes up to this long go through the page
 /// cache whole (see `write_small_buffered`); longer ones write their
@@ -219,6 +220,131 @@ impl DataPlane {
                 !buf.is_empty() && is_aligned(buf.offset, buf.len as u64, d.write_align)
             })
             && self.ring_write_covers_blocks(file, buf.offset, buf.len)
+    }
+
+    /// Whether [`DataPlane::write_on_task`] would try a WRITE of `len`
+    /// bytes of `file` at all (no syscall): a small UNSTABLE write (at
+    /// most [`crate::SMALL_IO`], a copy of a few microseconds) that
+    /// goes through the page cache (buffered mode, or direct mode's small
+    /// writes, `write_small_buffered`), without integrity.
+    pub fn may_write_on_task(&self, file: &DataFile, len: usize, stable: Stable) -> bool {
+        if len == 0
+            || stable != Stable::Unstable
+            || file.integrity().is_some()
+            || self.nowait_refused.load(Ordering::Relaxed)
+        {
+            return false;
+        }
+        match self.config.write_mode {
+            Mode::Buffered => is_small(len),
+            Mode::Direct => {
+                (file.direct().is_none() && is_small(len))
+                    || self.small_unstable_buffered(len, stable)
+            }
+            // RWF_DONTCACHE writes start writeback and wait on it.
+            Mode::DontCache => false,
+        }
+    }
+
+    /// [`DataPlane::write`] made on an async caller's own thread (the
+    /// connection's task), when it is a small overwrite of cached pages
+    /// that nothing else of ours is touching: one `pwritev2` into the page
+    /// cache that waits for no device read and, with no other I/O of ours
+    /// on the file, for no inode lock held across a device write. Saves
+    /// the hand-off to a blocking thread and back, which costs more than
+    /// such a write (bench/run `overwrite-1k`, see ARCHITECTURE.md).
+    ///
+    /// Taken only if [`DataPlane::may_write_on_task`], the range lock is
+    /// free, no other range of the file is locked, the write does not
+    /// extend the file (no allocation) and its partial first and last
+    /// pages are in the page cache (`preadv2(RWF_NOWAIT)` of one byte).
+    /// What it may still wait for is short and rare: XFS's timestamp
+    /// transaction (`RWF_NOWAIT` itself refuses every write that changes
+    /// mtime, so it cannot be used for the write), dirty-page throttling
+    /// when the host is far behind on writeback. Anything else comes back
+    /// as [`WriteAttempt::Blocking`], untouched, for [`DataPlane::write`]
+    /// on a blocking thread.
+    pub fn write_on_task(
+        &self,
+        file: &DataFile,
+        mut buf: WriteBuffer,
+        stable: Stable,
+    ) -> WriteAttempt {
+        if !self.may_write_on_task(file, buf.len, stable) {
+            return WriteAttempt::Blocking(buf);
+        }
+        let io = buf.offset..buf.offset + buf.len as u64;
+        let Some(_lock) = self.try_lock(file, io.clone(), LockKind::Exclusive) else {
+            return WriteAttempt::Blocking(buf);
+        };
+        let handoff = |buf| {
+            Counters::bump(&self.counters.task_write_handoffs);
+            WriteAttempt::Blocking(buf)
+        };
+        if file.locks.len() > 1 || !self.pages_cached(file, io.clone()) {
+            return handoff(buf);
+        }
+        let claim = match file.size.begin_write(file.buffered_fd(), io.end) {
+            Ok(claim) => claim,
+            Err(e) => {
+                let (offset, len) = (buf.offset, buf.len);
+                return WriteAttempt::Done(Err(self.write_failed(file, offset, len, e.into())));
+            }
+        };
+        if claim.extends() {
+            return handoff(buf);
+        }
+        let misaligned = file
+            .direct()
+            .is_some_and(|d| !is_aligned(buf.offset, buf.len as u64, d.write_align));
+        buf.move_payload_to(self.cached_payload_position(file, buf.offset));
+        file.readahead.invalidate(io.clone());
+        let written = pwritev2(file.buffered_fd(), buf.payload(), io.start, RwFlags::NONE)
+            .map_err(DataError::from);
+        if let Err(e) = self.check_written(written, buf.len) {
+            let (offset, len) = (buf.offset, buf.len);
+            return WriteAttempt::Done(Err(self.write_failed(file, offset, len, e)));
+        }
+        claim.succeeded();
+        if misaligned && self.config.write_mode == Mode::Direct {
+            Counters::bump(&self.counters.buffered_misaligned);
+        }
+        self.counters.count_write(Mode::Buffered, buf.len);
+        Counters::bump(&self.counters.task_writes);
+        WriteAttempt::Done(Ok(WriteDone {
+            count: buf.len,
+            committed: stable,
+        }))
+    }
+
+    /// Whether the pages a write of `io` covers only in part are in the
+    /// page cache, so the write needs no device read: one
+    /// `preadv2(RWF_NOWAIT)` of a byte of each (`EAGAIN` if not). A
+    /// filesystem that refuses the flag is remembered and asked no more.
+    fn pages_cached(&self, file: &DataFile, io: Range<u64>) -> bool {
+        let page = rustix::param::page_size() as u64;
+        let head = (!io.start.is_multiple_of(page)).then_some(io.start);
+        let tail = (!io.end.is_multiple_of(page)
+            && (head.is_none() || (io.end - 1) / page != io.start / page))
+            .then_some(io.end - 1);
+        [head, tail].into_iter().flatten().all(|at| {
+            let mut byte = [0u8; 1];
+            match preadv2(file.buffered_fd(), &mut byte, at, RwFlags::NOWAIT) {
+                Ok(_) => true,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
+                Err(e) => {
+                    if !self.nowait_refused.swap(true, Ordering::Relaxed) {
+                        tracing::info!(
+                            file = %file.label(),
+                            error = %e,
+                            "cannot tell whether pages are cached (preadv2 RWF_NOWAIT); \
+                             small WRITEs of this export go to blocking threads"
+                        );
+                    }
+                    false
+                }
+            }
+        })
     }
 
     /// [`DataPlane::write`] for an async caller, when it needs no blocking

@@ -79,7 +79,7 @@ pub fn render(server: &Server, locks: Option<&LockService>) -> String {
         "counter",
         &mut bytes.into_iter(),
     );
-    let simple: [(&str, &str, Field); 20] = [
+    let simple: [(&str, &str, Field); 22] = [
         (
             "expanded_reads_total",
             "Direct READs widened to the read alignment.",
@@ -140,6 +140,16 @@ pub fn render(server: &Server, locks: Option<&LockService>) -> String {
             "ring_writes_total",
             "Aligned direct WRITEs written through io_uring, without a blocking thread.",
             |s| s.ring_writes,
+        ),
+        (
+            "task_writes_total",
+            "Small UNSTABLE overwrites of cached pages written by the connection's task, without a blocking thread.",
+            |s| s.task_writes,
+        ),
+        (
+            "task_write_handoffs_total",
+            "Small WRITEs tried on the connection's task that went to a blocking thread (pages not cached, file extended, other I/O).",
+            |s| s.task_write_handoffs,
         ),
         (
             "integrity_errors_total",

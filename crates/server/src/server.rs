@@ -444,14 +444,14 @@ impl Service for Server {
     }
 
     // Handlers make file-system calls: run them where blocking is fine.
-    // A call that may use the ring starts as a task instead
+    // A call that may finish without blocking starts as a task instead
     // (`nfs::data::read_call`, `write_call`).
     fn execute_blocks(&self, pending: &Pending) -> bool {
-        !self.may_use_ring(pending)
+        !self.starts_on_task(pending)
     }
 
     async fn execute(self: Arc<Self>, conn: Arc<ConnInfo>, pending: Pending) -> Option<Reply> {
-        let ring = self.may_use_ring(&pending);
+        let on_task = self.starts_on_task(&pending);
         let (prog, proc_) = match &pending {
             Pending::Nfs { call, .. } | Pending::Mount { call, .. } => (call.prog, call.proc_),
             Pending::Write(call, _) => (call.prog, call.proc_),
@@ -459,7 +459,7 @@ impl Service for Server {
         let started = std::time::Instant::now();
         let stats = self.clone();
         let reply = match pending {
-            Pending::Write(call, write) if ring => {
+            Pending::Write(call, write) if on_task => {
                 nfs::data::write_call(self, conn, call, write).await
             }
             Pending::Nfs {
@@ -467,7 +467,7 @@ impl Service for Server {
                 call,
                 args,
                 read_buf,
-            } if ring => nfs::data::read_call(self, exports, conn, call, args, read_buf).await,
+            } if on_task => nfs::data::read_call(self, exports, conn, call, args, read_buf).await,
             Pending::Write(call, write) => Some(nfs::data::write(&self, &conn, &call, write)),
             Pending::Nfs {
                 exports,
@@ -534,12 +534,14 @@ impl Server {
         }
     }
 
-    /// Whether a call may run through the io_uring, starting as a task: a
-    /// READ of a direct-read export, an aligned direct WRITE. Decided
-    /// without a syscall; the rest runs on a blocking thread directly.
-    fn may_use_ring(&self, pending: &Pending) -> bool {
+    /// Whether a call starts as a task, which may finish it without a
+    /// blocking thread: a READ of a direct-read export (through the
+    /// io_uring), an aligned direct WRITE (the same) or a small UNSTABLE
+    /// one (into the page cache). Decided without a syscall;
+    /// the rest runs on a blocking thread directly.
+    fn starts_on_task(&self, pending: &Pending) -> bool {
         match pending {
-            Pending::Write(_, write) => write.may_use_ring(self),
+            Pending::Write(_, write) => write.starts_on_task(self),
             Pending::Nfs {
                 exports,
                 call,

@@ -18,6 +18,9 @@ use rustix::io::ReadWriteFlags;
 const RWF_DSYNC: u32 = 0x2;
 /// `RWF_SYNC`: this write is durable as if the file were opened `O_SYNC`.
 const RWF_SYNC: u32 = 0x4;
+/// `RWF_NOWAIT`: fail with `EAGAIN` instead of waiting (for a page to be
+/// read, a lock, dirty-page throttling, an allocation transaction).
+const RWF_NOWAIT: u32 = 0x8;
 /// `RWF_DONTCACHE` (Linux 6.14+): buffered I/O whose pages are dropped from
 /// the page cache once the I/O (and writeback) is done. Filesystems that do
 /// not support it fail the call with `EOPNOTSUPP`; so do older kernels, which
@@ -46,6 +49,11 @@ impl RwFlags {
     pub const SYNC: Self = Self(RWF_SYNC);
     /// `RWF_DONTCACHE`: drop the pages from the page cache after the I/O.
     pub const DONTCACHE: Self = Self(RWF_DONTCACHE);
+    /// `RWF_NOWAIT`: `EAGAIN` rather than block. Buffered writes take it
+    /// where the filesystem supports non-blocking buffered writes (XFS,
+    /// btrfs and ext4 on current kernels; `EOPNOTSUPP` or `EINVAL`
+    /// elsewhere); may write part of the buffer.
+    pub const NOWAIT: Self = Self(RWF_NOWAIT);
 
     /// The raw `RWF_*` bits.
     pub fn bits(self) -> u32 {

@@ -45,20 +45,22 @@ pub struct ReceivedWrite {
 }
 
 impl ReceivedWrite {
-    /// Whether this WRITE may be written through the ring
-    /// ([`write_call`]): an aligned direct write. Anything else goes
-    /// straight to a blocking thread, with no detour through a task.
-    pub fn may_use_ring(&self, server: &Server) -> bool {
-        match &self.target {
-            Ok((export_id, file, buf)) => {
-                server.io_ring.is_some()
-                    && self
-                        .exports
-                        .by_id(*export_id)
-                        .is_some_and(|x| x.data.ring_may_write(file.data(), buf))
-            }
-            Err(_) => false,
-        }
+    /// Whether this WRITE starts on the connection's task ([`write_call`]):
+    /// an aligned direct write the ring may take, or a small UNSTABLE
+    /// write the page cache may take without waiting
+    /// (`DataPlane::may_write_on_task`). Anything else goes straight to a
+    /// blocking thread, with no detour through a task.
+    pub fn starts_on_task(&self, server: &Server) -> bool {
+        let Ok((export_id, file, buf)) = &self.target else {
+            return false;
+        };
+        let Some(export) = self.exports.by_id(*export_id) else {
+            return false;
+        };
+        export
+            .data
+            .may_write_on_task(file.data(), buf.len(), stable(self.head.stable))
+            || server.io_ring.is_some() && export.data.ring_may_write(file.data(), buf)
     }
 }
 
@@ -243,10 +245,12 @@ fn write_error(file: &OpenFile, e: &DataError) -> NfsStat3 {
     from_data(e)
 }
 
-/// A WRITE on the connection's task (with io_uring): an aligned direct
-/// write of an open file whose range is free is submitted from here as the
+/// A WRITE on the connection's task: an aligned direct write of an open
+/// file whose range is free is submitted from here to the ring as the
 /// caller (a ring personality with the caller's credentials) and answered
-/// when it completes. Anything else runs on a blocking thread as before.
+/// when it completes; a small UNSTABLE overwrite of cached pages is
+/// written from here as the caller and answered at once.
+/// Anything else runs on a blocking thread as before.
 pub async fn write_call(
     server: Arc<Server>,
     conn: Arc<ConnInfo>,
@@ -292,7 +296,7 @@ async fn write_without_blocking(
         exports: exports.clone(),
         target: Ok((export_id, file, buf)),
     };
-    let (Some(ring), Some(export)) = (&server.io_ring, exports.by_id(export_id)) else {
+    let Some(export) = exports.by_id(export_id) else {
         return Err(back(file, buf));
     };
     let ctx = Ctx {
@@ -301,6 +305,11 @@ async fn write_without_blocking(
         conn,
         call,
     };
+    let on_task = export.data.may_write_on_task(file.data(), buf.len(), how);
+    let ring = server.io_ring.as_ref().filter(|_| !on_task);
+    if !on_task && ring.is_none() {
+        return Err(back(file, buf));
+    }
     // Short, non-blocking calls (a statx of an open file, maybe a
     // permission check), so made on this task's thread.
     let Ok(before) = export.fs.file_attr(&file) else {
@@ -309,6 +318,21 @@ async fn write_without_blocking(
     if !allowed_without_blocking(&ctx, export, &file, true, &before) {
         return Err(back(file, buf));
     }
+    let Some(ring) = ring else {
+        // A small overwrite of cached pages, made here as the caller (the
+        // thread's credentials switched and back, as a blocking thread
+        // would) if nothing would make it wait long.
+        let result =
+            match ctx.run_as_user(export, || export.data.write_on_task(file.data(), buf, how)) {
+                Ok(WriteAttempt::Blocking(buf)) => return Err(back(file, buf)),
+                Ok(WriteAttempt::Done(result)) => result.map_err(|e| write_error(&file, &e)),
+                Err(s) => Err(s),
+            };
+        return Ok(success(
+            call.xid,
+            &write_res(&ctx, export, &file, Some(before), result),
+        ));
+    };
     let Some(personality) = server.ring_personality(ring, &ctx.creds(export)) else {
         return Err(back(file, buf));
     };
