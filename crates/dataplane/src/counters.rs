@@ -60,6 +60,9 @@ pub struct Counters {
     /// Direct READs read through io_uring by the connection's own task,
     /// without a blocking thread.
     pub ring_reads: AtomicU64,
+    /// Small direct-mode READs served through the page cache because the
+    /// file's small READs cluster (`cluster.rs`).
+    pub clustered_reads: AtomicU64,
     /// Aligned direct WRITEs written through io_uring by the connection's
     /// own task.
     pub ring_writes: AtomicU64,
@@ -131,6 +134,7 @@ pub struct CounterSnapshot {
     pub readahead_bytes: u64,
     pub readahead_discards: u64,
     pub ring_reads: u64,
+    pub clustered_reads: u64,
     pub ring_writes: u64,
     pub task_writes: u64,
     pub task_write_handoffs: u64,
@@ -177,6 +181,7 @@ impl Counters {
             readahead_bytes: load(&self.readahead_bytes),
             readahead_discards: load(&self.readahead_discards),
             ring_reads: load(&self.ring_reads),
+            clustered_reads: load(&self.clustered_reads),
             ring_writes: load(&self.ring_writes),
             task_writes: load(&self.task_writes),
             task_write_handoffs: load(&self.task_write_handoffs),

@@ -9,6 +9,7 @@ use dionfs_integrity::FileSums;
 use dionfs_sys::io::{page_size, statx_dio, DioAlign};
 
 use crate::align::{round_down, round_up};
+use crate::cluster::Cluster;
 use crate::pool::{BUF_ALIGN, MAX_DIO_ALIGN};
 use crate::range_lock::{LockKind, RangeLocks};
 use crate::readahead::Readahead;
@@ -45,6 +46,8 @@ pub struct DataFile {
     pub(crate) size: SizeTracker,
     /// Sequential-read detection and prefetched data (direct reads only).
     pub(crate) readahead: Arc<Readahead>,
+    /// Small concurrent READs near each other (direct reads only).
+    pub(crate) cluster: Arc<Cluster>,
     label: Option<String>,
     /// The file's block checksums, on exports with `integrity = "crc32c"`
     /// (see `checksums.rs`).
@@ -113,6 +116,7 @@ impl DataFile {
             locks: RangeLocks::new(),
             size: SizeTracker::default(),
             readahead: Arc::default(),
+            cluster: Arc::default(),
             label: None,
             integrity: None,
         })

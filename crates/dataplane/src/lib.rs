@@ -38,6 +38,7 @@
 
 pub mod align;
 mod checksums;
+mod cluster;
 mod config;
 mod counters;
 mod error;

@@ -13,6 +13,7 @@ use dionfs_sys::io::{fadvise_dontneed, preadv2, pwritev2, RwFlags};
 use parking_lot::Mutex;
 
 use crate::align::MAX_FILE_OFFSET;
+use crate::cluster::{Cluster, Route, Slot};
 use crate::config::SMALL_IO;
 use crate::counters::{CounterSnapshot, Counters};
 use crate::file::{DataFile, DirectIo};
@@ -59,6 +60,11 @@ pub struct DataPlane {
     readahead_cap: usize,
     /// Files this plane prefetched for, swept by `expire_readahead`.
     readahead_files: Mutex<Vec<Weak<Readahead>>>,
+    /// Files whose small READs cluster now (at most
+    /// [`crate::cluster::MAX_CLUSTERS`]), and the files that were, swept
+    /// by `expire_readahead` too.
+    cluster_count: Arc<AtomicUsize>,
+    cluster_files: Mutex<Vec<Weak<Cluster>>>,
     /// Misaligned direct-mode writes up to this many bytes go through the
     /// page cache whole ([`crate::write::WHOLE_BUFFERED_MAX`] unless set
     /// with [`DataPlane::with_whole_buffered_max`]).
@@ -125,6 +131,8 @@ impl DataPlane {
             readahead_held: Arc::default(),
             readahead_cap,
             readahead_files: Mutex::default(),
+            cluster_count: Arc::default(),
+            cluster_files: Mutex::default(),
             whole_buffered_max: crate::write::WHOLE_BUFFERED_MAX,
         })
     }
@@ -202,6 +210,14 @@ impl DataPlane {
         for file in files {
             file.expire(now);
         }
+        let clusters: Vec<Arc<Cluster>> = {
+            let mut files = self.cluster_files.lock();
+            files.retain(|f| f.strong_count() > 0);
+            files.iter().filter_map(Weak::upgrade).collect()
+        };
+        for cluster in clusters {
+            cluster.expire(now);
+        }
     }
 
     /// Whether every buffer of both pools is back (no call, prefetch or
@@ -233,6 +249,29 @@ impl DataPlane {
                 .lock()
                 .push(Arc::downgrade(&file.readahead));
         }
+    }
+
+    /// Notes a small direct READ of `range` of `file` (`concurrent`: other
+    /// READs of it in flight) with the file's cluster state: whether to read
+    /// it through the page cache, and what to drop (`cluster.rs`).
+    pub(crate) fn route_small_read(
+        &self,
+        file: &DataFile,
+        range: Range<u64>,
+        concurrent: bool,
+    ) -> Route {
+        let route = file.cluster.note(range, concurrent, || {
+            let slot = Slot::take(&self.cluster_count)?;
+            let fd = file.buffered_fd().try_clone_to_owned().ok()?;
+            Some((slot, fd))
+        });
+        if route.started {
+            tracing::debug!(file = %file.label(), "small READs cluster: served through the page cache");
+            let mut files = self.cluster_files.lock();
+            files.retain(|f| f.strong_count() > 0);
+            files.push(Arc::downgrade(&file.cluster));
+        }
+        route
     }
 
     /// The live counters.

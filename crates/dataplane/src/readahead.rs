@@ -286,6 +286,11 @@ impl Drop for Reading<'_> {
 }
 
 impl Reading<'_> {
+    /// Whether another READ of the file was in flight when this one began.
+    pub(crate) fn concurrent(&self) -> bool {
+        self.concurrent
+    }
+
     /// Whether the file has prefetched chunks (ready, running or queued):
     /// a READ that must not wait for one takes the blocking path then.
     pub(crate) fn has_chunks(&self) -> bool {

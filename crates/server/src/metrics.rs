@@ -79,7 +79,7 @@ pub fn render(server: &Server, locks: Option<&LockService>) -> String {
         "counter",
         &mut bytes.into_iter(),
     );
-    let simple: [(&str, &str, Field); 22] = [
+    let simple: [(&str, &str, Field); 23] = [
         (
             "expanded_reads_total",
             "Direct READs widened to the read alignment.",
@@ -135,6 +135,11 @@ pub fn render(server: &Server, locks: Option<&LockService>) -> String {
             "ring_reads_total",
             "Direct READs read through io_uring, without a blocking thread.",
             |s| s.ring_reads,
+        ),
+        (
+            "clustered_reads_total",
+            "Small direct-mode READs served through the page cache because the file's small READs cluster (drop-behind).",
+            |s| s.clustered_reads,
         ),
         (
             "ring_writes_total",
