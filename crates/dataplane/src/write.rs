@@ -226,12 +226,16 @@ impl DataPlane {
     /// bytes of `file` at all (no syscall): a small UNSTABLE write (at
     /// most [`crate::SMALL_IO`], a copy of a few microseconds) that
     /// goes through the page cache (buffered mode, or direct mode's small
-    /// writes, `write_small_buffered`), without integrity.
+    /// writes, `write_small_buffered`), without integrity, to a file with
+    /// no range locked right now.
     pub fn may_write_on_task(&self, file: &DataFile, len: usize, stable: Stable) -> bool {
+        // Other I/O of ours on the file (IOR's writers, side by side):
+        // it would be handed off anyway, after a detour.
         if len == 0
             || stable != Stable::Unstable
             || file.integrity().is_some()
             || self.nowait_refused.load(Ordering::Relaxed)
+            || !file.locks.is_empty()
         {
             return false;
         }
