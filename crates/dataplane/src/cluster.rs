@@ -25,8 +25,8 @@
 //! leaves behind: pages more than [`BEHIND`] below the furthest READ are
 //! dropped (`POSIX_FADV_DONTNEED`) as the front moves on, and everything
 //! it read when it ends (READs far away, or no READ for [`IDLE`]:
-//! [`crate::DataPlane::expire_readahead`] sweeps). At most
-//! [`MAX_CLUSTERS`] files of an export are clusters at once.
+//! [`crate::DataPlane::expire_readahead`] sweeps; or the file is closed).
+//! At most [`MAX_CLUSTERS`] files of an export are clusters at once.
 
 use std::ops::Range;
 use std::os::fd::{BorrowedFd, OwnedFd};
@@ -217,6 +217,17 @@ impl Cluster {
             drop(st);
             let range = a.cached_range(front);
             drop_pages(a.fd_ref(), range);
+        }
+    }
+}
+
+impl Drop for Cluster {
+    /// The file is closed (the open-file cache let it go) while a cluster:
+    /// the sweep can no longer reach it, so its pages are dropped here.
+    fn drop(&mut self) {
+        let st = self.state.get_mut();
+        if let Some(a) = st.active.take() {
+            drop_pages(a.fd_ref(), a.cached_range(st.front));
         }
     }
 }

@@ -138,6 +138,19 @@ fn run_fs(kind: &'static str) {
         t.join().unwrap();
     }
     let after = plane.counters().snapshot();
+    // A file closed while its small READs cluster (the open-file cache let
+    // it go) drops the cluster's pages then: no sweep reaches it later.
+    read_back(&model);
+    assert!(
+        cached() > 4 << 20,
+        "{kind}: the cluster's pages before the close"
+    );
+    drop(file);
+    assert!(
+        cached() < 4 << 20,
+        "{kind}: {} bytes left cached after the close",
+        cached()
+    );
     // The file is small next to REACH, so random READs land near each
     // other: they may cluster, but only after a streak; a file far larger
     // than REACH never does (unit tests in cluster.rs).
