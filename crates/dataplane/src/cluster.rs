@@ -29,14 +29,13 @@
 //! At most [`MAX_CLUSTERS`] files of an export are clusters at once.
 
 use std::ops::Range;
-use std::os::fd::{BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
 use crate::align::{round_down, round_up};
+use crate::readahead::Held;
 
 /// How near the furthest READ a small READ must start to count.
 pub(crate) const REACH: u64 = 32 << 20;
@@ -94,29 +93,8 @@ struct Active {
     last_read: Instant,
     /// A descriptor of the file, for the sweep that ends an idle cluster.
     fd: OwnedFd,
-    /// The export's count of clusters, one of which is this.
-    _slot: Slot,
-}
-
-/// One of an export's [`MAX_CLUSTERS`]; given back on drop.
-#[derive(Debug)]
-pub(crate) struct Slot(Arc<AtomicUsize>);
-
-impl Slot {
-    pub(crate) fn take(count: &Arc<AtomicUsize>) -> Option<Slot> {
-        count
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < MAX_CLUSTERS).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| Slot(count.clone()))
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
+    /// One of the export's [`MAX_CLUSTERS`], given back on drop.
+    _slot: Held,
 }
 
 /// What a small READ should do, from [`Cluster::note`].
@@ -145,7 +123,7 @@ impl Cluster {
         &self,
         range: Range<u64>,
         concurrent: bool,
-        slot: impl FnOnce() -> Option<(Slot, OwnedFd)>,
+        slot: impl FnOnce() -> Option<(Held, OwnedFd)>,
     ) -> Route {
         let mut st = self.state.lock();
         let near = range.start.abs_diff(st.front) <= REACH;
@@ -240,7 +218,6 @@ impl Active {
     }
 
     fn fd_ref(&self) -> BorrowedFd<'_> {
-        use std::os::fd::AsFd;
         self.fd.as_fd()
     }
 }
@@ -259,6 +236,8 @@ pub(crate) fn drop_pages(fd: BorrowedFd<'_>, range: Range<u64>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
 
     fn fd() -> OwnedFd {
         tempfile::tempfile().unwrap().into()
@@ -274,7 +253,9 @@ mod tests {
         for i in 0..4000u64 {
             // Eight readers, each a record apart, as IOR reads.
             let at = (i * 8 + (i * 3) % 8) * rec / 8;
-            let r = c.note(at..at + rec, true, || Some((Slot::take(&count)?, fd())));
+            let r = c.note(at..at + rec, true, || {
+                Some((Held::take(&count, MAX_CLUSTERS)?, fd()))
+            });
             started += u32::from(r.started);
             if i < u64::from(MIN_STREAK) - 1 {
                 assert!(!r.cached, "read {i} before the streak");
@@ -321,7 +302,9 @@ mod tests {
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
             let at = ((x >> 33) % (4 << 30)) & !4095;
-            let r = c.note(at..at + 4096, true, || Some((Slot(Arc::default()), fd())));
+            let r = c.note(at..at + 4096, true, || {
+                Some((Held::take(&Arc::default(), 1)?, fd()))
+            });
             assert!(!r.cached && !r.started);
         }
         // Near each other but one at a time: the readahead's, not ours.
@@ -338,7 +321,7 @@ mod tests {
         for c in &files {
             for i in 0..u64::from(MIN_STREAK) {
                 c.note(i * 4096..(i + 1) * 4096, true, || {
-                    Some((Slot::take(&count)?, fd()))
+                    Some((Held::take(&count, MAX_CLUSTERS)?, fd()))
                 });
             }
         }

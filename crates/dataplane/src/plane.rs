@@ -13,7 +13,7 @@ use dionfs_sys::io::{fadvise_dontneed, preadv2, pwritev2, RwFlags};
 use parking_lot::Mutex;
 
 use crate::align::MAX_FILE_OFFSET;
-use crate::cluster::{Cluster, Route, Slot};
+use crate::cluster::{drop_pages, Cluster, MAX_CLUSTERS};
 use crate::config::SMALL_IO;
 use crate::counters::{CounterSnapshot, Counters};
 use crate::file::{DataFile, DirectIo};
@@ -202,20 +202,10 @@ impl DataPlane {
     /// reader that goes away leaves no buffers behind.
     pub fn expire_readahead(&self) {
         let now = Instant::now();
-        let files: Vec<Arc<Readahead>> = {
-            let mut files = self.readahead_files.lock();
-            files.retain(|f| f.strong_count() > 0);
-            files.iter().filter_map(Weak::upgrade).collect()
-        };
-        for file in files {
+        for file in live(&self.readahead_files) {
             file.expire(now);
         }
-        let clusters: Vec<Arc<Cluster>> = {
-            let mut files = self.cluster_files.lock();
-            files.retain(|f| f.strong_count() > 0);
-            files.iter().filter_map(Weak::upgrade).collect()
-        };
-        for cluster in clusters {
+        for cluster in live(&self.cluster_files) {
             cluster.expire(now);
         }
     }
@@ -252,16 +242,17 @@ impl DataPlane {
     }
 
     /// Notes a small direct READ of `range` of `file` (`concurrent`: other
-    /// READs of it in flight) with the file's cluster state: whether to read
-    /// it through the page cache, and what to drop (`cluster.rs`).
+    /// READs of it in flight) with the file's cluster state, drops the
+    /// pages the cluster left behind, and says whether to read it through
+    /// the page cache (`cluster.rs`).
     pub(crate) fn route_small_read(
         &self,
         file: &DataFile,
         range: Range<u64>,
         concurrent: bool,
-    ) -> Route {
+    ) -> bool {
         let route = file.cluster.note(range, concurrent, || {
-            let slot = Slot::take(&self.cluster_count)?;
+            let slot = Held::take(&self.cluster_count, MAX_CLUSTERS)?;
             let fd = file.buffered_fd().try_clone_to_owned().ok()?;
             Some((slot, fd))
         });
@@ -271,7 +262,10 @@ impl DataPlane {
             files.retain(|f| f.strong_count() > 0);
             files.push(Arc::downgrade(&file.cluster));
         }
-        route
+        if let Some(behind) = route.drop {
+            drop_pages(file.buffered_fd(), behind);
+        }
+        route.cached
     }
 
     /// The live counters.
@@ -559,6 +553,13 @@ impl DataPlane {
             align,
         }
     }
+}
+
+/// The entries of a sweep list still alive; the dead ones are removed.
+fn live<T>(list: &Mutex<Vec<Weak<T>>>) -> Vec<Arc<T>> {
+    let mut list = list.lock();
+    list.retain(|f| f.strong_count() > 0);
+    list.iter().filter_map(Weak::upgrade).collect()
 }
 
 #[cfg(test)]

@@ -10,7 +10,6 @@ use dionfs_sys::io::{preadv2, RwFlags};
 use dionfs_sys::uring::Uring;
 
 use crate::align::{expand_to_alignment, read_reply, round_down, MAX_FILE_OFFSET};
-use crate::cluster::drop_pages;
 use crate::counters::Counters;
 use crate::file::{DataFile, DirectIo};
 use crate::plane::IoPath;
@@ -171,15 +170,10 @@ impl DataPlane {
         if reading.has_chunks() || file.cluster.is_active() {
             return ReadAttempt::Blocking(buf);
         }
-        if is_small(count) {
-            let range = offset..offset + count as u64;
-            let route = self.route_small_read(file, range, reading.concurrent());
-            if let Some(range) = route.drop {
-                drop_pages(file.buffered_fd(), range);
-            }
-            if route.cached {
-                return ReadAttempt::Blocking(buf);
-            }
+        if is_small(count)
+            && self.route_small_read(file, offset..offset + count as u64, reading.concurrent())
+        {
+            return ReadAttempt::Blocking(buf);
         }
         let align = direct.read_align;
         let io = expand_to_alignment(offset, count as u64, align);
@@ -241,29 +235,20 @@ impl DataPlane {
         count: usize,
     ) -> Result<ReadData, DataError> {
         let reading = file.readahead.begin_read();
-        if is_small(count) {
-            let range = offset..offset + count as u64;
-            let route = self.route_small_read(file, range, reading.concurrent());
-            if route.cached {
-                let read = self.with_rebuild(file, || {
-                    self.read_cached(file, Mode::Buffered, &mut buf, offset, count)
-                });
-                if let Some(range) = route.drop {
-                    drop_pages(file.buffered_fd(), range);
-                }
-                let ((range, eof), mode) = read?;
-                self.counters.count_read(mode, range.len());
-                Counters::bump(&self.counters.clustered_reads);
-                return Ok(ReadData {
-                    buf,
-                    range,
-                    eof,
-                    prefetch: Vec::new(),
-                });
-            }
-            if let Some(range) = route.drop {
-                drop_pages(file.buffered_fd(), range);
-            }
+        if is_small(count)
+            && self.route_small_read(file, offset..offset + count as u64, reading.concurrent())
+        {
+            let ((range, eof), mode) = self.with_rebuild(file, || {
+                self.read_cached(file, Mode::Buffered, &mut buf, offset, count)
+            })?;
+            self.counters.count_read(mode, range.len());
+            Counters::bump(&self.counters.clustered_reads);
+            return Ok(ReadData {
+                buf,
+                range,
+                eof,
+                prefetch: Vec::new(),
+            });
         }
         let served = reading.serve(offset, count, &mut buf, &self.counters);
         let hit = served.is_some();

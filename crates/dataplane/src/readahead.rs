@@ -146,8 +146,8 @@ impl Drop for Prefetched {
     }
 }
 
-/// One buffer counted against an export's readahead bound; released on
-/// drop.
+/// One unit counted against a bound (a buffer of an export's readahead,
+/// one of its clusters, `cluster.rs`); released on drop.
 #[derive(Debug)]
 pub(crate) struct Held(Arc<AtomicUsize>);
 
