@@ -11,7 +11,9 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use dionfs_dataplane::Mode;
-use dionfs_server::export::config::{canonical_export_dir, check_max_transfer, check_timeout};
+use dionfs_server::export::config::{
+    canonical_export_dir, check_idle_spin, check_max_transfer, check_timeout,
+};
 use dionfs_server::export::{
     Access, ClientMatch, Config, Durability, ExportConfig, Integrity, ServerSettings, Squash,
 };
@@ -249,6 +251,13 @@ fn parse_idle_timeout(s: &str) -> Result<std::time::Duration, String> {
     parse_secs("--idle-timeout", s)
 }
 
+fn parse_idle_spin(s: &str) -> Result<std::time::Duration, String> {
+    let v: u64 = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of microseconds"))?;
+    check_idle_spin(v).map_err(|e| e.replace("idle_spin_us", "--idle-spin-us"))
+}
+
 fn parse_grace(s: &str) -> Result<std::time::Duration, String> {
     let v: f64 = s
         .parse()
@@ -309,6 +318,12 @@ struct SettingsFlags {
     /// --config, overrides `idle_timeout`).
     #[arg(long, value_name = "SECS", value_parser = parse_idle_timeout)]
     idle_timeout: Option<std::time::Duration>,
+    /// While no call is in flight, a connection that answered all its calls
+    /// looks for its next one for up to N microseconds before sleeping
+    /// (default 100, 0 never, at most 10000; with --config, overrides
+    /// `idle_spin_us`).
+    #[arg(long, value_name = "N", value_parser = parse_idle_spin)]
+    idle_spin_us: Option<std::time::Duration>,
     /// Connections open at once; more are closed at once (default 4096;
     /// with --config, overrides `max_connections`).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
@@ -332,6 +347,9 @@ impl SettingsFlags {
         }
         if let Some(t) = self.idle_timeout {
             settings.idle_timeout = t;
+        }
+        if let Some(t) = self.idle_spin_us {
+            settings.idle_spin = t;
         }
         if let Some(n) = self.max_connections {
             settings.max_connections = n as usize;

@@ -179,6 +179,7 @@ async fn serve(
         stall_timeout: settings.stall_timeout,
         reply_timeout: settings.reply_timeout,
         idle_timeout: settings.idle_timeout,
+        idle_spin: settings.idle_spin,
         max_connections: settings.max_connections,
         // One count of connections (and one cap) for every listener.
         counters: server.net.clone(),
@@ -258,6 +259,7 @@ async fn serve(
         stall_timeout_s = limits.stall_timeout.as_secs_f64(),
         reply_timeout_s = limits.reply_timeout.as_secs_f64(),
         idle_timeout_s = limits.idle_timeout.as_secs_f64(),
+        idle_spin_us = limits.idle_spin.as_micros() as u64,
         "connection limits"
     );
     if let Some(path) = ports_file {

@@ -291,6 +291,18 @@ pub fn render(server: &Server, locks: Option<&LockService>) -> String {
         "counter",
         &mut std::iter::once((String::new(), net.batched_replies)),
     );
+    metric(
+        "idle_spins_total",
+        "Times a connection that had answered all its calls, on a server with no call in flight, looked for its next call before sleeping (idle_spin).",
+        "counter",
+        &mut std::iter::once((String::new(), net.idle_spins)),
+    );
+    metric(
+        "idle_spin_catches_total",
+        "Calls found by those looks (idle_spins_total): each a sleep and a wake-up of the server's thread saved.",
+        "counter",
+        &mut std::iter::once((String::new(), net.spin_catches)),
+    );
     if let Some(locks) = locks {
         let c = &locks.counters;
         let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);

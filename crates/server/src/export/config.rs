@@ -68,6 +68,9 @@ pub struct ServerSettings {
     pub reply_timeout: Duration,
     /// A connection without calls for this long is closed.
     pub idle_timeout: Duration,
+    /// How long a connection that answered all its calls looks for its
+    /// next one before sleeping, while the server is idle (0: never).
+    pub idle_spin: Duration,
     /// Open files kept in the open-file cache.
     pub open_files: usize,
     /// Serve Prometheus metrics over HTTP on this address, if set.
@@ -110,6 +113,7 @@ impl Default for ServerSettings {
             reply_timeout: Duration::from_secs(30),
             // As knfsd, which closes idle connections after 6 minutes.
             idle_timeout: Duration::from_secs(360),
+            idle_spin: Duration::from_micros(DEFAULT_IDLE_SPIN_US),
             open_files: 1024,
             metrics_listen: None,
             io_uring: true,
@@ -324,6 +328,8 @@ struct RawServer {
     stall_timeout: Option<Spanned<f64>>,
     reply_timeout: Option<Spanned<f64>>,
     idle_timeout: Option<Spanned<f64>>,
+    /// Microseconds.
+    idle_spin_us: Option<Spanned<u64>>,
     open_files: Option<Spanned<usize>>,
     metrics_listen: Option<Spanned<String>>,
     io_uring: Option<bool>,
@@ -483,6 +489,10 @@ impl Config {
                         check_timeout(name, *v.get_ref()).map_err(|r| err(Some(v.span()), r))?;
                 }
             }
+            if let Some(v) = s.idle_spin_us {
+                server.idle_spin =
+                    check_idle_spin(*v.get_ref()).map_err(|r| err(Some(v.span()), r))?;
+            }
             if let Some(m) = s.metrics_listen {
                 server.metrics_listen = Some(m.get_ref().parse().map_err(|_| {
                     err(
@@ -590,6 +600,24 @@ pub fn check_timeout(name: &str, secs: f64) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// Default of `idle_spin_us`: about what a client on another CPU takes from
+/// reading a reply to sending its next call here (`net/spin.rs`).
+pub const DEFAULT_IDLE_SPIN_US: u64 = 100;
+
+/// Longest `idle_spin_us`: past this a spin costs more CPU than the
+/// wake-up it saves.
+pub const MAX_IDLE_SPIN_US: u64 = 10_000;
+
+/// Checks `idle_spin_us`: 0 (off) up to [`MAX_IDLE_SPIN_US`].
+pub fn check_idle_spin(us: u64) -> Result<Duration, String> {
+    if us > MAX_IDLE_SPIN_US {
+        return Err(format!(
+            "idle_spin_us: {us} must be between 0 (off) and {MAX_IDLE_SPIN_US} microseconds"
+        ));
+    }
+    Ok(Duration::from_micros(us))
+}
+
 /// Resolves an export path: absolute, existing, a directory; symlinks in it
 /// are resolved once here so clients mount the real path.
 pub fn canonical_export_dir(path: &str) -> Result<PathBuf, String> {
@@ -676,6 +704,7 @@ pid_file = "/run/dionfs-test.pid"
 stall_timeout = 0.5
 reply_timeout = 7
 idle_timeout = 60
+idle_spin_us = 0
 
 [[export]]
 path = "/tmp"
@@ -693,6 +722,7 @@ path = "/tmp"
         assert_eq!(s.stall_timeout, Duration::from_millis(500));
         assert_eq!(s.reply_timeout, Duration::from_secs(7));
         assert_eq!(s.idle_timeout, Duration::from_secs(60));
+        assert_eq!(s.idle_spin, Duration::ZERO);
 
         let d = ServerSettings::default();
         assert_eq!((d.read_buffers(), d.write_buffers()), (32, 32));
@@ -708,6 +738,9 @@ path = "/tmp"
         let e = parse("[server]\nstall_timeout = 0\n[[export]]\npath = \"/tmp\"\n").unwrap_err();
         assert_eq!(e.line, 2, "{e}");
         assert!(e.reason.contains("stall_timeout"), "{e}");
+        let e = parse("[server]\nidle_spin_us = 20000\n[[export]]\npath = \"/tmp\"\n").unwrap_err();
+        assert!(e.reason.contains("idle_spin_us"), "{e}");
+        assert_eq!(d.idle_spin, Duration::from_micros(100));
         let e = parse("[server]\nmax_connections = 0\n[[export]]\npath = \"/tmp\"\n").unwrap_err();
         assert_eq!(e.line, 2, "{e}");
     }

@@ -25,8 +25,10 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
 use std::io::{self, IoSlice};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::task::Poll;
 use std::time::Duration;
 
 use dionfs_rpc::record::MAX_FRAGMENT_LEN;
@@ -41,6 +43,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{debug, info, warn};
 
 use super::counters::NetCounters;
+use super::spin::CallInFlight;
 use super::stream::{CallReader, ReadProgress, Waiting};
 use super::{ConnInfo, ConnLimits, Received, Reply, Service};
 
@@ -135,6 +138,8 @@ pub(super) struct CallPermits {
     _share: Option<OwnedSemaphorePermit>,
     /// Room in the socket's send buffer reserved for the reply.
     room: Option<Room>,
+    /// The call counted among the server's calls in flight.
+    _call: Option<CallInFlight>,
 }
 
 /// Send-buffer room reserved for one reply (see [`Shared::reserve_room`]),
@@ -801,7 +806,7 @@ async fn read_calls<S: Service>(
         // A peer that does not read its replies gets no new calls read.
         l.shared.wait_for_backlog(backlog_limit(l.limits)).await;
         reader.get_ref().between_records();
-        match reader.next_record().await {
+        match next_record(l, reader).await {
             Ok(true) => {}
             Ok(false) => return ConnEnd::PeerClosed,
             Err(e) => return record_error_end(e, l.conn),
@@ -810,6 +815,7 @@ async fn read_calls<S: Service>(
             _in_flight: Some(permit),
             _share: None,
             room: None,
+            _call: Some(l.limits.activity.call()),
         };
         match read_call(l, reader, calls, &mut permits).await {
             Ok(Outcome::Run(mut pending)) => {
@@ -828,6 +834,53 @@ async fn read_calls<S: Service>(
             Err(end) => return end,
         }
     }
+}
+
+/// Opens the next record; first, once this connection has answered all
+/// its calls, spins for it while the server is idle (see `spin.rs`).
+async fn next_record<S>(
+    l: &Loop<'_, S>,
+    reader: &mut RecordReader<CallReader>,
+) -> Result<bool, RecordError> {
+    if l.limits.idle_spin.is_zero() {
+        return reader.next_record().await;
+    }
+    let record = reader.next_record();
+    tokio::pin!(record);
+    if let Poll::Ready(opened) = poll_once(record.as_mut()).await {
+        return opened;
+    }
+    // Until the calls in flight are answered (every permit but the one the
+    // loop holds for the next call is back), the next call may come any
+    // time: wait for it without spinning.
+    let others = (l.max_in_flight - 1) as u32;
+    tokio::select! {
+        biased;
+        opened = record.as_mut() => return opened,
+        _answered = l.in_flight.acquire_many(others) => {}
+    }
+    if let Some(_spinning) = l.limits.activity.try_spin() {
+        NetCounters::bump(&l.limits.counters.idle_spins);
+        let until = std::time::Instant::now() + l.limits.idle_spin;
+        loop {
+            // Lets other tasks run and the runtime poll its sockets
+            // (without blocking) before the next look.
+            tokio::task::yield_now().await;
+            if let Poll::Ready(opened) = poll_once(record.as_mut()).await {
+                NetCounters::bump(&l.limits.counters.spin_catches);
+                return opened;
+            }
+            if l.limits.activity.busy() || std::time::Instant::now() >= until {
+                break;
+            }
+        }
+    }
+    record.await
+}
+
+/// Polls `f` once.
+async fn poll_once<F: Future>(mut f: Pin<&mut F>) -> Poll<F::Output> {
+    std::future::poll_fn(|cx| Poll::Ready(f.as_mut().poll(cx))).await
 }
 
 /// Starts a received call: on a blocking thread if it blocks, else as a

@@ -1,6 +1,6 @@
 //! What the connection layer counts for operators: connections open and
 //! refused, connections dropped and why, calls held back by the
-//! per-connection buffer share.
+//! per-connection buffer share, spins of an idle server.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -16,6 +16,8 @@ pub struct NetCounters {
     pub(super) idle: AtomicU64,
     pub(super) share_delays: AtomicU64,
     pub(super) batched_replies: AtomicU64,
+    pub(super) idle_spins: AtomicU64,
+    pub(super) spin_catches: AtomicU64,
 }
 
 /// A copy of [`NetCounters`].
@@ -36,6 +38,11 @@ pub struct NetSnapshot {
     pub share_delays: u64,
     /// Replies written together with others in one `writev`.
     pub batched_replies: u64,
+    /// Times an idle server's connection looked for its next call before
+    /// sleeping (`idle_spin`).
+    pub idle_spins: u64,
+    /// Calls those looks found, each a sleep and wake-up saved.
+    pub spin_catches: u64,
 }
 
 impl NetCounters {
@@ -50,6 +57,8 @@ impl NetCounters {
             idle: get(&self.idle),
             share_delays: get(&self.share_delays),
             batched_replies: get(&self.batched_replies),
+            idle_spins: get(&self.idle_spins),
+            spin_catches: get(&self.spin_catches),
         }
     }
 

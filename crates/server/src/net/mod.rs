@@ -28,6 +28,7 @@
 mod connection;
 mod counters;
 mod listener;
+mod spin;
 mod stream;
 #[cfg(test)]
 mod tests;
@@ -46,6 +47,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 pub use connection::{serve_connection, ConnEnd};
 pub use counters::{NetCounters, NetSnapshot};
 pub use listener::{next_conn_id, serve};
+pub use spin::Activity;
 pub use stream::{CallReader, CallStream};
 
 /// An RPC program (or a dispatcher over several) as seen by the connection
@@ -360,9 +362,16 @@ pub struct ConnLimits {
     /// Connections open at once across every listener sharing `counters`;
     /// more are accepted and closed at once.
     pub max_connections: usize,
+    /// How long a connection that has answered all its calls looks for
+    /// its next one before sleeping, while no call is in flight anywhere
+    /// (see `spin.rs`); zero never.
+    pub idle_spin: Duration,
     /// Counters of the connections served with these limits (shared by
     /// clones: one set for all listeners of a server).
     pub counters: Arc<NetCounters>,
+    /// Calls in flight on every connection served with these limits, and
+    /// the one spinning (shared by clones, like `counters`).
+    pub activity: Arc<Activity>,
 }
 
 impl Default for ConnLimits {
@@ -378,7 +387,9 @@ impl Default for ConnLimits {
             // As knfsd (svc_age_temp_xprts: 6 minutes).
             idle_timeout: Duration::from_secs(360),
             max_connections: 4096,
+            idle_spin: Duration::from_micros(100),
             counters: Arc::default(),
+            activity: Arc::default(),
         }
     }
 }

@@ -910,3 +910,60 @@ async fn payload_already_in_the_read_buffer_is_not_waited_for() {
     let reply = tokio::time::timeout(Duration::from_secs(5), c.echo_reply()).await;
     assert_eq!(reply.expect("answered without waiting"), (1, data));
 }
+
+/// Calls `n` echoes one at a time, `gap` apart, checking each reply.
+async fn one_at_a_time(c: &mut Client, first_xid: u32, n: u32, gap: Duration) {
+    for xid in first_xid..first_xid + n {
+        let data = format!("call {xid}");
+        c.send(&framed(&echo_call(xid, data.as_bytes()))).await;
+        assert_eq!(c.echo_reply().await, (xid, data.into_bytes()));
+        tokio::time::sleep(gap).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_server_spins_for_the_next_call_and_a_busy_one_does_not() {
+    // A spin far longer than the gaps between calls, so that every call
+    // after the first is caught by one, however slow this machine is.
+    let limits = ConnLimits {
+        idle_spin: Duration::from_secs(2),
+        ..ConnLimits::default()
+    };
+    let counters = limits.counters.clone();
+    let server = start(limits).await;
+    let mut a = Client::connect(server.addr).await;
+    one_at_a_time(&mut a, 1, 20, Duration::from_millis(1)).await;
+    let idle = counters.snapshot();
+    assert!(idle.spin_catches >= 19, "{idle:?}");
+    assert!(idle.idle_spins >= idle.spin_catches, "{idle:?}");
+
+    // A call in flight on another connection: no connection spins (the
+    // CPU may be needed), and the replies still come.
+    let mut b = Client::connect(server.addr).await;
+    b.send(&framed(&slow_echo_call(100, 1500, b"slow"))).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = counters.snapshot();
+    one_at_a_time(&mut a, 21, 10, Duration::from_millis(1)).await;
+    let busy = counters.snapshot();
+    assert_eq!(busy.idle_spins, before.idle_spins, "{before:?} {busy:?}");
+    assert_eq!(busy.spin_catches, before.spin_catches);
+    assert_eq!(b.echo_reply().await, (100, b"slow".to_vec()));
+
+    // Idle again: spins again.
+    one_at_a_time(&mut a, 31, 5, Duration::from_millis(1)).await;
+    assert!(counters.snapshot().spin_catches >= busy.spin_catches + 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_spin_zero_never_spins() {
+    let limits = ConnLimits {
+        idle_spin: Duration::ZERO,
+        ..ConnLimits::default()
+    };
+    let counters = limits.counters.clone();
+    let server = start(limits).await;
+    let mut a = Client::connect(server.addr).await;
+    one_at_a_time(&mut a, 1, 10, Duration::ZERO).await;
+    let s = counters.snapshot();
+    assert_eq!((s.idle_spins, s.spin_catches), (0, 0), "{s:?}");
+}

@@ -1,0 +1,96 @@
+//! Spinning before sleeping, while the server is idle.
+//!
+//! A client with one call at a time (a small overwrite, `stat` after
+//! `stat`) sends its next call a few microseconds after it reads our reply.
+//! If the server's thread has gone to sleep in `epoll_wait` meanwhile, that
+//! call has to wake it: on a virtual machine whose idle vCPUs halt
+//! (`haltpoll` with `guest_halt_poll_ns = 0`, as here), an inter-processor
+//! interrupt and a halt exit, tens of microseconds, more than the call
+//! itself costs. So when a connection has answered all its calls and no
+//! call is in flight anywhere on the server, its reading loop keeps
+//! looking at its socket for up to `idle_spin` (a yield to the runtime
+//! between looks, which polls the I/O driver without blocking) before it
+//! sleeps.
+//!
+//! Bounds, so that spinning never takes a CPU from work: one connection
+//! spins at a time, server-wide; a spin stops as soon as a call is in
+//! flight on any connection (work for that CPU) and after `idle_spin`
+//! (so an idle server sleeps); a connection with calls of its own in flight
+//! does not spin (its next call comes after their replies).
+//! `idle_spin = 0` turns it off.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// Calls in flight on the whole server and whether a connection spins:
+/// shared by every connection of a server (through
+/// [`super::ConnLimits::activity`]).
+#[derive(Debug, Default)]
+pub struct Activity {
+    /// Calls read and not yet answered (reply written or dropped).
+    calls: AtomicUsize,
+    /// A connection's reading loop is spinning.
+    spinning: AtomicBool,
+}
+
+/// One call in flight, counted in [`Activity`] until dropped.
+pub(super) struct CallInFlight(Arc<Activity>);
+
+impl Drop for CallInFlight {
+    fn drop(&mut self) {
+        self.0.calls.fetch_sub(1, Ordering::Release);
+    }
+}
+
+/// The one spin allowed at a time; ended when dropped.
+pub(super) struct Spinning<'a>(&'a Activity);
+
+impl Drop for Spinning<'_> {
+    fn drop(&mut self) {
+        self.0.spinning.store(false, Ordering::Release);
+    }
+}
+
+impl Activity {
+    /// Counts a call that was just read, until the returned guard drops.
+    pub(super) fn call(self: &Arc<Self>) -> CallInFlight {
+        self.calls.fetch_add(1, Ordering::Acquire);
+        CallInFlight(self.clone())
+    }
+
+    /// Whether any call is in flight on the server.
+    pub(super) fn busy(&self) -> bool {
+        self.calls.load(Ordering::Acquire) > 0
+    }
+
+    /// The right to spin, if the server is idle and no other connection
+    /// spins.
+    pub(super) fn try_spin(&self) -> Option<Spinning<'_>> {
+        if self.busy() {
+            return None;
+        }
+        self.spinning
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| Spinning(self))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_spinner_and_only_while_no_call_is_in_flight() {
+        let a = Arc::new(Activity::default());
+        let first = a.try_spin().expect("idle server");
+        assert!(a.try_spin().is_none(), "a second spinner");
+        drop(first);
+        let call = a.call();
+        assert!(a.busy());
+        assert!(a.try_spin().is_none(), "spinning beside a call");
+        drop(call);
+        assert!(!a.busy());
+        assert!(a.try_spin().is_some());
+    }
+}
