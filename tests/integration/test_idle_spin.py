@@ -53,7 +53,8 @@ def test_calls_one_at_a_time_are_caught_by_the_spin(server, client, mode):
     spun, caught = (a - b for a, b in zip(spins(), before))
     print(f"{mode}: {spun} spins, {caught} calls caught of about 200")
     assert caught >= 150, f"{caught} of 200 calls caught by a spin ({spun} spins)"
-    assert spun >= caught
+    # A spin started before the first count may catch its call after it.
+    assert spun >= caught - 1
 
 
 @pytest.mark.server_args("--metrics", METRICS, "--idle-spin-us", "0")
