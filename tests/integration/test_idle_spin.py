@@ -4,7 +4,7 @@
   at a time (1 KiB overwrites and reads, as `overwrite-1k` does) on an
   otherwise idle server: its calls after the first are found by the
   reading loop's spin (`idle_spin_catches_total`), and every byte is
-  right. The spin is set long (10 ms) so that a slow Python client still
+  right. The spin is set to its longest (1 ms) so that a Python client
   sends its next call within it.
 - test_no_spin_with_idle_spin_zero: `--idle-spin-us 0` never spins.
 - test_no_spin_while_another_client_has_a_call_in_flight: while eight
@@ -43,7 +43,7 @@ def overwrite_and_read(client, name: str, calls: int) -> None:
 
 def _mode(m):
     return pytest.param(m, marks=pytest.mark.server_args(
-        "--metrics", METRICS, "--idle-spin-us", "10000", "--read-mode", m, "--write-mode", m), id=m)
+        "--metrics", METRICS, "--idle-spin-us", "1000", "--read-mode", m, "--write-mode", m), id=m)
 
 
 @pytest.mark.parametrize("mode", [_mode("buffered"), _mode("direct")])
@@ -63,7 +63,7 @@ def test_no_spin_with_idle_spin_zero(server, client):
     assert spins() == (0, 0)
 
 
-@pytest.mark.server_args("--metrics", METRICS, "--idle-spin-us", "10000",
+@pytest.mark.server_args("--metrics", METRICS, "--idle-spin-us", "1000",
                          "--read-mode", "direct", "--write-mode", "direct")
 def test_no_spin_while_another_client_has_a_call_in_flight(server, client, iorhard):
     # IOR-hard's shape from another process: 8 libnfs connections, 4 calls

@@ -320,7 +320,7 @@ struct SettingsFlags {
     idle_timeout: Option<std::time::Duration>,
     /// While no call is in flight, a connection that answered all its calls
     /// looks for its next one for up to N microseconds before sleeping
-    /// (default 100, 0 never, at most 10000; with --config, overrides
+    /// (default 100, 0 never, at most 1000; with --config, overrides
     /// `idle_spin_us`).
     #[arg(long, value_name = "N", value_parser = parse_idle_spin)]
     idle_spin_us: Option<std::time::Duration>,

@@ -605,8 +605,9 @@ pub fn check_timeout(name: &str, secs: f64) -> Result<Duration, String> {
 pub const DEFAULT_IDLE_SPIN_US: u64 = 100;
 
 /// Longest `idle_spin_us`: past this a spin costs more CPU than the
-/// wake-up it saves.
-pub const MAX_IDLE_SPIN_US: u64 = 10_000;
+/// wake-up it saves, and other connections' calls that arrive during a
+/// spin may wait for its end (`net/spin.rs`).
+pub const MAX_IDLE_SPIN_US: u64 = 1_000;
 
 /// Checks `idle_spin_us`: 0 (off) up to [`MAX_IDLE_SPIN_US`].
 pub fn check_idle_spin(us: u64) -> Result<Duration, String> {
@@ -738,7 +739,7 @@ path = "/tmp"
         let e = parse("[server]\nstall_timeout = 0\n[[export]]\npath = \"/tmp\"\n").unwrap_err();
         assert_eq!(e.line, 2, "{e}");
         assert!(e.reason.contains("stall_timeout"), "{e}");
-        let e = parse("[server]\nidle_spin_us = 20000\n[[export]]\npath = \"/tmp\"\n").unwrap_err();
+        let e = parse("[server]\nidle_spin_us = 2000\n[[export]]\npath = \"/tmp\"\n").unwrap_err();
         assert!(e.reason.contains("idle_spin_us"), "{e}");
         assert_eq!(d.idle_spin, Duration::from_micros(100));
         let e = parse("[server]\nmax_connections = 0\n[[export]]\npath = \"/tmp\"\n").unwrap_err();

@@ -11,6 +11,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use dionfs_sys::net::{bytes_queued, rcvlowat, receive_memory, set_rcvlowat};
+use rustix::net::RecvFlags;
 use tokio::io::{AsyncRead, Interest, ReadBuf};
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::TcpStream;
@@ -49,6 +50,9 @@ pub(super) struct ReadProgress {
     /// Bytes of the current record have arrived (set on the first byte
     /// after [`ReadProgress::between_records`]).
     in_record: AtomicBool,
+    /// The next read goes to the socket even if the runtime has not seen
+    /// it readable yet (set by a spin that saw bytes queued).
+    read_now: AtomicBool,
 }
 
 impl ReadProgress {
@@ -70,6 +74,13 @@ impl ReadProgress {
 
     pub(super) fn in_record(&self) -> bool {
         self.in_record.load(Ordering::Relaxed)
+    }
+
+    /// Bytes are queued in the socket (FIONREAD) that the runtime's epoll
+    /// has not reported yet: the next read takes them without waiting for
+    /// it (`spin.rs`).
+    pub(super) fn read_now(&self) {
+        self.read_now.store(true, Ordering::Relaxed);
     }
 
     /// The loop is about to wait for the next record: what it waits in now
@@ -97,6 +108,27 @@ impl CallReader {
     }
 }
 
+impl CallReader {
+    /// After [`ReadProgress::read_now`]: one non-blocking `recv` into
+    /// `buf`, bypassing the runtime's readiness (which only epoll sets, and
+    /// waiting for that is what the spin saves). `None` if not asked, or
+    /// nothing was there after all (then the ordinary read waits).
+    fn read_without_readiness(&mut self, buf: &mut ReadBuf<'_>) -> Option<io::Result<()>> {
+        if !self.progress.read_now.swap(false, Ordering::Relaxed) {
+            return None;
+        }
+        let socket: &TcpStream = self.half.as_ref();
+        match rustix::net::recv(socket, buf.initialize_unfilled(), RecvFlags::DONTWAIT) {
+            Ok((n, _)) => {
+                buf.advance(n);
+                Some(Ok(()))
+            }
+            Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => None,
+            Err(e) => Some(Err(e.into())),
+        }
+    }
+}
+
 impl AsyncRead for CallReader {
     fn poll_read(
         mut self: Pin<&mut Self>,
@@ -104,7 +136,10 @@ impl AsyncRead for CallReader {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
-        let polled = Pin::new(&mut self.half).poll_read(cx, buf);
+        let polled = match self.read_without_readiness(buf) {
+            Some(read) => Poll::Ready(read),
+            None => Pin::new(&mut self.half).poll_read(cx, buf),
+        };
         let progress = &self.progress;
         match &polled {
             Poll::Pending => progress.set_waiting(Waiting::Socket),
