@@ -798,6 +798,8 @@ async fn read_calls<S: Service>(
     reader: &mut RecordReader<CallReader>,
     calls: &mut u64,
 ) -> ConnEnd {
+    // The most calls this connection had in flight since it last had none.
+    let mut most_in_flight = 0;
     loop {
         // Backpressure: with every permit taken by calls in flight, the
         // connection reads nothing more until one of them finishes.
@@ -808,11 +810,13 @@ async fn read_calls<S: Service>(
         // A peer that does not read its replies gets no new calls read.
         l.shared.wait_for_backlog(backlog_limit(l.limits)).await;
         reader.get_ref().between_records();
-        match next_record(l, reader).await {
+        match next_record(l, reader, &mut most_in_flight).await {
             Ok(true) => {}
             Ok(false) => return ConnEnd::PeerClosed,
             Err(e) => return record_error_end(e, l.conn),
         }
+        let in_flight = l.max_in_flight - l.in_flight.available_permits();
+        most_in_flight = most_in_flight.max(in_flight);
         let mut permits = CallPermits {
             _in_flight: Some(permit),
             _share: None,
@@ -839,10 +843,15 @@ async fn read_calls<S: Service>(
 }
 
 /// Opens the next record; first, once this connection has answered all
-/// its calls, spins for it while the server is idle (see `spin.rs`).
+/// its calls, spins for it while the server is idle (see `spin.rs`), if
+/// the connection sends one call at a time (`most_in_flight`, reset here
+/// when all are answered, was 1): a client with several calls in flight
+/// is not waiting on each reply, and one that drained them all is
+/// thinking (verifying what it read, say) rather than about to send.
 async fn next_record<S>(
     l: &Loop<'_, S>,
     reader: &mut RecordReader<CallReader>,
+    most_in_flight: &mut usize,
 ) -> Result<bool, RecordError> {
     if l.limits.idle_spin.is_zero() {
         return reader.next_record().await;
@@ -861,7 +870,11 @@ async fn next_record<S>(
         opened = record.as_mut() => return opened,
         _answered = l.in_flight.acquire_many(others) => {}
     }
-    if let Some(_spinning) = l.limits.activity.try_spin() {
+    let one_at_a_time = std::mem::take(most_in_flight) <= 1;
+    if let Some(_spinning) = one_at_a_time
+        .then(|| l.limits.activity.try_spin())
+        .flatten()
+    {
         NetCounters::bump(&l.limits.counters.idle_spins);
         let socket: &TcpStream = l.shared.socket.as_ref();
         let start = std::time::Instant::now();

@@ -6,8 +6,9 @@
 //! call has to wake it: on a virtual machine whose idle vCPUs halt
 //! (`haltpoll` with `guest_halt_poll_ns = 0`, as here), an inter-processor
 //! interrupt and a halt exit, tens of microseconds, more than the call
-//! itself costs. So when a connection has answered all its calls and no
-//! call is in flight anywhere on the server, its reading loop keeps
+//! itself costs. So when a connection that sends one call at a time (it
+//! never had more in flight) has answered its call and no call is in
+//! flight anywhere on the server, its reading loop keeps
 //! looking at its socket for up to `idle_spin` before it sleeps: a
 //! `FIONREAD` every couple of microseconds, busy in between, on its own
 //! thread. When bytes are there it reads them at once, without waiting

@@ -959,6 +959,24 @@ async fn an_idle_server_spins_for_the_next_call_and_a_busy_one_does_not() {
         assert!(idle.spin_catches >= 19, "{idle:?}");
         assert!(idle.idle_spins >= idle.spin_catches, "{idle:?}");
 
+        // Two calls at a time: no spin after them (the first burst may be
+        // caught by the spin still going after the last single call).
+        let before = counters.snapshot();
+        for xid in (100..110).step_by(2) {
+            let mut burst = framed(&slow_echo_call(xid, 5, b"first"));
+            burst.extend(framed(&echo_call(xid + 1, b"second")));
+            a.send(&burst).await;
+            let mut got = [a.echo_reply().await.0, a.echo_reply().await.0];
+            got.sort_unstable();
+            assert_eq!(got, [xid, xid + 1]);
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let pipelined = counters.snapshot();
+        assert!(
+            pipelined.spin_catches <= before.spin_catches + 1,
+            "{before:?} {pipelined:?}"
+        );
+
         // A call in flight on another connection: no connection spins (the
         // CPU may be needed), and the replies still come.
         // (Read once the spin of `a` ends: a spin holds its runtime
