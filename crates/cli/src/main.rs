@@ -318,7 +318,7 @@ struct SettingsFlags {
     /// --config, overrides `idle_timeout`).
     #[arg(long, value_name = "SECS", value_parser = parse_idle_timeout)]
     idle_timeout: Option<std::time::Duration>,
-    /// While no call is in flight, a connection that answered all its calls
+    /// While no call is in flight, a connection sending one call at a time
     /// looks for its next one for up to N microseconds before sleeping
     /// (default 100, 0 never, at most 1000; with --config, overrides
     /// `idle_spin_us`).

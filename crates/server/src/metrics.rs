@@ -293,7 +293,7 @@ pub fn render(server: &Server, locks: Option<&LockService>) -> String {
     );
     metric(
         "idle_spins_total",
-        "Times a connection that had answered all its calls, on a server with no call in flight, looked for its next call before sleeping (idle_spin).",
+        "Times a connection sending one call at a time, its call answered and no call in flight on the server, looked for its next call before sleeping (idle_spin_us).",
         "counter",
         &mut std::iter::once((String::new(), net.idle_spins)),
     );

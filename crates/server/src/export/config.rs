@@ -68,8 +68,9 @@ pub struct ServerSettings {
     pub reply_timeout: Duration,
     /// A connection without calls for this long is closed.
     pub idle_timeout: Duration,
-    /// How long a connection that answered all its calls looks for its
-    /// next one before sleeping, while the server is idle (0: never).
+    /// How long a connection sending one call at a time that has answered
+    /// it looks for its next one before sleeping, while the server is idle
+    /// (0: never).
     pub idle_spin: Duration,
     /// Open files kept in the open-file cache.
     pub open_files: usize,
@@ -113,7 +114,7 @@ impl Default for ServerSettings {
             reply_timeout: Duration::from_secs(30),
             // As knfsd, which closes idle connections after 6 minutes.
             idle_timeout: Duration::from_secs(360),
-            idle_spin: Duration::from_micros(DEFAULT_IDLE_SPIN_US),
+            idle_spin: crate::net::DEFAULT_IDLE_SPIN,
             open_files: 1024,
             metrics_listen: None,
             io_uring: true,
@@ -599,10 +600,6 @@ pub fn check_timeout(name: &str, secs: f64) -> Result<Duration, String> {
     }
     Ok(Duration::from_secs_f64(secs))
 }
-
-/// Default of `idle_spin_us`: about what a client on another CPU takes from
-/// reading a reply to sending its next call here (`net/spin.rs`).
-pub const DEFAULT_IDLE_SPIN_US: u64 = 100;
 
 /// Longest `idle_spin_us`: past this a spin costs more CPU than the
 /// wake-up it saves, and other connections' calls that arrive during a

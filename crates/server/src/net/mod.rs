@@ -47,7 +47,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 pub use connection::{serve_connection, ConnEnd};
 pub use counters::{NetCounters, NetSnapshot};
 pub use listener::{next_conn_id, serve};
-pub use spin::Activity;
+pub use spin::{Activity, DEFAULT_IDLE_SPIN};
 pub use stream::{CallReader, CallStream};
 
 /// An RPC program (or a dispatcher over several) as seen by the connection
@@ -362,9 +362,9 @@ pub struct ConnLimits {
     /// Connections open at once across every listener sharing `counters`;
     /// more are accepted and closed at once.
     pub max_connections: usize,
-    /// How long a connection that has answered all its calls looks for
-    /// its next one before sleeping, while no call is in flight anywhere
-    /// (see `spin.rs`); zero never.
+    /// How long a connection sending one call at a time that has answered
+    /// it looks for its next one before sleeping, while no call is in
+    /// flight anywhere (see `spin.rs`); zero never.
     pub idle_spin: Duration,
     /// Counters of the connections served with these limits (shared by
     /// clones: one set for all listeners of a server).
@@ -387,7 +387,7 @@ impl Default for ConnLimits {
             // As knfsd (svc_age_temp_xprts: 6 minutes).
             idle_timeout: Duration::from_secs(360),
             max_connections: 4096,
-            idle_spin: Duration::from_micros(100),
+            idle_spin: DEFAULT_IDLE_SPIN,
             counters: Arc::default(),
             activity: Arc::default(),
         }

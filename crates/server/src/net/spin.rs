@@ -34,6 +34,11 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
+
+/// The default `idle_spin`: about what a client on another CPU takes from
+/// reading a reply to sending its next call here.
+pub const DEFAULT_IDLE_SPIN: Duration = Duration::from_micros(100);
 
 /// Calls in flight on the whole server and whether a connection spins:
 /// shared by every connection of a server (through

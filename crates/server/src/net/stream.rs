@@ -106,9 +106,7 @@ impl CallReader {
     pub(super) fn between_records(&self) {
         self.progress.between_records();
     }
-}
 
-impl CallReader {
     /// After [`ReadProgress::read_now`]: one non-blocking `recv` into
     /// `buf`, bypassing the runtime's readiness (which only epoll sets, and
     /// waiting for that is what the spin saves). `None` if not asked, or
