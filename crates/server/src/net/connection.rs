@@ -730,6 +730,14 @@ struct Loop<'a, S> {
     progress: &'a Arc<ReadProgress>,
 }
 
+impl<S> Loop<'_, S> {
+    /// Permits of `in_flight` taken: the calls in flight, plus the one the
+    /// reading loop holds while it reads the next call.
+    fn permits_taken(&self) -> usize {
+        self.max_in_flight - self.in_flight.available_permits()
+    }
+}
+
 /// Watches the connection for the timeouts of [`ConnLimits`] and returns
 /// the first one that expires.
 ///
@@ -782,7 +790,7 @@ async fn watch<S>(l: &Loop<'_, S>, progress: &ReadProgress) -> ConnEnd {
         }
         // Idle: waiting for the next call, with none in flight. (Waiting
         // for a record, the reading loop holds one permit itself.)
-        let calls_in_flight = l.in_flight.available_permits() + 1 < l.max_in_flight;
+        let calls_in_flight = l.permits_taken() > 1;
         if waiting != Waiting::Socket || in_record || calls_in_flight || unsent > 0 {
             last_busy = now;
         }
@@ -815,8 +823,7 @@ async fn read_calls<S: Service>(
             Ok(false) => return ConnEnd::PeerClosed,
             Err(e) => return record_error_end(e, l.conn),
         }
-        let in_flight = l.max_in_flight - l.in_flight.available_permits();
-        most_in_flight = most_in_flight.max(in_flight);
+        most_in_flight = most_in_flight.max(l.permits_taken());
         let mut permits = CallPermits {
             _in_flight: Some(permit),
             _share: None,
@@ -870,11 +877,12 @@ async fn next_record<S>(
         opened = record.as_mut() => return opened,
         _answered = l.in_flight.acquire_many(others) => {}
     }
-    let one_at_a_time = std::mem::take(most_in_flight) <= 1;
-    if let Some(_spinning) = one_at_a_time
-        .then(|| l.limits.activity.try_spin())
-        .flatten()
-    {
+    let spinning = if std::mem::take(most_in_flight) <= 1 {
+        l.limits.activity.try_spin()
+    } else {
+        None
+    };
+    if let Some(_spinning) = spinning {
         NetCounters::bump(&l.limits.counters.idle_spins);
         let socket: &TcpStream = l.shared.socket.as_ref();
         let start = std::time::Instant::now();
