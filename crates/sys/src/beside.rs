@@ -148,12 +148,12 @@ impl Helpers {
     }
 
     /// An idle helper, now marked busy by the caller (which must hand it a
-    /// job at once).
+    /// job at once). Waits for a slot's lock rather than trying it: the lock
+    /// is only ever held for a state change, and a helper that holds it for
+    /// one (say, on its way back to sleep) is idle, not busy.
     fn claim_idle(&self) -> Option<&Arc<Slot>> {
         self.slots.iter().find(|slot| {
-            let Ok(mut state) = slot.state.try_lock() else {
-                return false;
-            };
+            let mut state = lock(slot);
             if matches!(*state, State::Idle) {
                 *state = State::Running;
                 true
