@@ -142,6 +142,49 @@ pub fn receive_memory<Fd: AsFd>(socket: Fd) -> io::Result<(usize, usize)> {
     Ok((info[0] as usize, info[1] as usize))
 }
 
+/// The receive window `socket` last advertised to its peer and the
+/// largest segment it has seen from it, from `TCP_INFO`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReceiveWindow {
+    /// `tcpi_rcv_wnd`: the window in the last ACK sent, relative to the
+    /// bytes received up to it. `None` on kernels before 6.2, which do not
+    /// report it.
+    pub advertised: Option<u32>,
+    /// `tcpi_rcv_mss`: the kernel's estimate of the peer's segment size.
+    /// It advertises no window smaller than this (but zero): less free
+    /// space than one segment closes the window.
+    pub mss: u32,
+}
+
+/// See [`ReceiveWindow`].
+pub fn receive_window<Fd: AsFd>(socket: Fd) -> io::Result<ReceiveWindow> {
+    // SAFETY: all-zero is a valid `tcp_info` (plain integers).
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: `socket` is borrowed, so live; `info` and `len` are on our
+    // stack, `len` holds the byte size of `info`, and the kernel writes at
+    // most that many bytes (it copies min(len, its own size) and stores
+    // the count in `len`).
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_fd().as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&raw mut info).cast(),
+            &raw mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let reported = |end: usize| usize::try_from(len).unwrap_or(0) >= end;
+    let wnd_end = std::mem::offset_of!(libc::tcp_info, tcpi_rcv_wnd) + 4;
+    Ok(ReceiveWindow {
+        advertised: reported(wnd_end).then_some(info.tcpi_rcv_wnd),
+        mss: info.tcpi_rcv_mss,
+    })
+}
+
 /// The host name `ip` resolves to (the system resolver: /etc/hosts, DNS,
 /// as nsswitch.conf says), `None` when it has none. Blocking.
 pub fn reverse_lookup(ip: std::net::IpAddr) -> io::Result<Option<String>> {

@@ -718,6 +718,29 @@ fn log_end(conn: &ConnInfo, end: &ConnEnd, limits: &ConnLimits, calls: u64) {
     info!(conn = conn.id, peer = %conn.peer, reason = %end, calls, "connection closed");
 }
 
+/// What the socket of a connection dropped for a stalled record held: a
+/// client that truly stopped sending leaves room in it; a full receive
+/// memory or a closed window with the bytes unread would be the server's
+/// fault (`stream.rs`, [`super::stream`]'s wait for a payload).
+fn log_stalled_socket(conn: &ConnInfo, socket: &TcpStream, waiting: Waiting) {
+    use dionfs_sys::net::{bytes_queued, rcvlowat, receive_memory, receive_window};
+    let queued = bytes_queued(socket).ok();
+    let mark = rcvlowat(socket).ok();
+    let (charged, limit) = receive_memory(socket).map_or((None, None), |(c, l)| (Some(c), Some(l)));
+    let window = receive_window(socket).ok();
+    info!(
+        conn = conn.id,
+        ?waiting,
+        ?queued,
+        ?mark,
+        ?charged,
+        ?limit,
+        advertised_window = ?window.and_then(|w| w.advertised),
+        mss = ?window.map(|w| w.mss),
+        "stalled record: the socket's receive side"
+    );
+}
+
 /// What the reading loop and the watchdog share.
 struct Loop<'a, S> {
     service: &'a Arc<S>,
@@ -777,6 +800,7 @@ async fn watch<S>(l: &Loop<'_, S>, progress: &ReadProgress) -> ConnEnd {
         }
         let in_record = progress.in_record();
         if waiting != Waiting::Nothing && in_record && now - last_read >= limits.stall_timeout {
+            log_stalled_socket(l.conn, socket, waiting);
             return ConnEnd::Stalled(limits.stall_timeout);
         }
         // Write side: queued replies, and the queue writer's progress.
