@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use dionfs_sys::net::{bytes_queued, rcvlowat, receive_memory, set_rcvlowat};
+use dionfs_sys::net::{
+    bytes_queued, rcvlowat, receive_memory, receive_window, set_rcvlowat, ReceiveWindow,
+};
 use rustix::net::RecvFlags;
 use tokio::io::{AsyncRead, Interest, ReadBuf};
 use tokio::net::tcp::OwnedReadHalf;
@@ -198,8 +200,8 @@ const PAYLOAD_RECHECK_MAX: Duration = Duration::from_millis(640);
 /// mark (seen here with nfs-rs WRITEs under load: 295,044 of 296,036
 /// bytes queued, 299,840 of 301,933 bytes of receive memory charged, then
 /// nothing for the stall timeout). So every [`PAYLOAD_RECHECK`] without a
-/// wake-up the queue is looked at: no new bytes and the receive memory
-/// full means reading is what comes next. (No new bytes with room left is
+/// wake-up the queue is looked at: no new bytes and the socket closed to
+/// more ([`receive_closed`]) means reading is what comes next. (No new bytes with room left is
 /// a client that paused: still waited for, holding no buffer, and looked
 /// at less and less often, up to every [`PAYLOAD_RECHECK_MAX`].)
 async fn wait_with_low_water_mark(
@@ -228,7 +230,7 @@ async fn wait_with_low_water_mark(
         let queued = bytes_queued(socket)?;
         if !woken {
             // No wake-up: still arriving, paused, or stuck below the mark.
-            if queued == seen && receive_memory_full(socket) {
+            if queued == seen && receive_closed(socket) {
                 return Ok(queued);
             }
             recheck = next_recheck(recheck, queued != seen);
@@ -237,22 +239,46 @@ async fn wait_with_low_water_mark(
         }
         // Readable without new bytes: the peer closed, or the socket is
         // full. Either way reading is what comes next.
-        if queued >= mark || queued == seen {
+        if queued >= mark || queued == seen || receive_closed(socket) {
             return Ok(queued);
         }
-        // Bytes that came in the instant before the mark was set woke us
-        // under the old mark: wait again.
+        // New bytes short of the mark: bytes that came in the instant
+        // before the mark was set woke us under the old mark, or the
+        // kernel saw its window about to close (less than a segment left)
+        // and the ACK that closes it is not out yet. Wait again; the next
+        // look finds the window closed if it was the second.
         seen = queued;
         clear_readable(socket);
     }
 }
 
-/// Whether `socket`'s receive memory is (nearly) all charged, so that its
-/// window is closed and no more bytes can come until some are read. An
-/// error says yes: reading then is never wrong.
-fn receive_memory_full(socket: &TcpStream) -> bool {
-    match receive_memory(socket) {
-        Ok((charged, limit)) => limit.saturating_sub(charged) < (limit / 16).max(4096),
+/// Whether `socket` can take no more bytes until some are read: its
+/// receive memory is (nearly) all charged, or the window it last
+/// advertised is under one of the peer's segments. The second comes first
+/// with large segments (loopback's are 64 KiB): the kernel closes the
+/// window once the space left, in payload terms, is under a segment, which
+/// can leave a sixth of the memory free. An error says yes: reading then
+/// is never wrong.
+fn receive_closed(socket: &TcpStream) -> bool {
+    let Ok((charged, limit)) = receive_memory(socket) else {
+        return true;
+    };
+    let free = limit.saturating_sub(charged);
+    if free < (limit / 16).max(4096) {
+        return true;
+    }
+    match receive_window(socket) {
+        Ok(ReceiveWindow {
+            advertised: Some(window),
+            mss,
+        }) => window < mss,
+        // A kernel that does not say (before 6.2): payload takes at least
+        // half its memory, so a window under a segment has less than two
+        // segments of memory free.
+        Ok(ReceiveWindow {
+            advertised: None,
+            mss,
+        }) => free < 2 * mss as usize,
         Err(_) => true,
     }
 }
@@ -336,6 +362,63 @@ mod tests {
         .unwrap();
         assert!(bytes_queued(&server).unwrap() >= 100_000 - 4096);
         drop(rest.await.unwrap());
+    }
+
+    /// A payload the window closes on before the receive memory is full:
+    /// on a connection that carried small calls first, the kernel closes
+    /// its window once less than a segment's worth of space is left, with
+    /// an eighth of the memory free (here: 121,616 bytes queued, 122,648
+    /// of 140,929 bytes charged, window 0, segments of 55,808 bytes). The
+    /// wait ends there instead of at the stall timeout (nfs-rs's first
+    /// WRITE of 165,074 bytes on a fresh connection was dropped that way
+    /// in CI now and then).
+    #[tokio::test]
+    async fn a_payload_the_window_closes_on_ends_the_wait() {
+        use tokio::io::AsyncReadExt;
+        for size in [129_919, 149_865, 229_649] {
+            let (mut client, mut server) = pair().await;
+            let mut small = [0u8; 200];
+            for _ in 0..5 {
+                client.write_all(&[1u8; 200]).await.unwrap();
+                server.read_exact(&mut small).await.unwrap();
+                server.write_all(&[2u8; 100]).await.unwrap();
+                client.read_exact(&mut small[..100]).await.unwrap();
+            }
+            // The header and a little, then the rest once the wait has
+            // begun: the wake-up the kernel gives as the window is about
+            // to close comes with new bytes, short of the mark.
+            let sender = tokio::spawn(async move {
+                let mut record = vec![3u8; 200];
+                record.resize(200 + size, 4);
+                client.write_all(&record[..10_200]).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                client.write_all(&record[10_200..]).await.unwrap();
+                client
+            });
+            server.read_exact(&mut small).await.unwrap();
+            let queued = bytes_queued(&server).unwrap();
+            let waited = tokio::time::timeout(
+                Duration::from_secs(3),
+                wait_with_low_water_mark(&server, size, queued),
+            )
+            .await;
+            let (charged, limit) = receive_memory(&server).unwrap();
+            let window = receive_window(&server).unwrap();
+            waited
+                .unwrap_or_else(|_| {
+                    panic!(
+                        "{size}: still waiting with {} queued, {charged} of {limit} \
+                         charged, {window:?}",
+                        bytes_queued(&server).unwrap()
+                    )
+                })
+                .unwrap();
+            set_rcvlowat(&server, 1).unwrap();
+            let mut rest = vec![0u8; size];
+            server.read_exact(&mut rest).await.unwrap();
+            assert!(rest.iter().all(|&b| b == 4));
+            drop(sender.await.unwrap());
+        }
     }
 
     /// A payload larger than the socket can queue (its receive buffer
