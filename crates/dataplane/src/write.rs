@@ -104,7 +104,7 @@ impl WriteBuffer {
 
     /// Moves the payload to buffer position `at` (only needed if the buffer
     /// was prepared for a file with another alignment).
-    fn move_payload_to(&mut self, at: usize) {
+    pub(crate) fn move_payload_to(&mut self, at: usize) {
         if at != self.at {
             self.buf.copy_within(self.at..self.at + self.len, at);
             self.at = at;
@@ -278,7 +278,7 @@ impl DataPlane {
             return WriteAttempt::Blocking(buf);
         }
         let io = buf.offset..buf.offset + buf.len as u64;
-        let Some(_lock) = self.try_lock(file, io.clone(), LockKind::Exclusive) else {
+        let Some(_lock) = file.locks.try_lock(io.clone(), LockKind::Exclusive) else {
             return WriteAttempt::Blocking(buf);
         };
         let handoff = |buf| {
@@ -301,7 +301,7 @@ impl DataPlane {
         let misaligned = file
             .direct()
             .is_some_and(|d| !is_aligned(buf.offset, buf.len as u64, d.write_align));
-        buf.move_payload_to(self.cached_payload_position(file, buf.offset));
+        self.place_cached_payload(file, &mut buf);
         file.readahead.invalidate(io.clone());
         let written = pwritev2(file.buffered_fd(), buf.payload(), io.start, RwFlags::NONE)
             .map_err(DataError::from);
@@ -513,7 +513,7 @@ impl DataPlane {
                 Ok(Mode::Direct)
             }
             IoPath::Cached(mode) => {
-                buf.move_payload_to(self.cached_payload_position(file, buf.offset));
+                self.place_cached_payload(file, buf);
                 self.write_cached(file, mode, buf, stable)
             }
         }
@@ -560,7 +560,7 @@ impl DataPlane {
         stable: Stable,
     ) -> Result<(), DataError> {
         let misaligned = !is_aligned(buf.offset, buf.len as u64, direct.write_align);
-        buf.move_payload_to(self.cached_payload_position(file, buf.offset));
+        self.place_cached_payload(file, buf);
         self.write_cached(file, Mode::Buffered, buf, stable)?;
         if misaligned {
             Counters::bump(&self.counters.buffered_misaligned);
@@ -718,7 +718,11 @@ impl DataPlane {
         stable: Stable,
     ) -> Result<Mode, DataError> {
         let io = buf.offset..buf.offset + buf.len as u64;
-        let _lock = self.lock(file, io.clone(), LockKind::Exclusive);
+        let _lock = self.lock_exact(
+            file,
+            self.cached_write_lock(file, io.clone()),
+            LockKind::Exclusive,
+        );
         file.readahead.invalidate(io.clone());
         let claim = file.size.begin_write(file.buffered_fd(), io.end)?;
         // Integrity hook: checksums of the final blocks (partial ones
