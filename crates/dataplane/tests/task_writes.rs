@@ -110,6 +110,14 @@ fn run_fs(kind: &'static str) {
                 WriteAttempt::Done(r) => panic!("{what}: {case} write made on the task: {r:?}"),
             };
             let after = plane.counters().snapshot();
+            if prep.is_some() {
+                // Asking whether the partial page is cached read nothing
+                // into the cache (a `preadv2(RWF_NOWAIT)` probe would have
+                // started readahead there).
+                let (resident, _) =
+                    dionfs_sys::io::resident_pages(file.buffered_fd(), model.len() as u64).unwrap();
+                assert_eq!(resident, 0, "{what}: {case}: the probe cached pages");
+            }
             assert_eq!(after.task_writes, before.task_writes, "{what}: {case}");
             assert_eq!(
                 after.task_write_handoffs - before.task_write_handoffs,
