@@ -261,7 +261,7 @@ impl DataPlane {
     /// Taken only if [`DataPlane::may_write_on_task`], the range lock is
     /// free, no other range of the file is locked, the write does not
     /// extend the file (no allocation) and its partial first and last
-    /// pages are in the page cache (`preadv2(RWF_NOWAIT)` of one byte).
+    /// pages need no device read (cached, or holes: `pages_cached`).
     /// What it may still wait for is short and rare: XFS's timestamp
     /// transaction (`RWF_NOWAIT` itself refuses every write that changes
     /// mtime, so it cannot be used for the write), dirty-page throttling
@@ -321,15 +321,19 @@ impl DataPlane {
         }))
     }
 
-    /// Whether the pages a write of `io` covers only in part are in the
-    /// page cache, so the write needs no device read: `cachestat(2)` of
-    /// each, a pure lookup. Before Linux 6.5, one `preadv2(RWF_NOWAIT)` of
-    /// a byte of each (`EAGAIN` if not), which also starts readahead
-    /// around a page it does not find: IOR-hard's records, whose edge
-    /// pages are often holes their neighbours have yet to write, paid for
-    /// pages allocated and zeroed that way (2.7% of the server's samples in
-    /// `perf record` of bench/run's `ior-hard-write`). A filesystem that
-    /// refuses the flag is remembered and asked no more.
+    /// Whether the pages a write of `io` covers only in part need no
+    /// device read: each is in the page cache (`cachestat(2)`, a pure
+    /// lookup), or else holds no data on disk (`lseek(SEEK_DATA)` finds
+    /// none in it), which the kernel fills with zeros instead of reading.
+    /// The second is IOR-hard's usual case: a record's edge pages are
+    /// often holes its neighbour, on another connection, has yet to write
+    /// (three in four of its records went to a blocking thread for that,
+    /// scratch ior.sh). Before Linux 6.5, one `preadv2(RWF_NOWAIT)` of a
+    /// byte of each instead (`EAGAIN` if not cached), which also starts
+    /// readahead around a page it does not find: pages allocated and
+    /// zeroed for nothing (2.7% of the server's samples in `perf record`
+    /// of bench/run's `ior-hard-write`). A filesystem that refuses the
+    /// flag is remembered and asked no more.
     fn pages_cached(&self, file: &DataFile, io: Range<u64>) -> bool {
         static NO_CACHESTAT: AtomicBool = AtomicBool::new(false);
         let page = rustix::param::page_size() as u64;
@@ -338,9 +342,11 @@ impl DataPlane {
             && (head.is_none() || (io.end - 1) / page != io.start / page))
             .then_some(io.end - 1);
         [head, tail].into_iter().flatten().all(|at| {
+            let start = at - at % page;
             if !NO_CACHESTAT.load(Ordering::Relaxed) {
-                match cached_pages(file.buffered_fd(), at - at % page, page) {
-                    Ok(n) => return n > 0,
+                match cached_pages(file.buffered_fd(), start, page) {
+                    Ok(0) => return holds_no_data(file, start..start + page),
+                    Ok(_) => return true,
                     Err(_) => NO_CACHESTAT.store(true, Ordering::Relaxed),
                 }
             }
@@ -787,6 +793,18 @@ impl DataPlane {
 }
 
 /// The per-call flags that make a write as durable as `stable` asks.
+/// Whether `file` holds no data on disk or in the page cache in `range`
+/// (a hole, or past its end): `lseek(SEEK_DATA)` from its start finds the
+/// next data at or after its end, or none. A write of part of such a page
+/// has the rest zeroed by the kernel, not read. Errors say no.
+fn holds_no_data(file: &DataFile, range: Range<u64>) -> bool {
+    match rustix::fs::seek(file.buffered_fd(), rustix::fs::SeekFrom::Data(range.start)) {
+        Ok(next) => next >= range.end,
+        Err(rustix::io::Errno::NXIO) => true,
+        Err(_) => false,
+    }
+}
+
 fn sync_flags(stable: Stable) -> RwFlags {
     match stable {
         Stable::Unstable => RwFlags::NONE,

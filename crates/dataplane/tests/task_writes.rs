@@ -2,8 +2,9 @@
 //! (`DataPlane::write_on_task`) on XFS and ext4 loop devices with
 //! 4096-byte sectors: an overwrite of cached pages is written there, in
 //! buffered mode and as direct mode's small buffered writes, and leaves
-//! exactly the model's bytes; every write that could wait long (a partial
-//! page not in the page cache, an extending write) or is not for that path
+//! exactly the model's bytes, as is a misaligned write into a hole; every
+//! write that could wait long (a partial page with data on disk and not in
+//! the page cache, an extending write) or is not for that path
 //! (stable, large, empty, dontcache) comes back untouched, and the
 //! blocking path then writes it right.
 //!
@@ -156,6 +157,21 @@ fn run_fs(kind: &'static str) {
         }
         model[4096..8192].copy_from_slice(&data);
         assert_eq!(read_all(&plane, &file), model, "{what}: whole-page write");
+
+        // Partial pages of a hole (no data on disk, none cached) are
+        // zeroed by the kernel, not read: taken too. IOR-hard's records
+        // meet these where a neighbour has yet to write its part of a page.
+        let holey = open_data_file(&fs.path(&format!("holes-{mode:?}")));
+        rustix::fs::ftruncate(holey.buffered_fd(), 1 << 20).unwrap();
+        let (offset, len) = (300_000u64, 47_008usize);
+        let data = pattern_bytes(offset, len, 12);
+        match on_task(&plane, &holey, offset, &data, Stable::Unstable) {
+            WriteAttempt::Done(r) => assert_eq!(r.unwrap().count, len, "{what}"),
+            WriteAttempt::Blocking(_) => panic!("{what}: write into a hole handed off"),
+        }
+        let mut want = vec![0u8; 1 << 20];
+        want[offset as usize..offset as usize + len].copy_from_slice(&data);
+        assert_eq!(read_all(&plane, &holey), want, "{what}: write into a hole");
     }
 
     // Modes and files not for this path.
