@@ -792,7 +792,6 @@ impl DataPlane {
     }
 }
 
-/// The per-call flags that make a write as durable as `stable` asks.
 /// Whether `file` holds no data on disk or in the page cache in `range`
 /// (a hole, or past its end): `lseek(SEEK_DATA)` from its start finds the
 /// next data at or after its end, or none. A write of part of such a page
@@ -805,6 +804,7 @@ fn holds_no_data(file: &DataFile, range: Range<u64>) -> bool {
     }
 }
 
+/// The per-call flags that make a write as durable as `stable` asks.
 fn sync_flags(stable: Stable) -> RwFlags {
     match stable {
         Stable::Unstable => RwFlags::NONE,
