@@ -3,7 +3,7 @@
 //! queued for reading (`FIONREAD`, wrapped by `rustix`) next to it.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
 /// Bytes the kernel holds for reading on `socket` (`FIONREAD`).
 pub fn bytes_queued<Fd: AsFd>(socket: Fd) -> io::Result<usize> {
@@ -40,22 +40,12 @@ pub fn set_rcvlowat<Fd: AsFd>(socket: Fd, bytes: usize) -> io::Result<()> {
 /// The socket's `SO_RCVLOWAT`, as the kernel kept it.
 pub fn rcvlowat<Fd: AsFd>(socket: Fd) -> io::Result<usize> {
     let mut value: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: `socket` is borrowed, so live; `value` and `len` are on our
-    // stack, `len` holds the size of `value`, and the kernel writes at most
-    // that many bytes.
-    let rc = unsafe {
-        libc::getsockopt(
-            socket.as_fd().as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVLOWAT,
-            (&raw mut value).cast(),
-            &raw mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    get_option(
+        socket.as_fd(),
+        libc::SOL_SOCKET,
+        libc::SO_RCVLOWAT,
+        &mut value,
+    )?;
     Ok(usize::try_from(value).unwrap_or(0))
 }
 
@@ -97,21 +87,7 @@ pub fn set_send_buffer<Fd: AsFd>(socket: Fd, bytes: usize) -> io::Result<usize> 
         return Err(io::Error::last_os_error());
     }
     let mut kept: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: as above; `kept` and `len` are on our stack and `len` holds
-    // the size of `kept`.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_SNDBUF,
-            (&raw mut kept).cast(),
-            &raw mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    get_option(socket.as_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, &mut kept)?;
     Ok(usize::try_from(kept).unwrap_or(0) / 2)
 }
 
@@ -123,22 +99,12 @@ pub fn set_send_buffer<Fd: AsFd>(socket: Fd, bytes: usize) -> io::Result<usize> 
 pub fn receive_memory<Fd: AsFd>(socket: Fd) -> io::Result<(usize, usize)> {
     // SK_MEMINFO_VARS is 9 in every kernel since 4.x; room for more.
     let mut info = [0u32; 16];
-    let mut len = std::mem::size_of_val(&info) as libc::socklen_t;
-    // SAFETY: `socket` is borrowed, so live; `info` and `len` are on our
-    // stack, `len` holds the byte size of `info`, and the kernel writes at
-    // most that many bytes (it copies min(len, its own size)).
-    let rc = unsafe {
-        libc::getsockopt(
-            socket.as_fd().as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_MEMINFO,
-            info.as_mut_ptr().cast(),
-            &raw mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    get_option(
+        socket.as_fd(),
+        libc::SOL_SOCKET,
+        libc::SO_MEMINFO,
+        &mut info,
+    )?;
     Ok((info[0] as usize, info[1] as usize))
 }
 
@@ -160,29 +126,49 @@ pub struct ReceiveWindow {
 pub fn receive_window<Fd: AsFd>(socket: Fd) -> io::Result<ReceiveWindow> {
     // SAFETY: all-zero is a valid `tcp_info` (plain integers).
     let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-    // SAFETY: `socket` is borrowed, so live; `info` and `len` are on our
-    // stack, `len` holds the byte size of `info`, and the kernel writes at
-    // most that many bytes (it copies min(len, its own size) and stores
-    // the count in `len`).
+    let len = get_option(socket.as_fd(), libc::IPPROTO_TCP, libc::TCP_INFO, &mut info)?;
+    let reported = |end: usize| len >= end;
+    let wnd_end = std::mem::offset_of!(libc::tcp_info, tcpi_rcv_wnd) + 4;
+    Ok(ReceiveWindow {
+        advertised: reported(wnd_end).then_some(info.tcpi_rcv_wnd),
+        mss: info.tcpi_rcv_mss,
+    })
+}
+
+/// Option values the kernel may fill with any bytes: plain integers only,
+/// so that every bit pattern is a valid value.
+trait PlainData {}
+impl PlainData for libc::c_int {}
+impl PlainData for [u32; 16] {}
+impl PlainData for libc::tcp_info {}
+
+/// `getsockopt` of `level`/`name` into `value`; returns how many bytes the
+/// kernel filled (it copies at most the size of `value`, fewer when its
+/// own structure is shorter).
+fn get_option<T: PlainData>(
+    socket: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: &mut T,
+) -> io::Result<usize> {
+    let mut len = std::mem::size_of::<T>() as libc::socklen_t;
+    // SAFETY: `socket` is borrowed, so live for the call; `value` is an
+    // exclusive borrow of `len` bytes, which the kernel writes at most
+    // (it copies min(len, its own size) and stores the count in `len`),
+    // and any bytes it writes are a valid `T` (`PlainData`).
     let rc = unsafe {
         libc::getsockopt(
-            socket.as_fd().as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            (&raw mut info).cast(),
+            socket.as_raw_fd(),
+            level,
+            name,
+            (value as *mut T).cast(),
             &raw mut len,
         )
     };
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    let reported = |end: usize| usize::try_from(len).unwrap_or(0) >= end;
-    let wnd_end = std::mem::offset_of!(libc::tcp_info, tcpi_rcv_wnd) + 4;
-    Ok(ReceiveWindow {
-        advertised: reported(wnd_end).then_some(info.tcpi_rcv_wnd),
-        mss: info.tcpi_rcv_mss,
-    })
+    Ok(usize::try_from(len).unwrap_or(0))
 }
 
 /// The host name `ip` resolves to (the system resolver: /etc/hosts, DNS,
