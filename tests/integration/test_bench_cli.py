@@ -1,0 +1,38 @@
+"""bench/run refuses a job selection it cannot run, before it sets anything
+up: a job name it does not know, or jobs that read the file seq-write makes
+without seq-write (they used to fail in every repetition with NOENT from the
+server, after the whole setup)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+RUN = Path(__file__).resolve().parents[2] / "bench" / "run"
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="bench/run runs as root")
+
+
+def bench(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(RUN), "--no-build", "--no-install", "--no-plots", *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_unknown_job_is_refused_with_the_list():
+    r = bench("--jobs", "seq-write,seq-wrte")
+    assert r.returncode == 2
+    assert "no such job: seq-wrte" in r.stdout + r.stderr
+    assert "ior-hard-write" in r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("jobs", ["fair-read", "rand-read-qd16,fair-write", "seq-read"])
+def test_jobs_that_read_seq_dat_need_seq_write(jobs):
+    r = bench("--jobs", jobs)
+    assert r.returncode == 2
+    out = r.stdout + r.stderr
+    assert "add seq-write to --jobs" in out
+    for j in jobs.split(","):
+        assert j in out
