@@ -258,8 +258,8 @@ async fn wait_with_low_water_mark(
 /// advertised is under one of the peer's segments. The second comes first
 /// with large segments (loopback's are 64 KiB): the kernel closes the
 /// window once the space left, in payload terms, is under a segment, which
-/// can leave an eighth of the memory free or more (13% and 17% seen). An error says yes: reading then
-/// is never wrong.
+/// can leave an eighth of the memory free or more (13% and 17% seen). An
+/// error says yes: reading then is never wrong.
 fn receive_closed(socket: &TcpStream) -> bool {
     let Ok((charged, limit)) = receive_memory(socket) else {
         return true;
