@@ -13,6 +13,11 @@ loop devices.
 - test_random_reads_of_a_large_file_stay_direct: random 4 KiB READs of a
   file far larger than the cluster's reach, several in flight, are never
   counted as clustered.
+- test_ior_rewrite_reads_uncached_edges_first: a second IOR-hard pass over
+  the file with its pages dropped: the records' partial pages that hold
+  the first pass's data are read in before each write
+  (`edge_page_reads`, `DataPlane::read_partial_pages`), and the clients
+  read every byte of the second pass back.
 """
 
 from __future__ import annotations
@@ -90,3 +95,28 @@ def test_random_reads_of_a_large_file_stay_direct(server, client, loopfs):
         t.join()
     assert not errors, errors
     assert clustered() == before
+
+
+@DIRECT
+@pytest.mark.parametrize("loopfs", ["xfs"], indirect=True)
+def test_ior_rewrite_reads_uncached_edges_first(server, iorhard, loopfs):
+    """A second IOR-hard pass over the file, its pages dropped from the
+    cache first: each record's partial first and last pages hold the first
+    pass's data, and the server reads them in before it writes the record
+    (`edge_page_reads`), not inside the write; every byte of the second
+    pass is read back by the clients."""
+    clients, records = 8, 48
+    iorhard.run("ior", "shared", clients, records, REC, q=4, S="unstable", s=5)
+    path = os.path.join(server.export, "shared")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    before = counters(METRICS, "edge_page_reads").get("edge_page_reads", 0)
+    res = iorhard.run("ior", "shared", clients, records, REC, q=4, S="unstable", s=6)
+    got = counters(METRICS, "edge_page_reads").get("edge_page_reads", 0) - before
+    print(f"{got} edge pages read before their writes\n{res.stdout}")
+    # Most of the 2 * clients * records partial pages are shared by two
+    # neighbouring records: the first of the two to come reads it.
+    assert got >= clients * records // 2, got

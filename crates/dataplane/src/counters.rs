@@ -37,6 +37,11 @@ pub struct Counters {
     /// [`crate::write::WHOLE_BUFFERED_MAX`] bytes written whole through
     /// the page cache (`write_small_buffered`).
     pub buffered_misaligned: AtomicU64,
+    /// Partial first or last pages of such page-cache writes that held
+    /// data on disk and were not cached: read in before the write, both
+    /// at once (`read_partial_pages`), so the kernel does not read them
+    /// one after the other under the inode lock the write holds.
+    pub edge_page_reads: AtomicU64,
     /// Stable (DATA_SYNC/FILE_SYNC) direct writes made durable by the write
     /// itself (`RWF_DSYNC`/`RWF_SYNC`: FUA where the device has it) rather
     /// than by a separate `fdatasync`/`fsync`.
@@ -125,6 +130,7 @@ pub struct CounterSnapshot {
     pub errors: u64,
     pub buffered_edges: u64,
     pub buffered_misaligned: u64,
+    pub edge_page_reads: u64,
     pub fua_writes: u64,
     pub range_lock_waits: u64,
     pub pool_waits: u64,
@@ -172,6 +178,7 @@ impl Counters {
             errors: load(&self.errors),
             buffered_edges: load(&self.buffered_edges),
             buffered_misaligned: load(&self.buffered_misaligned),
+            edge_page_reads: load(&self.edge_page_reads),
             fua_writes: load(&self.fua_writes),
             range_lock_waits: load(&self.range_lock_waits),
             pool_waits: load(&self.pool_waits),

@@ -3,6 +3,7 @@
 use std::io;
 use std::ops::Range;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use dionfs_integrity::FileSums;
@@ -52,6 +53,11 @@ pub struct DataFile {
     /// The file's block checksums, on exports with `integrity = "crc32c"`
     /// (see `checksums.rs`).
     integrity: Option<FileSums>,
+    /// Data below this offset is likely on disk and not in the page cache:
+    /// the size when the file was opened, raised by each COMMIT that
+    /// dropped direct mode's pages. A hint for which page-cache writes
+    /// look for partial pages to read in first (`read_partial_pages`).
+    cold_below: AtomicU64,
 }
 
 /// What [`DataFile::size_probe`] saw, for [`DataFile::size_given`].
@@ -119,7 +125,18 @@ impl DataFile {
             cluster: Arc::default(),
             label: None,
             integrity: None,
+            cold_below: AtomicU64::new(st.st_size.max(0) as u64),
         })
+    }
+
+    /// See the field: below this offset, data is probably not cached.
+    pub(crate) fn cold_below(&self) -> u64 {
+        self.cold_below.load(Ordering::Relaxed)
+    }
+
+    /// The file's pages up to `size` were just dropped from the page cache.
+    pub(crate) fn dropped_below(&self, size: u64) {
+        self.cold_below.fetch_max(size, Ordering::Relaxed);
     }
 
     /// Keeps and checks the file's block checksums in `sums`: every write

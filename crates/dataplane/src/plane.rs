@@ -348,8 +348,16 @@ impl DataPlane {
         if !writes_direct || self.config.read_mode == Mode::Buffered {
             return;
         }
-        if let Err(e) = fadvise_dontneed(file.buffered_fd(), offset, len) {
-            tracing::debug!(file = %file.label(), error = %e, "POSIX_FADV_DONTNEED failed");
+        match fadvise_dontneed(file.buffered_fd(), offset, len) {
+            Err(e) => {
+                tracing::debug!(file = %file.label(), error = %e, "POSIX_FADV_DONTNEED failed");
+            }
+            Ok(()) if len == 0 => {
+                if let Ok(size) = file.size() {
+                    file.dropped_below(size);
+                }
+            }
+            Ok(()) => {}
         }
     }
 

@@ -79,7 +79,7 @@ pub fn render(server: &Server, locks: Option<&LockService>) -> String {
         "counter",
         &mut bytes.into_iter(),
     );
-    let simple: [(&str, &str, Field); 23] = [
+    let simple: [(&str, &str, Field); 24] = [
         (
             "expanded_reads_total",
             "Direct READs widened to the read alignment.",
@@ -115,6 +115,11 @@ pub fn render(server: &Server, locks: Option<&LockService>) -> String {
             "buffered_misaligned_total",
             "Small misaligned direct WRITEs written whole through the page cache (dropped at COMMIT).",
             |s| s.buffered_misaligned,
+        ),
+        (
+            "edge_page_reads_total",
+            "Uncached partial pages with data read in before such a page-cache WRITE (both at once).",
+            |s| s.edge_page_reads,
         ),
         (
             "fua_writes_total",

@@ -294,6 +294,19 @@ pub fn fadvise_dontneed<Fd: AsFd>(fd: Fd, offset: u64, len: u64) -> io::Result<(
     Ok(())
 }
 
+/// `posix_fadvise(fd, offset, len, POSIX_FADV_WILLNEED)`: start reading
+/// the range into the page cache and return without waiting for it
+/// (exactly the range: no readahead window around it).
+pub fn fadvise_willneed<Fd: AsFd>(fd: Fd, offset: u64, len: u64) -> io::Result<()> {
+    rustix::fs::fadvise(
+        fd,
+        offset,
+        NonZeroU64::new(len),
+        rustix::fs::Advice::WillNeed,
+    )?;
+    Ok(())
+}
+
 /// `faccessat2(fd, "", mode, AT_EACCESS | AT_EMPTY_PATH)`: whether the
 /// thread's fs credentials (fsuid, fsgid, groups; `AT_EACCESS`) may access
 /// the file `fd` refers to (an `O_PATH` descriptor will do), checked by the
@@ -434,5 +447,6 @@ mod tests {
         let file = tempfile::tempfile().unwrap();
         fadvise_dontneed(&file, 0, 0).unwrap();
         fadvise_dontneed(&file, 4096, 4096).unwrap();
+        fadvise_willneed(&file, 0, 4096).unwrap();
     }
 }
