@@ -1,7 +1,8 @@
 """bench/run refuses a job selection it cannot run, before it sets anything
-up: a job name it does not know, or jobs that read the file seq-write makes
-without seq-write (they used to fail in every repetition with NOENT from the
-server, after the whole setup)."""
+up: a job name it does not know, or jobs that read (or rewrite) a file
+another job makes without that job: seq.dat from seq-write, the IOR-hard
+file from ior-hard-write (they used to fail in every repetition with NOENT
+from the server, after the whole setup)."""
 
 from __future__ import annotations
 
@@ -36,3 +37,12 @@ def test_jobs_that_read_seq_dat_need_seq_write(jobs):
     assert "add seq-write to --jobs" in out
     for j in jobs.split(","):
         assert j in out
+
+
+@pytest.mark.parametrize("jobs", ["ior-hard-read", "seq-write,ior-hard-rewrite"])
+def test_ior_jobs_that_read_or_rewrite_the_ior_file_need_its_write(jobs):
+    r = bench("--jobs", jobs)
+    assert r.returncode == 2
+    out = r.stdout + r.stderr
+    assert "add ior-hard-write to --jobs" in out
+    assert jobs.split(",")[-1] in out
