@@ -1,0 +1,84 @@
+"""bench/run's per-call jobs (`calls-*`) count the server's system calls
+with `perf stat -p`: a run where perf wrote no counts is made once more
+(one of five came back empty in a default run), and a second empty one
+fails with what perf printed, instead of failing the repetition at once."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import types
+from pathlib import Path
+
+RUN = Path(__file__).resolve().parents[2] / "bench" / "run"
+
+
+def bench_module():
+    loader = importlib.machinery.SourceFileLoader("bench_run_perf", str(RUN))
+    spec = importlib.util.spec_from_loader("bench_run_perf", loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+def fake_perf(writes_counts):
+    """A Popen stand-in for `perf stat ... -o OUT`: when the next entry of
+    `writes_counts` says so it writes counts to OUT on SIGINT, or else it
+    prints an error to its stderr at once, as perf does when it cannot
+    attach."""
+    class Perf:
+        started = 0
+
+        def __init__(self, argv, stdout=None, stderr=None):
+            self.out = argv[argv.index("-o") + 1]
+            self.ok = writes_counts[Perf.started]
+            Perf.started += 1
+            if not self.ok:
+                stderr.write("Error: No such process\n")
+
+        def send_signal(self, sig):
+            if self.ok:
+                with open(self.out, "w") as f:
+                    f.write("# started on ...\n\n2500,,raw_syscalls:sys_enter,1,100.00,,\n"
+                            "120,,context-switches,1,100.00,,\n")
+
+        def wait(self, timeout=None):
+            return 0
+
+        def kill(self):
+            pass
+    return Perf
+
+
+def run_counted(tmp_path, monkeypatch, writes_counts):
+    b = bench_module()
+    perf = fake_perf(writes_counts)
+    monkeypatch.setattr(b.subprocess, "Popen", perf)
+    monkeypatch.setattr(b.time, "sleep", lambda s: None)
+    loadgen_runs = []
+    monkeypatch.setattr(b, "run_loadgen",
+                        lambda *a: loadgen_runs.append(a) or {"ops": 100, "command": "loadgen"})
+    env = types.SimpleNamespace(work=str(tmp_path))
+    res = b.run_counted(env, "loadgen", "nfs://x", [], 60, 1234)
+    return res, perf.started, len(loadgen_runs)
+
+
+def test_counts_per_call(tmp_path, monkeypatch):
+    res, perfs, runs = run_counted(tmp_path, monkeypatch, [True])
+    assert (perfs, runs) == (1, 1)
+    assert res["syscalls_per_call"] == 25.0 and res["ctxsw_per_call"] == 1.2
+    assert "failed" not in res
+
+
+def test_a_run_without_counts_is_made_again(tmp_path, monkeypatch):
+    res, perfs, runs = run_counted(tmp_path, monkeypatch, [False, True])
+    assert (perfs, runs) == (2, 2)
+    assert res["syscalls_per_call"] == 25.0
+    assert "failed" not in res
+
+
+def test_two_runs_without_counts_fail_with_what_perf_said(tmp_path, monkeypatch):
+    res, perfs, runs = run_counted(tmp_path, monkeypatch, [False, False])
+    assert (perfs, runs) == (2, 2)
+    assert "syscalls_per_call" not in res
+    assert "twice" in res["failed"] and "No such process" in res["failed"]
