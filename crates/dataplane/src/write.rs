@@ -349,23 +349,15 @@ impl DataPlane {
     /// alternating runs each: 214-261 MiB/s without, 271-305 with.
     fn read_partial_pages(&self, file: &DataFile, io: Range<u64>) {
         let page = rustix::param::page_size() as u64;
-        let head = (!io.start.is_multiple_of(page)).then(|| io.start - io.start % page);
-        let tail = (!io.end.is_multiple_of(page))
-            .then(|| io.end - io.end % page)
-            .filter(|&t| Some(t) != head);
-        let mut want = [None; 2];
-        for (slot, start) in want.iter_mut().zip([head, tail]) {
-            *slot = start.filter(|&p| {
-                matches!(cached_pages(file.buffered_fd(), p, page), Ok(0))
-                    && !holds_no_data(file, p..p + page)
-            });
-        }
-        for &p in want.iter().flatten() {
+        let want: Vec<u64> = partial_pages(&io, page)
+            .filter(|&p| matches!(needs_device_read(file, p, page), Ok(true)))
+            .collect();
+        for &p in &want {
             if dionfs_sys::io::fadvise_willneed(file.buffered_fd(), p, page).is_err() {
                 return;
             }
         }
-        for &p in want.iter().flatten() {
+        for &p in &want {
             let mut byte = [0u8; 1];
             if preadv2(file.buffered_fd(), &mut byte, p, RwFlags::NONE).is_ok() {
                 Counters::bump(&self.counters.edge_page_reads);
@@ -389,21 +381,15 @@ impl DataPlane {
     fn pages_cached(&self, file: &DataFile, io: Range<u64>) -> bool {
         static NO_CACHESTAT: AtomicBool = AtomicBool::new(false);
         let page = rustix::param::page_size() as u64;
-        let head = (!io.start.is_multiple_of(page)).then_some(io.start);
-        let tail = (!io.end.is_multiple_of(page)
-            && (head.is_none() || (io.end - 1) / page != io.start / page))
-            .then_some(io.end - 1);
-        [head, tail].into_iter().flatten().all(|at| {
-            let start = at - at % page;
+        partial_pages(&io, page).all(|start| {
             if !NO_CACHESTAT.load(Ordering::Relaxed) {
-                match cached_pages(file.buffered_fd(), start, page) {
-                    Ok(0) => return holds_no_data(file, start..start + page),
-                    Ok(_) => return true,
+                match needs_device_read(file, start, page) {
+                    Ok(needed) => return !needed,
                     Err(_) => NO_CACHESTAT.store(true, Ordering::Relaxed),
                 }
             }
             let mut byte = [0u8; 1];
-            match preadv2(file.buffered_fd(), &mut byte, at, RwFlags::NOWAIT) {
+            match preadv2(file.buffered_fd(), &mut byte, start, RwFlags::NOWAIT) {
                 Ok(_) => true,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
                 Err(e) => {
@@ -850,6 +836,25 @@ impl DataPlane {
         }
         Ok(())
     }
+}
+
+/// The starts of the pages `io` covers only in part: its first and its
+/// last, once if they are the same page.
+fn partial_pages(io: &Range<u64>, page: u64) -> impl Iterator<Item = u64> {
+    let head = (!io.start.is_multiple_of(page)).then(|| io.start - io.start % page);
+    let tail = (!io.end.is_multiple_of(page))
+        .then(|| io.end - io.end % page)
+        .filter(|&t| Some(t) != head);
+    head.into_iter().chain(tail)
+}
+
+/// Whether a write of part of the page at `start` makes the kernel read it
+/// from the device: it is not in the page cache (`cachestat(2)`, a pure
+/// lookup) and holds data on disk ([`holds_no_data`]). An error: the
+/// kernel has no `cachestat`.
+fn needs_device_read(file: &DataFile, start: u64, page: u64) -> io::Result<bool> {
+    Ok(cached_pages(file.buffered_fd(), start, page)? == 0
+        && !holds_no_data(file, start..start + page))
 }
 
 /// Whether `file` holds no data on disk or in the page cache in `range`

@@ -12,7 +12,7 @@
 mod common;
 
 use common::*;
-use dionfs_dataplane::{DataPlane, Mode, Stable};
+use dionfs_dataplane::{DataFile, DataPlane, Mode, Stable};
 
 #[test]
 fn xfs() {
@@ -24,16 +24,26 @@ fn ext4() {
     run_fs("ext4");
 }
 
-/// Edge pages read by one WRITE of `data` at `offset` (blocking path).
-fn reads_for(
+/// One WRITE of `len` bytes of pattern `salt` at `offset` (blocking path),
+/// kept in `model`: asserts it read `reads` edge pages first.
+fn write_expecting(
     plane: &DataPlane,
-    file: &dionfs_dataplane::DataFile,
-    offset: u64,
-    data: &[u8],
-) -> u64 {
+    file: &DataFile,
+    model: &mut Vec<u8>,
+    (offset, len, salt): (u64, usize, u8),
+    reads: u64,
+    what: String,
+) {
+    let data = pattern_bytes(offset, len, salt);
     let before = plane.counters().snapshot().edge_page_reads;
-    write_at(plane, file, offset, data, Stable::Unstable).unwrap();
-    plane.counters().snapshot().edge_page_reads - before
+    write_at(plane, file, offset, &data, Stable::Unstable).unwrap();
+    let read = plane.counters().snapshot().edge_page_reads - before;
+    assert_eq!(read, reads, "{what}");
+    let end = offset as usize + len;
+    if model.len() < end {
+        model.resize(end, 0);
+    }
+    model[offset as usize..end].copy_from_slice(&data);
 }
 
 fn run_fs(kind: &'static str) {
@@ -48,91 +58,59 @@ fn run_fs(kind: &'static str) {
     write_at(&plane, &file, 0, &model, Stable::FileSync).unwrap();
     plane.commit(&file, 0, 0).unwrap();
     let what = |s: &str| format!("{kind}: {s}");
+    let m = &mut model;
 
     // IOR-hard's record: both partial pages hold data and are not cached.
-    let (offset, len) = (5000u64, 47008usize);
-    let data = pattern_bytes(offset, len, 2);
-    assert_eq!(
-        reads_for(&plane, &file, offset, &data),
+    write_expecting(
+        &plane,
+        &file,
+        m,
+        (5000, 47008, 2),
         2,
-        "{}",
-        what("uncached edges")
+        what("uncached edges"),
     );
-    model[offset as usize..offset as usize + len].copy_from_slice(&data);
-
     // The same pages again: cached by the write before.
-    let data = pattern_bytes(offset + 10, len - 20, 3);
-    assert_eq!(
-        reads_for(&plane, &file, offset + 10, &data),
-        0,
-        "{}",
-        what("cached edges")
-    );
-    model[offset as usize + 10..offset as usize + len - 10].copy_from_slice(&data);
-
+    write_expecting(&plane, &file, m, (5010, 46988, 3), 0, what("cached edges"));
     // Both ends inside one page: one read.
-    let data = pattern_bytes(200_800, 1000, 4);
-    assert_eq!(
-        reads_for(&plane, &file, 200_800, &data),
-        1,
-        "{}",
-        what("one page")
-    );
-    model[200_800..201_800].copy_from_slice(&data);
-
+    write_expecting(&plane, &file, m, (200_800, 1000, 4), 1, what("one page"));
     // Extending the file: not looked for (the kernel reads the last page).
     let offset = SIZE as u64 - 100;
-    let data = pattern_bytes(offset, 8000, 5);
-    assert_eq!(
-        reads_for(&plane, &file, offset, &data),
-        0,
-        "{}",
-        what("extending")
-    );
-    model.truncate(offset as usize);
-    model.extend_from_slice(&data);
+    write_expecting(&plane, &file, m, (offset, 8000, 5), 0, what("extending"));
 
     // A hole (the file made longer without data, then committed, which
     // drops the pages up to its end), written inside: nothing to read.
-    let hole_start = model.len() as u64 + 65536;
+    let hole_start = m.len() as u64 + 65536;
     plane.truncate(&file, hole_start + 65536).unwrap();
-    model.resize(hole_start as usize + 65536, 0);
+    m.resize(hole_start as usize + 65536, 0);
     plane.commit(&file, 0, 0).unwrap();
-    let data = pattern_bytes(hole_start + 100, 9000, 6);
-    assert_eq!(
-        reads_for(&plane, &file, hole_start + 100, &data),
+    write_expecting(
+        &plane,
+        &file,
+        m,
+        (hole_start + 100, 9000, 6),
         0,
-        "{}",
-        what("hole")
+        what("hole"),
     );
-    model[hole_start as usize + 100..hole_start as usize + 9100].copy_from_slice(&data);
 
     // Data written since the last COMMIT (an aligned direct write, so on
     // disk and not cached) is not looked for: the hint says it is new...
-    let region = model.len() as u64;
+    let region = m.len() as u64;
     let data = pattern_bytes(region, 1 << 20, 7);
     write_at(&plane, &file, region, &data, Stable::FileSync).unwrap();
-    model.extend_from_slice(&data);
+    m.extend_from_slice(&data);
     let over = region + 4096 * 10 + 300;
-    let data = pattern_bytes(over, 47008, 8);
-    assert_eq!(
-        reads_for(&plane, &file, over, &data),
+    write_expecting(
+        &plane,
+        &file,
+        m,
+        (over, 47008, 8),
         0,
-        "{}",
-        what("written since COMMIT")
+        what("written since COMMIT"),
     );
-    model[over as usize..over as usize + 47008].copy_from_slice(&data);
     // ... and after a COMMIT it is cold like the rest.
     plane.commit(&file, 0, 0).unwrap();
     let over = region + 4096 * 100 + 300;
-    let data = pattern_bytes(over, 47008, 9);
-    assert_eq!(
-        reads_for(&plane, &file, over, &data),
-        2,
-        "{}",
-        what("after COMMIT")
-    );
-    model[over as usize..over as usize + 47008].copy_from_slice(&data);
+    write_expecting(&plane, &file, m, (over, 47008, 9), 2, what("after COMMIT"));
 
     plane.commit(&file, 0, 0).unwrap();
     assert_eq!(fs_size(&file), model.len() as u64, "{}", what("size"));
