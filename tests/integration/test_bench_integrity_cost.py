@@ -5,19 +5,7 @@ with their range, skipping repetitions where either side failed."""
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
-from pathlib import Path
-
-RUN = Path(__file__).resolve().parents[2] / "bench" / "run"
-
-
-def bench_module():
-    loader = importlib.machinery.SourceFileLoader("bench_run", str(RUN))
-    spec = importlib.util.spec_from_loader("bench_run", loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
+from benchrun import load_bench_run
 
 
 def run(system, rep, mib_s, cpu, failed=False):
@@ -28,7 +16,7 @@ def run(system, rep, mib_s, cpu, failed=False):
 
 
 def test_ratios_are_paired_by_repetition():
-    b = bench_module()
+    b = load_bench_run()
     runs = [
         # rep 1: the host was slow for both; rep 2 fast for both
         run("dionfs-direct", 1, 500.0, 0.40), run("dionfs-direct-crc", 1, 450.0, 0.48),
@@ -55,7 +43,7 @@ def test_ratios_are_paired_by_repetition():
 
 
 def test_no_table_without_both_sides():
-    b = bench_module()
+    b = load_bench_run()
     jobs = [b.Job("seq-read", "tput", "Sequential read", "-")]
     runs = [run("dionfs-direct", 1, 500.0, 0.4)]
     assert b.integrity_cost(runs, jobs, ["dionfs-direct", "ganesha"], {}) == ""

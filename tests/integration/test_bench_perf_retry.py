@@ -5,20 +5,9 @@ fails with what perf printed, instead of failing the repetition at once."""
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import types
-from pathlib import Path
 
-RUN = Path(__file__).resolve().parents[2] / "bench" / "run"
-
-
-def bench_module():
-    loader = importlib.machinery.SourceFileLoader("bench_run_perf", str(RUN))
-    spec = importlib.util.spec_from_loader("bench_run_perf", loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
+from benchrun import load_bench_run
 
 
 def fake_perf(writes_counts):
@@ -51,7 +40,7 @@ def fake_perf(writes_counts):
 
 
 def run_counted(tmp_path, monkeypatch, writes_counts):
-    b = bench_module()
+    b = load_bench_run()
     perf = fake_perf(writes_counts)
     monkeypatch.setattr(b.subprocess, "Popen", perf)
     monkeypatch.setattr(b.time, "sleep", lambda s: None)
