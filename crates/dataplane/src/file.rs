@@ -15,6 +15,7 @@ use crate::pool::{BUF_ALIGN, MAX_DIO_ALIGN};
 use crate::range_lock::{LockKind, RangeLocks};
 use crate::readahead::Readahead;
 use crate::size::SizeTracker;
+use crate::writebehind::Frontier;
 
 /// The `O_DIRECT` side of a file whose alignment our buffers can meet.
 #[derive(Debug)]
@@ -58,6 +59,9 @@ pub struct DataFile {
     /// dropped direct mode's pages. A hint for which page-cache writes
     /// look for partial pages to read in first (`read_partial_pages`).
     cold_below: AtomicU64,
+    /// How far direct mode's page-cache writes got, and how much of that
+    /// is being written back (`writebehind.rs`).
+    pub(crate) behind: Frontier,
 }
 
 /// What [`DataFile::size_probe`] saw, for [`DataFile::size_given`].
@@ -126,6 +130,7 @@ impl DataFile {
             label: None,
             integrity: None,
             cold_below: AtomicU64::new(st.st_size.max(0) as u64),
+            behind: Frontier::default(),
         })
     }
 
@@ -225,6 +230,7 @@ impl DataFile {
             None => None,
         };
         rustix::fs::ftruncate(&self.buffered, new_size)?;
+        self.behind.truncated(new_size);
         if let Some((sums, ticket)) = sums {
             sums.truncated(ticket, new_size)?;
         }

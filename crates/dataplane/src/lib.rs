@@ -50,6 +50,7 @@ mod read;
 mod readahead;
 mod size;
 mod write;
+mod writebehind;
 
 pub use config::{DataConfig, Mode, MAX_TRANSFER_LIMIT, SMALL_IO};
 pub use counters::{CounterSnapshot, Counters, OpsBytes, PerMode};
@@ -60,3 +61,4 @@ pub use pool::{BufferPool, PooledBuf, BUF_ALIGN, BUF_SLACK, MAX_DIO_ALIGN};
 pub use read::{IoRing, ReadAttempt, ReadData};
 pub use readahead::{Prefetch, MAX_AGE as READAHEAD_MAX_AGE};
 pub use write::{Stable, WriteAttempt, WriteBuffer, WriteDone};
+pub use writebehind::{LAG as WRITE_BEHIND_LAG, STEP as WRITE_BEHIND_STEP};

@@ -21,6 +21,7 @@ use crate::pool::{BufferPool, PooledBuf, BUF_SLACK};
 use crate::range_lock::{LockKind, RangeGuard};
 use crate::read::IoRing;
 use crate::readahead::{Held, Readahead};
+use crate::writebehind::WriteBehind;
 use crate::{DataConfig, DataError, Mode};
 
 /// How one operation on one file does its I/O.
@@ -69,6 +70,9 @@ pub struct DataPlane {
     /// page cache whole ([`crate::write::WHOLE_BUFFERED_MAX`] unless set
     /// with [`DataPlane::with_whole_buffered_max`]).
     pub(crate) whole_buffered_max: usize,
+    /// Starts the writeback of direct mode's page-cache writes before
+    /// COMMIT (`writebehind.rs`); shared with successors.
+    write_behind: WriteBehind,
 }
 
 /// Whether a request of `len` bytes is served from the small pools.
@@ -91,7 +95,8 @@ impl DataPlane {
     /// (that it refuses `RWF_DONTCACHE`). `self` goes on serving the calls
     /// that already hold it.
     pub fn successor(&self, config: DataConfig) -> Result<Self, DataError> {
-        let next = Self::with_counters(config, self.counters.clone())?;
+        let mut next = Self::with_counters(config, self.counters.clone())?;
+        next.write_behind = self.write_behind.clone();
         next.dontcache_refused.store(
             self.dontcache_refused.load(Ordering::Relaxed),
             Ordering::Relaxed,
@@ -117,6 +122,7 @@ impl DataPlane {
         // 4 buffers none, so readahead can never hold the buffer that the
         // READ which would use its data is waiting for.
         let readahead_cap = config.read_buffers / 4;
+        let write_behind = WriteBehind::new(counters.clone())?;
         Ok(Self {
             config,
             read_pool,
@@ -134,6 +140,7 @@ impl DataPlane {
             cluster_count: Arc::default(),
             cluster_files: Mutex::default(),
             whole_buffered_max: crate::write::WHOLE_BUFFERED_MAX,
+            write_behind,
         })
     }
 
@@ -358,6 +365,20 @@ impl DataPlane {
                 }
             }
             Ok(()) => {}
+        }
+    }
+
+    /// A page-cache write of `file` in direct mode ended at `end`: hands
+    /// the range now a lag behind the furthest such write, if one is due,
+    /// to the write-behind thread (`writebehind.rs`).
+    pub(crate) fn write_behind(&self, file: &DataFile, end: u64) {
+        let Some(due) = file.behind.advance(end) else {
+            return;
+        };
+        // Left to COMMIT if the descriptor cannot be duplicated or the
+        // thread is behind.
+        if let Ok(fd) = file.buffered_fd().try_clone_to_owned() {
+            self.write_behind.submit(fd, due);
         }
     }
 

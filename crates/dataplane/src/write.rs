@@ -310,8 +310,13 @@ impl DataPlane {
             return WriteAttempt::Done(Err(self.write_failed(file, offset, len, e)));
         }
         claim.succeeded();
-        if misaligned && self.config.write_mode == Mode::Direct {
-            Counters::bump(&self.counters.buffered_misaligned);
+        if self.config.write_mode == Mode::Direct {
+            if misaligned {
+                Counters::bump(&self.counters.buffered_misaligned);
+            }
+            // Advisory and never blocking: an atomic, and every 4 MiB a
+            // dup and a queue slot.
+            self.write_behind(file, io.end);
         }
         self.counters.count_write(Mode::Buffered, buf.len);
         Counters::bump(&self.counters.task_writes);
@@ -621,7 +626,9 @@ impl DataPlane {
         if misaligned {
             Counters::bump(&self.counters.buffered_misaligned);
         }
-        if stable != Stable::Unstable {
+        if stable == Stable::Unstable {
+            self.write_behind(file, buf.offset + buf.len as u64);
+        } else {
             self.drop_cached_pages(file, buf.offset, buf.len as u64);
         }
         Ok(())

@@ -79,7 +79,7 @@ pub fn render(server: &Server, locks: Option<&LockService>) -> String {
         "counter",
         &mut bytes.into_iter(),
     );
-    let simple: [(&str, &str, Field); 24] = [
+    let simple: [(&str, &str, Field); 25] = [
         (
             "expanded_reads_total",
             "Direct READs widened to the read alignment.",
@@ -120,6 +120,11 @@ pub fn render(server: &Server, locks: Option<&LockService>) -> String {
             "edge_page_reads_total",
             "Uncached partial pages with data read in before such a page-cache WRITE (both at once).",
             |s| s.edge_page_reads,
+        ),
+        (
+            "write_behind_bytes_total",
+            "Bytes of such page-cache WRITEs whose writeback started before COMMIT (write-behind).",
+            |s| s.write_behind_bytes,
         ),
         (
             "fua_writes_total",

@@ -207,6 +207,22 @@ pub fn resident_pages<Fd: AsFd>(fd: Fd, len: u64) -> io::Result<(usize, usize)> 
 /// does not find (allocating, zeroing or reading the pages after it), it
 /// brings nothing into the cache. `ENOSYS` before 6.5.
 pub fn cached_pages<Fd: AsFd>(fd: Fd, offset: u64, len: u64) -> io::Result<u64> {
+    Ok(page_cache_stat(fd, offset, len)?.cached)
+}
+
+/// What `cachestat(2)` reports of a range of a file: its pages in the
+/// page cache, and of those the dirty ones and the ones being written
+/// back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PageCacheStat {
+    pub cached: u64,
+    pub dirty: u64,
+    pub writeback: u64,
+}
+
+/// `cachestat(2)` of `[offset, offset + len)` of `fd` (`len == 0`: to the
+/// end of the file); see [`cached_pages`].
+pub fn page_cache_stat<Fd: AsFd>(fd: Fd, offset: u64, len: u64) -> io::Result<PageCacheStat> {
     /// `struct cachestat_range` (include/uapi/linux/mman.h).
     #[repr(C)]
     struct Range {
@@ -241,7 +257,38 @@ pub fn cached_pages<Fd: AsFd>(fd: Fd, offset: u64, len: u64) -> io::Result<u64> 
         )
     };
     if rc == 0 {
-        Ok(stat.nr_cache)
+        Ok(PageCacheStat {
+            cached: stat.nr_cache,
+            dirty: stat.nr_dirty,
+            writeback: stat.nr_writeback,
+        })
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// `sync_file_range(fd, offset, len, SYNC_FILE_RANGE_WRITE)`: start
+/// writeback of the dirty pages of the range that are not being written
+/// yet, and return without waiting for it. It neither waits for nor
+/// consumes a writeback error of the open file (only the `WAIT_*` flags
+/// do), so the next `fsync`/`fdatasync` of any descriptor of the file
+/// still reports one. `len == 0`: to the end of the file.
+pub fn start_writeback<Fd: AsFd>(fd: Fd, offset: u64, len: u64) -> io::Result<()> {
+    let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    };
+    // SAFETY: the descriptor is borrowed, so open for the call, which
+    // takes only integers and touches no memory of ours.
+    let rc = unsafe {
+        libc::sync_file_range(
+            fd.as_fd().as_raw_fd(),
+            offset,
+            len,
+            libc::SYNC_FILE_RANGE_WRITE,
+        )
+    };
+    if rc == 0 {
+        Ok(())
     } else {
         Err(io::Error::last_os_error())
     }
@@ -448,5 +495,24 @@ mod tests {
         fadvise_dontneed(&file, 0, 0).unwrap();
         fadvise_dontneed(&file, 4096, 4096).unwrap();
         fadvise_willneed(&file, 0, 4096).unwrap();
+    }
+
+    #[test]
+    fn writeback_starts_and_cachestat_sees_it() {
+        use std::io::Write;
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(&[7u8; 64 << 10]).unwrap();
+        start_writeback(&file, 0, 0).unwrap();
+        start_writeback(&file, 4096, 8192).unwrap();
+        assert!(start_writeback(&file, u64::MAX, 1).is_err());
+        file.sync_data().unwrap();
+        match page_cache_stat(&file, 0, 0) {
+            Ok(st) => {
+                assert_eq!(st.dirty, 0, "{st:?}");
+                assert_eq!(st.cached, cached_pages(&file, 0, 0).unwrap());
+            }
+            // Kernels before 6.5.
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::ENOSYS)),
+        }
     }
 }
