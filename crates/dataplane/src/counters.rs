@@ -42,8 +42,11 @@ pub struct Counters {
     /// at once (`read_partial_pages`), so the kernel does not read them
     /// one after the other under the inode lock the write holds.
     pub edge_page_reads: AtomicU64,
-    /// Bytes of such page-cache writes whose writeback was started before
-    /// COMMIT, a lag behind the file's furthest write (`writebehind.rs`).
+    /// Bytes of file ranges handed to write-behind (`writebehind.rs`):
+    /// the writeback of whatever such page-cache writes left dirty in them
+    /// was started before COMMIT, a lag behind the file's furthest write.
+    /// Counts the ranges, dirty or not (a random writer's first range is
+    /// most of its file).
     pub write_behind_bytes: AtomicU64,
     /// Stable (DATA_SYNC/FILE_SYNC) direct writes made durable by the write
     /// itself (`RWF_DSYNC`/`RWF_SYNC`: FUA where the device has it) rather

@@ -123,7 +123,7 @@ pub fn render(server: &Server, locks: Option<&LockService>) -> String {
         ),
         (
             "write_behind_bytes_total",
-            "Bytes of such page-cache WRITEs whose writeback started before COMMIT (write-behind).",
+            "Bytes of file ranges whose dirty pages from such page-cache WRITEs had writeback started before COMMIT (write-behind).",
             |s| s.write_behind_bytes,
         ),
         (
