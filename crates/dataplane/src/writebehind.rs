@@ -6,24 +6,28 @@
 //! past `dirty_background_ratio` (gigabytes on a large server). A COMMIT
 //! after an IOR-hard pass over a 979 MiB file then wrote the whole file by
 //! itself, 0.2-1 s of a 1.35 s job, with the device idle while the records
-//! arrived, and the data held as much page cache as it was large.
+//! arrived.
 //!
 //! So each file keeps a [`Frontier`]: the furthest end of such a write.
 //! Once it has moved [`STEP`] past the last range handed over, the range up
 //! to [`LAG`] behind it (where neighbouring records of several clients are
 //! complete, so no page is written twice) goes to the plane's write-behind
 //! thread, which starts its writeback (`sync_file_range(WRITE)`, no
-//! waiting) and drops the pages of the range before it, whose writeback
-//! has had a step's time to finish (`POSIX_FADV_DONTNEED`, which leaves
-//! dirty and in-flight pages alone): the page cache a sequential stream of
-//! such writes holds stays about two steps and a lag.
+//! waiting). The pages stay cached, clean, until COMMIT drops them (or the
+//! kernel reclaims them). Dropping them here as well, a step behind, was
+//! tried and cost far more than it saved: with checksums on, one client in
+//! most IOR-hard runs fell more than the lag behind the others, found the
+//! partial pages of its records gone, and had the kernel read them back
+//! from the device, which slowed it further (about 5,000 device reads per
+//! run, `block_bio_queue` traced to the integrity hook's `pread`; 420
+//! against 580 MiB/s, scratch runs of the `bench/loadgen` IOR-hard shape).
 //!
 //! Durability is unchanged: data reaches the disk earlier, but a WRITE is
 //! still only promised stable by COMMIT, whose `fdatasync` waits for
 //! whatever is still in flight. `SYNC_FILE_RANGE_WRITE` neither waits for
 //! nor consumes a writeback error, so that COMMIT still reports it. The
 //! thread holds a duplicate of the file's buffered descriptor, used for
-//! these two advisory calls only; it writes no data. If the thread is
+//! that advisory call only; it writes no data. If the thread is
 //! busy (its queue full), a range is simply left to COMMIT.
 
 use std::ops::Range;
