@@ -85,18 +85,21 @@ impl DataPlane {
     /// of `write_buffers` buffers, each of `max_transfer` + [`BUF_SLACK`]
     /// bytes.
     pub fn new(config: DataConfig) -> Result<Self, DataError> {
-        Self::with_counters(config, Arc::default())
+        Self::with_counters(config, Arc::default(), None)
     }
 
     /// A data plane with `config` that takes over from `self` when a
     /// configuration reload changes the export's modes or transfer size:
     /// new pools (of the new size), the same counters (so the export's
     /// metrics go on counting), and what `self` learnt of the filesystem
-    /// (that it refuses `RWF_DONTCACHE`). `self` goes on serving the calls
-    /// that already hold it.
+    /// (that it refuses `RWF_DONTCACHE`), and its write-behind thread.
+    /// `self` goes on serving the calls that already hold it.
     pub fn successor(&self, config: DataConfig) -> Result<Self, DataError> {
-        let mut next = Self::with_counters(config, self.counters.clone())?;
-        next.write_behind = self.write_behind.clone();
+        let next = Self::with_counters(
+            config,
+            self.counters.clone(),
+            Some(self.write_behind.clone()),
+        )?;
         next.dontcache_refused.store(
             self.dontcache_refused.load(Ordering::Relaxed),
             Ordering::Relaxed,
@@ -108,7 +111,12 @@ impl DataPlane {
         Ok(next.with_whole_buffered_max(self.whole_buffered_max))
     }
 
-    fn with_counters(config: DataConfig, counters: Arc<Counters>) -> Result<Self, DataError> {
+    /// `write_behind`: a predecessor's thread, else a new one.
+    fn with_counters(
+        config: DataConfig,
+        counters: Arc<Counters>,
+        write_behind: Option<WriteBehind>,
+    ) -> Result<Self, DataError> {
         config.validate()?;
         let buf_len = config.max_transfer + BUF_SLACK;
         let read_pool = BufferPool::new(buf_len, config.read_buffers, counters.clone());
@@ -122,7 +130,10 @@ impl DataPlane {
         // 4 buffers none, so readahead can never hold the buffer that the
         // READ which would use its data is waiting for.
         let readahead_cap = config.read_buffers / 4;
-        let write_behind = WriteBehind::new(counters.clone())?;
+        let write_behind = match write_behind {
+            Some(w) => w,
+            None => WriteBehind::new(counters.clone())?,
+        };
         Ok(Self {
             config,
             read_pool,

@@ -33,11 +33,12 @@
 use std::ops::Range;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 
 use dionfs_sys::io::start_writeback;
 
+use crate::align::round_down;
 use crate::counters::Counters;
 
 /// How far behind the furthest page-cache write a range must end to be
@@ -46,6 +47,9 @@ pub const LAG: u64 = 4 << 20;
 /// How much a file's frontier must move before the next range is handed
 /// over.
 pub const STEP: u64 = 4 << 20;
+/// Ranges start and end on 4 KiB boundaries (`sync_file_range` rounds
+/// to whole pages itself).
+const PAGE: u64 = 4096;
 /// Ranges waiting for the thread; more are left to COMMIT.
 const QUEUE: usize = 64;
 
@@ -63,7 +67,7 @@ impl Frontier {
     /// for writeback, if any.
     pub(crate) fn advance(&self, end: u64) -> Option<Range<u64>> {
         let end = self.end.fetch_max(end, Ordering::Relaxed).max(end);
-        let target = end.saturating_sub(LAG) & !(4096 - 1);
+        let target = round_down(end.saturating_sub(LAG), PAGE);
         let mut kicked = self.kicked.load(Ordering::Relaxed);
         loop {
             if target < kicked + STEP {
@@ -107,12 +111,6 @@ pub(crate) struct WriteBehind {
     tx: SyncSender<Job>,
 }
 
-impl std::fmt::Debug for Job {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Job").field("range", &self.range).finish()
-    }
-}
-
 impl WriteBehind {
     pub(crate) fn new(counters: Arc<Counters>) -> std::io::Result<Self> {
         let (tx, rx) = sync_channel(QUEUE);
@@ -122,13 +120,11 @@ impl WriteBehind {
         Ok(Self { tx })
     }
 
-    /// Hands `range` of the file `fd` (a duplicate) to the thread; false
-    /// if its queue is full.
-    pub(crate) fn submit(&self, fd: OwnedFd, range: Range<u64>) -> bool {
-        match self.tx.try_send(Job { fd, range }) {
-            Ok(()) => true,
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => false,
-        }
+    /// Hands `range` of the file `fd` (a duplicate) to the thread, unless
+    /// its queue is full (the range is then left to COMMIT).
+    pub(crate) fn submit(&self, fd: OwnedFd, range: Range<u64>) {
+        // Full or gone: nothing to do, COMMIT writes the range.
+        let _ = self.tx.try_send(Job { fd, range });
     }
 }
 
