@@ -4,6 +4,11 @@ through independent clients, on XFS on a 4096-byte-sector loop device.
 - test_sequential_qd1_read_gets_readahead_hits: libnfs's nfs-cat (one READ in
   flight) reads a 48 MiB file in direct mode; the bytes are exact and the
   server's metrics show READs served from prefetched data.
+- test_sequential_read_with_reads_in_flight_gets_readahead_hits: libnfs
+  (tests/tools/iorhard `stream`, one connection) writes a 96 MiB file and
+  reads it back with 8 READs of 1 MiB in flight, checking every byte: READs
+  are served from prefetched chunks, and the chunks past the READs in
+  flight are not read twice nor thrown away unused but for a few.
 - test_overwrite_between_sequential_reads_is_read_fresh: a client reads a
   file sequentially, 1 MiB at a time, so the server prefetches the chunks
   ahead; it then overwrites (misaligned) bytes inside them and reads on: it
@@ -59,6 +64,26 @@ def test_sequential_qd1_read_gets_readahead_hits(server, loopfs):
     assert hits >= 20, after
     assert prefetched >= 20 * MiB, after
     assert after["readahead_misses"] - before["readahead_misses"] < hits, after
+
+
+@DIRECT
+def test_sequential_read_with_reads_in_flight_gets_readahead_hits(server, iorhard, loopfs):
+    size = 96 * MiB
+    iorhard.run("stream", "inflight", size, "write", q=4, x=MiB, timeout=600)
+    before = metrics()
+    res = iorhard.run("stream", "inflight", size, "read", q=8, x=MiB, timeout=600)
+    after = metrics()
+    got = {k: after[k] - before.get(k, 0) for k in after}
+    print(f"{got}\n{res.stdout}")
+    reads = size // MiB
+    # Before readahead served READs with others in flight, none of these
+    # came from prefetched chunks. Leave room for the start of the stream
+    # and for READs that overtook a queued prefetch on a loaded machine.
+    assert got["readahead_hits"] >= reads // 2, got
+    assert got["readahead_bytes"] >= size // 2, got
+    # Prefetched chunks are read once and used: a few are dropped unused
+    # (the end of the file, late READs past the kept chunks).
+    assert got["readahead_discards"] <= reads // 10, got
 
 
 @DIRECT

@@ -166,9 +166,19 @@ impl DataPlane {
         if offset > MAX_FILE_OFFSET - (count + BUF_SLACK) as u64 {
             return ReadAttempt::Blocking(buf);
         }
-        let reading = file.readahead.begin_read();
-        if reading.has_chunks() || file.cluster.is_active() {
+        let reading = file.readahead.begin_read(offset..offset + count as u64);
+        if file.cluster.is_active() {
             return ReadAttempt::Blocking(buf);
+        }
+        if reading.has_chunks() {
+            // From chunks already prefetched, here; anything else (a chunk
+            // still being read, a miss) on a blocking thread, which may wait.
+            return match reading.serve_ready(offset, count, &mut buf, &self.counters) {
+                Some(served) => ReadAttempt::Done(
+                    self.served_from_chunks(file, direct, &reading, buf, served, offset, count),
+                ),
+                None => ReadAttempt::Blocking(buf),
+            };
         }
         if is_small(count)
             && self.route_small_read(file, offset..offset + count as u64, reading.concurrent())
@@ -234,7 +244,7 @@ impl DataPlane {
         offset: u64,
         count: usize,
     ) -> Result<ReadData, DataError> {
-        let reading = file.readahead.begin_read();
+        let reading = file.readahead.begin_read(offset..offset + count as u64);
         if is_small(count)
             && self.route_small_read(file, offset..offset + count as u64, reading.concurrent())
         {
@@ -250,33 +260,47 @@ impl DataPlane {
                 prefetch: Vec::new(),
             });
         }
-        let served = reading.serve(offset, count, &mut buf, &self.counters);
-        let hit = served.is_some();
-        let (buf, (range, eof)) = match served {
-            Some(served) => {
-                let (buf, io_start, filled) = match served {
-                    Served::Chunk {
-                        buf: chunk,
-                        start,
-                        len,
-                    } => (chunk, start, len),
-                    Served::Copied => (buf, offset, count),
-                };
-                let size = file.size()?;
-                (
-                    buf,
-                    read_reply(offset, count as u64, io_start, filled, size),
-                )
-            }
-            None => {
-                let reply = self.with_rebuild(file, || {
-                    self.read_direct(file, direct, &mut buf, offset, count)
-                })?;
-                (buf, reply)
-            }
-        };
+        if let Some(served) = reading.serve(offset, count, &mut buf, &self.counters) {
+            return self.served_from_chunks(file, direct, &reading, buf, served, offset, count);
+        }
+        let (range, eof) = self.with_rebuild(file, || {
+            self.read_direct(file, direct, &mut buf, offset, count)
+        })?;
         self.counters.count_read(Mode::Direct, range.len());
-        let prefetch = self.plan_readahead(file, direct, &reading, offset, range.len(), hit);
+        let prefetch = self.plan_readahead(file, direct, &reading, offset, range.len(), false);
+        Ok(ReadData {
+            buf,
+            range,
+            eof,
+            prefetch,
+        })
+    }
+
+    /// The reply of a READ served from prefetched chunks: from the chunk's
+    /// own buffer, or from `buf` they were copied into.
+    #[allow(clippy::too_many_arguments)]
+    fn served_from_chunks(
+        &self,
+        file: &DataFile,
+        direct: &DirectIo,
+        reading: &Reading<'_>,
+        buf: PooledBuf,
+        served: Served,
+        offset: u64,
+        count: usize,
+    ) -> Result<ReadData, DataError> {
+        let (buf, io_start, filled) = match served {
+            Served::Chunk {
+                buf: chunk,
+                start,
+                len,
+            } => (chunk, start, len),
+            Served::Copied => (buf, offset, count),
+        };
+        let size = file.size()?;
+        let (range, eof) = read_reply(offset, count as u64, io_start, filled, size);
+        self.counters.count_read(Mode::Direct, range.len());
+        let prefetch = self.plan_readahead(file, direct, reading, offset, range.len(), true);
         Ok(ReadData {
             buf,
             range,
