@@ -81,9 +81,10 @@ def test_sequential_read_with_reads_in_flight_gets_readahead_hits(server, iorhar
     # and for READs that overtook a queued prefetch on a loaded machine.
     assert got["readahead_hits"] >= reads // 2, got
     assert got["readahead_bytes"] >= size // 2, got
-    # Prefetched chunks are read once and used: a few are dropped unused
-    # (the end of the file, late READs past the kept chunks).
-    assert got["readahead_discards"] <= reads // 10, got
+    # Prefetched chunks are read once and mostly used: some are dropped
+    # unused (READs that overtook their chunk, late READs past the kept
+    # chunks; 2-4% of a 4 GiB file's, 3-15% of this short stream's).
+    assert got["readahead_discards"] <= reads // 5, got
 
 
 @DIRECT

@@ -15,7 +15,7 @@ use crate::file::{DataFile, DirectIo};
 use crate::plane::IoPath;
 use crate::pool::{PooledBuf, BUF_SLACK};
 use crate::range_lock::LockKind;
-use crate::readahead::{Planning, Prefetch, Reading, Served};
+use crate::readahead::{Lookup, Planning, Prefetch, Reading, Served};
 use crate::{is_small, DataError, DataPlane, Mode};
 
 /// The result of a READ: the buffer the data was read into and the part of
@@ -171,14 +171,29 @@ impl DataPlane {
             return ReadAttempt::Blocking(buf);
         }
         if reading.has_chunks() {
-            // From chunks already prefetched, here; anything else (a chunk
-            // still being read, a miss) on a blocking thread, which may wait.
-            return match reading.serve_ready(offset, count, &mut buf, &self.counters) {
-                Some(served) => ReadAttempt::Done(
-                    self.served_from_chunks(file, direct, &reading, buf, served, offset, count),
-                ),
-                None => ReadAttempt::Blocking(buf),
-            };
+            // From prefetched chunks, here, waiting for those still being
+            // read; a miss goes to a blocking thread, which reads it.
+            let mut waited = false;
+            loop {
+                let read = reading.chunk_read().notified();
+                tokio::pin!(read);
+                read.as_mut().enable();
+                match reading.serve_ready(offset, count, &mut buf, &self.counters) {
+                    Lookup::Served(served) => {
+                        if waited {
+                            Counters::bump(&self.counters.readahead_waits);
+                        }
+                        return ReadAttempt::Done(self.served_from_chunks(
+                            file, direct, &reading, buf, served, offset, count,
+                        ));
+                    }
+                    Lookup::Running => {
+                        waited = true;
+                        read.await;
+                    }
+                    Lookup::Miss => return ReadAttempt::Blocking(buf),
+                }
+            }
         }
         if is_small(count)
             && self.route_small_read(file, offset..offset + count as u64, reading.concurrent())
