@@ -15,8 +15,10 @@
 //! How: each [`DataFile`] (one per inode, server-wide) has a [`Readahead`]
 //! that watches the READs of the file. When [`MIN_STREAK`] READs in a row
 //! each start where the previous one ended ([`MIN_CONCURRENT_STREAK`] when
-//! other READs of the file are in flight: several clients reading their
-//! own parts of one file interleave, and seldom send four in a row), the
+//! other READs of the file are in flight: a random READ seldom lands next
+//! to the one before; several clients reading their own parts of one file
+//! interleave, and the file's one stream follows whichever sends four in a
+//! row), the
 //! READ hands back [`Prefetch`]es for the next chunks: aligned,
 //! `max_transfer`-sized ranges past the end of the stream and past every
 //! READ of it in flight, so that no block is read twice. READs in flight
@@ -102,8 +104,8 @@ const LATE_CHUNKS: u64 = 4;
 const NEAR_READS: u64 = 16;
 
 /// Contiguous READs that make a stream when other READs of the file are
-/// in flight: several clients reading their own parts of one file
-/// interleave, and seldom send four in a row.
+/// in flight, where a READ within [`NEAR_READS`] of the stream's end
+/// counts: random READs almost never make four in a row.
 const MIN_CONCURRENT_STREAK: u32 = 4;
 
 /// Contiguous READs that make a sequential stream. Random reads are almost
