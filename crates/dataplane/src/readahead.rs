@@ -7,8 +7,8 @@
 //! Linux client's readahead, `fio --iodepth`) does no better than half
 //! of them at the device: each READ's reply then waits its turn on the
 //! connection, and the client asks for the next range only once it has
-//! it (1 MiB READs at qd 8: 3.6-4.3 at the loop device on average, where
-//! local `fio --direct=1` at the same depth keeps 6-7). Buffered and
+//! it (1 MiB READs at qd 8: 3.4-4.3 at the loop device on average, where
+//! local `fio --direct=1` at the same depth keeps 6.1). Buffered and
 //! `RWF_DONTCACHE` reads get the kernel's readahead; `O_DIRECT` gets none,
 //! so the data plane does its own, for the direct path only.
 //!
@@ -511,8 +511,6 @@ impl Reading<'_> {
             // Nothing returned (end of file): not a step of any stream.
             return Vec::new();
         }
-        // READs in flight together end in any order: one that starts
-        // within a few READs' length of the end continues the stream.
         let concurrent = self.concurrent || st.reads_in_flight > 1;
         // READs in flight together end in any order, and the server may
         // even begin them in another order than they came. So while others
