@@ -136,9 +136,8 @@ struct State {
     streak: u32,
     /// Chunks to keep ahead of the stream; 0 while there is no stream.
     window: usize,
-    /// READs of this file between `begin_read` and their end.
-    reads_in_flight: usize,
-    /// The ranges of those READs (unordered; one entry per READ).
+    /// The ranges of the READs of this file between `begin_read` and their
+    /// end (unordered; one entry per READ).
     in_flight: Vec<Range<u64>>,
     /// Prefetched or planned chunks, sorted by start, not overlapping.
     chunks: Vec<Chunk>,
@@ -266,11 +265,10 @@ impl Readahead {
     /// Marks a READ of the file in flight until the returned value drops.
     pub(crate) fn begin_read(self: &Arc<Self>, range: Range<u64>) -> Reading<'_> {
         let mut st = self.state.lock();
-        st.reads_in_flight += 1;
         st.in_flight.push(range.clone());
         Reading {
             readahead: self,
-            concurrent: st.reads_in_flight > 1,
+            concurrent: st.in_flight.len() > 1,
             range,
         }
     }
@@ -332,7 +330,6 @@ impl State {
 impl Drop for Reading<'_> {
     fn drop(&mut self) {
         let mut st = self.readahead.state.lock();
-        st.reads_in_flight -= 1;
         if let Some(i) = st.in_flight.iter().position(|r| *r == self.range) {
             st.in_flight.swap_remove(i);
         }
@@ -511,7 +508,7 @@ impl Reading<'_> {
             // Nothing returned (end of file): not a step of any stream.
             return Vec::new();
         }
-        let concurrent = self.concurrent || st.reads_in_flight > 1;
+        let concurrent = self.concurrent || st.in_flight.len() > 1;
         // READs in flight together end in any order, and the server may
         // even begin them in another order than they came. So while others
         // are in flight, or once the stream is established, a READ that
@@ -564,8 +561,8 @@ impl Reading<'_> {
             .fold(end, u64::min);
         // The server may begin READs in another order than they came, so
         // a few chunks behind may still have READs coming for them.
-        let late = behind.saturating_sub(LATE_CHUNKS * plan.chunk_len);
-        st.chunks.retain(|c| c.range.end > late);
+        let keep_from = behind.saturating_sub(LATE_CHUNKS * plan.chunk_len);
+        st.chunks.retain(|c| c.range.end > keep_from);
         st.expire(Instant::now());
         // Past what READs in flight near the stream already read.
         let asked = st
@@ -777,6 +774,11 @@ mod tests {
         data
     }
 
+    /// The file range of chunk `i`.
+    fn chunk(i: usize) -> Range<u64> {
+        (i * CHUNK) as u64..((i + 1) * CHUNK) as u64
+    }
+
     fn pattern(len: usize, seed: u8) -> Vec<u8> {
         (0..len)
             .map(|i| (i / 4096) as u8 ^ (i as u8).wrapping_mul(31) ^ seed)
@@ -866,10 +868,7 @@ mod tests {
         // runs, the next three are in flight too (begun, not ended).
         let ahead = |i: usize| {
             (i + 1..i + 4)
-                .map(|j| {
-                    file.readahead
-                        .begin_read((j * CHUNK) as u64..((j + 1) * CHUNK) as u64)
-                })
+                .map(|j| file.readahead.begin_read(chunk(j)))
                 .collect::<Vec<_>>()
         };
         for i in 0..MIN_CONCURRENT_STREAK as usize - 1 {
@@ -887,7 +886,7 @@ mod tests {
         // device reads no block twice.
         assert_eq!(prefetch.len(), 1);
         let first = prefetch[0].range();
-        assert_eq!(first, ((i + 4) * CHUNK) as u64..((i + 5) * CHUNK) as u64);
+        assert_eq!(first, chunk(i + 4));
         for p in prefetch {
             p.run(&file);
         }
@@ -921,9 +920,7 @@ mod tests {
         // one of next (READs of one client run side by side): the later
         // READ ends first, while the other is in flight, and must not drop
         // the chunk it still needs; that one then ends alone, late.
-        let first = file
-            .readahead
-            .begin_read((next * CHUNK) as u64..((next + 1) * CHUNK) as u64);
+        let first = file.readahead.begin_read(chunk(next));
         let later = read_inline(&plane, &file, ((next + 1) * CHUNK) as u64, CHUNK);
         assert_eq!(later, &content[(next + 1) * CHUNK..(next + 2) * CHUNK]);
         drop(first);
@@ -947,9 +944,7 @@ mod tests {
         for i in 0..16 {
             for half in [0, 32] {
                 let other_half = 32 - half;
-                let other = file.readahead.begin_read(
-                    ((other_half + i) * CHUNK) as u64..((other_half + i + 1) * CHUNK) as u64,
-                );
+                let other = file.readahead.begin_read(chunk(other_half + i));
                 let (_, prefetch) = read(&plane, &file, ((half + i) * CHUNK) as u64, CHUNK);
                 assert!(prefetch.is_empty(), "READ {i} of the half at {half}");
                 drop(other);
