@@ -21,6 +21,11 @@
  * to the last reply. rename --verify reads every file back afterwards,
  * outside the timed region.
  *
+ * SIGUSR1 ends the run early, like --runtime running out: no more calls are
+ * sent, those in flight complete and the result covers what was done (the
+ * many-clients job stops its random readers when its sequential ones have
+ * read their parts of the file, so both are measured over the same time).
+ *
  * Result: one JSON object on stdout. Exit status: 0 clean, 1 fatal (setup or
  * connection failure; JSON may still be printed with "fatal"), 3 the run
  * completed but saw I/O errors or data mismatches.
@@ -31,6 +36,7 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -336,12 +342,21 @@ static void write_cb(int err, struct nfs_context *nfs, void *data, void *priv)
 	record(c, s);
 }
 
+/* Set by SIGUSR1: stop sending calls (see the top of the file). */
+static volatile sig_atomic_t stop_requested;
+
+static void on_stop_signal(int sig)
+{
+	(void)sig;
+	stop_requested = 1;
+}
+
 static int issue(struct conn *c, struct slot *s)
 {
 	uint64_t off = 0, seed = 0;
 	if (c->stop_issuing)
 		return 0;
-	if (cfg.runtime > 0 && now_ns() >= c->deadline) {
+	if (stop_requested || (cfg.runtime > 0 && now_ns() >= c->deadline)) {
 		c->stop_issuing = 1;
 		return 0;
 	}
@@ -464,7 +479,7 @@ static int meta_issue(struct conn *c, struct slot *s)
 	int rc;
 	if (c->stop_issuing)
 		return 0;
-	if (c->next_i >= cfg.files) {
+	if (stop_requested || c->next_i >= cfg.files) {
 		c->stop_issuing = 1;
 		return 0;
 	}
@@ -681,12 +696,16 @@ static void usage(void)
 	    "   [--file-size SIZE] [--records R] [--offset OFF] [--qd N] [--conns N]\n"
 	    "   [--shift K] [--runtime SEC] [--ops N] [--seed S] [--verify] [--create]\n"
 	    "   [--commit] [--timeout SEC] [--label TEXT]\n"
+	    "   SIGUSR1: send no more calls, finish those in flight, report\n"
 	    "   metadata ops: FILE is a name prefix (/dir/prefix); files FILE-c<conn>-<i>[.tmp]\n");
 	exit(2);
 }
 
 int main(int argc, char **argv)
 {
+	struct sigaction stop = { .sa_handler = on_stop_signal, .sa_flags = SA_RESTART };
+	sigemptyset(&stop.sa_mask);
+	sigaction(SIGUSR1, &stop, NULL);
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 #define ARG() (i + 1 < argc ? argv[++i] : (usage(), ""))
