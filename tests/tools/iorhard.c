@@ -31,7 +31,8 @@
  *   stream FILE SIZE write|read|both
  *       One connection: write SIZE bytes sequentially in -x XFER transfers
  *       (default 1 MiB, QD in flight, UNSTABLE + COMMIT), and/or read them
- *       back and verify.
+ *       back and verify. -P K/N: read only part K (from 0) of N equal parts
+ *       of the transfers (clients reading their own parts of one file).
  *   readloop FILE OFF SECONDS
  *       READ OFF, -x bytes, back to back (QD in flight) for SECONDS; fails
  *       if a reply has count 0 without eof (a Linux client makes that EIO).
@@ -82,6 +83,7 @@ static uint64_t seed = 1;
 static const char *stable_opt = "mixed", *order_opt = "up";
 static uint32_t xfer = 1 << 20;
 static uint32_t nreaders; /* -r: extra processes reading while the writers write */
+static uint32_t part, parts = 1; /* -P K/N: stream reads part K of N */
 static int me = -1; /* client number in this process, -1 = parent */
 
 static struct rpc_context *rpc;
@@ -922,6 +924,7 @@ static int cmd_ior(const char *path, uint32_t clients, uint64_t records, uint32_
 static int cmd_stream(const char *path, uint64_t size, const char *what)
 {
     uint64_t n = (size + xfer - 1) / xfer, batch = 64;
+    uint64_t first = n * part / parts, last = n * (part + 1) / parts;
     struct io **ios = calloc(batch, sizeof(*ios));
     uint8_t *bufs = malloc(batch * (uint64_t)xfer);
     struct timespec t0;
@@ -932,8 +935,9 @@ static int cmd_stream(const char *path, uint64_t size, const char *what)
         if ((phase == 0 && !do_write) || (phase == 1 && !do_read))
             continue;
         now(&t0);
-        for (uint64_t b0 = 0; b0 < n; b0 += batch) {
-            uint64_t nb = n - b0 < batch ? n - b0 : batch;
+        uint64_t from = phase ? first : 0, to = phase ? last : n;
+        for (uint64_t b0 = from; b0 < to; b0 += batch) {
+            uint64_t nb = to - b0 < batch ? to - b0 : batch;
             for (uint64_t k = 0; k < nb; k++) {
                 struct io *io = ios[k] = calloc(1, sizeof(*io));
                 uint64_t i = b0 + k;
@@ -1087,7 +1091,7 @@ static void usage(void)
     fprintf(stderr,
             "usage: iorhard [-u UID] [-g GID] [-p NFSPORT] [-m MOUNTPORT] [-q QD] [-s SEED]\n"
             "               [-S unstable|data_sync|file_sync|mixed] [-o up|down|shuffle] [-x XFER]\n"
-            "               [-r READERS]\n"
+            "               [-r READERS] [-P K/N (stream: read part K of N)]\n"
             "               SERVER EXPORT CMD [ARGS]\n"
             "  ior FILE CLIENTS RECORDS RECSIZE | stream FILE SIZE write|read|both\n"
             "  readraw FILE OFF LEN [OFF LEN]... | readloop FILE OFF SECONDS (LEN = -x)\n"
@@ -1099,7 +1103,7 @@ int main(int argc, char **argv)
 {
     int opt;
     const char *cmd;
-    while ((opt = getopt(argc, argv, "+u:g:p:m:q:s:S:o:x:r:")) != -1) {
+    while ((opt = getopt(argc, argv, "+u:g:p:m:q:s:S:o:x:r:P:")) != -1) {
         switch (opt) {
         case 'u': uid = atoi(optarg); break;
         case 'g': gid = atoi(optarg); break;
@@ -1111,6 +1115,10 @@ int main(int argc, char **argv)
         case 'o': order_opt = optarg; break;
         case 'x': xfer = (uint32_t)strtoul(optarg, NULL, 0); break;
         case 'r': nreaders = (uint32_t)strtoul(optarg, NULL, 0); break;
+        case 'P':
+            if (sscanf(optarg, "%u/%u", &part, &parts) != 2 || parts == 0 || part >= parts)
+                usage();
+            break;
         default: usage();
         }
     }

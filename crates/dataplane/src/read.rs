@@ -172,9 +172,11 @@ impl DataPlane {
         }
         if reading.has_chunks() {
             // From prefetched chunks, here, waiting for those still being
-            // read; a miss goes to a blocking thread, which reads it.
+            // read; a miss goes to a blocking thread, which reads it. A
+            // READ that no chunk has anything of (another stream's, or a
+            // random one) is read here like any other.
             let mut waited = false;
-            loop {
+            'chunks: loop {
                 let read = reading.chunk_read().notified();
                 tokio::pin!(read);
                 read.as_mut().enable();
@@ -192,6 +194,7 @@ impl DataPlane {
                         read.await;
                     }
                     Lookup::Miss => return ReadAttempt::Blocking(buf),
+                    Lookup::Elsewhere => break 'chunks,
                 }
             }
         }

@@ -16,9 +16,7 @@
 //! that watches the READs of the file. When [`MIN_STREAK`] READs in a row
 //! each start where the previous one ended ([`MIN_CONCURRENT_STREAK`] when
 //! other READs of the file are in flight: a random READ seldom lands next
-//! to the one before; several clients reading their own parts of one file
-//! interleave, and the file's one stream follows whichever sends four in a
-//! row), the
+//! to the one before), the
 //! READ hands back [`Prefetch`]es for the next chunks: aligned,
 //! `max_transfer`-sized ranges past the end of the stream and past every
 //! READ of it in flight, so that no block is read twice. READs in flight
@@ -27,7 +25,15 @@
 //! [`NEAR_READS`] of its own lengths of the stream's end continues it, one
 //! that ends behind the end is a late READ of it (neither a step nor a
 //! break), and the chunks up to [`LATE_CHUNKS`] behind the READs in flight
-//! are kept for late READs. The server runs
+//! are kept for late READs. A file follows up to [`MAX_STREAMS`] streams
+//! at once, each with its own chunks: clients reading their own parts of
+//! one file side by side (8 connections reading an eighth of a file each,
+//! among 8 others reading it at random: 1,498-1,499 -> 1,741-1,767 MiB/s,
+//! scratch `mix.sh`, the `mixed-16` job's shape). A READ that continues
+//! none starts a candidate in the place of the least recently moved one,
+//! streams last: random READs pass through the candidates without pushing
+//! out a stream, and a stream's first READ, if the client's next is
+//! already in flight right after it, outlasts theirs. The server runs
 //! each on a blocking thread after the reply ([`Prefetch::run`]); the
 //! dataplane stays synchronous and never does readahead I/O on a READ's
 //! thread. The window of chunks kept ahead grows 1 -> 2 -> 4 -> 8 while
@@ -43,12 +49,14 @@
 //! Bounds: a chunk's buffer comes from the export's pool, only if one is
 //! free right now ([`crate::BufferPool::try_get`]): readahead never waits
 //! for, or takes the last, buffers that requests need. At most
-//! [`MAX_WINDOW`] chunks per file and a quarter of the pool per export are
+//! [`MAX_WINDOW`] chunks per stream and a quarter of the pool per export are
 //! held by readahead (the export's `held` count). Chunks unused for
 //! [`MAX_AGE`] are dropped (on the file's next READ, or by
 //! [`crate::DataPlane::expire_readahead`], which the server calls
-//! periodically), and a READ that breaks the stream drops them all, so the
-//! pool never stays drained by a reader that went away.
+//! periodically); a READ that continues no stream while no other READ of
+//! the file is in flight (the one client moved) drops them all, and a
+//! stream replaced drops its own, so the pool never stays drained by a
+//! reader that went away.
 //!
 //! Coherence: a READ must never see data older than a WRITE or size change
 //! that completed before the READ started (RFC 1813 gives no guarantee for
@@ -90,7 +98,7 @@ use crate::file::DataFile;
 use crate::pool::PooledBuf;
 use crate::range_lock::LockKind;
 
-/// Most chunks one file keeps prefetched or being prefetched; the window
+/// Most chunks one stream keeps prefetched or being prefetched; the window
 /// grows 1 -> 2 -> 4 -> 8 chunks (8: a client with 8 READs in flight keeps
 /// the device about as busy as local `fio` at that depth).
 pub(crate) const MAX_WINDOW: usize = 8;
@@ -112,6 +120,12 @@ const MIN_CONCURRENT_STREAK: u32 = 4;
 /// never contiguous twice in a row.
 const MIN_STREAK: u32 = 2;
 
+/// Streams (and candidates) followed per file: clients reading their own
+/// parts of one file side by side each get their own, with room left for
+/// the random READs among them to start candidates without pushing out a
+/// stream.
+const MAX_STREAMS: usize = 16;
+
 /// Prefetched data unused this long is dropped and its buffer returned.
 pub const MAX_AGE: Duration = Duration::from_secs(1);
 
@@ -130,23 +144,44 @@ pub(crate) struct Readahead {
 
 #[derive(Debug, Default)]
 struct State {
-    /// Where the last READ of the file ended.
-    next: u64,
-    /// How many READs in a row started where the previous one ended.
-    streak: u32,
-    /// Chunks to keep ahead of the stream; 0 while there is no stream.
-    window: usize,
+    /// The sequential streams seen in the file's READs, and candidates
+    /// (at most [`MAX_STREAMS`]).
+    streams: Vec<Stream>,
     /// The ranges of the READs of this file between `begin_read` and their
     /// end (unordered; one entry per READ).
     in_flight: Vec<Range<u64>>,
-    /// Prefetched or planned chunks, sorted by start, not overlapping.
+    /// Prefetched or planned chunks of every stream, sorted by start, not
+    /// overlapping.
     chunks: Vec<Chunk>,
     next_id: u64,
+    /// Counts the READs that moved a stream: the least recently moved
+    /// stream is the one a new one replaces.
+    clock: u64,
+}
+
+/// One sequential stream of READs of a file (a client reading its part of
+/// it), or a candidate for one.
+#[derive(Debug)]
+struct Stream {
+    id: u64,
+    /// Where its last READ ended (the furthest, with READs in flight).
+    next: u64,
+    /// How many READs in a row continued it.
+    streak: u32,
+    /// Chunks to keep ahead of it; 0 until it is a stream.
+    window: usize,
+    /// [`State::clock`] when a READ last moved it.
+    used: u64,
+    /// Its first READ was followed by one in flight that starts where it
+    /// ended (see [`State::start_stream`]).
+    followed: bool,
 }
 
 #[derive(Debug)]
 struct Chunk {
     id: u64,
+    /// The [`Stream`] it was planned for.
+    stream: u64,
     range: Range<u64>,
     /// When it was planned or, once ready, when its data arrived.
     since: Instant,
@@ -225,6 +260,9 @@ pub(crate) enum Lookup {
     Running,
     /// The chunks do not cover the READ (or one it needs is only queued).
     Miss,
+    /// No chunk holds any of its first bytes: it is not a READ of a stream
+    /// with chunks (only from [`Reading::serve_ready`]).
+    Elsewhere,
 }
 
 pub(crate) enum Served {
@@ -319,11 +357,53 @@ impl State {
         });
     }
 
-    /// The stream stopped: drop every chunk. Queued and running prefetches
-    /// find their chunk gone and drop their data.
-    fn reset(&mut self) {
-        self.window = 0;
-        self.chunks.clear();
+    /// Whether a READ of `count` bytes at `offset` belongs to a stream
+    /// that prefetches (for counting misses).
+    fn near_a_stream(&self, offset: u64, count: usize) -> bool {
+        let near_len = (count as u64).saturating_mul(NEAR_READS);
+        self.streams
+            .iter()
+            .any(|s| s.window > 0 && s.next.abs_diff(offset) <= near_len)
+    }
+
+    /// Starts a candidate stream at `end` for the READ `this`. A READ that continues no stream
+    /// while no other READ of the file is in flight means the one client
+    /// moved: every stream and chunk goes (queued and running prefetches
+    /// find their chunk gone and drop their data). Otherwise it replaces
+    /// the least recently moved candidate, or stream if all are streams,
+    /// with that one's chunks.
+    fn start_stream(&mut self, end: u64, concurrent: bool, this: &Range<u64>) {
+        if !concurrent {
+            self.streams.clear();
+            self.chunks.clear();
+        } else if self.streams.len() >= MAX_STREAMS {
+            let victim = self
+                .streams
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, s)| {
+                    let streak = s.streak + u32::from(s.followed);
+                    (s.window > 0, streak.min(MIN_CONCURRENT_STREAK), s.used)
+                })
+                .map(|(i, _)| i)
+                .unwrap_or(0);
+            let gone = self.streams.swap_remove(victim).id;
+            self.chunks.retain(|c| c.stream != gone);
+        }
+        // A READ in flight that starts where this one ended is the next of
+        // a client with several in flight; random READs are never followed
+        // so, and among them such a stream is not the first replaced.
+        let followed = self.in_flight.iter().any(|r| r != this && r.start == end);
+        let id = self.next_id;
+        self.next_id += 1;
+        self.streams.push(Stream {
+            id,
+            next: end,
+            streak: 1,
+            followed,
+            window: 0,
+            used: self.clock,
+        });
     }
 }
 
@@ -362,7 +442,7 @@ impl Reading<'_> {
     ) -> Option<Served> {
         match self.serve_from_chunks(offset, count, buf, counters, true) {
             Lookup::Served(served) => Some(served),
-            Lookup::Running | Lookup::Miss => None,
+            Lookup::Running | Lookup::Miss | Lookup::Elsewhere => None,
         }
     }
 
@@ -399,7 +479,7 @@ impl Reading<'_> {
         let mut st = self.readahead.state.lock();
         let mut waited = false;
         let miss = |st: &State| {
-            if wait && st.window > 0 {
+            if wait && st.near_a_stream(offset, count) {
                 Counters::bump(&counters.readahead_misses);
             }
             Lookup::Miss
@@ -440,9 +520,17 @@ impl Reading<'_> {
                     break;
                 }
             }
-            let Some(first) = first.filter(|_| pos >= end) else {
-                return miss(&st);
+            let Some(first) = first else {
+                // No chunk has any of it: another stream's READ, or a
+                // random one.
+                return match wait {
+                    true => miss(&st),
+                    false => Lookup::Elsewhere,
+                };
             };
+            if pos < end {
+                return miss(&st);
+            }
             if running {
                 waited = true;
                 self.readahead.finished.wait(&mut st);
@@ -509,89 +597,131 @@ impl Reading<'_> {
             return Vec::new();
         }
         let concurrent = self.concurrent || st.in_flight.len() > 1;
+        st.clock += 1;
+        let clock = st.clock;
         // READs in flight together end in any order, and the server may
         // even begin them in another order than they came. So while others
-        // are in flight, or once the stream is established, a READ that
+        // are in flight, or once a stream is established, a READ that
         // starts within a few READs' length of the end of the stream
         // continues it, and one that ends behind it is a late READ of the
         // stream, neither a step nor a break. A client reading at random
         // with one READ at a time never gets there: only exactly
         // contiguous READs start a stream.
-        let tolerant = concurrent || st.streak >= MIN_CONCURRENT_STREAK;
         let near_len = (end - offset).saturating_mul(NEAR_READS);
-        let late = st.streak > 0 && tolerant && end <= st.next && st.next - end <= near_len;
-        if late {
-            return Vec::new();
-        }
-        let near = st.streak > 0
-            && (offset == st.next
-                || (tolerant
-                    && offset <= st.next.saturating_add(near_len)
-                    && st.next <= offset.saturating_add(near_len)));
-        if near {
-            st.streak = st.streak.saturating_add(1);
-            st.next = st.next.max(end);
-        } else {
-            st.reset();
-            st.streak = 1;
-            st.next = end;
-        }
+        let tolerant = |s: &Stream| concurrent || s.streak >= MIN_CONCURRENT_STREAK;
+        let late = |s: &Stream| tolerant(s) && end <= s.next && s.next - end <= near_len;
+        let near = |s: &Stream| {
+            tolerant(s)
+                && offset <= s.next.saturating_add(near_len)
+                && s.next <= offset.saturating_add(near_len)
+        };
+        let found = st
+            .streams
+            .iter()
+            .position(|s| s.next == offset)
+            .map(Ok)
+            .or_else(|| st.streams.iter().position(late).map(Err))
+            .or_else(|| {
+                st.streams
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| near(s))
+                    .min_by_key(|(_, s)| s.next.abs_diff(offset))
+                    .map(|(i, _)| Ok(i))
+            });
+        let i = match found {
+            Some(Ok(i)) => i,
+            Some(Err(i)) => {
+                st.streams[i].used = clock;
+                return Vec::new();
+            }
+            None => {
+                st.start_stream(end, concurrent, &self.range);
+                return Vec::new();
+            }
+        };
         let min_streak = if concurrent {
             MIN_CONCURRENT_STREAK
         } else {
             MIN_STREAK
         };
-        if st.streak < min_streak {
+        let stream = &mut st.streams[i];
+        stream.streak = stream.streak.saturating_add(1);
+        stream.next = stream.next.max(end);
+        stream.used = clock;
+        if stream.streak < min_streak {
             // Several READs in flight keep the device busy by themselves,
             // and their order is not the stream's.
             return Vec::new();
         }
-        st.window = match st.window {
+        stream.window = match stream.window {
             0 => 1,
             w if hit => (w * 2).min(MAX_WINDOW),
             w => w,
         };
+        let (sid, window) = (stream.id, stream.window);
+        // The READs in flight of this stream: near this READ's end (other
+        // streams of the file are elsewhere).
+        let of_stream = |r: &Range<u64>| {
+            r.end.saturating_add(near_len) >= end && r.start <= end.saturating_add(near_len)
+        };
         // Chunks behind the stream will not be read again: behind this
-        // READ and every other one in flight.
+        // READ and every other one of it in flight.
         let behind = st
             .in_flight
             .iter()
-            .filter(|r| **r != self.range)
+            .filter(|r| **r != self.range && of_stream(r))
             .map(|r| r.start)
             .fold(end, u64::min);
         // The server may begin READs in another order than they came, so
         // a few chunks behind may still have READs coming for them.
         let keep_from = behind.saturating_sub(LATE_CHUNKS * plan.chunk_len);
-        st.chunks.retain(|c| c.range.end > keep_from);
+        st.chunks
+            .retain(|c| c.stream != sid || c.range.end > keep_from);
         st.expire(Instant::now());
-        // Past what READs in flight near the stream already read.
+        // Past what READs in flight of the stream already read.
         let asked = st
             .in_flight
             .iter()
+            .filter(|r| of_stream(r))
             .map(|r| r.end)
-            .filter(|&e| e <= end.saturating_add(near_len))
             .fold(end, u64::max);
-        let mut start = match st.chunks.last() {
-            Some(c) => c.range.end.max(crate::align::round_down(asked, plan.align)),
-            None => crate::align::round_down(asked, plan.align),
-        };
+        let mut start = crate::align::round_down(asked, plan.align);
+        let mut held = 0;
+        for c in st.chunks.iter().filter(|c| c.stream == sid) {
+            start = start.max(c.range.end);
+            held += 1;
+        }
         let mut planned = Vec::new();
         let size = (plan.size)();
-        while st.chunks.len() < st.window && start + plan.chunk_len <= size {
-            let Some((buf, held)) = (plan.take_buffer)() else {
+        while held < window && start + plan.chunk_len <= size {
+            let range = start..start + plan.chunk_len;
+            // Sorted by start; a chunk of another stream there (the
+            // streams met) ends the planning.
+            let at = st.chunks.partition_point(|c| c.range.start < range.start);
+            let clear_before = at == 0 || st.chunks[at - 1].range.end <= range.start;
+            let clear_after = st.chunks.get(at).is_none_or(|c| c.range.start >= range.end);
+            if !(clear_before && clear_after) {
+                break;
+            }
+            let Some((buf, unit)) = (plan.take_buffer)() else {
                 break;
             };
             let id = st.next_id;
             st.next_id += 1;
-            let range = start..start + plan.chunk_len;
-            st.chunks.push(Chunk {
-                id,
-                range: range.clone(),
-                since: Instant::now(),
-                stage: Stage::Queued,
-            });
-            planned.push((id, range, buf, held));
+            st.chunks.insert(
+                at,
+                Chunk {
+                    id,
+                    stream: sid,
+                    range: range.clone(),
+                    since: Instant::now(),
+                    stage: Stage::Queued,
+                },
+            );
+            planned.push((id, range, buf, unit));
             start += plan.chunk_len;
+            held += 1;
         }
         drop(st);
         planned
@@ -713,10 +843,18 @@ mod tests {
     const CHUNK: usize = 64 << 10;
 
     fn plane(buffers: usize) -> DataPlane {
+        plane_with(buffers, CHUNK)
+    }
+
+    /// READs of `BIG` are not small ones, which cluster when many are in
+    /// flight (`cluster.rs`).
+    const BIG: usize = 128 << 10;
+
+    fn plane_with(buffers: usize, max_transfer: usize) -> DataPlane {
         DataPlane::new(DataConfig {
             read_mode: Mode::Direct,
             write_mode: Mode::Direct,
-            max_transfer: CHUNK,
+            max_transfer,
             read_buffers: buffers,
             write_buffers: buffers,
             small_buffers: 8,
@@ -777,6 +915,11 @@ mod tests {
     /// The file range of chunk `i`.
     fn chunk(i: usize) -> Range<u64> {
         (i * CHUNK) as u64..((i + 1) * CHUNK) as u64
+    }
+
+    /// The file range of chunk `i` of a [`BIG`] plane.
+    fn big_chunk(i: usize) -> Range<u64> {
+        (i * BIG) as u64..((i + 1) * BIG) as u64
     }
 
     fn pattern(len: usize, seed: u8) -> Vec<u8> {
@@ -933,24 +1076,90 @@ mod tests {
     }
 
     #[test]
-    fn interleaved_streams_of_one_file_do_not_prefetch() {
+    fn interleaved_streams_of_one_file_each_prefetch() {
         let Some((_tmp, file)) = direct_file() else {
             return;
         };
-        let plane = plane(32);
-        write(&plane, &file, 0, &pattern(64 * CHUNK, 5));
+        let plane = plane_with(32, BIG);
+        let content = pattern(64 * BIG, 5);
+        write(&plane, &file, 0, &content);
         // Two clients reading their own halves, one READ each at a time,
         // each READ beginning while the other client's is in flight.
+        let mut planned = [0, 0];
         for i in 0..16 {
-            for half in [0, 32] {
+            for (k, half) in [0, 32].into_iter().enumerate() {
                 let other_half = 32 - half;
-                let other = file.readahead.begin_read(chunk(other_half + i));
-                let (_, prefetch) = read(&plane, &file, ((half + i) * CHUNK) as u64, CHUNK);
-                assert!(prefetch.is_empty(), "READ {i} of the half at {half}");
+                let other = file.readahead.begin_read(big_chunk(other_half + i));
+                let at = (half + i) * BIG;
+                let (got, prefetch) = read(&plane, &file, at as u64, BIG);
+                assert_eq!(got, &content[at..at + BIG]);
+                for p in prefetch {
+                    let r = p.range();
+                    assert!(
+                        r.start >= (half * BIG) as u64 && r.end <= ((half + 32) * BIG) as u64,
+                        "READ {i} of the half at {half} prefetched {r:?}"
+                    );
+                    planned[k] += 1;
+                    p.run(&file);
+                }
                 drop(other);
             }
         }
-        assert_eq!(plane.snapshot().readahead_bytes, 0);
+        assert!(planned[0] > 0 && planned[1] > 0, "{planned:?}");
+        let c = plane.snapshot();
+        // Each half's stream forms after four READs and then hits.
+        assert!(c.readahead_hits >= 2 * 10, "{c:?}");
+        assert_eq!(c.readahead_discards, 0, "{c:?}");
+    }
+
+    #[test]
+    fn random_reads_among_streams_do_not_push_them_out() {
+        let Some((_tmp, file)) = direct_file() else {
+            return;
+        };
+        let plane = plane_with(64, BIG);
+        let content = pattern(128 * BIG, 11);
+        write(&plane, &file, 0, &content);
+        // Random READs land all over 1 GiB (holes past the data), too far
+        // apart to cluster.
+        let size = 1u64 << 30;
+        file.truncate(size).unwrap();
+        // Four clients read their own quarters of the data; between any
+        // two of their READs come more random 4 KiB READs than the file
+        // follows streams.
+        let mut x: u64 = 99;
+        for i in 0..24 {
+            for q in 0..4 {
+                for _ in 0..2 * MAX_STREAMS {
+                    x = x
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let at = ((x >> 33) % (size / 4096) * 4096) as usize;
+                    let other = file.readahead.begin_read(big_chunk(q * 32 + i));
+                    let (got, prefetch) = read(&plane, &file, at as u64, 4096);
+                    match content.get(at..at + 4096) {
+                        Some(want) => assert_eq!(got, want),
+                        None => assert!(got.iter().all(|b| *b == 0)),
+                    }
+                    assert!(prefetch.is_empty(), "a random READ prefetched");
+                    drop(other);
+                }
+                // The client's next READ is in flight already (qd 2).
+                let other = file.readahead.begin_read(big_chunk(q * 32 + i + 1));
+                let at = (q * 32 + i) * BIG;
+                let (got, prefetch) = read(&plane, &file, at as u64, BIG);
+                assert_eq!(got, &content[at..at + BIG]);
+                for p in prefetch {
+                    p.run(&file);
+                }
+                drop(other);
+            }
+        }
+        let c = plane.snapshot();
+        // Each quarter's stream forms after four READs and then hits.
+        assert!(c.readahead_hits >= 4 * 16, "{c:?}");
+        assert_eq!(c.readahead_discards, 0, "{c:?}");
+        assert_eq!(c.clustered_reads, 0, "{c:?}");
     }
 
     /// Starts a stream and returns the prefetch of the chunk at `2 * CHUNK`,
