@@ -5,7 +5,8 @@
 //! blocking path and an in-memory model, while misaligned writers run;
 //! aligned ring writes (overwriting, extending, stable) leave exactly the
 //! model's bytes and size; calls that must not go to the ring come back
-//! for the blocking path untouched.
+//! for the blocking path untouched, and a READ of a file with readahead
+//! chunks that no chunk has any of is not one of them.
 //!
 //! Needs root (loop devices, mount); without it each test prints
 //! "skipped: ..." and passes.
@@ -127,6 +128,7 @@ fn run_fs(kind: &'static str) {
         cases.len() as u64,
         "{kind}: every case read through the ring"
     );
+    reads_beside_chunks(kind, &rt, &ring, &plane, &file, &model);
 
     // Readers on the ring while misaligned writers rewrite records of the
     // file: every record read is either wholly old or wholly new (the
@@ -213,6 +215,41 @@ fn run_fs(kind: &'static str) {
         ReadAttempt::Blocking(_) => {}
         ReadAttempt::Done(_) => panic!("{kind}: a buffered read went to the ring"),
     }
+}
+
+/// A file with readahead chunks (a stream of 1 MiB READs prefetched its
+/// third MiB): a READ that no chunk has any of is still read through the
+/// ring, on the task, not handed to a blocking thread (and, the one
+/// client having moved, the stream's chunk is dropped).
+fn reads_beside_chunks(
+    kind: &str,
+    rt: &tokio::runtime::Runtime,
+    ring: &Arc<IoRing>,
+    plane: &DataPlane,
+    file: &DataFile,
+    model: &[u8],
+) {
+    for i in 0..2u64 {
+        let mut data = read_at(plane, file, i << 20, 1 << 20).unwrap();
+        for p in data.take_prefetch() {
+            p.run(file);
+        }
+    }
+    let before = plane.counters().snapshot();
+    assert_eq!(before.readahead_bytes, 1 << 20, "{kind}: {before:?}");
+    let got = rt.block_on(ring_read(plane, ring, file, 4096, 4096));
+    assert_eq!(
+        got.data(),
+        &model[4096..8192],
+        "{kind}: READ beside the chunk"
+    );
+    let after = plane.counters().snapshot();
+    assert_eq!(after.ring_reads, before.ring_reads + 1, "{kind}: {after:?}");
+    assert_eq!(
+        after.readahead_discards,
+        before.readahead_discards + 1,
+        "{kind}: {after:?}"
+    );
 }
 
 fn plane_with(read_mode: Mode) -> DataPlane {
