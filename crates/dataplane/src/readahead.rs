@@ -366,12 +366,12 @@ impl State {
             .any(|s| s.window > 0 && s.next.abs_diff(offset) <= near_len)
     }
 
-    /// Starts a candidate stream at `end` for the READ `this`. A READ that continues no stream
-    /// while no other READ of the file is in flight means the one client
-    /// moved: every stream and chunk goes (queued and running prefetches
-    /// find their chunk gone and drop their data). Otherwise it replaces
-    /// the least recently moved candidate, or stream if all are streams,
-    /// with that one's chunks.
+    /// Starts a candidate stream at `end` for the READ `this`, which
+    /// continues none. With no other READ of the file in flight, the one
+    /// client moved: every stream and chunk goes (queued and running
+    /// prefetches find their chunk gone and drop their data). Otherwise
+    /// the candidate replaces the least recently moved candidate, or
+    /// stream if all are streams, with that one's chunks.
     fn start_stream(&mut self, end: u64, concurrent: bool, this: &Range<u64>) {
         if !concurrent {
             self.streams.clear();
@@ -615,29 +615,32 @@ impl Reading<'_> {
                 && offset <= s.next.saturating_add(near_len)
                 && s.next <= offset.saturating_add(near_len)
         };
-        let found = st
-            .streams
-            .iter()
-            .position(|s| s.next == offset)
-            .map(Ok)
-            .or_else(|| st.streams.iter().position(late).map(Err))
-            .or_else(|| {
-                st.streams
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, s)| near(s))
-                    .min_by_key(|(_, s)| s.next.abs_diff(offset))
-                    .map(|(i, _)| Ok(i))
-            });
-        let i = match found {
-            Some(Ok(i)) => i,
-            Some(Err(i)) => {
-                st.streams[i].used = clock;
-                return Vec::new();
-            }
+        // The stream it starts exactly after, else one it is late for,
+        // else the nearest one it is near.
+        let exact = st.streams.iter().position(|s| s.next == offset);
+        let late_for = || st.streams.iter().position(late);
+        let nearest = || {
+            st.streams
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| near(s))
+                .min_by_key(|(_, s)| s.next.abs_diff(offset))
+                .map(|(i, _)| i)
+        };
+        let i = match exact {
+            Some(i) => i,
             None => {
-                st.start_stream(end, concurrent, &self.range);
-                return Vec::new();
+                if let Some(i) = late_for() {
+                    st.streams[i].used = clock;
+                    return Vec::new();
+                }
+                match nearest() {
+                    Some(i) => i,
+                    None => {
+                        st.start_stream(end, concurrent, &self.range);
+                        return Vec::new();
+                    }
+                }
             }
         };
         let min_streak = if concurrent {
