@@ -705,7 +705,7 @@ fn size_never_rounded_up(fs: &LoopFs, read_mode: Mode, write_mode: Mode, name: &
         let (file, issued_end, done) = (file.clone(), issued_end.clone(), done.clone());
         thread::spawn(move || {
             let mut checks = 0u64;
-            while !done.load(Ordering::Acquire) {
+            while checks == 0 || !done.load(Ordering::Acquire) {
                 let size = fs_size(&file);
                 // Loaded after the size: covers every write that could
                 // have produced it.
