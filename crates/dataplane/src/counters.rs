@@ -63,6 +63,9 @@ pub struct Counters {
     pub readahead_misses: AtomicU64,
     /// Readahead hits that waited for their prefetch to finish.
     pub readahead_waits: AtomicU64,
+    /// Large direct reads (READs, readahead chunks) that waited for room at
+    /// the device while small ones were there (`device_queue.rs`).
+    pub large_read_waits: AtomicU64,
     /// Bytes read from the device by readahead.
     pub readahead_bytes: AtomicU64,
     /// Prefetched ranges dropped unused: overwritten, truncated, expired,
@@ -144,6 +147,7 @@ pub struct CounterSnapshot {
     pub readahead_hits: u64,
     pub readahead_misses: u64,
     pub readahead_waits: u64,
+    pub large_read_waits: u64,
     pub readahead_bytes: u64,
     pub readahead_discards: u64,
     pub ring_reads: u64,
@@ -193,6 +197,7 @@ impl Counters {
             readahead_hits: load(&self.readahead_hits),
             readahead_misses: load(&self.readahead_misses),
             readahead_waits: load(&self.readahead_waits),
+            large_read_waits: load(&self.large_read_waits),
             readahead_bytes: load(&self.readahead_bytes),
             readahead_discards: load(&self.readahead_discards),
             ring_reads: load(&self.ring_reads),

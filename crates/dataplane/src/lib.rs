@@ -41,6 +41,7 @@ mod checksums;
 mod cluster;
 mod config;
 mod counters;
+mod device_queue;
 mod error;
 mod file;
 mod plane;

@@ -16,6 +16,7 @@ use crate::align::MAX_FILE_OFFSET;
 use crate::cluster::{drop_pages, Cluster, MAX_CLUSTERS};
 use crate::config::SMALL_IO;
 use crate::counters::{CounterSnapshot, Counters};
+use crate::device_queue::DeviceReads;
 use crate::file::{DataFile, DirectIo};
 use crate::pool::{BufferPool, PooledBuf, BUF_SLACK};
 use crate::range_lock::{LockKind, RangeGuard};
@@ -73,6 +74,9 @@ pub struct DataPlane {
     /// Starts the writeback of direct mode's page-cache writes before
     /// COMMIT (`writebehind.rs`); shared with successors.
     write_behind: WriteBehind,
+    /// The direct reads at the device: large ones make room for small
+    /// ones (`device_queue.rs`).
+    pub(crate) device_reads: Arc<DeviceReads>,
 }
 
 /// Whether a request of `len` bytes is served from the small pools.
@@ -152,6 +156,7 @@ impl DataPlane {
             cluster_files: Mutex::default(),
             whole_buffered_max: crate::write::WHOLE_BUFFERED_MAX,
             write_behind,
+            device_reads: Arc::default(),
         })
     }
 

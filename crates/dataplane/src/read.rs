@@ -205,6 +205,16 @@ impl DataPlane {
         }
         let align = direct.read_align;
         let io = expand_to_alignment(offset, count as u64, align);
+        // Counted at the device; a large read waits for room beside small
+        // ones first (`device_queue.rs`), without the range lock.
+        let _at_device = match is_small(count) {
+            true => self.device_reads.small(),
+            false => {
+                self.device_reads
+                    .large(io.end - io.start, &self.counters)
+                    .await
+            }
+        };
         let Some(_lock) = self.try_lock(file, io.clone(), LockKind::Shared) else {
             return ReadAttempt::Blocking(buf);
         };
@@ -353,6 +363,7 @@ impl DataPlane {
                 size: &|| file.size().unwrap_or(0),
                 take_buffer: &mut || self.readahead_buffer(),
                 counters: &self.counters,
+                device: &self.device_reads,
             },
         );
         if !prefetch.is_empty() {
@@ -376,6 +387,12 @@ impl DataPlane {
         let io = expand_to_alignment(offset, count as u64, align);
         // At most count + 2 * align <= max_transfer + BUF_SLACK bytes.
         let io_len = (io.end - io.start) as usize;
+        let _at_device = match is_small(count) {
+            true => self.device_reads.small(),
+            false => self
+                .device_reads
+                .large_blocking(io_len as u64, &self.counters),
+        };
         let _lock = self.lock(file, io.clone(), LockKind::Shared);
         let filled = if io_len == 0 {
             0

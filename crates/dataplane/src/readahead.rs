@@ -94,6 +94,7 @@ use dionfs_sys::io::{preadv2, RwFlags};
 use parking_lot::{Condvar, Mutex};
 
 use crate::counters::Counters;
+use crate::device_queue::DeviceReads;
 use crate::file::DataFile;
 use crate::pool::PooledBuf;
 use crate::range_lock::LockKind;
@@ -250,6 +251,7 @@ pub struct Prefetch {
     buf: Option<PooledBuf>,
     held: Option<Held>,
     counters: Arc<Counters>,
+    device: Arc<DeviceReads>,
 }
 
 /// Where a READ served from prefetched chunks finds its bytes.
@@ -297,6 +299,8 @@ pub(crate) struct Planning<'a> {
     /// Takes a buffer and a unit of the readahead bound, or none.
     pub take_buffer: &'a mut dyn FnMut() -> Option<(PooledBuf, Held)>,
     pub counters: &'a Arc<Counters>,
+    /// The export's reads at the device, which the prefetch joins.
+    pub device: &'a Arc<DeviceReads>,
 }
 
 impl Readahead {
@@ -736,6 +740,7 @@ impl Reading<'_> {
                 buf: Some(buf),
                 held: Some(held),
                 counters: plan.counters.clone(),
+                device: plan.device.clone(),
             })
             .collect()
     }
@@ -768,6 +773,10 @@ impl Prefetch {
             }
         }
         let len = (self.range.end - self.range.start) as usize;
+        // A large read: it waits for room beside small ones, before taking
+        // the range lock.
+        let device = self.device.clone();
+        let _at_device = device.large_blocking(len as u64, &self.counters);
         // Held until the chunk is published (see the module documentation).
         let _lock = file
             .locks

@@ -79,7 +79,7 @@ pub fn render(server: &Server, locks: Option<&LockService>) -> String {
         "counter",
         &mut bytes.into_iter(),
     );
-    let simple: [(&str, &str, Field); 25] = [
+    let simple: [(&str, &str, Field); 26] = [
         (
             "expanded_reads_total",
             "Direct READs widened to the read alignment.",
@@ -190,6 +190,11 @@ pub fn render(server: &Server, locks: Option<&LockService>) -> String {
             "readahead_waits_total",
             "Readahead hits that waited for their prefetch to finish.",
             |s| s.readahead_waits,
+        ),
+        (
+            "large_read_waits_total",
+            "Large direct reads that waited for room at the device while small ones were there.",
+            |s| s.large_read_waits,
         ),
         (
             "readahead_bytes_total",
