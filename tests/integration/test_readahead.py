@@ -14,6 +14,11 @@ through independent clients, on XFS on a 4096-byte-sector loop device.
   each) read their own quarters of one 128 MiB file at the same time, every
   byte checked: each quarter is a stream of its own, served from prefetched
   chunks, though the clients' READs interleave.
+- test_small_reads_get_room_beside_large_ones: while four such clients
+  read a file in 1 MiB READs, another reads 4 KiB at a time (one in
+  flight) from a second file: large reads wait for room at the device
+  (`large_read_waits_total` grows), and every client finishes with its
+  bytes checked.
 - test_overwrite_between_sequential_reads_is_read_fresh: a client reads a
   file sequentially, 1 MiB at a time, so the server prefetches the chunks
   ahead; it then overwrites (misaligned) bytes inside them and reads on: it
@@ -114,6 +119,31 @@ def test_clients_reading_their_own_parts_each_get_readahead(server, iorhard, loo
     # and READs that overtook a queued prefetch on a loaded machine.
     assert got["readahead_hits"] >= reads // 3, got
     assert got["readahead_discards"] <= reads // 5, got
+
+
+@DIRECT
+def test_small_reads_get_room_beside_large_ones(server, iorhard, loopfs):
+    size, parts = 128 * MiB, 4
+    iorhard.run("stream", "large", size, "write", q=4, x=MiB, timeout=600)
+    iorhard.run("stream", "small", 4 * MiB, "write", q=4, x=MiB, timeout=600)
+    before = counters(METRICS, r"large_read_waits")
+    small = subprocess.Popen(iorhard.argv({"q": 1, "x": 4096}) + ["readloop", "small", "8192", "8"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    large = [subprocess.Popen(iorhard.argv({"q": 2, "x": MiB, "P": f"{k}/{parts}"})
+                              + ["stream", "large", str(size), "read"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for k in range(parts)]
+    outs = [p.communicate(timeout=600) for p in large]
+    waits = counters(METRICS, r"large_read_waits").get("large_read_waits", 0) \
+        - before.get("large_read_waits", 0)
+    out, err = small.communicate(timeout=600)
+    for p, (o, e) in zip(large, outs):
+        assert p.returncode == 0 and "bad_bytes=0" in o and "result=ok" in o, (o, e)
+    assert small.returncode == 0 and "result=ok" in out, (out, err)
+    print(f"large_read_waits: {waits}; small: {out.split()[0]}")
+    # With no room made, no large read ever waits.
+    assert waits > 0, waits
 
 
 @DIRECT
