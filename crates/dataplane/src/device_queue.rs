@@ -25,6 +25,7 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex};
 
 use crate::counters::Counters;
+use crate::is_small;
 
 /// Bytes of large reads the device may hold while a small read is there:
 /// in the `mixed-16` shape the random READs' p50 went from 10.3-12.0 ms to
@@ -92,6 +93,29 @@ impl Drop for Waiting<'_> {
 }
 
 impl DeviceReads {
+    /// A direct READ of `count` bytes, `len` at the device once widened to
+    /// the alignment, goes there: at once if small, else once there is
+    /// room, waiting on the task.
+    pub(crate) async fn read(&self, count: usize, len: u64, counters: &Counters) -> AtDevice<'_> {
+        match is_small(count) {
+            true => self.small(),
+            false => self.large(len, counters).await,
+        }
+    }
+
+    /// [`DeviceReads::read`] on a blocking thread.
+    pub(crate) fn read_blocking(
+        &self,
+        count: usize,
+        len: u64,
+        counters: &Counters,
+    ) -> AtDevice<'_> {
+        match is_small(count) {
+            true => self.small(),
+            false => self.large_blocking(len, counters),
+        }
+    }
+
     /// A small read goes to the device now.
     pub(crate) fn small(&self) -> AtDevice<'_> {
         self.small.fetch_add(1, Ordering::AcqRel);
@@ -103,7 +127,7 @@ impl DeviceReads {
 
     /// A large read of `len` bytes goes to the device once there is room,
     /// waiting on the task.
-    pub(crate) async fn large(&self, len: u64, counters: &Counters) -> AtDevice<'_> {
+    async fn large(&self, len: u64, counters: &Counters) -> AtDevice<'_> {
         if let Some(at) = self.try_large(len) {
             return at;
         }

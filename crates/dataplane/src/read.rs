@@ -176,7 +176,7 @@ impl DataPlane {
             // READ that no chunk has anything of (another stream's, or a
             // random one) is read here like any other.
             let mut waited = false;
-            'chunks: loop {
+            loop {
                 let read = reading.chunk_read().notified();
                 tokio::pin!(read);
                 read.as_mut().enable();
@@ -194,7 +194,7 @@ impl DataPlane {
                         read.await;
                     }
                     Lookup::Miss => return ReadAttempt::Blocking(buf),
-                    Lookup::Elsewhere => break 'chunks,
+                    Lookup::Elsewhere => break,
                 }
             }
         }
@@ -207,14 +207,10 @@ impl DataPlane {
         let io = expand_to_alignment(offset, count as u64, align);
         // Counted at the device; a large read waits for room beside small
         // ones first (`device_queue.rs`), without the range lock.
-        let _at_device = match is_small(count) {
-            true => self.device_reads.small(),
-            false => {
-                self.device_reads
-                    .large(io.end - io.start, &self.counters)
-                    .await
-            }
-        };
+        let _at_device = self
+            .device_reads
+            .read(count, io.end - io.start, &self.counters)
+            .await;
         let Some(_lock) = self.try_lock(file, io.clone(), LockKind::Shared) else {
             return ReadAttempt::Blocking(buf);
         };
@@ -387,12 +383,9 @@ impl DataPlane {
         let io = expand_to_alignment(offset, count as u64, align);
         // At most count + 2 * align <= max_transfer + BUF_SLACK bytes.
         let io_len = (io.end - io.start) as usize;
-        let _at_device = match is_small(count) {
-            true => self.device_reads.small(),
-            false => self
-                .device_reads
-                .large_blocking(io_len as u64, &self.counters),
-        };
+        let _at_device = self
+            .device_reads
+            .read_blocking(count, io_len as u64, &self.counters);
         let _lock = self.lock(file, io.clone(), LockKind::Shared);
         let filled = if io_len == 0 {
             0

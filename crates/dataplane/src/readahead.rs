@@ -254,7 +254,6 @@ pub struct Prefetch {
     device: Arc<DeviceReads>,
 }
 
-/// Where a READ served from prefetched chunks finds its bytes.
 /// What [`Reading::serve_ready`] found.
 pub(crate) enum Lookup {
     Served(Served),
@@ -267,6 +266,7 @@ pub(crate) enum Lookup {
     Elsewhere,
 }
 
+/// Where a READ served from prefetched chunks finds its bytes.
 pub(crate) enum Served {
     /// A chunk's own buffer: file offset `start` is at its byte 0, `len`
     /// bytes are valid.
@@ -343,6 +343,12 @@ impl Readahead {
         st.chunks
             .retain(|c| c.id != id || matches!(c.stage, Stage::Ready(_)));
         drop(st);
+        self.chunk_ended();
+    }
+
+    /// Wakes the READs waiting for a running chunk, on blocking threads
+    /// and on tasks: it was read, or cancelled.
+    fn chunk_ended(&self) {
         self.finished.notify_all();
         self.chunk_read.notify_waiters();
     }
@@ -454,7 +460,9 @@ impl Reading<'_> {
     /// [`Lookup::Running`] if a chunk it needs is being read (wait for
     /// [`Reading::chunk_read`] and look again), [`Lookup::Miss`] if they do
     /// not cover it (nothing counted, no chunk touched: the caller serves
-    /// it with [`Reading::serve`], where it may wait or read).
+    /// it with [`Reading::serve`], where it may wait or read),
+    /// [`Lookup::Elsewhere`] if no chunk has any of it (read it as if the
+    /// file had none).
     pub(crate) fn serve_ready(
         &self,
         offset: u64,
@@ -775,8 +783,7 @@ impl Prefetch {
         let len = (self.range.end - self.range.start) as usize;
         // A large read: it waits for room beside small ones, before taking
         // the range lock.
-        let device = self.device.clone();
-        let _at_device = device.large_blocking(len as u64, &self.counters);
+        let _at_device = self.device.large_blocking(len as u64, &self.counters);
         // Held until the chunk is published (see the module documentation).
         let _lock = file
             .locks
@@ -829,8 +836,7 @@ impl Prefetch {
             None => drop(data),
         }
         drop(st);
-        self.readahead.finished.notify_all();
-        self.readahead.chunk_read.notify_waiters();
+        self.readahead.chunk_ended();
     }
 }
 
