@@ -98,21 +98,31 @@ def test_sequential_read_with_reads_in_flight_gets_readahead_hits(server, iorhar
     assert got["readahead_discards"] <= reads // 5, got
 
 
+def start_part_readers(iorhard, name: str, size: int, parts: int) -> list[subprocess.Popen]:
+    """One libnfs client per part of file `name` (`iorhard stream -P K/N`),
+    2 READs of 1 MiB in flight each, all at once."""
+    return [subprocess.Popen(iorhard.argv({"q": 2, "x": MiB, "P": f"{k}/{parts}"})
+                             + ["stream", name, str(size), "read"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for k in range(parts)]
+
+
+def read_parts(procs: list[subprocess.Popen]) -> None:
+    """Waits for the part readers; each must have read its bytes exactly."""
+    outs = [p.communicate(timeout=600) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0 and "bad_bytes=0" in out and "result=ok" in out, (out, err)
+
+
 @DIRECT
 def test_clients_reading_their_own_parts_each_get_readahead(server, iorhard, loopfs):
     size, parts = 128 * MiB, 4
     iorhard.run("stream", "parts", size, "write", q=4, x=MiB, timeout=600)
     before = metrics()
-    procs = [subprocess.Popen(iorhard.argv({"q": 2, "x": MiB, "P": f"{k}/{parts}"})
-                              + ["stream", "parts", str(size), "read"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for k in range(parts)]
-    outs = [p.communicate(timeout=600) for p in procs]
+    read_parts(start_part_readers(iorhard, "parts", size, parts))
     after = metrics()
     got = {k: after[k] - before.get(k, 0) for k in after}
     print(got)
-    for p, (out, err) in zip(procs, outs):
-        assert p.returncode == 0 and "bad_bytes=0" in out and "result=ok" in out, (out, err)
     reads = size // MiB
     # With one stream per file, the four interleaved clients made none
     # (a handful of hits). Leave room for the first READs of each stream
@@ -130,16 +140,10 @@ def test_small_reads_get_room_beside_large_ones(server, iorhard, loopfs):
     small = subprocess.Popen(iorhard.argv({"q": 1, "x": 4096}) + ["readloop", "small", "8192", "8"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(0.5)
-    large = [subprocess.Popen(iorhard.argv({"q": 2, "x": MiB, "P": f"{k}/{parts}"})
-                              + ["stream", "large", str(size), "read"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for k in range(parts)]
-    outs = [p.communicate(timeout=600) for p in large]
+    read_parts(start_part_readers(iorhard, "large", size, parts))
     waits = counters(METRICS, r"large_read_waits").get("large_read_waits", 0) \
         - before.get("large_read_waits", 0)
     out, err = small.communicate(timeout=600)
-    for p, (o, e) in zip(large, outs):
-        assert p.returncode == 0 and "bad_bytes=0" in o and "result=ok" in o, (o, e)
     assert small.returncode == 0 and "result=ok" in out, (out, err)
     print(f"large_read_waits: {waits}; small: {out.split()[0]}")
     # With no room made, no large read ever waits.
