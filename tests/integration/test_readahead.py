@@ -19,6 +19,8 @@ through independent clients, on XFS on a 4096-byte-sector loop device.
   flight) from a second file: large reads wait for room at the device
   (`large_read_waits_total` grows), and every client finishes with its
   bytes checked.
+- test_large_read_depth_zero_makes_no_room: the same with
+  `--large-read-depth-mib 0` (no limit): no large read waits.
 - test_overwrite_between_sequential_reads_is_read_fresh: a client reads a
   file sequentially, 1 MiB at a time, so the server prefetches the chunks
   ahead; it then overwrites (misaligned) bytes inside them and reads on: it
@@ -146,8 +148,11 @@ def test_clients_reading_their_own_parts_each_get_readahead(server, iorhard, loo
     assert got["readahead_discards"] <= reads // 5, got
 
 
-@DIRECT
-def test_small_reads_get_room_beside_large_ones(server, iorhard, loopfs):
+def small_beside_large(iorhard) -> int:
+    """Four clients read their quarters of a 128 MiB file in 1 MiB READs
+    while another reads a second file 4 KiB at a time (one in flight);
+    every client's bytes are checked. Returns how many large reads waited
+    for room at the device."""
     size, parts = 128 * MiB, 4
     iorhard.run("stream", "large", size, "write", q=4, x=MiB, timeout=600)
     iorhard.run("stream", "small", 4 * MiB, "write", q=4, x=MiB, timeout=600)
@@ -161,8 +166,19 @@ def test_small_reads_get_room_beside_large_ones(server, iorhard, loopfs):
     out, err = small.communicate(timeout=600)
     assert small.returncode == 0 and "result=ok" in out, (out, err)
     print(f"large_read_waits: {waits}; small: {out.split()[0]}")
+    return waits
+
+
+@DIRECT
+def test_small_reads_get_room_beside_large_ones(server, iorhard, loopfs):
     # With no room made, no large read ever waits.
-    assert waits > 0, waits
+    assert small_beside_large(iorhard) > 0
+
+
+@pytest.mark.server_args("--read-mode", "direct", "--write-mode", "direct",
+                         "--metrics", METRICS, "--large-read-depth-mib", "0")
+def test_large_read_depth_zero_makes_no_room(server, iorhard, loopfs):
+    assert small_beside_large(iorhard) == 0
 
 
 @DIRECT

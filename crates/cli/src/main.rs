@@ -12,7 +12,8 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use dionfs_dataplane::Mode;
 use dionfs_server::export::config::{
-    canonical_export_dir, check_idle_spin, check_max_transfer, check_timeout,
+    canonical_export_dir, check_idle_spin, check_large_read_depth, check_max_transfer,
+    check_timeout,
 };
 use dionfs_server::export::{
     Access, ClientMatch, Config, Durability, ExportConfig, Integrity, ServerSettings, Squash,
@@ -251,6 +252,14 @@ fn parse_idle_timeout(s: &str) -> Result<std::time::Duration, String> {
     parse_secs("--idle-timeout", s)
 }
 
+fn parse_large_read_depth(s: &str) -> Result<u64, String> {
+    let v: u64 = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of MiB"))?;
+    check_large_read_depth(v)
+        .map_err(|e| e.replace("large_read_depth_mib", "--large-read-depth-mib"))
+}
+
 fn parse_idle_spin(s: &str) -> Result<std::time::Duration, String> {
     let v: u64 = s
         .parse()
@@ -324,6 +333,13 @@ struct SettingsFlags {
     /// `idle_spin_us`).
     #[arg(long, value_name = "N", value_parser = parse_idle_spin)]
     idle_spin_us: Option<std::time::Duration>,
+    /// While a small direct READ is at an export's device, large direct
+    /// reads start only while less than N MiB of them are there: less
+    /// favours random READs beside sequential readers, more the sequential
+    /// readers (default 4, 0 no limit; with --config, overrides
+    /// `large_read_depth_mib`).
+    #[arg(long, value_name = "N", value_parser = parse_large_read_depth)]
+    large_read_depth_mib: Option<u64>,
     /// Connections open at once; more are closed at once (default 4096;
     /// with --config, overrides `max_connections`).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
@@ -350,6 +366,9 @@ impl SettingsFlags {
         }
         if let Some(t) = self.idle_spin_us {
             settings.idle_spin = t;
+        }
+        if let Some(n) = self.large_read_depth_mib {
+            settings.large_read_depth_mib = n;
         }
         if let Some(n) = self.max_connections {
             settings.max_connections = n as usize;

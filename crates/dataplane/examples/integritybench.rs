@@ -173,6 +173,7 @@ fn run(dir: &Path, order: Option<Order>, mib: u64, threads: u64) -> [f64; 4] {
             read_buffers: 16,
             write_buffers: 16,
             small_buffers: 8,
+            large_read_depth: dionfs_dataplane::LARGE_READ_DEPTH,
         })
         .expect("plane"),
     );

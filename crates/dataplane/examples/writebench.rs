@@ -63,6 +63,7 @@ fn plane() -> DataPlane {
         read_buffers: 16,
         write_buffers: 32,
         small_buffers: 8,
+        large_read_depth: dionfs_dataplane::LARGE_READ_DEPTH,
     })
     .expect("plane")
 }

@@ -54,6 +54,11 @@ pub struct DataConfig {
     /// buffers each, so that many small requests in flight neither wait
     /// for nor tie up the large buffers.
     pub small_buffers: usize,
+    /// While a small direct READ is at the device, large direct reads
+    /// (READs over [`SMALL_IO`], readahead chunks) start only while less
+    /// than this many bytes of them are there (`device_queue.rs`); 0: no
+    /// limit.
+    pub large_read_depth: u64,
 }
 
 /// The largest READ or WRITE served from the small pools
@@ -73,6 +78,7 @@ impl Default for DataConfig {
             read_buffers: 16,
             write_buffers: 16,
             small_buffers: 64,
+            large_read_depth: crate::LARGE_READ_DEPTH,
         }
     }
 }

@@ -12,7 +12,8 @@
 //! How: the export's direct reads count themselves while they are at the
 //! device: small ones (at most [`crate::SMALL_IO`]) by number, large ones
 //! (client READs and readahead chunks) by bytes. While a small read is at
-//! the device, a large one starts only if less than [`LARGE_WHILE_SMALL`]
+//! the device, a large one starts only if less than the export's
+//! `large_read_depth` (by default [`LARGE_READ_DEPTH`]; 0: no limit)
 //! bytes of large reads are there; otherwise it waits for one to end (on
 //! its task, or on its blocking thread). Small reads never wait, and large
 //! ones never wait while no small one is at the device, so a lone
@@ -27,16 +28,22 @@ use parking_lot::{Condvar, Mutex};
 use crate::counters::Counters;
 use crate::is_small;
 
-/// Bytes of large reads the device may hold while a small read is there:
-/// in the `mixed-16` shape the random READs' p50 went from 10.3-12.0 ms to
-/// 3.9-4.5 ms with 4 MiB (5.7-6.8 ms with 8), and the sequential readers'
-/// throughput stayed within the noise (scratch, two rounds each).
-pub const LARGE_WHILE_SMALL: u64 = 4 << 20;
+/// Bytes of large reads the device may hold while a small read is there,
+/// by default (`large_read_depth_mib`): in the `mixed-16` shape the random
+/// READs' p50 went from 10.3-12.0 ms to 3.9-4.5 ms with 4 MiB (5.7-6.8 ms
+/// with 8), and the sequential readers' throughput stayed within the noise
+/// (scratch, two rounds each). Less trades sequential throughput for
+/// random latency: 2 MiB gave 2.5 ms at 1,766-1,829 MiB/s, 1 MiB 1.9-2.0 ms
+/// at 1,535-1,553, against 3.6-3.7 ms at 2,082-2,110 with 4 MiB (scratch
+/// `mix.sh`, two rounds, 2026-11-26).
+pub const LARGE_READ_DEPTH: u64 = 4 << 20;
 
 /// The direct reads of one export at its device (see the module
 /// documentation).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct DeviceReads {
+    /// Bytes of large reads allowed beside a small one; 0: no limit.
+    depth: u64,
     small: AtomicUsize,
     large_bytes: AtomicU64,
     /// Large reads waiting for room: only then does a read that ends wake
@@ -93,6 +100,20 @@ impl Drop for Waiting<'_> {
 }
 
 impl DeviceReads {
+    /// Large reads start while less than `depth` bytes of them are at the
+    /// device beside a small one; 0: always.
+    pub(crate) fn new(depth: u64) -> Self {
+        Self {
+            depth,
+            small: AtomicUsize::new(0),
+            large_bytes: AtomicU64::new(0),
+            waiting: AtomicUsize::new(0),
+            room: tokio::sync::Notify::new(),
+            room_cv: Condvar::new(),
+            room_lock: Mutex::new(()),
+        }
+    }
+
     /// A direct READ of `count` bytes, `len` at the device once widened to
     /// the alignment, goes there: at once if small, else once there is
     /// room, waiting on the task.
@@ -165,8 +186,9 @@ impl DeviceReads {
     }
 
     fn try_large(&self, len: u64) -> Option<AtDevice<'_>> {
-        let room = self.small.load(Ordering::Acquire) == 0
-            || self.large_bytes.load(Ordering::Acquire) < LARGE_WHILE_SMALL;
+        let room = self.depth == 0
+            || self.small.load(Ordering::Acquire) == 0
+            || self.large_bytes.load(Ordering::Acquire) < self.depth;
         room.then(|| {
             self.large_bytes.fetch_add(len, Ordering::AcqRel);
             AtDevice {
@@ -186,7 +208,7 @@ mod tests {
 
     #[test]
     fn large_reads_wait_only_while_a_small_one_is_at_the_device() {
-        let reads = Arc::new(DeviceReads::default());
+        let reads = Arc::new(DeviceReads::new(LARGE_READ_DEPTH));
         let counters = Counters::default();
         // No small read: any number of large ones.
         let many: Vec<_> = (0..8)
@@ -221,9 +243,9 @@ mod tests {
             .enable_all()
             .build()
             .unwrap();
-        let reads = Arc::new(DeviceReads::default());
+        let reads = Arc::new(DeviceReads::new(LARGE_READ_DEPTH));
         let counters = Arc::new(Counters::default());
-        let big = reads.large_blocking(LARGE_WHILE_SMALL, &counters);
+        let big = reads.large_blocking(LARGE_READ_DEPTH, &counters);
         let small = reads.small();
         let task = {
             let (reads, counters) = (reads.clone(), counters.clone());
@@ -242,5 +264,27 @@ mod tests {
         });
         drop(big);
         assert_eq!(counters.snapshot().large_read_waits, 1);
+    }
+
+    #[test]
+    fn the_depth_is_the_exports_and_zero_means_no_limit() {
+        let counters = Counters::default();
+        let one = DeviceReads::new(MIB);
+        let small = one.small();
+        let first = one.try_large(MIB).expect("nothing large at the device yet");
+        assert!(
+            one.try_large(MIB).is_none(),
+            "1 MiB there beside a small read"
+        );
+        drop(first);
+        drop(small);
+        let unlimited = DeviceReads::new(0);
+        let _small = unlimited.small();
+        let many: Vec<_> = (0..16)
+            .map(|_| unlimited.large_blocking(MIB, &counters))
+            .collect();
+        assert_eq!(unlimited.large_bytes.load(Ordering::Acquire), 16 * MIB);
+        assert_eq!(counters.snapshot().large_read_waits, 0);
+        drop(many);
     }
 }

@@ -55,6 +55,7 @@ mod writebehind;
 
 pub use config::{DataConfig, Mode, MAX_TRANSFER_LIMIT, SMALL_IO};
 pub use counters::{CounterSnapshot, Counters, OpsBytes, PerMode};
+pub use device_queue::LARGE_READ_DEPTH;
 pub use error::DataError;
 pub use file::{DataFile, SizeProbe};
 pub use plane::{is_small, DataPlane};

@@ -134,6 +134,7 @@ impl DataPlane {
         // 4 buffers none, so readahead can never hold the buffer that the
         // READ which would use its data is waiting for.
         let readahead_cap = config.read_buffers / 4;
+        let device_reads = Arc::new(DeviceReads::new(config.large_read_depth));
         let write_behind = match write_behind {
             Some(w) => w,
             None => WriteBehind::new(counters.clone())?,
@@ -156,7 +157,7 @@ impl DataPlane {
             cluster_files: Mutex::default(),
             whole_buffered_max: crate::write::WHOLE_BUFFERED_MAX,
             write_behind,
-            device_reads: Arc::default(),
+            device_reads,
         })
     }
 
@@ -622,6 +623,7 @@ mod tests {
             read_buffers: 4,
             write_buffers: 4,
             small_buffers: 8,
+            large_read_depth: crate::LARGE_READ_DEPTH,
         })
         .unwrap()
     }
@@ -774,6 +776,7 @@ mod tests {
                 read_buffers: 2,
                 write_buffers: 3,
                 small_buffers: 8,
+                large_read_depth: crate::LARGE_READ_DEPTH,
             })
             .unwrap();
         assert_eq!(next.config().read_mode, Mode::Direct);

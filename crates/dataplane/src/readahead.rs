@@ -876,6 +876,7 @@ mod tests {
             read_buffers: buffers,
             write_buffers: buffers,
             small_buffers: 8,
+            large_read_depth: crate::LARGE_READ_DEPTH,
         })
         .unwrap()
     }

@@ -900,6 +900,7 @@ mod tests {
             read_buffers: 4,
             write_buffers: 4,
             small_buffers: 8,
+            large_read_depth: crate::LARGE_READ_DEPTH,
         })
         .unwrap()
     }

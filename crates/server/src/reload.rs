@@ -236,6 +236,7 @@ pub fn changed_settings(running: &ServerSettings, new: &ServerSettings) -> Vec<&
         reply_timeout,
         idle_timeout,
         idle_spin,
+        large_read_depth_mib,
         open_files,
         metrics_listen,
         io_uring,
@@ -268,6 +269,10 @@ pub fn changed_settings(running: &ServerSettings, new: &ServerSettings) -> Vec<&
         ("reply_timeout", *reply_timeout == new.reply_timeout),
         ("idle_timeout", *idle_timeout == new.idle_timeout),
         ("idle_spin_us", *idle_spin == new.idle_spin),
+        (
+            "large_read_depth_mib",
+            *large_read_depth_mib == new.large_read_depth_mib,
+        ),
         ("open_files", *open_files == new.open_files),
         ("metrics_listen", *metrics_listen == new.metrics_listen),
         ("io_uring", *io_uring == new.io_uring),

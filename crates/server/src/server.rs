@@ -582,6 +582,7 @@ pub(crate) fn data_config(settings: &ServerSettings, x: &ExportConfig) -> DataCo
         read_buffers: settings.read_buffers(),
         write_buffers: settings.write_buffers(),
         small_buffers: settings.small_buffers,
+        large_read_depth: settings.large_read_depth_mib << 20,
     }
 }
 

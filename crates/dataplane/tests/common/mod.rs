@@ -41,6 +41,7 @@ pub fn plane(read_mode: Mode, write_mode: Mode) -> DataPlane {
         read_buffers: 16,
         write_buffers: 16,
         small_buffers: 8,
+        large_read_depth: dionfs_dataplane::LARGE_READ_DEPTH,
     })
     .expect("plane");
     if SPLIT_MISALIGNED.with(|s| s.get()) {

@@ -72,6 +72,10 @@ pub struct ServerSettings {
     /// it looks for its next one before sleeping, while the server is idle
     /// (0: never).
     pub idle_spin: Duration,
+    /// While a small direct READ is at an export's device, its large
+    /// direct reads start only while less than this many MiB of them are
+    /// there (0: no limit).
+    pub large_read_depth_mib: u64,
     /// Open files kept in the open-file cache.
     pub open_files: usize,
     /// Serve Prometheus metrics over HTTP on this address, if set.
@@ -115,6 +119,7 @@ impl Default for ServerSettings {
             // As knfsd, which closes idle connections after 6 minutes.
             idle_timeout: Duration::from_secs(360),
             idle_spin: crate::net::DEFAULT_IDLE_SPIN,
+            large_read_depth_mib: dionfs_dataplane::LARGE_READ_DEPTH >> 20,
             open_files: 1024,
             metrics_listen: None,
             io_uring: true,
@@ -331,6 +336,7 @@ struct RawServer {
     idle_timeout: Option<Spanned<f64>>,
     /// Microseconds.
     idle_spin_us: Option<Spanned<u64>>,
+    large_read_depth_mib: Option<Spanned<u64>>,
     open_files: Option<Spanned<usize>>,
     metrics_listen: Option<Spanned<String>>,
     io_uring: Option<bool>,
@@ -494,6 +500,10 @@ impl Config {
                 server.idle_spin =
                     check_idle_spin(*v.get_ref()).map_err(|r| err(Some(v.span()), r))?;
             }
+            if let Some(v) = s.large_read_depth_mib {
+                server.large_read_depth_mib =
+                    check_large_read_depth(*v.get_ref()).map_err(|r| err(Some(v.span()), r))?;
+            }
             if let Some(m) = s.metrics_listen {
                 server.metrics_listen = Some(m.get_ref().parse().map_err(|_| {
                     err(
@@ -616,6 +626,21 @@ pub fn check_idle_spin(us: u64) -> Result<Duration, String> {
     Ok(Duration::from_micros(us))
 }
 
+/// Largest `large_read_depth_mib` other than 0 (no limit): far more than a
+/// device holds at once.
+pub const MAX_LARGE_READ_DEPTH_MIB: u64 = 1024;
+
+/// Checks `large_read_depth_mib`: 0 (no limit) up to
+/// [`MAX_LARGE_READ_DEPTH_MIB`].
+pub fn check_large_read_depth(mib: u64) -> Result<u64, String> {
+    if mib > MAX_LARGE_READ_DEPTH_MIB {
+        return Err(format!(
+            "large_read_depth_mib: {mib} must be between 0 (no limit) and {MAX_LARGE_READ_DEPTH_MIB}"
+        ));
+    }
+    Ok(mib)
+}
+
 /// Resolves an export path: absolute, existing, a directory; symlinks in it
 /// are resolved once here so clients mount the real path.
 pub fn canonical_export_dir(path: &str) -> Result<PathBuf, String> {
@@ -703,6 +728,7 @@ stall_timeout = 0.5
 reply_timeout = 7
 idle_timeout = 60
 idle_spin_us = 0
+large_read_depth_mib = 0
 
 [[export]]
 path = "/tmp"
@@ -721,6 +747,7 @@ path = "/tmp"
         assert_eq!(s.reply_timeout, Duration::from_secs(7));
         assert_eq!(s.idle_timeout, Duration::from_secs(60));
         assert_eq!(s.idle_spin, Duration::ZERO);
+        assert_eq!(s.large_read_depth_mib, 0);
 
         let d = ServerSettings::default();
         assert_eq!((d.read_buffers(), d.write_buffers()), (32, 32));
@@ -739,6 +766,11 @@ path = "/tmp"
         let e = parse("[server]\nidle_spin_us = 2000\n[[export]]\npath = \"/tmp\"\n").unwrap_err();
         assert!(e.reason.contains("idle_spin_us"), "{e}");
         assert_eq!(d.idle_spin, Duration::from_micros(100));
+        assert_eq!(d.large_read_depth_mib, 4);
+        let e = parse("[server]\nlarge_read_depth_mib = 2048\n[[export]]\npath = \"/tmp\"\n")
+            .unwrap_err();
+        assert_eq!(e.line, 2, "{e}");
+        assert!(e.reason.contains("large_read_depth_mib"), "{e}");
         let e = parse("[server]\nmax_connections = 0\n[[export]]\npath = \"/tmp\"\n").unwrap_err();
         assert_eq!(e.line, 2, "{e}");
     }
