@@ -38,6 +38,7 @@ import os
 import random
 import subprocess
 import threading
+import time
 
 import pytest
 
@@ -692,3 +693,31 @@ def test_ior_hard_with_open_file_cache_of_one(server, iorhard, loopfs, mode):
         assert res.rc == 0 and "result=ok" in res.stdout.splitlines(), f"g{g}: {res}"
         want = iorhard.pattern(4, 48, REC, 31 + g)
         assert_same(read_local(os.path.join(server.export, f"g{g}")), want, f"g{g} on the server")
+
+
+# ---------------------------------------------------------------- files removed behind the server's back
+
+def test_file_removed_locally_frees_its_space(server, client, loopfs):
+    """A file read through NFS stays open in the server's open-file cache;
+    removed locally (not through NFS), its space must come back within a
+    few seconds. (The cache kept it open until 1,024 other files had been
+    opened: the bench's fair-write job filled its 21 GiB filesystem so,
+    and every WRITE failed.)"""
+    name = "removed-locally"
+    path = os.path.join(server.export, name)
+    with open(path, "wb") as f:
+        f.write(random.Random(3).randbytes(64 << 20))
+        os.fsync(f.fileno())
+    f = client.open(name, "rb")
+    assert f.read_at(0, 1 << 20) == open(path, "rb").read(1 << 20)
+
+    def free() -> int:
+        st = os.statvfs(server.export)
+        return st.f_bfree * st.f_frsize
+
+    before = free()
+    os.remove(path)
+    deadline = time.monotonic() + 15
+    while free() < before + (60 << 20) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert free() >= before + (60 << 20), f"{(free() - before) >> 20} MiB came back"

@@ -421,15 +421,33 @@ async fn drive_ring(ring: Arc<IoRing>) {
 /// Returns the buffers of prefetched data no READ came for (a sequential
 /// reader that stopped or went away) to the pools, a few times per
 /// [`dionfs_dataplane::READAHEAD_MAX_AGE`], so the pools never stay
-/// drained by readahead. Runs until the process ends.
+/// drained by readahead; and every [`UNLINKED_SWEEP`] closes the cached
+/// files deleted behind the server's back, so their space comes back.
+/// Runs until the process ends.
 async fn expire_readahead(server: Arc<Server>) {
-    let mut tick = tokio::time::interval(dionfs_dataplane::READAHEAD_MAX_AGE / 4);
+    let period = dionfs_dataplane::READAHEAD_MAX_AGE / 4;
+    let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_sweep = tokio::time::Instant::now();
+    let mut sweeping: Option<tokio::task::JoinHandle<usize>> = None;
     loop {
         tick.tick().await;
         for export in server.exports().iter() {
             export.data.expire_readahead();
         }
         server.reload.sweep();
+        if last_sweep.elapsed() >= UNLINKED_SWEEP
+            && sweeping.as_ref().is_none_or(|s| s.is_finished())
+        {
+            last_sweep = tokio::time::Instant::now();
+            // One fstat per cached file (up to `open_files`): off the
+            // workers.
+            let cache = server.reload.cache().clone();
+            sweeping = Some(tokio::task::spawn_blocking(move || cache.close_unlinked()));
+        }
     }
 }
+
+/// How often the open-file cache is searched for files deleted behind the
+/// server's back ([`dionfs_fs::OpenFileCache::close_unlinked`]).
+const UNLINKED_SWEEP: std::time::Duration = std::time::Duration::from_secs(1);

@@ -383,6 +383,11 @@ impl ReloadState {
         }
     }
 
+    /// The server-wide open-file cache.
+    pub(crate) fn cache(&self) -> &Arc<OpenFileCache> {
+        &self.cache
+    }
+
     /// Whether the checksum store was opened at start (an export had
     /// integrity).
     pub(crate) fn has_checksum_store(&self) -> bool {
