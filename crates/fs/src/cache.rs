@@ -477,16 +477,26 @@ mod tests {
             .count()
     }
 
+    /// The directory `export` on `fs`, served as export 1 over an
+    /// open-file cache of `capacity`; with the export's root.
+    fn cached_export(
+        fs: &LoopFs,
+        capacity: usize,
+    ) -> (std::path::PathBuf, Arc<OpenFileCache>, ExportFs, Node) {
+        let dir = fs.mount_point().join("export");
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let cache = Arc::new(OpenFileCache::new(capacity));
+        let exp = export_with_cache(&dir, 1, MacKey::from_bytes([1; 32]), Arc::clone(&cache));
+        let root = exp.resolve(exp.root_handle()).expect("root");
+        (dir, cache, exp, root)
+    }
+
     #[test]
     fn cache_is_bounded_and_never_leaks_descriptors() {
         let Some(fs) = LoopFs::new("ext4", 64) else {
             return;
         };
-        let dir = fs.mount_point().join("export");
-        std::fs::create_dir_all(&dir).expect("mkdir");
-        let cache = Arc::new(OpenFileCache::new(16));
-        let exp = export_with_cache(&dir, 1, MacKey::from_bytes([1; 32]), Arc::clone(&cache));
-        let root = exp.resolve(exp.root_handle()).expect("root");
+        let (_, cache, exp, root) = cached_export(&fs, 16);
         let mut handles = Vec::new();
         for i in 0..100 {
             let how = CreateHow::Guarded(SetAttrs::default());
@@ -529,11 +539,7 @@ mod tests {
         let Some(fs) = LoopFs::new("ext4", 64) else {
             return;
         };
-        let dir = fs.mount_point().join("export");
-        std::fs::create_dir_all(&dir).expect("mkdir");
-        let cache = Arc::new(OpenFileCache::new(8));
-        let exp = export_with_cache(&dir, 1, MacKey::from_bytes([1; 32]), Arc::clone(&cache));
-        let root = exp.resolve(exp.root_handle()).expect("root");
+        let (_, cache, exp, root) = cached_export(&fs, 8);
         let how = CreateHow::Guarded(SetAttrs::default());
         let (a, _) = exp.create(&root, b"a", &how).expect("a");
         let (b, _) = exp.create(&root, b"b", &how).expect("b");
@@ -571,11 +577,7 @@ mod tests {
         let Some(fs) = LoopFs::new("xfs", 256) else {
             return;
         };
-        let dir = fs.mount_point().join("export");
-        std::fs::create_dir_all(&dir).expect("mkdir");
-        let cache = Arc::new(OpenFileCache::new(8));
-        let exp = export_with_cache(&dir, 1, MacKey::from_bytes([1; 32]), Arc::clone(&cache));
-        let root = exp.resolve(exp.root_handle()).expect("root");
+        let (dir, cache, exp, root) = cached_export(&fs, 8);
         let how = CreateHow::Guarded(SetAttrs::default());
         let mut nodes = Vec::new();
         for name in ["big", "kept", "linked", "held"] {
@@ -613,8 +615,9 @@ mod tests {
         assert!(rustix::fs::fstat(held.data().buffered_fd()).is_ok());
         drop(held);
         assert_eq!(fds_under(fs.mount_point()), fds - 4);
-        drop(nodes); // a node holds its file (O_PATH) too
-                     // XFS frees an unlinked inode's blocks in the background.
+        // A node holds its file (O_PATH) too; once all are gone, XFS frees
+        // the unlinked inode's blocks in the background.
+        drop(nodes);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while free() < before_rm + (60 << 20) && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(50));
@@ -631,11 +634,7 @@ mod tests {
         let Some(fs) = LoopFs::new("xfs", 64) else {
             return;
         };
-        let dir = fs.mount_point().join("export");
-        std::fs::create_dir_all(&dir).expect("mkdir");
-        let cache = Arc::new(OpenFileCache::new(1));
-        let exp = export_with_cache(&dir, 1, MacKey::from_bytes([1; 32]), Arc::clone(&cache));
-        let root = exp.resolve(exp.root_handle()).expect("root");
+        let (_, cache, exp, root) = cached_export(&fs, 1);
         let how = CreateHow::Guarded(SetAttrs::default());
         let (a, _) = exp.create(&root, b"a", &how).expect("a");
         let (b, _) = exp.create(&root, b"b", &how).expect("b");

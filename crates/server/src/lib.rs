@@ -425,8 +425,7 @@ async fn drive_ring(ring: Arc<IoRing>) {
 /// files deleted behind the server's back, so their space comes back.
 /// Runs until the process ends.
 async fn expire_readahead(server: Arc<Server>) {
-    let period = dionfs_dataplane::READAHEAD_MAX_AGE / 4;
-    let mut tick = tokio::time::interval(period);
+    let mut tick = tokio::time::interval(dionfs_dataplane::READAHEAD_MAX_AGE / 4);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_sweep = tokio::time::Instant::now();
     let mut sweeping: Option<tokio::task::JoinHandle<usize>> = None;
