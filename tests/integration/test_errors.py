@@ -9,7 +9,7 @@ import sys
 
 import nfs_rs
 import pytest
-from loopfs import LoopFs
+from loopfs import FILL_SCRIPT, LoopFs
 from nfstools import NfsProc, assert_nfs_error, nfs_error, nfs_ls
 from servers import backend
 
@@ -304,24 +304,6 @@ def test_handle_useless_after_client_disallowed(server, nfsproc):
     assert r.rc == 2 or (r.rc == 0 and r["status"] != "NFS3_OK"), f"disallowed client used an old handle: {r}"
 
 
-FILL_ALL = """
-import errno, os, sys
-fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT, 0o600)
-off, chunk = 0, 1 << 30
-while chunk >= 4096:
-    try:
-        os.posix_fallocate(fd, off, chunk)
-        off += chunk
-    except OSError as e:
-        if e.errno != errno.ENOSPC:
-            raise
-        chunk //= 2
-# Give back 256 KiB: less than the WRITE needs.
-os.ftruncate(fd, max(off - (256 << 10), 0))
-os.fsync(fd)
-"""
-
-
 class TestDiskFull:
     """A 1 MiB WRITE to a filesystem with 256 KiB left is NFS3ERR_NOSPC in
     every write mode, UNSTABLE (direct mode: through io_uring) and
@@ -339,7 +321,9 @@ class TestDiskFull:
         for m in ("buffered", "dontcache", "direct")])
     @pytest.mark.parametrize("stable", ["unstable", "file_sync"])
     def test_write_past_free_space_is_nospc(self, server, nfsproc, loopfs, mode, stable):
-        subprocess.run([sys.executable, "-c", FILL_ALL, loopfs.path("fill")], check=True)
+        # Full, then 256 KiB given back: less than the WRITE needs.
+        subprocess.run([sys.executable, "-c", FILL_SCRIPT, loopfs.path("fill"), str(256 << 10)],
+                       check=True)
         r = nfsproc("create", "unchecked", ".", "big", uid=1000, gid=1000)
         assert r["status"] == "NFS3_OK", r
         status = nfsproc("write", "big", 0, 1 << 20, stable, uid=1000, gid=1000)["write_status"]

@@ -33,7 +33,7 @@ import stat
 import subprocess
 
 import pytest
-from loopfs import LoopFs
+from loopfs import FILL_SCRIPT, LoopFs
 from nfstools import NfsProc
 
 pytestmark = pytest.mark.dionfs_only  # write modes are dionfs flags
@@ -207,23 +207,6 @@ def test_no_root_squash_root_keeps_setid(no_root_squash_server, nfsproc_bin, loo
 
 # ---------------------------------------------------------------- reserved blocks, quota
 
-FILL = """
-import errno, os, sys
-# Allocate as much as this user may: the blocks reserved for root stay free.
-fd = os.open(sys.argv[1], os.O_WRONLY)
-off, chunk = 0, 1 << 30
-while chunk >= 4096:
-    try:
-        os.posix_fallocate(fd, off, chunk)
-        off += chunk
-    except OSError as e:
-        if e.errno != errno.ENOSPC:
-            raise
-        chunk //= 2
-os.fsync(fd)
-"""
-
-
 def fill_to_reserve(fs: LoopFs) -> None:
     """Fill `fs` as uid 1000, outside the export, until only root's reserved
     blocks are free."""
@@ -231,7 +214,7 @@ def fill_to_reserve(fs: LoopFs) -> None:
     with open(fill, "wb"):
         pass
     os.chown(fill, 1000, 1000)
-    run_local((1000, 1000), FILL, fill)
+    run_local((1000, 1000), FILL_SCRIPT, fill)
     st = os.statvfs(fs.mountpoint)
     assert st.f_bavail == 0 and st.f_bfree > 256, (
         f"fill left {st.f_bavail} blocks for users and {st.f_bfree} in all")

@@ -163,3 +163,24 @@ atexit.register(destroy_all)
 for _sig in (signal.SIGTERM, signal.SIGHUP):
     signal.signal(_sig, _on_signal)
 # SIGINT stays with pytest (KeyboardInterrupt runs fixture finalizers, then atexit).
+
+
+# Fills the filesystem of the file argv[1] (created if missing) with
+# fallocate, as whoever runs it: a non-root user leaves root's reserved
+# blocks free. Then gives back argv[2] bytes, if given, by truncating.
+FILL_SCRIPT = """
+import errno, os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT, 0o600)
+off, chunk = 0, 1 << 30
+while chunk >= 4096:
+    try:
+        os.posix_fallocate(fd, off, chunk)
+        off += chunk
+    except OSError as e:
+        if e.errno != errno.ENOSPC:
+            raise
+        chunk //= 2
+if len(sys.argv) > 2:
+    os.ftruncate(fd, max(off - int(sys.argv[2]), 0))
+os.fsync(fd)
+"""
