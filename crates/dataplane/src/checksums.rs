@@ -58,9 +58,15 @@ impl DataPlane {
         let ticket = sums.begin_write(file.buffered_fd(), blocks.clone())?;
         let buf: &WriteBuffer = buf;
         let span = (blocks.start - base) as usize..(blocks.end - base) as usize;
-        let (result, crcs) = sums
-            .checksummer()
-            .write_with_crcs(&buf.buf[span], || io(buf));
+        // A payload of whole blocks may have been checksummed as it
+        // arrived (`WriteBuffer::arrived`); its blocks are then exactly
+        // the payload, which nothing has changed since.
+        let (result, crcs) = match buf.arrived_crcs() {
+            Some(crcs) => (io(buf), crcs.to_vec()),
+            None => sums
+                .checksummer()
+                .write_with_crcs(&buf.buf[span], || io(buf)),
+        };
         match result {
             Ok(done) => {
                 ticket.finish(&crcs)?;
@@ -395,10 +401,17 @@ mod tests {
         DataFile::new(buffered.into(), direct.map(Into::into)).unwrap()
     }
 
+    /// Writes `data` at `offset`, its payload arriving in pieces that end
+    /// inside blocks (as from a socket), each reported to the buffer.
     fn write(plane: &DataPlane, file: &DataFile, offset: u64, data: &[u8], stable: Stable) {
         let buf = plane.write_pool().get_blocking().unwrap();
         let mut wb = plane.write_buffer(file, buf, offset, data.len()).unwrap();
-        wb.payload_mut().copy_from_slice(data);
+        let mut received = 0;
+        for piece in data.chunks(5000) {
+            wb.payload_mut()[received..received + piece.len()].copy_from_slice(piece);
+            received += piece.len();
+            wb.arrived(received);
+        }
         plane.write(file, wb, stable).unwrap();
     }
 
@@ -481,20 +494,67 @@ mod tests {
         }
     }
 
+    /// `Order::Arrival` checksums a payload of whole blocks as its pieces
+    /// arrive; a misaligned one (whose edge blocks need the file's bytes),
+    /// a file without checksums and the other orders leave it all to the
+    /// write.
+    #[test]
+    fn only_payloads_of_whole_blocks_are_checksummed_as_they_arrive() {
+        let dir = tempfile::tempdir().unwrap();
+        let plane = plane(Mode::Direct);
+        let data: Vec<u8> = (0..64 << 10).map(|i| (i % 253) as u8).collect();
+        let mut want = Vec::new();
+        dionfs_integrity::block_crcs(&data, &mut want);
+        let buffer = |file: &DataFile, offset: u64, len: usize| {
+            let buf = plane.write_pool().get_blocking().unwrap();
+            let mut wb = plane.write_buffer(file, buf, offset, len).unwrap();
+            wb.payload_mut().copy_from_slice(&data[..len]);
+            wb
+        };
+        let arrival = Store::open(&dir.path().join("a"), 64, Order::Arrival).unwrap();
+        let file = file_with_sums(&arrival, &dir.path().join("f"), 1);
+        let mut wb = buffer(&file, 4096 * 5, data.len());
+        assert_eq!(wb.receive_piece(), dionfs_integrity::ARRIVAL_PIECE);
+        wb.arrived(10_000);
+        assert_eq!(wb.arrived_crcs(), None);
+        wb.arrived(data.len());
+        assert_eq!(wb.arrived_crcs(), Some(&want[..]));
+        for (offset, len) in [(100, 4096), (0, 5000), (4096, 100)] {
+            let mut wb = buffer(&file, offset, len);
+            assert_eq!(wb.receive_piece(), len, "{offset} {len}");
+            wb.arrived(len);
+            assert_eq!(wb.arrived_crcs(), None, "{offset} {len}");
+        }
+        let overlapped = Store::open(&dir.path().join("o"), 64, Order::Overlapped).unwrap();
+        let plain = file_without_sums(&dir.path().join("p"));
+        for file in [file_with_sums(&overlapped, &dir.path().join("g"), 2), plain] {
+            let mut wb = buffer(&file, 0, data.len());
+            assert_eq!(wb.receive_piece(), data.len());
+            wb.arrived(data.len());
+            assert_eq!(wb.arrived_crcs(), None);
+        }
+    }
+
+    /// Every mode, with checksums computed as payloads arrive (those of
+    /// whole blocks) and while the data is written.
     #[test]
     fn every_mode_keeps_checksums_and_catches_rot_and_local_changes() {
-        for mode in [Mode::Buffered, Mode::DontCache, Mode::Direct] {
+        for (mode, order) in [Mode::Buffered, Mode::DontCache, Mode::Direct]
+            .into_iter()
+            .flat_map(|m| [(m, Order::Arrival), (m, Order::Overlapped)])
+        {
             let dir = tempfile::tempdir().unwrap();
-            let store = Store::open(&dir.path().join("integrity"), 64, Order::Overlapped).unwrap();
+            let store = Store::open(&dir.path().join("integrity"), 64, order).unwrap();
             let path = dir.path().join("f");
             let file = file_with_sums(&store, &path, 1);
             let plane = plane(mode);
             let mut model = Vec::new();
-            let writes: [(u64, usize); 8] = [
+            let writes: [(u64, usize); 9] = [
                 (100, 200),
                 (4000, 5000),
                 (65536 + 1, 511),
                 (0, 4096),
+                (8 * 4096, 96 << 10),
                 (20000, 200 << 10),
                 // Partial blocks completed from the file's own bytes, in
                 // two blocks and in one.

@@ -12,6 +12,7 @@ use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use dionfs_integrity::{Arriving, Order, ARRIVAL_PIECE, BLOCK};
 use dionfs_sys::io::{cached_pages, preadv2, pwritev2, RwFlags};
 
 use crate::align::{expand_to_alignment, is_aligned, payload_offset, split_edges, MAX_FILE_OFFSET};
@@ -74,12 +75,42 @@ pub struct WriteBuffer {
     /// Where the payload starts in `buf`.
     pub(crate) at: usize,
     pub(crate) len: usize,
+    /// With integrity ([`Order::Arrival`]) and a payload of whole blocks:
+    /// its checksums, computed as it arrives ([`WriteBuffer::arrived`]).
+    pub(crate) arriving: Option<Arriving>,
 }
 
 impl WriteBuffer {
     /// The slice to receive the payload into (exactly `len` bytes).
     pub fn payload_mut(&mut self) -> &mut [u8] {
         &mut self.buf[self.at..self.at + self.len]
+    }
+
+    /// How many payload bytes to receive before each call of
+    /// [`WriteBuffer::arrived`]: [`ARRIVAL_PIECE`] when the payload's
+    /// checksums are computed as it arrives, else all of it.
+    pub fn receive_piece(&self) -> usize {
+        match self.arriving {
+            Some(_) => ARRIVAL_PIECE,
+            None => self.len.max(1),
+        }
+    }
+
+    /// Tells the buffer that the first `received` payload bytes have
+    /// arrived and will not change any more: with integrity, the
+    /// checksums of the blocks they complete are computed now, while those
+    /// bytes are still in the CPU's cache. A receiver that never calls it
+    /// (or stops early) only leaves the checksums to the write.
+    pub fn arrived(&mut self, received: usize) {
+        if let Some(arriving) = &mut self.arriving {
+            let received = received.min(self.len);
+            arriving.arrived(&self.buf[self.at..self.at + received]);
+        }
+    }
+
+    /// The payload's checksums if all of them were computed as it arrived.
+    pub(crate) fn arrived_crcs(&self) -> Option<&[u32]> {
+        self.arriving.as_ref()?.crcs(self.len)
     }
 
     /// The payload.
@@ -145,11 +176,17 @@ impl DataPlane {
             });
         }
         let at = self.payload_position(file, offset);
+        let arriving = file
+            .integrity()
+            .filter(|sums| sums.checksummer().order() == Order::Arrival)
+            .filter(|_| offset.is_multiple_of(BLOCK) && (len as u64).is_multiple_of(BLOCK))
+            .map(|_| Arriving::new(len));
         Ok(WriteBuffer {
             buf,
             offset,
             at,
             len,
+            arriving,
         })
     }
 
@@ -458,11 +495,14 @@ impl DataPlane {
         };
         let mut buf = buf;
         buf.move_payload_to(0);
+        // Computed as the payload arrived, if they were.
+        let arrived = buf.arrived_crcs().map(<[u32]>::to_vec);
         let WriteBuffer {
             buf: pooled,
             offset,
             at,
             len,
+            arriving,
         } = buf;
         let claim = match self.begin_direct_write(file, io) {
             Ok(claim) => claim,
@@ -475,7 +515,7 @@ impl DataPlane {
         // difference, with `DIONFS_INTEGRITY_ORDER=sequential`.)
         let before = ticket
             .as_ref()
-            .and_then(|_| self.ring_write_crcs_first(file, &pooled[..len]));
+            .and_then(|_| arrived.or_else(|| self.ring_write_crcs_first(file, &pooled[..len])));
         let checksums = |bytes: &[u8]| match before {
             Some(crcs) => crcs,
             None => {
@@ -504,6 +544,7 @@ impl DataPlane {
                     offset,
                     at,
                     len,
+                    arriving,
                 });
             }
             Err((e, _)) => {

@@ -15,7 +15,8 @@
 //!   around truncate and COMMIT.
 //! - [`Checksummer`]: computes a write's checksums on a parked helper
 //!   thread *while* the calling thread does the data write (seed 003), over the
-//!   server's own buffer, which no client can change meanwhile.
+//!   server's own buffer, which no client can change meanwhile; for a
+//!   payload of whole blocks, earlier still, as it arrives ([`Arriving`]).
 //! - [`scrub`]: verifying or rebuilding a whole file offline.
 //!
 //! # Block checksums
@@ -35,7 +36,7 @@ mod store;
 
 use std::sync::OnceLock;
 
-pub use overlap::{Checksummer, Order};
+pub use overlap::{Arriving, Checksummer, Order, ARRIVAL_PIECE};
 pub use store::{
     CommitTicket, FileKey, FileSums, Mismatch, RecoveryReport, Store, SweepReport, Version,
     WriteTicket,

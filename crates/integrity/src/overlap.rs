@@ -22,9 +22,24 @@
 //! are checksummed on the calling thread after the write: handing them to
 //! another thread costs more than their checksum.
 //!
+//! [`Order::Arrival`] (the default) goes one step earlier for a payload of
+//! whole blocks: its checksums are computed while the payload is still
+//! arriving from the client, a piece of [`ARRIVAL_PIECE`] bytes at a time
+//! on the connection's task right after that piece was copied from the
+//! socket ([`Arriving`]), so the write finds them done. What this saves is
+//! memory traffic, not instructions: the CRC of a block still in the CPU's
+//! cache runs at about 0.012-0.016 s per GiB on this project's Intel host,
+//! while a 1 MiB payload received whole has mostly left the cache by the
+//! time it is checksummed (0.041 s per GiB; `crcspeed`'s `copied` lines).
+//! The blocks are the server's own buffer as soon as they are copied, so
+//! a client cannot change them afterwards either. Payloads that do not
+//! start and end on block boundaries (their edge blocks need bytes from
+//! the file first) are checksummed as in [`Order::Overlapped`].
+//!
 //! [`Order::Sequential`] computes the checksums first and writes after, the
 //! order the seed improves on; it exists to measure the difference
-//! (`DIONFS_INTEGRITY_ORDER=sequential`, and the `overlap` example).
+//! (`DIONFS_INTEGRITY_ORDER=sequential`, or `overlapped` for computing
+//! during the write only, and the `overlap` example).
 
 use dionfs_sys::beside::Helpers;
 
@@ -34,10 +49,20 @@ use crate::block_crcs;
 /// while the calling thread writes.
 pub const OVERLAP_MIN: usize = 64 << 10;
 
+/// Payload bytes received (and checksummed) at a time with
+/// [`Order::Arrival`]: small enough that a piece is still in the CPU's
+/// cache when its checksums are computed, large enough that the extra
+/// `recv` calls cost less than the cache misses they avoid (three more per
+/// MiB).
+pub const ARRIVAL_PIECE: usize = 256 << 10;
+
 /// When a write's checksums are computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Order {
-    /// On a worker while the data write is in flight (the default).
+    /// As a payload of whole blocks arrives ([`Arriving`]), the rest as
+    /// [`Order::Overlapped`] (the default).
+    Arrival,
+    /// On a worker while the data write is in flight.
     Overlapped,
     /// Before the data write, on the calling thread.
     Sequential,
@@ -66,12 +91,13 @@ impl Checksummer {
         Checksummer { helpers, order }
     }
 
-    /// The order from `DIONFS_INTEGRITY_ORDER` (`sequential` or, by
-    /// default, `overlapped`).
+    /// The order from `DIONFS_INTEGRITY_ORDER` (`sequential`,
+    /// `overlapped` or, by default, `arrival`).
     pub fn order_from_env() -> Order {
         match std::env::var("DIONFS_INTEGRITY_ORDER").as_deref() {
             Ok("sequential") => Order::Sequential,
-            _ => Order::Overlapped,
+            Ok("overlapped") => Order::Overlapped,
+            _ => Order::Arrival,
         }
     }
 
@@ -91,7 +117,7 @@ impl Checksummer {
                 block_crcs(blocks, &mut crcs);
                 (io(), crcs)
             }
-            Order::Overlapped if blocks.len() >= OVERLAP_MIN => {
+            Order::Overlapped | Order::Arrival if blocks.len() >= OVERLAP_MIN => {
                 let out = &mut crcs;
                 let result = self.helpers.join(|| block_crcs(blocks, out), io);
                 (result, crcs)
@@ -105,6 +131,43 @@ impl Checksummer {
     }
 }
 
+/// The checksums of a WRITE payload of whole blocks, computed as its
+/// bytes arrive ([`Order::Arrival`]).
+#[derive(Debug)]
+pub struct Arriving {
+    crcs: Vec<u32>,
+    /// Payload bytes checksummed (whole blocks).
+    summed: usize,
+}
+
+impl Arriving {
+    /// For a payload of `len` bytes covering whole blocks of the file
+    /// (starting and ending on block boundaries).
+    pub fn new(len: usize) -> Arriving {
+        Arriving {
+            crcs: Vec::with_capacity(len.div_ceil(crate::BLOCK as usize)),
+            summed: 0,
+        }
+    }
+
+    /// `received` is the payload received so far, which must not change
+    /// from now on: checksums the whole blocks it completed since the last
+    /// call.
+    pub fn arrived(&mut self, received: &[u8]) {
+        let block = crate::BLOCK as usize;
+        let end = received.len() / block * block;
+        if end > self.summed {
+            block_crcs(&received[self.summed..end], &mut self.crcs);
+            self.summed = end;
+        }
+    }
+
+    /// The checksums of all `len` payload bytes, if they have all arrived.
+    pub fn crcs(&self, len: usize) -> Option<&[u32]> {
+        (self.summed == len).then_some(&self.crcs[..])
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,7 +177,7 @@ mod tests {
         let data: Vec<u8> = (0..(1 << 20) + 100).map(|i| (i * 7 % 251) as u8).collect();
         let mut want = Vec::new();
         block_crcs(&data, &mut want);
-        for order in [Order::Overlapped, Order::Sequential] {
+        for order in [Order::Arrival, Order::Overlapped, Order::Sequential] {
             let c = Checksummer::new(2, order);
             let (r, crcs) = c.write_with_crcs(&data, || 42);
             assert_eq!(r, 42);
@@ -130,5 +193,21 @@ mod tests {
                     .collect::<Vec<_>>()
             );
         }
+    }
+
+    #[test]
+    fn arriving_sums_the_blocks_of_the_pieces_received() {
+        let data: Vec<u8> = (0..300 << 10).map(|i| (i * 13 % 253) as u8).collect();
+        let mut want = Vec::new();
+        block_crcs(&data, &mut want);
+        // Pieces that end inside blocks, and calls with nothing new.
+        let mut a = Arriving::new(data.len());
+        for end in [0, 5000, 5000, 4096 * 3, 70_001, (299 << 10) + 7] {
+            a.arrived(&data[..end]);
+            assert_eq!(a.crcs(data.len()), None);
+        }
+        a.arrived(&data);
+        assert_eq!(a.crcs(data.len()), Some(&want[..]));
+        assert_eq!(a.crcs(data.len() + 4096), None);
     }
 }

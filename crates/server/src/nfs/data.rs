@@ -120,10 +120,20 @@ pub async fn receive_write<R: CallStream>(
                 .map_err(|e| from_data(&e));
             match buf {
                 Ok(mut buf) => {
-                    let (head, rest) = buf.payload_mut().split_at_mut(staged.bytes().len());
-                    head.copy_from_slice(staged.bytes());
+                    let len = buf.len();
+                    let mut received = staged.bytes().len();
+                    buf.payload_mut()[..received].copy_from_slice(staged.bytes());
                     drop(staged);
-                    body.read_exact(rest).await?;
+                    // In pieces, so that an export with integrity checksums
+                    // each one while it is still in the CPU's cache.
+                    buf.arrived(received);
+                    while received < len {
+                        let end = len.min(received + buf.receive_piece());
+                        body.read_exact(&mut buf.payload_mut()[received..end])
+                            .await?;
+                        received = end;
+                        buf.arrived(received);
+                    }
                     Ok((export.config.id, file, buf))
                 }
                 Err(s) => Err(s),
