@@ -17,7 +17,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 COLORS = {"dionfs-buffered": "#1f77b4", "dionfs-dontcache": "#17becf", "dionfs-direct": "#2ca02c",
-          "dionfs-direct-crc": "#bcbd22", "dionfs-direct-crc-seq": "#dbdb8d",
+          "dionfs-direct-crc": "#bcbd22", "dionfs-direct-crc-ovl": "#8c6d31",
+          "dionfs-direct-crc-seq": "#dbdb8d",
           "dionfs-async": "#98df8a", "ganesha": "#d62728", "fio-buffered": "#7f7f7f", "fio-direct": "#222222"}
 
 
