@@ -900,7 +900,7 @@ fn partial_pages(io: &Range<u64>, page: u64) -> impl Iterator<Item = u64> {
 /// from the device: it is not in the page cache (`cachestat(2)`, a pure
 /// lookup) and holds data on disk ([`holds_no_data`]). An error: the
 /// kernel has no `cachestat`.
-fn needs_device_read(file: &DataFile, start: u64, page: u64) -> io::Result<bool> {
+pub(crate) fn needs_device_read(file: &DataFile, start: u64, page: u64) -> io::Result<bool> {
     Ok(cached_pages(file.buffered_fd(), start, page)? == 0
         && !holds_no_data(file, start..start + page))
 }
