@@ -520,10 +520,6 @@ mod tests {
         }
     }
 
-    /// `Order::Arrival` checksums a payload of whole blocks as its pieces
-    /// arrive; a misaligned one (whose edge blocks need the file's bytes),
-    /// a file without checksums and the other orders leave it all to the
-    /// write.
     /// The neighbours' bytes of a write's partial blocks, read from the
     /// page cache without queueing on the inode lock: whole, up to the end
     /// of the file, nothing past it; a page only on disk may be left to the
@@ -557,6 +553,10 @@ mod tests {
         assert_eq!(dst[..n], data[at..at + n]);
     }
 
+    /// `Order::Arrival` checksums a payload of whole blocks as its pieces
+    /// arrive; a misaligned one (whose edge blocks need the file's bytes),
+    /// a file without checksums and the other orders leave it all to the
+    /// write.
     #[test]
     fn only_payloads_of_whole_blocks_are_checksummed_as_they_arrive() {
         let dir = tempfile::tempdir().unwrap();
