@@ -11,12 +11,20 @@ does besides, its CPU per GiB read cannot fall below this. This tool sends
 with MSG_ZEROCOPY (which the kernel turns into a deferred copy on loopback,
 plus the completion notifications).
 
-usage: bench/send_floor.py [--size BYTES] [--count N] [--reps R]
+With --file (a file on the filesystem to measure, larger than --size), it
+also times what a READ's data costs from the device to the socket: the file
+read with O_DIRECT into an aligned buffer and sent (what dionfs does), and
+spliced from the file into a pipe and from the pipe into the socket (the
+kernel reads into pages of its own and the socket takes them by reference,
+no copy), --size bytes at a time, caches dropped first.
+
+usage: bench/send_floor.py [--size BYTES] [--count N] [--reps R] [--file PATH]
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import mmap
 import os
 import resource
@@ -87,20 +95,77 @@ def run(size: int, count: int, zerocopy: bool) -> tuple[float, float, float]:
             size * count / (1 << 20) / el)
 
 
+F_SETPIPE_SZ = 1031  # linux/fcntl.h
+
+
+def run_file(path: str, size: int, splice: bool) -> tuple[float, float, float]:
+    """Sender (user, system) CPU seconds per GiB and MiB/s, sending the
+    whole file (a multiple of `size` of it) read direct, copied or spliced."""
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    count = os.fstat(fd).st_size // size
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(1)
+    port = ls.getsockname()[1]
+    pid = os.fork()
+    if pid == 0:
+        ls.close()
+        reader(port, size * count)
+    s, _ = ls.accept()
+    ls.close()
+    buf = mmap.mmap(-1, size)  # page-aligned, as O_DIRECT needs
+    if splice:
+        rd, wr = os.pipe()
+        fcntl.fcntl(wr, F_SETPIPE_SZ, size)
+    r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
+    for i in range(count):
+        if splice:
+            filled = 0
+            while filled < size:
+                filled += os.splice(fd, wr, size - filled, offset_src=i * size + filled)
+            sent = 0
+            while sent < size:
+                sent += os.splice(rd, s.fileno(), size - sent)
+        else:
+            os.preadv(fd, [buf], i * size)
+            s.sendall(buf)
+    r1, el = resource.getrusage(resource.RUSAGE_SELF), time.monotonic() - t0
+    s.close()
+    os.close(fd)
+    if splice:
+        os.close(rd)
+        os.close(wr)
+    os.waitpid(pid, 0)
+    gib = size * count / (1 << 30)
+    return ((r1.ru_utime - r0.ru_utime) / gib, (r1.ru_stime - r0.ru_stime) / gib,
+            size * count / (1 << 20) / el)
+
+
+def report(name: str, size: int, count: int, runs: list[tuple[float, float, float]]) -> None:
+    user = statistics.median(r[0] for r in runs)
+    sys_ = statistics.median(r[1] for r in runs)
+    mib_s = statistics.median(r[2] for r in runs)
+    print(f"{name:12} {size} B x {count}, median of {len(runs)}: sender CPU "
+          f"{user + sys_:.3f} s/GiB (user {user:.3f}, system {sys_:.3f}), {mib_s:,.0f} MiB/s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size", type=int, default=1 << 20)
     ap.add_argument("--count", type=int, default=4096)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--file", help="also send this file: read direct and sent, and spliced")
     a = ap.parse_args()
     for zerocopy in (False, True):
         runs = [run(a.size, a.count, zerocopy) for _ in range(a.reps)]
-        user = statistics.median(r[0] for r in runs)
-        sys_ = statistics.median(r[1] for r in runs)
-        mib_s = statistics.median(r[2] for r in runs)
-        name = "MSG_ZEROCOPY" if zerocopy else "send"
-        print(f"{name:12} {a.size} B x {a.count}, median of {a.reps}: sender CPU "
-              f"{user + sys_:.3f} s/GiB (user {user:.3f}, system {sys_:.3f}), {mib_s:,.0f} MiB/s")
+        report("MSG_ZEROCOPY" if zerocopy else "send", a.size, a.count, runs)
+    if a.file:
+        count = os.stat(a.file).st_size // a.size
+        for splice in (False, True):
+            runs = [run_file(a.file, a.size, splice) for _ in range(a.reps)]
+            report("file splice" if splice else "file O_DIRECT", a.size, count, runs)
 
 
 if __name__ == "__main__":
