@@ -22,6 +22,10 @@ block, computed on every WRITE, verified on every READ, scrubbed offline.
   misaligned writers cut off by `xfs_io -x -c shutdown` (no log flush),
   remount, restart: the server recovers from the intent log; every READ
   succeeds and scrub finds 0 bad blocks.
+- test_files_churning_through_a_one_file_cache_stay_trusted: three files
+  written at once through an open-file cache of one file (each closed and
+  opened again while requests still hold its earlier open): none is taken
+  for changed behind the server's back, scrub verifies all three.
 - test_remove_frees_checksums: REMOVE of the last name deletes the
   file's checksum file; a file deleted locally (behind the server's back)
   is found by scrub, whose --repair-metadata removes its checksum file.
@@ -193,6 +197,41 @@ def test_concurrent_misaligned_writers_scrub_clean(server, iorhard, loopfs, mode
     server.close_clients()
     server.stop()
     assert_scrub_clean(server)
+
+
+@pytest.mark.server_args("--integrity", "crc32c", "--open-files", "1")
+def test_files_churning_through_a_one_file_cache_stay_trusted(server, iorhard, loopfs):
+    # Three files written side by side through an open-file cache of one:
+    # each file is closed and opened again all the time, often while its
+    # last request is still letting go of the earlier open. Every reopen
+    # must find the checksums as the server left them: none of the files
+    # may be taken for changed behind the server's back (its checksums
+    # would then be rebuilt from whatever the disk holds, rot included,
+    # instead of catching it), and scrub must verify all three.
+    jobs = [("churn1", 4, 200, 47008, dict(q=4, o="up", s=31)),
+            ("churn2", 4, 200, 47008, dict(q=4, o="shuffle", s=32)),
+            ("churn3", 4, 1000, 4096, dict(q=8, o="up", s=33))]
+    errors = []
+
+    def write(name, clients, records, recsize, opts):
+        try:
+            _ior(server, iorhard, name, clients, records, recsize, **opts)
+        except Exception as e:  # reported below, with the others
+            errors.append(f"{name}: {e}")
+
+    threads = [threading.Thread(target=write, args=job) for job in jobs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert "changed behind the server's back" not in server.log_text()
+    server.close_clients()
+    server.stop()
+    r = scrub(server, check_rc=0)
+    assert "bad blocks: 0" in r.stdout, r.stdout
+    assert "not verified" not in r.stdout, r.stdout
+    assert "files:      3" in r.stdout, r.stdout
 
 
 @pytest.mark.parametrize("loopfs", ["xfs", "ext4"], indirect=True)

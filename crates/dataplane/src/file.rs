@@ -52,8 +52,9 @@ pub struct DataFile {
     pub(crate) cluster: Arc<Cluster>,
     label: Option<String>,
     /// The file's block checksums, on exports with `integrity = "crc32c"`
-    /// (see `checksums.rs`).
-    integrity: Option<FileSums>,
+    /// (see `checksums.rs`): the file's one state, shared with any other
+    /// open of it (`dionfs_integrity::Store::open_file`).
+    integrity: Option<Arc<FileSums>>,
     /// Data below this offset is likely on disk and not in the page cache:
     /// the size when the file was opened, raised by each COMMIT that
     /// dropped direct mode's pages. A hint for which page-cache writes
@@ -148,7 +149,7 @@ impl DataFile {
     /// computes them, every read verifies them (`checksums.rs`). Direct
     /// I/O then works in whole checksum blocks at least (4 KiB), so that
     /// a direct read always covers the blocks it verifies.
-    pub fn with_integrity(mut self, sums: FileSums) -> Self {
+    pub fn with_integrity(mut self, sums: Arc<FileSums>) -> Self {
         let block = dionfs_integrity::BLOCK;
         if let Some(d) = &mut self.direct {
             d.read_align = d.read_align.max(block);
@@ -161,7 +162,7 @@ impl DataFile {
 
     /// The file's block checksums, if its export keeps them.
     pub fn integrity(&self) -> Option<&FileSums> {
-        self.integrity.as_ref()
+        self.integrity.as_deref()
     }
 
     /// Names the file in log lines (e.g. "export:/path" or a handle), in

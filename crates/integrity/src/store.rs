@@ -25,6 +25,7 @@
 //! used: it also moves on chmod, rename and link, which leave the data
 //! alone.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::ops::Range;
@@ -32,9 +33,9 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use crate::cache::{Page, PageCache, PAGE_ENTRIES};
 use crate::log::{CleanTicket, IntentLog, REGION_BLOCKS};
@@ -216,6 +217,14 @@ pub struct Store {
     next_generation: AtomicU64,
     /// Regions named by the log at open, until [`Store::recover`].
     to_recover: Mutex<Vec<(FileKey, u64)>>,
+    /// The checksum state of every file open now, so that opening a file
+    /// again while it is open shares that state (see [`Store::shared`]).
+    /// An entry that no longer upgrades is a state being dropped: its
+    /// header is not written yet.
+    open_sums: Mutex<HashMap<[u8; 16], Weak<FileSums>>>,
+    /// Notified when a dropped state has written its header and left
+    /// `open_sums`.
+    sums_closed: Condvar,
 }
 
 impl std::fmt::Debug for Store {
@@ -264,6 +273,8 @@ impl Store {
             checksummer: Checksummer::new(threads, order),
             next_generation: AtomicU64::new(1),
             to_recover: Mutex::new(to_recover),
+            open_sums: Mutex::default(),
+            sums_closed: Condvar::new(),
         }))
     }
 
@@ -339,8 +350,12 @@ impl Store {
 
     /// The checksum state of the open file `data` (identified by `key`),
     /// creating its checksum file if it has none.
-    pub fn open_file(self: &Arc<Self>, key: FileKey, data: BorrowedFd<'_>) -> io::Result<FileSums> {
-        crate::as_server(|| FileSums::open(self, key, data, Open::Create))?
+    pub fn open_file(
+        self: &Arc<Self>,
+        key: FileKey,
+        data: BorrowedFd<'_>,
+    ) -> io::Result<Arc<FileSums>> {
+        self.shared(key, data, Open::Create)?
             .ok_or_else(|| io::Error::other("no checksum file"))
     }
 
@@ -350,8 +365,44 @@ impl Store {
         self: &Arc<Self>,
         key: FileKey,
         data: BorrowedFd<'_>,
-    ) -> io::Result<Option<FileSums>> {
-        crate::as_server(|| FileSums::open(self, key, data, Open::Existing))
+    ) -> io::Result<Option<Arc<FileSums>>> {
+        self.shared(key, data, Open::Existing)
+    }
+
+    /// One checksum state per file: the one open now if there is one, else
+    /// a new one read from the file's header. A state being dropped is
+    /// waited for first: its drop writes the header (the data's version
+    /// after the server's last change), and a new state that read the
+    /// header before that would take the server's own writes since the
+    /// last header for a change behind its back, and distrust its
+    /// checksums. (The server's open-file cache opens a file again while
+    /// the last request holding its earlier open may still be dropping it:
+    /// with a cache of one file and three files in use, two of three
+    /// IOR-style files were found changed behind the server's back,
+    /// scratch `stress.sh`.)
+    fn shared(
+        self: &Arc<Self>,
+        key: FileKey,
+        data: BorrowedFd<'_>,
+        how: Open,
+    ) -> io::Result<Option<Arc<FileSums>>> {
+        let id = key.id();
+        let mut open = self.open_sums.lock();
+        while let Some(state) = open.get(&id) {
+            match state.upgrade() {
+                Some(sums) => return Ok(Some(sums)),
+                None => self.sums_closed.wait(&mut open),
+            }
+        }
+        // Under the lock: no other state of this file can start meanwhile
+        // (an open reads a header and makes a file, nothing that waits).
+        let Some(mut sums) = crate::as_server(|| FileSums::open(self, key, data, how))? else {
+            return Ok(None);
+        };
+        sums.registered = true;
+        let sums = Arc::new(sums);
+        open.insert(id, Arc::downgrade(&sums));
+        Ok(Some(sums))
     }
 
     /// Finds the checksum files whose file no longer exists (deleted
@@ -430,6 +481,9 @@ pub struct FileSums {
     /// Serialises page loads with page updates (see `cache.rs`).
     load: Mutex<()>,
     version: Mutex<VersionState>,
+    /// In the store's `open_sums` (see [`Store::shared`]); states opened
+    /// for recovery, or dropped before they were shared, are not.
+    registered: bool,
 }
 
 struct VersionState {
@@ -537,6 +591,7 @@ impl FileSums {
                 stale,
                 in_flight: 0,
             }),
+            registered: false,
         };
         if got == 0 {
             sums.write_header()?;
@@ -945,10 +1000,27 @@ impl FileSums {
 
 impl Drop for FileSums {
     fn drop(&mut self) {
+        if !self.registered {
+            if let Err(e) = self.write_header() {
+                tracing::debug!(file = ?self.key, error = %e, "cannot write a checksum header");
+            }
+            return;
+        }
+        // Under the lock that a new state of the file is opened under (see
+        // [`Store::shared`]), which waits while this entry is there.
+        let mut open = self.store.open_sums.lock();
         // The version as of the server's last change, for the next open.
         if let Err(e) = self.write_header() {
             tracing::debug!(file = ?self.key, error = %e, "cannot write a checksum header");
         }
+        if open
+            .get(&self.id)
+            .is_some_and(|state| std::ptr::eq(state.as_ptr(), self))
+        {
+            open.remove(&self.id);
+        }
+        drop(open);
+        self.store.sums_closed.notify_all();
     }
 }
 
@@ -1059,6 +1131,72 @@ mod tests {
         sums.commit(ticket).unwrap();
         let t = sums.try_begin_write(data.as_fd(), range).unwrap().unwrap();
         drop(t);
+    }
+
+    /// Writes `n` blocks of `byte` at block `at` through `sums`, as the
+    /// server does, moving the file's mtime and size.
+    fn server_write(sums: &FileSums, data: &File, at: u64, byte: u8) {
+        let bytes = vec![byte; 2 * BLOCK as usize];
+        let range = at * BLOCK..at * BLOCK + bytes.len() as u64;
+        let t = sums.begin_write(data.as_fd(), range.clone()).unwrap();
+        data.write_all_at(&bytes, range.start).unwrap();
+        t.finish(&crcs(&bytes)).unwrap();
+    }
+
+    #[test]
+    fn a_file_opened_again_while_open_shares_its_checksum_state() {
+        // The server's open-file cache may open a file again while an
+        // earlier open of it is still in use (two callers missing the
+        // cache at once; a file evicted and wanted again before its last
+        // request ends): the second must not read a header the first has
+        // not written yet and take the server's own writes for someone
+        // else's.
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("integrity"), 4, Order::Overlapped).unwrap();
+        let data = tempfile::tempfile().unwrap();
+        let first = store.open_file(key(4), data.as_fd()).unwrap();
+        // Past the first second of the file's life, so that the mtime moves
+        // whatever the filesystem's timestamp granularity.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        server_write(&first, &data, 0, 1);
+        let second = store.open_file(key(4), data.as_fd()).unwrap();
+        assert!(
+            !second.is_stale(),
+            "the server's own write taken for a change behind its back"
+        );
+        assert!(Arc::ptr_eq(&first, &second));
+        drop(first);
+        drop(second);
+        let again = store.open_file(key(4), data.as_fd()).unwrap();
+        assert!(!again.is_stale());
+    }
+
+    #[test]
+    fn opens_racing_the_drop_of_the_last_open_never_find_the_file_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("integrity"), 64, Order::Overlapped).unwrap();
+        let data = Arc::new(tempfile::tempfile().unwrap());
+        let stale = Arc::new(AtomicU64::new(0));
+        let threads: Vec<_> = (0..4u8)
+            .map(|t| {
+                let (store, data, stale) = (store.clone(), data.clone(), stale.clone());
+                std::thread::spawn(move || {
+                    for i in 0..200u64 {
+                        let sums = store.open_file(key(5), data.as_fd()).unwrap();
+                        if sums.is_stale() {
+                            stale.fetch_add(1, Ordering::Relaxed);
+                        }
+                        server_write(&sums, &data, (i % 8) * 2 + u64::from(t) * 16, t);
+                        // The last holder's drop writes the header while
+                        // the other threads open the file again.
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(stale.load(Ordering::Relaxed), 0);
     }
 
     #[test]
@@ -1202,7 +1340,9 @@ mod tests {
         let sums = store.open_file(key(2), data.as_fd()).unwrap();
         assert!(!sums.is_stale());
         assert_eq!(sums.verify(0, &[9u8; 8192]).unwrap(), None);
-        // A removed file's checksums are freed.
+        // A removed file's checksums are freed (once no request holds
+        // its state any more: until then, opens share that state).
+        drop(sums);
         store.remove(&key(2));
         assert!(store.open_existing(key(2), data.as_fd()).unwrap().is_none());
     }
