@@ -594,7 +594,11 @@ impl FileSums {
             registered: false,
         };
         if got == 0 {
-            sums.write_header()?;
+            // (Recovery writes it once done, and first looks at what the
+            // crash left of it: `recover_regions`.)
+            if how != Open::Recover {
+                sums.write_header()?;
+            }
             sums.key.write_xattr(&sums.file);
         }
         Ok(Some(sums))
@@ -886,6 +890,9 @@ impl FileSums {
 
     /// Recovery of the regions `regions` (see [`Store::recover`]).
     fn recover_regions(&self, data: BorrowedFd<'_>, regions: &[u64]) -> io::Result<u64> {
+        let mut header = [0u8; HEADER_LEN as usize];
+        let got = read_full(&self.file, &mut header, 0)?;
+        let headerless = Header::decode(&header[..got]).is_none();
         let mut blocks = 0;
         for region in regions {
             let start = region * REGION_BLOCKS;
@@ -896,6 +903,15 @@ impl FileSums {
         {
             let mut v = self.version.lock();
             v.recorded = Version::of(data)?;
+            // A checksum file that lost its header (created, then cut off
+            // before a COMMIT synced it) holds nothing but what was just
+            // recomputed: if the file has no data outside those regions
+            // (it was written through the server since its checksums were
+            // created, all of it logged), its checksums are complete. Data
+            // elsewhere has none: untrusted, as before.
+            if headerless && v.stale && data_only_in(data, regions)? {
+                v.stale = false;
+            }
         }
         self.write_header()?;
         self.file.sync_data()?;
@@ -1050,6 +1066,27 @@ impl Drop for WriteTicket<'_> {
     fn drop(&mut self) {
         self.sums.store.log.end(self.sums.id, self.regions.clone());
         self.sums.version_end(self.data);
+    }
+}
+
+/// Whether every byte of data `data` holds (`lseek(SEEK_DATA)`/
+/// `SEEK_HOLE`: holes and unwritten extents excluded) lies in `regions`.
+fn data_only_in(data: BorrowedFd<'_>, regions: &[u64]) -> io::Result<bool> {
+    use rustix::fs::{seek, SeekFrom};
+    let region_len = REGION_BLOCKS * BLOCK;
+    let mut at = 0;
+    loop {
+        let start = match seek(data, SeekFrom::Data(at)) {
+            Ok(start) => start,
+            Err(rustix::io::Errno::NXIO) => return Ok(true),
+            Err(e) => return Err(e.into()),
+        };
+        let end = seek(data, SeekFrom::Hole(start))?;
+        let covered = (start / region_len..end.div_ceil(region_len)).all(|r| regions.contains(&r));
+        if !covered {
+            return Ok(false);
+        }
+        at = end;
     }
 }
 
@@ -1307,6 +1344,67 @@ mod tests {
             let _ = sums.verify(page * 1024, &[0u8; 4096]).unwrap();
         }
         assert_eq!(sums.verify(0, &all).unwrap(), None);
+    }
+
+    #[test]
+    fn recovery_trusts_a_file_whose_lost_header_the_log_accounts_for() {
+        // A file created and written through the server, cut off before a
+        // COMMIT synced its checksum file: the header is gone, but every
+        // region that holds data is in the log, so once those are
+        // recomputed its checksums are complete. Another file with data
+        // outside the logged regions (written before checksums were kept)
+        // stays untrusted.
+        let dir = tempfile::tempdir().unwrap();
+        let sdir = dir.path().join("integrity");
+        let open_data = |name: &str| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .read(true)
+                .write(true)
+                .open(dir.path().join(name))
+                .unwrap()
+        };
+        let (new, old) = (open_data("new"), open_data("old"));
+        // `old` has data 100 MiB in, in region 1, before any checksums.
+        old.write_all_at(&[3u8; 8192], 100 << 20).unwrap();
+        {
+            let store = Store::open(&sdir, 16, Order::Sequential).unwrap();
+            for (n, data) in [(6, &new), (7, &old)] {
+                let sums = store.open_file(key(n), data.as_fd()).unwrap();
+                let t = sums.begin_write(data.as_fd(), 0..8192).unwrap();
+                data.write_all_at(&[9u8; 8192], 0).unwrap();
+                t.finish(&crcs(&[9u8; 8192])).unwrap();
+                drop(sums);
+            }
+        }
+        // The crash took the checksum files' contents (never synced).
+        for n in [6, 7] {
+            let path = sdir.join(key(n).relative_path());
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(path)
+                .unwrap()
+                .set_len(0)
+                .unwrap();
+        }
+        let store = Store::open(&sdir, 16, Order::Sequential).unwrap();
+        let fds: Vec<OwnedFd> = [&new, &old]
+            .iter()
+            .map(|f| f.try_clone().unwrap().into())
+            .collect();
+        let mut fds = fds.into_iter();
+        let report = store.recover(&mut |_| Ok(fds.next())).unwrap();
+        assert_eq!(report.files, 2);
+        let sums = store.open_file(key(6), new.as_fd()).unwrap();
+        assert!(!sums.is_stale(), "every byte of it was recomputed");
+        assert_eq!(sums.verify(0, &[9u8; 8192]).unwrap(), None);
+        assert!(sums.verify(0, &[8u8; 8192]).unwrap().is_some());
+        let sums = store.open_file(key(7), old.as_fd()).unwrap();
+        assert!(
+            sums.is_stale(),
+            "data outside the logged region has no checksums"
+        );
     }
 
     #[test]
