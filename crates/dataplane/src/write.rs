@@ -930,7 +930,8 @@ const PAGE_IN_WAIT: Duration = Duration::from_millis(5);
 /// on the inode's lock: `preadv2(RWF_NOWAIT)`, yielding the CPU between
 /// tries while it says `EAGAIN` (a writer holds the lock, or the page is
 /// still being read in), for at most `wait`. Returns the bytes read:
-/// fewer than asked at the end of the file; 0 when the time is up, when
+/// fewer than asked at the end of the file or where the rest is not
+/// cached (the kernel stops there without waiting); 0 when the time is up, when
 /// `give_up()`, asked at the first `EAGAIN`, says so, or on any other
 /// error (a filesystem that refuses the flag). The caller reads what is
 /// missing with a blocking read. The bytes are the same either way.
