@@ -389,9 +389,18 @@ impl Store {
         let id = key.id();
         let mut open = self.open_sums.lock();
         while let Some(state) = open.get(&id) {
-            match state.upgrade() {
-                Some(sums) => return Ok(Some(sums)),
-                None => self.sums_closed.wait(&mut open),
+            if let Some(sums) = state.upgrade() {
+                return Ok(Some(sums));
+            }
+            // A drop writes a header and leaves: far less than this, unless
+            // the state directory's disk hangs (or a drop never ended).
+            if self.sums_closed.wait_for(&mut open, CLOSE_WAIT).timed_out()
+                && open.get(&id).is_some_and(|s| s.strong_count() == 0)
+            {
+                tracing::warn!(file = ?key, "a file's checksum state took over {CLOSE_WAIT:?} \
+                    to close; opening it again without waiting (it may be taken for changed \
+                    behind the server's back)");
+                open.remove(&id);
             }
         }
         // Under the lock: no other state of this file can start meanwhile
@@ -501,6 +510,9 @@ impl std::fmt::Debug for FileSums {
         f.debug_struct("FileSums").field("key", &self.key).finish()
     }
 }
+
+/// How long [`Store::shared`] waits for a closing state of a file.
+const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A write of whole blocks in progress (see [`FileSums::begin_write`]).
 /// Dropping it without [`WriteTicket::finish`] leaves the stored
