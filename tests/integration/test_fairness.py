@@ -165,9 +165,15 @@ def test_stalled_and_non_reading_clients_do_not_stop_others(server, writers, sen
         # Bounded by the pools (32 + 32 buffers of 1.2 MiB at most), not by
         # the attackers' calls (64 MiB of WRITEs, 128 MiB of READ replies).
         assert rss_after - rss_before < 110 * 1024
-        assert "dropping connection: a call stopped arriving" in server.log_text(tail=5000)
-        assert "dropping connection: the client read none of its replies" in server.log_text(
-            tail=5000)
+        # A few warnings per reason, not one per attacker: the last says
+        # the rest are counted only (every drop is in the metric above).
+        log = server.log_text(tail=5000)
+        for what, n in (("a call stopped arriving", writers),
+                        ("the client read none of its replies", NONREADERS)):
+            lines = [line for line in log.splitlines() if f"dropping connection: {what}" in line]
+            assert 1 <= len(lines) <= 10, f"{len(lines)} warnings for {n} '{what}' drops"
+            if n > 10:
+                assert "only counted" in lines[-1], lines[-1]
     finally:
         stop(attackers)
 

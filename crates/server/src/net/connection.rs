@@ -43,6 +43,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{debug, info, warn};
 
 use super::counters::NetCounters;
+use super::drop_log::Say;
 use super::spin::CallInFlight;
 use super::stream::{CallReader, ReadProgress, Waiting};
 use super::{ConnInfo, ConnLimits, Received, Reply, Service};
@@ -686,31 +687,50 @@ fn write_end(shared: &Shared) -> ConnEnd {
     )
 }
 
+/// Ends the last warning of a burst (`drop_log.rs`).
+const MORE_COUNTED: &str = ". More such drops in the next minute are only counted \
+    (dionfs_connections_dropped_total), and the next line says how many";
+
 /// The closing log line, and for the ends an operator may act on, the
-/// counter and a warning saying what happened.
+/// counter and a warning saying what happened (a few per reason at a
+/// time: `drop_log.rs`).
 fn log_end(conn: &ConnInfo, end: &ConnEnd, limits: &ConnLimits, calls: u64) {
     let counters: &NetCounters = &limits.counters;
     match end {
         ConnEnd::Stalled(t) => {
             NetCounters::bump(&counters.stalled);
-            warn!(
-                conn = conn.id,
-                peer = %conn.peer,
-                stall_timeout_s = t.as_secs_f64(),
-                "dropping connection: a call stopped arriving half-way for the stall timeout \
-                 (a hung, overloaded or hostile client); its buffers are free again. \
-                 Raise stall_timeout if clients are this slow on purpose"
-            );
+            if let Say::Line { held_back, last } =
+                limits.drop_logs.stalled.next(std::time::Instant::now())
+            {
+                warn!(
+                    conn = conn.id,
+                    peer = %conn.peer,
+                    stall_timeout_s = t.as_secs_f64(),
+                    earlier_not_logged = held_back,
+                    "dropping connection: a call stopped arriving half-way for the stall timeout \
+                     (a hung, overloaded or hostile client); its buffers are free again. \
+                     Raise stall_timeout if clients are this slow on purpose{}",
+                    if last { MORE_COUNTED } else { "" }
+                );
+            }
         }
         ConnEnd::RepliesUnread(t) => {
             NetCounters::bump(&counters.unread_replies);
-            warn!(
-                conn = conn.id,
-                peer = %conn.peer,
-                reply_timeout_s = t.as_secs_f64(),
-                "dropping connection: the client read none of its replies for the reply \
-                 timeout (hung or hostile); its buffers are free again"
-            );
+            if let Say::Line { held_back, last } = limits
+                .drop_logs
+                .replies_unread
+                .next(std::time::Instant::now())
+            {
+                warn!(
+                    conn = conn.id,
+                    peer = %conn.peer,
+                    reply_timeout_s = t.as_secs_f64(),
+                    earlier_not_logged = held_back,
+                    "dropping connection: the client read none of its replies for the reply \
+                     timeout (hung or hostile); its buffers are free again{}",
+                    if last { MORE_COUNTED } else { "" }
+                );
+            }
         }
         ConnEnd::Idle(_) => NetCounters::bump(&counters.idle),
         _ => {}

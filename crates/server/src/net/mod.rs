@@ -27,6 +27,8 @@
 
 mod connection;
 mod counters;
+mod drop_log;
+pub use drop_log::DropLogs;
 mod listener;
 mod spin;
 mod stream;
@@ -372,6 +374,9 @@ pub struct ConnLimits {
     /// Calls in flight on every connection served with these limits, and
     /// the one spinning (shared by clones, like `counters`).
     pub activity: Arc<Activity>,
+    /// The warnings left for dropped connections (shared by clones, like
+    /// `counters`): a few per reason at a time (`drop_log.rs`).
+    pub drop_logs: Arc<DropLogs>,
 }
 
 impl Default for ConnLimits {
@@ -390,6 +395,7 @@ impl Default for ConnLimits {
             idle_spin: DEFAULT_IDLE_SPIN,
             counters: Arc::default(),
             activity: Arc::default(),
+            drop_logs: Arc::default(),
         }
     }
 }
