@@ -574,9 +574,8 @@ impl FileSums {
             Err(e) => return Err(e),
         };
         let now = Version::of(data)?;
-        let mut header = [0u8; HEADER_LEN as usize];
-        let got = read_full(&file, &mut header, 0)?;
-        let (recorded, stale) = match Header::decode(&header[..got]) {
+        let (got, header) = read_header(&file)?;
+        let (recorded, stale) = match header {
             // Recovery: the log explains a moved version.
             Some(h) if how == Open::Recover => (h.version, h.stale),
             Some(h) => {
@@ -902,9 +901,7 @@ impl FileSums {
 
     /// Recovery of the regions `regions` (see [`Store::recover`]).
     fn recover_regions(&self, data: BorrowedFd<'_>, regions: &[u64]) -> io::Result<u64> {
-        let mut header = [0u8; HEADER_LEN as usize];
-        let got = read_full(&self.file, &mut header, 0)?;
-        let headerless = Header::decode(&header[..got]).is_none();
+        let headerless = read_header(&self.file)?.1.is_none();
         let mut blocks = 0;
         for region in regions {
             let start = region * REGION_BLOCKS;
@@ -1028,27 +1025,24 @@ impl FileSums {
 
 impl Drop for FileSums {
     fn drop(&mut self) {
-        if !self.registered {
-            if let Err(e) = self.write_header() {
-                tracing::debug!(file = ?self.key, error = %e, "cannot write a checksum header");
-            }
-            return;
-        }
-        // Under the lock that a new state of the file is opened under (see
-        // [`Store::shared`]), which waits while this entry is there.
-        let mut open = self.store.open_sums.lock();
+        // A shared state writes its header under the lock that a new state
+        // of the file is opened under (see [`Store::shared`]), which waits
+        // while this entry is there.
+        let open = self.registered.then(|| self.store.open_sums.lock());
         // The version as of the server's last change, for the next open.
         if let Err(e) = self.write_header() {
             tracing::debug!(file = ?self.key, error = %e, "cannot write a checksum header");
         }
-        if open
-            .get(&self.id)
-            .is_some_and(|state| std::ptr::eq(state.as_ptr(), self))
-        {
-            open.remove(&self.id);
+        if let Some(mut open) = open {
+            if open
+                .get(&self.id)
+                .is_some_and(|state| std::ptr::eq(state.as_ptr(), self))
+            {
+                open.remove(&self.id);
+            }
+            drop(open);
+            self.store.sums_closed.notify_all();
         }
-        drop(open);
-        self.store.sums_closed.notify_all();
     }
 }
 
@@ -1117,6 +1111,14 @@ fn pread_full(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<usi
     Ok(done)
 }
 
+/// A checksum file's header: the bytes there are of it (0: a new file)
+/// and what they say, `None` if they are not a whole, valid header.
+fn read_header(file: &File) -> io::Result<(usize, Option<Header>)> {
+    let mut header = [0u8; HEADER_LEN as usize];
+    let got = read_full(file, &mut header, 0)?;
+    Ok((got, Header::decode(&header[..got])))
+}
+
 fn read_full(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
     pread_full(file.as_fd(), buf, offset)
 }
@@ -1182,7 +1184,7 @@ mod tests {
         drop(t);
     }
 
-    /// Writes `n` blocks of `byte` at block `at` through `sums`, as the
+    /// Writes two blocks of `byte` at block `at` through `sums`, as the
     /// server does, moving the file's mtime and size.
     fn server_write(sums: &FileSums, data: &File, at: u64, byte: u8) {
         let bytes = vec![byte; 2 * BLOCK as usize];
