@@ -50,8 +50,9 @@ def reader(port: int, total: int) -> None:
     os._exit(0)
 
 
-def run(size: int, count: int, zerocopy: bool) -> tuple[float, float, float]:
-    """Sender (user, system) CPU seconds per GiB and MiB/s."""
+def connect_reader(total: int) -> tuple[socket.socket, int]:
+    """A loopback TCP connection to a forked reader of `total` bytes: our
+    end, and the reader's pid (wait for it after closing our end)."""
     ls = socket.socket()
     ls.bind(("127.0.0.1", 0))
     ls.listen(1)
@@ -59,9 +60,23 @@ def run(size: int, count: int, zerocopy: bool) -> tuple[float, float, float]:
     pid = os.fork()
     if pid == 0:
         ls.close()
-        reader(port, size * count)
+        reader(port, total)
     s, _ = ls.accept()
     ls.close()
+    return s, pid
+
+
+def per_gib(r0, r1, elapsed: float, nbytes: int) -> tuple[float, float, float]:
+    """(user, system) CPU seconds per GiB between the rusages `r0` and
+    `r1`, and MiB/s over `elapsed` seconds."""
+    gib = nbytes / (1 << 30)
+    return ((r1.ru_utime - r0.ru_utime) / gib, (r1.ru_stime - r0.ru_stime) / gib,
+            nbytes / (1 << 20) / elapsed)
+
+
+def run(size: int, count: int, zerocopy: bool) -> tuple[float, float, float]:
+    """Sender (user, system) CPU seconds per GiB and MiB/s."""
+    s, pid = connect_reader(size * count)
     if zerocopy:
         s.setsockopt(socket.SOL_SOCKET, SO_ZEROCOPY, 1)
     bufs = [mmap.mmap(-1, size) for _ in range(BUFFERS)]
@@ -90,9 +105,7 @@ def run(size: int, count: int, zerocopy: bool) -> tuple[float, float, float]:
     r1, el = resource.getrusage(resource.RUSAGE_SELF), time.monotonic() - t0
     s.close()
     os.waitpid(pid, 0)
-    gib = size * count / (1 << 30)
-    return ((r1.ru_utime - r0.ru_utime) / gib, (r1.ru_stime - r0.ru_stime) / gib,
-            size * count / (1 << 20) / el)
+    return per_gib(r0, r1, el, size * count)
 
 
 F_SETPIPE_SZ = 1031  # linux/fcntl.h
@@ -105,16 +118,7 @@ def run_file(path: str, size: int, splice: bool) -> tuple[float, float, float]:
         f.write("3\n")
     fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
     count = os.fstat(fd).st_size // size
-    ls = socket.socket()
-    ls.bind(("127.0.0.1", 0))
-    ls.listen(1)
-    port = ls.getsockname()[1]
-    pid = os.fork()
-    if pid == 0:
-        ls.close()
-        reader(port, size * count)
-    s, _ = ls.accept()
-    ls.close()
+    s, pid = connect_reader(size * count)
     buf = mmap.mmap(-1, size)  # page-aligned, as O_DIRECT needs
     if splice:
         rd, wr = os.pipe()
@@ -138,9 +142,7 @@ def run_file(path: str, size: int, splice: bool) -> tuple[float, float, float]:
         os.close(rd)
         os.close(wr)
     os.waitpid(pid, 0)
-    gib = size * count / (1 << 30)
-    return ((r1.ru_utime - r0.ru_utime) / gib, (r1.ru_stime - r0.ru_stime) / gib,
-            size * count / (1 << 20) / el)
+    return per_gib(r0, r1, el, size * count)
 
 
 def report(name: str, size: int, count: int, runs: list[tuple[float, float, float]]) -> None:
