@@ -328,3 +328,23 @@ class TestDiskFull:
         assert r["status"] == "NFS3_OK", r
         status = nfsproc("write", "big", 0, 1 << 20, stable, uid=1000, gid=1000)["write_status"]
         assert status == "NFS3ERR_NOSPC", status
+
+    @pytest.mark.parametrize("mode", [
+        pytest.param(m, marks=pytest.mark.server_args("--write-mode", m))
+        for m in ("buffered", "dontcache", "direct")])
+    def test_write_that_fills_the_filesystem_part_way_is_nospc(self, server, nfsproc, loopfs,
+                                                               mode):
+        """A WRITE whose first bytes fit (into a block the file already
+        has) and whose rest does not: the kernel writes what fits and
+        returns a short count, which the server answered with NFS3ERR_IO;
+        now it writes the rest again, which fails with ENOSPC. Misaligned
+        (through the page cache) and aligned (direct: through io_uring),
+        both UNSTABLE."""
+        r = nfsproc("create", "unchecked", ".", "part", uid=1000, gid=1000)
+        assert r["status"] == "NFS3_OK", r
+        assert nfsproc("write", "part", 0, 8192, "file_sync")["write_status"] == "NFS3_OK"
+        subprocess.run([sys.executable, "-c", FILL_SCRIPT, loopfs.path("fill")], check=True)
+        for offset, count in [(100, 60000), (4096, 65536), (0, 262144)]:
+            for i in range(12):
+                status = nfsproc("write", "part", offset, count, "unstable")["write_status"]
+                assert status == "NFS3ERR_NOSPC", (offset, count, i, status)

@@ -9,7 +9,7 @@ use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use dionfs_integrity::{CommitTicket, FileSums};
-use dionfs_sys::io::{fadvise_dontneed, preadv2, pwritev2, RwFlags};
+use dionfs_sys::io::{fadvise_dontneed, preadv2, pwrite_all, RwFlags};
 use parking_lot::Mutex;
 
 use crate::align::MAX_FILE_OFFSET;
@@ -554,8 +554,9 @@ impl DataPlane {
     }
 
     /// A direct write with per-call `flags` (`RWF_DSYNC`/`RWF_SYNC` for
-    /// stable writes); `EINVAL` is reported as a bug, see
-    /// [`DataError::DirectRejected`].
+    /// stable writes), its rest written again after a short count (see
+    /// [`pwrite_all`]: the second write says why the first stopped);
+    /// `EINVAL` is reported as a bug, see [`DataError::DirectRejected`].
     pub(crate) fn direct_pwrite(
         &self,
         file: &DataFile,
@@ -565,7 +566,7 @@ impl DataPlane {
         align: u64,
         flags: RwFlags,
     ) -> Result<usize, DataError> {
-        pwritev2(&direct.fd, buf, offset, flags)
+        pwrite_all(&direct.fd, buf, offset, flags, align as usize)
             .map_err(|e| self.direct_error(file, e, "write", offset, buf.len(), align))
     }
 

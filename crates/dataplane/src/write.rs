@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dionfs_integrity::{Arriving, Order, ARRIVAL_PIECE, BLOCK};
-use dionfs_sys::io::{cached_pages, preadv2, pwritev2, RwFlags};
+use dionfs_sys::io::{cached_pages, preadv2, pwrite_all, RwFlags};
 
 use crate::align::{expand_to_alignment, is_aligned, payload_offset, split_edges, MAX_FILE_OFFSET};
 use crate::checksums::UnsettledWrite;
@@ -341,8 +341,14 @@ impl DataPlane {
             .is_some_and(|d| !is_aligned(buf.offset, buf.len as u64, d.write_align));
         self.place_cached_payload(file, &mut buf);
         file.readahead.invalidate(io.clone());
-        let written = pwritev2(file.buffered_fd(), buf.payload(), io.start, RwFlags::NONE)
-            .map_err(DataError::from);
+        let written = pwrite_all(
+            file.buffered_fd(),
+            buf.payload(),
+            io.start,
+            RwFlags::NONE,
+            1,
+        )
+        .map_err(DataError::from);
         if let Err(e) = self.check_written(written, buf.len) {
             let (offset, len) = (buf.offset, buf.len);
             return WriteAttempt::Done(Err(self.write_failed(file, offset, len, e)));
@@ -557,7 +563,33 @@ impl DataPlane {
             }
         };
         let unsettled = UnsettledWrite(ticket.as_ref().and(file.integrity()));
-        let (written, _pooled) = op.await;
+        let (mut written, mut pooled) = op.await;
+        // A short write (the filesystem filled up part-way): the rest once
+        // more, which says why (see `pwrite_all`), if it is aligned and the
+        // ring takes it.
+        while let Ok(done) = written {
+            if done == 0 || done >= len || !(done as u64).is_multiple_of(align) {
+                break;
+            }
+            let rest = ring.write(
+                direct.fd.as_fd(),
+                pooled,
+                done..len,
+                offset + done as u64,
+                flags,
+                personality,
+            );
+            (written, pooled) = match rest {
+                Ok(op) => {
+                    let (more, pooled) = op.await;
+                    (more.map(|n| done + n), pooled)
+                }
+                Err((_, pooled)) => (Ok(done), pooled),
+            };
+            if matches!(written, Ok(n) if n == done) {
+                break;
+            }
+        }
         let written = written.map_err(|e| self.direct_error(file, e, "write", offset, len, align));
         if let Some(ticket) = ticket {
             let succeeded = matches!(written, Ok(n) if n == len);
@@ -807,7 +839,7 @@ impl DataPlane {
                 }
                 Counters::bump(&self.counters.buffered_edges);
                 let bytes = &buf.buf[in_buf(edge)];
-                let written = pwritev2(file.buffered_fd(), bytes, edge.start, RwFlags::NONE)
+                let written = pwrite_all(file.buffered_fd(), bytes, edge.start, RwFlags::NONE, 1)
                     .map_err(DataError::from);
                 self.check_written(written, bytes.len())?;
             }
@@ -849,7 +881,7 @@ impl DataPlane {
             let (written, mode) = match self.cached_io(
                 file,
                 mode,
-                |flags| pwritev2(file.buffered_fd(), payload, io.start, flags),
+                |flags| pwrite_all(file.buffered_fd(), payload, io.start, flags, 1),
                 sync_flags(stable),
             ) {
                 Ok((n, mode)) => (Ok(n), mode),

@@ -106,6 +106,33 @@ pub fn pwritev2<Fd: AsFd>(fd: Fd, buf: &[u8], offset: u64, flags: RwFlags) -> io
     }
 }
 
+/// [`pwritev2`] until all of `buf` is written. A write the filesystem can
+/// take only part of (it ran out of space or quota part-way: the first
+/// bytes went into blocks the file already had) returns a short count; the
+/// rest is written again, which fails with the reason (`ENOSPC`, `EDQUOT`,
+/// `EFBIG`), or succeeds if space was freed meanwhile. A rest is written
+/// only if it starts at a multiple of `align` (a direct write's rest must
+/// be aligned; 1 for a buffered one). Returns the bytes written:
+/// `buf.len()`, or fewer only if a write wrote nothing or left a rest not
+/// so aligned.
+pub fn pwrite_all<Fd: AsFd>(
+    fd: Fd,
+    buf: &[u8],
+    offset: u64,
+    flags: RwFlags,
+    align: usize,
+) -> io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        let n = pwritev2(&fd, &buf[done..], offset + done as u64, flags)?;
+        done += n;
+        if n == 0 || !done.is_multiple_of(align.max(1)) {
+            break;
+        }
+    }
+    Ok(done)
+}
+
 /// Direct-I/O alignment restrictions of one file, as `statx` reports them.
 ///
 /// A value of 0 means "not reported"; see [`DioAlign::supports_direct`] and
