@@ -5,6 +5,7 @@ pub mod callstats;
 pub mod drc;
 pub mod export;
 pub mod integrity;
+mod log_budget;
 pub mod metrics;
 pub mod mount;
 pub mod net;

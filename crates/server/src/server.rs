@@ -122,6 +122,8 @@ pub struct Server {
     /// window keeps from arriving whole before a buffer is taken
     /// ([`crate::net::stage_payload`]).
     pub staging: crate::net::StagingBudget,
+    /// READ, WRITE and COMMIT failures left to log this minute.
+    pub io_error_logs: crate::nfs::io_error_log::IoErrorLogs,
 }
 
 /// [`Server::staging`]'s size: room for the first 64 KiB window of 2,048
@@ -234,6 +236,7 @@ impl Server {
             calls: Default::default(),
             reload,
             staging: crate::net::StagingBudget::new(STAGING_BUDGET),
+            io_error_logs: Default::default(),
         })
     }
 

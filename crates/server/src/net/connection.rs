@@ -43,10 +43,10 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{debug, info, warn};
 
 use super::counters::NetCounters;
-use super::drop_log::Say;
 use super::spin::CallInFlight;
 use super::stream::{CallReader, ReadProgress, Waiting};
 use super::{ConnInfo, ConnLimits, Received, Reply, Service};
+use crate::log_budget::Say;
 
 /// Upper bound on `ConnLimits::max_in_flight` and `buffer_share`, so that
 /// permit counts fit the semaphore's u32 arithmetic.
@@ -687,13 +687,13 @@ fn write_end(shared: &Shared) -> ConnEnd {
     )
 }
 
-/// Ends the last warning of a burst (`drop_log.rs`).
+/// Ends the last warning of a burst (`log_budget.rs`).
 const MORE_COUNTED: &str = ". More such drops in the next minute are only counted \
     (dionfs_connections_dropped_total), and the next line says how many";
 
 /// The closing log line, and for the ends an operator may act on, the
 /// counter and a warning saying what happened (a few per reason at a
-/// time: `drop_log.rs`).
+/// time: `log_budget.rs`).
 fn log_end(conn: &ConnInfo, end: &ConnEnd, limits: &ConnLimits, calls: u64) {
     let counters: &NetCounters = &limits.counters;
     match end {

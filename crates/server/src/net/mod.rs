@@ -27,8 +27,6 @@
 
 mod connection;
 mod counters;
-mod drop_log;
-pub use drop_log::DropLogs;
 mod listener;
 mod spin;
 mod stream;
@@ -42,6 +40,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::log_budget::LogBudget;
 use dionfs_rpc::{CallHeader, RecordError, RecordReader, ReplyHeader, ReplyStatus};
 use dionfs_xdr::Encode;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -334,6 +333,13 @@ impl ConnInfo {
     }
 }
 
+/// The dropped-connection warnings of a server, one budget per reason.
+#[derive(Debug, Default)]
+pub struct DropLogs {
+    stalled: LogBudget,
+    replies_unread: LogBudget,
+}
+
 /// Limits applied to each connection, and the counters of the listeners
 /// that share them.
 #[derive(Debug, Clone)]
@@ -375,7 +381,7 @@ pub struct ConnLimits {
     /// the one spinning (shared by clones, like `counters`).
     pub activity: Arc<Activity>,
     /// The warnings left for dropped connections (shared by clones, like
-    /// `counters`): a few per reason at a time (`drop_log.rs`).
+    /// `counters`): a few per reason at a time (`log_budget.rs`).
     pub drop_logs: Arc<DropLogs>,
 }
 

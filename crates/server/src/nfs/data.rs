@@ -20,6 +20,7 @@ use tracing::error;
 
 use super::attrs::open_file_attr;
 use super::convert::{post_op, wcc};
+use super::io_error_log::IoProc;
 use super::status::{from_data, from_fs};
 use super::Ctx;
 use crate::net::{stage_payload, CallStream, ConnInfo, Received, Reply, ReplyPayload};
@@ -244,14 +245,14 @@ fn write_file(
             export
                 .data
                 .write(file.data(), buf, stable(how))
-                .map_err(|e| write_error(file, &e))
+                .map_err(|e| write_error(ctx, file, &e))
         })
         .and_then(|written| written);
     write_res(ctx, export, file, before, result)
 }
 
-fn write_error(file: &OpenFile, e: &DataError) -> NfsStat3 {
-    error!(file = %file.data().label(), error = %e, "WRITE failed");
+fn write_error(ctx: &Ctx, file: &OpenFile, e: &DataError) -> NfsStat3 {
+    ctx.server.io_error_logs.log(IoProc::Write, file, "", e);
     from_data(e)
 }
 
@@ -335,7 +336,7 @@ async fn write_without_blocking(
         let result =
             match ctx.run_as_user(export, || export.data.write_on_task(file.data(), buf, how)) {
                 Ok(WriteAttempt::Blocking(buf)) => return Err(back(file, buf)),
-                Ok(WriteAttempt::Done(result)) => result.map_err(|e| write_error(&file, &e)),
+                Ok(WriteAttempt::Done(result)) => result.map_err(|e| write_error(&ctx, &file, &e)),
                 Err(s) => Err(s),
             };
         return Ok(success(
@@ -353,7 +354,7 @@ async fn write_without_blocking(
         .await;
     let result = match written {
         WriteAttempt::Blocking(buf) => return Err(back(file, buf)),
-        WriteAttempt::Done(result) => result.map_err(|e| write_error(&file, &e)),
+        WriteAttempt::Done(result) => result.map_err(|e| write_error(&ctx, &file, &e)),
     };
     Ok(success(
         call.xid,
@@ -407,7 +408,7 @@ pub fn read(ctx: &Ctx, a: ReadArgs, buf: Option<PooledBuf>) -> Reply {
         // unless there was no memory for one.
         buf.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::OutOfMemory).into())
             .and_then(|buf| export.data.read(file.data(), buf, a.offset, a.count))
-            .map_err(|e| read_error(&file, &a, &e))
+            .map_err(|e| read_error(ctx, &file, &a, &e))
     });
     read_reply(ctx, &file, attr, data)
 }
@@ -485,7 +486,7 @@ async fn read_without_blocking(
         .await
     {
         ReadAttempt::Blocking(buf) => return Err(buf),
-        ReadAttempt::Done(data) => data.map_err(|e| read_error(&file, a, &e)),
+        ReadAttempt::Done(data) => data.map_err(|e| read_error(ctx, &file, a, &e)),
     };
     Ok(read_reply(ctx, &file, Some(attr), data))
 }
@@ -529,8 +530,9 @@ fn check_io_access(
     .map_err(from_fs)
 }
 
-fn read_error(file: &OpenFile, a: &ReadArgs, e: &DataError) -> NfsStat3 {
-    error!(file = %file.data().label(), offset = a.offset, count = a.count, error = %e, "READ failed");
+fn read_error(ctx: &Ctx, file: &OpenFile, a: &ReadArgs, e: &DataError) -> NfsStat3 {
+    let what = format!(" of {} bytes at {}", a.count, a.offset);
+    ctx.server.io_error_logs.log(IoProc::Read, file, &what, e);
     from_data(e)
 }
 
@@ -609,7 +611,7 @@ pub fn commit(ctx: &Ctx, a: CommitArgs) -> CommitRes {
         })
         .and_then(|committed| {
             committed.map_err(|e| {
-                error!(file = %file.data().label(), error = %e, "COMMIT failed");
+                ctx.server.io_error_logs.log(IoProc::Commit, &file, "", &e);
                 from_data(&e)
             })
         });

@@ -10,6 +10,7 @@ pub mod attrs;
 pub mod convert;
 pub mod data;
 pub mod dirs;
+pub mod io_error_log;
 pub mod status;
 
 use std::sync::Arc;

@@ -1,25 +1,26 @@
-//! Warnings about dropped connections, a few per reason at a time. A
-//! thousand clients stalled at once (an attack, a network partition, a
-//! client host that hung) would otherwise write a thousand identical lines;
-//! the first [`BURST`] of each reason in a [`WINDOW`] are logged one by
-//! one, the last of them saying that more are only counted (the
-//! `dionfs_connections_dropped_total` metric counts every one), and the
-//! next line after the window says how many were not logged.
+//! Log lines that repeat, a few at a time. A thousand clients stalled at
+//! once (an attack, a network partition, a client host that hung) would
+//! otherwise write a thousand identical warnings, and a full filesystem one
+//! error per WRITE refused (ten thousand in five seconds of an IOR-hard
+//! run): the first [`BURST`] of each kind in a [`WINDOW`] are logged one by
+//! one, the last of them saying that more are only counted (a metric counts
+//! every one), and the next line after the window says how many were not
+//! logged.
 
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-/// Lines per reason per window.
-pub(super) const BURST: u32 = 10;
+/// Lines per kind per window.
+pub(crate) const BURST: u32 = 10;
 
 /// The window.
-pub(super) const WINDOW: Duration = Duration::from_secs(60);
+pub(crate) const WINDOW: Duration = Duration::from_secs(60);
 
-/// What to log for one more dropped connection of a reason.
+/// What to log for one more event of a kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Say {
-    /// Its line; `held_back` drops of this reason before it were not
+pub(crate) enum Say {
+    /// Its line; `held_back` events of this kind before it were not
     /// logged; `last`: the window's last line, which says that more are
     /// only counted.
     Line { held_back: u64, last: bool },
@@ -27,9 +28,9 @@ pub(super) enum Say {
     Nothing,
 }
 
-/// The lines left for one reason.
+/// The lines left for one kind of event.
 #[derive(Debug)]
-pub(super) struct DropLog {
+pub(crate) struct LogBudget {
     state: Mutex<State>,
 }
 
@@ -39,11 +40,11 @@ struct State {
     since: Option<Instant>,
     /// Lines logged in it.
     logged: u32,
-    /// Drops not logged since the last line.
+    /// Events not logged since the last line.
     held_back: u64,
 }
 
-impl Default for DropLog {
+impl Default for LogBudget {
     fn default() -> Self {
         Self {
             state: Mutex::new(State::default()),
@@ -51,9 +52,9 @@ impl Default for DropLog {
     }
 }
 
-impl DropLog {
-    /// What to log for a connection of this reason dropped at `now`.
-    pub(super) fn next(&self, now: Instant) -> Say {
+impl LogBudget {
+    /// What to log for one more event of this kind at `now`.
+    pub(crate) fn next(&self, now: Instant) -> Say {
         let mut st = self.state.lock();
         if st
             .since
@@ -74,20 +75,13 @@ impl DropLog {
     }
 }
 
-/// The dropped-connection warnings of a server, one budget per reason.
-#[derive(Debug, Default)]
-pub struct DropLogs {
-    pub(super) stalled: DropLog,
-    pub(super) replies_unread: DropLog,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn a_burst_is_logged_then_counted_then_summed_up_after_the_window() {
-        let log = DropLog::default();
+        let log = LogBudget::default();
         let t0 = Instant::now();
         let line = |held_back, last| Say::Line { held_back, last };
         for i in 1..BURST {

@@ -1,0 +1,78 @@
+//! READ, WRITE and COMMIT failures in the log, a few per procedure and
+//! errno at a time (`log_budget.rs`). A full filesystem refuses every
+//! WRITE: an IOR-hard run against one logged ten thousand identical errors
+//! in five seconds (scratch `enospc.sh`); a failing disk would do the same
+//! with EIO. `dionfs_io_errors_total` counts every failure.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use dionfs_dataplane::DataError;
+use dionfs_fs::OpenFile;
+use parking_lot::Mutex;
+use rustix::io::Errno;
+use tracing::{error, warn};
+
+use crate::log_budget::{LogBudget, Say};
+
+/// The procedures whose failures are logged here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IoProc {
+    Read,
+    Write,
+    Commit,
+}
+
+impl IoProc {
+    fn name(self) -> &'static str {
+        match self {
+            IoProc::Read => "READ",
+            IoProc::Write => "WRITE",
+            IoProc::Commit => "COMMIT",
+        }
+    }
+}
+
+/// The log lines left for each procedure and errno. At most three
+/// procedures times the errnos there are: bounded.
+#[derive(Debug, Default)]
+pub struct IoErrorLogs {
+    budgets: Mutex<HashMap<(IoProc, i32), LogBudget>>,
+}
+
+/// Ends the last line of a burst.
+const MORE_COUNTED: &str = ". More such failures in the next minute are only counted \
+    (dionfs_io_errors_total), and the next line says how many";
+
+impl IoErrorLogs {
+    /// Logs `e`, the failure of `proc` on `file` (`what` says more: the
+    /// range of a READ), unless this procedure has failed with this errno
+    /// too often in the last minute. A full filesystem or an exceeded
+    /// quota is the clients' to see (they get NFS3ERR_NOSPC or
+    /// NFS3ERR_DQUOT) and a warning; anything else is an error.
+    pub fn log(&self, proc: IoProc, file: &OpenFile, what: &str, e: &DataError) {
+        let errno = e.errno();
+        let say = self
+            .budgets
+            .lock()
+            .entry((proc, errno))
+            .or_default()
+            .next(Instant::now());
+        let Say::Line { held_back, last } = say else {
+            return;
+        };
+        let more = if last { MORE_COUNTED } else { "" };
+        let file = file.data().label();
+        let proc = proc.name();
+        if [Errno::NOSPC, Errno::DQUOT]
+            .map(Errno::raw_os_error)
+            .contains(&errno)
+        {
+            warn!(%file, error = %e, earlier_not_logged = held_back,
+                "{proc}{what} failed: the export's filesystem is full or the caller's quota \
+                 is spent; clients get NFS3ERR_NOSPC or NFS3ERR_DQUOT until space is freed{more}");
+        } else {
+            error!(%file, error = %e, earlier_not_logged = held_back, "{proc}{what} failed{more}");
+        }
+    }
+}
