@@ -35,6 +35,10 @@ block, computed on every WRITE, verified on every READ, scrubbed offline.
   the mtime through NFS (`touch -d`, `cp -p`, rsync), a rotted block still
   fails its READ (the server's own change must not make it rebuild the
   checksums from the rotted data).
+- test_a_full_state_directory_fails_writes_only_while_it_is_full (XFS and
+  ext4): the state directory on the export's filesystem, filled: WRITEs
+  to new regions fail with NFS3ERR_NOSPC once the intent log cannot grow,
+  and work again once space is freed; scrub verifies the file.
 - test_aligned_direct_writes_go_through_the_ring_with_checksums: aligned
   WRITEs to a region already in the intent log are written through
   io_uring, their checksums computed while the kernel writes; every byte
@@ -51,11 +55,13 @@ import os
 import random
 import struct
 import subprocess
+import sys
 import threading
 import time
 
 import pytest
 
+from loopfs import FILL_SCRIPT
 from metrics import counters, free_port
 from nfstools import IorHard
 from servers import DionfsServer, dionfs_bin
@@ -412,6 +418,58 @@ def test_power_cut_leaves_no_false_corruption(loopfs, mode, cycle, iorhard_bin):
         # left of their checksum files, recovery leaves them checked.
         assert "not verified" not in r.stdout, r.stdout
     finally:
+        srv.cleanup()
+
+
+@pytest.mark.parametrize("loopfs", ["xfs", "ext4"], indirect=True)
+def test_a_full_state_directory_fails_writes_only_while_it_is_full(loopfs):
+    """The state directory on the export's filesystem, the filesystem
+    full: a WRITE that starts a new 64 MiB region of a file needs a record
+    in the intent log first, and once the log needs a block the WRITE fails
+    with NFS3ERR_NOSPC (as the data write would). One such failure used to
+    stop every later WRITE of every integrity export until a restart; now
+    space freed, WRITEs work again, nothing torn is left in the log, and
+    scrub verifies the file."""
+    export = loopfs.path("export")
+    subprocess.run(["rm", "-rf", export, loopfs.path("state"), loopfs.path("fill")], check=True)
+    os.mkdir(export)
+    os.chmod(export, 0o777)
+    srv = DionfsServer(export, ["--integrity", "crc32c"])
+    srv.state_dir = loopfs.path("state")
+    os.makedirs(srv.state_dir, exist_ok=True)
+    srv.start()
+    try:
+        import nfs_rs
+
+        client = srv.client(uid=1000, gid=1000)
+        region = 64 << 20
+        with client.open("sparse", "wb") as f:
+            f.write(b"first")
+        subprocess.run([sys.executable, "-c", FILL_SCRIPT, loopfs.path("fill")], check=True)
+        f = client.open("sparse", "r+b")
+        for k in range(1, 4000):
+            try:
+                f.write_at(b"x" * 100, k * region)
+            except nfs_rs.NfsError as e:
+                assert e.code_name == "NFS3ERR_NOSPC", e
+            if "cannot write the integrity intent log" in srv.log_text(tail=50):
+                break
+        else:
+            pytest.fail("the intent log never ran out of space")
+        os.remove(loopfs.path("fill"))
+        data = random.Random(5).randbytes(3 * B + 77)
+        for k in (k, k + 1):
+            f.write_at(data, k * region + 100)
+            assert f.read_at(k * region + 100, len(data)) == data
+        f.close()
+        assert "can be written again" in srv.log_text(tail=200)
+        srv.close_clients()
+        srv.stop()
+        r = scrub(srv, check_rc=0)
+        assert "bad blocks: 0" in r.stdout, r.stdout
+        assert "not verified" not in r.stdout, r.stdout
+    finally:
+        subprocess.run(["rm", "-f", loopfs.path("fill")], check=False)
         srv.cleanup()
 
 

@@ -73,8 +73,20 @@ struct SyncState {
     synced: u64,
     /// A writer is writing and syncing `pending` right now.
     syncing: bool,
-    /// A log write failed: every later write on an integrity export fails
-    /// (its checksums could not be kept consistent after a crash).
+    /// Attempts to write the log that failed (the filesystem of the state
+    /// directory full, an I/O error). Their records went back to the front
+    /// of `pending` for the next attempt; a writer waiting for its record
+    /// when one failed fails too, with `last_errno`, rather than go ahead
+    /// unlogged.
+    failures: u64,
+    last_errno: i32,
+    /// The last attempt failed (so that the failing and the recovery are
+    /// logged once each, not once per attempt).
+    failing: bool,
+    /// A failed write could not be cut off the log again (its torn tail
+    /// would end the log at recovery and hide what follows): every later
+    /// write on an integrity export fails (its checksums could not be kept
+    /// consistent after a crash).
     broken: bool,
 }
 
@@ -295,6 +307,7 @@ impl IntentLog {
     /// Group commit: returns once record `target` is durable.
     fn wait_durable(&self, target: u64) -> io::Result<()> {
         let mut sync = self.sync.lock();
+        let failures = sync.failures;
         loop {
             if sync.broken {
                 return Err(io::Error::other(
@@ -304,6 +317,9 @@ impl IntentLog {
             if sync.synced >= target {
                 return Ok(());
             }
+            if sync.failures != failures {
+                return Err(io::Error::from_raw_os_error(sync.last_errno));
+            }
             if sync.syncing {
                 self.synced_cv.wait(&mut sync);
                 continue;
@@ -312,22 +328,58 @@ impl IntentLog {
             let batch = std::mem::take(&mut sync.pending);
             let upto = sync.next;
             drop(sync);
-            let written = {
-                let mut file = self.file.lock();
-                file.write_all(&batch).and_then(|()| file.sync_data())
-            };
+            let appended = self.append(&batch);
             sync = self.sync.lock();
             sync.syncing = false;
-            match written {
-                Ok(()) => sync.synced = upto,
-                Err(e) => {
-                    tracing::error!(log = %self.path.display(), error = %e,
-                        "cannot write the integrity intent log; writes to integrity exports fail from now on");
-                    sync.broken = true;
+            self.synced_cv.notify_all();
+            match appended {
+                Ok(()) => {
+                    sync.synced = upto;
+                    if std::mem::take(&mut sync.failing) {
+                        tracing::info!(log = %self.path.display(),
+                            "the integrity intent log can be written again");
+                    }
+                }
+                Err((e, restored)) => {
+                    // Ahead of the records added meanwhile: their order is
+                    // their sequence numbers'.
+                    let added = std::mem::replace(&mut sync.pending, batch);
+                    sync.pending.extend_from_slice(&added);
+                    sync.failures += 1;
+                    sync.last_errno = e.raw_os_error().unwrap_or(libc::EIO);
+                    if !restored {
+                        tracing::error!(log = %self.path.display(), error = %e,
+                            "cannot write the integrity intent log, nor cut the failed write off \
+                             it again; writes to integrity exports fail from now on");
+                        sync.broken = true;
+                    } else if !std::mem::replace(&mut sync.failing, true) {
+                        tracing::warn!(log = %self.path.display(), error = %e,
+                            "cannot write the integrity intent log; WRITEs to integrity exports \
+                             that start a region of a file fail until it can be written again \
+                             (free space in the state directory's filesystem)");
+                    }
+                    return Err(e);
                 }
             }
-            self.synced_cv.notify_all();
         }
+    }
+
+    /// Appends `batch` to the log file and syncs it, as the server (the
+    /// log is not charged to the caller whose write needs it, nor refused
+    /// the blocks reserved for root). A failed write or sync is cut off the
+    /// file again: `Err((error, false))` if that failed too.
+    fn append(&self, batch: &[u8]) -> Result<(), (io::Error, bool)> {
+        let mut file = self.file.lock();
+        let mut restored = true;
+        crate::as_server(|| {
+            let len = file.metadata()?.len();
+            let written = file.write_all(batch).and_then(|()| file.sync_data());
+            if written.is_err() {
+                restored = file.set_len(len).is_ok();
+            }
+            written
+        })
+        .map_err(|e| (e, restored))
     }
 
     /// Taken by COMMIT before it syncs the file's data; with `keep_recent`
@@ -448,6 +500,60 @@ mod tests {
             handle_type: 1,
             handle: vec![n; 12],
         }
+    }
+
+    /// Takes every free block of the filesystem holding `path`.
+    fn fill(path: &Path) {
+        let f = File::create(path).unwrap();
+        let (mut off, mut chunk) = (0u64, 1u64 << 30);
+        while chunk >= 4096 {
+            match rustix::fs::fallocate(&f, rustix::fs::FallocateFlags::empty(), off, chunk) {
+                Ok(()) => off += chunk,
+                Err(rustix::io::Errno::NOSPC) => chunk /= 2,
+                Err(e) => panic!("fallocate: {e}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_full_filesystem_fails_the_writes_it_stops_logging_until_space_is_freed() {
+        let Some(fs) = dionfs_testfs::LoopFs::new("ext4", 16) else {
+            println!("skipped: no loop device here");
+            return;
+        };
+        let path = fs.path("log");
+        let (log, _) = IntentLog::open(&path).unwrap();
+        let id = [1; 16];
+        for region in 0..3 {
+            log.begin(id, &key(1), region..region + 1).unwrap();
+            log.end(id, region..region + 1);
+        }
+        fill(&fs.path("fill"));
+        // Records go into the log's last block until it is full; the
+        // record that needs a new block fails with the filesystem's error.
+        let mut region = 3;
+        let e = loop {
+            match log.begin(id, &key(1), region..region + 1) {
+                Ok(_) => log.end(id, region..region + 1),
+                Err(e) => break e,
+            }
+            region += 1;
+            assert!(region < 10_000, "the log never ran out of space");
+        };
+        assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+        // Nothing torn was left behind: the log reads whole.
+        let logged = decode_all(&std::fs::read(&path).unwrap()).len();
+        assert_eq!(logged as u64, region);
+        // Space freed, the log takes records again: the one that failed
+        // first (it stayed pending), then new ones, all readable.
+        std::fs::remove_file(fs.path("fill")).unwrap();
+        for region in region..region + 3 {
+            log.begin(id, &key(1), region..region + 1).unwrap();
+            log.end(id, region..region + 1);
+        }
+        let (_, records) = IntentLog::open(&path).unwrap();
+        let regions: Vec<u64> = records.iter().map(|(_, r)| *r).collect();
+        assert_eq!(regions, (0..region + 3).collect::<Vec<_>>());
     }
 
     #[test]
