@@ -9,6 +9,7 @@ import sys
 
 import nfs_rs
 import pytest
+import rawrpc
 from loopfs import FILL_SCRIPT, LoopFs
 from nfstools import NfsProc, assert_nfs_error, nfs_error, nfs_ls
 from servers import backend
@@ -302,6 +303,28 @@ def test_handle_useless_after_client_disallowed(server, nfsproc):
     r = nfsproc("getattr-fh", fh, check=False)
     # Either an NFS error or the call rejected at the RPC level (rc 2).
     assert r.rc == 2 or (r.rc == 0 and r["status"] != "NFS3_OK"), f"disallowed client used an old handle: {r}"
+
+
+def test_refused_clients_are_logged_once_not_per_call(server, nfsproc):
+    """A client refused for the export's client list, calling again and
+    again (a host dropped from the list by a reload that keeps using its
+    handles, or anyone sending MNT calls in a loop): one warning per client
+    and export, not one per call, which let any host that reaches the port
+    write the server's log as fast as it can send."""
+    fh = bytes.fromhex(nfsproc("lookup", ".")["fh"])
+    server.restart(["--allow", "127.0.0.2"])
+    with rawrpc.Conn(server.host, server.mount_port) as c:
+        for _ in range(100):
+            assert rawrpc.mnt(c, server.export)[0] == 13  # MNT3ERR_ACCES
+            assert rawrpc.mnt(c, "/not/exported")[0] == 2  # MNT3ERR_NOENT
+    with rawrpc.Conn(server.host, server.nfs_port) as c:
+        for _ in range(100):
+            accept, res = c.rpc(rawrpc.NFS_PROGRAM, rawrpc.NFS_V3, 1, rawrpc.opaque(fh))
+            assert accept == rawrpc.SUCCESS and rawrpc.nfs_status(res) == 13  # NFS3ERR_ACCES
+    log = server.log_text(tail=2000)
+    for what in ("MNT refused: client not in", "MNT refused: not exported",
+                 "NFS call refused: client not in"):
+        assert log.count(what) == 1, (what, log.count(what))
 
 
 class TestDiskFull:

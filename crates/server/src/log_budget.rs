@@ -5,8 +5,13 @@
 //! run): the first [`BURST`] of each kind in a [`WINDOW`] are logged one by
 //! one, the last of them saying that more are only counted (a metric counts
 //! every one), and the next line after the window says how many were not
-//! logged.
+//! logged. Refusals of a client (its source port not reserved, its address
+//! not in the export's client list) are logged once per client and export
+//! every [`CLIENT_WARN_EVERY`] instead ([`ClientWarnings`]): any host that
+//! reaches the port could otherwise write the log as fast as it sends calls.
 
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -75,6 +80,49 @@ impl LogBudget {
     }
 }
 
+/// A client refused (for its source port, its address) is logged again
+/// after this long, so an operator sees it is still happening without one
+/// line per call.
+pub const CLIENT_WARN_EVERY: Duration = Duration::from_secs(600);
+
+/// Clients remembered at most; see [`ClientWarnings::should_warn`].
+const MAX_REMEMBERED: usize = 4096;
+
+/// Remembers when each (client, export) was last logged as refused for a
+/// reason: one warning line per client and export per
+/// [`CLIENT_WARN_EVERY`].
+#[derive(Default)]
+pub struct ClientWarnings {
+    last: Mutex<HashMap<(IpAddr, u16), Instant>>,
+}
+
+impl ClientWarnings {
+    /// True if a refusal of `client` on export `export_id` at `now` should
+    /// be logged. Memory is bounded: with [`MAX_REMEMBERED`] clients logged
+    /// within the last [`CLIENT_WARN_EVERY`], further new clients are not logged
+    /// until old entries expire (a flood of addresses cannot grow the map
+    /// or the log without bound).
+    pub fn should_warn(&self, client: IpAddr, export_id: u16, now: Instant) -> bool {
+        let mut last = self.last.lock();
+        let recent = |at: &Instant| now.saturating_duration_since(*at) < CLIENT_WARN_EVERY;
+        if let Some(at) = last.get_mut(&(client, export_id)) {
+            if recent(at) {
+                return false;
+            }
+            *at = now;
+            return true;
+        }
+        if last.len() >= MAX_REMEMBERED {
+            last.retain(|_, at| recent(at));
+            if last.len() >= MAX_REMEMBERED {
+                return false;
+            }
+        }
+        last.insert((client, export_id), now);
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,5 +144,38 @@ mod tests {
         assert_eq!(log.next(t0 + WINDOW), line(0, false));
         // A quiet spell: a new window, nothing held back.
         assert_eq!(log.next(t0 + 5 * WINDOW), line(0, false));
+    }
+
+    #[test]
+    fn one_warning_per_client_and_export_per_period() {
+        let w = ClientWarnings::default();
+        let t0 = Instant::now();
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        assert!(w.should_warn(a, 1, t0));
+        assert!(!w.should_warn(a, 1, t0 + Duration::from_secs(1)));
+        assert!(!w.should_warn(a, 1, t0 + CLIENT_WARN_EVERY - Duration::from_secs(1)));
+        // Another client, or the same client on another export, is news.
+        assert!(w.should_warn(b, 1, t0));
+        assert!(w.should_warn(a, 2, t0));
+        // Still happening a period later: logged again.
+        assert!(w.should_warn(a, 1, t0 + CLIENT_WARN_EVERY));
+        assert!(!w.should_warn(a, 1, t0 + CLIENT_WARN_EVERY + Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn memory_is_bounded_under_a_flood_of_clients() {
+        let w = ClientWarnings::default();
+        let t0 = Instant::now();
+        let client = |i: usize| IpAddr::from(u32::try_from(i).unwrap().to_be_bytes());
+        for i in 0..MAX_REMEMBERED {
+            assert!(w.should_warn(client(i), 1, t0));
+        }
+        // Full of recent entries: a new client is not logged (nor stored).
+        assert!(!w.should_warn(client(MAX_REMEMBERED), 1, t0));
+        assert_eq!(w.last.lock().len(), MAX_REMEMBERED);
+        // Once they expire, new clients are logged again.
+        assert!(w.should_warn(client(MAX_REMEMBERED), 1, t0 + CLIENT_WARN_EVERY));
+        assert_eq!(w.last.lock().len(), 1);
     }
 }

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
+use std::time::Instant;
 
 use dionfs_proto::mount3::{
     DirPath, ExportNode, Exports, MountBody, MountList, MountName, MountProc3, MountRes3,
@@ -17,6 +18,7 @@ use parking_lot::Mutex;
 use tracing::warn;
 
 use crate::export::squash;
+use crate::log_budget::CLIENT_WARN_EVERY;
 use crate::net::{ConnInfo, Reply};
 use crate::reply::{garbage_args, success};
 use crate::server::{self, Export, Server};
@@ -111,6 +113,11 @@ pub fn call(
     }
 }
 
+/// The key [`Server::refused_mount_warnings`] files MNT calls for paths
+/// that are not exported under (an export whose id is this too would only
+/// share their once-per-period warning).
+const NOT_EXPORTED: u16 = u16::MAX;
+
 fn mnt(
     server: &Server,
     exports: &server::Exports,
@@ -132,20 +139,29 @@ fn mnt(
         let rest = wanted.strip_prefix(root)?;
         (rest.is_empty() || rest.starts_with(b"/") || root == b"/").then_some((x, rest))
     });
+    // Refusals are logged once per client and export (for paths not
+    // exported, once per client) every CLIENT_WARN_EVERY.
+    let warn_now = |id| (server.refused_mount_warnings).should_warn(client, id, Instant::now());
     let Some((export, rest)) = found else {
-        warn!(
-            client = %client,
-            path = %String::from_utf8_lossy(&path),
-            "MNT refused: not exported"
-        );
+        if warn_now(NOT_EXPORTED) {
+            warn!(
+                client = %client,
+                path = %String::from_utf8_lossy(&path),
+                repeat_after_s = CLIENT_WARN_EVERY.as_secs(),
+                "MNT refused: not exported"
+            );
+        }
         return MountRes3::Fail(MountStat3::NoEnt);
     };
     if !export.config.admits_client(client, conn.names()) {
-        warn!(
-            client = %client,
-            export = %export.config.path.display(),
-            "MNT refused: client not in the export's client list"
-        );
+        if warn_now(export.config.id) {
+            warn!(
+                client = %client,
+                export = %export.config.path.display(),
+                repeat_after_s = CLIENT_WARN_EVERY.as_secs(),
+                "MNT refused: client not in the export's client list"
+            );
+        }
         return MountRes3::Fail(MountStat3::Acces);
     }
     // `secure`: rpc.mountd refuses MNT from an unreserved port with ACCES

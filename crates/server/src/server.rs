@@ -19,8 +19,8 @@ use parking_lot::Mutex;
 use tracing::{debug, info, warn};
 
 use crate::drc::DuplicateRequestCache;
-use crate::export::port::{InsecurePortWarnings, WARN_EVERY};
 use crate::export::{Config, Durability, ExportConfig, ServerSettings};
+use crate::log_budget::{ClientWarnings, CLIENT_WARN_EVERY};
 use crate::mount::MountTable;
 use crate::net::{read_args, CallStream, ConnInfo, NetCounters, Received, Reply, Service};
 use crate::nfs;
@@ -104,7 +104,11 @@ pub struct Server {
     /// Calls refused because their arguments were longer than the
     /// procedure's can be.
     oversized_args: AtomicU64,
-    insecure_port_warnings: InsecurePortWarnings,
+    insecure_port_warnings: ClientWarnings,
+    /// Clients refused for their address, MNT calls and NFS calls apart:
+    /// one warning per client and export every [`CLIENT_WARN_EVERY`].
+    pub(crate) refused_mount_warnings: ClientWarnings,
+    pub(crate) refused_call_warnings: ClientWarnings,
     /// The connection layer's counters, shared by every listener.
     pub net: Arc<NetCounters>,
     /// Direct READs and aligned direct WRITEs go through this io_uring from
@@ -229,7 +233,9 @@ impl Server {
             max_args,
             calls_failed: AtomicU64::new(0),
             oversized_args: AtomicU64::new(0),
-            insecure_port_warnings: InsecurePortWarnings::default(),
+            insecure_port_warnings: ClientWarnings::default(),
+            refused_mount_warnings: ClientWarnings::default(),
+            refused_call_warnings: ClientWarnings::default(),
             net: Arc::default(),
             io_ring,
             personalities: Mutex::default(),
@@ -287,7 +293,7 @@ impl Server {
     /// The `secure` export option: whether a client calling from `peer`
     /// may use `export` from that source port (see
     /// [`crate::export::port`]). A refusal is logged once per client and
-    /// export every [`WARN_EVERY`], naming what to change; `what` says what
+    /// export every [`CLIENT_WARN_EVERY`], naming what to change; `what` says what
     /// was refused ("NFS call", "MNT").
     pub fn port_allowed(&self, export: &Export, peer: SocketAddr, what: &str) -> bool {
         if export.config.admits_port(peer.port()) {
@@ -302,7 +308,7 @@ impl Server {
                 client = %peer.ip(),
                 port = peer.port(),
                 export = %export.config.path.display(),
-                repeat_after_s = WARN_EVERY.as_secs(),
+                repeat_after_s = CLIENT_WARN_EVERY.as_secs(),
                 "{what} refused: the source port is not reserved (below 1024) and the export is \
                  `secure`; let the client use a reserved port (mount as root, without \
                  `noresvport`) or export with `secure = false` (--insecure)"

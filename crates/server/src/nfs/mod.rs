@@ -26,6 +26,7 @@ use tracing::{error, warn};
 
 use crate::drc::{hash_args, DrcKey, Lookup};
 use crate::export::squash;
+use crate::log_budget::CLIENT_WARN_EVERY;
 use crate::net::{ConnInfo, Reply};
 use crate::reply::{garbage_args, success};
 use crate::server::{Export, Exports, Server};
@@ -53,11 +54,19 @@ impl<'a> Ctx<'a> {
             .config
             .admits_client(self.conn.peer.ip(), self.conn.names())
         {
-            warn!(
-                client = %self.conn.peer.ip(),
-                export = %export.config.path.display(),
-                "NFS call refused: client not in the export's client list"
-            );
+            let client = self.conn.peer.ip();
+            if self.server.refused_call_warnings.should_warn(
+                client,
+                export.config.id,
+                std::time::Instant::now(),
+            ) {
+                warn!(
+                    client = %client,
+                    export = %export.config.path.display(),
+                    repeat_after_s = CLIENT_WARN_EVERY.as_secs(),
+                    "NFS call refused: client not in the export's client list"
+                );
+            }
             return Err(NfsStat3::Acces);
         }
         // `secure`: knfsd checks the source port in fh_verify once the
