@@ -6,8 +6,10 @@ from __future__ import annotations
 import os
 import socket
 import struct
+import time
 
 import pytest
+from metrics import counters, free_port
 
 MiB = 1 << 20
 
@@ -87,3 +89,26 @@ def test_malformed_traffic_does_not_hurt_others(server, nfsproc, client, what):
     assert server.alive(), "server died"
     assert nfsproc("null")["nfs_null"] == "ok"
     assert client.exists("alive")
+
+
+METRICS = f"127.0.0.1:{free_port()}"
+
+
+@pytest.mark.dionfs_only
+@pytest.mark.server_args("--metrics", METRICS)
+def test_oversized_records_are_logged_a_few_at_a_time(server, nfsproc):
+    """Connections that each announce a record longer than any call are
+    closed; a host opening them in a loop got one warning per connection.
+    Now at most 10 a minute, the tenth saying the rest are only counted,
+    and the counter has every one."""
+    for _ in range(30):
+        _send(server.nfs_port, struct.pack(">I", 0xFFFFFFF0) + b"\0" * 64)
+    lines = [line for line in server.log_text(tail=3000).splitlines()
+             if "record too large" in line]
+    assert len(lines) == 10, "\n".join(lines)
+    assert "only counted" in lines[-1], lines[-1]
+    deadline = time.monotonic() + 10
+    while counters(METRICS, "connections_dropped")["connections_dropped"] < 30:
+        assert time.monotonic() < deadline, counters(METRICS, "connections_dropped")
+        time.sleep(0.05)
+    assert nfsproc("null")["nfs_null"] == "ok"

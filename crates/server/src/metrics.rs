@@ -272,12 +272,13 @@ pub fn render(server: &Server, locks: Option<&LockService>) -> String {
         ("stalled_record", net.stalled),
         ("unread_replies", net.unread_replies),
         ("idle", net.idle),
+        ("record_too_large", net.too_large),
     ]
     .into_iter()
     .map(|(reason, n)| (format!("reason=\"{reason}\""), n));
     metric(
         "connections_dropped_total",
-        "Connections the server closed: a call that stopped arriving for stall_timeout, replies unread for reply_timeout, no calls for idle_timeout.",
+        "Connections the server closed: a call that stopped arriving for stall_timeout, replies unread for reply_timeout, no calls for idle_timeout, a record longer than the largest call.",
         "counter",
         &mut dropped,
     );

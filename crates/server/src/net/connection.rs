@@ -687,6 +687,10 @@ fn write_end(shared: &Shared) -> ConnEnd {
     )
 }
 
+/// Ends the last warning of a burst of records too large.
+const MORE_TOO_LARGE: &str = ". More such connections in the next minute are only counted \
+    (dionfs_connections_dropped_total), and the next line says how many";
+
 /// Ends the last warning of a burst (`log_budget.rs`).
 const MORE_COUNTED: &str = ". More such drops in the next minute are only counted \
     (dionfs_connections_dropped_total), and the next line says how many";
@@ -729,6 +733,23 @@ fn log_end(conn: &ConnInfo, end: &ConnEnd, limits: &ConnLimits, calls: u64) {
                     "dropping connection: the client read none of its replies for the reply \
                      timeout (hung or hostile); its buffers are free again{}",
                     if last { MORE_COUNTED } else { "" }
+                );
+            }
+        }
+        ConnEnd::RecordTooLarge { size, max } => {
+            NetCounters::bump(&counters.too_large);
+            if let Say::Line { held_back, last } =
+                limits.drop_logs.too_large.next(std::time::Instant::now())
+            {
+                warn!(
+                    conn = conn.id,
+                    peer = %conn.peer,
+                    size,
+                    max,
+                    earlier_not_logged = held_back,
+                    "record too large, closing connection (a misconfigured or hostile \
+                     client){}",
+                    if last { MORE_TOO_LARGE } else { "" }
                 );
             }
         }
@@ -865,7 +886,7 @@ async fn read_calls<S: Service>(
         match next_record(l, reader, &mut most_in_flight).await {
             Ok(true) => {}
             Ok(false) => return ConnEnd::PeerClosed,
-            Err(e) => return record_error_end(e, l.conn),
+            Err(e) => return record_error_end(e),
         }
         most_in_flight = most_in_flight.max(l.permits_taken());
         let mut permits = CallPermits {
@@ -1004,7 +1025,7 @@ async fn read_call<S: Service>(
     let conn = l.conn;
     let call = match read_call_header(reader).await {
         Ok(call) => call,
-        Err(CallError::Record(e)) => return Err(record_error_end(e, conn)),
+        Err(CallError::Record(e)) => return Err(record_error_end(e)),
         Err(CallError::NotACall { xid, msg_type }) => {
             debug!(
                 conn = conn.id,
@@ -1014,10 +1035,7 @@ async fn read_call<S: Service>(
         }
         Err(e) => {
             debug!(conn = conn.id, error = %e, "call refused");
-            reader
-                .skip_rest()
-                .await
-                .map_err(|e| record_error_end(e, conn))?;
+            reader.skip_rest().await.map_err(record_error_end)?;
             return Ok(e.reply().map_or(Outcome::Nothing, |header| {
                 Outcome::Reply(Reply::new(header))
             }));
@@ -1052,12 +1070,9 @@ async fn read_call<S: Service>(
             l.service.note_oversized_args();
             Received::Reply(Reply::status(xid, ReplyStatus::GarbageArgs))
         }
-        Err(e) => return Err(record_error_end(e, conn)),
+        Err(e) => return Err(record_error_end(e)),
     };
-    reader
-        .skip_rest()
-        .await
-        .map_err(|e| record_error_end(e, conn))?;
+    reader.skip_rest().await.map_err(record_error_end)?;
     Ok(match received {
         Received::Run(pending) => Outcome::Run(pending),
         Received::Reply(reply) => Outcome::Reply(reply),
@@ -1077,13 +1092,11 @@ async fn take_share<S>(l: &Loop<'_, S>) -> Option<OwnedSemaphorePermit> {
 }
 
 /// How a read failure ends the connection. An oversized record is worth a
-/// warning: it is a misconfigured or hostile client.
-fn record_error_end(e: RecordError, conn: &ConnInfo) -> ConnEnd {
+/// warning (a misconfigured or hostile client; `log_end` gives it, a few a
+/// minute).
+fn record_error_end(e: RecordError) -> ConnEnd {
     match e {
-        RecordError::TooLarge { size, max } => {
-            warn!(conn = conn.id, peer = %conn.peer, size, max, "record too large, closing connection");
-            ConnEnd::RecordTooLarge { size, max }
-        }
+        RecordError::TooLarge { size, max } => ConnEnd::RecordTooLarge { size, max },
         RecordError::Truncated | RecordError::PastEnd => ConnEnd::Truncated,
         RecordError::Io(e) => ConnEnd::ReadError(e),
         // Neither is raised by the reads this loop makes itself; a service

@@ -14,6 +14,7 @@ pub struct NetCounters {
     pub(super) stalled: AtomicU64,
     pub(super) unread_replies: AtomicU64,
     pub(super) idle: AtomicU64,
+    pub(super) too_large: AtomicU64,
     pub(super) share_delays: AtomicU64,
     pub(super) batched_replies: AtomicU64,
     pub(super) idle_spins: AtomicU64,
@@ -33,6 +34,8 @@ pub struct NetSnapshot {
     pub unread_replies: u64,
     /// Connections closed after `idle_timeout` without calls.
     pub idle: u64,
+    /// Connections closed because a record was longer than the limit.
+    pub too_large: u64,
     /// Calls that waited because their connection held its share of
     /// buffers.
     pub share_delays: u64,
@@ -55,6 +58,7 @@ impl NetCounters {
             stalled: get(&self.stalled),
             unread_replies: get(&self.unread_replies),
             idle: get(&self.idle),
+            too_large: get(&self.too_large),
             share_delays: get(&self.share_delays),
             batched_replies: get(&self.batched_replies),
             idle_spins: get(&self.idle_spins),

@@ -338,6 +338,8 @@ impl ConnInfo {
 pub struct DropLogs {
     stalled: LogBudget,
     replies_unread: LogBudget,
+    /// Connections closed for a record longer than the limit.
+    too_large: LogBudget,
 }
 
 /// Limits applied to each connection, and the counters of the listeners
