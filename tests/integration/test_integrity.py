@@ -39,6 +39,10 @@ block, computed on every WRITE, verified on every READ, scrubbed offline.
   ext4): the state directory on the export's filesystem, filled: WRITEs
   to new regions fail with NFS3ERR_NOSPC once the intent log cannot grow,
   and work again once space is freed; scrub verifies the file.
+- test_a_full_state_directory_fails_writes_not_reads: the state directory
+  on a small filesystem of its own, filled: WRITEs fail with
+  NFS3ERR_NOSPC, READs answer what is on disk (no NFS3ERR_NOSPC, no false
+  corruption); space freed, scrub --repair-metadata, scrub clean.
 - test_aligned_direct_writes_go_through_the_ring_with_checksums: aligned
   WRITEs to a region already in the intent log are written through
   io_uring, their checksums computed while the kernel writes; every byte
@@ -59,9 +63,10 @@ import sys
 import threading
 import time
 
+import nfs_rs
 import pytest
 
-from loopfs import FILL_SCRIPT
+from loopfs import FILL_SCRIPT, LoopFs
 from metrics import counters, free_port
 from nfstools import IorHard
 from servers import DionfsServer, dionfs_bin
@@ -471,6 +476,62 @@ def test_a_full_state_directory_fails_writes_only_while_it_is_full(loopfs):
     finally:
         subprocess.run(["rm", "-f", loopfs.path("fill")], check=False)
         srv.cleanup()
+
+
+def test_a_full_state_directory_fails_writes_not_reads(loopfs):
+    """The state directory on a filesystem of its own, nearly full, the
+    export's with room: WRITEs whose data lands but whose checksums cannot
+    be stored fail with NFS3ERR_NOSPC, aligned ones (io_uring) and
+    misaligned ones (through the page cache) alike. Every READ still
+    answers what is on disk: before, READs of such a file failed with
+    NFS3ERR_NOSPC (rebuilding its checksums needs room too), or, after a
+    misaligned WRITE, reported its blocks as corrupt (their stored
+    checksums were left as they were, the file still trusted). Space freed,
+    scrub --repair-metadata makes the file checked again."""
+    export = loopfs.path("export")
+    subprocess.run(["rm", "-rf", export], check=True)
+    os.mkdir(export)
+    os.chmod(export, 0o777)
+    state_fs = LoopFs("ext4", size="64M")
+    srv = DionfsServer(export, ["--integrity", "crc32c"])
+    srv.state_dir = state_fs.path("state")
+    os.makedirs(srv.state_dir)
+    try:
+        srv.start()
+        client = srv.client(uid=1000, gid=1000)
+        with client.open("f", "wb") as f:
+            f.write(b"start")
+        subprocess.run([sys.executable, "-c", FILL_SCRIPT, state_fs.path("fill"), str(16 << 10)],
+                       check=True)
+        rng = random.Random(7)
+        failed = 0
+        f = client.open("f", "r+b")
+        for k in range(96):  # 4 KiB of checksums per 4 MiB: past the 16 KiB left
+            data = rng.randbytes(1 << 20)
+            offset = k << 20 if k % 2 else (k << 20) + 1000  # aligned, misaligned
+            try:
+                f.write_at(data, offset)
+            except nfs_rs.NfsError as e:
+                assert e.code_name == "NFS3ERR_NOSPC", e
+                failed += 1
+        assert failed, "no WRITE failed: the state directory never filled"
+        size = os.path.getsize(os.path.join(export, "f"))
+        on_disk = open(os.path.join(export, "f"), "rb").read()
+        for offset in range(0, size, 1 << 20):
+            assert f.read_at(offset, 1 << 20) == on_disk[offset:offset + (1 << 20)], offset
+        f.close()
+        log = srv.log_text(tail=3000)
+        assert "data corruption" not in log
+        assert log.count("the state directory's filesystem is full") <= 10
+        os.remove(state_fs.path("fill"))
+        srv.close_clients()
+        srv.stop()
+        scrub(srv, "--repair-metadata", check_rc=0)
+        r = scrub(srv, check_rc=0)
+        assert "bad blocks: 0" in r.stdout and "not verified" not in r.stdout, r.stdout
+    finally:
+        srv.cleanup()
+        state_fs.destroy()
 
 
 RING_METRICS = f"127.0.0.1:{free_port()}"

@@ -69,14 +69,20 @@ impl DataPlane {
                 .write_with_crcs(&buf.buf[span], || io(buf)),
         };
         match result {
-            Ok(done) => {
-                ticket.finish(&crcs)?;
-                Ok(done)
-            }
+            Ok(done) => match ticket.finish(&crcs) {
+                Ok(()) => Ok(done),
+                Err(e) => {
+                    // The blocks hold the new data and the store does not
+                    // know it: left as they are, the stored checksums
+                    // would be reported as corruption by the next READ.
+                    sums.distrust();
+                    Err(DataError::ChecksumStore(e))
+                }
+            },
             Err(e) => {
-                if let Err(e2) = ticket.recompute() {
-                    tracing::warn!(file = %file.label(), error = %e2,
-                        "cannot recompute checksums after a failed write");
+                if ticket.recompute().is_err() {
+                    // Logged once per file, not once per WRITE.
+                    sums.distrust();
                 }
                 Err(e)
             }
@@ -141,11 +147,13 @@ impl DataPlane {
         succeeded: bool,
     ) -> Result<(), DataError> {
         if succeeded {
-            return Ok(ticket.finish(crcs)?);
+            // On failure the caller's guard distrusts the file's checksums.
+            return ticket.finish(crcs).map_err(DataError::ChecksumStore);
         }
-        if let Err(e) = ticket.recompute() {
-            tracing::warn!(file = %file.label(), error = %e,
-                "cannot recompute checksums after a failed write");
+        if ticket.recompute().is_err() {
+            if let Some(sums) = file.integrity() {
+                sums.distrust();
+            }
         }
         Ok(())
     }
@@ -171,6 +179,11 @@ impl DataPlane {
             return Ok(());
         }
         debug_assert!(io_start.is_multiple_of(BLOCK));
+        if sums.unverifiable() {
+            // Stale, and rebuilding its checksums failed a moment ago: the
+            // data would have been taken as it is (see `with_rebuild`).
+            return Ok(());
+        }
         let data = &buf[(start - io_start) as usize..(end - io_start) as usize];
         match sums.verify(start / BLOCK, data)? {
             None => Ok(()),
@@ -212,8 +225,9 @@ impl DataPlane {
             return Ok(());
         };
         let _whole_file = self.lock_exact(file, 0..u64::MAX, LockKind::Exclusive);
-        if !sums.is_stale() {
-            // Another READ rebuilt them meanwhile.
+        if !sums.is_stale() || sums.unverifiable() {
+            // Another READ rebuilt them meanwhile, or failed to a moment
+            // ago (see `with_rebuild`).
             return Ok(());
         }
         let blocks = sums.rebuild(file.buffered_fd())?;
@@ -232,7 +246,16 @@ impl DataPlane {
     ) -> Result<T, DataError> {
         match read() {
             Err(DataError::ChecksumsStale) => {
-                self.rebuild_checksums(file)?;
+                if let Err(e) = self.rebuild_checksums(file) {
+                    // Rebuilding would have taken the data as it is, so it
+                    // is answered unchecked, rather than the READ failing
+                    // for want of room in the state directory. Tried again
+                    // by a READ after `REBUILD_RETRY`.
+                    tracing::warn!(file = %file.label(), error = %e,
+                        "cannot rebuild the checksums of a file whose checksums are out of date; \
+                         its READs are answered unchecked for now (free space in the state \
+                         directory's filesystem)");
+                }
                 read()
             }
             other => other,

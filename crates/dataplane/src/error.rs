@@ -62,6 +62,12 @@ pub enum DataError {
     /// changing).
     #[error("the file's checksums are out of date (changed behind the server's back)")]
     ChecksumsStale,
+    /// The data was written but its checksums could not be stored (the
+    /// state directory's filesystem full, an I/O error there): the WRITE
+    /// fails with the store's errno and the file's checksums are no longer
+    /// trusted.
+    #[error("the data was written, its checksums could not be stored: {0}")]
+    ChecksumStore(io::Error),
     /// The data-plane configuration is unusable.
     #[error("invalid data-plane configuration: {0}")]
     InvalidConfig(&'static str),
@@ -74,7 +80,7 @@ impl DataError {
     /// configuration, `EFBIG` for offsets past the maximum file size.
     pub fn errno(&self) -> i32 {
         match self {
-            DataError::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            DataError::Io(e) | DataError::ChecksumStore(e) => e.raw_os_error().unwrap_or(libc::EIO),
             DataError::DirectRejected { .. }
             | DataError::ShortWrite { .. }
             | DataError::Corrupt { .. }

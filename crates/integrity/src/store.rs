@@ -503,7 +503,15 @@ struct VersionState {
     stale: bool,
     /// Server changes of the data between begin and end.
     in_flight: u32,
+    /// When rebuilding the stale checksums last failed (the store's
+    /// filesystem full): until [`REBUILD_RETRY`] after it the file is
+    /// [`FileSums::unverifiable`].
+    rebuild_failed: Option<std::time::Instant>,
 }
+
+/// How long after a failed rebuild of a file's checksums its READs are
+/// answered unchecked before a READ tries the rebuild again.
+pub const REBUILD_RETRY: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl std::fmt::Debug for FileSums {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -601,6 +609,7 @@ impl FileSums {
                 recorded,
                 stale,
                 in_flight: 0,
+                rebuild_failed: None,
             }),
             registered: false,
         };
@@ -831,9 +840,20 @@ impl FileSums {
     /// now on a mismatch rebuilds them from the data instead of being
     /// reported, as for a file changed behind the server's back.
     pub fn distrust(&self) {
-        self.version.lock().stale = true;
-        tracing::info!(file = ?self.key, "a write's outcome is unknown; \
-            the file's checksums will be rebuilt from its data if a READ finds a mismatch");
+        if !std::mem::replace(&mut self.version.lock().stale, true) {
+            tracing::info!(file = ?self.key, "a write's checksums were not stored; \
+                the file's checksums will be rebuilt from its data if a READ finds a mismatch");
+        }
+    }
+
+    /// The checksums are out of date and rebuilding them failed less than
+    /// [`REBUILD_RETRY`] ago: READs are answered unchecked (a rebuild
+    /// would have taken the data as it is).
+    pub fn unverifiable(&self) -> bool {
+        let v = self.version.lock();
+        v.stale
+            && v.rebuild_failed
+                .is_some_and(|at| at.elapsed() < REBUILD_RETRY)
     }
 
     /// After a mismatch: whether the file was changed behind the server's
@@ -859,6 +879,12 @@ impl FileSums {
     /// durable and trusts them again. The caller holds the file's whole
     /// range exclusively. Returns the number of blocks.
     pub fn rebuild(&self, data: BorrowedFd<'_>) -> io::Result<u64> {
+        let rebuilt = self.try_rebuild(data);
+        self.version.lock().rebuild_failed = rebuilt.is_err().then(std::time::Instant::now);
+        rebuilt
+    }
+
+    fn try_rebuild(&self, data: BorrowedFd<'_>) -> io::Result<u64> {
         let size = Version::of(data)?.size;
         let blocks = self.recompute(data, 0..size.div_ceil(BLOCK))?;
         self.file.set_len(HEADER_LEN + 4 * size.div_ceil(BLOCK))?;

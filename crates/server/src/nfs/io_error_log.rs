@@ -64,10 +64,15 @@ impl IoErrorLogs {
         let more = if last { MORE_COUNTED } else { "" };
         let file = file.data().label();
         let proc = proc.name();
-        if [Errno::NOSPC, Errno::DQUOT]
+        let no_space = [Errno::NOSPC, Errno::DQUOT]
             .map(Errno::raw_os_error)
-            .contains(&errno)
-        {
+            .contains(&errno);
+        if no_space && matches!(e, DataError::ChecksumStore(_)) {
+            warn!(%file, error = %e, earlier_not_logged = held_back,
+                "{proc}{what} failed: the state directory's filesystem is full, the data was \
+                 written but not its checksums; clients get NFS3ERR_NOSPC until space is \
+                 freed{more}");
+        } else if no_space {
             warn!(%file, error = %e, earlier_not_logged = held_back,
                 "{proc}{what} failed: the export's filesystem is full or the caller's quota \
                  is spent; clients get NFS3ERR_NOSPC or NFS3ERR_DQUOT until space is freed{more}");
