@@ -68,7 +68,7 @@ import pytest
 
 from loopfs import FILL_SCRIPT, LoopFs
 from metrics import counters, free_port
-from nfstools import IorHard
+from nfstools import IorHard, nfs_error
 from servers import DionfsServer, dionfs_bin
 
 pytestmark = pytest.mark.dionfs_only
@@ -486,8 +486,10 @@ def test_a_full_state_directory_fails_writes_not_reads(loopfs):
     answers what is on disk: before, READs of such a file failed with
     NFS3ERR_NOSPC (rebuilding its checksums needs room too), or, after a
     misaligned WRITE, reported its blocks as corrupt (their stored
-    checksums were left as they were, the file still trusted). Space freed,
-    scrub --repair-metadata makes the file checked again."""
+    checksums were left as they were, the file still trusted). A file new
+    to the store, whose checksums cannot even be created, gets
+    NFS3ERR_NOSPC too (NFS3ERR_IO before, and an error line per call). Space
+    freed, scrub --repair-metadata makes the file checked again."""
     export = loopfs.path("export")
     subprocess.run(["rm", "-rf", export], check=True)
     os.mkdir(export)
@@ -520,9 +522,13 @@ def test_a_full_state_directory_fails_writes_not_reads(loopfs):
         for offset in range(0, size, 1 << 20):
             assert f.read_at(offset, 1 << 20) == on_disk[offset:offset + (1 << 20)], offset
         f.close()
+        # A file new to the store: its checksums cannot even be created.
+        e = nfs_error(lambda: client.open("g", "wb").write_at(b"x" * 5000, 0))
+        assert e.code_name == "NFS3ERR_NOSPC", e
         log = srv.log_text(tail=3000)
         assert "data corruption" not in log
         assert log.count("the state directory's filesystem is full") <= 10
+        assert log.count("cannot open a file's checksums") == 1
         os.remove(state_fs.path("fill"))
         srv.close_clients()
         srv.stop()

@@ -41,6 +41,21 @@ use crate::attr::FileKind;
 use crate::export::{ExportFs, Node};
 use crate::FsError;
 
+/// A file's checksums could not be opened (for a file new to the store,
+/// created: impossible with the state directory's filesystem full), so
+/// neither could the file: logged at most once a minute, since every call
+/// on such a file tries again. The client gets the errno (NFS3ERR_NOSPC).
+fn checksums_open_failed(e: &std::io::Error) {
+    static LAST: Mutex<Option<std::time::Instant>> = Mutex::new(None);
+    let mut last = LAST.lock();
+    if last.is_none_or(|at| at.elapsed() >= std::time::Duration::from_secs(60)) {
+        *last = Some(std::time::Instant::now());
+        tracing::error!(error = %e, "cannot open a file's checksums, so its READs and WRITEs \
+            fail (free space in the state directory's filesystem); repeats within a minute are \
+            not logged");
+    }
+}
+
 /// A regular file opened for the data plane, shared by every export that
 /// reaches it.
 pub struct OpenFile {
@@ -336,8 +351,8 @@ impl ExportFs {
                 store
                     .open_file(integrity_key(self.fs_id, kernel), buffered.as_fd())
                     .map_err(|e| {
-                        tracing::error!(error = %e, "cannot open a file's checksums");
-                        FsError::Io
+                        checksums_open_failed(&e);
+                        FsError::from(e)
                     })?,
             ),
             None => None,
