@@ -32,7 +32,7 @@ use std::ops::Range;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::{Condvar, Mutex};
@@ -493,6 +493,8 @@ pub struct FileSums {
     /// In the store's `open_sums` (see [`Store::shared`]); states opened
     /// for recovery, or dropped before they were shared, are not.
     registered: bool,
+    /// The last rebuild of the checksums failed (`VersionState` has when).
+    rebuild_failing: AtomicBool,
 }
 
 struct VersionState {
@@ -612,6 +614,7 @@ impl FileSums {
                 rebuild_failed: None,
             }),
             registered: false,
+            rebuild_failing: AtomicBool::new(false),
         };
         if got == 0 {
             // (Recovery writes it once done, and first looks at what the
@@ -850,6 +853,10 @@ impl FileSums {
     /// [`REBUILD_RETRY`] ago: READs are answered unchecked (a rebuild
     /// would have taken the data as it is).
     pub fn unverifiable(&self) -> bool {
+        // Every READ asks: no lock unless a rebuild has failed.
+        if !self.rebuild_failing.load(Ordering::Acquire) {
+            return false;
+        }
         let v = self.version.lock();
         v.stale
             && v.rebuild_failed
@@ -881,6 +888,8 @@ impl FileSums {
     pub fn rebuild(&self, data: BorrowedFd<'_>) -> io::Result<u64> {
         let rebuilt = self.try_rebuild(data);
         self.version.lock().rebuild_failed = rebuilt.is_err().then(std::time::Instant::now);
+        self.rebuild_failing
+            .store(rebuilt.is_err(), Ordering::Release);
         rebuilt
     }
 
