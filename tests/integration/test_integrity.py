@@ -68,7 +68,7 @@ import pytest
 
 from loopfs import FILL_SCRIPT, LoopFs
 from metrics import counters, free_port
-from nfstools import IorHard, nfs_error
+from nfstools import IorHard, NfsProc, nfs_error
 from servers import DionfsServer, dionfs_bin
 
 pytestmark = pytest.mark.dionfs_only
@@ -478,7 +478,8 @@ def test_a_full_state_directory_fails_writes_only_while_it_is_full(loopfs):
         srv.cleanup()
 
 
-def test_a_full_state_directory_fails_writes_not_reads(loopfs):
+@pytest.mark.parametrize("state_fstype", ["ext4", "btrfs"])
+def test_a_full_state_directory_fails_writes_not_reads(loopfs, nfsproc_bin, state_fstype):
     """The state directory on a filesystem of its own, nearly full, the
     export's with room: WRITEs whose data lands but whose checksums cannot
     be stored fail with NFS3ERR_NOSPC, aligned ones (io_uring) and
@@ -489,12 +490,16 @@ def test_a_full_state_directory_fails_writes_not_reads(loopfs):
     checksums were left as they were, the file still trusted). A file new
     to the store, whose checksums cannot even be created, gets
     NFS3ERR_NOSPC too (NFS3ERR_IO before, and an error line per call). Space
-    freed, scrub --repair-metadata makes the file checked again."""
+    freed, scrub --repair-metadata makes the file checked again. A COMMIT
+    that makes the data durable but not the checksums (btrfs has no room
+    even to rewrite a checksum file's header) succeeds: it failed, and
+    moved the write verifier, so every client of the server sent all its
+    uncommitted data again."""
     export = loopfs.path("export")
     subprocess.run(["rm", "-rf", export], check=True)
     os.mkdir(export)
     os.chmod(export, 0o777)
-    state_fs = LoopFs("ext4", size="64M")
+    state_fs = LoopFs(state_fstype, size="128M")
     srv = DionfsServer(export, ["--integrity", "crc32c"])
     srv.state_dir = state_fs.path("state")
     os.makedirs(srv.state_dir)
@@ -522,6 +527,10 @@ def test_a_full_state_directory_fails_writes_not_reads(loopfs):
         for offset in range(0, size, 1 << 20):
             assert f.read_at(offset, 1 << 20) == on_disk[offset:offset + (1 << 20)], offset
         f.close()
+        r = NfsProc(nfsproc_bin, srv)("write", "f", 0, 4096, "unstable", "commit")
+        assert r["commit_status"] == "NFS3_OK", r
+        if state_fstype == "btrfs":
+            assert "durable but not its checksums" in srv.log_text(tail=3000)
         # A file new to the store: its checksums cannot even be created.
         e = nfs_error(lambda: client.open("g", "wb").write_at(b"x" * 5000, 0))
         assert e.code_name == "NFS3ERR_NOSPC", e

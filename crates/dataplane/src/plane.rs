@@ -55,6 +55,8 @@ pub struct DataPlane {
     pub(crate) nowait_refused: AtomicBool,
     /// Whether the "file cannot do direct I/O" warning was logged.
     no_direct_logged: AtomicBool,
+    /// When a COMMIT last logged that it could not make checksums durable.
+    checksum_commit_warned: Mutex<Option<std::time::Instant>>,
     write_verifier_generation: AtomicU64,
     /// Pool buffers held by readahead (planned, running or ready chunks),
     /// at most `readahead_cap`.
@@ -150,6 +152,7 @@ impl DataPlane {
             nowait_refused: AtomicBool::new(false),
             no_direct_logged: AtomicBool::new(false),
             write_verifier_generation: AtomicU64::new(0),
+            checksum_commit_warned: Mutex::new(None),
             readahead_held: Arc::default(),
             readahead_cap,
             readahead_files: Mutex::default(),
@@ -350,14 +353,32 @@ impl DataPlane {
             DataError::from(e)
         })?;
         if let (Some(sums), Some(ticket)) = (file.integrity(), ticket) {
-            sums.commit(ticket).map_err(|e| {
-                self.note_write_failure();
-                tracing::error!(file = %file.label(), error = %e, "COMMIT of the file's checksums failed");
-                DataError::from(e)
-            })?;
+            // The data is durable, which is all COMMIT promises the client.
+            // Checksums not made durable keep their regions dirty in the
+            // intent log (`commit` cleans them only after the sync), so a
+            // crash has them recomputed: the COMMIT succeeds. Failing it
+            // moved the write verifier, and every client of the server sent
+            // all its uncommitted data again, to fail again while the state
+            // directory was full.
+            if let Err(e) = sums.commit(ticket) {
+                self.checksum_commit_failed(file, &e);
+            }
         }
         self.drop_cached_pages(file, 0, 0);
         Ok(())
+    }
+
+    /// Logs a COMMIT that could not make a file's checksums durable, at
+    /// most once a minute per export.
+    fn checksum_commit_failed(&self, file: &DataFile, e: &std::io::Error) {
+        let mut last = self.checksum_commit_warned.lock();
+        if last.is_none_or(|at| at.elapsed() >= std::time::Duration::from_secs(60)) {
+            *last = Some(std::time::Instant::now());
+            tracing::warn!(file = %file.label(), error = %e,
+                "COMMIT made the data durable but not its checksums (is the state directory's \
+                 filesystem full?); they stay in the intent log, recomputed if the server \
+                 crashes. Repeats within a minute are not logged");
+        }
     }
 
     /// After a sync: drops the clean cached pages of `[offset, offset+len)`
