@@ -349,7 +349,8 @@ impl DataPlane {
         let ticket = file.integrity().map(ticket);
         rustix::fs::fdatasync(file.buffered_fd()).map_err(|e| {
             self.note_write_failure();
-            tracing::error!(file = %file.label(), error = %e, "COMMIT fdatasync failed");
+            // The server logs failed COMMITs, a few a minute.
+            tracing::debug!(file = %file.label(), error = %e, "COMMIT fdatasync failed");
             DataError::from(e)
         })?;
         if let (Some(sums), Some(ticket)) = (file.integrity(), ticket) {
