@@ -800,7 +800,9 @@ impl Prefetch {
                 return;
             }
             Err(e) => {
-                tracing::warn!(file = %file.label(), offset = self.range.start, len, error = %e, "readahead read failed");
+                // The READ that wants the chunk reads it itself, and the
+                // server logs its failure (a few a minute).
+                tracing::debug!(file = %file.label(), offset = self.range.start, len, error = %e, "readahead read failed");
                 Counters::bump(&self.counters.readahead_discards);
                 return;
             }
