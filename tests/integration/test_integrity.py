@@ -549,6 +549,31 @@ def test_a_full_state_directory_fails_writes_not_reads(loopfs, nfsproc_bin, stat
         state_fs.destroy()
 
 
+@pytest.mark.parametrize("mode", ["direct", "buffered"])
+def test_a_sparse_file_changed_behind_the_back_is_rebuilt_by_its_data(server, nfsproc, loopfs,
+                                                                     mode):
+    """A file of 4 TiB holding two blocks, written locally behind the
+    server's back: the READ that finds the mismatch rebuilds the file's
+    checksums reading its data, not its holes, and answers. It read the
+    holes: the READ (and every later call on the file, waiting for the
+    whole-file lock) hung for as long as reading 4 TiB takes (a 16 PiB
+    file, days). Scrub, too, reads only the data."""
+    server.restart(["--integrity", "crc32c", "--read-mode", mode, "--write-mode", mode])
+    assert nfsproc("create", "unchecked", ".", "huge")["status"] == "NFS3_OK"
+    assert nfsproc("write", "huge", 0, 4096, "file_sync")["write_status"] == "NFS3_OK"
+    far = 1 << 42
+    time.sleep(0.02)
+    with open(os.path.join(server.export, "huge"), "r+b") as f:
+        os.pwrite(f.fileno(), b"far away", far)
+    r = nfsproc("read", "huge", far, 4096)
+    assert r["status"] == "NFS3_OK", r
+    assert "rebuilt" in server.log_text(tail=100)
+    assert nfsproc("read", "huge", 0, 4096)["status"] == "NFS3_OK"
+    server.stop()
+    r = scrub(server, check_rc=0)
+    assert "bad blocks: 0" in r.stdout, r.stdout
+
+
 RING_METRICS = f"127.0.0.1:{free_port()}"
 
 

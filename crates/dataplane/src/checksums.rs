@@ -253,8 +253,8 @@ impl DataPlane {
                     // by a READ after `REBUILD_RETRY`.
                     tracing::warn!(file = %file.label(), error = %e,
                         "cannot rebuild the checksums of a file whose checksums are out of date; \
-                         its READs are answered unchecked for now (free space in the state \
-                         directory's filesystem)");
+                         its READs are answered unchecked for now (is the state directory's \
+                         filesystem full?)");
                 }
                 read()
             }
