@@ -1210,6 +1210,18 @@ mod tests {
         }
     }
 
+    /// A data file at `path`, created if missing, open for reading and
+    /// writing.
+    fn data_file(path: &Path) -> File {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(path)
+            .unwrap()
+    }
+
     fn crcs(data: &[u8]) -> Vec<u32> {
         let mut out = Vec::new();
         block_crcs(data, &mut out);
@@ -1386,14 +1398,7 @@ mod tests {
             Store::open(&dir.path().join("integrity"), 4, Order::Overlapped).is_err(),
             "locked"
         );
-        let data_path = dir.path().join("data");
-        let data = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(&data_path)
-            .unwrap();
+        let data = data_file(&dir.path().join("data"));
         let sums = store.open_file(key(1), data.as_fd()).unwrap();
         assert!(!sums.is_stale(), "an empty new file has all its checksums");
         let bytes: Vec<u8> = (0..3 * 4096 + 100).map(|i| (i % 253) as u8).collect();
@@ -1441,13 +1446,7 @@ mod tests {
         // 16 PiB file that held two bytes rebuilt it for days).
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("integrity"), 4, Order::Sequential).unwrap();
-        let data = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(dir.path().join("sparse"))
-            .unwrap();
+        let data = data_file(&dir.path().join("sparse"));
         let sums = store.open_file(key(1), data.as_fd()).unwrap();
         let far = 1u64 << 40;
         data.write_all_at(&[7u8; 4096], 0).unwrap();
@@ -1490,16 +1489,10 @@ mod tests {
         // stays untrusted.
         let dir = tempfile::tempdir().unwrap();
         let sdir = dir.path().join("integrity");
-        let open_data = |name: &str| {
-            std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .read(true)
-                .write(true)
-                .open(dir.path().join(name))
-                .unwrap()
-        };
-        let (new, old) = (open_data("new"), open_data("old"));
+        let (new, old) = (
+            data_file(&dir.path().join("new")),
+            data_file(&dir.path().join("old")),
+        );
         // `old` has data 100 MiB in, in region 1, before any checksums.
         old.write_all_at(&[3u8; 8192], 100 << 20).unwrap();
         {
@@ -1545,14 +1538,7 @@ mod tests {
     fn recovery_recomputes_logged_regions() {
         let dir = tempfile::tempdir().unwrap();
         let sdir = dir.path().join("integrity");
-        let data_path = dir.path().join("data");
-        let data = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(&data_path)
-            .unwrap();
+        let data = data_file(&dir.path().join("data"));
         {
             let store = Store::open(&sdir, 16, Order::Sequential).unwrap();
             let sums = store.open_file(key(2), data.as_fd()).unwrap();
