@@ -80,6 +80,41 @@ impl LogBudget {
     }
 }
 
+impl LogBudget {
+    /// [`LogBudget::next`] now, as a caller logs it: `None` when only
+    /// counted, else how many were held back before this line and what
+    /// ends it (on the window's last line, that more are only counted by
+    /// `metric`).
+    pub(crate) fn line(&self, metric: &'static str) -> Option<(u64, More)> {
+        match self.next(Instant::now()) {
+            Say::Line { held_back, last } => Some((held_back, More { last, metric })),
+            Say::Nothing => None,
+        }
+    }
+}
+
+/// The end of a budgeted line: nothing, or on the window's last line that
+/// more like it are only counted by the metric, and that the next line
+/// says how many.
+pub(crate) struct More {
+    last: bool,
+    metric: &'static str,
+}
+
+impl std::fmt::Display for More {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.last {
+            write!(
+                f,
+                ". More like it in the next minute are only counted ({}), and the next line \
+                 says how many",
+                self.metric
+            )?;
+        }
+        Ok(())
+    }
+}
+
 /// A client refused (for its source port, its address) is logged again
 /// after this long, so an operator sees it is still happening without one
 /// line per call.

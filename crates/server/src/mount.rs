@@ -141,7 +141,11 @@ fn mnt(
     });
     // Refusals are logged once per client and export (for paths not
     // exported, once per client) every CLIENT_WARN_EVERY.
-    let warn_now = |id| (server.refused_mount_warnings).should_warn(client, id, Instant::now());
+    let warn_now = |id| {
+        server
+            .refused_mount_warnings
+            .should_warn(client, id, Instant::now())
+    };
     let Some((export, rest)) = found else {
         if warn_now(NOT_EXPORTED) {
             warn!(

@@ -46,7 +46,6 @@ use super::counters::NetCounters;
 use super::spin::CallInFlight;
 use super::stream::{CallReader, ReadProgress, Waiting};
 use super::{ConnInfo, ConnLimits, Received, Reply, Service};
-use crate::log_budget::Say;
 
 /// Upper bound on `ConnLimits::max_in_flight` and `buffer_share`, so that
 /// permit counts fit the semaphore's u32 arithmetic.
@@ -687,13 +686,8 @@ fn write_end(shared: &Shared) -> ConnEnd {
     )
 }
 
-/// Ends the last warning of a burst of records too large.
-const MORE_TOO_LARGE: &str = ". More such connections in the next minute are only counted \
-    (dionfs_connections_dropped_total), and the next line says how many";
-
-/// Ends the last warning of a burst (`log_budget.rs`).
-const MORE_COUNTED: &str = ". More such drops in the next minute are only counted \
-    (dionfs_connections_dropped_total), and the next line says how many";
+/// The metric that counts every connection a warning is held back for.
+const DROPPED: &str = "dionfs_connections_dropped_total";
 
 /// The closing log line, and for the ends an operator may act on, the
 /// counter and a warning saying what happened (a few per reason at a
@@ -703,9 +697,7 @@ fn log_end(conn: &ConnInfo, end: &ConnEnd, limits: &ConnLimits, calls: u64) {
     match end {
         ConnEnd::Stalled(t) => {
             NetCounters::bump(&counters.stalled);
-            if let Say::Line { held_back, last } =
-                limits.drop_logs.stalled.next(std::time::Instant::now())
-            {
+            if let Some((held_back, more)) = limits.drop_logs.stalled.line(DROPPED) {
                 warn!(
                     conn = conn.id,
                     peer = %conn.peer,
@@ -713,34 +705,26 @@ fn log_end(conn: &ConnInfo, end: &ConnEnd, limits: &ConnLimits, calls: u64) {
                     earlier_not_logged = held_back,
                     "dropping connection: a call stopped arriving half-way for the stall timeout \
                      (a hung, overloaded or hostile client); its buffers are free again. \
-                     Raise stall_timeout if clients are this slow on purpose{}",
-                    if last { MORE_COUNTED } else { "" }
+                     Raise stall_timeout if clients are this slow on purpose{more}"
                 );
             }
         }
         ConnEnd::RepliesUnread(t) => {
             NetCounters::bump(&counters.unread_replies);
-            if let Say::Line { held_back, last } = limits
-                .drop_logs
-                .replies_unread
-                .next(std::time::Instant::now())
-            {
+            if let Some((held_back, more)) = limits.drop_logs.replies_unread.line(DROPPED) {
                 warn!(
                     conn = conn.id,
                     peer = %conn.peer,
                     reply_timeout_s = t.as_secs_f64(),
                     earlier_not_logged = held_back,
                     "dropping connection: the client read none of its replies for the reply \
-                     timeout (hung or hostile); its buffers are free again{}",
-                    if last { MORE_COUNTED } else { "" }
+                     timeout (hung or hostile); its buffers are free again{more}"
                 );
             }
         }
         ConnEnd::RecordTooLarge { size, max } => {
             NetCounters::bump(&counters.too_large);
-            if let Say::Line { held_back, last } =
-                limits.drop_logs.too_large.next(std::time::Instant::now())
-            {
+            if let Some((held_back, more)) = limits.drop_logs.too_large.line(DROPPED) {
                 warn!(
                     conn = conn.id,
                     peer = %conn.peer,
@@ -748,8 +732,7 @@ fn log_end(conn: &ConnInfo, end: &ConnEnd, limits: &ConnLimits, calls: u64) {
                     max,
                     earlier_not_logged = held_back,
                     "record too large, closing connection (a misconfigured or hostile \
-                     client){}",
-                    if last { MORE_TOO_LARGE } else { "" }
+                     client){more}"
                 );
             }
         }

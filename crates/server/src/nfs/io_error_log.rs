@@ -5,7 +5,6 @@
 //! with EIO. `dionfs_io_errors_total` counts every failure.
 
 use std::collections::HashMap;
-use std::time::Instant;
 
 use dionfs_dataplane::DataError;
 use dionfs_fs::OpenFile;
@@ -13,7 +12,7 @@ use parking_lot::Mutex;
 use rustix::io::Errno;
 use tracing::{error, warn};
 
-use crate::log_budget::{LogBudget, Say};
+use crate::log_budget::LogBudget;
 
 /// The procedures whose failures are logged here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -40,10 +39,6 @@ pub struct IoErrorLogs {
     budgets: Mutex<HashMap<(IoProc, i32), LogBudget>>,
 }
 
-/// Ends the last line of a burst.
-const MORE_COUNTED: &str = ". More such failures in the next minute are only counted \
-    (dionfs_io_errors_total), and the next line says how many";
-
 impl IoErrorLogs {
     /// Logs `e`, the failure of `proc` on `file` (`what` says more: the
     /// range of a READ), unless this procedure has failed with this errno
@@ -52,16 +47,15 @@ impl IoErrorLogs {
     /// NFS3ERR_DQUOT) and a warning; anything else is an error.
     pub fn log(&self, proc: IoProc, file: &OpenFile, what: &str, e: &DataError) {
         let errno = e.errno();
-        let say = self
+        let line = self
             .budgets
             .lock()
             .entry((proc, errno))
             .or_default()
-            .next(Instant::now());
-        let Say::Line { held_back, last } = say else {
+            .line("dionfs_io_errors_total");
+        let Some((held_back, more)) = line else {
             return;
         };
-        let more = if last { MORE_COUNTED } else { "" };
         let file = file.data().label();
         let proc = proc.name();
         let no_space = [Errno::NOSPC, Errno::DQUOT]
