@@ -18,6 +18,7 @@ use crate::config::SMALL_IO;
 use crate::counters::{CounterSnapshot, Counters};
 use crate::device_queue::DeviceReads;
 use crate::file::{DataFile, DirectIo};
+use crate::log_every::LogEvery;
 use crate::pool::{BufferPool, PooledBuf, BUF_SLACK};
 use crate::range_lock::{LockKind, RangeGuard};
 use crate::read::IoRing;
@@ -55,8 +56,8 @@ pub struct DataPlane {
     pub(crate) nowait_refused: AtomicBool,
     /// Whether the "file cannot do direct I/O" warning was logged.
     no_direct_logged: AtomicBool,
-    /// When a COMMIT last logged that it could not make checksums durable.
-    checksum_commit_warned: Mutex<Option<std::time::Instant>>,
+    /// A COMMIT could not make checksums durable: logged once a minute.
+    checksum_commit_warned: LogEvery,
     write_verifier_generation: AtomicU64,
     /// Pool buffers held by readahead (planned, running or ready chunks),
     /// at most `readahead_cap`.
@@ -152,7 +153,7 @@ impl DataPlane {
             nowait_refused: AtomicBool::new(false),
             no_direct_logged: AtomicBool::new(false),
             write_verifier_generation: AtomicU64::new(0),
-            checksum_commit_warned: Mutex::new(None),
+            checksum_commit_warned: LogEvery::new(std::time::Duration::from_secs(60)),
             readahead_held: Arc::default(),
             readahead_cap,
             readahead_files: Mutex::default(),
@@ -372,9 +373,7 @@ impl DataPlane {
     /// Logs a COMMIT that could not make a file's checksums durable, at
     /// most once a minute per export.
     fn checksum_commit_failed(&self, file: &DataFile, e: &std::io::Error) {
-        let mut last = self.checksum_commit_warned.lock();
-        if last.is_none_or(|at| at.elapsed() >= std::time::Duration::from_secs(60)) {
-            *last = Some(std::time::Instant::now());
+        if self.checksum_commit_warned.due() {
             tracing::warn!(file = %file.label(), error = %e,
                 "COMMIT made the data durable but not its checksums (is the state directory's \
                  filesystem full?); they stay in the intent log, recomputed if the server \

@@ -30,7 +30,7 @@ use std::hash::Hash;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::{Arc, Weak};
 
-use dionfs_dataplane::DataFile;
+use dionfs_dataplane::{DataFile, LogEvery};
 use dionfs_sys::handle::KernelHandle;
 use parking_lot::Mutex;
 use rustix::fs::OFlags;
@@ -46,10 +46,8 @@ use crate::FsError;
 /// neither could the file: logged at most once a minute, since every call
 /// on such a file tries again. The client gets the errno (NFS3ERR_NOSPC).
 fn checksums_open_failed(e: &std::io::Error) {
-    static LAST: Mutex<Option<std::time::Instant>> = Mutex::new(None);
-    let mut last = LAST.lock();
-    if last.is_none_or(|at| at.elapsed() >= std::time::Duration::from_secs(60)) {
-        *last = Some(std::time::Instant::now());
+    static WARNED: LogEvery = LogEvery::new(std::time::Duration::from_secs(60));
+    if WARNED.due() {
         tracing::error!(error = %e, "cannot open a file's checksums, so its READs and WRITEs \
             fail (free space in the state directory's filesystem); repeats within a minute are \
             not logged");
