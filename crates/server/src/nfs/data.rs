@@ -252,7 +252,7 @@ fn write_file(
 }
 
 fn write_error(ctx: &Ctx, file: &OpenFile, e: &DataError) -> NfsStat3 {
-    ctx.server.io_error_logs.log(IoProc::Write, file, "", e);
+    ctx.server.io_error_logs.log(IoProc::Write, file, None, e);
     from_data(e)
 }
 
@@ -531,8 +531,9 @@ fn check_io_access(
 }
 
 fn read_error(ctx: &Ctx, file: &OpenFile, a: &ReadArgs, e: &DataError) -> NfsStat3 {
-    let what = format!(" of {} bytes at {}", a.count, a.offset);
-    ctx.server.io_error_logs.log(IoProc::Read, file, &what, e);
+    ctx.server
+        .io_error_logs
+        .log(IoProc::Read, file, Some((a.offset, a.count)), e);
     from_data(e)
 }
 
@@ -611,7 +612,9 @@ pub fn commit(ctx: &Ctx, a: CommitArgs) -> CommitRes {
         })
         .and_then(|committed| {
             committed.map_err(|e| {
-                ctx.server.io_error_logs.log(IoProc::Commit, &file, "", &e);
+                ctx.server
+                    .io_error_logs
+                    .log(IoProc::Commit, &file, None, &e);
                 from_data(&e)
             })
         });

@@ -40,12 +40,13 @@ pub struct IoErrorLogs {
 }
 
 impl IoErrorLogs {
-    /// Logs `e`, the failure of `proc` on `file` (`what` says more: the
-    /// range of a READ), unless this procedure has failed with this errno
-    /// too often in the last minute. A full filesystem or an exceeded
+    /// Logs `e`, the failure of `proc` on `file` (`range`: the bytes a
+    /// READ asked for, `(offset, count)`), unless this procedure has
+    /// failed with this errno too often in the last minute. A full
+    /// filesystem or an exceeded
     /// quota is the clients' to see (they get NFS3ERR_NOSPC or
     /// NFS3ERR_DQUOT) and a warning; anything else is an error.
-    pub fn log(&self, proc: IoProc, file: &OpenFile, what: &str, e: &DataError) {
+    pub fn log(&self, proc: IoProc, file: &OpenFile, range: Option<(u64, u32)>, e: &DataError) {
         let errno = e.errno();
         let line = self
             .budgets
@@ -56,6 +57,10 @@ impl IoErrorLogs {
         let Some((held_back, more)) = line else {
             return;
         };
+        // Only for a line that is written: a failing disk fails every call.
+        let what = range.map_or(String::new(), |(offset, count)| {
+            format!(" of {count} bytes at {offset}")
+        });
         let file = file.data().label();
         let proc = proc.name();
         let no_space = [Errno::NOSPC, Errno::DQUOT]
