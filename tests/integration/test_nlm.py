@@ -41,9 +41,9 @@ def b(v: bool) -> bytes:
 class Nlm:
     """An NLM client on one connection, as host `caller`."""
 
-    def __init__(self, server, caller: bytes):
+    def __init__(self, server, caller: bytes, source: str | None = None):
         ports = json.load(open(server.ports_file))
-        self.conn = Conn(server.host, ports["nlm"], reserved=True)
+        self.conn = Conn(server.host, ports["nlm"], reserved=True, source=source)
         self.caller = caller
 
     def call(self, proc: int, args: bytes, vers: int = NLM_V4, prog: int = NLM) -> tuple[int, bytes]:
@@ -238,6 +238,35 @@ def test_nsm_stat_mon_and_notify(server):
     assert accept == SUCCESS
     assert not local_denied(os.path.join(server.export, "n"), 0, 1)
     a.close()
+
+
+def test_a_client_frees_only_the_locks_it_took(server):
+    """FREE_ALL and SM_NOTIFY name the client whose locks go, and the name
+    is the caller's word: from another address they free nothing (any host
+    that reaches the port could otherwise end another client's mutual
+    exclusion); from the address that took them they free them."""
+    fh = file_fh(server, "v")
+    path = os.path.join(server.export, "v")
+    victim = Nlm(server, b"victim")
+    assert victim.lock(fh, 1, 0, 10) == S_GRANTED
+    assert victim.lock(fh, 2, 20, 10) == S_GRANTED
+    other = Nlm(server, b"victim", source="127.0.0.2")
+    accept, _ = other.call(FREE_ALL, opaque(b"victim") + u32(7))
+    assert accept == SUCCESS
+    accept, _ = other.call(6, opaque(b"victim") + u32(8), prog=NSM, vers=NSM_V1)
+    assert accept == SUCCESS
+    assert local_denied(path, 5, 1) and local_denied(path, 25, 1)
+    # The other address's own locks under that name are its own to free.
+    assert other.lock(fh, 3, 40, 10) == S_GRANTED
+    accept, _ = other.call(FREE_ALL, opaque(b"victim") + u32(9))
+    assert accept == SUCCESS
+    assert not local_denied(path, 45, 1)
+    assert local_denied(path, 5, 1)
+    # The victim's reboot, notified from its address, frees its locks.
+    accept, _ = victim.call(6, opaque(b"victim") + u32(10), prog=NSM, vers=NSM_V1)
+    assert accept == SUCCESS
+    assert not local_denied(path, 5, 1) and not local_denied(path, 25, 1)
+    victim.close(); other.close()
 
 
 @pytest.mark.server_args("--grace-period", "4")

@@ -297,9 +297,15 @@ impl LockService {
             FreeAll => {
                 let a = decode_or_garbage!(Nlm4Notify, args, xid);
                 let name = a.name.0;
-                info!(client = %conn.peer.ip(), name = %String::from_utf8_lossy(&name),
+                let ip = conn.peer.ip();
+                info!(client = %ip, name = %String::from_utf8_lossy(&name),
                     "NLM FREE_ALL: dropping the client's locks");
-                self.drop_hosts(|h| h.name == name, |m| m.name == name);
+                // Only the caller's own: the name is the caller's word, its
+                // address is not (knfsd looks the host up by both).
+                self.drop_hosts(
+                    |h| h.ip == ip && h.name == name,
+                    |m| m.client == ip && m.name == name,
+                );
                 success(xid, &Void)
             }
         }
@@ -695,11 +701,24 @@ impl LockService {
                 let a = decode_or_garbage!(StatChge, args, xid);
                 let name = a.mon_name.0;
                 let ip = conn.peer.ip();
-                let by_name = self.table.lock().hosts().iter().any(|h| h.name == name);
+                // A client may drop only the locks it took from the address
+                // it notifies from (as rpc.statd matches both the name and
+                // the sender): anyone who can reach the port could otherwise
+                // free another client's locks by naming it. The locks under
+                // that name, or all the address's if it went by another.
+                let by_name = self
+                    .table
+                    .lock()
+                    .hosts()
+                    .iter()
+                    .any(|h| h.ip == ip && h.name == name);
                 info!(client = %ip, name = %String::from_utf8_lossy(&name), state = a.state,
                     "NSM: a client rebooted; dropping its locks");
                 if by_name {
-                    self.drop_hosts(|h| h.name == name, |m| m.name == name);
+                    self.drop_hosts(
+                        |h| h.ip == ip && h.name == name,
+                        |m| m.client == ip && m.name == name,
+                    );
                 } else {
                     self.drop_hosts(|h| h.ip == ip, |m| m.client == ip);
                 }
