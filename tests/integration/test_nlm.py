@@ -13,6 +13,7 @@ import fcntl
 import json
 import os
 import struct
+import subprocess
 import time
 
 import pytest
@@ -267,6 +268,55 @@ def test_a_client_frees_only_the_locks_it_took(server):
     assert accept == SUCCESS
     assert not local_denied(path, 5, 1) and not local_denied(path, 25, 1)
     victim.close(); other.close()
+
+
+def test_a_client_cannot_run_the_server_out_of_descriptors(server):
+    """Every lock owner is a description of the file held open, and the
+    name a client gives is its own word: a client that locked under ever
+    new names took a descriptor per owner until the server had none left
+    (then MNT answered SERVERFAULT and no connection was accepted). Now the
+    server keeps at most a quarter of its open-file limit for locks, and
+    one address at most 4,096 descriptions under at most 256 names."""
+    subprocess.run(["prlimit", "--pid", str(server.proc.pid), "--nofile=1024:1024"], check=True)
+    fh = file_fh(server, "d")
+    n = Nlm(server, b"n0")
+    statuses = []
+    for i in range(1100):
+        n.caller = b"n%d" % (i % 50)
+        statuses.append(n.lock(fh, i, i * 10, 5))
+        if statuses[-1] != S_GRANTED:
+            break
+    assert statuses[-1] == S_NOLOCKS, statuses[-3:]
+    assert len(statuses) - 1 == 1024 // 4
+    assert "as many as it keeps (a quarter of its open-file limit)" in server.log_text()
+    # The server still serves everyone else.
+    with open(os.path.join(server.export, "other"), "wb") as f:
+        f.write(b"z" * 100_000)
+    r = subprocess.run(["nfs-cat", server.url("other")], capture_output=True, timeout=60)
+    assert r.returncode == 0 and r.stdout == b"z" * 100_000, r.stderr[-300:]
+    # A lock given back makes room for another.
+    n.caller = b"n0"
+    assert n.unlock(fh, 0, 0, 5) == S_GRANTED
+    n.caller = b"n-new"
+    assert n.lock(fh, 5000, 50_000, 5) == S_GRANTED
+    n.close()
+
+
+def test_a_client_holds_a_bounded_number_of_shares(server):
+    """A SHARE of no deny mode conflicts with nothing, so a client could
+    add reservations without end (each kept in memory, each scanned by
+    the next SHARE of the file): one address holds at most 4,096."""
+    fh = file_fh(server, "s")
+    n = Nlm(server, b"sharer")
+    for i in range(4096):
+        assert n.share(fh, b"o%d" % i, 0, 1) == S_GRANTED, i
+    assert n.share(fh, b"one-more", 0, 1) == S_NOLOCKS
+    assert n.share(fh, b"o7", 0, 1, proc=UNSHARE) == S_GRANTED
+    assert n.share(fh, b"one-more", 0, 1) == S_GRANTED
+    # Another client is not affected.
+    other = Nlm(server, b"other", source="127.0.0.2")
+    assert other.share(fh, b"x", 0, 1) == S_GRANTED
+    n.close(); other.close()
 
 
 @pytest.mark.server_args("--grace-period", "4")

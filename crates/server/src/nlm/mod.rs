@@ -24,7 +24,7 @@ pub mod state;
 pub mod table;
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -49,7 +49,10 @@ use crate::reply::{garbage_args, success};
 use crate::server::{Export, Server};
 use client::Peer;
 use state::{Monitored, NsmState};
-use table::{Attempt, Host, LockTable, Owner, Span, Waiter};
+use table::{
+    Attempt, Host, Limit, LockTable, Owner, Span, Waiter, MAX_DESCRIPTIONS_PER_CLIENT,
+    MAX_NAMES_PER_CLIENT, MAX_WAITERS_PER_CLIENT,
+};
 
 /// How long a blocked LOCK waits for its client to ask again before it
 /// is dropped (the Linux client asks every 30 s while it waits).
@@ -91,6 +94,40 @@ struct Share {
     access: Fsh4Access,
 }
 
+/// The share reservations, by file, and how many each client address
+/// holds.
+#[derive(Default)]
+struct Shares {
+    by_file: HashMap<Vec<u8>, Vec<Share>>,
+    per_client: HashMap<IpAddr, usize>,
+}
+
+/// Share reservations one client address may hold, over all files: each
+/// costs memory, and a SHARE of no mode or access conflicts with none.
+const MAX_SHARES_PER_CLIENT: usize = 4096;
+
+impl Shares {
+    /// Drops the shares `drop` matches from `list`, counting them off.
+    fn drop_from(
+        per_client: &mut HashMap<IpAddr, usize>,
+        list: &mut Vec<Share>,
+        mut drop: impl FnMut(&Share) -> bool,
+    ) {
+        list.retain(|s| {
+            if !drop(s) {
+                return true;
+            }
+            if let Some(n) = per_client.get_mut(&s.host.ip) {
+                *n -= 1;
+                if *n == 0 {
+                    per_client.remove(&s.host.ip);
+                }
+            }
+            false
+        });
+    }
+}
+
 /// Counters of the lock service.
 #[derive(Debug, Default)]
 pub struct NlmCounters {
@@ -105,7 +142,7 @@ pub struct NlmCounters {
 pub struct LockService {
     server: Arc<Server>,
     table: Mutex<LockTable<Callback>>,
-    shares: Mutex<HashMap<Vec<u8>, Vec<Share>>>,
+    shares: Mutex<Shares>,
     nsm: NsmState,
     /// Until when only reclaims are granted.
     grace_until: Option<Instant>,
@@ -440,7 +477,9 @@ impl LockService {
             Err(s) => return s,
         };
         let owner = Self::owner(conn, &a.alock);
+        let max_open = max_descriptions();
         let mut table = self.table.lock();
+        table.set_max_open(max_open);
         let callback = a.block.then(|| Callback {
             peer: Peer {
                 client: conn.peer.ip(),
@@ -464,19 +503,29 @@ impl LockService {
         let stat = match attempt {
             Ok(Attempt::Granted) => Nlm4Stat::Granted,
             Ok(Attempt::ReadOnly) => Nlm4Stat::Rofs,
-            Ok(Attempt::NoLocks) => {
-                // At most one line every 10 s, however hard a client tries.
-                let now = self.started.elapsed().as_secs();
-                let last = self.nolocks_warned.load(Ordering::Relaxed);
-                if (last == 0 || now >= last + 10)
-                    && self
-                        .nolocks_warned
-                        .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
-                        .is_ok()
-                {
+            Ok(Attempt::NoLocks(limit)) => {
+                if self.nolocks_warning_due() {
+                    let why = match limit {
+                        Limit::Descriptions => format!(
+                            "the client's address holds {MAX_DESCRIPTIONS_PER_CLIENT} lock \
+                             owners' descriptions, as many as one address may"
+                        ),
+                        Limit::Names => format!(
+                            "the client's address holds locks under {MAX_NAMES_PER_CLIENT} \
+                             host names, as many as one address may"
+                        ),
+                        Limit::Server => format!(
+                            "the server holds {} lock descriptions, as many as it keeps \
+                             (a quarter of its open-file limit)",
+                            table.open_count()
+                        ),
+                        Limit::Waiters => format!(
+                            "the client's address has {MAX_WAITERS_PER_CLIENT} blocked locks \
+                             waiting on this file, as many as it may"
+                        ),
+                    };
                     warn!(client = %conn.peer, name = %String::from_utf8_lossy(&a.alock.caller_name.0),
-                        "NLM LOCK refused (DENIED_NOLOCKS): the client holds as many lock owners \
-                         or blocked locks as it may (repeats are not logged for 10 s)");
+                        "NLM LOCK refused (DENIED_NOLOCKS): {why} (repeats are not logged for 10 s)");
                 }
                 Nlm4Stat::DeniedNolocks
             }
@@ -494,6 +543,18 @@ impl LockService {
         stat
     }
 
+    /// Whether to log a DENIED_NOLOCKS: at most one line every 10 s,
+    /// however hard clients try.
+    fn nolocks_warning_due(&self) -> bool {
+        let now = self.started.elapsed().as_secs();
+        let last = self.nolocks_warned.load(Ordering::Relaxed);
+        (last == 0 || now >= last + 10)
+            && self
+                .nolocks_warned
+                .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+
     /// Records the client as holding locks (durably, the first time).
     fn monitor(&self, conn: &ConnInfo, owner: &Owner) {
         let host = Monitored {
@@ -501,7 +562,14 @@ impl LockService {
             client: owner.host.ip,
             server: conn.local.ip(),
         };
-        if let Err(e) = self.nsm.monitor(host) {
+        let holding = || {
+            // In a grace period the previous run's clients are reclaiming.
+            (!self.in_grace()).then(|| {
+                let hosts = self.table.lock().hosts();
+                hosts.into_iter().map(|h| (h.name, h.ip)).collect()
+            })
+        };
+        if let Err(e) = self.nsm.monitor(host, holding) {
             warn!(error = %e, client = %conn.peer,
                 "NLM: cannot record the client in the state directory; \
                  after a restart it will not be told to reclaim its locks");
@@ -611,8 +679,23 @@ impl LockService {
         };
         let oh = a.share.oh.0.clone();
         let mut shares = self.shares.lock();
-        let list = shares.entry(a.share.fh.0.clone()).or_default();
-        list.retain(|s| !(s.host == host && s.oh == oh));
+        let Shares {
+            by_file,
+            per_client,
+        } = &mut *shares;
+        let list = by_file.entry(a.share.fh.0.clone()).or_default();
+        Shares::drop_from(per_client, list, |s| s.host == host && s.oh == oh);
+        if take && per_client.get(&host.ip).copied().unwrap_or(0) >= MAX_SHARES_PER_CLIENT {
+            if list.is_empty() {
+                by_file.remove(&a.share.fh.0);
+            }
+            if self.nolocks_warning_due() {
+                warn!(client = %conn.peer, "NLM SHARE refused (DENIED_NOLOCKS): the client's \
+                    address holds {MAX_SHARES_PER_CLIENT} share reservations, as many as one \
+                    address may (repeats are not logged for 10 s)");
+            }
+            return Nlm4Stat::DeniedNolocks;
+        }
         if take {
             let bits = |x: u32| x & 3;
             let conflict = list.iter().any(|s| {
@@ -622,6 +705,7 @@ impl LockService {
             if conflict {
                 return Nlm4Stat::Denied;
             }
+            *per_client.entry(host.ip).or_default() += 1;
             list.push(Share {
                 host,
                 oh,
@@ -630,7 +714,7 @@ impl LockService {
             });
         }
         if list.is_empty() {
-            shares.remove(&a.share.fh.0);
+            by_file.remove(&a.share.fh.0);
         }
         Nlm4Stat::Granted
     }
@@ -646,10 +730,16 @@ impl LockService {
             granted.extend(table.grant_waiters(fh).into_iter().map(|w| (fh.clone(), w)));
         }
         drop(table);
-        self.shares.lock().retain(|_, list| {
-            list.retain(|s| !host(&s.host));
+        let mut shares = self.shares.lock();
+        let Shares {
+            by_file,
+            per_client,
+        } = &mut *shares;
+        by_file.retain(|_, list| {
+            Shares::drop_from(per_client, list, |s| host(&s.host));
             !list.is_empty()
         });
+        drop(shares);
         self.counters.hosts_dropped.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = self.nsm.forget(monitored) {
             warn!(error = %e, "NLM: cannot update the monitored clients in the state directory");
@@ -726,6 +816,19 @@ impl LockService {
             }
         }
     }
+}
+
+/// How many lock descriptions the server holds open at most, over all
+/// clients: a quarter of its open-file limit (raised to the hard limit at
+/// start; 1,048,576 in `dist/dionfs.service`; read at each LOCK, so a
+/// limit changed with `prlimit` counts), so that however many clients
+/// lock, descriptors remain for connections and the open-file cache. At
+/// least 64.
+fn max_descriptions() -> usize {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(u64::MAX);
+    usize::try_from(limit / 4).unwrap_or(usize::MAX).max(64)
 }
 
 /// The lock table's opener for a description opened (and checked) already:

@@ -32,8 +32,25 @@ pub struct NsmState {
     dir: PathBuf,
     /// This run's NSM state number (odd).
     pub number: i32,
-    hosts: Mutex<BTreeSet<Monitored>>,
+    hosts: Mutex<Hosts>,
 }
+
+/// The recorded clients, and when to drop those no longer holding locks.
+struct Hosts {
+    set: BTreeSet<Monitored>,
+    /// Prune when this many are recorded.
+    prune_at: usize,
+}
+
+/// Recorded clients at which the records of clients no longer holding
+/// locks are dropped (and at twice as many as are left then, so that a
+/// server with many clients holding locks does not prune at every new
+/// one).
+const PRUNE_AT: usize = 1024;
+/// Records of one client address at which those no longer holding locks
+/// are dropped: at most as many names as the lock table lets one address
+/// hold locks under ([`super::table::MAX_NAMES_PER_CLIENT`]).
+const PRUNE_PER_CLIENT: usize = super::table::MAX_NAMES_PER_CLIENT;
 
 impl NsmState {
     /// Opens (creating) `state_dir/nlm`, moves the state number on, and
@@ -65,7 +82,10 @@ impl NsmState {
             NsmState {
                 dir,
                 number,
-                hosts: Mutex::new(hosts),
+                hosts: Mutex::new(Hosts {
+                    set: hosts,
+                    prune_at: PRUNE_AT,
+                }),
             },
             previous,
         ))
@@ -73,24 +93,51 @@ impl NsmState {
 
     /// Records a client that now holds locks; durable before it returns
     /// the first time (a lock granted must be reclaimable after a crash).
-    pub fn monitor(&self, host: Monitored) -> io::Result<()> {
+    ///
+    /// Records are kept until the client reboots or frees its locks, or a
+    /// restart's grace period ends; so that clients that lock under ever
+    /// new names cannot grow the record (rewritten whole at each new one)
+    /// without bound, once many are recorded, or many for one address,
+    /// those no longer holding locks are dropped first: `holding` gives
+    /// the (name, address) pairs that hold locks now, or `None` (in a
+    /// grace period, while the previous run's clients reclaim) to keep
+    /// all.
+    pub fn monitor(
+        &self,
+        host: Monitored,
+        holding: impl FnOnce() -> Option<BTreeSet<(Vec<u8>, IpAddr)>>,
+    ) -> io::Result<()> {
         let mut hosts = self.hosts.lock();
-        if hosts.contains(&host) {
+        if hosts.set.contains(&host) {
             return Ok(());
         }
-        hosts.insert(host);
-        self.write(&hosts)
+        let same_client = hosts.set.iter().filter(|h| h.client == host.client).count();
+        if hosts.set.len() >= hosts.prune_at || same_client >= PRUNE_PER_CLIENT {
+            if let Some(holding) = holding() {
+                hosts
+                    .set
+                    .retain(|h| holding.contains(&(h.name.clone(), h.client)));
+                hosts.prune_at = PRUNE_AT.max(2 * hosts.set.len());
+            }
+        }
+        hosts.set.insert(host);
+        self.write(&hosts.set)
+    }
+
+    /// The clients recorded now.
+    pub fn monitored(&self) -> usize {
+        self.hosts.lock().set.len()
     }
 
     /// Forgets the clients `drop` matches (they rebooted or freed all).
     pub fn forget(&self, mut drop: impl FnMut(&Monitored) -> bool) -> io::Result<()> {
         let mut hosts = self.hosts.lock();
-        let before = hosts.len();
-        hosts.retain(|h| !drop(h));
-        if hosts.len() == before {
+        let before = hosts.set.len();
+        hosts.set.retain(|h| !drop(h));
+        if hosts.set.len() == before {
             return Ok(());
         }
-        self.write(&hosts)
+        self.write(&hosts.set)
     }
 
     /// Keeps only the clients `keep` matches (those holding locks once
@@ -151,7 +198,7 @@ mod tests {
             client: "192.0.2.7".parse().unwrap(),
             server: "192.0.2.1".parse().unwrap(),
         };
-        s.monitor(host.clone()).unwrap();
+        s.monitor(host.clone(), || None).unwrap();
         drop(s);
         let (s, previous) = NsmState::open(dir.path()).unwrap();
         assert_eq!(s.number, 3);
@@ -160,5 +207,39 @@ mod tests {
         let (s, previous) = NsmState::open(dir.path()).unwrap();
         assert_eq!(s.number, 5);
         assert!(previous.is_empty());
+    }
+
+    #[test]
+    fn clients_under_ever_new_names_do_not_grow_the_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let (s, _) = NsmState::open(dir.path()).unwrap();
+        let at = |name: String, client: &str| Monitored {
+            name: name.into_bytes(),
+            client: client.parse().unwrap(),
+            server: "192.0.2.1".parse().unwrap(),
+        };
+        // One address, a new name per lock, each lock released at once:
+        // only the name holding locks now is kept beside a bounded rest.
+        for n in 0..3 * PRUNE_PER_CLIENT {
+            let name = format!("n{n}");
+            let holding =
+                BTreeSet::from([(name.clone().into_bytes(), "192.0.2.7".parse().unwrap())]);
+            s.monitor(at(name, "192.0.2.7"), || Some(holding)).unwrap();
+            assert!(s.monitored() <= PRUNE_PER_CLIENT, "{n}: {}", s.monitored());
+        }
+        // In a grace period nothing is dropped.
+        s.monitor(at("late".into(), "192.0.2.7"), || None).unwrap();
+        let before = s.monitored();
+        s.monitor(at("later".into(), "192.0.2.7"), || None).unwrap();
+        assert_eq!(s.monitored(), before + 1);
+        // Many addresses: pruned at PRUNE_AT, keeping those holding locks.
+        for i in 0..2 * PRUNE_AT {
+            let ip = format!("10.0.{}.{}", i / 250, i % 250);
+            let holding = BTreeSet::from([(b"c".to_vec(), "192.0.2.7".parse().unwrap())]);
+            s.monitor(at("c".into(), &ip), || Some(holding)).unwrap();
+            assert!(s.monitored() <= PRUNE_AT, "{i}: {}", s.monitored());
+        }
+        let text = std::fs::read_to_string(dir.path().join("nlm/hosts")).unwrap();
+        assert_eq!(text.lines().count(), s.monitored());
     }
 }

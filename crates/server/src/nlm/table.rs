@@ -200,17 +200,34 @@ pub enum Attempt {
     /// The owner's description cannot take an exclusive lock (the file is
     /// read-only to the server).
     ReadOnly,
-    /// The client has as many lock owners with open descriptions, or
-    /// blocked locks on the file, as it may ([`MAX_DESCRIPTIONS_PER_HOST`],
-    /// [`MAX_WAITERS_PER_HOST`]): NLM4_DENIED_NOLOCKS.
-    NoLocks,
+    /// A limit is reached: NLM4_DENIED_NOLOCKS.
+    NoLocks(Limit),
 }
 
-/// Open descriptions (lock owners on files) one client host may have: a
-/// client cannot run the server out of descriptors.
-pub const MAX_DESCRIPTIONS_PER_HOST: usize = 4096;
-/// Blocked locks one client host may have waiting on one file.
-pub const MAX_WAITERS_PER_HOST: usize = 256;
+/// Which bound a LOCK refused with NLM4_DENIED_NOLOCKS ran into. Limits
+/// are per client *address*: the name a client gives (`caller_name`) is
+/// its own word, and one client could otherwise take any number of
+/// descriptors by calling itself by new names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// [`MAX_DESCRIPTIONS_PER_CLIENT`].
+    Descriptions,
+    /// [`MAX_NAMES_PER_CLIENT`].
+    Names,
+    /// The server's own bound, over all clients ([`LockTable::set_max_open`]).
+    Server,
+    /// [`MAX_WAITERS_PER_CLIENT`].
+    Waiters,
+}
+
+/// Open descriptions (lock owners on files) one client address may have,
+/// over all its names: a client cannot run the server out of descriptors.
+pub const MAX_DESCRIPTIONS_PER_CLIENT: usize = 4096;
+/// Names one client address may hold locks under at once. A client uses
+/// one; clients behind one NAT address each use their own.
+pub const MAX_NAMES_PER_CLIENT: usize = 256;
+/// Blocked locks one client address may have waiting on one file.
+pub const MAX_WAITERS_PER_CLIENT: usize = 256;
 
 /// Who holds the lock a TEST ran into.
 #[derive(Debug, PartialEq, Eq)]
@@ -226,26 +243,81 @@ pub struct Holder {
 /// [`Waiter`].
 pub struct LockTable<T> {
     files: HashMap<Vec<u8>, FileLocks<T>>,
-    /// Open descriptions per client host.
-    per_host: HashMap<Host, usize>,
+    open: Descriptions,
 }
 
 impl<T> Default for LockTable<T> {
     fn default() -> Self {
         Self {
             files: HashMap::new(),
-            per_host: HashMap::new(),
+            open: Descriptions {
+                max: usize::MAX,
+                ..Default::default()
+            },
         }
     }
 }
 
-/// One description fewer for `host`.
-fn forget(per_host: &mut HashMap<Host, usize>, host: &Host) {
-    if let Some(n) = per_host.get_mut(host) {
-        *n = n.saturating_sub(1);
-        if *n == 0 {
-            per_host.remove(host);
+/// The open descriptions, counted per client address and name.
+#[derive(Default)]
+struct Descriptions {
+    total: usize,
+    /// The most the server holds at once.
+    max: usize,
+    per_client: HashMap<IpAddr, ClientDescriptions>,
+}
+
+#[derive(Default)]
+struct ClientDescriptions {
+    total: usize,
+    per_name: HashMap<Vec<u8>, usize>,
+}
+
+impl Descriptions {
+    /// Whether `host` may open one more description; the bound in the
+    /// way if not.
+    fn room_for(&self, host: &Host) -> Result<(), Limit> {
+        if self.total >= self.max {
+            return Err(Limit::Server);
         }
+        let Some(client) = self.per_client.get(&host.ip) else {
+            return Ok(());
+        };
+        if client.total >= MAX_DESCRIPTIONS_PER_CLIENT {
+            return Err(Limit::Descriptions);
+        }
+        if !client.per_name.contains_key(&host.name)
+            && client.per_name.len() >= MAX_NAMES_PER_CLIENT
+        {
+            return Err(Limit::Names);
+        }
+        Ok(())
+    }
+
+    fn add(&mut self, host: &Host) {
+        self.total += 1;
+        let client = self.per_client.entry(host.ip).or_default();
+        client.total += 1;
+        *client.per_name.entry(host.name.clone()).or_default() += 1;
+    }
+
+    /// One description fewer for `host`.
+    fn remove(&mut self, host: &Host) {
+        let Some(client) = self.per_client.get_mut(&host.ip) else {
+            return;
+        };
+        let Some(n) = client.per_name.get_mut(&host.name) else {
+            return;
+        };
+        *n -= 1;
+        if *n == 0 {
+            client.per_name.remove(&host.name);
+        }
+        client.total -= 1;
+        if client.total == 0 {
+            self.per_client.remove(&host.ip);
+        }
+        self.total -= 1;
     }
 }
 
@@ -253,6 +325,17 @@ fn forget(per_host: &mut HashMap<Host, usize>, host: &Host) {
 pub type Opener<'a> = &'a mut dyn FnMut() -> std::io::Result<(OwnedFd, bool)>;
 
 impl<T> LockTable<T> {
+    /// Bounds the descriptions open at once, over all clients (a LOCK that
+    /// needs one more is refused, [`Limit::Server`]); none by default.
+    pub fn set_max_open(&mut self, max: usize) {
+        self.open.max = max;
+    }
+
+    /// Descriptions open, over all clients.
+    pub fn open_count(&self) -> usize {
+        self.open.total
+    }
+
     /// Tries to take `span` for `owner` on file `fh` without waiting.
     /// `open` gives the owner a description if it has none on the file.
     /// On a conflict, `waiter` (a blocking LOCK) is queued, keeping the
@@ -270,13 +353,12 @@ impl<T> LockTable<T> {
     ) -> std::io::Result<Attempt> {
         let file = self.files.entry(fh.to_vec()).or_default();
         if !file.owners.contains_key(owner) {
-            let held = self.per_host.get(&owner.host).copied().unwrap_or(0);
-            if held >= MAX_DESCRIPTIONS_PER_HOST {
+            if let Err(limit) = self.open.room_for(&owner.host) {
                 self.tidy(fh);
-                return Ok(Attempt::NoLocks);
+                return Ok(Attempt::NoLocks(limit));
             }
             let (fd, writable) = open()?;
-            *self.per_host.entry(owner.host.clone()).or_default() += 1;
+            self.open.add(&owner.host);
             file.owners.insert(
                 owner.clone(),
                 Held {
@@ -300,12 +382,12 @@ impl<T> LockTable<T> {
                 let waiting = file
                     .waiters
                     .iter()
-                    .filter(|w| w.owner.host == owner.host)
+                    .filter(|w| w.owner.host.ip == owner.host.ip)
                     .count();
                 let again = file.waiters.iter().any(|w| w.is(owner, span, exclusive));
-                if waiting >= MAX_WAITERS_PER_HOST && !again {
+                if waiting >= MAX_WAITERS_PER_CLIENT && !again {
                     self.tidy(fh);
-                    return Ok(Attempt::NoLocks);
+                    return Ok(Attempt::NoLocks(Limit::Waiters));
                 }
                 Self::wait(
                     file,
@@ -491,14 +573,14 @@ impl<T> LockTable<T> {
     /// whose waiters may now be granted.
     pub fn drop_hosts(&mut self, mut matches: impl FnMut(&Host) -> bool) -> Vec<Vec<u8>> {
         let mut touched = Vec::new();
-        let per_host = &mut self.per_host;
+        let open = &mut self.open;
         for (fh, file) in self.files.iter_mut() {
             let before = file.owners.len() + file.waiters.len();
             // Closing the description releases its locks.
             file.owners.retain(|o, _| {
                 let drop = matches(&o.host);
                 if drop {
-                    forget(per_host, &o.host);
+                    open.remove(&o.host);
                 }
                 !drop
             });
@@ -548,11 +630,11 @@ impl<T> LockTable<T> {
             return;
         };
         let waiting: Vec<Owner> = file.waiters.iter().map(|w| w.owner.clone()).collect();
-        let per_host = &mut self.per_host;
+        let open = &mut self.open;
         file.owners.retain(|o, h| {
             let keep = !h.ranges.is_empty() || waiting.contains(o);
             if !keep {
-                forget(per_host, &o.host);
+                open.remove(&o.host);
             }
             keep
         });
@@ -731,19 +813,32 @@ mod tests {
             t.lock(b"fh", who, b"", at, block, &mut open, block.then_some(()))
                 .unwrap()
         };
-        for svid in 0..MAX_DESCRIPTIONS_PER_HOST as i32 {
+        // The client's owners under eight names of its own: one address.
+        let named = |svid: i32| Owner {
+            host: Host {
+                name: format!("client-{}", svid % 8).into_bytes(),
+                ip: owner(0).host.ip,
+            },
+            svid,
+        };
+        for svid in 0..MAX_DESCRIPTIONS_PER_CLIENT as i32 {
             assert_eq!(
-                lock(&mut t, &owner(svid), span(svid as u64, 1), false),
+                lock(&mut t, &named(svid), span(svid as u64, 1), false),
                 Attempt::Granted
             );
         }
-        let one_more = owner(MAX_DESCRIPTIONS_PER_HOST as i32);
+        let one_more = named(MAX_DESCRIPTIONS_PER_CLIENT as i32);
         assert_eq!(
             lock(&mut t, &one_more, span(1 << 30, 1), false),
-            Attempt::NoLocks
+            Attempt::NoLocks(Limit::Descriptions)
+        );
+        // Nor under a name it has not used yet.
+        assert_eq!(
+            lock(&mut t, &owner(1 << 20), span(1 << 30, 1), false),
+            Attempt::NoLocks(Limit::Descriptions)
         );
         // Owners already open go on; another client is not affected.
-        assert_eq!(lock(&mut t, &owner(0), span(0, 2), false), Attempt::Granted);
+        assert_eq!(lock(&mut t, &named(0), span(0, 2), false), Attempt::Granted);
         let other = Owner {
             host: Host {
                 name: b"other".to_vec(),
@@ -755,26 +850,116 @@ mod tests {
             lock(&mut t, &other, span(1 << 31, 1), false),
             Attempt::Granted
         );
+        assert_eq!(t.open_count(), MAX_DESCRIPTIONS_PER_CLIENT + 1);
         // Releasing gives descriptions back.
-        t.unlock(b"fh", &owner(5), span(5, 1)).unwrap();
+        t.unlock(b"fh", &named(5), span(5, 1)).unwrap();
         assert_eq!(
             lock(&mut t, &one_more, span(1 << 30, 1), false),
             Attempt::Granted
         );
-        assert_eq!(t.drop_hosts(|h| h.name == b"client").len(), 1);
-        assert!(!t.per_host.contains_key(&owner(0).host));
-        // Waiters: at most MAX_WAITERS_PER_HOST per file.
-        for i in 0..MAX_WAITERS_PER_HOST as u64 {
+        assert_eq!(t.drop_hosts(|h| h.ip == owner(0).host.ip).len(), 1);
+        assert!(!t.open.per_client.contains_key(&owner(0).host.ip));
+        assert_eq!(t.open_count(), 1);
+        // Waiters: at most MAX_WAITERS_PER_CLIENT per file, over its names.
+        for i in 0..MAX_WAITERS_PER_CLIENT as u64 {
             assert_eq!(
-                lock(&mut t, &owner(1), span(1 << 31, 1 + i), true),
+                lock(&mut t, &named(i as i32), span(1 << 31, 1 + i), true),
                 Attempt::Conflict
             );
         }
         assert_eq!(
-            lock(&mut t, &owner(1), span(1 << 31, 9999), true),
-            Attempt::NoLocks
+            lock(&mut t, &named(1), span(1 << 31, 9999), true),
+            Attempt::NoLocks(Limit::Waiters)
         );
-        assert_eq!(t.waiter_count(), MAX_WAITERS_PER_HOST);
+        assert_eq!(t.waiter_count(), MAX_WAITERS_PER_CLIENT);
+    }
+
+    #[test]
+    fn a_client_holds_locks_under_a_bounded_number_of_names() {
+        let (_dir, path) = data_file();
+        let mut t: LockTable<()> = LockTable::default();
+        let mut open = opener(&path);
+        let ip = owner(0).host.ip;
+        let as_name = |n: usize| Owner {
+            host: Host {
+                name: format!("name-{n}").into_bytes(),
+                ip,
+            },
+            svid: 1,
+        };
+        for n in 0..MAX_NAMES_PER_CLIENT {
+            let at = span(n as u64, 1);
+            assert_eq!(
+                t.lock(b"fh", &as_name(n), b"", at, false, &mut open, None)
+                    .unwrap(),
+                Attempt::Granted
+            );
+        }
+        let at = span(1 << 20, 1);
+        let new_name = as_name(MAX_NAMES_PER_CLIENT);
+        assert_eq!(
+            t.lock(b"fh", &new_name, b"", at, false, &mut open, None)
+                .unwrap(),
+            Attempt::NoLocks(Limit::Names)
+        );
+        // A name in use takes more owners; a name given up makes room.
+        let again = Owner {
+            svid: 2,
+            ..as_name(0)
+        };
+        assert_eq!(
+            t.lock(b"fh", &again, b"", at, false, &mut open, None)
+                .unwrap(),
+            Attempt::Granted
+        );
+        t.unlock(b"fh", &as_name(7), span(7, 1)).unwrap();
+        assert_eq!(
+            t.lock(
+                b"fh",
+                &new_name,
+                b"",
+                span(1 << 21, 1),
+                false,
+                &mut open,
+                None
+            )
+            .unwrap(),
+            Attempt::Granted
+        );
+    }
+
+    #[test]
+    fn the_server_holds_a_bounded_number_of_descriptions() {
+        let (_dir, path) = data_file();
+        let mut t: LockTable<()> = LockTable::default();
+        t.set_max_open(10);
+        let mut open = opener(&path);
+        let client = |i: u8| Owner {
+            host: Host {
+                name: b"c".to_vec(),
+                ip: IpAddr::from([192, 0, 2, i]),
+            },
+            svid: 1,
+        };
+        for i in 0..10 {
+            let at = span(u64::from(i), 1);
+            assert_eq!(
+                t.lock(b"fh", &client(i), b"", at, false, &mut open, None)
+                    .unwrap(),
+                Attempt::Granted
+            );
+        }
+        assert_eq!(
+            t.lock(b"fh", &client(10), b"", span(99, 1), false, &mut open, None)
+                .unwrap(),
+            Attempt::NoLocks(Limit::Server)
+        );
+        t.unlock(b"fh", &client(3), span(3, 1)).unwrap();
+        assert_eq!(
+            t.lock(b"fh", &client(10), b"", span(99, 1), false, &mut open, None)
+                .unwrap(),
+            Attempt::Granted
+        );
     }
 
     #[test]
