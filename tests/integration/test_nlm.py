@@ -12,8 +12,10 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import socket
 import struct
 import subprocess
+import threading
 import time
 
 import pytest
@@ -317,6 +319,67 @@ def test_a_client_holds_a_bounded_number_of_shares(server):
     other = Nlm(server, b"other", source="127.0.0.2")
     assert other.share(fh, b"x", 0, 1) == S_GRANTED
     n.close(); other.close()
+
+
+CB_METRICS = f"127.0.0.1:{free_port()}"
+
+
+@pytest.mark.server_args("--metrics", CB_METRICS)
+def test_a_client_that_does_not_answer_callbacks_holds_no_threads(server):
+    """The results of `_MSG` calls go back as calls to the client, which
+    may not answer: here its port mapper (127.0.0.1:111, the client's
+    address) accepts connections and never replies, so each call waits 5 s.
+    A blocking thread per call was taken from the pool NFS calls run on:
+    a client sending TEST_MSGs as fast as it could held all 512, and a
+    4 KiB READ of anyone else waited seconds for one. Now the calls to one
+    client are made one at a time, the rest queued up to 64 and dropped
+    past that (counted)."""
+    black_hole = socket.socket()
+    black_hole.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        black_hole.bind(("127.0.0.1", 111))
+    except OSError as e:
+        pytest.fail(f"this test needs 127.0.0.1:111 free (a host rpcbind holds it?): {e}")
+    black_hole.listen(4096)
+    held: list[socket.socket] = []
+
+    def accept():
+        while True:
+            try:
+                held.append(black_hole.accept()[0])
+            except OSError:
+                return
+    threading.Thread(target=accept, daemon=True).start()
+    fh = file_fh(server, "m")
+    with open(os.path.join(server.export, "g"), "wb") as f:
+        f.write(b"g" * 100_000)
+
+    def flood():
+        c = Nlm(server, b"caller")
+        for _ in range(500):
+            accept_stat, _ = c.call(TEST_MSG, opaque(b"m") + b(True) + lock_obj(fh, b"caller", 1, 0, 1))
+            assert accept_stat == SUCCESS
+        c.close()
+    floods = [threading.Thread(target=flood) for _ in range(4)]
+    try:
+        for t in floods:
+            t.start()
+        for t in floods:
+            t.join(timeout=120)
+        threads = len(os.listdir(f"/proc/{server.proc.pid}/task"))
+        r = subprocess.run(["nfs-cat", server.url("g")], capture_output=True, timeout=30)
+        assert r.returncode == 0 and r.stdout == b"g" * 100_000, r.stderr[-300:]
+        # One call in progress to this client (and a connection or two
+        # just closed), not one per TEST_MSG.
+        assert len(held) <= 3, len(held)
+        assert threads < 100, threads
+        dropped = counters(CB_METRICS, r"nlm_callbacks_dropped")["nlm_callbacks_dropped"]
+        assert dropped >= 2000 - 64 - 3, dropped
+        assert server.log_text().count("NLM: dropping a call to the client") == 1
+    finally:
+        black_hole.close()
+        for c in held:
+            c.close()
 
 
 @pytest.mark.server_args("--grace-period", "4")

@@ -354,6 +354,12 @@ pub fn render(server: &Server, locks: Option<&LockService>) -> String {
             &mut std::iter::once((String::new(), load(&c.callbacks_failed))),
         );
         metric(
+            "nlm_callbacks_dropped_total",
+            "GRANTED and _RES calls to clients dropped: as many calls to that client were waiting as may.",
+            "counter",
+            &mut std::iter::once((String::new(), load(&c.callbacks_dropped))),
+        );
+        metric(
             "nlm_hosts_dropped_total",
             "Times a client's locks were all dropped (SM_NOTIFY of a reboot, FREE_ALL).",
             "counter",

@@ -23,7 +23,7 @@ pub mod client;
 pub mod state;
 pub mod table;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -135,6 +135,7 @@ pub struct NlmCounters {
     pub denied: AtomicU64,
     pub blocked: AtomicU64,
     pub callbacks_failed: AtomicU64,
+    pub callbacks_dropped: AtomicU64,
     pub hosts_dropped: AtomicU64,
 }
 
@@ -151,6 +152,8 @@ pub struct LockService {
     started: Instant,
     /// Seconds after `started` of the last DENIED_NOLOCKS warning.
     nolocks_warned: AtomicU64,
+    /// Seconds after `started` of the last dropped-callback warning.
+    callback_warned: AtomicU64,
 }
 
 impl LockService {
@@ -183,6 +186,7 @@ impl LockService {
             counters: NlmCounters::default(),
             started: Instant::now(),
             nolocks_warned: AtomicU64::new(0),
+            callback_warned: AtomicU64::new(0),
         });
         if grace_until.is_some() {
             info!(
@@ -546,11 +550,21 @@ impl LockService {
     /// Whether to log a DENIED_NOLOCKS: at most one line every 10 s,
     /// however hard clients try.
     fn nolocks_warning_due(&self) -> bool {
+        self.warning_due(&self.nolocks_warned)
+    }
+
+    /// Whether to log a dropped call to a client: at most every 10 s.
+    fn callback_warning_due(&self) -> bool {
+        self.warning_due(&self.callback_warned)
+    }
+
+    /// Whether 10 s have passed since `last` (seconds after `started`),
+    /// moving it on if so.
+    fn warning_due(&self, last_warned: &AtomicU64) -> bool {
         let now = self.started.elapsed().as_secs();
-        let last = self.nolocks_warned.load(Ordering::Relaxed);
+        let last = last_warned.load(Ordering::Relaxed);
         (last == 0 || now >= last + 10)
-            && self
-                .nolocks_warned
+            && last_warned
                 .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
     }
@@ -844,13 +858,120 @@ fn once(
     }
 }
 
-/// Makes the callbacks, one at a time per job, on blocking threads.
+/// Calls to clients made at once, over all clients.
+const CALLBACK_THREADS: usize = 8;
+/// SM_NOTIFYs of a restart sent at once: each client is told once, and
+/// all of them must hear within the grace period, dead ones among them
+/// taking 6 s each.
+const NOTIFY_THREADS: usize = 64;
+/// Calls to one client address waiting for the one in progress; more are
+/// dropped (counted, logged at most every 10 s).
+const MAX_QUEUED_PER_CLIENT: usize = 64;
+
+/// The calls to clients waiting, per client address; an address is here
+/// while its calls are being made.
+type ClientQueues = Arc<Mutex<HashMap<IpAddr, VecDeque<Job>>>>;
+
+/// Makes the calls to clients: the SM_NOTIFYs of a restart at most
+/// [`NOTIFY_THREADS`] at once; the others one at a time per client
+/// address, in the order they came, and at most [`CALLBACK_THREADS`] at
+/// once over all clients. Each may wait for its client for seconds (5 s a try, and
+/// GRANTED tries five times): a client whose port mapper or lock manager
+/// does not answer, sent `_MSG` calls as fast as it can send them, then
+/// holds one blocking thread and a bounded queue, where it held a
+/// blocking thread per call, out of the pool every NFS READ and WRITE
+/// waits for. A dropped `_RES` is a reply lost (the client's timeout); a
+/// dropped GRANTED leaves the lock held for its owner, whose client asks
+/// again while it waits and is then answered GRANTED.
 async fn run_jobs(service: Arc<LockService>, mut rx: mpsc::UnboundedReceiver<Job>) {
+    let queues = ClientQueues::default();
+    let threads = Arc::new(tokio::sync::Semaphore::new(CALLBACK_THREADS));
+    let notify_threads = Arc::new(tokio::sync::Semaphore::new(NOTIFY_THREADS));
     while let Some(job) = rx.recv().await {
+        if let Job::Notify { .. } = job {
+            let (s, threads) = (service.clone(), notify_threads.clone());
+            tokio::spawn(async move {
+                let Ok(thread) = threads.acquire_owned().await else {
+                    return;
+                };
+                let _ = tokio::task::spawn_blocking(move || {
+                    s.run_job(job);
+                    drop(thread);
+                })
+                .await;
+            });
+            continue;
+        }
+        let client = job.client();
+        let mut waiting = queues.lock();
+        if let Some(queue) = waiting.get_mut(&client) {
+            if queue.len() < MAX_QUEUED_PER_CLIENT {
+                queue.push_back(job);
+            } else {
+                service
+                    .counters
+                    .callbacks_dropped
+                    .fetch_add(1, Ordering::Relaxed);
+                if service.callback_warning_due() {
+                    warn!(%client, queued = MAX_QUEUED_PER_CLIENT,
+                        "NLM: dropping a call to the client (GRANTED or a _MSG's result): \
+                         as many are waiting for the calls to it in progress as may \
+                         (repeats are not logged for 10 s)");
+                }
+            }
+            continue;
+        }
+        waiting.insert(client, VecDeque::from([job]));
+        drop(waiting);
+        tokio::spawn(call_client(
+            service.clone(),
+            queues.clone(),
+            threads.clone(),
+            client,
+        ));
+    }
+}
+
+/// Makes the calls queued for `client`, one after the other, until none
+/// is left.
+async fn call_client(
+    service: Arc<LockService>,
+    queues: ClientQueues,
+    threads: Arc<tokio::sync::Semaphore>,
+    client: IpAddr,
+) {
+    loop {
+        let Ok(thread) = threads.clone().acquire_owned().await else {
+            return;
+        };
+        let job = {
+            let mut waiting = queues.lock();
+            let next = waiting.get_mut(&client).and_then(VecDeque::pop_front);
+            if next.is_none() {
+                waiting.remove(&client);
+            }
+            next
+        };
+        let Some(job) = job else {
+            return;
+        };
         let s = service.clone();
-        tokio::spawn(async move {
-            let _ = tokio::task::spawn_blocking(move || s.run_job(job)).await;
-        });
+        let _ = tokio::task::spawn_blocking(move || {
+            s.run_job(job);
+            drop(thread);
+        })
+        .await;
+    }
+}
+
+impl Job {
+    /// The address of the client the call goes to.
+    fn client(&self) -> IpAddr {
+        match self {
+            Job::Granted { callback, .. } => callback.peer.client,
+            Job::Res { peer, .. } => peer.client,
+            Job::Notify { host, .. } => host.client,
+        }
     }
 }
 
