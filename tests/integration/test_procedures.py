@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import os
 import stat
+import struct
 import time
 
 import nfs_rs
 import pytest
 from nfstools import assert_nfs_error
+from rawrpc import SUCCESS, Conn, mnt, opaque
 from servers import backend
 
 MiB = 1 << 20
@@ -56,6 +58,47 @@ def test_dump_and_umnt(server, nfsproc):
         assert r["mount"].endswith(":" + server.export), r
     r = nfsproc("umnt")
     assert r.get("umnt") == "ok", r
+
+
+def _dump(conn) -> list[tuple[str, str]]:
+    """MOUNT3 DUMP over a raw connection: (host, directory) pairs."""
+    accept, res = conn.rpc(100005, 3, 2)
+    assert accept == SUCCESS
+    out, at = [], 0
+    while struct.unpack(">I", res[at:at + 4])[0] == 1:
+        at += 4
+        fields = []
+        for _ in range(2):
+            (n,) = struct.unpack(">I", res[at:at + 4])
+            fields.append(res[at + 4:at + 4 + n].decode())
+            at += 4 + n + (-n % 4)
+        out.append((fields[0], fields[1]))
+    return out
+
+
+@pytest.mark.dionfs_only  # a dionfs bound; Ganesha keeps its own list
+def test_the_mount_list_is_canonical_and_bounded(server):
+    """MNT records the directory as its lookups resolved it, and keeps at
+    most 256 entries a client: the list recorded each spelling a client
+    sent (`/export/./d`, `/export/././d`, ...), without bound, and DUMP
+    sent them all back."""
+    for i in range(300):
+        os.mkdir(os.path.join(server.export, f"d{i}"))
+    with Conn(server.host, server.mount_port, reserved=True) as m:
+        for i in range(300):
+            status, _ = mnt(m, server.export + "/" + "./" * i + "d0/" + "x/.." * (i % 2))
+            assert status == (0 if i % 2 == 0 else 2), (i, status)  # no "x" in d0: NOENT
+        assert _dump(m) == [("127.0.0.1", server.export + "/d0")]
+        for i in range(300):
+            assert mnt(m, f"{server.export}/d{i}")[0] == 0
+        listed = _dump(m)
+        assert len(listed) == 256, len(listed)
+        assert ("127.0.0.1", f"{server.export}/d299") in listed
+        assert ("127.0.0.1", f"{server.export}/d1") not in listed
+        # UMNT finds the entry however it is spelt.
+        accept, _ = m.rpc(100005, 3, 3, opaque(f"{server.export}/./d299//".encode()))
+        assert accept == SUCCESS
+        assert ("127.0.0.1", f"{server.export}/d299") not in _dump(m)
 
 
 # ------------------------------------------------------------------ attributes

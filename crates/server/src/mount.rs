@@ -1,8 +1,9 @@
 //! MOUNT v3 (RFC 1813 Appendix I): hands out export root handles and keeps
 //! the advisory list of who mounted what (DUMP).
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Instant;
 
 use dionfs_proto::mount3::{
@@ -26,28 +27,113 @@ use dionfs_fs::{FileKind, FsError};
 use dionfs_sys::cred::with_creds;
 
 /// Who has mounted which export, as clients told us (MNT adds, UMNT
-/// removes). Advisory only, like rmtab: it grants nothing.
+/// removes). Advisory only, like rmtab: it grants nothing. Bounded: past
+/// [`MOUNTS_PER_CLIENT`] entries of one client, or [`MOUNTS`] in all, the
+/// oldest (of that client, or of all) is forgotten, since a client may
+/// mount any number of subdirectories and never unmount them.
 #[derive(Default)]
 pub struct MountTable {
-    entries: Mutex<BTreeSet<(IpAddr, Vec<u8>)>>,
+    inner: Mutex<Mounts>,
 }
+
+#[derive(Default)]
+struct Mounts {
+    /// Each entry with the number of the MNT that added it.
+    entries: BTreeMap<(IpAddr, Vec<u8>), u64>,
+    added: u64,
+}
+
+/// Entries one client address keeps in the mount list.
+const MOUNTS_PER_CLIENT: usize = 256;
+/// Entries the mount list keeps in all.
+const MOUNTS: usize = 4096;
 
 impl MountTable {
     fn add(&self, client: IpAddr, path: Vec<u8>) {
-        self.entries.lock().insert((client, path));
+        let mut m = self.inner.lock();
+        m.added += 1;
+        let added = m.added;
+        if let Some(n) = m.entries.get_mut(&(client, path.clone())) {
+            *n = added;
+            return;
+        }
+        let oldest = |entries: &BTreeMap<(IpAddr, Vec<u8>), u64>, of_client: bool| {
+            entries
+                .iter()
+                .filter(|((c, _), _)| !of_client || *c == client)
+                .min_by_key(|(_, n)| **n)
+                .map(|(k, _)| k.clone())
+        };
+        let of_client = m.entries.keys().filter(|(c, _)| *c == client).count();
+        let evict = if of_client >= MOUNTS_PER_CLIENT {
+            oldest(&m.entries, true)
+        } else if m.entries.len() >= MOUNTS {
+            oldest(&m.entries, false)
+        } else {
+            None
+        };
+        if let Some(key) = evict {
+            m.entries.remove(&key);
+        }
+        m.entries.insert((client, path), added);
     }
 
     fn remove(&self, client: IpAddr, path: &[u8]) {
-        self.entries.lock().remove(&(client, path.to_vec()));
+        self.inner.lock().entries.remove(&(client, path.to_vec()));
     }
 
     fn remove_all(&self, client: IpAddr) {
-        self.entries.lock().retain(|(c, _)| *c != client);
+        self.inner.lock().entries.retain(|(c, _), _| *c != client);
     }
 
     fn list(&self) -> Vec<(IpAddr, Vec<u8>)> {
-        self.entries.lock().iter().cloned().collect()
+        self.inner.lock().entries.keys().cloned().collect()
     }
+}
+
+/// The export `path` is in, and the rest of `path` below its root: the
+/// export itself, or a directory below it (knfsd allows both; libnfs
+/// mounts the directory of the file it is asked for). Trailing slashes
+/// name the same directory ("/srv/x/" is "/srv/x").
+fn export_of<'a>(
+    exports: &'a server::Exports,
+    path: &'a [u8],
+) -> Option<(&'a Arc<Export>, &'a [u8])> {
+    let mut wanted = path;
+    while wanted.len() > 1 && wanted.ends_with(b"/") {
+        wanted = &wanted[..wanted.len() - 1];
+    }
+    exports.iter().find_map(|x| {
+        let root = x.config.path.as_os_str().as_encoded_bytes();
+        let rest = wanted.strip_prefix(root)?;
+        (rest.is_empty() || rest.starts_with(b"/") || root == b"/").then_some((x, rest))
+    })
+}
+
+/// The directory `rest` names below the export root `root`, as MNT's
+/// lookups resolve it (no symlinks are followed): without empty and `.`
+/// names, a `..` taking away the name before it (at the root it stays
+/// there, as LOOKUP of `..` does). `/srv/x/./a//b/../c` is `/srv/x/a/c`:
+/// one entry in the mount list, however the client spells it.
+fn canonical(root: &[u8], rest: &[u8]) -> Vec<u8> {
+    let mut names: Vec<&[u8]> = Vec::new();
+    for name in rest.split(|&b| b == b'/') {
+        match name {
+            b"" | b"." => {}
+            b".." => {
+                names.pop();
+            }
+            name => names.push(name),
+        }
+    }
+    let mut path = root.to_vec();
+    for name in names {
+        if !path.ends_with(b"/") {
+            path.push(b'/');
+        }
+        path.extend_from_slice(name);
+    }
+    path
 }
 
 /// Runs one MOUNT v3 call against `exports` (those served when it was
@@ -88,7 +174,14 @@ pub fn call(
             let Ok(path) = DirPath::from_xdr(args) else {
                 return garbage_args(xid);
             };
-            server.mounts.remove(client, &path.0);
+            // As MNT recorded it.
+            let entry = match export_of(exports, &path.0) {
+                Some((export, rest)) => {
+                    canonical(export.config.path.as_os_str().as_encoded_bytes(), rest)
+                }
+                None => path.0,
+            };
+            server.mounts.remove(client, &entry);
             success(xid, &Void)
         }
         MountProc3::Umntall => {
@@ -127,18 +220,7 @@ fn mnt(
 ) -> MountRes3 {
     let peer = conn.peer;
     let client = peer.ip();
-    // Trailing slashes name the same directory ("/srv/x/" is "/srv/x").
-    let mut wanted: &[u8] = &path;
-    while wanted.len() > 1 && wanted.ends_with(b"/") {
-        wanted = &wanted[..wanted.len() - 1];
-    }
-    // The export itself, or a directory below it (knfsd allows both; libnfs
-    // mounts the directory of the file it is asked for).
-    let found = exports.iter().find_map(|x| {
-        let root = x.config.path.as_os_str().as_encoded_bytes();
-        let rest = wanted.strip_prefix(root)?;
-        (rest.is_empty() || rest.starts_with(b"/") || root == b"/").then_some((x, rest))
-    });
+    let found = export_of(exports, &path);
     // Refusals are logged once per client and export (for paths not
     // exported, once per client) every CLIENT_WARN_EVERY.
     let warn_now = |id| {
@@ -180,7 +262,8 @@ fn mnt(
     let Ok(fhandle) = NfsFh3::new(handle) else {
         return MountRes3::Fail(MountStat3::ServerFault);
     };
-    server.mounts.add(client, wanted.to_vec());
+    let root = export.config.path.as_os_str().as_encoded_bytes();
+    server.mounts.add(client, canonical(root, rest));
     MountRes3::Ok(MountResOk {
         fhandle,
         auth_flavors: vec![AUTH_SYS, AUTH_NONE],
