@@ -9,10 +9,12 @@
 import resource
 import socket
 import struct
+import subprocess
 import time
 
 import pytest
 
+from metrics import counters, free_port
 from nfstools import rss_kib
 
 NFS_PROGRAM, NFS_V3 = 100003, 3
@@ -81,6 +83,54 @@ def test_thousands_of_idle_connections_cost_little(server):
     # A task, a socket and small buffers: a few KiB each, never the
     # megabyte a per-connection max-size record buffer would cost.
     assert per_conn < 16 * 1024, f"{per_conn:.0f} bytes per idle connection"
+
+
+CAP_METRICS = f"127.0.0.1:{free_port()}"
+
+
+@pytest.mark.dionfs_only  # dionfs's connection policy
+@pytest.mark.server_args("--max-connections", "20", "--metrics", CAP_METRICS)
+def test_clients_holding_every_connection_do_not_lock_others_out(server):
+    """20 connections (the cap here) from one host, each making a call and
+    then keeping quiet: every other client's connection was accepted and
+    closed at once, for as long as they stayed open (a call now and then
+    beats the idle timeout). Now a new connection closes the one quiet
+    longest (quiet for 5 s at least), and its client would reconnect."""
+    hogs = []
+    for i in range(20):
+        s = socket.socket()
+        s.bind(("127.0.0.2", 0))
+        s.settimeout(10)
+        s.connect((server.host, server.nfs_port))
+        s.sendall(call(100 + i, NFS_PROGRAM, NFS_V3, 0))
+        read_record(s)
+        hogs.append(s)
+    try:
+        time.sleep(1)
+        # Quiet for less than 5 s: the cap holds.
+        with pytest.raises((ConnectionError, OSError)):
+            null_ok(server)
+        time.sleep(5)
+        with open(f"{server.export}/f", "wb") as f:
+            f.write(b"c" * 100_000)
+        r = subprocess.run(["nfs-cat", server.url("f")], capture_output=True, timeout=60)
+        assert r.returncode == 0 and r.stdout == b"c" * 100_000, r.stderr[-300:]
+        closed = 0
+        for s in hogs:
+            s.settimeout(0.5)
+            try:
+                closed += s.recv(1) == b""
+            except (socket.timeout, ConnectionError):
+                pass
+        c = counters(CAP_METRICS, r"connections_(?:evicted|refused)")
+        # nfs-cat's MOUNT and NFS connections each took a hog's place.
+        assert closed == c["connections_evicted"] == 2, (closed, c)
+        assert c["connections_refused"] == 1, c
+        # At most one line per listener (MOUNT's, NFS's) every 10 s.
+        assert server.log_text().count("closing the connection quiet longest") == 2
+    finally:
+        for s in hogs:
+            s.close()
 
 
 @pytest.mark.dionfs_only  # dionfs's record-size policy

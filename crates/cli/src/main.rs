@@ -340,7 +340,8 @@ struct SettingsFlags {
     /// `large_read_depth_mib`).
     #[arg(long, value_name = "N", value_parser = parse_large_read_depth)]
     large_read_depth_mib: Option<u64>,
-    /// Connections open at once; more are closed at once (default 4096;
+    /// Connections open at once; a new one past it closes the connection
+    /// quiet longest (5 s at least), else is closed at once (default 4096;
     /// with --config, overrides `max_connections`).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     max_connections: Option<u32>,

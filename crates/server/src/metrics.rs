@@ -264,9 +264,15 @@ pub fn render(server: &Server, locks: Option<&LockService>) -> String {
     );
     metric(
         "connections_refused_total",
-        "Connections closed at once because max_connections were open.",
+        "Connections closed at once because max_connections were open and none was quiet.",
         "counter",
         &mut std::iter::once((String::new(), net.refused)),
+    );
+    metric(
+        "connections_evicted_total",
+        "Connections closed, quiet longest, to make room for a new one at max_connections.",
+        "counter",
+        &mut std::iter::once((String::new(), net.evicted)),
     );
     let mut dropped = [
         ("stalled_record", net.stalled),

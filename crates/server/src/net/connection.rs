@@ -75,6 +75,8 @@ pub enum ConnEnd {
     RepliesUnread(Duration),
     /// No call and no byte for the idle timeout.
     Idle(Duration),
+    /// Closed, quiet, for a new connection at `max_connections`.
+    Evicted,
 }
 
 impl fmt::Display for ConnEnd {
@@ -94,6 +96,9 @@ impl fmt::Display for ConnEnd {
                 write!(f, "replies unread for {}s", t.as_secs_f64())
             }
             ConnEnd::Idle(t) => write!(f, "idle for {}s", t.as_secs_f64()),
+            ConnEnd::Evicted => {
+                f.write_str("quiet longest at max_connections: closed for a new connection")
+            }
         }
     }
 }
@@ -625,7 +630,9 @@ pub(super) async fn run_connection<S: Service>(
         limits.max_record,
     );
     let mut calls = 0u64;
+    let registration = limits.quiet.register(conn.id);
     let loop_state = Loop {
+        quiet: &registration.quiet,
         service: &service,
         conn: &conn,
         shared: &shared,
@@ -644,6 +651,7 @@ pub(super) async fn run_connection<S: Service>(
     let end = tokio::select! {
         biased;
         () = stop => ConnEnd::Shutdown,
+        () = registration.quiet.evicted.notified() => ConnEnd::Evicted,
         () = shared.write_failed.notified() => write_end(&shared),
         kind = &mut writer => ConnEnd::WriteError(kind),
         end = watch(&loop_state, &progress) => end,
@@ -652,7 +660,10 @@ pub(super) async fn run_connection<S: Service>(
     // What the reading loop held (a call half-received, a buffer taken for
     // it) is gone with its future.
 
-    if matches!(end, ConnEnd::PeerClosed | ConnEnd::Shutdown) {
+    if matches!(
+        end,
+        ConnEnd::PeerClosed | ConnEnd::Shutdown | ConnEnd::Evicted
+    ) {
         // Let the calls in flight send their replies: wait until every permit
         // is back (queued replies hold theirs), with the writer running.
         // `max_in_flight` is capped far below u32::MAX.
@@ -667,7 +678,7 @@ pub(super) async fn run_connection<S: Service>(
     // itself closes when the last call still holding the write half
     // finishes.
     let how = match end {
-        ConnEnd::PeerClosed | ConnEnd::Shutdown => rustix::net::Shutdown::Write,
+        ConnEnd::PeerClosed | ConnEnd::Shutdown | ConnEnd::Evicted => rustix::net::Shutdown::Write,
         _ => rustix::net::Shutdown::Both,
     };
     let socket: &TcpStream = shared.socket.as_ref();
@@ -775,6 +786,7 @@ struct Loop<'a, S> {
     shares: &'a Arc<Semaphore>,
     limits: &'a ConnLimits,
     progress: &'a Arc<ReadProgress>,
+    quiet: &'a super::quiet::Quiet,
 }
 
 impl<S> Loop<'_, S> {
@@ -808,6 +820,7 @@ async fn watch<S>(l: &Loop<'_, S>, progress: &ReadProgress) -> ConnEnd {
     let mut received = progress.received();
     let mut written = l.shared.written.load(Ordering::Relaxed);
     let mut queued = 0;
+    let (mut calls, mut last_call) = (l.quiet.calls.load(Ordering::Relaxed), now);
     loop {
         ticks.tick().await;
         let now = Instant::now();
@@ -845,6 +858,17 @@ async fn watch<S>(l: &Loop<'_, S>, progress: &ReadProgress) -> ConnEnd {
         if now - last_busy.max(last_read) >= limits.idle_timeout {
             return ConnEnd::Idle(limits.idle_timeout);
         }
+        // Quiet (for `quiet.rs`): no call in flight or reply waiting, and
+        // none received in full since `last_call`. A record arriving does
+        // not count: a client could keep every slot with a byte a second.
+        let c = l.quiet.calls.load(Ordering::Relaxed);
+        let busy = calls_in_flight || unsent > 0;
+        if c != calls || busy {
+            (calls, last_call) = (c, now);
+        }
+        limits
+            .quiet
+            .set(l.quiet, (!busy).then_some(last_call.into_std()));
     }
 }
 
@@ -878,7 +902,11 @@ async fn read_calls<S: Service>(
             room: None,
             _call: Some(l.limits.activity.call()),
         };
-        match read_call(l, reader, calls, &mut permits).await {
+        let call = read_call(l, reader, calls, &mut permits).await;
+        if call.is_ok() {
+            l.quiet.calls.fetch_add(1, Ordering::Relaxed);
+        }
+        match call {
             Ok(Outcome::Run(mut pending)) => {
                 if permits._share.is_none() && l.service.holds_buffer_after_receive(&pending) {
                     permits._share = take_share(l).await;

@@ -11,6 +11,7 @@ pub struct NetCounters {
     /// Connections open right now (the cap `max_connections` applies to it).
     pub(super) open: AtomicUsize,
     pub(super) refused: AtomicU64,
+    pub(super) evicted: AtomicU64,
     pub(super) stalled: AtomicU64,
     pub(super) unread_replies: AtomicU64,
     pub(super) idle: AtomicU64,
@@ -28,6 +29,9 @@ pub struct NetSnapshot {
     pub open: u64,
     /// Connections closed at once because `max_connections` were open.
     pub refused: u64,
+    /// Connections closed, quiet, to make room for a new one at
+    /// `max_connections`.
+    pub evicted: u64,
     /// Connections dropped because a record stopped arriving.
     pub stalled: u64,
     /// Connections closed because the peer did not read its replies.
@@ -55,6 +59,7 @@ impl NetCounters {
         NetSnapshot {
             open: self.open.load(Ordering::Relaxed) as u64,
             refused: get(&self.refused),
+            evicted: get(&self.evicted),
             stalled: get(&self.stalled),
             unread_replies: get(&self.unread_replies),
             idle: get(&self.idle),

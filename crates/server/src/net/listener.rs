@@ -57,10 +57,21 @@ pub async fn serve<S: Service>(
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
-                    let Some(open) = OpenConnection::admit(&limits) else {
-                        refusals.note(peer, &limits);
-                        drop(stream);
-                        continue;
+                    let open = match OpenConnection::admit(&limits) {
+                        Some(open) => open,
+                        // Room made: the quiet connection closes soon, and
+                        // this one is counted over the cap until it has.
+                        None => match limits.quiet.evict_quietest(limits.evict_after) {
+                            Some(quiet) => {
+                                refusals.evicted(peer, quiet, &limits);
+                                OpenConnection::over_the_cap(&limits)
+                            }
+                            None => {
+                                refusals.note(peer, &limits);
+                                drop(stream);
+                                continue;
+                            }
+                        },
                     };
                     // Replies are whole records written at once: Nagle would
                     // only delay them.
@@ -124,6 +135,13 @@ impl OpenConnection {
         .ok()?;
         Some(Self(limits.counters.clone()))
     }
+
+    /// Counts a new connection whatever the cap (one that took the place of
+    /// a connection closing).
+    fn over_the_cap(limits: &ConnLimits) -> Self {
+        limits.counters.open.fetch_add(1, Ordering::AcqRel);
+        Self(limits.counters.clone())
+    }
 }
 
 impl Drop for OpenConnection {
@@ -132,12 +150,14 @@ impl Drop for OpenConnection {
     }
 }
 
-/// Connections refused over the cap: counted, and warned about at most once
-/// per [`REFUSAL_WARN_EVERY`].
+/// Connections refused over the cap, and connections closed to make room:
+/// counted, and warned about at most once per [`REFUSAL_WARN_EVERY`] each.
 #[derive(Default)]
 struct Refusals {
     last_warning: Option<Instant>,
     since_warning: u64,
+    last_eviction_warning: Option<Instant>,
+    evicted_since_warning: u64,
 }
 
 impl Refusals {
@@ -155,10 +175,36 @@ impl Refusals {
             %peer,
             max_connections = limits.max_connections,
             refused = self.since_warning,
-            "connection refused: max_connections are open (count since the last such              warning in `refused`); raise max_connections if these clients are legitimate"
+            "connection refused: max_connections are open and none has been quiet for \
+             {}s (count since the last such warning in `refused`); raise max_connections if \
+             these clients are legitimate",
+            limits.evict_after.as_secs_f64()
         );
         self.last_warning = Some(now);
         self.since_warning = 0;
+    }
+
+    fn evicted(&mut self, peer: std::net::SocketAddr, quiet: Duration, limits: &ConnLimits) {
+        NetCounters::bump(&limits.counters.evicted);
+        self.evicted_since_warning += 1;
+        let now = Instant::now();
+        if self
+            .last_eviction_warning
+            .is_some_and(|t| now.duration_since(t) < REFUSAL_WARN_EVERY)
+        {
+            return;
+        }
+        warn!(
+            %peer,
+            max_connections = limits.max_connections,
+            quiet_s = quiet.as_secs_f64(),
+            evicted = self.evicted_since_warning,
+            "max_connections are open: closing the connection quiet longest for a new one \
+             (its client reconnects at its next call; count since the last such warning in \
+             `evicted`); raise max_connections if these clients are legitimate"
+        );
+        self.last_eviction_warning = Some(now);
+        self.evicted_since_warning = 0;
     }
 }
 

@@ -28,6 +28,7 @@
 mod connection;
 mod counters;
 mod listener;
+mod quiet;
 mod spin;
 mod stream;
 #[cfg(test)]
@@ -369,9 +370,15 @@ pub struct ConnLimits {
     /// A connection with no call in flight and no bytes received for this
     /// long is closed.
     pub idle_timeout: Duration,
-    /// Connections open at once across every listener sharing `counters`;
-    /// more are accepted and closed at once.
+    /// Connections open at once across every listener sharing `counters`.
+    /// A connection over it closes the connection quiet longest, if one has
+    /// been quiet for `evict_after` (`quiet.rs`); else it is accepted and
+    /// closed at once.
     pub max_connections: usize,
+    /// See `max_connections`.
+    pub evict_after: Duration,
+    /// The connections' quiet clocks (shared by clones, like `counters`).
+    pub quiet: Arc<quiet::QuietClocks>,
     /// How long a connection sending one call at a time that has answered
     /// it looks for its next one before sleeping, while no call is in
     /// flight anywhere (see `spin.rs`); zero never.
@@ -400,6 +407,8 @@ impl Default for ConnLimits {
             // As knfsd (svc_age_temp_xprts: 6 minutes).
             idle_timeout: Duration::from_secs(360),
             max_connections: 4096,
+            evict_after: Duration::from_secs(5),
+            quiet: Arc::default(),
             idle_spin: DEFAULT_IDLE_SPIN,
             counters: Arc::default(),
             activity: Arc::default(),

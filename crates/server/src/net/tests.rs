@@ -875,6 +875,44 @@ async fn connections_over_the_cap_are_closed_at_once() {
 }
 
 #[tokio::test]
+async fn at_the_cap_the_quietest_connection_makes_room() {
+    let limits = ConnLimits {
+        max_connections: 3,
+        evict_after: Duration::from_millis(300),
+        stall_timeout: Duration::from_millis(400),
+        ..ConnLimits::default()
+    };
+    let counters = limits.counters.clone();
+    let server = start(limits).await;
+    let mut quiet = Client::connect(server.addr).await;
+    quiet.send(&framed(&echo_call(1, b"once"))).await;
+    assert_eq!(quiet.echo_reply().await, (1, b"once".to_vec()));
+    let mut busy = Client::connect(server.addr).await;
+    busy.send(&framed(&slow_echo_call(2, 3000, b"long"))).await;
+    let mut chatty = Client::connect(server.addr).await;
+    // Too soon: nobody has been quiet for 300 ms.
+    let mut early = Client::connect(server.addr).await;
+    early.expect_closed().await;
+    assert_eq!(counters.snapshot().refused, 1);
+    for xid in 10..20 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        chatty.send(&framed(&echo_call(xid, b"hi"))).await;
+        assert_eq!(chatty.echo_reply().await, (xid, b"hi".to_vec()));
+    }
+    // `quiet` has been, for a second; `busy` has a call running and
+    // `chatty` calls every 100 ms.
+    let mut new = Client::connect(server.addr).await;
+    new.send(&framed(&echo_call(3, b"room"))).await;
+    assert_eq!(new.echo_reply().await, (3, b"room".to_vec()));
+    quiet.expect_closed().await;
+    assert_eq!(counters.snapshot().evicted, 1);
+    assert_eq!(busy.echo_reply().await, (2, b"long".to_vec()));
+    chatty.send(&framed(&echo_call(30, b"still"))).await;
+    assert_eq!(chatty.echo_reply().await, (30, b"still".to_vec()));
+    assert!(eventually(Duration::from_secs(5), || counters.snapshot().open == 3).await);
+}
+
+#[tokio::test]
 async fn idle_connections_are_closed_but_not_while_a_call_runs() {
     let limits = ConnLimits {
         idle_timeout: Duration::from_millis(300),
