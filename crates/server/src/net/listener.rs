@@ -154,57 +154,64 @@ impl Drop for OpenConnection {
 /// counted, and warned about at most once per [`REFUSAL_WARN_EVERY`] each.
 #[derive(Default)]
 struct Refusals {
-    last_warning: Option<Instant>,
-    since_warning: u64,
-    last_eviction_warning: Option<Instant>,
-    evicted_since_warning: u64,
+    refused: Warnings,
+    evicted: Warnings,
+}
+
+/// Events warned about at most once per [`REFUSAL_WARN_EVERY`].
+#[derive(Default)]
+struct Warnings {
+    last: Option<Instant>,
+    since_last: u64,
+}
+
+impl Warnings {
+    /// One more event: the count since the last warning if one is due.
+    fn due(&mut self) -> Option<u64> {
+        self.since_last += 1;
+        let now = Instant::now();
+        if self
+            .last
+            .is_some_and(|t| now.duration_since(t) < REFUSAL_WARN_EVERY)
+        {
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.since_last))
+    }
 }
 
 impl Refusals {
     fn note(&mut self, peer: std::net::SocketAddr, limits: &ConnLimits) {
         NetCounters::bump(&limits.counters.refused);
-        self.since_warning += 1;
-        let now = Instant::now();
-        if self
-            .last_warning
-            .is_some_and(|t| now.duration_since(t) < REFUSAL_WARN_EVERY)
-        {
+        let Some(refused) = self.refused.due() else {
             return;
-        }
+        };
         warn!(
             %peer,
             max_connections = limits.max_connections,
-            refused = self.since_warning,
+            refused,
             "connection refused: max_connections are open and none has been quiet for \
              {}s (count since the last such warning in `refused`); raise max_connections if \
              these clients are legitimate",
             limits.evict_after.as_secs_f64()
         );
-        self.last_warning = Some(now);
-        self.since_warning = 0;
     }
 
     fn evicted(&mut self, peer: std::net::SocketAddr, quiet: Duration, limits: &ConnLimits) {
         NetCounters::bump(&limits.counters.evicted);
-        self.evicted_since_warning += 1;
-        let now = Instant::now();
-        if self
-            .last_eviction_warning
-            .is_some_and(|t| now.duration_since(t) < REFUSAL_WARN_EVERY)
-        {
+        let Some(evicted) = self.evicted.due() else {
             return;
-        }
+        };
         warn!(
             %peer,
             max_connections = limits.max_connections,
             quiet_s = quiet.as_secs_f64(),
-            evicted = self.evicted_since_warning,
+            evicted,
             "max_connections are open: closing the connection quiet longest for a new one \
              (its client reconnects at its next call; count since the last such warning in \
              `evicted`); raise max_connections if these clients are legitimate"
         );
-        self.last_eviction_warning = Some(now);
-        self.evicted_since_warning = 0;
     }
 }
 
