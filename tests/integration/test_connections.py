@@ -123,11 +123,13 @@ def test_clients_holding_every_connection_do_not_lock_others_out(server):
             except (socket.timeout, ConnectionError):
                 pass
         c = counters(CAP_METRICS, r"connections_(?:evicted|refused)")
-        # nfs-cat's MOUNT and NFS connections each took a hog's place.
-        assert closed == c["connections_evicted"] == 2, (closed, c)
+        # nfs-cat's MOUNT connection took a hog's place, and its NFS one
+        # another unless the MOUNT one had closed already.
+        evicted = c["connections_evicted"]
+        assert closed == evicted and evicted in (1, 2), (closed, c)
         assert c["connections_refused"] == 1, c
-        # At most one line per listener (MOUNT's, NFS's) every 10 s.
-        assert server.log_text().count("closing the connection quiet longest") == 2
+        # One line per listener (MOUNT's, NFS's) that closed one.
+        assert server.log_text().count("closing the connection quiet longest") == evicted
     finally:
         for s in hogs:
             s.close()
