@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import sys
 import os
 import socket
 import struct
@@ -380,6 +381,54 @@ def test_a_client_that_does_not_answer_callbacks_holds_no_threads(server):
         black_hole.close()
         for c in held:
             c.close()
+
+
+# NSM NULL datagrams to 127.0.0.1:PORT for SECONDS; prints how many.
+_NSM_NULLS = f"""
+import socket, struct, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+null = struct.pack(">IIIIIIIIII", 1, 0, 2, {NSM}, {NSM_V1}, 0, 0, 0, 0, 0)
+port, end, sent = int(sys.argv[1]), time.monotonic() + float(sys.argv[2]), 0
+while time.monotonic() < end:
+    for _ in range(100):
+        s.sendto(null, ("127.0.0.1", port))
+    sent += 100
+print(sent)
+"""
+
+
+def test_a_flood_of_nsm_datagrams_holds_no_threads(server):
+    """NSM listens on UDP, where anyone can send from any address. A task
+    per datagram, each on a blocking thread, let a flood of NULLs take all
+    512 of the threads NFS calls run on (and 420 MB, kept after): another
+    client's 100 KB `nfs-cat` took 2.5-4.5 s during it. Now a UDP socket
+    runs 16 calls at once and leaves the rest to the kernel to drop."""
+    port = json.load(open(server.ports_file))["nsm"]
+    with open(os.path.join(server.export, "g"), "wb") as f:
+        f.write(b"g" * 100_000)
+    status = f"/proc/{server.proc.pid}/status"
+
+    def rss_kib() -> int:
+        line = next(ln for ln in open(status) if ln.startswith("VmRSS:"))
+        return int(line.split()[1])
+    before = rss_kib()
+    floods = [subprocess.Popen([sys.executable, "-c", _NSM_NULLS, str(port), "5"],
+                               stdout=subprocess.PIPE, text=True) for _ in range(3)]
+    time.sleep(2)
+    r = subprocess.run(["nfs-cat", server.url("g")], capture_output=True, timeout=60)
+    threads = len(os.listdir(f"/proc/{server.proc.pid}/task"))
+    grown = rss_kib() - before
+    sent = sum(int(p.communicate(timeout=60)[0]) for p in floods)
+    assert r.returncode == 0 and r.stdout == b"g" * 100_000, r.stderr[-300:]
+    print(f"{sent} datagrams; {threads} threads, RSS +{grown} KiB during the flood")
+    assert sent > 100_000
+    assert threads < 200, threads
+    assert grown < 100 * 1024, grown
+    # NSM still answers.
+    c = Nlm(server, b"after")
+    accept, res = c.call(1, opaque(b"x"), prog=NSM, vers=NSM_V1)
+    assert accept == SUCCESS and struct.unpack(">I", res[:4])[0] == 0
+    c.close()
 
 
 @pytest.mark.server_args("--grace-period", "4")

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use dionfs_rpc::message::read_call_header;
 use dionfs_rpc::{record_mark, RecordReader, ReplyStatus};
 use tokio::net::UdpSocket;
+use tokio::sync::Semaphore;
 use tracing::debug;
 
 use super::{next_conn_id, CallStream, ConnInfo, Received, Reply, Service};
@@ -25,9 +26,17 @@ impl CallStream for &[u8] {
 /// Largest datagram read.
 const MAX_DATAGRAM: usize = 64 << 10;
 
+/// Calls of one UDP socket running at once. While they all run, no
+/// datagram is read: the socket's receive buffer fills and the kernel
+/// drops what comes (counted in its UDP receive errors), and the client
+/// retransmits, as over UDP it must. A task per datagram without a bound
+/// let a flood of NSM NULLs (anyone can send them, from any address) take
+/// every one of the 512 blocking threads NFS calls run on, and 420 MB.
+const MAX_IN_FLIGHT: usize = 16;
+
 /// Serves `service` on `socket` until `shutdown` completes. Each call runs
-/// as its own task; a reply that cannot be sent is dropped (the client
-/// retransmits, as over UDP it must).
+/// as its own task, at most [`MAX_IN_FLIGHT`] at once; a reply that cannot
+/// be sent is dropped (the client retransmits, as over UDP it must).
 pub async fn serve<S: Service>(
     socket: UdpSocket,
     service: Arc<S>,
@@ -39,8 +48,16 @@ pub async fn serve<S: Service>(
         Err(_) => return,
     };
     let mut buf = vec![0u8; MAX_DATAGRAM];
+    let running = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     tokio::pin!(shutdown);
     loop {
+        let permit = tokio::select! {
+            _ = &mut shutdown => return,
+            p = running.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => return,
+            },
+        };
         let (n, peer) = tokio::select! {
             _ = &mut shutdown => return,
             r = socket.recv_from(&mut buf) => match r {
@@ -68,6 +85,7 @@ pub async fn serve<S: Service>(
                 }
                 let _ = socket.send_to(&out, peer).await;
             }
+            drop(permit);
         });
     }
 }
