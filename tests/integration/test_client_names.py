@@ -90,3 +90,83 @@ kill $D; wait $D || true
     assert "GETATTR from 127.0.0.2: 0" in out, out
     assert "GETATTR from 127.0.0.3: 0" not in out, out  # refused with the same handle
     assert 'names=["build1.example.com"]' in log, log
+
+
+def test_a_client_whose_name_server_does_not_answer_holds_no_threads(tmp_path):
+    """With names in a client list, each new connection's address is
+    looked up, and a name server that does not answer (an attacker's, for
+    its own reverse zone) makes the resolver wait seconds. A lookup per
+    connection, each on a blocking thread, let 600 connections from such an
+    address take all 512 threads NFS calls run on; now one lookup per
+    address runs at a time, at most eight in all, and the others wait
+    without a thread."""
+    export = tmp_path / "export"
+    export.mkdir()
+    export.chmod(0o755)
+    (tmp_path / "hosts").write_text("127.0.0.1 localhost\n127.0.0.2 good.example.com\n")
+    (tmp_path / "resolv.conf").write_text("nameserver 127.0.0.1\noptions timeout:4 attempts:1\n")
+    (tmp_path / "nsswitch.conf").write_text("hosts: files dns\n")
+    (tmp_path / "dionfs.toml").write_text(f"""
+[server]
+listen = "0.0.0.0"
+nfs_port = 2049
+mount_port = 20048
+portmap_port = false
+state_dir = "{tmp_path}/state"
+
+[[export]]
+path = "{export}"
+clients = ["*.example.com"]
+options = "rw,insecure"
+""")
+    client = tmp_path / "client.py"
+    client.write_text(f"""
+import os, socket, sys, time
+sys.path.insert(0, {LIB!r})
+import rawrpc
+pid = int(sys.argv[1])
+hogs = []
+for _ in range(600):
+    s = socket.socket()
+    s.bind(("127.0.0.3", 0))
+    s.connect(("127.0.0.1", 2049))
+    hogs.append(s)
+time.sleep(1.5)
+print("threads while waiting:", len(os.listdir(f"/proc/{{pid}}/task")))
+t = time.monotonic()
+status, fh = rawrpc.mnt(rawrpc.Conn("127.0.0.1", 20048, timeout=30, source="127.0.0.2"), {str(export)!r})
+accept, res = rawrpc.Conn("127.0.0.1", 2049, timeout=30, source="127.0.0.2").rpc(
+    100003, 3, 1, rawrpc.opaque(fh))
+print(f"good client: MNT {{status}}, GETATTR {{rawrpc.nfs_status(res)}} in {{time.monotonic() - t:.2f}} s")
+""")
+    sink = ("import socket, time\n"
+            "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+            "s.bind(('127.0.0.1', 53))\n"
+            "time.sleep(3600)\n")
+    ns = f"dionfs-names-{uuid.uuid4().hex[:8]}"
+    script = tmp_path / "run.sh"
+    script.write_text(f"""set -eu
+mount --bind {tmp_path}/hosts /etc/hosts
+mount --bind {tmp_path}/resolv.conf /etc/resolv.conf
+mount --bind {tmp_path}/nsswitch.conf /etc/nsswitch.conf
+{sys.executable} -c "{sink}" &
+SINK=$!
+{dionfs_bin()} serve --config {tmp_path}/dionfs.toml > {tmp_path}/dionfs.log 2>&1 &
+D=$!
+for i in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/2049) 2>/dev/null && break; sleep 0.1; done
+{sys.executable} {client} $D
+kill $D $SINK; wait $D || true
+""")
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        subprocess.run(["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"], check=True)
+        r = subprocess.run(["ip", "netns", "exec", ns, "unshare", "-m", "bash", str(script)],
+                           capture_output=True, text=True, timeout=120)
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=False)
+    out = r.stdout + r.stderr
+    print(out)
+    assert r.returncode == 0, out
+    assert "good client: MNT 0, GETATTR 0" in out, out
+    threads = int(out.split("threads while waiting:")[1].split()[0])
+    assert threads < 100, out

@@ -4,6 +4,11 @@
 //! client cannot claim a name by controlling its own reverse zone), as
 //! rpc.mountd checks. Blocking (the system resolver): looked up once per
 //! connection, before its first call, and cached per address for a minute.
+//! [`client_names_shared`] runs one lookup per address at a time and at
+//! most [`LOOKUPS_AT_ONCE`] in all: a resolver waits seconds for a name
+//! server that does not answer (one an attacker runs for its own reverse
+//! zone, say), and a lookup per connection, each on a blocking thread, let
+//! connections from such an address take every thread NFS calls run on.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, ToSocketAddrs};
@@ -24,18 +29,68 @@ fn cache() -> &'static Cache {
     CACHE.get_or_init(Mutex::default)
 }
 
-/// The confirmed host names of `ip` (empty if it has none).
-pub fn client_names(ip: IpAddr) -> Vec<String> {
-    let ip = match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
-        v4 => v4,
+/// Reverse lookups running at once, over all addresses.
+const LOOKUPS_AT_ONCE: usize = 8;
+
+/// [`client_names`] for a connection about to serve: from the cache if it
+/// can; else after the lookup of `ip` already running, if there is one;
+/// else on a blocking thread, at most [`LOOKUPS_AT_ONCE`] at once, the
+/// other connections waiting without holding a thread.
+pub async fn client_names_shared(ip: IpAddr) -> Vec<String> {
+    type Running = Mutex<HashMap<IpAddr, std::sync::Arc<tokio::sync::Mutex<()>>>>;
+    static RUNNING: OnceLock<Running> = OnceLock::new();
+    static SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(LOOKUPS_AT_ONCE);
+    if let Some(names) = cached(ip) {
+        return names;
+    }
+    let running = RUNNING.get_or_init(Mutex::default);
+    let this = {
+        let Ok(mut map) = running.lock() else {
+            return Vec::new();
+        };
+        map.entry(ip).or_default().clone()
     };
-    if let Ok(cache) = cache().lock() {
-        if let Some((names, at)) = cache.get(&ip) {
-            if at.elapsed() < TTL {
-                return names.clone();
+    let names = {
+        let _one = this.lock().await;
+        match cached(ip) {
+            Some(names) => names,
+            None => {
+                let _slot = SLOTS.acquire().await;
+                tokio::task::spawn_blocking(move || client_names(ip))
+                    .await
+                    .unwrap_or_default()
             }
         }
+    };
+    // The last connection that waited for this address forgets it.
+    if let Ok(mut map) = running.lock() {
+        if std::sync::Arc::strong_count(&this) == 2 {
+            map.remove(&ip);
+        }
+    }
+    names
+}
+
+/// `ip` as the cache keys it: an IPv4-mapped IPv6 address as IPv4.
+fn key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// The names of `ip` looked up less than [`TTL`] ago.
+fn cached(ip: IpAddr) -> Option<Vec<String>> {
+    let cache = cache().lock().ok()?;
+    let (names, at) = cache.get(&key(ip))?;
+    (at.elapsed() < TTL).then(|| names.clone())
+}
+
+/// The confirmed host names of `ip` (empty if it has none).
+pub fn client_names(ip: IpAddr) -> Vec<String> {
+    let ip = key(ip);
+    if let Some(names) = cached(ip) {
+        return names;
     }
     let names = lookup(ip);
     if let Ok(mut cache) = cache().lock() {

@@ -320,16 +320,14 @@ impl ConnInfo {
         self.names.get().map_or(&[], Vec::as_slice)
     }
 
-    /// Looks the peer's host names up (blocking: the system resolver,
-    /// cached per address for a minute), unless that was done.
+    /// Looks the peer's host names up (the system resolver, cached per
+    /// address for a minute, a few lookups at a time:
+    /// [`crate::export::names::client_names_shared`]), unless that was done.
     pub async fn look_up_names(&self) {
         if self.names.get().is_some() {
             return;
         }
-        let ip = self.peer.ip();
-        let names = tokio::task::spawn_blocking(move || crate::export::names::client_names(ip))
-            .await
-            .unwrap_or_default();
+        let names = crate::export::names::client_names_shared(self.peer.ip()).await;
         let _ = self.names.set(names);
     }
 }
