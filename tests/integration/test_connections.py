@@ -135,6 +135,24 @@ def test_clients_holding_every_connection_do_not_lock_others_out(server):
             s.close()
 
 
+@pytest.mark.dionfs_only  # dionfs's log
+def test_a_server_out_of_descriptors_says_so_a_few_times(server):
+    """Out of descriptors, accept() fails for every connection waiting, and
+    the listener tries again ten times a second: each try was a line."""
+    subprocess.run(["prlimit", "--pid", str(server.proc.pid), "--nofile=64:64"], check=True)
+    conns = []
+    try:
+        for _ in range(100):
+            conns.append(socket.create_connection((server.host, server.nfs_port), timeout=10))
+        time.sleep(3)
+    finally:
+        for s in conns:
+            s.close()
+    lines = server.log_text().count("accept failed")
+    assert 1 <= lines <= 2, lines
+    assert "raise the open-file limit" in server.log_text()
+
+
 @pytest.mark.dionfs_only  # dionfs's record-size policy
 def test_oversized_record_closes_only_that_connection(server):
     bystander = connect(server)

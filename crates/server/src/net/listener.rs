@@ -51,6 +51,7 @@ pub async fn serve<S: Service>(
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut connections = JoinSet::new();
     let mut refusals = Refusals::default();
+    let mut accept_failures = Warnings::default();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -106,7 +107,12 @@ pub async fn serve<S: Service>(
                     });
                 }
                 Err(e) => {
-                    warn!(listener = ?local, error = %e, "accept failed");
+                    // EMFILE lasts: ten tries a second, a line each 10 s.
+                    if let Some(failed) = accept_failures.due() {
+                        warn!(listener = ?local, error = %e, failed,
+                            "accept failed (count since the last such warning in `failed`); \
+                             with EMFILE, raise the open-file limit (LimitNOFILE)");
+                    }
                     tokio::time::sleep(ACCEPT_RETRY_DELAY).await;
                 }
             },
