@@ -273,6 +273,27 @@ def test_a_client_frees_only_the_locks_it_took(server):
     victim.close(); other.close()
 
 
+def test_a_reboot_behind_a_shared_address_frees_only_its_sender(server):
+    """Clients behind one NAT address lock under their own names. A reboot
+    notified under a name none of them holds (a client that locked under
+    another, or none) freed every lock of the address; now only when one
+    name holds locks there, taken for the sender's other name."""
+    fh = file_fh(server, "nat")
+    path = os.path.join(server.export, "nat")
+    a, bb = Nlm(server, b"natA"), Nlm(server, b"natB")
+    assert a.lock(fh, 1, 0, 10) == S_GRANTED
+    assert bb.lock(fh, 1, 20, 10) == S_GRANTED
+    notify = lambda name, st: a.call(6, opaque(name) + u32(st), prog=NSM, vers=NSM_V1)[0]
+    assert notify(b"natC", 3) == SUCCESS
+    assert local_denied(path, 5, 1) and local_denied(path, 25, 1)
+    assert notify(b"natA", 5) == SUCCESS
+    assert not local_denied(path, 5, 1) and local_denied(path, 25, 1)
+    # One name left at the address: a reboot under another name is its.
+    assert notify(b"10.0.0.9", 7) == SUCCESS
+    assert not local_denied(path, 25, 1)
+    a.close(); bb.close()
+
+
 def test_a_client_cannot_run_the_server_out_of_descriptors(server):
     """Every lock owner is a description of the file held open, and the
     name a client gives is its own word: a client that locked under ever

@@ -809,22 +809,36 @@ impl LockService {
                 // it notifies from (as rpc.statd matches both the name and
                 // the sender): anyone who can reach the port could otherwise
                 // free another client's locks by naming it. The locks under
-                // that name, or all the address's if it went by another.
-                let by_name = self
+                // that name; or, if the client locked under another name
+                // (its address, say) and is the only one locking from that
+                // address, all the address's. Several names there (clients
+                // behind one NAT address): another client's notify must not
+                // free theirs.
+                let mut names: Vec<Vec<u8>> = self
                     .table
                     .lock()
                     .hosts()
-                    .iter()
-                    .any(|h| h.ip == ip && h.name == name);
-                info!(client = %ip, name = %String::from_utf8_lossy(&name), state = a.state,
-                    "NSM: a client rebooted; dropping its locks");
-                if by_name {
+                    .into_iter()
+                    .filter(|h| h.ip == ip)
+                    .map(|h| h.name)
+                    .collect();
+                names.dedup();
+                let shown = String::from_utf8_lossy(&name).into_owned();
+                if names.contains(&name) {
+                    info!(client = %ip, name = %shown, state = a.state,
+                        "NSM: a client rebooted; dropping its locks");
                     self.drop_hosts(
                         |h| h.ip == ip && h.name == name,
                         |m| m.client == ip && m.name == name,
                     );
-                } else {
+                } else if names.len() <= 1 {
+                    info!(client = %ip, name = %shown, state = a.state,
+                        "NSM: a client rebooted; dropping its locks (taken under another name)");
                     self.drop_hosts(|h| h.ip == ip, |m| m.client == ip);
+                } else {
+                    warn!(client = %ip, name = %shown, names = names.len(),
+                        "NSM: a client at an address where several clients hold locks, under \
+                         other names, says it rebooted; dropping none of them");
                 }
                 success(xid, &Void)
             }
