@@ -271,3 +271,47 @@ def test_small_requests_are_not_held_to_the_large_buffer_share(server):
         for i in range(48):
             f.seek(i * 8192)
             assert f.read(8192) == bytes([i]) * 8192, f"WRITE {i}"
+
+
+def test_clients_that_do_not_read_directory_listings_cost_no_memory(server):
+    """READDIRPLUS replies are as large as a READ's (up to the largest
+    transfer, 1 MiB), but reserved no room in the connection's send buffer
+    before they ran: a client that pipelined them and never read the
+    replies had them all built and queued. 12 connections with 64 each of
+    a 3,000-entry directory, unread: the server's memory grew by hundreds
+    of MB. Now they wait for room like READs; an unread connection has a
+    send buffer's worth built, no more."""
+    d = os.path.join(server.export, "big")
+    os.mkdir(d)
+    for i in range(3000):
+        open(os.path.join(d, "an-entry-with-a-rather-long-name-%06d" % i), "w").close()
+    with Conn(server.host, server.mount_port, reserved=True) as m:
+        _, root = mnt(m, server.export)
+    with Conn(server.host, server.nfs_port, reserved=True) as c:
+        accept, res = c.rpc(NFS_PROGRAM, NFS_V3, 3, opaque(root) + opaque(b"big"), uid=0, gid=0)
+    assert accept == SUCCESS and nfs_status(res) == 0
+    (n,) = struct.unpack(">I", res[4:8])
+    dir_fh = res[8:8 + n]
+    readdirplus = opaque(dir_fh) + u64(0) + b"\0" * 8 + u32(MiB) + u32(MiB)
+    before = rss_kib(server.proc.pid)
+    deaf = []
+    try:
+        for k in range(12):
+            s = socket.create_connection((server.host, server.nfs_port), timeout=30)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.sendall(b"".join(call(k * 100 + i, NFS_PROGRAM, NFS_V3, 17, readdirplus, 0, 0)
+                               for i in range(64)))
+            deaf.append(s)
+        peak = 0
+        for _ in range(10):
+            time.sleep(0.5)
+            peak = max(peak, rss_kib(server.proc.pid))
+        # Another client still lists the directory.
+        r = subprocess.run(["nfs-ls", server.url("big")], capture_output=True, timeout=120)
+        assert r.returncode == 0 and r.stdout.count(b"an-entry") == 3000, r.stderr[-300:]
+    finally:
+        for s in deaf:
+            s.close()
+    grown = peak - before
+    print(f"RSS {before} KiB, at most {peak} KiB with 12 connections not reading their listings")
+    assert grown < 64 * 1024, f"{grown} KiB"
