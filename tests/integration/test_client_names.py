@@ -8,12 +8,11 @@ namespace, in a private network namespace (127.0.0.2-4 on its loopback).
 
 from __future__ import annotations
 
-import subprocess
 import sys
-import uuid
 
 import pytest
 
+from netns import run_in_private_namespaces
 from servers import dionfs_bin
 
 pytestmark = pytest.mark.dionfs_only
@@ -63,7 +62,6 @@ for src in ("127.0.0.2", "127.0.0.3"):
     accept, res = conn(src, 2049).rpc(100003, 3, 1, rawrpc.opaque(handle))
     print(f"GETATTR from {{src}}: {{rawrpc.nfs_status(res)}}")
 """)
-    ns = f"dionfs-names-{uuid.uuid4().hex[:8]}"
     script = tmp_path / "run.sh"
     script.write_text(f"""set -eu
 mount --bind {tmp_path}/hosts /etc/hosts
@@ -73,13 +71,7 @@ for i in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/2049) 2>/dev/null && break; 
 {sys.executable} {client}
 kill $D; wait $D || true
 """)
-    subprocess.run(["ip", "netns", "add", ns], check=True)
-    try:
-        subprocess.run(["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"], check=True)
-        r = subprocess.run(["ip", "netns", "exec", ns, "unshare", "-m", "bash", str(script)],
-                           capture_output=True, text=True, timeout=120)
-    finally:
-        subprocess.run(["ip", "netns", "del", ns], check=False)
+    r = run_in_private_namespaces(script)
     out = r.stdout + r.stderr
     log = (tmp_path / "dionfs.log").read_text()
     print(out, log)
@@ -143,7 +135,6 @@ print(f"good client: MNT {{status}}, GETATTR {{rawrpc.nfs_status(res)}} in {{tim
             "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
             "s.bind(('127.0.0.1', 53))\n"
             "time.sleep(3600)\n")
-    ns = f"dionfs-names-{uuid.uuid4().hex[:8]}"
     script = tmp_path / "run.sh"
     script.write_text(f"""set -eu
 mount --bind {tmp_path}/hosts /etc/hosts
@@ -157,13 +148,7 @@ for i in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/2049) 2>/dev/null && break; 
 {sys.executable} {client} $D
 kill $D $SINK; wait $D || true
 """)
-    subprocess.run(["ip", "netns", "add", ns], check=True)
-    try:
-        subprocess.run(["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"], check=True)
-        r = subprocess.run(["ip", "netns", "exec", ns, "unshare", "-m", "bash", str(script)],
-                           capture_output=True, text=True, timeout=120)
-    finally:
-        subprocess.run(["ip", "netns", "del", ns], check=False)
+    r = run_in_private_namespaces(script)
     out = r.stdout + r.stderr
     print(out)
     assert r.returncode == 0, out

@@ -19,6 +19,7 @@ import time
 
 import pytest
 from nfstools import NfsProc, assert_nfs_error, make_random_file, nfs_cat, nfs_ls
+from netns import run_in_private_namespaces
 from servers import DionfsServer, dionfs_bin
 
 pytestmark = pytest.mark.dionfs_only
@@ -398,7 +399,6 @@ def test_a_reload_that_adds_a_name_matched_export_serves_open_connections(tmp_pa
     names from a bind-mounted /etc/hosts, 127.0.0.2-3 on a private
     loopback, the standard ports."""
     import sys
-    import uuid
 
     lib = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib")
     a, b = tmp_path / "a", tmp_path / "b"
@@ -444,7 +444,6 @@ accept, res = nfs2.rpc(100003, 3, 1, rawrpc.opaque(fh_b))
 print(f"after: GETATTR b from 127.0.0.2: {{rawrpc.nfs_status(res)}}")
 print(f"after: MNT b from 127.0.0.3: {{rawrpc.mnt(mnt3, {str(b)!r})[0]}}")
 """)
-    ns = f"dionfs-reload-{uuid.uuid4().hex[:8]}"
     script = tmp_path / "run.sh"
     script.write_text(f"""set -eu
 mount --bind {tmp_path}/hosts /etc/hosts
@@ -454,13 +453,7 @@ for i in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/2049) 2>/dev/null && break; 
 DIONFS_PID=$D {sys.executable} {client}
 kill $D; wait $D || true
 """)
-    subprocess.run(["ip", "netns", "add", ns], check=True)
-    try:
-        subprocess.run(["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"], check=True)
-        r = subprocess.run(["ip", "netns", "exec", ns, "unshare", "-m", "bash", str(script)],
-                           capture_output=True, text=True, timeout=120)
-    finally:
-        subprocess.run(["ip", "netns", "del", ns], check=False)
+    r = run_in_private_namespaces(script)
     out = r.stdout + r.stderr
     log = (tmp_path / "dionfs.log").read_text()
     print(out, log)
