@@ -20,15 +20,9 @@ pytestmark = pytest.mark.dionfs_only
 LIB = str(__import__("pathlib").Path(__file__).resolve().parents[1] / "lib")
 
 
-def test_host_names_and_wildcards_in_client_lists(tmp_path):
-    export = tmp_path / "export"
-    export.mkdir()
-    export.chmod(0o755)
-    (tmp_path / "hosts").write_text(
-        "127.0.0.1 localhost\n"
-        "127.0.0.2 build1.example.com\n"
-        "127.0.0.3 intruder.example.org\n"
-        "127.0.0.4 db7.lab\n")
+def _write_config(tmp_path, export, clients: str) -> None:
+    """tmp_path/dionfs.toml: `export` for `clients` (a TOML list) on the
+    standard ports."""
     (tmp_path / "dionfs.toml").write_text(f"""
 [server]
 listen = "0.0.0.0"
@@ -39,9 +33,21 @@ state_dir = "{tmp_path}/state"
 
 [[export]]
 path = "{export}"
-clients = ["*.example.com", "db?.lab"]
+clients = {clients}
 options = "rw,insecure"
 """)
+
+
+def test_host_names_and_wildcards_in_client_lists(tmp_path):
+    export = tmp_path / "export"
+    export.mkdir()
+    export.chmod(0o755)
+    (tmp_path / "hosts").write_text(
+        "127.0.0.1 localhost\n"
+        "127.0.0.2 build1.example.com\n"
+        "127.0.0.3 intruder.example.org\n"
+        "127.0.0.4 db7.lab\n")
+    _write_config(tmp_path, export, '["*.example.com", "db?.lab"]')
     client = tmp_path / "client.py"
     client.write_text(f"""
 import sys
@@ -98,19 +104,7 @@ def test_a_client_whose_name_server_does_not_answer_holds_no_threads(tmp_path):
     (tmp_path / "hosts").write_text("127.0.0.1 localhost\n127.0.0.2 good.example.com\n")
     (tmp_path / "resolv.conf").write_text("nameserver 127.0.0.1\noptions timeout:4 attempts:1\n")
     (tmp_path / "nsswitch.conf").write_text("hosts: files dns\n")
-    (tmp_path / "dionfs.toml").write_text(f"""
-[server]
-listen = "0.0.0.0"
-nfs_port = 2049
-mount_port = 20048
-portmap_port = false
-state_dir = "{tmp_path}/state"
-
-[[export]]
-path = "{export}"
-clients = ["*.example.com"]
-options = "rw,insecure"
-""")
+    _write_config(tmp_path, export, '["*.example.com"]')
     client = tmp_path / "client.py"
     client.write_text(f"""
 import os, socket, sys, time
