@@ -173,7 +173,9 @@ def test_stalled_and_non_reading_clients_do_not_stop_others(server, writers, sen
             lines = [line for line in log.splitlines() if f"dropping connection: {what}" in line]
             assert 1 <= len(lines) <= 10, f"{len(lines)} warnings for {n} '{what}' drops"
             if n > 10:
-                assert "only counted" in lines[-1], lines[-1]
+                # (Failed once in CI, with one line found, the first: all of
+                # them and the log's size say more next time.)
+                assert "only counted" in lines[-1], (len(log.splitlines()), lines)
     finally:
         stop(attackers)
 
