@@ -58,9 +58,14 @@ impl Default for LogBudget {
 }
 
 impl LogBudget {
-    /// What to log for one more event of this kind at `now`.
+    /// What to log for one more event of this kind at `now` (the tests'
+    /// view of [`LogBudget::log`]).
+    #[cfg(test)]
     pub(crate) fn next(&self, now: Instant) -> Say {
-        let mut st = self.state.lock();
+        Self::decide(&mut self.state.lock(), now)
+    }
+
+    fn decide(st: &mut State, now: Instant) -> Say {
         if st
             .since
             .is_none_or(|since| now.duration_since(since) >= WINDOW)
@@ -81,14 +86,17 @@ impl LogBudget {
 }
 
 impl LogBudget {
-    /// [`LogBudget::next`] now, as a caller logs it: `None` when only
-    /// counted, else how many were held back before this line and what
-    /// ends it (on the window's last line, that more are only counted by
-    /// `metric`).
-    pub(crate) fn line(&self, metric: &'static str) -> Option<(u64, More)> {
-        match self.next(Instant::now()) {
-            Say::Line { held_back, last } => Some((held_back, More { last, metric })),
-            Say::Nothing => None,
+    /// [`LogBudget::next`] now, as a caller logs it: unless only counted,
+    /// `write` writes the line, given how many were held back before it
+    /// and what ends it (on the window's last line, that more are only
+    /// counted by `metric`). Written before another event of this kind is
+    /// decided on, so the lines of a burst are in the log in their order,
+    /// the one saying that more are only counted last (two threads ending
+    /// connections at once wrote them in either order).
+    pub(crate) fn log(&self, metric: &'static str, write: impl FnOnce(u64, More)) {
+        let mut st = self.state.lock();
+        if let Say::Line { held_back, last } = Self::decide(&mut st, Instant::now()) {
+            write(held_back, More { last, metric });
         }
     }
 }
@@ -161,6 +169,39 @@ impl ClientWarnings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_burst_from_many_threads_is_written_in_its_order() {
+        let budget = std::sync::Arc::new(LogBudget::default());
+        let written = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let start = std::sync::Arc::new(std::sync::Barrier::new(8));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let (budget, written) = (budget.clone(), written.clone());
+                let start = start.clone();
+                std::thread::spawn(move || {
+                    start.wait();
+                    for _ in 0..20 {
+                        budget.log("m", |_, more| {
+                            // Writing a line takes a while.
+                            std::thread::sleep(std::time::Duration::from_millis(2));
+                            written.lock().push(more.last);
+                        });
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let written = written.lock();
+        assert_eq!(written.len(), BURST as usize);
+        assert!(written[..written.len() - 1].iter().all(|last| !last));
+        assert!(
+            written[written.len() - 1],
+            "the line saying more are only counted is last"
+        );
+    }
 
     #[test]
     fn a_burst_is_logged_then_counted_then_summed_up_after_the_window() {

@@ -708,7 +708,7 @@ fn log_end(conn: &ConnInfo, end: &ConnEnd, limits: &ConnLimits, calls: u64) {
     match end {
         ConnEnd::Stalled(t) => {
             NetCounters::bump(&counters.stalled);
-            if let Some((held_back, more)) = limits.drop_logs.stalled.line(DROPPED) {
+            limits.drop_logs.stalled.log(DROPPED, |held_back, more| {
                 warn!(
                     conn = conn.id,
                     peer = %conn.peer,
@@ -718,24 +718,27 @@ fn log_end(conn: &ConnInfo, end: &ConnEnd, limits: &ConnLimits, calls: u64) {
                      (a hung, overloaded or hostile client); its buffers are free again. \
                      Raise stall_timeout if clients are this slow on purpose{more}"
                 );
-            }
+            });
         }
         ConnEnd::RepliesUnread(t) => {
             NetCounters::bump(&counters.unread_replies);
-            if let Some((held_back, more)) = limits.drop_logs.replies_unread.line(DROPPED) {
-                warn!(
-                    conn = conn.id,
-                    peer = %conn.peer,
-                    reply_timeout_s = t.as_secs_f64(),
-                    earlier_not_logged = held_back,
-                    "dropping connection: the client read none of its replies for the reply \
-                     timeout (hung or hostile); its buffers are free again{more}"
-                );
-            }
+            limits
+                .drop_logs
+                .replies_unread
+                .log(DROPPED, |held_back, more| {
+                    warn!(
+                        conn = conn.id,
+                        peer = %conn.peer,
+                        reply_timeout_s = t.as_secs_f64(),
+                        earlier_not_logged = held_back,
+                        "dropping connection: the client read none of its replies for the reply \
+                         timeout (hung or hostile); its buffers are free again{more}"
+                    );
+                });
         }
         ConnEnd::RecordTooLarge { size, max } => {
             NetCounters::bump(&counters.too_large);
-            if let Some((held_back, more)) = limits.drop_logs.too_large.line(DROPPED) {
+            limits.drop_logs.too_large.log(DROPPED, |held_back, more| {
                 warn!(
                     conn = conn.id,
                     peer = %conn.peer,
@@ -745,7 +748,7 @@ fn log_end(conn: &ConnInfo, end: &ConnEnd, limits: &ConnLimits, calls: u64) {
                     "record too large, closing connection (a misconfigured or hostile \
                      client){more}"
                 );
-            }
+            });
         }
         ConnEnd::Idle(_) => NetCounters::bump(&counters.idle),
         _ => {}

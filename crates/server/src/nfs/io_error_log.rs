@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use rustix::io::Errno;
 use tracing::{error, warn};
 
-use crate::log_budget::LogBudget;
+use crate::log_budget::{LogBudget, More};
 
 /// The procedures whose failures are logged here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -48,15 +48,23 @@ impl IoErrorLogs {
     /// NFS3ERR_DQUOT) and a warning; anything else is an error.
     pub fn log(&self, proc: IoProc, file: &OpenFile, range: Option<(u64, u32)>, e: &DataError) {
         let errno = e.errno();
-        let line = self
-            .budgets
-            .lock()
-            .entry((proc, errno))
-            .or_default()
-            .line("dionfs_io_errors_total");
-        let Some((held_back, more)) = line else {
-            return;
-        };
+        let mut budgets = self.budgets.lock();
+        let budget = budgets.entry((proc, errno)).or_default();
+        budget.log("dionfs_io_errors_total", |held_back, more| {
+            Self::write(proc, file, range, e, errno, held_back, more);
+        });
+    }
+
+    /// The line of [`IoErrorLogs::log`].
+    fn write(
+        proc: IoProc,
+        file: &OpenFile,
+        range: Option<(u64, u32)>,
+        e: &DataError,
+        errno: i32,
+        held_back: u64,
+        more: More,
+    ) {
         // Only for a line that is written: a failing disk fails every call.
         let what = range.map_or(String::new(), |(offset, count)| {
             format!(" of {count} bytes at {offset}")
