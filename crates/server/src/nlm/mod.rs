@@ -29,6 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use dionfs_dataplane::LogEvery;
 use dionfs_proto::nfs3::NfsFh3;
 use dionfs_proto::nlm4::{
     Fsh4Access, Fsh4Mode, NetObj, Nlm4CancArgs, Nlm4Holder, Nlm4LockArgs, Nlm4Notify, Nlm4Res,
@@ -149,11 +150,10 @@ pub struct LockService {
     grace_until: Option<Instant>,
     jobs: mpsc::UnboundedSender<Job>,
     pub counters: NlmCounters,
-    started: Instant,
-    /// Seconds after `started` of the last DENIED_NOLOCKS warning.
-    nolocks_warned: AtomicU64,
-    /// Seconds after `started` of the last dropped-callback warning.
-    callback_warned: AtomicU64,
+    /// DENIED_NOLOCKS: one line every 10 s, however hard clients try.
+    nolocks_warning: LogEvery,
+    /// A dropped call to a client: one line every 10 s.
+    callback_warning: LogEvery,
 }
 
 impl LockService {
@@ -184,9 +184,8 @@ impl LockService {
             grace_until,
             jobs,
             counters: NlmCounters::default(),
-            started: Instant::now(),
-            nolocks_warned: AtomicU64::new(0),
-            callback_warned: AtomicU64::new(0),
+            nolocks_warning: LogEvery::new(Duration::from_secs(10)),
+            callback_warning: LogEvery::new(Duration::from_secs(10)),
         });
         if grace_until.is_some() {
             info!(
@@ -508,7 +507,7 @@ impl LockService {
             Ok(Attempt::Granted) => Nlm4Stat::Granted,
             Ok(Attempt::ReadOnly) => Nlm4Stat::Rofs,
             Ok(Attempt::NoLocks(limit)) => {
-                if self.nolocks_warning_due() {
+                if self.nolocks_warning.due() {
                     let why = match limit {
                         Limit::Descriptions => format!(
                             "the client's address holds {MAX_DESCRIPTIONS_PER_CLIENT} lock \
@@ -545,28 +544,6 @@ impl LockService {
             self.monitor(conn, &owner);
         }
         stat
-    }
-
-    /// Whether to log a DENIED_NOLOCKS: at most one line every 10 s,
-    /// however hard clients try.
-    fn nolocks_warning_due(&self) -> bool {
-        self.warning_due(&self.nolocks_warned)
-    }
-
-    /// Whether to log a dropped call to a client: at most every 10 s.
-    fn callback_warning_due(&self) -> bool {
-        self.warning_due(&self.callback_warned)
-    }
-
-    /// Whether 10 s have passed since `last` (seconds after `started`),
-    /// moving it on if so.
-    fn warning_due(&self, last_warned: &AtomicU64) -> bool {
-        let now = self.started.elapsed().as_secs();
-        let last = last_warned.load(Ordering::Relaxed);
-        (last == 0 || now >= last + 10)
-            && last_warned
-                .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
     }
 
     /// Records the client as holding locks (durably, the first time).
@@ -703,7 +680,7 @@ impl LockService {
             if list.is_empty() {
                 by_file.remove(&a.share.fh.0);
             }
-            if self.nolocks_warning_due() {
+            if self.nolocks_warning.due() {
                 warn!(client = %conn.peer, "NLM SHARE refused (DENIED_NOLOCKS): the client's \
                     address holds {MAX_SHARES_PER_CLIENT} share reservations, as many as one \
                     address may (repeats are not logged for 10 s)");
@@ -905,14 +882,10 @@ async fn run_jobs(service: Arc<LockService>, mut rx: mpsc::UnboundedReceiver<Job
         if let Job::Notify { .. } = job {
             let (s, threads) = (service.clone(), notify_threads.clone());
             tokio::spawn(async move {
-                let Ok(thread) = threads.acquire_owned().await else {
+                let Ok(_thread) = threads.acquire().await else {
                     return;
                 };
-                let _ = tokio::task::spawn_blocking(move || {
-                    s.run_job(job);
-                    drop(thread);
-                })
-                .await;
+                let _ = tokio::task::spawn_blocking(move || s.run_job(job)).await;
             });
             continue;
         }
@@ -926,7 +899,7 @@ async fn run_jobs(service: Arc<LockService>, mut rx: mpsc::UnboundedReceiver<Job
                     .counters
                     .callbacks_dropped
                     .fetch_add(1, Ordering::Relaxed);
-                if service.callback_warning_due() {
+                if service.callback_warning.due() {
                     warn!(%client, queued = MAX_QUEUED_PER_CLIENT,
                         "NLM: dropping a call to the client (GRANTED or a _MSG's result): \
                          as many are waiting for the calls to it in progress as may \
@@ -955,7 +928,7 @@ async fn call_client(
     client: IpAddr,
 ) {
     loop {
-        let Ok(thread) = threads.clone().acquire_owned().await else {
+        let Ok(_thread) = threads.acquire().await else {
             return;
         };
         let job = {
@@ -970,11 +943,7 @@ async fn call_client(
             return;
         };
         let s = service.clone();
-        let _ = tokio::task::spawn_blocking(move || {
-            s.run_job(job);
-            drop(thread);
-        })
-        .await;
+        let _ = tokio::task::spawn_blocking(move || s.run_job(job)).await;
     }
 }
 
