@@ -32,8 +32,8 @@ fn cache() -> &'static Cache {
 /// Reverse lookups running at once, over all addresses.
 const LOOKUPS_AT_ONCE: usize = 8;
 
-/// [`client_names`] for a connection about to serve: from the cache if it
-/// can; else after the lookup of `ip` already running, if there is one;
+/// The confirmed host names of `ip` (empty if it has none), for a
+/// connection about to serve: from the cache if it can; else after the lookup of `ip` already running, if there is one;
 /// else on a blocking thread, at most [`LOOKUPS_AT_ONCE`] at once, the
 /// other connections waiting without holding a thread.
 pub async fn client_names_shared(ip: IpAddr) -> Vec<String> {
@@ -56,7 +56,7 @@ pub async fn client_names_shared(ip: IpAddr) -> Vec<String> {
             Some(names) => names,
             None => {
                 let _slot = SLOTS.acquire().await;
-                tokio::task::spawn_blocking(move || client_names(ip))
+                tokio::task::spawn_blocking(move || look_up_and_remember(ip))
                     .await
                     .unwrap_or_default()
             }
@@ -86,12 +86,10 @@ fn cached(ip: IpAddr) -> Option<Vec<String>> {
     (at.elapsed() < TTL).then(|| names.clone())
 }
 
-/// The confirmed host names of `ip` (empty if it has none).
-pub fn client_names(ip: IpAddr) -> Vec<String> {
+/// The confirmed host names of `ip` (empty if it has none), looked up and
+/// cached (blocking).
+fn look_up_and_remember(ip: IpAddr) -> Vec<String> {
     let ip = key(ip);
-    if let Some(names) = cached(ip) {
-        return names;
-    }
     let names = lookup(ip);
     if let Ok(mut cache) = cache().lock() {
         if cache.len() >= CACHE_MAX {
