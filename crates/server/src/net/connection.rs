@@ -629,7 +629,6 @@ pub(super) async fn run_connection<S: Service>(
         CallReader::new(read_half, progress.clone()),
         limits.max_record,
     );
-    let mut calls = 0u64;
     let registration = limits.quiet.register(conn.id);
     let loop_state = Loop {
         quiet: &registration.quiet,
@@ -655,7 +654,7 @@ pub(super) async fn run_connection<S: Service>(
         () = shared.write_failed.notified() => write_end(&shared),
         kind = &mut writer => ConnEnd::WriteError(kind),
         end = watch(&loop_state, &progress) => end,
-        end = read_calls(&loop_state, &mut reader, &mut calls) => end,
+        end = read_calls(&loop_state, &mut reader) => end,
     };
     // What the reading loop held (a call half-received, a buffer taken for
     // it) is gone with its future.
@@ -683,6 +682,7 @@ pub(super) async fn run_connection<S: Service>(
     };
     let socket: &TcpStream = shared.socket.as_ref();
     let _ = rustix::net::shutdown(socket, how);
+    let calls = registration.quiet.calls.load(Ordering::Relaxed);
     log_end(&conn, &end, &limits, calls);
     end
 }
@@ -876,11 +876,7 @@ async fn watch<S>(l: &Loop<'_, S>, progress: &ReadProgress) -> ConnEnd {
 }
 
 /// The reading loop: one call after the other until the connection ends.
-async fn read_calls<S: Service>(
-    l: &Loop<'_, S>,
-    reader: &mut RecordReader<CallReader>,
-    calls: &mut u64,
-) -> ConnEnd {
+async fn read_calls<S: Service>(l: &Loop<'_, S>, reader: &mut RecordReader<CallReader>) -> ConnEnd {
     // The most calls this connection had in flight since it last had none.
     let mut most_in_flight = 0;
     loop {
@@ -905,8 +901,10 @@ async fn read_calls<S: Service>(
             room: None,
             _call: Some(l.limits.activity.call()),
         };
-        let call = read_call(l, reader, calls, &mut permits).await;
+        let call = read_call(l, reader, &mut permits).await;
         if call.is_ok() {
+            // The connection's count of calls (for its closing line, and
+            // the quiet clock).
             l.quiet.calls.fetch_add(1, Ordering::Relaxed);
         }
         match call {
@@ -1033,7 +1031,6 @@ enum Outcome<P> {
 async fn read_call<S: Service>(
     l: &Loop<'_, S>,
     reader: &mut RecordReader<CallReader>,
-    calls: &mut u64,
     permits: &mut CallPermits,
 ) -> Result<Outcome<S::Pending>, ConnEnd> {
     let conn = l.conn;
@@ -1055,7 +1052,6 @@ async fn read_call<S: Service>(
             }));
         }
     };
-    *calls += 1;
     let args_len = reader
         .is_last_fragment()
         .then(|| reader.fragment_remaining());

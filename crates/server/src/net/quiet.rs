@@ -40,7 +40,7 @@ impl Default for QuietClocks {
 #[derive(Debug)]
 pub struct Quiet {
     /// Calls received in full: the reading loop counts them, the watchdog
-    /// compares.
+    /// compares, the connection's closing line says how many.
     pub calls: AtomicU64,
     /// Milliseconds after `epoch` since which the connection is quiet;
     /// `u64::MAX` while busy.
