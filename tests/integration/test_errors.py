@@ -11,6 +11,7 @@ import nfs_rs
 import pytest
 import rawrpc
 from loopfs import FILL_SCRIPT, LoopFs
+from metrics import counters, free_port
 from nfstools import NfsProc, assert_nfs_error, nfs_error, nfs_ls
 from servers import DionfsServer, backend
 
@@ -359,6 +360,54 @@ def test_a_failing_filesystem_is_logged_a_few_lines_a_minute(loopfs):
     finally:
         srv.cleanup()
         loopfs.remount()
+
+
+FSIZE_METRICS = f"127.0.0.1:{free_port()}"
+
+
+@pytest.mark.dionfs_only
+@pytest.mark.parametrize("mode", [
+    pytest.param(m, marks=pytest.mark.server_args("--write-mode", m, "--metrics", FSIZE_METRICS))
+    for m in ("buffered", "direct")])
+def test_a_write_past_the_file_size_limit_is_fbig(server, nfsproc, mode):
+    """A server with a file-size limit (`ulimit -f`, systemd's
+    `LimitFSIZE=`): a WRITE past it made the kernel send SIGXFSZ, whose
+    default action ended the server, so any client could stop it. Now the
+    signal is ignored and the client gets NFS3ERR_FBIG. A WRITE that
+    crosses the limit is first written in part (the kernel stops at the
+    limit), then its rest is tried again, which fails with EFBIG: in direct
+    mode an aligned one through io_uring, the only way to reach the ring's
+    retry of a short write; and misaligned, small, and wholly past it."""
+    limit = 1 << 20
+    assert nfsproc("create", "unchecked", ".", "f")["status"] == "NFS3_OK"
+    for _ in range(2):  # the second an overwrite: through the ring in direct mode
+        r = nfsproc("write", "f", 0, limit, "unstable")
+        assert (r["write_status"], r.int("count")) == ("NFS3_OK", limit), r
+    subprocess.run(["prlimit", "--pid", str(server.proc.pid), f"--fsize={limit}"], check=True)
+    before = counters(FSIZE_METRICS, "short_writes|ring_writes")
+    for offset, count, stable in [(limit // 2, limit, "unstable"), (limit // 2, limit, "file_sync"),
+                                  (900_000, 300_000, "unstable"), (limit - 4096, 8192, "unstable"),
+                                  (2 * limit, 4096, "unstable")]:
+        r = nfsproc("write", "f", offset, count, stable, check=False)
+        assert r.rc == 0 and r["write_status"] == "NFS3ERR_FBIG", (offset, count, stable, r)
+        assert server.alive(), f"the server died at a WRITE of {count} bytes at {offset}"
+    after = counters(FSIZE_METRICS, "short_writes|ring_writes")
+    # Four crossed the limit: each written in part first.
+    assert after["short_writes"] - before["short_writes"] == 4, (before, after)
+    # nfsproc writes byte (offset * 7 + 1) at every offset: what the
+    # kernel took of each WRITE is what was there, and nothing past it.
+    with open(os.path.join(server.export, "f"), "rb") as f:
+        data = f.read()
+    assert len(data) == limit
+    assert data == bytes((i * 7 + 1) & 0xFF for i in range(limit))
+    log = server.log_text(tail=500)
+    assert log.count(f"RLIMIT_FSIZE: {limit} bytes; or the filesystem's); clients get NFS3ERR_FBIG") == 5, log
+    assert " ERROR " not in log, log
+    # Within the limit, writes go on as before.
+    r = nfsproc("write", "f", 0, limit, "unstable")
+    assert (r["write_status"], r.int("count")) == ("NFS3_OK", limit), r
+    if mode == "direct":
+        assert counters(FSIZE_METRICS, "ring_writes")["ring_writes"] > after["ring_writes"]
 
 
 class TestDiskFull:

@@ -41,6 +41,11 @@ struct Summary {
 
 /// Runs the scrub; returns the process exit status.
 pub fn run(plan: ScrubPlan) -> Result<u8, String> {
+    // Rebuilt checksum files past a file-size limit fail with EFBIG (an
+    // error in the summary) instead of ending the scrub.
+    if let Err(e) = dionfs_sys::io::ignore_file_size_signal() {
+        eprintln!("dionfs scrub: cannot ignore SIGXFSZ: {e}");
+    }
     let key = MacKey::load_or_create(&plan.state_dir).map_err(|e| {
         format!(
             "cannot load the file-handle key from {}: {e}",

@@ -25,7 +25,9 @@ pub struct Counters {
     /// Direct I/Os that failed with `EINVAL` although the alignment math
     /// said they were fine (a bug).
     pub direct_einval: AtomicU64,
-    /// Writes that wrote fewer bytes than asked.
+    /// Writes the kernel took only part of (the filesystem filled up, or
+    /// the file reached the file-size limit, part-way; the rest was tried
+    /// again, see `pwrite_all`).
     pub short_writes: AtomicU64,
     /// READ/WRITE/COMMIT/truncate operations that failed.
     pub errors: AtomicU64,

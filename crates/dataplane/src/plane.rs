@@ -587,8 +587,15 @@ impl DataPlane {
         align: u64,
         flags: RwFlags,
     ) -> Result<usize, DataError> {
-        pwrite_all(&direct.fd, buf, offset, flags, align as usize)
-            .map_err(|e| self.direct_error(file, e, "write", offset, buf.len(), align))
+        pwrite_all(
+            &direct.fd,
+            buf,
+            offset,
+            flags,
+            align as usize,
+            self.partly_written(),
+        )
+        .map_err(|e| self.direct_error(file, e, "write", offset, buf.len(), align))
     }
 
     pub(crate) fn direct_error(

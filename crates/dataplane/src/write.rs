@@ -347,6 +347,7 @@ impl DataPlane {
             io.start,
             RwFlags::NONE,
             1,
+            self.partly_written(),
         )
         .map_err(DataError::from);
         if let Err(e) = self.check_written(written, buf.len) {
@@ -567,10 +568,12 @@ impl DataPlane {
         // A short write (the filesystem filled up part-way): the rest once
         // more, which says why (see `pwrite_all`), if it is aligned and the
         // ring takes it.
+        let mut partly = self.partly_written();
         while let Ok(done) = written {
             if done == 0 || done >= len || !(done as u64).is_multiple_of(align) {
                 break;
             }
+            partly();
             let rest = ring.write(
                 direct.fd.as_fd(),
                 pooled,
@@ -839,8 +842,15 @@ impl DataPlane {
                 }
                 Counters::bump(&self.counters.buffered_edges);
                 let bytes = &buf.buf[in_buf(edge)];
-                let written = pwrite_all(file.buffered_fd(), bytes, edge.start, RwFlags::NONE, 1)
-                    .map_err(DataError::from);
+                let written = pwrite_all(
+                    file.buffered_fd(),
+                    bytes,
+                    edge.start,
+                    RwFlags::NONE,
+                    1,
+                    self.partly_written(),
+                )
+                .map_err(DataError::from);
                 self.check_written(written, bytes.len())?;
             }
             Ok(())
@@ -881,7 +891,10 @@ impl DataPlane {
             let (written, mode) = match self.cached_io(
                 file,
                 mode,
-                |flags| pwrite_all(file.buffered_fd(), payload, io.start, flags, 1),
+                |flags| {
+                    let partly = self.partly_written();
+                    pwrite_all(file.buffered_fd(), payload, io.start, flags, 1, partly)
+                },
                 sync_flags(stable),
             ) {
                 Ok((n, mode)) => (Ok(n), mode),
@@ -900,15 +913,27 @@ impl DataPlane {
         written: Result<usize, DataError>,
         expected: usize,
     ) -> Result<(), DataError> {
+        // (Counted as `short_writes` where the kernel returned short.)
         let n = written?;
         if n < expected {
-            Counters::bump(&self.counters.short_writes);
             return Err(DataError::ShortWrite {
                 written: n,
                 expected,
             });
         }
         Ok(())
+    }
+
+    /// Counts, once per call, a write the kernel took only part of (the
+    /// filesystem filled up, or the file reached the file-size limit,
+    /// part-way); see [`pwrite_all`].
+    pub(crate) fn partly_written(&self) -> impl FnMut() + '_ {
+        let mut counted = false;
+        move || {
+            if !std::mem::replace(&mut counted, true) {
+                Counters::bump(&self.counters.short_writes);
+            }
+        }
     }
 
     /// Makes the file's data (`DataSync`) or data and metadata

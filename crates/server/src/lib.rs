@@ -43,6 +43,7 @@ pub fn run(
     source: Option<ConfigSource>,
 ) -> Result<(), String> {
     raise_fd_limit();
+    mind_file_size_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("dionfs")
@@ -54,6 +55,23 @@ pub fn run(
     // clients (SM_NOTIFY, GRANTED retries), which a stop abandons.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     result
+}
+
+/// A finite file-size limit (`ulimit -f`, `LimitFSIZE=`) is kept, but a
+/// WRITE past it must fail with `NFS3ERR_FBIG` rather than end the server
+/// (`SIGXFSZ`), and the operator should know that clients will see it.
+fn mind_file_size_limit() {
+    if let Err(e) = dionfs_sys::io::ignore_file_size_signal() {
+        warn!(error = %e, "cannot ignore SIGXFSZ: a WRITE past the file-size limit would end the server");
+    }
+    if let Some(limit) = dionfs_sys::io::file_size_limit() {
+        warn!(
+            limit_bytes = limit,
+            "this process has a file-size limit (RLIMIT_FSIZE): WRITEs past it answer NFS3ERR_FBIG, \
+             and checksum and state files cannot grow past it either; raise it (ulimit -f, LimitFSIZE=) \
+             unless that is intended"
+        );
+    }
 }
 
 /// Each client connection and each cached open file holds descriptors; the

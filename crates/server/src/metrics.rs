@@ -102,7 +102,7 @@ pub fn render(server: &Server, locks: Option<&LockService>) -> String {
         ),
         (
             "short_writes_total",
-            "Writes that wrote less than asked.",
+            "Writes the kernel took only part of (the filesystem filled up, or the file reached the file-size limit, part-way); the rest was tried again.",
             |s| s.short_writes,
         ),
         ("io_errors_total", "Data-plane I/O errors.", |s| s.errors),

@@ -4,8 +4,8 @@
 //! `fadvise`.
 //!
 //! Everything `rustix` wraps safely is used through `rustix`; only the
-//! residency probes (`mmap` + `mincore`, `cachestat`) and `faccessat2`
-//! need `unsafe`.
+//! residency probes (`mmap` + `mincore`, `cachestat`), `faccessat2` and
+//! ignoring `SIGXFSZ` need `unsafe`.
 
 use std::io;
 use std::num::NonZeroU64;
@@ -112,25 +112,52 @@ pub fn pwritev2<Fd: AsFd>(fd: Fd, buf: &[u8], offset: u64, flags: RwFlags) -> io
 /// rest is written again, which fails with the reason (`ENOSPC`, `EDQUOT`,
 /// `EFBIG`), or succeeds if space was freed meanwhile. A rest is written
 /// only if it starts at a multiple of `align` (a direct write's rest must
-/// be aligned; 1 for a buffered one). Returns the bytes written:
-/// `buf.len()`, or fewer only if a write wrote nothing or left a rest not
-/// so aligned.
+/// be aligned; 1 for a buffered one). `partly` is called once if the
+/// kernel took only part of it (for the caller's count of such writes).
+/// Returns the bytes written: `buf.len()`, or fewer only if a write wrote
+/// nothing or left a rest not so aligned.
 pub fn pwrite_all<Fd: AsFd>(
     fd: Fd,
     buf: &[u8],
     offset: u64,
     flags: RwFlags,
     align: usize,
+    mut partly: impl FnMut(),
 ) -> io::Result<usize> {
     let mut done = 0;
     while done < buf.len() {
         let n = pwritev2(&fd, &buf[done..], offset + done as u64, flags)?;
+        if done == 0 && n > 0 && n < buf.len() {
+            partly();
+        }
         done += n;
         if n == 0 || !done.is_multiple_of(align.max(1)) {
             break;
         }
     }
     Ok(done)
+}
+
+/// Makes a write past the process's file-size limit (`RLIMIT_FSIZE`,
+/// `ulimit -f`, systemd's `LimitFSIZE=`) fail with `EFBIG` instead of
+/// killing the process: the kernel sends `SIGXFSZ` with that error, and its
+/// default action ends the process (with a core dump). A server whose
+/// limit is finite would otherwise die at the first client WRITE past it.
+pub fn ignore_file_size_signal() -> io::Result<()> {
+    // SAFETY: setting SIGXFSZ's disposition to SIG_IGN installs no handler
+    // (no code runs on delivery), touches no memory of ours, and is
+    // process-wide and idempotent, so racing threads cannot be harmed.
+    let previous = unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
+    if previous == libc::SIG_ERR {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The process's file-size limit in bytes (`RLIMIT_FSIZE`, soft), if it
+/// has one.
+pub fn file_size_limit() -> Option<u64> {
+    rustix::process::getrlimit(rustix::process::Resource::Fsize).current
 }
 
 /// Direct-I/O alignment restrictions of one file, as `statx` reports them.

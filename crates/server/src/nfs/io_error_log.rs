@@ -45,7 +45,8 @@ impl IoErrorLogs {
     /// failed with this errno too often in the last minute. A full
     /// filesystem or an exceeded
     /// quota is the clients' to see (they get NFS3ERR_NOSPC or
-    /// NFS3ERR_DQUOT) and a warning; anything else is an error.
+    /// NFS3ERR_DQUOT) and a warning, so is a write past the largest file
+    /// (NFS3ERR_FBIG); anything else is an error.
     pub fn log(&self, proc: IoProc, file: &OpenFile, range: Option<(u64, u32)>, e: &DataError) {
         let errno = e.errno();
         let mut budgets = self.budgets.lock();
@@ -83,6 +84,13 @@ impl IoErrorLogs {
             warn!(%file, error = %e, earlier_not_logged = held_back,
                 "{proc}{what} failed: the export's filesystem is full or the caller's quota \
                  is spent; clients get NFS3ERR_NOSPC or NFS3ERR_DQUOT until space is freed{more}");
+        } else if errno == Errno::FBIG.raw_os_error() {
+            // The client's to see, not a fault of the server or its disk.
+            let limit = dionfs_sys::io::file_size_limit()
+                .map_or("none".to_owned(), |bytes| format!("{bytes} bytes"));
+            warn!(%file, error = %e, earlier_not_logged = held_back,
+                "{proc}{what} failed: past the largest file this server may write (its file-size \
+                 limit, RLIMIT_FSIZE: {limit}; or the filesystem's); clients get NFS3ERR_FBIG{more}");
         } else {
             error!(%file, error = %e, earlier_not_logged = held_back, "{proc}{what} failed{more}");
         }
