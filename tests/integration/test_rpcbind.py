@@ -13,6 +13,9 @@
 Each runs in a network namespace of its own (port 111 of the host is never
 touched) and a private mount namespace with a tmpfs on /run (the rpcbind
 socket and lock of the host are never touched).
+
+- test_dump_over_udp_is_no_amplifier: the port mapper of the server
+  fixture (an ephemeral port) flooded with DUMPs over UDP.
 """
 
 from __future__ import annotations
@@ -20,10 +23,16 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
+import struct
 import subprocess
+import threading
+import time
 import uuid
 
 import pytest
+import rawrpc
+from metrics import counters, free_port
 
 from servers import dionfs_bin
 
@@ -130,3 +139,59 @@ kill $RPCBIND; wait $RPCBIND || true
         assert prog not in after, after
     log = open(tmp_path / "dionfs.log").read()
     assert "registered with it" in log and "unregistered from the host's rpcbind" in log, log
+
+
+UDP_METRICS = f"127.0.0.1:{free_port()}"
+
+
+@pytest.mark.server_args("--metrics", UDP_METRICS)
+def test_dump_over_udp_is_no_amplifier(server):
+    """Over UDP anyone can put a victim's address as the source of a DUMP;
+    the reply (rpcbind v4's: 652 bytes here, for a call of 68) went to the
+    victim for every call, as fast as they came: a reflection amplifier,
+    as port mappers are known to be. Now at most 16 replies larger than
+    their call leave each second (dropped ones counted, one warning), and
+    GETPORT, no larger than its call, is answered every time in the
+    middle of the flood."""
+    port = server.portmap_port
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.connect(("127.0.0.1", port))
+    sock.settimeout(1.5)
+    answered: dict[str, int] = {"dump": 0, "getport": 0}
+    sizes: dict[str, int] = {}
+
+    def reader() -> None:
+        while True:
+            try:
+                reply = sock.recv(65536)
+            except (socket.timeout, OSError):
+                return
+            kind = "getport" if struct.unpack(">I", reply[:4])[0] >= 1_000_000 else "dump"
+            answered[kind] += 1
+            sizes[kind] = max(sizes.get(kind, 0), len(reply))
+
+    t = threading.Thread(target=reader)
+    t.start()
+    dumps = getports = 0
+    nfs_tcp = rawrpc.u32(rawrpc.NFS_PROGRAM) + rawrpc.u32(3) + rawrpc.u32(6) + rawrpc.u32(0)
+    started = time.monotonic()
+    for i in range(400):
+        vers = 2 if i % 2 else 4  # portmap v2 and rpcbind v4 DUMP (procedure 4 in both)
+        sock.send(rawrpc.call(i, rawrpc.PORTMAP_PROGRAM, vers, 4)[4:])
+        dumps += 1
+        if i % 8 == 0:
+            sock.send(rawrpc.call(1_000_000 + i, rawrpc.PORTMAP_PROGRAM, 2, 3, nfs_tcp)[4:])
+            getports += 1
+            time.sleep(0.025)  # within the socket buffers, and over more than a second
+    elapsed = time.monotonic() - started
+    t.join()
+    call_size = len(rawrpc.call(0, rawrpc.PORTMAP_PROGRAM, 2, 4)) - 4
+    print(f"{dumps} DUMPs, {answered['dump']} answered in {elapsed:.2f} s; "
+          f"{getports} GETPORTs, {answered['getport']} answered; sizes {sizes}, call {call_size}")
+    assert sizes["dump"] > 8 * call_size, sizes
+    assert answered["getport"] == getports, answered
+    assert 16 <= answered["dump"] <= 16 + 16 * (elapsed + 1.5) + 2, answered
+    dropped = counters(UDP_METRICS, "udp_replies_dropped")["udp_replies_dropped"]
+    assert dropped == dumps - answered["dump"], (dropped, answered)
+    assert server.log_text(tail=2000).count("UDP replies larger than their call") == 1
+    sock.close()

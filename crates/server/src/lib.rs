@@ -225,6 +225,8 @@ async fn serve(
         max_record: 64 * 1024,
         ..limits.clone()
     };
+    // One ration of replies larger than their call for every UDP socket.
+    let larger_replies = Arc::new(net::udp::LargerReplies::new(limits.counters.clone()));
     if let Some(l) = portmap {
         let table = PortmapTable::dionfs(
             portmap_port.unwrap_or(0),
@@ -236,6 +238,7 @@ async fn serve(
             tasks.spawn(net::udp::serve(
                 udp,
                 service.clone(),
+                larger_replies.clone(),
                 stopped(stop_rx.clone()),
             ));
         }
@@ -251,6 +254,7 @@ async fn serve(
         tasks.spawn(net::udp::serve(
             udp,
             service.clone(),
+            larger_replies,
             stopped(stop_rx.clone()),
         ));
         tasks.spawn(net::serve(tcp, service, small, stopped(stop_rx.clone())));

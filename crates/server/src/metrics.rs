@@ -325,6 +325,12 @@ pub fn render(server: &Server, locks: Option<&LockService>) -> String {
         "counter",
         &mut std::iter::once((String::new(), net.spin_catches)),
     );
+    metric(
+        "udp_replies_dropped_total",
+        "UDP replies larger than their call (portmap and rpcbind DUMP) not sent because more than 16 a second were asked for: over UDP a forged source address would turn them on a victim.",
+        "counter",
+        &mut std::iter::once((String::new(), net.udp_replies_dropped)),
+    );
     if let Some(locks) = locks {
         let c = &locks.counters;
         let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);

@@ -20,6 +20,7 @@ pub struct NetCounters {
     pub(super) batched_replies: AtomicU64,
     pub(super) idle_spins: AtomicU64,
     pub(super) spin_catches: AtomicU64,
+    pub(super) udp_replies_dropped: AtomicU64,
 }
 
 /// A copy of [`NetCounters`].
@@ -50,6 +51,9 @@ pub struct NetSnapshot {
     pub idle_spins: u64,
     /// Calls those looks found, each a sleep and wake-up saved.
     pub spin_catches: u64,
+    /// UDP replies larger than their call dropped over the rate they are
+    /// sent at (`udp::LargerReplies`).
+    pub udp_replies_dropped: u64,
 }
 
 impl NetCounters {
@@ -68,6 +72,7 @@ impl NetCounters {
             batched_replies: get(&self.batched_replies),
             idle_spins: get(&self.idle_spins),
             spin_catches: get(&self.spin_catches),
+            udp_replies_dropped: get(&self.udp_replies_dropped),
         }
     }
 

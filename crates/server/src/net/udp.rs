@@ -7,14 +7,17 @@
 use std::future::Future;
 use std::io;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use dionfs_dataplane::LogEvery;
 use dionfs_rpc::message::read_call_header;
 use dionfs_rpc::{record_mark, RecordReader, ReplyStatus};
+use parking_lot::Mutex;
 use tokio::net::UdpSocket;
 use tokio::sync::Semaphore;
-use tracing::debug;
+use tracing::{debug, warn};
 
-use super::{next_conn_id, CallStream, ConnInfo, Received, Reply, Service};
+use super::{next_conn_id, CallStream, ConnInfo, NetCounters, Received, Reply, Service};
 
 /// A datagram already in memory has all its bytes queued.
 impl CallStream for &[u8] {
@@ -34,12 +37,88 @@ const MAX_DATAGRAM: usize = 64 << 10;
 /// every one of the 512 blocking threads NFS calls run on, and 420 MB.
 const MAX_IN_FLIGHT: usize = 16;
 
+/// Replies larger than their call sent per second over UDP, over all the
+/// UDP sockets sharing one [`LargerReplies`] (and as many at once after a
+/// quiet second).
+pub const LARGER_REPLIES_PER_SECOND: u32 = 16;
+
+/// Rations the replies that are larger than the datagram that asked for
+/// them. Over UDP the source address is the sender's word: DUMP (portmap
+/// v2, rpcbind v3/v4) sent with a victim's address as its source made the
+/// server send that victim a reply 8 to 25 times the call's size, as fast
+/// as calls came: the reflection attacks port mappers are known for. Now
+/// at most [`LARGER_REPLIES_PER_SECOND`] such replies a second leave the
+/// server, a few kilobytes; replies no larger than their call (GETPORT,
+/// GETADDR, NULL, the NSM procedures) are not rationed. Clients that want
+/// more ask over TCP, as `rpcinfo -p` does; a dropped reply is
+/// retransmitted for, as over UDP it must be.
+pub struct LargerReplies {
+    bucket: Mutex<Bucket>,
+    counters: Arc<NetCounters>,
+    warning: LogEvery,
+}
+
+/// Replies that may be sent now, refilled with time.
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+impl LargerReplies {
+    pub fn new(counters: Arc<NetCounters>) -> Self {
+        Self {
+            bucket: Mutex::new(Bucket {
+                tokens: f64::from(LARGER_REPLIES_PER_SECOND),
+                at: Instant::now(),
+            }),
+            counters,
+            warning: LogEvery::new(Duration::from_secs(10)),
+        }
+    }
+
+    /// Whether a reply of `reply` bytes to a datagram of `call` bytes may
+    /// be sent now; counts and (every 10 s) logs one that may not.
+    fn allow(&self, call: usize, reply: usize) -> bool {
+        if reply <= call || self.take(Instant::now()) {
+            return true;
+        }
+        NetCounters::bump(&self.counters.udp_replies_dropped);
+        if self.warning.due() {
+            warn!(
+                per_second = LARGER_REPLIES_PER_SECOND,
+                call_bytes = call,
+                reply_bytes = reply,
+                "UDP replies larger than their call (DUMP) are limited to {LARGER_REPLIES_PER_SECOND} a second \
+                 and more were asked for: dropped (counted in dionfs_udp_replies_dropped_total), \
+                 since a forged source address would turn them on a victim; clients can ask over TCP \
+                 (rpcinfo -p does)"
+            );
+        }
+        false
+    }
+
+    fn take(&self, now: Instant) -> bool {
+        let per_second = f64::from(LARGER_REPLIES_PER_SECOND);
+        let mut b = self.bucket.lock();
+        let refill = now.saturating_duration_since(b.at).as_secs_f64() * per_second;
+        b.tokens = (b.tokens + refill).min(per_second);
+        b.at = now;
+        if b.tokens < 1.0 {
+            return false;
+        }
+        b.tokens -= 1.0;
+        true
+    }
+}
+
 /// Serves `service` on `socket` until `shutdown` completes. Each call runs
 /// as its own task, at most [`MAX_IN_FLIGHT`] at once; a reply that cannot
-/// be sent is dropped (the client retransmits, as over UDP it must).
+/// be sent is dropped (the client retransmits, as over UDP it must), and
+/// so is one larger than its call that `larger` does not allow.
 pub async fn serve<S: Service>(
     socket: UdpSocket,
     service: Arc<S>,
+    larger: Arc<LargerReplies>,
     shutdown: impl Future<Output = ()>,
 ) {
     let socket = Arc::new(socket);
@@ -76,14 +155,16 @@ pub async fn serve<S: Service>(
             local,
             names: Default::default(),
         });
-        let (socket, service) = (socket.clone(), service.clone());
+        let (socket, service, larger) = (socket.clone(), service.clone(), larger.clone());
         tokio::spawn(async move {
             if let Some(reply) = call(&framed, conn, service).await {
                 let mut out = reply.header;
                 if let Some(data) = reply.data {
                     out.extend_from_slice(data.bytes());
                 }
-                let _ = socket.send_to(&out, peer).await;
+                if larger.allow(n, out.len()) {
+                    let _ = socket.send_to(&out, peer).await;
+                }
             }
             drop(permit);
         });
@@ -114,5 +195,34 @@ async fn call<S: Service>(framed: &[u8], conn: Arc<ConnInfo>, service: Arc<S>) -
             .ok()?
     } else {
         service.execute(conn, pending).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn larger_replies_are_rationed_and_smaller_ones_are_not() {
+        let counters = Arc::new(NetCounters::default());
+        let larger = LargerReplies::new(counters.clone());
+        let start = Instant::now();
+        for _ in 0..LARGER_REPLIES_PER_SECOND {
+            assert!(larger.take(start));
+        }
+        assert!(!larger.take(start));
+        // A reply no larger than its call is never held back.
+        assert!(larger.allow(100, 100));
+        // One more after a sixteenth of a second, not two.
+        let later = start + Duration::from_secs(1) / LARGER_REPLIES_PER_SECOND;
+        assert!(larger.take(later));
+        assert!(!larger.take(later));
+        // A long quiet spell refills a burst, no more.
+        let much_later = later + Duration::from_secs(60);
+        for _ in 0..LARGER_REPLIES_PER_SECOND {
+            assert!(larger.take(much_later));
+        }
+        assert!(!larger.take(much_later));
+        assert_eq!(counters.snapshot().udp_replies_dropped, 0);
     }
 }
