@@ -42,7 +42,8 @@ block, computed on every WRITE, verified on every READ, scrubbed offline.
 - test_a_full_state_directory_fails_writes_not_reads: the state directory
   on a small filesystem of its own, filled: WRITEs fail with
   NFS3ERR_NOSPC, READs answer what is on disk (no NFS3ERR_NOSPC, no false
-  corruption); space freed, scrub --repair-metadata, scrub clean.
+  corruption), those of a file the store has never seen too; space freed,
+  scrub --repair-metadata, scrub clean.
 - test_aligned_direct_writes_go_through_the_ring_with_checksums: aligned
   WRITEs to a region already in the intent log are written through
   io_uring, their checksums computed while the kernel writes; every byte
@@ -489,7 +490,10 @@ def test_a_full_state_directory_fails_writes_not_reads(loopfs, nfsproc_bin, stat
     misaligned WRITE, reported its blocks as corrupt (their stored
     checksums were left as they were, the file still trusted). A file new
     to the store, whose checksums cannot even be created, gets
-    NFS3ERR_NOSPC too (NFS3ERR_IO before, and an error line per call). Space
+    NFS3ERR_NOSPC for its WRITEs too (NFS3ERR_IO before, and an error line
+    per call), and its READs are answered unchecked (they failed with
+    NFS3ERR_NOSPC, so a file written before integrity was turned on could
+    not be read while the state directory was full). Space
     freed, scrub --repair-metadata makes the file checked again. A COMMIT
     that makes the data durable but not the checksums (btrfs has no room
     even to rewrite a checksum file's header) succeeds: it failed, and
@@ -534,10 +538,27 @@ def test_a_full_state_directory_fails_writes_not_reads(loopfs, nfsproc_bin, stat
         # A file new to the store: its checksums cannot even be created.
         e = nfs_error(lambda: client.open("g", "wb").write_at(b"x" * 5000, 0))
         assert e.code_name == "NFS3ERR_NOSPC", e
+        # One written before integrity was on (here: locally), never
+        # opened by the server: its WRITEs fail too, but it reads, unchecked
+        # (NFS3ERR_NOSPC before), and commits.
+        old = rng.randbytes(300_000)
+        with open(os.path.join(export, "h"), "wb") as local:
+            local.write(old)
+        os.chmod(os.path.join(export, "h"), 0o666)
+        h = client.open("h", "r+b")
+        for _ in range(3):
+            assert h.read_at(0, len(old)) == old
+            assert h.read_at(4096 * 7 + 5, 10_000) == old[4096 * 7 + 5:4096 * 7 + 10_005]
+        e = nfs_error(h.write_at, b"y" * 5000, 0)
+        assert e.code_name == "NFS3ERR_NOSPC", e
+        assert h.read_at(0, len(old)) == old
+        h.close()
+        r = NfsProc(nfsproc_bin, srv)("write", "g", 0, 0, "unstable", "commit")
+        assert r["commit_status"] == "NFS3_OK", r
         log = srv.log_text(tail=3000)
         assert "data corruption" not in log
         assert log.count("the state directory's filesystem is full") <= 10
-        assert log.count("cannot open a file's checksums") == 1
+        assert log.count("cannot create a file's checksums, the state directory being full") == 1
         os.remove(state_fs.path("fill"))
         srv.close_clients()
         srv.stop()

@@ -48,10 +48,22 @@ use crate::FsError;
 fn checksums_open_failed(e: &std::io::Error) {
     static WARNED: LogEvery = LogEvery::new(std::time::Duration::from_secs(60));
     if WARNED.due() {
-        tracing::error!(error = %e, "cannot open a file's checksums, so its READs and WRITEs \
-            fail (free space in the state directory's filesystem); repeats within a minute are \
-            not logged");
+        if state_full(e) {
+            tracing::error!(error = %e, "cannot create a file's checksums, the state directory \
+                being full: WRITEs of files new to the checksum store fail (NFS3ERR_NOSPC) and \
+                their READs are answered unchecked until it has room; repeats within a minute \
+                are not logged");
+        } else {
+            tracing::error!(error = %e, "cannot open a file's checksums, so its READs and WRITEs \
+                fail; repeats within a minute are not logged");
+        }
     }
+}
+
+/// Whether `e`, from opening a file's checksums, says the state
+/// directory's filesystem is full (or its quota spent).
+fn state_full(e: &std::io::Error) -> bool {
+    matches!(Errno::from_io_error(e), Some(Errno::NOSPC | Errno::DQUOT))
 }
 
 /// A regular file opened for the data plane, shared by every export that
@@ -297,6 +309,24 @@ impl ExportFs {
         self.open_node(node.kind, key)
     }
 
+    /// [`ExportFs::open_file`] for READ and COMMIT, which need no new
+    /// checksums: where the file is new to the checksum store and its
+    /// checksums cannot be created because the state directory's
+    /// filesystem is full, the file without them, answered unchecked (as a
+    /// file whose stale checksums cannot be rebuilt is) rather than
+    /// failing. That open is not cached, so the next call tries again, and
+    /// WRITEs, which go through [`ExportFs::open_file`], still fail with
+    /// `NFS3ERR_NOSPC` until there is room.
+    pub fn open_file_to_read(&self, fh: &[u8]) -> Result<Arc<OpenFile>, FsError> {
+        let kernel = crate::handle::decode(&self.key, self.export_id, fh)?;
+        let key = (self.fs_id, kernel);
+        if let Some(file) = self.cache.get(&key) {
+            return Ok(file);
+        }
+        let node = self.resolve(fh)?;
+        self.open_node_as(node.kind, key, Checksums::IfRoom)
+    }
+
     /// [`ExportFs::open_file`] when that needs no syscall: the file if the
     /// cache holds it, `None` if it would have to be opened. For async
     /// callers, which then open it on a blocking thread.
@@ -318,6 +348,15 @@ impl ExportFs {
     /// (by its kernel handle, the second half of `key`) and registers them
     /// (or returns the file a concurrent opener registered).
     fn open_node(&self, kind: FileKind, key: Key) -> Result<Arc<OpenFile>, FsError> {
+        self.open_node_as(kind, key, Checksums::Required)
+    }
+
+    fn open_node_as(
+        &self,
+        kind: FileKind,
+        key: Key,
+        checksums: Checksums,
+    ) -> Result<Arc<OpenFile>, FsError> {
         match kind {
             FileKind::Regular => {}
             FileKind::Directory => return Err(FsError::IsDir),
@@ -345,14 +384,18 @@ impl ExportFs {
             crate::attr::Attr::of_fd(&buffered)?.fileid
         );
         let sums = match &self.integrity {
-            Some(store) => Some(
-                store
-                    .open_file(integrity_key(self.fs_id, kernel), buffered.as_fd())
-                    .map_err(|e| {
+            Some(store) => {
+                match store.open_file(integrity_key(self.fs_id, kernel), buffered.as_fd()) {
+                    Ok(sums) => Some(sums),
+                    Err(e) => {
                         checksums_open_failed(&e);
-                        FsError::from(e)
-                    })?,
-            ),
+                        if checksums == Checksums::Required || !state_full(&e) {
+                            return Err(FsError::from(e));
+                        }
+                        None
+                    }
+                }
+            }
             None => None,
         };
         let mut data = DataFile::new(buffered, direct).map_err(|e| {
@@ -370,8 +413,21 @@ impl ExportFs {
             data: data.with_label(label),
             access: AccessMemo::default(),
         });
+        if self.integrity.is_some() && file.data.integrity().is_none() {
+            // Without the checksums it must have: for this call only.
+            return Ok(file);
+        }
         Ok(self.cache.insert(key, file))
     }
+}
+
+/// Whether [`ExportFs::open_node_as`] may open a file of an integrity
+/// export without its checksums.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Checksums {
+    Required,
+    /// Without them if the state directory is full (READ, COMMIT).
+    IfRoom,
 }
 
 /// The checksum store's name for the inode `kernel` of filesystem `fs_id`.
