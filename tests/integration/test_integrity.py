@@ -28,6 +28,11 @@ block, computed on every WRITE, verified on every READ, scrubbed offline.
   written at once through an open-file cache of one file (each closed and
   opened again while requests still hold its earlier open): none is taken
   for changed behind the server's back, scrub verifies all three.
+- test_files_written_without_commit_are_settled: files written UNSTABLE
+  and never committed, evicted from a one-file cache: a clean stop and
+  10 s of quiet each leave the intent log empty, so the start after (a
+  clean one, then one after SIGKILL) recomputes nothing and rot written
+  to the device meanwhile fails its READ instead of being adopted.
 - test_remove_frees_checksums: REMOVE of the last name deletes the
   file's checksum file; a file deleted locally (behind the server's back)
   is found by scrub, whose --repair-metadata removes its checksum file.
@@ -188,6 +193,59 @@ def test_bit_rot_fails_the_read_and_scrub_names_the_block(server, client, iorhar
     lines = bad_lines(r.stdout)
     assert len(lines) == 1 and f"rotten offset {bad * B} (block {bad})" in lines[0], r.stdout
     assert "bad blocks: 1" in r.stdout
+
+
+@pytest.mark.server_args("--integrity", "crc32c", "--open-files", "1")
+def test_files_written_without_commit_are_settled(server, nfsproc, loopfs):
+    """A client that writes and never sends COMMIT (it crashed, or closes
+    its files without one) left the regions it wrote dirty in the intent
+    log: a clean stop committed only the files still open, so the next
+    start recomputed the checksums of the others from whatever the disk
+    held then, adopting rot that came meanwhile, and a server that did not
+    stop cleanly did so for every such region since it started. Now the
+    server settles them itself (data synced, then checksums, as a COMMIT
+    would): at a clean stop, and once no write has touched them for 10 s.
+    A one-file cache evicts each file as the next is written."""
+    log_path = os.path.join(server.state_dir, "integrity", "intent.log")
+    blocks = 16
+    for name in ("a", "b"):
+        assert nfsproc("create", "unchecked", ".", name)["status"] == "NFS3_OK"
+        assert nfsproc("write", name, 0, blocks * B, "unstable")["write_status"] == "NFS3_OK"
+    assert os.path.getsize(log_path) > 0
+
+    def rot_and_read(name: str, bad: int) -> list[str]:
+        local = os.path.join(server.export, name)
+        subprocess.run(["sync"], check=True)
+        rot_block(loopfs.device, physical_offset(local, bad * B))
+        drop_cached_pages(local)
+        server.start()
+        reads = [nfsproc("read", name, k * B, B) for k in (bad - 1, bad, bad + 1)]
+        assert all(r.get("pattern_mismatches", "0") == "0" for r in reads), reads
+        return [r["status"] for r in reads]
+
+    # A clean stop: the evicted file is settled too, so the start has
+    # nothing to recompute, and the rot is caught.
+    server.stop()
+    assert os.path.getsize(log_path) == 0
+    assert rot_and_read("a", 3) == ["NFS3_OK", "NFS3ERR_IO", "NFS3_OK"]
+    assert "recomputed the checksums" not in server.log_text(tail=3000)
+
+    # While serving: written without COMMIT, idle for 10 s, settled; a
+    # crash then leaves nothing to recompute.
+    for name in ("b", "a"):
+        assert nfsproc("write", name, 5 * B, 2 * B, "unstable")["write_status"] == "NFS3_OK"
+    assert os.path.getsize(log_path) > 0
+    deadline = time.monotonic() + 40
+    while os.path.getsize(log_path) > 0 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert os.path.getsize(log_path) == 0, "the intent log still names regions 40 s later"
+    server.proc.kill()
+    server.proc.wait()
+    server.stop()
+    assert rot_and_read("b", 9) == ["NFS3_OK", "NFS3ERR_IO", "NFS3_OK"]
+    assert "recomputed the checksums" not in server.log_text(tail=3000)
+    r = nfsproc("read", "b", 0, 4 * B)
+    assert (r.int("count"), r["pattern_mismatches"]) == (4 * B, "0"), r
 
 
 def _ior(server, iorhard, name, clients, records, recsize, **opts):

@@ -435,6 +435,22 @@ impl IntentLog {
         }
     }
 
+    /// The files with a dirty region no write has begun in for `idle`
+    /// (none in flight): what [`crate::Store::settle`] would clean.
+    pub(crate) fn idle_files(&self, idle: Duration) -> Vec<FileKey> {
+        let dirty = self.dirty.lock();
+        dirty
+            .files
+            .values()
+            .filter(|f| {
+                f.regions
+                    .values()
+                    .any(|r| r.in_flight == 0 && r.last_write.elapsed() >= idle)
+            })
+            .map(|f| f.key.clone())
+            .collect()
+    }
+
     /// A file lost its last name: nothing of it needs recovering.
     pub(crate) fn forget(&self, id: FileId) {
         let mut dirty = self.dirty.lock();
@@ -608,6 +624,24 @@ mod tests {
         drop(log);
         let (_, old) = IntentLog::open(&path).unwrap();
         assert_eq!(old, vec![(key(1), 5)]);
+    }
+
+    #[test]
+    fn idle_files_are_those_with_a_region_no_write_is_in_or_touched_lately() {
+        let dir = tempfile::tempdir().unwrap();
+        let (log, _) = IntentLog::open(&dir.path().join("intent.log")).unwrap();
+        let (a, b) = ([3u8; 16], [4u8; 16]);
+        log.begin(a, &key(3), 0..1).unwrap();
+        log.end(a, 0..1);
+        log.begin(b, &key(4), 0..1).unwrap(); // still being written
+        assert_eq!(log.idle_files(Duration::ZERO), vec![key(3)]);
+        assert!(log.idle_files(Duration::from_secs(3600)).is_empty());
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(log.idle_files(Duration::from_millis(40)), vec![key(3)]);
+        log.end(b, 0..1);
+        let mut both = log.idle_files(Duration::ZERO);
+        both.sort_by_key(|k| k.handle.clone());
+        assert_eq!(both, vec![key(3), key(4)]);
     }
 
     #[test]

@@ -462,6 +462,46 @@ impl Store {
         Ok(report)
     }
 
+    /// The files that have a region of the intent log no write has touched
+    /// for `idle`: the files a client wrote and never sent a COMMIT for
+    /// (it crashed, or closes files without committing), which
+    /// [`Store::settle`] makes durable. Left dirty, each region would be
+    /// recomputed at the next start, from whatever the disk holds then
+    /// (rot there adopted unseen), and the log would keep growing.
+    pub fn idle_dirty_files(&self, idle: std::time::Duration) -> Vec<FileKey> {
+        self.log.idle_files(idle)
+    }
+
+    /// What a COMMIT does for the checksums, for a file no client commits:
+    /// syncs its data (`data`, any descriptor of it) and then its
+    /// checksums, and marks clean its regions no write touched meanwhile
+    /// (`all`: however recently written, as before the server stops; else
+    /// those idle for the last 5 s, as a COMMIT
+    /// does). A file without checksums has nothing to settle.
+    pub fn settle(
+        self: &Arc<Self>,
+        key: FileKey,
+        data: BorrowedFd<'_>,
+        all: bool,
+    ) -> io::Result<()> {
+        let Some(sums) = self.open_existing(key, data)? else {
+            return Ok(());
+        };
+        let ticket = if all {
+            sums.final_commit_ticket()
+        } else {
+            sums.commit_ticket()
+        };
+        rustix::fs::fdatasync(data)?;
+        sums.commit(ticket)
+    }
+
+    /// The file of `key` is gone (deleted behind the server's back):
+    /// nothing of it needs recovering.
+    pub fn forget_dirty(&self, key: &FileKey) {
+        self.log.forget(key.id());
+    }
+
     /// Frees the checksums of a file that lost its last name.
     pub fn remove(&self, key: &FileKey) {
         self.log.forget(key.id());

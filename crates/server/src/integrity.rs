@@ -2,14 +2,17 @@
 //! "crc32c"` (DESIGN.md, "Integrity"; the store itself is the
 //! `dionfs-integrity` crate): open it under the state directory, recover
 //! from the intent log before anything is served, attach it to the
-//! exports' file systems.
+//! exports' file systems; settle what no client commits.
 
+use std::os::fd::AsFd;
 use std::sync::Arc;
+use std::time::Duration;
 
+use dionfs_dataplane::LogEvery;
 use dionfs_fs::{ExportFs, FsError};
 use dionfs_integrity::{Checksummer, FileKey, Store};
 use dionfs_sys::handle::KernelHandle;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::export::{Config, Integrity};
 
@@ -129,5 +132,88 @@ pub fn commit_before_stop(server: &crate::Server) {
             files,
             failed, "integrity: open files committed before stopping"
         );
+    }
+    // And those written without COMMIT and closed since.
+    let closed = settle(server, None);
+    if closed > 0 {
+        info!(
+            files = closed,
+            "integrity: files written without COMMIT made durable before stopping"
+        );
+    }
+}
+
+/// A region of the intent log no write has touched for this long is made
+/// durable with its checksums by the server itself ([`settle`]).
+pub const SETTLE_AFTER: Duration = Duration::from_secs(10);
+
+/// Makes durable, with their checksums, the files that have regions in the
+/// intent log no write touched for `idle` (`None`: every region no write
+/// is in, as the server stops), as a COMMIT of each would; returns how
+/// many files were settled. A client that wrote and never committed (it
+/// crashed, or closed its files without COMMIT) left those regions dirty
+/// until the next start, which recomputed each from whatever the disk held
+/// then: rot meanwhile adopted unseen, and a start held up by every
+/// region of every file so left (a clean stop committed only the files
+/// still open). Runs on a blocking thread, as root.
+pub fn settle(server: &crate::Server, idle: Option<Duration>) -> usize {
+    let Some(store) = server.reload.checksum_store() else {
+        return 0;
+    };
+    let files = store.idle_dirty_files(idle.unwrap_or(Duration::ZERO));
+    if files.is_empty() {
+        return 0;
+    }
+    let exports = server.exports();
+    let mut settled = 0;
+    for key in files {
+        // (No export on its filesystem any more, after a reload: the next
+        // start recovers it.)
+        let Some(export) = exports.iter().find(|x| x.fs.fs_id() == key.fs_id) else {
+            continue;
+        };
+        let kernel = KernelHandle {
+            handle_type: key.handle_type,
+            bytes: key.handle.clone(),
+        };
+        let result = match export.fs.open_inode(&kernel) {
+            Ok(fd) => store
+                .settle(key.clone(), fd.as_fd(), idle.is_none())
+                .map_err(|e| e.to_string()),
+            Err(FsError::Stale) => {
+                // Deleted behind the server's back.
+                store.forget_dirty(&key);
+                Ok(())
+            }
+            Err(e) => Err(format!("{e:?}")),
+        };
+        match result {
+            Ok(()) => settled += 1,
+            Err(e) => {
+                static WARNED: LogEvery = LogEvery::new(Duration::from_secs(60));
+                if WARNED.due() {
+                    warn!(file = ?key, error = %e, "integrity: cannot make a file written without \
+                        COMMIT durable with its checksums; they are recomputed at the next start \
+                        (repeats within a minute are not logged)");
+                }
+            }
+        }
+    }
+    debug!(
+        settled,
+        "integrity: files written without COMMIT made durable with their checksums"
+    );
+    settled
+}
+
+/// Every [`SETTLE_AFTER`] / 2, [`settle`] what has been idle for
+/// [`SETTLE_AFTER`], one round at a time, off the runtime's workers.
+pub async fn settle_idle(server: Arc<crate::Server>) {
+    let mut tick = tokio::time::interval(SETTLE_AFTER / 2);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let server = server.clone();
+        let _ = tokio::task::spawn_blocking(move || settle(&server, Some(SETTLE_AFTER))).await;
     }
 }

@@ -260,6 +260,9 @@ async fn serve(
         tasks.spawn(net::serve(tcp, service, small, stopped(stop_rx.clone())));
     }
     tokio::spawn(expire_readahead(server.clone()));
+    if server.reload.has_checksum_store() {
+        tokio::spawn(integrity::settle_idle(server.clone()));
+    }
     if let Some(ring) = &server.io_ring {
         tokio::spawn(drive_ring(ring.clone()));
     }

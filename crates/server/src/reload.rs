@@ -394,6 +394,11 @@ impl ReloadState {
         self.integrity.is_some()
     }
 
+    /// The checksum store, if it was opened at start.
+    pub(crate) fn checksum_store(&self) -> Option<&Arc<Store>> {
+        self.integrity.as_ref()
+    }
+
     /// The write-verifier generations of every plane a reload retired:
     /// with those of the planes serving now, the sum never goes back.
     pub(crate) fn retired_generations(&self) -> u64 {
