@@ -294,6 +294,22 @@ impl ExportFs {
     /// This does not check the caller's permission: call
     /// [`ExportFs::check_file_access`] under the caller's credentials.
     pub fn open_file(&self, fh: &[u8]) -> Result<Arc<OpenFile>, FsError> {
+        self.open_file_as(fh, Checksums::Required)
+    }
+
+    /// [`ExportFs::open_file`] for READ and COMMIT, which need no new
+    /// checksums: where the file is new to the checksum store and its
+    /// checksums cannot be created because the state directory's
+    /// filesystem is full, the file without them, answered unchecked (as a
+    /// file whose stale checksums cannot be rebuilt is) rather than
+    /// failing. That open is not cached, so the next call tries again, and
+    /// WRITEs, which go through [`ExportFs::open_file`], still fail with
+    /// `NFS3ERR_NOSPC` until there is room.
+    pub fn open_file_to_read(&self, fh: &[u8]) -> Result<Arc<OpenFile>, FsError> {
+        self.open_file_as(fh, Checksums::IfRoom)
+    }
+
+    fn open_file_as(&self, fh: &[u8], checksums: Checksums) -> Result<Arc<OpenFile>, FsError> {
         let kernel = crate::handle::decode(&self.key, self.export_id, fh)?;
         let key = (self.fs_id, kernel);
         if let Some(file) = self.cache.get(&key) {
@@ -306,25 +322,7 @@ impl ExportFs {
         // Verifies the file still exists (and a directory still lies in
         // the export) and tells its type before anything is opened for I/O.
         let node = self.resolve(fh)?;
-        self.open_node(node.kind, key)
-    }
-
-    /// [`ExportFs::open_file`] for READ and COMMIT, which need no new
-    /// checksums: where the file is new to the checksum store and its
-    /// checksums cannot be created because the state directory's
-    /// filesystem is full, the file without them, answered unchecked (as a
-    /// file whose stale checksums cannot be rebuilt is) rather than
-    /// failing. That open is not cached, so the next call tries again, and
-    /// WRITEs, which go through [`ExportFs::open_file`], still fail with
-    /// `NFS3ERR_NOSPC` until there is room.
-    pub fn open_file_to_read(&self, fh: &[u8]) -> Result<Arc<OpenFile>, FsError> {
-        let kernel = crate::handle::decode(&self.key, self.export_id, fh)?;
-        let key = (self.fs_id, kernel);
-        if let Some(file) = self.cache.get(&key) {
-            return Ok(file);
-        }
-        let node = self.resolve(fh)?;
-        self.open_node_as(node.kind, key, Checksums::IfRoom)
+        self.open_node_as(node.kind, key, checksums)
     }
 
     /// [`ExportFs::open_file`] when that needs no syscall: the file if the
