@@ -320,6 +320,19 @@ impl DataPlane {
             .fetch_add(1, Ordering::AcqRel);
     }
 
+    /// `fdatasync` of a file the server wrote, through a descriptor of its
+    /// own (the file closed since: `dionfs_integrity::Store::settle`). A
+    /// failure moves the write verifier, as a failed COMMIT does: the
+    /// kernel reports a writeback error once, to this descriptor, and the
+    /// client's COMMIT would then succeed for data the disk never got;
+    /// with the verifier moved, clients send their uncommitted data again.
+    pub fn sync_closed_file(&self, data: std::os::fd::BorrowedFd<'_>) -> std::io::Result<()> {
+        rustix::fs::fdatasync(data).map_err(|e| {
+            self.note_write_failure();
+            std::io::Error::from(e)
+        })
+    }
+
     /// Makes all written data of the file durable (`fdatasync`). NFS COMMIT
     /// names a range; syncing the whole file is allowed (RFC 1813 section
     /// 3.3.21) and is what `fdatasync` can do.
@@ -670,6 +683,22 @@ mod tests {
             .ok();
         let file = DataFile::new(buffered.into(), direct.map(Into::into)).unwrap();
         (tmp, file)
+    }
+
+    #[test]
+    fn a_failed_sync_of_a_closed_file_moves_the_write_verifier() {
+        use std::os::fd::AsFd;
+        let plane = plane(Mode::Direct, Mode::Direct);
+        let dir = tempfile::tempdir().unwrap();
+        let file = std::fs::File::create(dir.path().join("f")).unwrap();
+        let before = plane.write_verifier_generation();
+        plane.sync_closed_file(file.as_fd()).unwrap();
+        assert_eq!(plane.write_verifier_generation(), before);
+        // fdatasync of a pipe fails (EINVAL), as one of a file whose
+        // writeback failed does (EIO).
+        let (reader, _writer) = std::io::pipe().unwrap();
+        assert!(plane.sync_closed_file(reader.as_fd()).is_err());
+        assert_eq!(plane.write_verifier_generation(), before + 1);
     }
 
     fn write(

@@ -570,10 +570,13 @@ impl DataPlane {
         // ring takes it.
         let mut partly = self.partly_written();
         while let Ok(done) = written {
-            if done == 0 || done >= len || !(done as u64).is_multiple_of(align) {
+            if done == 0 || done >= len {
                 break;
             }
             partly();
+            if !(done as u64).is_multiple_of(align) {
+                break;
+            }
             let rest = ring.write(
                 direct.fd.as_fd(),
                 pooled,

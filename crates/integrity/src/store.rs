@@ -473,27 +473,31 @@ impl Store {
     }
 
     /// What a COMMIT does for the checksums, for a file no client commits:
-    /// syncs its data (`data`, any descriptor of it) and then its
-    /// checksums, and marks clean its regions no write touched meanwhile
-    /// (`all`: however recently written, as before the server stops; else
-    /// those idle for the last 5 s, as a COMMIT
-    /// does). A file without checksums has nothing to settle.
+    /// syncs its data (`sync_data`, an `fdatasync` of `data`, any
+    /// descriptor of it) and then its checksums, and marks clean its
+    /// regions no write touched meanwhile (`all`: however recently written,
+    /// as before the server stops; else those idle for the last 5 s, as a
+    /// COMMIT does). Returns whether there was anything to settle: a file
+    /// whose checksum file is gone (removed by hand) is forgotten instead.
     pub fn settle(
         self: &Arc<Self>,
         key: FileKey,
         data: BorrowedFd<'_>,
         all: bool,
-    ) -> io::Result<()> {
-        let Some(sums) = self.open_existing(key, data)? else {
-            return Ok(());
+        sync_data: impl FnOnce() -> io::Result<()>,
+    ) -> io::Result<bool> {
+        let Some(sums) = self.open_existing(key.clone(), data)? else {
+            self.forget_dirty(&key);
+            return Ok(false);
         };
         let ticket = if all {
             sums.final_commit_ticket()
         } else {
             sums.commit_ticket()
         };
-        rustix::fs::fdatasync(data)?;
-        sums.commit(ticket)
+        sync_data()?;
+        sums.commit(ticket)?;
+        Ok(true)
     }
 
     /// The file of `key` is gone (deleted behind the server's back):
@@ -1318,6 +1322,55 @@ mod tests {
         let t = sums.begin_write(data.as_fd(), range.clone()).unwrap();
         data.write_all_at(&bytes, range.start).unwrap();
         t.finish(&crcs(&bytes)).unwrap();
+    }
+
+    #[test]
+    fn settling_cleans_a_closed_files_regions_after_its_data_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("integrity"), 4, Order::Overlapped).unwrap();
+        let data = data_file(&dir.path().join("data"));
+        let bytes = vec![5u8; 2 * BLOCK as usize];
+        let sums = store.open_file(key(9), data.as_fd()).unwrap();
+        let t = sums.begin_write(data.as_fd(), 0..2 * BLOCK).unwrap();
+        data.write_all_at(&bytes, 0).unwrap();
+        t.finish(&crcs(&bytes)).unwrap();
+        drop(sums); // closed, never committed
+        assert_eq!(
+            store.idle_dirty_files(std::time::Duration::ZERO),
+            vec![key(9)]
+        );
+        // A failed data sync leaves the region dirty.
+        let failed = store.settle(key(9), data.as_fd(), false, || {
+            Err(io::Error::from_raw_os_error(libc::EIO))
+        });
+        assert!(failed.is_err());
+        assert_eq!(store.log.dirty_regions(), 1);
+        // Written just now: a settle as a COMMIT keeps it dirty, the one
+        // before stopping does not.
+        assert!(store
+            .settle(key(9), data.as_fd(), false, || Ok(()))
+            .unwrap());
+        assert_eq!(store.log.dirty_regions(), 1);
+        let mut synced = false;
+        assert!(store
+            .settle(key(9), data.as_fd(), true, || {
+                synced = true;
+                Ok(())
+            })
+            .unwrap());
+        assert!(synced);
+        assert_eq!(store.log.dirty_regions(), 0);
+        let sums = store.open_file(key(9), data.as_fd()).unwrap();
+        assert!(!sums.is_stale());
+        assert_eq!(sums.verify(0, &bytes).unwrap(), None);
+        // A file whose checksum file was removed by hand is forgotten.
+        let t = sums.begin_write(data.as_fd(), 0..BLOCK).unwrap();
+        data.write_all_at(&bytes[..BLOCK as usize], 0).unwrap();
+        t.finish(&crcs(&bytes[..BLOCK as usize])).unwrap();
+        drop(sums);
+        std::fs::remove_file(store.dir().join(key(9).relative_path())).unwrap();
+        assert!(!store.settle(key(9), data.as_fd(), true, || Ok(())).unwrap());
+        assert_eq!(store.log.dirty_regions(), 0);
     }
 
     #[test]

@@ -177,24 +177,29 @@ pub fn settle(server: &crate::Server, idle: Option<Duration>) -> usize {
             bytes: key.handle.clone(),
         };
         let result = match export.fs.open_inode(&kernel) {
-            Ok(fd) => store
-                .settle(key.clone(), fd.as_fd(), idle.is_none())
-                .map_err(|e| e.to_string()),
+            Ok(fd) => {
+                let sync = || export.data.sync_closed_file(fd.as_fd());
+                store
+                    .settle(key.clone(), fd.as_fd(), idle.is_none(), sync)
+                    .map_err(|e| e.to_string())
+            }
             Err(FsError::Stale) => {
                 // Deleted behind the server's back.
                 store.forget_dirty(&key);
-                Ok(())
+                Ok(false)
             }
             Err(e) => Err(format!("{e:?}")),
         };
         match result {
-            Ok(()) => settled += 1,
+            Ok(true) => settled += 1,
+            Ok(false) => {}
             Err(e) => {
                 static WARNED: LogEvery = LogEvery::new(Duration::from_secs(60));
                 if WARNED.due() {
                     warn!(file = ?key, error = %e, "integrity: cannot make a file written without \
-                        COMMIT durable with its checksums; they are recomputed at the next start \
-                        (repeats within a minute are not logged)");
+                        COMMIT durable with its checksums (a failed data sync moves the write \
+                        verifier, so that clients send their uncommitted data again); tried again \
+                        in a few seconds, repeats within a minute are not logged");
                 }
             }
         }
