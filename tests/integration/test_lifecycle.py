@@ -298,6 +298,31 @@ def test_bad_command_lines(tmp_path):
         assert r.returncode != 0 and r.stderr.strip(), f"dionfs {' '.join(args)}: rc={r.returncode} {r.stderr!r}"
 
 
+@pytest.mark.dionfs_only
+def test_a_state_directory_serves_one_server(server, client, tmp_path):
+    """A second server started on the state directory of a running one
+    (two instances with the default directory, say) ran beside it, and the
+    two rewrote each other's NSM state and record of the clients holding
+    locks: after a restart one of them told its own clients nothing, and
+    they never reclaimed their locks. Now the second refuses to start,
+    naming the directory and the first server's pid; the first serves on,
+    and once it has stopped the directory can be used again."""
+    with client.open("f", "wb") as f:
+        f.write(b"still served")
+    export = tmp_path / "other"
+    export.mkdir()
+    r = subprocess.run([dionfs_bin(), "serve", str(export), "--listen", "127.0.0.1",
+                        "--nfs-port", "0", "--mount-port", "0", "--no-portmap",
+                        "--state-dir", server.state_dir], capture_output=True, text=True,
+                       timeout=20)
+    assert r.returncode != 0, r.stderr[-2000:]
+    assert f"state directory {server.state_dir} is in use by another dionfs server " \
+           f"(pid {server.proc.pid})" in r.stderr, r.stderr[-2000:]
+    assert client.open("f", "rb").read() == b"still served"
+    server.restart()
+    assert server.client().open("f", "rb").read() == b"still served"
+
+
 @pytest.mark.parametrize("loopfs", ["xfs", "ext4", "btrfs"], indirect=True)
 def test_handles_on_each_filesystem(server, client, nfsproc, loopfs):
     """Handle size, authentication, staleness and restart survival per filesystem

@@ -128,6 +128,44 @@ pub struct Server {
     pub staging: crate::net::StagingBudget,
     /// READ, WRITE and COMMIT failures left to log this minute.
     pub io_error_logs: crate::nfs::io_error_log::IoErrorLogs,
+    /// Held (`flock`) while the server runs: see [`lock_state_dir`].
+    _state_lock: std::fs::File,
+}
+
+/// Takes the state directory for this server alone: an exclusive `flock`
+/// on `STATE_DIR/lock`, which holds this process's id. Two servers on one
+/// state directory (two instances started with the default one, say) each
+/// rewrote the other's NSM state and record of the clients holding locks:
+/// after a restart one of them sent no SM_NOTIFY to its own clients, which
+/// then never reclaimed their locks, while the server held none for them.
+fn lock_state_dir(dir: &std::path::Path) -> Result<std::fs::File, String> {
+    use std::io::{Read, Seek, Write};
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.join("lock");
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    if let Err(e) = rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        let mut holder = String::new();
+        let _ = file.read_to_string(&mut holder);
+        let holder = holder.trim();
+        let holder = if holder.is_empty() { "?" } else { holder };
+        return Err(format!(
+            "state directory {} is in use by another dionfs server (pid {holder}): give each \
+             server a state directory of its own (--state-dir, state_dir) ({e})",
+            dir.display()
+        ));
+    }
+    let _ = file
+        .set_len(0)
+        .and_then(|()| file.rewind())
+        .and_then(|()| writeln!(file, "{}", std::process::id()));
+    Ok(file)
 }
 
 /// [`Server::staging`]'s size: room for the first 64 KiB window of 2,048
@@ -164,6 +202,7 @@ impl Server {
         let dir = &config.server.state_dir;
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create state directory {}: {e}", dir.display()))?;
+        let state_lock = lock_state_dir(dir)?;
         let key = MacKey::load_or_create(dir).map_err(|e| {
             format!(
                 "cannot load the file-handle key from {}: {e}",
@@ -243,6 +282,7 @@ impl Server {
             reload,
             staging: crate::net::StagingBudget::new(STAGING_BUDGET),
             io_error_logs: Default::default(),
+            _state_lock: state_lock,
         })
     }
 
