@@ -32,6 +32,17 @@ use crate::range_lock::LockKind;
 use crate::write::{needs_device_read, read_without_queueing, WriteBuffer};
 use crate::{DataError, DataPlane};
 
+/// What a READ does with a mismatch in a file changed behind the server's
+/// back (see [`DataPlane::with_rebuild`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stale {
+    /// Fails with [`DataError::ChecksumsStale`], for a rebuild.
+    Rebuild,
+    /// Takes the data as read: the READ after a rebuild, the file changed
+    /// again meanwhile.
+    Adopt,
+}
+
 impl DataPlane {
     /// Runs `io`, the data write of `buf`'s payload (its exclusive range
     /// lock held), with the file's checksums kept: see the module
@@ -168,6 +179,7 @@ impl DataPlane {
         io_start: u64,
         filled: usize,
         reply: Range<u64>,
+        stale: Stale,
     ) -> Result<(), DataError> {
         let Some(sums) = file.integrity() else {
             return Ok(());
@@ -187,7 +199,7 @@ impl DataPlane {
         let data = &buf[(start - io_start) as usize..(end - io_start) as usize];
         match sums.verify(start / BLOCK, data)? {
             None => Ok(()),
-            Some(m) => self.mismatch(file, sums, m),
+            Some(m) => self.mismatch(file, sums, m, stale),
         }
     }
 
@@ -196,9 +208,21 @@ impl DataPlane {
         file: &DataFile,
         sums: &FileSums,
         m: dionfs_integrity::Mismatch,
+        stale: Stale,
     ) -> Result<(), DataError> {
         if sums.changed_behind_back(file.buffered_fd())? {
-            return Err(DataError::ChecksumsStale);
+            return match stale {
+                Stale::Rebuild => Err(DataError::ChecksumsStale),
+                // Changed again since the rebuild this READ just waited
+                // for (a local process writing it as it is read): what the
+                // disk holds is answered, as the next rebuild would take
+                // it, rather than failing the READ.
+                Stale::Adopt => {
+                    tracing::debug!(file = %file.label(), block = m.block,
+                        "changed behind the server's back again right after its rebuild; answered unchecked");
+                    Ok(())
+                }
+            };
         }
         Counters::bump(&self.counters.integrity_errors);
         let offset = m.block * BLOCK;
@@ -238,13 +262,16 @@ impl DataPlane {
     }
 
     /// Runs a READ attempt; if it found the file changed behind the
-    /// server's back, rebuilds the checksums and runs it once more.
+    /// server's back, rebuilds the checksums and runs it once more, then
+    /// taking what it reads if the file changed again meanwhile (a local
+    /// process appending to a file as clients read it: before, such a
+    /// READ failed with `NFS3ERR_IO`).
     pub(crate) fn with_rebuild<T>(
         &self,
         file: &DataFile,
-        mut read: impl FnMut() -> Result<T, DataError>,
+        mut read: impl FnMut(Stale) -> Result<T, DataError>,
     ) -> Result<T, DataError> {
-        match read() {
+        match read(Stale::Rebuild) {
             Err(DataError::ChecksumsStale) => {
                 if let Err(e) = self.rebuild_checksums(file) {
                     // Rebuilding would have taken the data as it is, so it
@@ -256,7 +283,7 @@ impl DataPlane {
                          its READs are answered unchecked for now (is the state directory's \
                          filesystem full?)");
                 }
-                read()
+                read(Stale::Adopt)
             }
             other => other,
         }
@@ -498,6 +525,53 @@ mod tests {
     /// own bytes and goes ahead; with integrity it computes the whole
     /// block's checksum, so it waits for the neighbour. A direct write of
     /// the whole block waits in both cases.
+    #[test]
+    fn a_read_of_a_file_changed_again_right_after_its_rebuild_answers_the_data() {
+        // A local process appending as clients read: the READ that found
+        // the file changed rebuilt its checksums, then found it changed
+        // again, and failed with NFS3ERR_IO (`ChecksumsStale`).
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("integrity"), 64, Order::Overlapped).unwrap();
+        let path = dir.path().join("appended");
+        let file = file_with_sums(&store, &path, 7);
+        let plane = plane(Mode::Direct);
+        write(
+            &plane,
+            &file,
+            0,
+            &[1u8; 3 * BLOCK as usize],
+            Stable::FileSync,
+        );
+        let local = OpenOptions::new().append(true).open(&path).unwrap();
+        let mut appended = 0;
+        let mut attempts = Vec::new();
+        let mut buf = vec![0u8; 8 * BLOCK as usize];
+        let got = plane.with_rebuild(&file, |stale| {
+            attempts.push(stale);
+            // Before each attempt, a local append into the last block.
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            local.write_all_at(&[9u8; 10], 0).unwrap();
+            appended += 10;
+            plane.read_cached(
+                &file,
+                Mode::Buffered,
+                &mut buf,
+                0,
+                4 * BLOCK as usize,
+                stale,
+            )
+        });
+        assert_eq!(attempts, vec![Stale::Rebuild, Stale::Adopt]);
+        let ((range, _eof), _) = got.expect("the second attempt answers the data");
+        let mut want = vec![1u8; 3 * BLOCK as usize];
+        want.extend(std::iter::repeat_n(9u8, appended));
+        assert_eq!(&buf[range], &want[..]);
+        // A mismatch in a file changed behind the server's back only fails
+        // a first attempt, for a rebuild; rot in a trusted file is always
+        // an error.
+        assert_eq!(plane.counters.snapshot().integrity_errors, 0);
+    }
+
     #[test]
     fn page_cache_writes_lock_their_bytes_unless_checksummed() {
         use crate::range_lock::LockKind;

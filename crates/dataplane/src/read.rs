@@ -10,6 +10,7 @@ use dionfs_sys::io::{preadv2, RwFlags};
 use dionfs_sys::uring::Uring;
 
 use crate::align::{expand_to_alignment, read_reply, round_down, MAX_FILE_OFFSET};
+use crate::checksums::Stale;
 use crate::counters::Counters;
 use crate::file::{DataFile, DirectIo};
 use crate::plane::IoPath;
@@ -113,8 +114,8 @@ impl DataPlane {
                     .read_direct_ahead(file, direct, buf, offset, count)
                     .inspect_err(|_| Counters::bump(&self.counters.errors));
             }
-            IoPath::Cached(mode) => self.with_rebuild(file, || {
-                self.read_cached(file, mode, &mut buf, offset, count)
+            IoPath::Cached(mode) => self.with_rebuild(file, |stale| {
+                self.read_cached(file, mode, &mut buf, offset, count, stale)
             }),
         };
         match result {
@@ -235,7 +236,9 @@ impl DataPlane {
                 }
             }
         };
-        let (range, eof) = match self.direct_read_reply(file, &buf, offset, count, io, filled) {
+        let asked = offset..offset + count as u64;
+        let reply = self.direct_read_reply(file, &buf, asked, io, filled, Stale::Rebuild);
+        let (range, eof) = match reply {
             Ok(reply) => reply,
             // Checksums to rebuild: a blocking job, for the blocking path.
             Err(DataError::ChecksumsStale) => return ReadAttempt::Blocking(buf),
@@ -272,8 +275,8 @@ impl DataPlane {
         if is_small(count)
             && self.route_small_read(file, offset..offset + count as u64, reading.concurrent())
         {
-            let ((range, eof), mode) = self.with_rebuild(file, || {
-                self.read_cached(file, Mode::Buffered, &mut buf, offset, count)
+            let ((range, eof), mode) = self.with_rebuild(file, |stale| {
+                self.read_cached(file, Mode::Buffered, &mut buf, offset, count, stale)
             })?;
             self.counters.count_read(mode, range.len());
             Counters::bump(&self.counters.clustered_reads);
@@ -287,8 +290,8 @@ impl DataPlane {
         if let Some(served) = reading.serve(offset, count, &mut buf, &self.counters) {
             return self.served_from_chunks(file, direct, &reading, buf, served, offset, count);
         }
-        let (range, eof) = self.with_rebuild(file, || {
-            self.read_direct(file, direct, &mut buf, offset, count)
+        let (range, eof) = self.with_rebuild(file, |stale| {
+            self.read_direct(file, direct, &mut buf, offset, count, stale)
         })?;
         self.counters.count_read(Mode::Direct, range.len());
         let prefetch = self.plan_readahead(file, direct, &reading, offset, range.len(), false);
@@ -378,6 +381,7 @@ impl DataPlane {
         buf: &mut [u8],
         offset: u64,
         count: usize,
+        stale: Stale,
     ) -> Result<(Range<usize>, bool), DataError> {
         let align = direct.read_align;
         let io = expand_to_alignment(offset, count as u64, align);
@@ -392,39 +396,47 @@ impl DataPlane {
         } else {
             self.direct_pread(file, direct, &mut buf[..io_len], io.start, align)?
         };
-        self.direct_read_reply(file, buf, offset, count, io, filled)
+        let asked = offset..offset + count as u64;
+        self.direct_read_reply(file, buf, asked, io, filled, stale)
     }
 
     /// After a direct read of the expanded range `io` put `filled` bytes
     /// at the start of `buf` (with its range lock still held): the part of
-    /// the buffer that answers `[offset, offset + count)`, and eof.
+    /// the buffer that answers `asked`, and eof.
     fn direct_read_reply(
         &self,
         file: &DataFile,
         buf: &[u8],
-        offset: u64,
-        count: usize,
+        asked: Range<u64>,
         io: Range<u64>,
         filled: usize,
+        stale: Stale,
     ) -> Result<(Range<usize>, bool), DataError> {
-        if io != (offset..offset + count as u64) {
+        if io != asked {
             Counters::bump(&self.counters.expanded_reads);
         }
         // Integrity hook: the blocks of the reply match their checksums.
-        self.verify_read(file, buf, io.start, filled, offset..offset + count as u64)?;
+        self.verify_read(file, buf, io.start, filled, asked.clone(), stale)?;
         let size = file.size()?;
-        Ok(read_reply(offset, count as u64, io.start, filled, size))
+        Ok(read_reply(
+            asked.start,
+            asked.end - asked.start,
+            io.start,
+            filled,
+            size,
+        ))
     }
 
     /// Buffered or `RWF_DONTCACHE` read of the requested range (of the
     /// whole blocks around it with integrity, to verify them).
-    fn read_cached(
+    pub(crate) fn read_cached(
         &self,
         file: &DataFile,
         mode: Mode,
         buf: &mut [u8],
         offset: u64,
         count: usize,
+        stale: Stale,
     ) -> Result<((Range<usize>, bool), Mode), DataError> {
         let io = self.cached_read_range(file, offset, count);
         let _lock = self.lock(file, io.clone(), LockKind::Shared);
@@ -437,7 +449,14 @@ impl DataPlane {
             RwFlags::NONE,
         )?;
         // Integrity hook: the blocks of the reply match their checksums.
-        self.verify_read(file, buf, io.start, filled, offset..offset + count as u64)?;
+        self.verify_read(
+            file,
+            buf,
+            io.start,
+            filled,
+            offset..offset + count as u64,
+            stale,
+        )?;
         let size = file.size()?;
         Ok((
             read_reply(offset, count as u64, io.start, filled, size),
