@@ -522,6 +522,14 @@ impl Store {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Runs once, on the rebuilding thread, after a rebuild's pass over
+    /// the data (a test's local write racing it).
+    static AFTER_REBUILD_PASS: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
 /// The checksum state of one open regular file. Owned by the data plane's
 /// `DataFile` (one per inode), whose range locks order every call: see
 /// each method for the lock it expects.
@@ -946,7 +954,13 @@ impl FileSums {
     /// holding two bytes read its holes for days, holding the file's
     /// whole range.) Returns the number of data blocks read.
     fn try_rebuild(&self, data: BorrowedFd<'_>) -> io::Result<u64> {
-        let size = Version::of(data)?.size;
+        // The version the rebuild starts from is the one recorded: a local
+        // write during it (past the blocks already recomputed) moves the
+        // version on, so the next mismatch is taken for a change behind the
+        // server's back again, not for corruption. (Recording the version
+        // at the end took such a write's blocks for rotted.)
+        let before = Version::of(data)?;
+        let size = before.size;
         self.file.set_len(HEADER_LEN)?;
         self.file.set_len(HEADER_LEN + 4 * size.div_ceil(BLOCK))?;
         let mut blocks = 0;
@@ -954,11 +968,13 @@ impl FileSums {
             blocks += self.recompute(data, extent.start / BLOCK..extent.end.div_ceil(BLOCK))?;
             Ok(())
         })?;
+        #[cfg(test)]
+        AFTER_REBUILD_PASS.with(|hook| hook.borrow_mut().take().map(|f| f()));
         self.generation
             .store(self.store.new_generation(), Ordering::Release);
         {
             let mut v = self.version.lock();
-            v.recorded = Version::of(data)?;
+            v.recorded = before;
             v.stale = false;
         }
         self.write_header()?;
@@ -1322,6 +1338,41 @@ mod tests {
         let t = sums.begin_write(data.as_fd(), range.clone()).unwrap();
         data.write_all_at(&bytes, range.start).unwrap();
         t.finish(&crcs(&bytes)).unwrap();
+    }
+
+    #[test]
+    fn a_file_appended_to_during_its_rebuild_is_not_taken_for_rotted() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("integrity"), 64, Order::Overlapped).unwrap();
+        let path = dir.path().join("log");
+        let data = data_file(&path);
+        data.write_all_at(&[3u8; 3 * BLOCK as usize], 0).unwrap();
+        let sums = store.open_file(key(8), data.as_fd()).unwrap();
+        data.write_all_at(&[4u8; 100], 3 * BLOCK).unwrap(); // a local append
+        assert!(sums.changed_behind_back(data.as_fd()).unwrap());
+        // Another local append lands once the pass has recomputed every
+        // block, before the rebuild ends.
+        let appended = path.clone();
+        AFTER_REBUILD_PASS.with(|hook| {
+            *hook.borrow_mut() = Some(Box::new(move || {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                let f = std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&appended)
+                    .unwrap();
+                f.write_all_at(&[5u8; 100], 0).unwrap();
+            }));
+        });
+        sums.rebuild(data.as_fd()).unwrap();
+        let mut all = vec![0u8; 3 * BLOCK as usize + 200];
+        data.read_exact_at(&mut all, 0).unwrap();
+        let m = sums
+            .verify(0, &all)
+            .unwrap()
+            .expect("the last append's block was not recomputed");
+        assert_eq!(m.block, 3);
+        // A change behind the server's back (rebuilt at the next READ), not rot.
+        assert!(sums.changed_behind_back(data.as_fd()).unwrap());
     }
 
     #[test]
