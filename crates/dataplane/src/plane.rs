@@ -327,10 +327,12 @@ impl DataPlane {
     /// client's COMMIT would then succeed for data the disk never got;
     /// with the verifier moved, clients send their uncommitted data again.
     pub fn sync_closed_file(&self, data: std::os::fd::BorrowedFd<'_>) -> std::io::Result<()> {
-        rustix::fs::fdatasync(data).map_err(|e| {
-            self.note_write_failure();
-            std::io::Error::from(e)
-        })
+        self.sync_data(data).map_err(std::io::Error::from)
+    }
+
+    /// `fdatasync`; a failure moves the write verifier (COMMIT's rule).
+    fn sync_data(&self, data: std::os::fd::BorrowedFd<'_>) -> Result<(), rustix::io::Errno> {
+        rustix::fs::fdatasync(data).inspect_err(|_| self.note_write_failure())
     }
 
     /// Makes all written data of the file durable (`fdatasync`). NFS COMMIT
@@ -361,8 +363,7 @@ impl DataPlane {
         // Integrity hook: what the data sync covers is taken before it;
         // the checksums are made durable after it.
         let ticket = file.integrity().map(ticket);
-        rustix::fs::fdatasync(file.buffered_fd()).map_err(|e| {
-            self.note_write_failure();
+        self.sync_data(file.buffered_fd()).map_err(|e| {
             // The server logs failed COMMITs, a few a minute.
             tracing::debug!(file = %file.label(), error = %e, "COMMIT fdatasync failed");
             DataError::from(e)

@@ -84,6 +84,12 @@ pub fn open_for_recovery(
     let Some(fs) = filesystems.iter().find(|fs| fs.fs_id() == key.fs_id) else {
         return Err(std::io::Error::other("no export on the file's filesystem"));
     };
+    open_key(fs, key)
+}
+
+/// Opens the file `key` names through `fs`, an export on its filesystem:
+/// `None` if the file is gone (deleted behind the server's back).
+fn open_key(fs: &ExportFs, key: &FileKey) -> std::io::Result<Option<std::os::fd::OwnedFd>> {
     let kernel = KernelHandle {
         handle_type: key.handle_type,
         bytes: key.handle.clone(),
@@ -172,24 +178,16 @@ pub fn settle(server: &crate::Server, idle: Option<Duration>) -> usize {
         let Some(export) = exports.iter().find(|x| x.fs.fs_id() == key.fs_id) else {
             continue;
         };
-        let kernel = KernelHandle {
-            handle_type: key.handle_type,
-            bytes: key.handle.clone(),
-        };
-        let result = match export.fs.open_inode(&kernel) {
-            Ok(fd) => {
+        let result = open_key(&export.fs, &key).and_then(|fd| match fd {
+            Some(fd) => {
                 let sync = || export.data.sync_closed_file(fd.as_fd());
-                store
-                    .settle(key.clone(), fd.as_fd(), idle.is_none(), sync)
-                    .map_err(|e| e.to_string())
+                store.settle(key.clone(), fd.as_fd(), idle.is_none(), sync)
             }
-            Err(FsError::Stale) => {
-                // Deleted behind the server's back.
+            None => {
                 store.forget_dirty(&key);
                 Ok(false)
             }
-            Err(e) => Err(format!("{e:?}")),
-        };
+        });
         match result {
             Ok(true) => settled += 1,
             Ok(false) => {}
