@@ -56,12 +56,6 @@ pub enum DataError {
         /// The checksum of the data read.
         found: u32,
     },
-    /// A block did not match its checksum because the file was changed
-    /// behind the server's back: its checksums must be rebuilt (the READ
-    /// paths do that and retry; it reaches a client only if the file keeps
-    /// changing).
-    #[error("the file's checksums are out of date (changed behind the server's back)")]
-    ChecksumsStale,
     /// The data was written but its checksums could not be stored (the
     /// state directory's filesystem full, an I/O error there): the WRITE
     /// fails with the store's errno and the file's checksums are no longer
@@ -83,8 +77,7 @@ impl DataError {
             DataError::Io(e) | DataError::ChecksumStore(e) => e.raw_os_error().unwrap_or(libc::EIO),
             DataError::DirectRejected { .. }
             | DataError::ShortWrite { .. }
-            | DataError::Corrupt { .. }
-            | DataError::ChecksumsStale => libc::EIO,
+            | DataError::Corrupt { .. } => libc::EIO,
             DataError::TooLarge { .. } | DataError::InvalidConfig(_) => libc::EINVAL,
             DataError::FileTooBig => libc::EFBIG,
         }

@@ -165,6 +165,11 @@ impl DataFile {
         self.integrity.as_deref()
     }
 
+    /// [`DataFile::integrity`], shared.
+    pub(crate) fn integrity_arc(&self) -> Option<&Arc<FileSums>> {
+        self.integrity.as_ref()
+    }
+
     /// Names the file in log lines (e.g. "export:/path" or a handle), in
     /// place of the `/proc/self/fd` link.
     pub fn with_label(mut self, label: impl Into<String>) -> Self {

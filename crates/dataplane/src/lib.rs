@@ -54,6 +54,7 @@ mod size;
 mod write;
 mod writebehind;
 
+pub use checksums::{Rebuild, MAX_REBUILDS};
 pub use config::{DataConfig, Mode, MAX_TRANSFER_LIMIT, SMALL_IO};
 pub use counters::{CounterSnapshot, Counters, OpsBytes, PerMode};
 pub use device_queue::LARGE_READ_DEPTH;

@@ -63,6 +63,9 @@ pub struct DataPlane {
     /// at most `readahead_cap`.
     readahead_held: Arc<AtomicUsize>,
     readahead_cap: usize,
+    /// Checksum rebuilds handed out and not yet ended, at most
+    /// [`crate::checksums::MAX_REBUILDS`].
+    pub(crate) rebuilds_running: Arc<AtomicUsize>,
     /// Files this plane prefetched for, swept by `expire_readahead`.
     readahead_files: Mutex<Vec<Weak<Readahead>>>,
     /// Files whose small READs cluster now (at most
@@ -156,6 +159,7 @@ impl DataPlane {
             checksum_commit_warned: LogEvery::new(std::time::Duration::from_secs(60)),
             readahead_held: Arc::default(),
             readahead_cap,
+            rebuilds_running: Arc::new(AtomicUsize::new(0)),
             readahead_files: Mutex::default(),
             cluster_count: Arc::default(),
             cluster_files: Mutex::default(),

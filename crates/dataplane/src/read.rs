@@ -10,7 +10,7 @@ use dionfs_sys::io::{preadv2, RwFlags};
 use dionfs_sys::uring::Uring;
 
 use crate::align::{expand_to_alignment, read_reply, round_down, MAX_FILE_OFFSET};
-use crate::checksums::Stale;
+use crate::checksums::Rebuild;
 use crate::counters::Counters;
 use crate::file::{DataFile, DirectIo};
 use crate::plane::IoPath;
@@ -29,6 +29,7 @@ pub struct ReadData {
     range: Range<usize>,
     eof: bool,
     prefetch: Vec<Prefetch>,
+    rebuild: Option<Rebuild>,
 }
 
 impl ReadData {
@@ -57,6 +58,14 @@ impl ReadData {
     /// blocking thread, off the READ's own path; dropping one cancels it.
     pub fn take_prefetch(&mut self) -> Vec<Prefetch> {
         std::mem::take(&mut self.prefetch)
+    }
+
+    /// The rebuild of the file's checksums this READ hands out (it found
+    /// the file changed behind the server's back, and answered what it
+    /// read). Run it with [`Rebuild::run`] on a thread of its own, after
+    /// the reply; dropping it leaves it to a later READ.
+    pub fn take_rebuild(&mut self) -> Option<Rebuild> {
+        self.rebuild.take()
     }
 }
 
@@ -106,6 +115,7 @@ impl DataPlane {
                 range: 0..0,
                 eof: true,
                 prefetch: Vec::new(),
+                rebuild: None,
             });
         }
         let result = match self.read_path(file) {
@@ -114,9 +124,7 @@ impl DataPlane {
                     .read_direct_ahead(file, direct, buf, offset, count)
                     .inspect_err(|_| Counters::bump(&self.counters.errors));
             }
-            IoPath::Cached(mode) => self.with_rebuild(file, |stale| {
-                self.read_cached(file, mode, &mut buf, offset, count, stale)
-            }),
+            IoPath::Cached(mode) => self.read_cached(file, mode, &mut buf, offset, count),
         };
         match result {
             Ok(((range, eof), mode)) => {
@@ -126,6 +134,7 @@ impl DataPlane {
                     range,
                     eof,
                     prefetch: Vec::new(),
+                    rebuild: self.rebuild_job(file),
                 })
             }
             Err(e) => {
@@ -237,11 +246,9 @@ impl DataPlane {
             }
         };
         let asked = offset..offset + count as u64;
-        let reply = self.direct_read_reply(file, &buf, asked, io, filled, Stale::Rebuild);
+        let reply = self.direct_read_reply(file, &buf, asked, io, filled);
         let (range, eof) = match reply {
             Ok(reply) => reply,
-            // Checksums to rebuild: a blocking job, for the blocking path.
-            Err(DataError::ChecksumsStale) => return ReadAttempt::Blocking(buf),
             Err(e) => return ReadAttempt::Done(Err(self.read_failed(e))),
         };
         self.counters.count_read(Mode::Direct, range.len());
@@ -252,6 +259,7 @@ impl DataPlane {
             range,
             eof,
             prefetch,
+            rebuild: self.rebuild_job(file),
         }))
     }
 
@@ -275,9 +283,8 @@ impl DataPlane {
         if is_small(count)
             && self.route_small_read(file, offset..offset + count as u64, reading.concurrent())
         {
-            let ((range, eof), mode) = self.with_rebuild(file, |stale| {
-                self.read_cached(file, Mode::Buffered, &mut buf, offset, count, stale)
-            })?;
+            let ((range, eof), mode) =
+                self.read_cached(file, Mode::Buffered, &mut buf, offset, count)?;
             self.counters.count_read(mode, range.len());
             Counters::bump(&self.counters.clustered_reads);
             return Ok(ReadData {
@@ -285,14 +292,13 @@ impl DataPlane {
                 range,
                 eof,
                 prefetch: Vec::new(),
+                rebuild: self.rebuild_job(file),
             });
         }
         if let Some(served) = reading.serve(offset, count, &mut buf, &self.counters) {
             return self.served_from_chunks(file, direct, &reading, buf, served, offset, count);
         }
-        let (range, eof) = self.with_rebuild(file, |stale| {
-            self.read_direct(file, direct, &mut buf, offset, count, stale)
-        })?;
+        let (range, eof) = self.read_direct(file, direct, &mut buf, offset, count)?;
         self.counters.count_read(Mode::Direct, range.len());
         let prefetch = self.plan_readahead(file, direct, &reading, offset, range.len(), false);
         Ok(ReadData {
@@ -300,6 +306,7 @@ impl DataPlane {
             range,
             eof,
             prefetch,
+            rebuild: self.rebuild_job(file),
         })
     }
 
@@ -333,6 +340,7 @@ impl DataPlane {
             range,
             eof,
             prefetch,
+            rebuild: self.rebuild_job(file),
         })
     }
 
@@ -381,7 +389,6 @@ impl DataPlane {
         buf: &mut [u8],
         offset: u64,
         count: usize,
-        stale: Stale,
     ) -> Result<(Range<usize>, bool), DataError> {
         let align = direct.read_align;
         let io = expand_to_alignment(offset, count as u64, align);
@@ -397,7 +404,7 @@ impl DataPlane {
             self.direct_pread(file, direct, &mut buf[..io_len], io.start, align)?
         };
         let asked = offset..offset + count as u64;
-        self.direct_read_reply(file, buf, asked, io, filled, stale)
+        self.direct_read_reply(file, buf, asked, io, filled)
     }
 
     /// After a direct read of the expanded range `io` put `filled` bytes
@@ -410,13 +417,12 @@ impl DataPlane {
         asked: Range<u64>,
         io: Range<u64>,
         filled: usize,
-        stale: Stale,
     ) -> Result<(Range<usize>, bool), DataError> {
         if io != asked {
             Counters::bump(&self.counters.expanded_reads);
         }
         // Integrity hook: the blocks of the reply match their checksums.
-        self.verify_read(file, buf, io.start, filled, asked.clone(), stale)?;
+        self.verify_read(file, buf, io.start, filled, asked.clone())?;
         let size = file.size()?;
         Ok(read_reply(
             asked.start,
@@ -436,7 +442,6 @@ impl DataPlane {
         buf: &mut [u8],
         offset: u64,
         count: usize,
-        stale: Stale,
     ) -> Result<((Range<usize>, bool), Mode), DataError> {
         let io = self.cached_read_range(file, offset, count);
         let _lock = self.lock(file, io.clone(), LockKind::Shared);
@@ -449,14 +454,7 @@ impl DataPlane {
             RwFlags::NONE,
         )?;
         // Integrity hook: the blocks of the reply match their checksums.
-        self.verify_read(
-            file,
-            buf,
-            io.start,
-            filled,
-            offset..offset + count as u64,
-            stale,
-        )?;
+        self.verify_read(file, buf, io.start, filled, offset..offset + count as u64)?;
         let size = file.size()?;
         Ok((
             read_reply(offset, count as u64, io.start, filled, size),

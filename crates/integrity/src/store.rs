@@ -32,7 +32,7 @@ use std::ops::Range;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::{Condvar, Mutex};
@@ -528,6 +528,10 @@ thread_local! {
     /// the data (a test's local write racing it).
     static AFTER_REBUILD_PASS: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
         const { std::cell::RefCell::new(None) };
+    /// Runs once, on the rebuilding thread, right after a rebuild wiped
+    /// the entries (a test cutting it short there).
+    static AFTER_REBUILD_WIPE: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 /// The checksum state of one open regular file. Owned by the data plane's
@@ -549,7 +553,16 @@ pub struct FileSums {
     registered: bool,
     /// The last rebuild of the checksums failed (`VersionState` has when).
     rebuild_failing: AtomicBool,
+    /// Whether a rebuild is wanted or running (`REBUILD_*`): see
+    /// [`FileSums::want_rebuild`].
+    rebuild: AtomicU8,
 }
+
+/// [`FileSums::rebuild`]'s states: none wanted, wanted and not yet
+/// claimed, claimed (queued or running).
+const REBUILD_IDLE: u8 = 0;
+const REBUILD_WANTED: u8 = 1;
+const REBUILD_CLAIMED: u8 = 2;
 
 struct VersionState {
     /// The data's version after the server's last change.
@@ -669,6 +682,7 @@ impl FileSums {
             }),
             registered: false,
             rebuild_failing: AtomicBool::new(false),
+            rebuild: AtomicU8::new(REBUILD_IDLE),
         };
         if got == 0 {
             // (Recovery writes it once done, and first looks at what the
@@ -936,9 +950,53 @@ impl FileSums {
         Ok(false)
     }
 
+    /// A READ found a mismatch in a file changed behind the server's back
+    /// ([`FileSums::changed_behind_back`]): asks for a rebuild of its
+    /// checksums, unless one is wanted or claimed already. The rebuild is
+    /// someone else's job ([`FileSums::claim_rebuild`]); until it is done
+    /// the stale checksums answer nothing.
+    pub fn want_rebuild(&self) {
+        let _ = self.rebuild.compare_exchange(
+            REBUILD_IDLE,
+            REBUILD_WANTED,
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Whether a rebuild is wanted and nobody has claimed it yet: one
+    /// atomic load, for every READ to ask.
+    pub fn rebuild_wanted(&self) -> bool {
+        self.rebuild.load(Ordering::Acquire) == REBUILD_WANTED
+    }
+
+    /// Takes the wanted rebuild on: true for exactly one caller, who must
+    /// call [`FileSums::rebuild_released`] when it is done with it.
+    pub fn claim_rebuild(&self) -> bool {
+        self.rebuild
+            .compare_exchange(
+                REBUILD_WANTED,
+                REBUILD_CLAIMED,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+    }
+
+    /// The claimed rebuild ran (`ran`: a mismatch found later asks for a
+    /// new one), or was given up before it could run (still wanted).
+    pub fn rebuild_released(&self, ran: bool) {
+        let state = if ran { REBUILD_IDLE } else { REBUILD_WANTED };
+        self.rebuild.store(state, Ordering::Release);
+    }
+
     /// Recomputes every checksum of the file from its data, makes them
     /// durable and trusts them again. The caller holds the file's whole
-    /// range exclusively. Returns the number of blocks.
+    /// range, shared at least: no server write may run meanwhile, READs
+    /// may (while the checksums are stale a READ's mismatch is no error,
+    /// and one that compared against entries from before the rebuild
+    /// must check again before it reports one). Returns the number of
+    /// blocks.
     pub fn rebuild(&self, data: BorrowedFd<'_>) -> io::Result<u64> {
         let rebuilt = self.try_rebuild(data);
         self.version.lock().rebuild_failed = rebuilt.is_err().then(std::time::Instant::now);
@@ -961,8 +1019,22 @@ impl FileSums {
         // at the end took such a write's blocks for rotted.)
         let before = Version::of(data)?;
         let size = before.size;
+        // Durably stale before the entries are wiped: a rebuild cut short
+        // (the server stopped or crashed mid-pass; no call waits for one,
+        // and a stop does not either) must leave checksums the next start
+        // rebuilds, not trusts. The header may say trusted: a file whose
+        // checksums were distrusted without its version moving.
+        let recorded = self.version.lock().recorded;
+        let header = Header {
+            stale: true,
+            version: recorded,
+        };
+        self.file.write_all_at(&header.encode(), 0)?;
+        self.file.sync_data()?;
         self.file.set_len(HEADER_LEN)?;
         self.file.set_len(HEADER_LEN + 4 * size.div_ceil(BLOCK))?;
+        #[cfg(test)]
+        AFTER_REBUILD_WIPE.with(|hook| hook.borrow_mut().take().map(|f| f()));
         let mut blocks = 0;
         for_each_data_extent(data, |extent| {
             blocks += self.recompute(data, extent.start / BLOCK..extent.end.div_ceil(BLOCK))?;
@@ -1338,6 +1410,39 @@ mod tests {
         let t = sums.begin_write(data.as_fd(), range.clone()).unwrap();
         data.write_all_at(&bytes, range.start).unwrap();
         t.finish(&crcs(&bytes)).unwrap();
+    }
+
+    #[test]
+    fn a_rebuild_cut_short_leaves_the_checksums_stale_for_the_next_start() {
+        // Rebuilds run beside the server's calls now, and a stop does not
+        // wait for one: one cut short between the wipe of the entries and
+        // the end of its pass must not leave a header that trusts them.
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("integrity"), 64, Order::Overlapped).unwrap();
+        let data = data_file(&dir.path().join("f"));
+        data.write_all_at(&[6u8; 4 * BLOCK as usize], 0).unwrap();
+        let sums = store.open_file(key(9), data.as_fd()).unwrap();
+        sums.rebuild(data.as_fd()).unwrap();
+        assert!(!sums.is_stale());
+        let on_disk = || {
+            let f = File::open(store.dir().join(key(9).relative_path())).unwrap();
+            read_header(&f).unwrap().1.unwrap()
+        };
+        assert!(!on_disk().stale);
+        // Distrusted without its version moving (a write abandoned in
+        // flight that wrote the same bytes): the header still trusts.
+        sums.distrust();
+        AFTER_REBUILD_WIPE.with(|hook| {
+            *hook.borrow_mut() = Some(Box::new(|| panic!("cut short")));
+        });
+        let cut = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _ = sums.rebuild(data.as_fd());
+        }));
+        assert!(cut.is_err());
+        assert!(
+            on_disk().stale,
+            "a half-rebuilt file's header trusts its entries"
+        );
     }
 
     #[test]

@@ -550,6 +550,9 @@ fn read_reply(
     match data {
         Ok(mut data) => {
             start_prefetch(file, data.take_prefetch());
+            if let Some(rebuild) = data.take_rebuild() {
+                start_rebuild(file, rebuild);
+            }
             let mut enc = success_encoder(ctx.call.xid);
             let len = data.len() as u32;
             encode_read_ok_head(&mut enc, &post_op(attr.as_ref()), len, data.eof(), len);
@@ -583,6 +586,21 @@ fn start_prefetch(file: &Arc<OpenFile>, prefetch: Vec<dionfs_dataplane::Prefetch
     for chunk in prefetch {
         let file = file.clone();
         runtime.spawn_blocking(move || chunk.run(file.data()));
+    }
+}
+
+/// Starts the rebuild of a file's checksums a READ handed out, on a
+/// thread of its own: a pass over the whole file (minutes for a large
+/// one), which no NFS call waits for, nor a stop of the server (a rebuild
+/// cut short leaves the checksums stale, to be rebuilt after the next
+/// start). If no thread can be made, a later READ hands it out again.
+fn start_rebuild(file: &Arc<OpenFile>, rebuild: dionfs_dataplane::Rebuild) {
+    let file = file.clone();
+    let spawned = std::thread::Builder::new()
+        .name("dionfs-rebuild".into())
+        .spawn(move || rebuild.run(file.data()));
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "cannot start a thread to rebuild a file's checksums; a later READ tries again");
     }
 }
 
