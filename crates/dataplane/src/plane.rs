@@ -101,7 +101,8 @@ impl DataPlane {
     /// A data plane with `config` that takes over from `self` when a
     /// configuration reload changes the export's modes or transfer size:
     /// new pools (of the new size), the same counters (so the export's
-    /// metrics go on counting), and what `self` learnt of the filesystem
+    /// metrics go on counting) and the same count of running checksum
+    /// rebuilds (the export's cap), and what `self` learnt of the filesystem
     /// (that it refuses `RWF_DONTCACHE`), and its write-behind thread.
     /// `self` goes on serving the calls that already hold it.
     pub fn successor(&self, config: DataConfig) -> Result<Self, DataError> {
@@ -118,6 +119,12 @@ impl DataPlane {
             self.nowait_refused.load(Ordering::Relaxed),
             Ordering::Relaxed,
         );
+        // Rebuilds the predecessor handed out count against the export's
+        // cap until they end.
+        let next = Self {
+            rebuilds_running: self.rebuilds_running.clone(),
+            ..next
+        };
         Ok(next.with_whole_buffered_max(self.whole_buffered_max))
     }
 

@@ -10,7 +10,7 @@ use dionfs_sys::io::{preadv2, RwFlags};
 use dionfs_sys::uring::Uring;
 
 use crate::align::{expand_to_alignment, read_reply, round_down, MAX_FILE_OFFSET};
-use crate::checksums::Rebuild;
+use crate::checksums::{ReadEpoch, Rebuild};
 use crate::counters::Counters;
 use crate::file::{DataFile, DirectIo};
 use crate::plane::IoPath;
@@ -224,6 +224,7 @@ impl DataPlane {
         let Some(_lock) = self.try_lock(file, io.clone(), LockKind::Shared) else {
             return ReadAttempt::Blocking(buf);
         };
+        let epoch = self.read_epoch(file);
         let io_len = (io.end - io.start) as usize;
         let filled = if io_len == 0 {
             0
@@ -246,7 +247,7 @@ impl DataPlane {
             }
         };
         let asked = offset..offset + count as u64;
-        let reply = self.direct_read_reply(file, &buf, asked, io, filled);
+        let reply = self.direct_read_reply(file, &buf, asked, io, filled, epoch);
         let (range, eof) = match reply {
             Ok(reply) => reply,
             Err(e) => return ReadAttempt::Done(Err(self.read_failed(e))),
@@ -398,13 +399,14 @@ impl DataPlane {
             .device_reads
             .read_blocking(count, io_len as u64, &self.counters);
         let _lock = self.lock(file, io.clone(), LockKind::Shared);
+        let epoch = self.read_epoch(file);
         let filled = if io_len == 0 {
             0
         } else {
             self.direct_pread(file, direct, &mut buf[..io_len], io.start, align)?
         };
         let asked = offset..offset + count as u64;
-        self.direct_read_reply(file, buf, asked, io, filled)
+        self.direct_read_reply(file, buf, asked, io, filled, epoch)
     }
 
     /// After a direct read of the expanded range `io` put `filled` bytes
@@ -417,12 +419,13 @@ impl DataPlane {
         asked: Range<u64>,
         io: Range<u64>,
         filled: usize,
+        epoch: ReadEpoch,
     ) -> Result<(Range<usize>, bool), DataError> {
         if io != asked {
             Counters::bump(&self.counters.expanded_reads);
         }
         // Integrity hook: the blocks of the reply match their checksums.
-        self.verify_read(file, buf, io.start, filled, asked.clone())?;
+        self.verify_read(file, buf, io.start, filled, asked.clone(), epoch)?;
         let size = file.size()?;
         Ok(read_reply(
             asked.start,
@@ -445,6 +448,7 @@ impl DataPlane {
     ) -> Result<((Range<usize>, bool), Mode), DataError> {
         let io = self.cached_read_range(file, offset, count);
         let _lock = self.lock(file, io.clone(), LockKind::Shared);
+        let epoch = self.read_epoch(file);
         // At most count + 2 blocks <= max_transfer + BUF_SLACK bytes.
         let dst = &mut buf[..(io.end - io.start) as usize];
         let (filled, mode) = self.cached_io(
@@ -454,7 +458,8 @@ impl DataPlane {
             RwFlags::NONE,
         )?;
         // Integrity hook: the blocks of the reply match their checksums.
-        self.verify_read(file, buf, io.start, filled, offset..offset + count as u64)?;
+        let asked = offset..offset + count as u64;
+        self.verify_read(file, buf, io.start, filled, asked, epoch)?;
         let size = file.size()?;
         Ok((
             read_reply(offset, count as u64, io.start, filled, size),

@@ -556,6 +556,8 @@ pub struct FileSums {
     /// Whether a rebuild is wanted or running (`REBUILD_*`): see
     /// [`FileSums::want_rebuild`].
     rebuild: AtomicU8,
+    /// See [`FileSums::rebuilds_ended`].
+    rebuilds_ended: AtomicU64,
 }
 
 /// [`FileSums::rebuild`]'s states: none wanted, wanted and not yet
@@ -683,6 +685,7 @@ impl FileSums {
             registered: false,
             rebuild_failing: AtomicBool::new(false),
             rebuild: AtomicU8::new(REBUILD_IDLE),
+            rebuilds_ended: AtomicU64::new(0),
         };
         if got == 0 {
             // (Recovery writes it once done, and first looks at what the
@@ -994,9 +997,8 @@ impl FileSums {
     /// durable and trusts them again. The caller holds the file's whole
     /// range, shared at least: no server write may run meanwhile, READs
     /// may (while the checksums are stale a READ's mismatch is no error,
-    /// and one that compared against entries from before the rebuild
-    /// must check again before it reports one). Returns the number of
-    /// blocks.
+    /// nor after a rebuild that ended since the READ read its data:
+    /// [`FileSums::rebuilds_ended`]). Returns the number of blocks.
     pub fn rebuild(&self, data: BorrowedFd<'_>) -> io::Result<u64> {
         let rebuilt = self.try_rebuild(data);
         self.version.lock().rebuild_failed = rebuilt.is_err().then(std::time::Instant::now);
@@ -1042,8 +1044,16 @@ impl FileSums {
         })?;
         #[cfg(test)]
         AFTER_REBUILD_PASS.with(|hook| hook.borrow_mut().take().map(|f| f()));
+        // The entries durable before anything can write a header that
+        // trusts them (this one, or a COMMIT's once `stale` is false): one
+        // sync for both let a power cut keep the header and lose entries
+        // written into the space the wipe freed.
+        self.file.sync_data()?;
         self.generation
             .store(self.store.new_generation(), Ordering::Release);
+        // Counted before the checksums are trusted: a READ that finds them
+        // trusted then sees the count moved.
+        self.rebuilds_ended.fetch_add(1, Ordering::AcqRel);
         {
             let mut v = self.version.lock();
             v.recorded = before;
@@ -1052,6 +1062,14 @@ impl FileSums {
         self.write_header()?;
         self.file.sync_data()?;
         Ok(blocks)
+    }
+
+    /// How many rebuilds of the checksums have ended: a READ takes it
+    /// before it reads its data, and a mismatch found after one ended
+    /// meanwhile is no corruption (see the data plane's `verify_read`):
+    /// the rebuild recorded data newer than what the READ read.
+    pub fn rebuilds_ended(&self) -> u64 {
+        self.rebuilds_ended.load(Ordering::Acquire)
     }
 
     /// Recomputes the checksums of `blocks` (clamped to the file) from the
