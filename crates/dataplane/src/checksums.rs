@@ -25,7 +25,7 @@
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dionfs_integrity::{block_ceil, block_floor, FileSums, Order, WriteTicket, BLOCK};
 
@@ -246,7 +246,9 @@ impl DataPlane {
     }
 
     /// The rebuild of `file`'s checksums its READs asked for, if there is
-    /// one to start and fewer than [`MAX_REBUILDS`] of this export's run:
+    /// one to start, the file's last rebuild ended long enough ago
+    /// ([`REBUILD_DUTY`]) and fewer than [`MAX_REBUILDS`] of this
+    /// export's run:
     /// for the caller to run on a thread of its own once the READ is
     /// answered ([`Rebuild::run`]). One atomic load when there is none.
     pub(crate) fn rebuild_job(&self, file: &DataFile) -> Option<Rebuild> {
@@ -260,7 +262,7 @@ impl DataPlane {
             self.rebuilds_running.fetch_sub(1, Ordering::AcqRel);
             return None;
         }
-        if !sums.claim_rebuild() {
+        if !sums.claim_rebuild(Instant::now()) {
             self.rebuilds_running.fetch_sub(1, Ordering::AcqRel);
             return None;
         }
@@ -417,6 +419,15 @@ fn read_cached_edge(file: &DataFile, dst: &mut [u8], offset: u64) -> usize {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ReadEpoch(u64);
 
+/// A file whose checksums are rebuilt again and again (a large log a
+/// local process appends to as clients read it: every append makes the
+/// next READ's blocks mismatch) is rebuilt at most this often in time: a
+/// rebuild that took `t` is followed by no other of the file for
+/// `(REBUILD_DUTY - 1) * t`, its READs answered unchecked meanwhile. Each
+/// rebuild reads the whole file: unpaced, a 100 GB log appended to every
+/// second would be read from the device without end.
+pub const REBUILD_DUTY: u32 = 10;
+
 /// Rebuilds of checksums one export runs at once (each a pass over a
 /// whole file); a file whose rebuild must wait is read unchecked, as
 /// while it runs.
@@ -452,7 +463,8 @@ impl Rebuild {
     /// before the rebuild), while writes and truncates wait for it, so no
     /// server change races the pass. A READ used to run it itself,
     /// holding the file exclusively: every call on a 1 GiB file appended
-    /// to locally waited 0.2 to 1.2 s after each append.
+    /// to locally waited 0.2 to 1.2 s after each append. Then paces the
+    /// file's next rebuild ([`REBUILD_DUTY`]).
     pub fn run(mut self, file: &DataFile) {
         self.ran = true;
         let sums = &self.sums;
@@ -467,6 +479,7 @@ impl Rebuild {
         if whole_file.waited() {
             Counters::bump(&self.counters.range_lock_waits);
         }
+        let began = Instant::now();
         #[cfg(test)]
         if let Some(hook) = self.before_pass.take() {
             hook();
@@ -476,7 +489,9 @@ impl Rebuild {
             // moment ago (retried after `REBUILD_RETRY`).
             return;
         }
-        match sums.rebuild(file.buffered_fd()) {
+        let rebuilt = sums.rebuild(file.buffered_fd());
+        sums.pace_rebuilds(Instant::now() + began.elapsed() * (REBUILD_DUTY - 1));
+        match rebuilt {
             Ok(blocks) => {
                 Counters::bump(&self.counters.integrity_rebuilds);
                 tracing::info!(file = %file.label(), blocks,
@@ -609,9 +624,9 @@ mod tests {
 
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("integrity"), 64, Order::Overlapped).unwrap();
-        let path = dir.path().join("changed");
-        let file = file_with_sums(&store, &path, 7);
-        for mode in [Mode::Direct, Mode::Buffered] {
+        for (n, mode) in [(7, Mode::Direct), (8, Mode::Buffered)] {
+            let path = dir.path().join(format!("changed{n}"));
+            let file = file_with_sums(&store, &path, n);
             let plane = plane(mode);
             let mut want = vec![1u8; 8 * BLOCK as usize];
             write(&plane, &file, 0, &want, Stable::FileSync);
@@ -661,9 +676,57 @@ mod tests {
                 Err(DataError::Corrupt { .. })
             ));
             assert_eq!(plane.counters.snapshot().integrity_errors, 1);
-            // Repaired by a server write for the next mode.
-            write(&plane, &file, 0, &want, Stable::FileSync);
         }
+    }
+
+    #[test]
+    fn a_file_rebuilt_again_and_again_is_rebuilt_a_tenth_of_the_time() {
+        // A large log appended to locally as clients read it: every append
+        // makes the next READ find a mismatch, and each rebuild reads the
+        // whole file. Unpaced, the device read it back without end.
+        use std::time::{Duration, Instant};
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("integrity"), 64, Order::Overlapped).unwrap();
+        let path = dir.path().join("log");
+        let file = file_with_sums(&store, &path, 4);
+        let plane = plane(Mode::Buffered);
+        write(&plane, &file, 0, &[2u8; 5000], Stable::FileSync);
+        let local = OpenOptions::new().append(true).open(&path).unwrap();
+        let append = || {
+            std::thread::sleep(Duration::from_millis(5));
+            local.write_all_at(b"line\n", 0).unwrap();
+        };
+        append();
+        let mut first = read_data(&plane, &file, 0, 8192);
+        let mut job = first.take_rebuild().expect("the first rebuild at once");
+        // A pass of at least 100 ms...
+        job.before_pass = Some(Box::new(|| std::thread::sleep(Duration::from_millis(100))));
+        job.run(&file);
+        let ended = Instant::now();
+        append();
+        // ...and none for nine times as long: the READs are answered.
+        let mut waited = None;
+        while waited.is_none() {
+            let mut r = read_data(&plane, &file, 0, 8192);
+            assert_eq!(r.len(), 5000 + 2 * 5);
+            if let Some(job) = r.take_rebuild() {
+                waited = Some(ended.elapsed());
+                job.run(&file);
+            } else {
+                assert!(
+                    ended.elapsed() < Duration::from_secs(60),
+                    "never rebuilt again"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        let waited = waited.unwrap();
+        assert!(
+            waited >= Duration::from_millis(890),
+            "rebuilt again after {waited:?}"
+        );
+        assert_eq!(plane.counters.snapshot().integrity_rebuilds, 2);
+        assert_eq!(plane.counters.snapshot().integrity_errors, 0);
     }
 
     #[test]

@@ -556,6 +556,8 @@ pub struct FileSums {
     /// Whether a rebuild is wanted or running (`REBUILD_*`): see
     /// [`FileSums::want_rebuild`].
     rebuild: AtomicU8,
+    /// See [`FileSums::pace_rebuilds`].
+    rebuild_not_before: Mutex<Option<std::time::Instant>>,
     /// See [`FileSums::rebuilds_ended`].
     rebuilds_ended: AtomicU64,
 }
@@ -685,6 +687,7 @@ impl FileSums {
             registered: false,
             rebuild_failing: AtomicBool::new(false),
             rebuild: AtomicU8::new(REBUILD_IDLE),
+            rebuild_not_before: Mutex::new(None),
             rebuilds_ended: AtomicU64::new(0),
         };
         if got == 0 {
@@ -975,7 +978,11 @@ impl FileSums {
 
     /// Takes the wanted rebuild on: true for exactly one caller, who must
     /// call [`FileSums::rebuild_released`] when it is done with it.
-    pub fn claim_rebuild(&self) -> bool {
+    /// Not before the time [`FileSums::pace_rebuilds`] set.
+    pub fn claim_rebuild(&self, now: std::time::Instant) -> bool {
+        if self.rebuild_not_before.lock().is_some_and(|t| now < t) {
+            return false;
+        }
         self.rebuild
             .compare_exchange(
                 REBUILD_WANTED,
@@ -984,6 +991,12 @@ impl FileSums {
                 Ordering::Relaxed,
             )
             .is_ok()
+    }
+
+    /// No rebuild is to be claimed before `not_before` (the caller's pace
+    /// for a file rebuilt again and again).
+    pub fn pace_rebuilds(&self, not_before: std::time::Instant) {
+        *self.rebuild_not_before.lock() = Some(not_before);
     }
 
     /// The claimed rebuild ran (`ran`: a mismatch found later asks for a
@@ -1428,6 +1441,31 @@ mod tests {
         let t = sums.begin_write(data.as_fd(), range.clone()).unwrap();
         data.write_all_at(&bytes, range.start).unwrap();
         t.finish(&crcs(&bytes)).unwrap();
+    }
+
+    #[test]
+    fn a_wanted_rebuild_is_claimed_once_and_not_before_its_pace() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("integrity"), 64, Order::Overlapped).unwrap();
+        let data = data_file(&dir.path().join("f"));
+        let sums = store.open_file(key(10), data.as_fd()).unwrap();
+        let t0 = std::time::Instant::now();
+        let s = std::time::Duration::from_secs(1);
+        assert!(!sums.claim_rebuild(t0), "nothing wanted");
+        sums.want_rebuild();
+        assert!(sums.rebuild_wanted());
+        assert!(sums.claim_rebuild(t0));
+        assert!(!sums.claim_rebuild(t0), "claimed twice");
+        sums.want_rebuild(); // while claimed: no new want
+        sums.rebuild_released(true);
+        assert!(!sums.rebuild_wanted());
+        sums.pace_rebuilds(t0 + 10 * s);
+        sums.want_rebuild();
+        assert!(!sums.claim_rebuild(t0 + s), "before its pace");
+        assert!(sums.rebuild_wanted(), "still wanted");
+        assert!(sums.claim_rebuild(t0 + 10 * s));
+        sums.rebuild_released(false); // given up: wanted again
+        assert!(sums.claim_rebuild(t0 + 11 * s));
     }
 
     #[test]
