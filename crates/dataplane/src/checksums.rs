@@ -250,10 +250,15 @@ impl DataPlane {
     /// ([`REBUILD_DUTY`]) and fewer than [`MAX_REBUILDS`] of this
     /// export's run:
     /// for the caller to run on a thread of its own once the READ is
-    /// answered ([`Rebuild::run`]). One atomic load when there is none.
+    /// answered ([`Rebuild::run`]). One atomic load when there is none,
+    /// two and a clock read while a wanted one waits for its pace.
     pub(crate) fn rebuild_job(&self, file: &DataFile) -> Option<Rebuild> {
         let sums = file.integrity_arc()?;
         if !sums.rebuild_wanted() {
+            return None;
+        }
+        let now = Instant::now();
+        if !sums.rebuild_due(now) {
             return None;
         }
         if self.rebuilds_running.fetch_add(1, Ordering::AcqRel) >= MAX_REBUILDS {
@@ -262,7 +267,7 @@ impl DataPlane {
             self.rebuilds_running.fetch_sub(1, Ordering::AcqRel);
             return None;
         }
-        if !sums.claim_rebuild(Instant::now()) {
+        if !sums.claim_rebuild(now) {
             self.rebuilds_running.fetch_sub(1, Ordering::AcqRel);
             return None;
         }
@@ -423,10 +428,16 @@ pub(crate) struct ReadEpoch(u64);
 /// local process appends to as clients read it: every append makes the
 /// next READ's blocks mismatch) is rebuilt at most this often in time: a
 /// rebuild that took `t` is followed by no other of the file for
-/// `(REBUILD_DUTY - 1) * t`, its READs answered unchecked meanwhile. Each
-/// rebuild reads the whole file: unpaced, a 100 GB log appended to every
-/// second would be read from the device without end.
+/// `(REBUILD_DUTY - 1) * t` (at most [`REBUILD_PACE_MAX`]), its READs
+/// answered unchecked meanwhile, whatever makes it want one again (a
+/// failed rebuild too). Each rebuild reads the whole file: unpaced, a
+/// 100 GB log appended to every second would be read from the device
+/// without end.
 pub const REBUILD_DUTY: u32 = 10;
+
+/// The longest pace: a file of many TiB, or a pass stretched by a slow
+/// device, is not left unchecked for hours after its next change.
+pub const REBUILD_PACE_MAX: Duration = Duration::from_secs(600);
 
 /// Rebuilds of checksums one export runs at once (each a pass over a
 /// whole file); a file whose rebuild must wait is read unchecked, as
@@ -486,11 +497,12 @@ impl Rebuild {
         }
         if !sums.is_stale() || sums.unverifiable() {
             // Rebuilt by an earlier job since the READ asked, or failed a
-            // moment ago (retried after `REBUILD_RETRY`).
+            // moment ago (retried after `REBUILD_RETRY` and the pace).
             return;
         }
         let rebuilt = sums.rebuild(file.buffered_fd());
-        sums.pace_rebuilds(Instant::now() + began.elapsed() * (REBUILD_DUTY - 1));
+        let pace = (began.elapsed() * (REBUILD_DUTY - 1)).min(REBUILD_PACE_MAX);
+        sums.pace_rebuilds(Instant::now() + pace);
         match rebuilt {
             Ok(blocks) => {
                 Counters::bump(&self.counters.integrity_rebuilds);
@@ -499,7 +511,7 @@ impl Rebuild {
             }
             // Its READs are answered unchecked meanwhile, rather than
             // failing for want of room in the state directory. Tried again
-            // by a READ after `REBUILD_RETRY`.
+            // by a READ after `REBUILD_RETRY` and the pace.
             Err(e) => tracing::warn!(file = %file.label(), error = %e,
                 "cannot rebuild the checksums of a file whose checksums are out of date; \
                  its READs are answered unchecked for now (is the state directory's \
@@ -693,8 +705,9 @@ mod tests {
         write(&plane, &file, 0, &[2u8; 5000], Stable::FileSync);
         let local = OpenOptions::new().append(true).open(&path).unwrap();
         let append = || {
+            use std::io::Write;
             std::thread::sleep(Duration::from_millis(5));
-            local.write_all_at(b"line\n", 0).unwrap();
+            (&local).write_all(b"line\n").unwrap();
         };
         append();
         let mut first = read_data(&plane, &file, 0, 8192);
@@ -725,6 +738,13 @@ mod tests {
             waited >= Duration::from_millis(890),
             "rebuilt again after {waited:?}"
         );
+        // Nine times the pass, not some fixed delay (the pass took 100 ms
+        // and a little more).
+        assert!(
+            waited < Duration::from_secs(20),
+            "rebuilt again after {waited:?}"
+        );
+        assert_eq!(plane.rebuilds_running.load(Ordering::Relaxed), 0);
         assert_eq!(plane.counters.snapshot().integrity_rebuilds, 2);
         assert_eq!(plane.counters.snapshot().integrity_errors, 0);
     }

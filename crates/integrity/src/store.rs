@@ -227,6 +227,12 @@ pub struct Store {
     /// Notified when a dropped state has written its header and left
     /// `open_sums`.
     sums_closed: Condvar,
+    /// The origin of the times in `paces` and `FileSums::rebuild_not_before`.
+    born: std::time::Instant,
+    /// The rebuild paces of files ([`FileSums::pace_rebuilds`]) not yet
+    /// passed, so that a file closed and opened again (an open-file cache
+    /// too small for the files in use) keeps its pace.
+    paces: Mutex<HashMap<[u8; 16], u64>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -277,6 +283,8 @@ impl Store {
             to_recover: Mutex::new(to_recover),
             open_sums: Mutex::default(),
             sums_closed: Condvar::new(),
+            born: std::time::Instant::now(),
+            paces: Mutex::default(),
         }))
     }
 
@@ -520,6 +528,12 @@ impl Store {
     fn new_generation(&self) -> u64 {
         self.next_generation.fetch_add(1, Ordering::Relaxed)
     }
+
+    /// `t` in nanoseconds since the store was opened (at least 1).
+    fn nanos(&self, t: std::time::Instant) -> u64 {
+        let n = t.saturating_duration_since(self.born).as_nanos();
+        u64::try_from(n).unwrap_or(u64::MAX).max(1)
+    }
 }
 
 #[cfg(test)]
@@ -556,8 +570,9 @@ pub struct FileSums {
     /// Whether a rebuild is wanted or running (`REBUILD_*`): see
     /// [`FileSums::want_rebuild`].
     rebuild: AtomicU8,
-    /// See [`FileSums::pace_rebuilds`].
-    rebuild_not_before: Mutex<Option<std::time::Instant>>,
+    /// See [`FileSums::pace_rebuilds`]: nanoseconds since the store was
+    /// opened, 0 for none.
+    rebuild_not_before: AtomicU64,
     /// See [`FileSums::rebuilds_ended`].
     rebuilds_ended: AtomicU64,
 }
@@ -671,6 +686,8 @@ impl FileSums {
             // any other has none yet.
             None => (now, now.size > 0),
         };
+        // A pace set while the file was open before (see `pace_rebuilds`).
+        let pace = store.paces.lock().get(&key.id()).copied().unwrap_or(0);
         let sums = FileSums {
             id: key.id(),
             key,
@@ -687,7 +704,7 @@ impl FileSums {
             registered: false,
             rebuild_failing: AtomicBool::new(false),
             rebuild: AtomicU8::new(REBUILD_IDLE),
-            rebuild_not_before: Mutex::new(None),
+            rebuild_not_before: AtomicU64::new(pace),
             rebuilds_ended: AtomicU64::new(0),
         };
         if got == 0 {
@@ -978,25 +995,45 @@ impl FileSums {
 
     /// Takes the wanted rebuild on: true for exactly one caller, who must
     /// call [`FileSums::rebuild_released`] when it is done with it.
-    /// Not before the time [`FileSums::pace_rebuilds`] set.
+    /// Not before the time [`FileSums::pace_rebuilds`] set: claimed
+    /// first and given back if too early, so that a pace set by a rebuild
+    /// that ran meanwhile is always seen.
     pub fn claim_rebuild(&self, now: std::time::Instant) -> bool {
-        if self.rebuild_not_before.lock().is_some_and(|t| now < t) {
-            return false;
-        }
-        self.rebuild
+        let claimed = self
+            .rebuild
             .compare_exchange(
                 REBUILD_WANTED,
                 REBUILD_CLAIMED,
                 Ordering::AcqRel,
                 Ordering::Relaxed,
             )
-            .is_ok()
+            .is_ok();
+        if claimed && !self.rebuild_due(now) {
+            self.rebuild.store(REBUILD_WANTED, Ordering::Release);
+            return false;
+        }
+        claimed
+    }
+
+    /// Whether the file's pace lets a rebuild start at `now`: one atomic
+    /// load (checked before a rebuild is claimed, by every READ of a file
+    /// that wants one).
+    pub fn rebuild_due(&self, now: std::time::Instant) -> bool {
+        let not_before = self.rebuild_not_before.load(Ordering::Acquire);
+        not_before == 0 || self.store.nanos(now) >= not_before
     }
 
     /// No rebuild is to be claimed before `not_before` (the caller's pace
     /// for a file rebuilt again and again).
+    /// Kept by the store for as long as it lasts, should the file be
+    /// closed and opened again meanwhile.
     pub fn pace_rebuilds(&self, not_before: std::time::Instant) {
-        *self.rebuild_not_before.lock() = Some(not_before);
+        let at = self.store.nanos(not_before);
+        self.rebuild_not_before.store(at, Ordering::Release);
+        let now = self.store.nanos(std::time::Instant::now());
+        let mut paces = self.store.paces.lock();
+        paces.retain(|_, t| *t > now);
+        paces.insert(self.id, at);
     }
 
     /// The claimed rebuild ran (`ran`: a mismatch found later asks for a
@@ -1466,6 +1503,20 @@ mod tests {
         assert!(sums.claim_rebuild(t0 + 10 * s));
         sums.rebuild_released(false); // given up: wanted again
         assert!(sums.claim_rebuild(t0 + 11 * s));
+        sums.rebuild_released(true);
+        // The pace outlives the file's state: closed and opened again (an
+        // open-file cache too small for the files in use), it still holds.
+        let later = std::time::Instant::now() + 3600 * s;
+        sums.pace_rebuilds(later);
+        drop(sums);
+        let sums = store.open_file(key(10), data.as_fd()).unwrap();
+        sums.want_rebuild();
+        assert!(!sums.rebuild_due(later - s));
+        assert!(
+            !sums.claim_rebuild(later - s),
+            "the pace was lost with the state"
+        );
+        assert!(sums.claim_rebuild(later));
     }
 
     #[test]
