@@ -735,9 +735,15 @@ impl FileSums {
     }
 
     fn write_header(&self) -> io::Result<()> {
+        self.write_header_marked(false)
+    }
+
+    /// [`FileSums::write_header`], saying stale if `stale` even while the
+    /// checksums are trusted in memory.
+    fn write_header_marked(&self, stale: bool) -> io::Result<()> {
         let v = self.version.lock();
         let header = Header {
-            stale: v.stale,
+            stale: v.stale || stale,
             version: v.recorded,
         };
         drop(v);
@@ -1076,12 +1082,7 @@ impl FileSums {
         // and a stop does not either) must leave checksums the next start
         // rebuilds, not trusts. The header may say trusted: a file whose
         // checksums were distrusted without its version moving.
-        let recorded = self.version.lock().recorded;
-        let header = Header {
-            stale: true,
-            version: recorded,
-        };
-        self.file.write_all_at(&header.encode(), 0)?;
+        self.write_header_marked(true)?;
         self.file.sync_data()?;
         self.file.set_len(HEADER_LEN)?;
         self.file.set_len(HEADER_LEN + 4 * size.div_ceil(BLOCK))?;
