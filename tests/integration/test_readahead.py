@@ -133,7 +133,7 @@ def read_parts(procs: list[subprocess.Popen]) -> None:
 
 @DIRECT
 def test_clients_reading_their_own_parts_each_get_readahead(server, iorhard, loopfs):
-    size, parts = 128 * MiB, 4
+    size, parts = 512 * MiB, 4
     iorhard.run("stream", "parts", size, "write", q=4, x=MiB, timeout=600)
     before = metrics()
     read_parts(start_part_readers(iorhard, "parts", size, parts))
@@ -141,10 +141,13 @@ def test_clients_reading_their_own_parts_each_get_readahead(server, iorhard, loo
     got = {k: after[k] - before.get(k, 0) for k in after}
     print(got)
     reads = size // MiB
-    # With one stream per file, the four interleaved clients made none
-    # (a handful of hits). Leave room for the first READs of each stream
-    # and READs that overtook a queued prefetch on a loaded machine.
-    assert got["readahead_hits"] >= reads // 3, got
+    # With one stream per file (MAX_STREAMS = 1 in readahead.rs) the four
+    # interleaved clients got 42-91 hits of these 512 READs, while one of
+    # them read alone; with a stream each 251-419, and 229-437 with three
+    # busy loops beside (2026-11-27). At 128 MiB this was flaky: 28 hits
+    # of 128 in a loaded CI run, where the clients' start is a large share
+    # of their READs (and the bug's 0-27 as close).
+    assert got["readahead_hits"] >= reads // 4, got
     assert got["readahead_discards"] <= reads // 5, got
 
 
