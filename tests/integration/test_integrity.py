@@ -346,6 +346,41 @@ def test_a_read_of_a_file_changed_behind_the_back_waits_for_no_rebuild(server, n
     assert "bad blocks: 0" in r.stdout, r.stdout
 
 
+def _cached_bytes(path: str) -> int:
+    out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", path],
+                         capture_output=True, text=True, check=True).stdout
+    return int(out.strip() or 0)
+
+
+def test_a_rebuild_leaves_what_was_cached_cached(server, nfsproc):
+    """A rebuild reads the whole file to checksum it without filling the
+    page cache with it, and without emptying it either: pages a buffered
+    export's readers, or a local `tail -f`, have cached stay cached. It
+    dropped every chunk it read (`POSIX_FADV_DONTNEED`), cached before or
+    not; now it reads with `RWF_DONTCACHE`."""
+    server.restart(["--integrity", "crc32c", "--read-mode", "buffered",
+                    "--write-mode", "buffered"])
+    path = os.path.join(server.export, "cached")
+    size = 64 << 20
+    with open(path, "wb") as f:
+        f.write(random.Random(5).randbytes(size))
+        os.fsync(f.fileno())
+    os.chmod(path, 0o666)
+    subprocess.run(["sh", "-c", "echo 3 > /proc/sys/vm/drop_caches"], check=True)
+    with open(path, "rb") as f:  # a local reader caches the first half
+        f.read(size // 2)
+    cached = _cached_bytes(path)
+    assert cached >= size // 2, cached
+    # Written before the server saw it: the first READ wants a rebuild.
+    r = nfsproc("read", "cached", size - 4096, 4096)
+    assert r["status"] == "NFS3_OK", r
+    _wait_for_log(server, "checksums were rebuilt", 60)
+    after = _cached_bytes(path)
+    # What was cached stays (the READ's own pages may add a little); the
+    # rest of the file was read and not kept.
+    assert cached <= after <= cached + (4 << 20), (cached, after)
+
+
 def _ior(server, iorhard, name, clients, records, recsize, **opts):
     seed = opts.setdefault("s", 7)
     res = iorhard.run("ior", name, clients, records, recsize, **opts)

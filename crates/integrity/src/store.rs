@@ -35,6 +35,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Weak};
 
+use dionfs_sys::io::{preadv2, RwFlags};
 use parking_lot::{Condvar, Mutex};
 
 use crate::cache::{Page, PageCache, PAGE_ENTRIES};
@@ -1124,25 +1125,42 @@ impl FileSums {
     }
 
     /// Recomputes the checksums of `blocks` (clamped to the file) from the
-    /// data of `data`, reading through the page cache and dropping what it
-    /// read. Returns the number of blocks.
+    /// data of `data`, reading through the page cache as the kernel sees
+    /// the file, without keeping what it read there: `RWF_DONTCACHE`
+    /// reads leave cached pages cached (a buffered export's readers, a
+    /// local `tail -f`, keep theirs) and drop the ones they bring in. Where
+    /// the kernel or filesystem has no `RWF_DONTCACHE`, each chunk is
+    /// dropped after it is read, cached before or not. Returns the number
+    /// of blocks.
     fn recompute(&self, data: BorrowedFd<'_>, blocks: Range<u64>) -> io::Result<u64> {
         let size = Version::of(data)?.size;
         let end = blocks.end.min(size.div_ceil(BLOCK));
         let mut buf = vec![0u8; READ_CHUNK];
         let mut crcs = Vec::new();
+        let mut flags = RwFlags::DONTCACHE;
         let mut block = blocks.start;
         while block < end {
             let n = ((end - block) as usize).min(READ_CHUNK / BLOCK as usize);
             let want = &mut buf[..n * BLOCK as usize];
-            let got = pread_full(data, want, block * BLOCK)?;
+            let got = match pread_full_flags(data, want, block * BLOCK, flags) {
+                Err(e)
+                    if flags == RwFlags::DONTCACHE
+                        && e.raw_os_error() == Some(libc::EOPNOTSUPP) =>
+                {
+                    flags = RwFlags::NONE;
+                    pread_full(data, want, block * BLOCK)?
+                }
+                got => got?,
+            };
             crcs.clear();
             block_crcs(&want[..got], &mut crcs);
             // Blocks past a short read (the file shrank meanwhile) are
             // zeros from the store's point of view.
             crcs.resize(n, zero_block_crc());
             self.store_crcs(block, &crcs)?;
-            let _ = dionfs_sys::io::fadvise_dontneed(data, block * BLOCK, (n as u64) * BLOCK);
+            if flags == RwFlags::NONE {
+                let _ = dionfs_sys::io::fadvise_dontneed(data, block * BLOCK, (n as u64) * BLOCK);
+            }
             block += n as u64;
         }
         Ok(end.saturating_sub(blocks.start))
@@ -1374,13 +1392,21 @@ fn for_each_data_extent(
 /// `pread` until `buf` is full or the end of the file; returns the bytes
 /// read.
 fn pread_full(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    pread_full_flags(fd, buf, offset, RwFlags::NONE)
+}
+
+/// [`pread_full`] with `preadv2` flags.
+fn pread_full_flags(
+    fd: BorrowedFd<'_>,
+    buf: &mut [u8],
+    offset: u64,
+    flags: RwFlags,
+) -> io::Result<usize> {
     let mut done = 0;
     while done < buf.len() {
-        match rustix::io::pread(fd, &mut buf[done..], offset + done as u64) {
-            Ok(0) => break,
-            Ok(n) => done += n,
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => return Err(e.into()),
+        match preadv2(fd, &mut buf[done..], offset + done as u64, flags)? {
+            0 => break,
+            n => done += n,
         }
     }
     Ok(done)
