@@ -346,6 +346,28 @@ def test_a_read_of_a_file_changed_behind_the_back_waits_for_no_rebuild(server, n
     assert "bad blocks: 0" in r.stdout, r.stdout
 
 
+def test_a_rebuild_stops_when_its_file_is_deleted(server, nfsproc):
+    """A 1 GiB file written locally, read once through NFS (which hands
+    out the rebuild of its checksums) and deleted locally at once: the
+    rebuild stops, where it read on to the end of the deleted file,
+    holding its space and the device."""
+    server.restart(["--integrity", "crc32c"])
+    path = os.path.join(server.export, "doomed")
+    chunk = bytes(range(256)) * 4096 * 8
+    with open(path, "wb") as f:
+        for _ in range((1 << 30) // len(chunk)):
+            f.write(chunk)
+        os.fsync(f.fileno())
+    os.chmod(path, 0o666)
+    subprocess.run(["sh", "-c", "echo 3 > /proc/sys/vm/drop_caches"], check=True)
+    r = nfsproc("read", "doomed", 0, 4096)
+    assert r["status"] == "NFS3_OK", r
+    os.unlink(path)
+    _wait_for_log(server, "the rebuild stopped", 60)
+    log = server.log_text(tail=200)
+    assert "checksums were rebuilt" not in log and "cannot rebuild" not in log, log
+
+
 def _cached_bytes(path: str) -> int:
     out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", path],
                          capture_output=True, text=True, check=True).stdout

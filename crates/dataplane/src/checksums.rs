@@ -509,6 +509,10 @@ impl Rebuild {
                 tracing::info!(file = %file.label(), blocks,
                     "file changed behind the server's back: its checksums were rebuilt from its data");
             }
+            Err(e) if dionfs_integrity::is_file_deleted(&e) => {
+                tracing::info!(file = %file.label(),
+                    "file deleted during the rebuild of its checksums: the rebuild stopped");
+            }
             // Its READs are answered unchecked meanwhile, rather than
             // failing for want of room in the state directory. Tried again
             // by a READ after `REBUILD_RETRY` and the pace.

@@ -38,8 +38,8 @@ use std::sync::OnceLock;
 
 pub use overlap::{Arriving, Checksummer, Order, ARRIVAL_PIECE};
 pub use store::{
-    CommitTicket, FileKey, FileSums, Mismatch, RecoveryReport, Store, SweepReport, Version,
-    WriteTicket,
+    is_file_deleted, CommitTicket, FileKey, FileSums, Mismatch, RecoveryReport, Store, SweepReport,
+    Version, WriteTicket,
 };
 
 /// Runs `f` (creating, renaming or removing files of the store) as the

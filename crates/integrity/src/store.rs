@@ -349,6 +349,10 @@ impl Store {
                     report.files += 1;
                     report.blocks += blocks;
                 }
+                Err(e) if is_file_deleted(&e) => {
+                    self.remove(&key);
+                    report.gone += 1;
+                }
                 Err(e) => {
                     tracing::warn!(file = ?key, error = %e, "integrity recovery of a file failed");
                     report.failed += 1;
@@ -1140,6 +1144,12 @@ impl FileSums {
         let mut flags = RwFlags::DONTCACHE;
         let mut block = blocks.start;
         while block < end {
+            if rustix::fs::fstat(data)?.st_nlink == 0 {
+                // Deleted (locally: a client's REMOVE waits for a
+                // rebuild): nobody can read it again, and the pass would
+                // hold its space, and the device, until its end.
+                return Err(io::Error::new(io::ErrorKind::NotFound, FileDeleted));
+            }
             let n = ((end - block) as usize).min(READ_CHUNK / BLOCK as usize);
             let want = &mut buf[..n * BLOCK as usize];
             let got = match pread_full_flags(data, want, block * BLOCK, flags) {
@@ -1389,6 +1399,25 @@ fn for_each_data_extent(
     }
 }
 
+/// Why a rebuild or a recovery of a file's checksums stopped part-way:
+/// the file was deleted meanwhile. [`is_file_deleted`] tells it apart.
+#[derive(Debug)]
+struct FileDeleted;
+
+impl std::fmt::Display for FileDeleted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the file was deleted")
+    }
+}
+
+impl std::error::Error for FileDeleted {}
+
+/// Whether `e` says a rebuild stopped because its file was deleted (not a
+/// failure to report: nothing is left to check).
+pub fn is_file_deleted(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<FileDeleted>())
+}
+
 /// `pread` until `buf` is full or the end of the file; returns the bytes
 /// read.
 fn pread_full(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<usize> {
@@ -1577,6 +1606,28 @@ mod tests {
             on_disk().stale,
             "a half-rebuilt file's header trusts its entries"
         );
+    }
+
+    #[test]
+    fn a_rebuild_stops_once_its_file_is_deleted() {
+        // A file deleted locally while its checksums are rebuilt: the
+        // pass read it to its end (minutes for a large one), holding its
+        // space and the device for nothing.
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("integrity"), 64, Order::Overlapped).unwrap();
+        let path = dir.path().join("gone");
+        let data = data_file(&path);
+        let len = 4 * READ_CHUNK;
+        data.write_all_at(&vec![5u8; len], 0).unwrap();
+        let sums = store.open_file(key(10), data.as_fd()).unwrap();
+        data.write_all_at(&[6u8; 100], len as u64).unwrap(); // a local append
+        assert!(sums.changed_behind_back(data.as_fd()).unwrap());
+        AFTER_REBUILD_WIPE.with(|hook| {
+            *hook.borrow_mut() = Some(Box::new(move || std::fs::remove_file(&path).unwrap()));
+        });
+        let err = sums.rebuild(data.as_fd()).unwrap_err();
+        assert!(is_file_deleted(&err), "{err}");
+        assert!(sums.is_stale());
     }
 
     #[test]
