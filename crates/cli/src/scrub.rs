@@ -36,6 +36,9 @@ struct Summary {
     rebuilt: u64,
     /// Checksum files of files that no longer exist.
     orphans: u64,
+    /// Files deleted while the scrub ran (a log rotated meanwhile): not
+    /// an error, nothing left to check.
+    deleted: u64,
     errors: Vec<(PathBuf, String)>,
 }
 
@@ -88,6 +91,10 @@ pub fn run(plan: ScrubPlan) -> Result<u8, String> {
     for (path, fs_id, _) in files {
         let key = match file_key(&path, fs_id) {
             Ok(k) => k,
+            Err(e) if deleted_meanwhile(&e, &path) => {
+                summary.deleted += 1;
+                continue;
+            }
             Err(e) => {
                 summary.errors.push((path, e.to_string()));
                 continue;
@@ -120,6 +127,7 @@ pub fn run(plan: ScrubPlan) -> Result<u8, String> {
             }
             Ok(FileResult::Stale { rebuilt: true }) => summary.rebuilt += 1,
             Ok(FileResult::Stale { rebuilt: false }) => summary.stale.push(path),
+            Err(e) if deleted_meanwhile(&e, &path) => summary.deleted += 1,
             Err(e) => summary.errors.push((path, e.to_string())),
         }
     }
@@ -236,12 +244,22 @@ fn print_summary(s: &Summary, repair: bool) {
             );
         }
     }
+    if s.deleted > 0 {
+        println!("  deleted while the scrub ran: {}", s.deleted);
+    }
     if !s.errors.is_empty() {
         println!("  errors: {}", s.errors.len());
         for (path, e) in &s.errors {
             println!("    {}: {e}", path.display());
         }
     }
+}
+
+/// Whether scrubbing `path` failed with `e` because the file was deleted
+/// after the walk found it (or during its rebuild).
+fn deleted_meanwhile(e: &std::io::Error, path: &Path) -> bool {
+    dionfs_integrity::is_file_deleted(e)
+        || e.kind() == std::io::ErrorKind::NotFound && std::fs::symlink_metadata(path).is_err()
 }
 
 /// A progress bar on a terminal (stderr), plain lines every 10% (or 10 s)
@@ -334,5 +352,25 @@ impl Progress {
                 self.started.elapsed().as_secs_f64()
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_deleted_while_the_scrub_ran_is_no_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rotated.log");
+        std::fs::write(&path, b"x").unwrap();
+        let missing = std::io::Error::from(std::io::ErrorKind::NotFound);
+        // Still there: a NotFound from elsewhere (the checksum store, say)
+        // is an error.
+        assert!(!deleted_meanwhile(&missing, &path));
+        std::fs::remove_file(&path).unwrap();
+        assert!(deleted_meanwhile(&missing, &path));
+        let other = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        assert!(!deleted_meanwhile(&other, &path));
     }
 }

@@ -551,6 +551,10 @@ thread_local! {
     /// the entries (a test cutting it short there).
     static AFTER_REBUILD_WIPE: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
         const { std::cell::RefCell::new(None) };
+    /// Runs once, on the recomputing thread, after a chunk's checksums
+    /// are stored (a test deleting the file mid-pass).
+    static AFTER_RECOMPUTE_CHUNK: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 /// The checksum state of one open regular file. Owned by the data plane's
@@ -1095,7 +1099,8 @@ impl FileSums {
         AFTER_REBUILD_WIPE.with(|hook| hook.borrow_mut().take().map(|f| f()));
         let mut blocks = 0;
         for_each_data_extent(data, |extent| {
-            blocks += self.recompute(data, extent.start / BLOCK..extent.end.div_ceil(BLOCK))?;
+            blocks +=
+                self.recompute_pass(data, extent.start / BLOCK..extent.end.div_ceil(BLOCK))?;
             Ok(())
         })?;
         #[cfg(test)]
@@ -1137,6 +1142,24 @@ impl FileSums {
     /// dropped after it is read, cached before or not. Returns the number
     /// of blocks.
     fn recompute(&self, data: BorrowedFd<'_>, blocks: Range<u64>) -> io::Result<u64> {
+        self.recompute_checked(data, blocks, false)
+    }
+
+    /// [`FileSums::recompute`] for a pass over a whole file, or a region of
+    /// one (a rebuild, a recovery): it stops, with an error
+    /// [`is_file_deleted`] knows, once the file is deleted. A rebuild read
+    /// a deleted 1 GiB file on to its end, holding its space and the
+    /// device; and a client's REMOVE does not wait for a rebuild.
+    fn recompute_pass(&self, data: BorrowedFd<'_>, blocks: Range<u64>) -> io::Result<u64> {
+        self.recompute_checked(data, blocks, true)
+    }
+
+    fn recompute_checked(
+        &self,
+        data: BorrowedFd<'_>,
+        blocks: Range<u64>,
+        stop_if_deleted: bool,
+    ) -> io::Result<u64> {
         let size = Version::of(data)?.size;
         let end = blocks.end.min(size.div_ceil(BLOCK));
         let mut buf = vec![0u8; READ_CHUNK];
@@ -1144,10 +1167,7 @@ impl FileSums {
         let mut flags = RwFlags::DONTCACHE;
         let mut block = blocks.start;
         while block < end {
-            if rustix::fs::fstat(data)?.st_nlink == 0 {
-                // Deleted (locally: a client's REMOVE waits for a
-                // rebuild): nobody can read it again, and the pass would
-                // hold its space, and the device, until its end.
+            if stop_if_deleted && rustix::fs::fstat(data)?.st_nlink == 0 {
                 return Err(io::Error::new(io::ErrorKind::NotFound, FileDeleted));
             }
             let n = ((end - block) as usize).min(READ_CHUNK / BLOCK as usize);
@@ -1172,6 +1192,8 @@ impl FileSums {
                 let _ = dionfs_sys::io::fadvise_dontneed(data, block * BLOCK, (n as u64) * BLOCK);
             }
             block += n as u64;
+            #[cfg(test)]
+            AFTER_RECOMPUTE_CHUNK.with(|hook| hook.borrow_mut().take().map(|f| f()));
         }
         Ok(end.saturating_sub(blocks.start))
     }
@@ -1182,7 +1204,7 @@ impl FileSums {
         let mut blocks = 0;
         for region in regions {
             let start = region * REGION_BLOCKS;
-            blocks += self.recompute(data, start..start + REGION_BLOCKS)?;
+            blocks += self.recompute_pass(data, start..start + REGION_BLOCKS)?;
         }
         let size = Version::of(data)?.size;
         self.clamp_to(size)?;
@@ -1622,7 +1644,8 @@ mod tests {
         let sums = store.open_file(key(10), data.as_fd()).unwrap();
         data.write_all_at(&[6u8; 100], len as u64).unwrap(); // a local append
         assert!(sums.changed_behind_back(data.as_fd()).unwrap());
-        AFTER_REBUILD_WIPE.with(|hook| {
+        // Deleted once the pass has read its first chunk.
+        AFTER_RECOMPUTE_CHUNK.with(|hook| {
             *hook.borrow_mut() = Some(Box::new(move || std::fs::remove_file(&path).unwrap()));
         });
         let err = sums.rebuild(data.as_fd()).unwrap_err();
