@@ -273,6 +273,65 @@ def test_a_client_frees_only_the_locks_it_took(server):
     victim.close(); other.close()
 
 
+def test_a_lock_of_two_to_the_63_bytes_from_zero_is_the_whole_file(server):
+    """l_offset 0, l_len 2^63 reaches the largest offset `fcntl` can lock:
+    the whole file. Its `fcntl` length wrapped to a negative number, so
+    such a LOCK failed (NLM4_FAILED), and so did the UNLOCK of a
+    whole-file lock sent that way."""
+    fh = file_fh(server, "w")
+    path = os.path.join(server.export, "w")
+    a = Nlm(server, b"wide")
+    assert a.lock(fh, 1, 0, 1 << 63) == S_GRANTED
+    assert local_denied(path, 0, 1) and local_denied(path, 1 << 50, 1)
+    assert a.unlock(fh, 1, 0, 1 << 63) == S_GRANTED
+    assert not local_denied(path, 0, 1)
+    assert a.lock(fh, 1, 0, 0) == S_GRANTED  # to the end, as l_len 0
+    assert a.unlock(fh, 1, 0, 1 << 63) == S_GRANTED
+    assert not local_denied(path, 1 << 50, 1)
+    a.close()
+
+
+def test_nsm_udp_port_serves_only_reboot_notices(server):
+    """NSM's UDP port is for rebooted clients' SM_NOTIFY, and a datagram's
+    source address is the sender's to write. The whole lock service was
+    served there: a FREE_ALL forged from a client's address freed its
+    locks, and `_MSG` calls from forged addresses queued results (and
+    connections to those addresses) without bound. Now NLM is refused
+    there (PROG_UNAVAIL), and of NSM only NULL, STAT and NOTIFY are
+    served (MON and the rest: PROC_UNAVAIL)."""
+    from rawrpc import PROC_UNAVAIL, PROG_UNAVAIL, call, parse_reply
+
+    fh = file_fh(server, "u")
+    path = os.path.join(server.export, "u")
+    victim = Nlm(server, b"victim")
+    assert victim.lock(fh, 1, 0, 10) == S_GRANTED
+    port = json.load(open(server.ports_file))["nsm"]
+
+    def udp(prog: int, vers: int, proc: int, args: bytes, xid: int) -> int:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+            u.settimeout(10)
+            u.sendto(call(xid, prog, vers, proc, args, uid=0, gid=0)[4:], (server.host, port))
+            got, accept, _ = parse_reply(u.recv(65536))
+            assert got == xid
+            return accept
+
+    # FREE_ALL from the victim's own address, by datagram: refused, the
+    # lock stays.
+    assert udp(NLM, NLM_V4, FREE_ALL, opaque(b"victim") + u32(3), 1) == PROG_UNAVAIL
+    assert local_denied(path, 5, 1)
+    assert udp(NLM, NLM_V4, 0, b"", 2) == PROG_UNAVAIL
+    test_msg = opaque(b"c") + b(True) + lock_obj(fh, b"forger", 1, 0, 10)
+    assert udp(NLM, NLM_V4, 6, test_msg, 3) == PROG_UNAVAIL
+    mon = opaque(b"victim") + opaque(b"me") + u32(NSM) + u32(NSM_V1) + u32(1) + bytes(16)
+    assert udp(NSM, NSM_V1, 2, mon, 4) == PROC_UNAVAIL  # SM_MON
+    assert udp(NSM, NSM_V1, 0, b"", 5) == SUCCESS
+    assert udp(NSM, NSM_V1, 1, opaque(b"me"), 6) == SUCCESS  # SM_STAT
+    # The reboot notice itself still works by datagram.
+    assert udp(NSM, NSM_V1, 6, opaque(b"victim") + u32(10), 7) == SUCCESS
+    assert not local_denied(path, 5, 1)
+    victim.close()
+
+
 def test_a_reboot_behind_a_shared_address_frees_only_its_sender(server):
     """Clients behind one NAT address lock under their own names. A reboot
     notified under a name none of them holds (a client that locked under

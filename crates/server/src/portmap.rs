@@ -306,6 +306,7 @@ mod tests {
             id: next_conn_id(),
             peer,
             local: addr,
+            datagram: false,
             names: Default::default(),
         };
         let service = Arc::new(PortmapService::new(table()));

@@ -86,6 +86,7 @@ pub async fn serve<S: Service>(
                         id: next_conn_id(),
                         peer,
                         local,
+                        datagram: false,
                         names: Default::default(),
                     };
                     let mut stop = stop_rx.clone();

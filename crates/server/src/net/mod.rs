@@ -306,6 +306,9 @@ pub struct ConnInfo {
     pub id: u64,
     pub peer: SocketAddr,
     pub local: SocketAddr,
+    /// The call came in a UDP datagram: its source address is whatever
+    /// the sender wrote there, so nothing may rest on it.
+    pub datagram: bool,
     /// The peer's confirmed host names, looked up before the first call
     /// when an export matches clients by name ([`Service::resolves_names`]),
     /// or before a later call once one does (an export a reload added);

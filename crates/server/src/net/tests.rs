@@ -555,6 +555,7 @@ async fn serve_connection_reports_why_it_ended() {
         id: next_conn_id(),
         peer,
         local: addr,
+        datagram: false,
         names: Default::default(),
     };
     let limits = ConnLimits {

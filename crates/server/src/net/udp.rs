@@ -153,6 +153,7 @@ pub async fn serve<S: Service>(
             id: next_conn_id(),
             peer,
             local,
+            datagram: true,
             names: Default::default(),
         });
         let (socket, service, larger) = (socket.clone(), service.clone(), larger.clone());

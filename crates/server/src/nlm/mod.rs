@@ -229,11 +229,27 @@ impl Service for LockService {
 
     async fn receive<R: CallStream>(
         &self,
-        _conn: &ConnInfo,
+        conn: &ConnInfo,
         call: CallHeader,
         body: &mut RecordReader<R>,
     ) -> Result<Received<Pending>, RecordError> {
         let status = |s| Ok(Received::Reply(Reply::status(call.xid, s)));
+        // NSM's UDP socket is there for rebooted clients' SM_NOTIFY. A
+        // datagram's source address is the sender's to write: NLM served
+        // there (its `_MSG` results are sent back to that address) let
+        // forged sources queue results and connections without bound, and
+        // take share reservations and FREE_ALL in other clients' names.
+        if conn.datagram {
+            if call.prog != NSM_PROGRAM {
+                return status(ReplyStatus::ProgUnavail);
+            }
+            if !matches!(
+                NsmProc::from_u32(call.proc_),
+                Some(NsmProc::Null | NsmProc::Stat | NsmProc::Notify)
+            ) {
+                return status(ReplyStatus::ProcUnavail);
+            }
+        }
         let max = match (call.prog, call.vers) {
             (NLM_PROGRAM, NLM_V4) => match NlmProc4::from_u32(call.proc_) {
                 Some(p) => p.max_args_len(),

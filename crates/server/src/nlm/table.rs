@@ -58,8 +58,11 @@ impl Span {
         }
         let end = match len {
             0 => u64::MAX,
+            // Ending at the largest offset is reaching to the end too: from
+            // 0, `fcntl`'s length would be 2^63, past an `i64` (the whole
+            // file's lock could then be neither taken nor released).
             _ => match offset.checked_add(len - 1) {
-                Some(end) if end <= OFFSET_MAX => end,
+                Some(end) if end < OFFSET_MAX => end,
                 _ => u64::MAX,
             },
         };
@@ -70,10 +73,11 @@ impl Span {
     pub fn to_fcntl(self) -> LockRange {
         LockRange {
             start: self.start as i64,
+            // 0: to the end (also the only way to say a length past i64).
             len: if self.end == u64::MAX {
                 0
             } else {
-                (self.end - self.start + 1) as i64
+                i64::try_from(self.end - self.start + 1).unwrap_or(0)
             },
         }
     }
@@ -698,6 +702,20 @@ mod tests {
         // Past the largest offset: to the end.
         assert_eq!(span(10, u64::MAX).end, u64::MAX);
         assert_eq!(Span::from_nlm(1 << 63, 1), None);
+        // To the largest offset, from 0: 2^63 bytes, which `fcntl` takes
+        // only as "to the end" (the length wrapped to i64::MIN: EINVAL).
+        assert_eq!(span(0, 1 << 63).to_fcntl(), LockRange { start: 0, len: 0 });
+        assert_eq!(
+            span(5, (1 << 63) - 5).to_fcntl(),
+            LockRange { start: 5, len: 0 }
+        );
+        assert_eq!(
+            span(5, (1 << 63) - 6).to_fcntl(),
+            LockRange {
+                start: 5,
+                len: i64::MAX - 5
+            }
+        );
         assert_eq!(span(7, 3).to_nlm(), (7, 3));
         assert_eq!(span(7, 0).to_nlm(), (7, 0));
     }
