@@ -7,9 +7,9 @@
 //! Calls leave from a reserved port on the server address the client
 //! used (the kernel's lockd matches GRANTED against the server's address).
 
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dionfs_proto::portmap::{Mapping, IPPROTO_TCP, IPPROTO_UDP};
 use dionfs_rpc::message::AuthSys;
@@ -18,6 +18,11 @@ use dionfs_xdr::{Decode, Decoder, Encode};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 const TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest a reply over TCP may take to arrive whole, however it
+/// trickles in.
+const REPLY_DEADLINE: Duration = Duration::from_secs(10);
+/// How long one UDP send waits for its reply, whatever else arrives.
+const UDP_WAIT: Duration = Duration::from_secs(2);
 /// Largest reply read.
 const MAX_REPLY: usize = 64 << 10;
 
@@ -90,15 +95,52 @@ pub fn tcp_call(
     proc_: u32,
     args: &[u8],
 ) -> io::Result<Vec<u8>> {
+    tcp_call_within(from, to, prog, vers, proc_, args, REPLY_DEADLINE)
+}
+
+/// [`tcp_call`] whose reply must be whole within `deadline` of the
+/// call's sending. Each read waiting at most the time left, not a
+/// timeout of its own: a client answering a byte every few seconds held
+/// one of the few callback threads (and so every client's GRANTED) for
+/// as long as 64 KiB took to arrive that way, days.
+fn tcp_call_within(
+    from: IpAddr,
+    to: SocketAddr,
+    prog: u32,
+    vers: u32,
+    proc_: u32,
+    args: &[u8],
+    deadline: Duration,
+) -> io::Result<Vec<u8>> {
     let s = reserved_socket(from, false)?;
     s.connect_timeout(&SockAddr::from(to), TIMEOUT)?;
-    let mut stream: TcpStream = s.into();
-    stream.set_read_timeout(Some(TIMEOUT))?;
+    let stream: TcpStream = s.into();
     stream.set_write_timeout(Some(TIMEOUT))?;
     let (xid, msg) = call_message(prog, vers, proc_, args);
-    stream.write_all(&framed(&msg))?;
-    let reply = read_record_blocking(&mut stream, MAX_REPLY)?;
+    (&stream).write_all(&framed(&msg))?;
+    let mut reply = Until {
+        stream,
+        until: Instant::now() + deadline,
+    };
+    let reply = read_record_blocking(&mut reply, MAX_REPLY)?;
     results(&reply, xid)
+}
+
+/// A stream whose reads fail with `TimedOut` once `until` has passed.
+struct Until {
+    stream: TcpStream,
+    until: Instant,
+}
+
+impl Read for Until {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        self.stream.read(buf)
+    }
 }
 
 /// One call over UDP, sent up to three times; the results.
@@ -110,14 +152,35 @@ pub fn udp_call(
     proc_: u32,
     args: &[u8],
 ) -> io::Result<Vec<u8>> {
+    udp_call_waiting(from, to, prog, vers, proc_, args, UDP_WAIT)
+}
+
+/// [`udp_call`] waiting `wait` after each send, however many datagrams
+/// that are not its reply arrive meanwhile: each used to start the wait
+/// afresh, so anyone sending junk to the call's port held the thread.
+fn udp_call_waiting(
+    from: IpAddr,
+    to: SocketAddr,
+    prog: u32,
+    vers: u32,
+    proc_: u32,
+    args: &[u8],
+    wait: Duration,
+) -> io::Result<Vec<u8>> {
     let socket: UdpSocket = reserved_socket(from, true)?.into();
-    socket.set_read_timeout(Some(Duration::from_secs(2)))?;
     let (xid, msg) = call_message(prog, vers, proc_, args);
     let mut buf = vec![0u8; MAX_REPLY];
     let mut last = io::Error::from(io::ErrorKind::TimedOut);
     for _ in 0..3 {
         socket.send_to(&msg, to)?;
+        let until = Instant::now() + wait;
         loop {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                last = io::ErrorKind::TimedOut.into();
+                break;
+            }
+            socket.set_read_timeout(Some(left))?;
             match socket.recv_from(&mut buf) {
                 Ok((n, src)) if src == to => match results(&buf[..n], xid) {
                     // Another call's late reply: keep waiting.
@@ -179,5 +242,73 @@ pub fn getport(peer: Peer, prog: u32, vers: u32, udp: bool) -> io::Result<u16> {
         _ => Err(io::Error::other(format!(
             "program {prog} version {vers} is not registered with the client's port mapper"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{Ipv4Addr, TcpListener};
+
+    const LOCAL: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+    fn timed_out(e: &io::Error) -> bool {
+        matches!(
+            e.kind(),
+            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+        )
+    }
+
+    #[test]
+    fn a_reply_that_trickles_in_is_given_up_at_the_deadline() {
+        let listener = TcpListener::bind((LOCAL, 0)).unwrap();
+        let to = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            // A record of 1000 bytes announced, then a byte every 50 ms:
+            // each read waits far less than a read timeout.
+            let _ = s.write_all(&(0x8000_0000u32 | 1000).to_be_bytes());
+            for _ in 0..200 {
+                if s.write_all(b"x").is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        let began = Instant::now();
+        let e = tcp_call_within(LOCAL, to, 1, 1, 0, &[], Duration::from_millis(500)).unwrap_err();
+        assert!(timed_out(&e), "{e}");
+        assert!(
+            began.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            began.elapsed()
+        );
+    }
+
+    #[test]
+    fn datagrams_that_are_not_the_reply_do_not_hold_the_call() {
+        let peer = UdpSocket::bind((LOCAL, 0)).unwrap();
+        let to = peer.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 2048];
+            let Ok((_, caller)) = peer.recv_from(&mut buf) else {
+                return;
+            };
+            // From the address called, every 20 ms: never a reply.
+            for _ in 0..250 {
+                if peer.send_to(b"junk", caller).is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        let began = Instant::now();
+        let e = udp_call_waiting(LOCAL, to, 1, 1, 0, &[], Duration::from_millis(200)).unwrap_err();
+        assert!(timed_out(&e), "{e}");
+        assert!(
+            began.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            began.elapsed()
+        );
     }
 }
