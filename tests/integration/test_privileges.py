@@ -315,3 +315,36 @@ class TestQuota:
         end = 2 * self.LIMIT_KIB * 1024
         r = np("write", "f", end, chunk, "file_sync", uid=0, gid=0)
         assert r["write_status"] == ("NFS3_OK" if root_exempt else "NFS3ERR_DQUOT"), r
+
+
+def test_ids_of_minus_one_are_the_anonymous_user(server, nfsproc):
+    """AUTH_SYS uid, gid or a supplementary gid 0xFFFFFFFF, which is no
+    user or group on Linux: `setfsuid(-1)` changes nothing and `setgroups`
+    refuses it, so every call with one failed (NFS3ERR_SERVERFAULT, an
+    error line each). knfsd takes the anonymous user and group for them;
+    so does dionfs, and a supplementary group of -1 is left out."""
+    import rawrpc
+    from rawrpc import opaque, u32
+
+    fh = bytes.fromhex(nfsproc("lookup", ".")["fh"])
+
+    def create(c, xid: int, name: bytes, uid: int, gid: int, gids: list[int]) -> int:
+        cred = u32(0) + opaque(b"rawrpc") + u32(uid) + u32(gid) + u32(len(gids))
+        cred += b"".join(u32(g) for g in gids)
+        msg = u32(xid) + u32(0) + u32(2) + u32(rawrpc.NFS_PROGRAM) + u32(3) + u32(8)
+        msg += u32(1) + opaque(cred) + u32(0) + u32(0)
+        msg += opaque(fh) + opaque(name) + u32(0) + u32(0) * 6  # UNCHECKED, no attributes
+        c.send(u32(0x80000000 | len(msg)) + msg)
+        accept, res = c.reply(xid)
+        assert accept == rawrpc.SUCCESS
+        return rawrpc.nfs_status(res)
+
+    with rawrpc.Conn(server.host, server.nfs_port) as c:
+        assert create(c, 1, b"by-uid", 0xFFFFFFFF, 1000, []) == 0
+        assert create(c, 2, b"by-gid", 1000, 0xFFFFFFFF, []) == 0
+        assert create(c, 3, b"by-gids", 1000, 1000, [0xFFFFFFFF, 1000]) == 0
+    owner = lambda name: (lambda st: (st.st_uid, st.st_gid))(os.stat(os.path.join(server.export, name)))
+    assert owner("by-uid") == (65534, 1000)
+    assert owner("by-gid") == (1000, 65534)
+    assert owner("by-gids") == (1000, 1000)
+    assert "cannot switch to the client's credentials" not in server.log_text()

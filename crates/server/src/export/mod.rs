@@ -30,7 +30,7 @@ pub fn squash(export: &ExportConfig, cred: &Credential) -> Creds {
     let Credential::Sys(sys) = cred else {
         return anon();
     };
-    match export.squash {
+    let creds = match export.squash {
         Squash::AllSquash => anon(),
         Squash::NoRootSquash => Creds {
             uid: sys.uid,
@@ -49,5 +49,24 @@ pub fn squash(export: &ExportConfig, cred: &Credential) -> Creds {
                 groups: sys.gids.iter().map(|&g| map_gid(g)).collect(),
             }
         }
+    };
+    // 0xFFFFFFFF is no user or group on Linux (`setfsuid(-1)` changes
+    // nothing, `setgroups` refuses it): the anonymous ones stand in, as in
+    // knfsd's `nfsd_setuser`, and a supplementary group that is no group
+    // is left out. Every call with one failed (NFS3ERR_SERVERFAULT),
+    // logged each time.
+    const INVALID: u32 = u32::MAX;
+    Creds {
+        uid: if creds.uid == INVALID {
+            export.anonuid
+        } else {
+            creds.uid
+        },
+        gid: if creds.gid == INVALID {
+            export.anongid
+        } else {
+            creds.gid
+        },
+        groups: creds.groups.into_iter().filter(|&g| g != INVALID).collect(),
     }
 }
