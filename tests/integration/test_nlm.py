@@ -291,29 +291,6 @@ def test_a_lock_of_two_to_the_63_bytes_from_zero_is_the_whole_file(server):
     a.close()
 
 
-def test_an_owner_holds_a_bounded_number_of_ranges(server):
-    """Every LOCK and UNLOCK works through the owner's ranges under the
-    lock table's mutex: an owner locking every other byte made each call,
-    any client's, slower than the last. At most 1,024 separate ranges per
-    owner and file; a LOCK or an UNLOCK that would leave more is refused
-    (DENIED_NOLOCKS) and changes nothing; a lock over them all goes on."""
-    fh = file_fh(server, "r")
-    path = os.path.join(server.export, "r")
-    a = Nlm(server, b"ranges")
-    for k in range(1024):
-        assert a.lock(fh, 1, 2 * k, 1) == S_GRANTED, k
-    assert a.lock(fh, 1, 4096, 1) == S_NOLOCKS
-    assert not local_denied(path, 4096, 1)
-    assert a.lock(fh, 1, 0, 9) == S_GRANTED  # five ranges become one
-    for k in range(4):
-        assert a.lock(fh, 1, 4096 + 2 * k, 1) == S_GRANTED
-    assert a.unlock(fh, 1, 4, 1) == S_NOLOCKS  # would split [0, 9) in two
-    assert local_denied(path, 4, 1)
-    assert a.unlock(fh, 1, 0, 0) == S_GRANTED
-    assert not local_denied(path, 4, 1) and not local_denied(path, 4096, 1)
-    a.close()
-
-
 def test_nsm_udp_port_serves_only_reboot_notices(server):
     """NSM's UDP port is for rebooted clients' SM_NOTIFY, and a datagram's
     source address is the sender's to write. The whole lock service was

@@ -52,8 +52,7 @@ use client::Peer;
 use state::{Monitored, NsmState};
 use table::{
     Attempt, Host, Limit, LockTable, Owner, Span, Waiter, MAX_DESCRIPTIONS_PER_CLIENT,
-    MAX_NAMES_PER_CLIENT, MAX_RANGES_PER_OWNER, MAX_WAITERS_PER_CLIENT,
-    MAX_WAITERS_PER_CLIENT_TOTAL,
+    MAX_NAMES_PER_CLIENT, MAX_WAITERS_PER_CLIENT, MAX_WAITERS_PER_CLIENT_TOTAL,
 };
 
 /// How long a blocked LOCK waits for its client to ask again before it
@@ -547,10 +546,6 @@ impl LockService {
                             "the client's address has {MAX_WAITERS_PER_CLIENT_TOTAL} blocked \
                              locks waiting, as many as it may"
                         ),
-                        Limit::Ranges => format!(
-                            "the lock owner holds {MAX_RANGES_PER_OWNER} separate ranges of \
-                             this file, as many as one owner may"
-                        ),
                     };
                     warn!(client = %conn.peer, name = %String::from_utf8_lossy(&a.alock.caller_name.0),
                         "NLM LOCK refused (DENIED_NOLOCKS): {why} (repeats are not logged for 10 s)");
@@ -653,21 +648,9 @@ impl LockService {
         let fh = &a.alock.fh.0;
         let owner = Self::owner(conn, &a.alock);
         let mut table = self.table.lock();
-        match table.unlock(fh, &owner, span) {
-            Ok(Ok(())) => {}
-            Ok(Err(_)) => {
-                if self.nolocks_warning.due() {
-                    warn!(client = %conn.peer, name = %String::from_utf8_lossy(&a.alock.caller_name.0),
-                        "NLM UNLOCK refused (DENIED_NOLOCKS): it would split the owner's locks on \
-                         the file into more than {MAX_RANGES_PER_OWNER} ranges \
-                         (repeats are not logged for 10 s)");
-                }
-                return Nlm4Stat::DeniedNolocks;
-            }
-            Err(e) => {
-                warn!(error = %e, client = %conn.peer, "NLM UNLOCK failed");
-                return Nlm4Stat::Failed;
-            }
+        if let Err(e) = table.unlock(fh, &owner, span) {
+            warn!(error = %e, client = %conn.peer, "NLM UNLOCK failed");
+            return Nlm4Stat::Failed;
         }
         let granted = table.grant_waiters(fh);
         drop(table);

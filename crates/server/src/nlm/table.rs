@@ -159,21 +159,6 @@ impl Held {
         self.remove(span);
         self.ranges.push((span, exclusive));
     }
-
-    /// How many ranges the owner would hold once `span` is released, and
-    /// taken again if `adding` (a lock inside a range of the other kind,
-    /// or an unlock inside one, splits it).
-    fn ranges_after(&self, span: Span, adding: bool) -> usize {
-        let mut n = usize::from(adding);
-        for &(r, _) in &self.ranges {
-            n += if r.overlaps(span) {
-                usize::from(r.start < span.start) + usize::from(r.end > span.end)
-            } else {
-                1
-            };
-        }
-        n
-    }
 }
 
 /// A blocked LOCK waiting for its range; `T` is what the service needs
@@ -239,8 +224,6 @@ pub enum Limit {
     Waiters,
     /// [`MAX_WAITERS_PER_CLIENT_TOTAL`].
     AllWaiters,
-    /// [`MAX_RANGES_PER_OWNER`].
-    Ranges,
 }
 
 /// Open descriptions (lock owners on files) one client address may have,
@@ -256,12 +239,6 @@ pub const MAX_WAITERS_PER_CLIENT: usize = 256;
 /// and the per-file bound times the descriptions an address may hold came
 /// to a million of them, gigabytes, retried every second.
 pub const MAX_WAITERS_PER_CLIENT_TOTAL: usize = 1024;
-/// Separate byte ranges one lock owner may hold on one file. Every LOCK
-/// and UNLOCK works through the owner's ranges under the table's lock, so
-/// an owner locking every other byte made each call slower than the last
-/// for every client; a LOCK or UNLOCK that would leave more is refused
-/// (NLM4_DENIED_NOLOCKS).
-pub const MAX_RANGES_PER_OWNER: usize = 1024;
 
 /// Who holds the lock a TEST ran into.
 #[derive(Debug, PartialEq, Eq)]
@@ -385,16 +362,6 @@ impl<T> LockTable<T> {
         open: Opener<'_>,
         waiter: Option<T>,
     ) -> std::io::Result<Attempt> {
-        // Waiters of the owner's address anywhere, for a blocking LOCK
-        // that may have to wait (a scan: waiters are few but under
-        // contention, and bounded per address).
-        let waiting_anywhere = waiter.as_ref().map(|_| {
-            self.files
-                .values()
-                .flat_map(|f| f.waiters.iter())
-                .filter(|w| w.owner.host.ip == owner.host.ip)
-                .count()
-        });
         let file = self.files.entry(fh.to_vec()).or_default();
         if !file.owners.contains_key(owner) {
             if let Err(limit) = self.open.room_for(&owner.host) {
@@ -433,20 +400,25 @@ impl<T> LockTable<T> {
                     self.tidy(fh);
                     return Ok(Attempt::NoLocks(Limit::Waiters));
                 }
-                if waiting_anywhere >= Some(MAX_WAITERS_PER_CLIENT_TOTAL) && !again {
+                // Over all files: a scan, made only for a LOCK that is to
+                // wait (waiters are few but under contention, and bounded
+                // per address).
+                if !again && self.waiters_of(owner.host.ip) >= MAX_WAITERS_PER_CLIENT_TOTAL {
                     self.tidy(fh);
                     return Ok(Attempt::NoLocks(Limit::AllWaiters));
                 }
-                Self::wait(
-                    file,
-                    Waiter {
-                        owner: owner.clone(),
-                        span,
-                        exclusive,
-                        asked: Instant::now(),
-                        callback,
-                    },
-                )
+                if let Some(file) = self.files.get_mut(fh) {
+                    Self::wait(
+                        file,
+                        Waiter {
+                            owner: owner.clone(),
+                            span,
+                            exclusive,
+                            asked: Instant::now(),
+                            callback,
+                        },
+                    )
+                }
             }
             _ => {}
         }
@@ -466,9 +438,6 @@ impl<T> LockTable<T> {
         if exclusive && !held.writable {
             return Ok(Attempt::ReadOnly);
         }
-        if held.ranges_after(span, true) > MAX_RANGES_PER_OWNER {
-            return Ok(Attempt::NoLocks(Limit::Ranges));
-        }
         let kind = if exclusive {
             LockType::Write
         } else {
@@ -485,29 +454,18 @@ impl<T> LockTable<T> {
     /// Releases `span` of `owner`'s locks on `fh` (nothing held: nothing
     /// to do), and drops the owner's waiters overlapping it (a client
     /// unlocks what it stopped waiting for, as knfsd's unlock cancels).
-    /// An unlock that would split the owner's ranges past
-    /// [`MAX_RANGES_PER_OWNER`] releases nothing: `Err(Limit::Ranges)`.
-    pub fn unlock(
-        &mut self,
-        fh: &[u8],
-        owner: &Owner,
-        span: Span,
-    ) -> std::io::Result<Result<(), Limit>> {
+    pub fn unlock(&mut self, fh: &[u8], owner: &Owner, span: Span) -> std::io::Result<()> {
         let Some(file) = self.files.get_mut(fh) else {
-            return Ok(Ok(()));
+            return Ok(());
         };
         file.waiters
             .retain(|w| !(w.owner == *owner && w.span.overlaps(span)));
         if let Some(held) = file.owners.get_mut(owner) {
-            if held.ranges_after(span, false) > MAX_RANGES_PER_OWNER {
-                self.tidy(fh);
-                return Ok(Err(Limit::Ranges));
-            }
             ofd_setlk(&held.fd, LockType::Unlock, span.to_fcntl())?;
             held.remove(span);
         }
         self.tidy(fh);
-        Ok(Ok(()))
+        Ok(())
     }
 
     /// The first lock in the way of `owner` taking `span` on `fh`, if any.
@@ -680,6 +638,15 @@ impl<T> LockTable<T> {
             .sum()
     }
 
+    /// Waiters of client address `ip`, over all files.
+    fn waiters_of(&self, ip: IpAddr) -> usize {
+        self.files
+            .values()
+            .flat_map(|f| f.waiters.iter())
+            .filter(|w| w.owner.host.ip == ip)
+            .count()
+    }
+
     /// Waiters queued, over all files.
     pub fn waiter_count(&self) -> usize {
         self.files.values().map(|f| f.waiters.len()).sum()
@@ -802,7 +769,7 @@ mod tests {
         assert_eq!(holder.owner, Some((1, b"a".to_vec())));
         assert_eq!(holder.span, span(0, 100));
         // A partial unlock splits a's lock: the middle is free.
-        t.unlock(fh, &a, span(40, 20)).unwrap().unwrap();
+        t.unlock(fh, &a, span(40, 20)).unwrap();
         assert_eq!(
             t.lock(fh, &b, b"b", span(45, 10), true, &mut open, None)
                 .unwrap(),
@@ -828,7 +795,7 @@ mod tests {
         );
         assert_eq!(t.waiter_count(), 1);
         assert!(t.grant_waiters(fh).is_empty());
-        t.unlock(fh, &a, span(0, 0)).unwrap().unwrap();
+        t.unlock(fh, &a, span(0, 0)).unwrap();
         let granted = t.grant_waiters(fh);
         assert_eq!(granted.len(), 1);
         assert_eq!(t.waiter_count(), 0);
@@ -928,7 +895,7 @@ mod tests {
         );
         assert_eq!(t.open_count(), MAX_DESCRIPTIONS_PER_CLIENT + 1);
         // Releasing gives descriptions back.
-        t.unlock(b"fh", &named(5), span(5, 1)).unwrap().unwrap();
+        t.unlock(b"fh", &named(5), span(5, 1)).unwrap();
         assert_eq!(
             lock(&mut t, &one_more, span(1 << 30, 1), false),
             Attempt::Granted
@@ -1005,38 +972,7 @@ mod tests {
                 .unwrap(),
             Attempt::Conflict
         );
-    }
-
-    #[test]
-    fn an_owner_holds_a_bounded_number_of_ranges() {
-        let (_dir, path) = data_file();
-        let mut t: LockTable<()> = LockTable::default();
-        let mut open = opener(&path);
-        let a = owner(1);
-        let mut lock = |t: &mut LockTable<()>, at: Span| {
-            t.lock(b"fh", &a, b"", at, false, &mut open, None).unwrap()
-        };
-        // Every other byte: ranges that never merge.
-        for k in 0..MAX_RANGES_PER_OWNER as u64 {
-            assert_eq!(lock(&mut t, span(2 * k, 1)), Attempt::Granted, "range {k}");
-        }
-        let past = 2 * MAX_RANGES_PER_OWNER as u64;
-        assert_eq!(lock(&mut t, span(past, 1)), Attempt::NoLocks(Limit::Ranges));
-        // A lock over several of them leaves fewer: granted, and room again.
-        assert_eq!(lock(&mut t, span(0, 9)), Attempt::Granted);
-        assert_eq!(t.lock_count(), MAX_RANGES_PER_OWNER - 4);
-        assert_eq!(lock(&mut t, span(past, 1)), Attempt::Granted);
-        // An unlock that would split past the bound releases nothing; one
-        // that leaves fewer ranges, or as many, goes through.
-        for k in 0..3 {
-            assert_eq!(lock(&mut t, span(past + 2 + 2 * k, 1)), Attempt::Granted);
-        }
-        assert_eq!(t.lock_count(), MAX_RANGES_PER_OWNER);
-        assert_eq!(t.unlock(b"fh", &a, span(4, 1)).unwrap(), Err(Limit::Ranges));
-        assert_eq!(t.lock_count(), MAX_RANGES_PER_OWNER);
-        t.unlock(b"fh", &a, span(0, 1)).unwrap().unwrap();
-        t.unlock(b"fh", &a, span(0, 0)).unwrap().unwrap();
-        assert_eq!(t.lock_count(), 0);
+        assert_eq!(t.waiter_count(), MAX_WAITERS_PER_CLIENT_TOTAL + 1);
     }
 
     #[test]
@@ -1077,7 +1013,7 @@ mod tests {
                 .unwrap(),
             Attempt::Granted
         );
-        t.unlock(b"fh", &as_name(7), span(7, 1)).unwrap().unwrap();
+        t.unlock(b"fh", &as_name(7), span(7, 1)).unwrap();
         assert_eq!(
             t.lock(
                 b"fh",
@@ -1119,7 +1055,7 @@ mod tests {
                 .unwrap(),
             Attempt::NoLocks(Limit::Server)
         );
-        t.unlock(b"fh", &client(3), span(3, 1)).unwrap().unwrap();
+        t.unlock(b"fh", &client(3), span(3, 1)).unwrap();
         assert_eq!(
             t.lock(b"fh", &client(10), b"", span(99, 1), false, &mut open, None)
                 .unwrap(),
