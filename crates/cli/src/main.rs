@@ -181,9 +181,11 @@ struct ServeArgs {
     /// Let root be root.
     #[arg(long)]
     no_root_squash: bool,
-    #[arg(long, default_value_t = 65534)]
+    /// The anonymous user (not 4294967295: no user on Linux).
+    #[arg(long, default_value_t = 65534, value_parser = clap::value_parser!(u32).range(..4_294_967_295))]
     anonuid: u32,
-    #[arg(long, default_value_t = 65534)]
+    /// The anonymous group (not 4294967295).
+    #[arg(long, default_value_t = 65534, value_parser = clap::value_parser!(u32).range(..4_294_967_295))]
     anongid: u32,
     /// How READs touch the file: buffered, dontcache or direct.
     #[arg(long, default_value = "direct", value_parser = parse_mode)]

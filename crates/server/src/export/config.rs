@@ -552,6 +552,15 @@ impl Config {
             x.squash = e.squash.unwrap_or(x.squash);
             x.anonuid = e.anonuid.unwrap_or(x.anonuid);
             x.anongid = e.anongid.unwrap_or(x.anongid);
+            if x.anonuid == u32::MAX || x.anongid == u32::MAX {
+                // As knfsd refuses it: the calls mapped to it would fail.
+                return Err(err(
+                    Some(span),
+                    "anonuid/anongid 4294967295 (-1) is no user or group on Linux; \
+                     give an id (default 65534)"
+                        .into(),
+                ));
+            }
             if let Some(m) = e.max_transfer {
                 x.max_transfer =
                     check_max_transfer(*m.get_ref()).map_err(|r| err(Some(m.span()), r))?;
@@ -811,6 +820,12 @@ path = "/tmp"
 
         let e = parse("[[export]]\npath = \"relative\"\n").unwrap_err();
         assert!(e.reason.contains("absolute"), "{e}");
+
+        let e = parse("[[export]]\npath = \"/tmp\"\nanonuid = 4294967295\n").unwrap_err();
+        assert!(e.reason.contains("no user"), "{e}");
+        let e =
+            parse("[[export]]\npath = \"/tmp\"\noptions = \"anongid=4294967295\"\n").unwrap_err();
+        assert!(e.reason.contains("no user"), "{e}");
     }
 
     #[test]
