@@ -291,6 +291,19 @@ def test_a_lock_of_two_to_the_63_bytes_from_zero_is_the_whole_file(server):
     a.close()
 
 
+def test_a_share_of_a_forged_handle_is_stale(server):
+    """SHARE checked only the export id inside the handle: a client could
+    keep reservations under handles the server never issued (up to its
+    4,096). Now the handle's MAC is checked as for every other call."""
+    fh = file_fh(server, "s")
+    a = Nlm(server, b"sharer")
+    forged = fh[:-1] + bytes([fh[-1] ^ 1])
+    assert a.share(forged, b"o", 1, 1) == S_STALE
+    assert a.share(fh, b"o", 1, 1) == S_GRANTED
+    assert a.share(fh, b"o", 1, 1, proc=UNSHARE) == S_GRANTED
+    a.close()
+
+
 def test_nsm_udp_port_serves_only_reboot_notices(server):
     """NSM's UDP port is for rebooted clients' SM_NOTIFY, and a datagram's
     source address is the sender's to write. The whole lock service was

@@ -681,8 +681,11 @@ impl LockService {
         if take && self.in_grace() != a.reclaim {
             return Nlm4Stat::DeniedGracePeriod;
         }
-        if self.export_for(conn, &a.share.fh).is_err() {
-            return Nlm4Stat::StaleFh;
+        // A handle the export issued, MAC and all: a reservation is kept
+        // under it (LOCK verifies its handle by opening the file).
+        match self.export_for(conn, &a.share.fh) {
+            Ok(export) if export.fs.verify_handle(&a.share.fh.0).is_ok() => {}
+            _ => return Nlm4Stat::StaleFh,
         }
         let host = Host {
             name: a.share.caller_name.0.clone(),
