@@ -134,13 +134,19 @@ struct Until {
 
 impl Read for Until {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let left = self.until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::ErrorKind::TimedOut.into());
-        }
-        self.stream.set_read_timeout(Some(left))?;
+        self.stream.set_read_timeout(Some(time_left(self.until)?))?;
         self.stream.read(buf)
     }
+}
+
+/// The time until `until` (a read timeout: never zero, which sockets
+/// refuse), or `TimedOut` once it has passed.
+fn time_left(until: Instant) -> io::Result<Duration> {
+    let left = until.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(io::ErrorKind::TimedOut.into());
+    }
+    Ok(left)
 }
 
 /// One call over UDP, sent up to three times; the results.
@@ -175,11 +181,13 @@ fn udp_call_waiting(
         socket.send_to(&msg, to)?;
         let until = Instant::now() + wait;
         loop {
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                last = io::ErrorKind::TimedOut.into();
-                break;
-            }
+            let left = match time_left(until) {
+                Ok(left) => left,
+                Err(e) => {
+                    last = e;
+                    break;
+                }
+            };
             socket.set_read_timeout(Some(left))?;
             match socket.recv_from(&mut buf) {
                 Ok((n, src)) if src == to => match results(&buf[..n], xid) {

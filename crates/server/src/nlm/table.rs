@@ -689,6 +689,17 @@ mod tests {
         }
     }
 
+    /// An owner at another client address than [`owner`]'s.
+    fn other_client() -> Owner {
+        Owner {
+            host: Host {
+                name: b"other".to_vec(),
+                ip: "192.0.2.2".parse().unwrap(),
+            },
+            svid: 1,
+        }
+    }
+
     fn opener(path: &Path) -> impl FnMut() -> std::io::Result<(OwnedFd, bool)> + '_ {
         move || {
             let f = OpenOptions::new().read(true).write(true).open(path)?;
@@ -882,13 +893,7 @@ mod tests {
         );
         // Owners already open go on; another client is not affected.
         assert_eq!(lock(&mut t, &named(0), span(0, 2), false), Attempt::Granted);
-        let other = Owner {
-            host: Host {
-                name: b"other".to_vec(),
-                ip: "192.0.2.2".parse().unwrap(),
-            },
-            svid: 1,
-        };
+        let other = other_client();
         assert_eq!(
             lock(&mut t, &other, span(1 << 31, 1), false),
             Attempt::Granted
@@ -960,13 +965,7 @@ mod tests {
             Attempt::Conflict
         );
         // Another address is not affected.
-        let other = Owner {
-            host: Host {
-                name: b"other".to_vec(),
-                ip: "192.0.2.2".parse().unwrap(),
-            },
-            svid: 1,
-        };
+        let other = other_client();
         assert_eq!(
             t.lock(b"fh0", &other, b"", span(0, 1), true, &mut open, Some(()))
                 .unwrap(),
