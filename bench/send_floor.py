@@ -16,7 +16,11 @@ also times what a READ's data costs from the device to the socket: the file
 read with O_DIRECT into an aligned buffer and sent (what dionfs does), and
 spliced from the file into a pipe and from the pipe into the socket (the
 kernel reads into pages of its own and the socket takes them by reference,
-no copy), --size bytes at a time, caches dropped first.
+no copy), and read with O_DIRECT into a huge page of our own that is then
+spliced (`vmsplice`) and given up (`MADV_DONTNEED`, so that the next read
+gets a fresh page, zeroed by the kernel, and the socket keeps the old one
+for as long as it needs it: no copy, and no page reused under the socket),
+--size bytes at a time, caches dropped first.
 
 usage: bench/send_floor.py [--size BYTES] [--count N] [--reps R] [--file PATH]
 """
@@ -24,6 +28,7 @@ usage: bench/send_floor.py [--size BYTES] [--count N] [--reps R] [--file PATH]
 from __future__ import annotations
 
 import argparse
+import ctypes
 import fcntl
 import mmap
 import os
@@ -109,23 +114,60 @@ def run(size: int, count: int, zerocopy: bool) -> tuple[float, float, float]:
 
 
 F_SETPIPE_SZ = 1031  # linux/fcntl.h
+HUGE_PAGE = 2 << 20
 
 
-def run_file(path: str, size: int, splice: bool) -> tuple[float, float, float]:
+class IoVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+def vmsplice_all(libc, wr: int, sock: int, rd: int, addr: int, size: int) -> None:
+    """Moves `size` bytes at `addr` into the pipe `wr` by reference and on
+    from `rd` into the socket `sock`."""
+    done = 0
+    while done < size:
+        iov = IoVec(addr + done, size - done)
+        n = libc.vmsplice(wr, ctypes.byref(iov), 1, 0)
+        if n < 0:
+            raise OSError(ctypes.get_errno(), "vmsplice")
+        left = n
+        while left:
+            left -= os.splice(rd, sock, left)
+        done += n
+
+
+def run_file(path: str, size: int, how: str) -> tuple[float, float, float]:
     """Sender (user, system) CPU seconds per GiB and MiB/s, sending the
-    whole file (a multiple of `size` of it) read direct, copied or spliced."""
+    whole file (a multiple of `size` of it) read direct and copied
+    ("copy"), spliced from the file ("splice"), or read direct into huge
+    pages given to the socket ("vmsplice")."""
     with open("/proc/sys/vm/drop_caches", "w") as f:
         f.write("3\n")
     fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
     count = os.fstat(fd).st_size // size
     s, pid = connect_reader(size * count)
     buf = mmap.mmap(-1, size)  # page-aligned, as O_DIRECT needs
-    if splice:
+    if how != "copy":
         rd, wr = os.pipe()
         fcntl.fcntl(wr, F_SETPIPE_SZ, size)
+    if how == "vmsplice":
+        if size > HUGE_PAGE or HUGE_PAGE % size:
+            raise SystemExit("--size must divide 2 MiB for the vmsplice run")
+        libc = ctypes.CDLL(None, use_errno=True)
+        area = mmap.mmap(-1, 2 * HUGE_PAGE)
+        addr = ctypes.addressof(ctypes.c_char.from_buffer(area))
+        slab = -addr % HUGE_PAGE
+        area.madvise(mmap.MADV_HUGEPAGE, slab, HUGE_PAGE)
+        parts = HUGE_PAGE // size
     r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
     for i in range(count):
-        if splice:
+        if how == "vmsplice":
+            part = slab + (i % parts) * size
+            os.preadv(fd, [memoryview(area)[part:part + size]], i * size)
+            vmsplice_all(libc, wr, s.fileno(), rd, addr + part, size)
+            if i % parts == parts - 1:
+                area.madvise(mmap.MADV_DONTNEED, slab, HUGE_PAGE)
+        elif how == "splice":
             filled = 0
             while filled < size:
                 filled += os.splice(fd, wr, size - filled, offset_src=i * size + filled)
@@ -138,7 +180,7 @@ def run_file(path: str, size: int, splice: bool) -> tuple[float, float, float]:
     r1, el = resource.getrusage(resource.RUSAGE_SELF), time.monotonic() - t0
     s.close()
     os.close(fd)
-    if splice:
+    if how != "copy":
         os.close(rd)
         os.close(wr)
     os.waitpid(pid, 0)
@@ -158,16 +200,17 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=1 << 20)
     ap.add_argument("--count", type=int, default=4096)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--file", help="also send this file: read direct and sent, and spliced")
+    ap.add_argument("--file", help="also send this file: read direct and sent, spliced, and vmspliced")
     a = ap.parse_args()
     for zerocopy in (False, True):
         runs = [run(a.size, a.count, zerocopy) for _ in range(a.reps)]
         report("MSG_ZEROCOPY" if zerocopy else "send", a.size, a.count, runs)
     if a.file:
         count = os.stat(a.file).st_size // a.size
-        for splice in (False, True):
-            runs = [run_file(a.file, a.size, splice) for _ in range(a.reps)]
-            report("file splice" if splice else "file O_DIRECT", a.size, count, runs)
+        for how, name in (("copy", "file O_DIRECT"), ("splice", "file splice"),
+                          ("vmsplice", "file vmsplice")):
+            runs = [run_file(a.file, a.size, how) for _ in range(a.reps)]
+            report(name, a.size, count, runs)
 
 
 if __name__ == "__main__":
