@@ -11,6 +11,7 @@ device or image behind.
 from __future__ import annotations
 
 import atexit
+import errno
 import os
 import shutil
 import signal
@@ -41,9 +42,14 @@ class LoopFs:
     """A mounted loop filesystem; `destroy()` undoes everything, idempotently."""
 
     def __init__(self, fstype: str = "xfs", size: str = "2G", base: str = "/var/tmp",
-                 mkfs_args: list[str] | tuple[str, ...] = (), mount_options: str | None = None):
+                 mkfs_args: list[str] | tuple[str, ...] = (), mount_options: str | None = None,
+                 thin: str | None = None):
         """`mkfs_args` go to mkfs before the device (e.g. ext4 `-m 10`); `mount_options`
-        to `mount -o` (e.g. `usrquota`)."""
+        to `mount -o` (e.g. `usrquota`). `thin` (a size, e.g. "100M"): the image
+        lives on a tmpfs of that size, a thin-provisioned device whose writes to
+        blocks never written before fail once `fill_backing()` has filled the
+        tmpfs, as a failing disk's would (the filesystem stays up; a failed
+        writeback is reported to fsync)."""
         if fstype not in MKFS:
             raise ValueError(f"unsupported filesystem {fstype!r}")
         self.fstype = fstype
@@ -51,14 +57,23 @@ class LoopFs:
         self.image: str | None = None
         self.device: str | None = None
         self.mountpoint: str | None = None
+        self.backing: str | None = None
         self._mounted = False
         _live.append(self)
         try:
+            if thin:
+                self.backing = tempfile.mkdtemp(prefix=f"dionfs-test-{fstype}-thin-", dir="/tmp")
+                _run(["mount", "-t", "tmpfs", "-o", f"size={thin}", "tmpfs", self.backing])
+                base = self.backing
             fd, self.image = tempfile.mkstemp(prefix=f"dionfs-test-{fstype}-", suffix=".img", dir=base)
             os.close(fd)
             _run(["truncate", "-s", size, self.image])
+            # Not direct on tmpfs: the loop driver takes a short direct write
+            # there (the tmpfs full part-way) for a whole one.
+            direct_io = "off" if thin else "on"
             self.device = _run(
-                ["losetup", "--find", "--show", "--sector-size", "4096", "--direct-io=on", self.image]
+                ["losetup", "--find", "--show", "--sector-size", "4096",
+                 f"--direct-io={direct_io}", self.image]
             ).stdout.strip()
             lbs = open(f"/sys/block/{os.path.basename(self.device)}/queue/logical_block_size").read().strip()
             if lbs != "4096":
@@ -76,6 +91,20 @@ class LoopFs:
     def path(self, *parts: str) -> str:
         assert self.mountpoint
         return os.path.join(self.mountpoint, *parts)
+
+    def fill_backing(self) -> None:
+        """Fills a `thin` image's tmpfs: from now on, what the filesystem
+        writes to blocks it never wrote before fails (EIO or ENOSPC at the
+        loop device), and what it writes over blocks it wrote succeeds."""
+        assert self.backing
+        with open(os.path.join(self.backing, "fill"), "wb", buffering=0) as f:
+            for chunk in (1 << 20, 4096):
+                try:
+                    while True:
+                        f.write(bytes(chunk))
+                except OSError as e:
+                    if e.errno != errno.ENOSPC:
+                        raise
 
     def sync(self) -> None:
         """Make everything written so far durable (syncfs of this filesystem only)."""
@@ -133,6 +162,16 @@ class LoopFs:
                     break
                 time.sleep(0.25)
             self.device = None
+        if self.backing and os.path.isdir(self.backing):
+            for attempt in range(20):  # the loop device may still hold the image a moment
+                if subprocess.run(["umount", self.backing], capture_output=True).returncode == 0:
+                    break
+                if not os.path.ismount(self.backing):
+                    break
+                time.sleep(0.25)
+            if not os.path.ismount(self.backing):
+                shutil.rmtree(self.backing, ignore_errors=True)
+                self.backing = None
         if self.image and os.path.exists(self.image):
             os.unlink(self.image)
             self.image = None

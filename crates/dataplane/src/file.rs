@@ -3,7 +3,7 @@
 use std::io;
 use std::ops::Range;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use dionfs_integrity::FileSums;
@@ -63,6 +63,11 @@ pub struct DataFile {
     /// How far direct mode's page-cache writes got, and how much of that
     /// is being written back (`writebehind.rs`).
     pub(crate) behind: Frontier,
+    /// UNSTABLE writes answered since the last COMMIT's sync began: their
+    /// data may be only in the page cache, and a failed writeback of it is
+    /// reported once, to a sync of this open file (or lost with the inode
+    /// once the file is closed). See [`DataFile::has_unsynced_writes`].
+    unsynced: AtomicBool,
 }
 
 /// What [`DataFile::size_probe`] saw, for [`DataFile::size_given`].
@@ -132,6 +137,7 @@ impl DataFile {
             integrity: None,
             cold_below: AtomicU64::new(st.st_size.max(0) as u64),
             behind: Frontier::default(),
+            unsynced: AtomicBool::new(false),
         })
     }
 
@@ -158,6 +164,30 @@ impl DataFile {
         self.lock_unit = self.lock_unit.max(block);
         self.integrity = Some(sums);
         self
+    }
+
+    /// Whether UNSTABLE writes were answered since the last COMMIT's sync
+    /// began. Such a file must not be closed without an `fdatasync` of it
+    /// whose failure moves the write verifier
+    /// ([`crate::DataPlane::sync_closed_file`]): the kernel reports a
+    /// failed writeback to the syncs of the open files that were open when
+    /// it failed, so once the file is closed and reopened a COMMIT could
+    /// succeed for data the disk never got (knfsd syncs a written file as
+    /// its cache closes it, for the same reason).
+    pub fn has_unsynced_writes(&self) -> bool {
+        self.unsynced.load(Ordering::Acquire)
+    }
+
+    /// An UNSTABLE write was answered (after its data reached the page
+    /// cache or the device).
+    pub(crate) fn wrote_unsynced(&self) {
+        self.unsynced.store(true, Ordering::Release);
+    }
+
+    /// A sync of the whole file begins: what was written before it is
+    /// covered by it (a write that ends after this sets the flag again).
+    pub(crate) fn sync_begins(&self) {
+        self.unsynced.store(false, Ordering::Release);
     }
 
     /// The file's block checksums, if its export keeps them.

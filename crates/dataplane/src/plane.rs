@@ -374,6 +374,7 @@ impl DataPlane {
         // Integrity hook: what the data sync covers is taken before it;
         // the checksums are made durable after it.
         let ticket = file.integrity().map(ticket);
+        file.sync_begins();
         self.sync_data(file.buffered_fd()).map_err(|e| {
             // The server logs failed COMMITs, a few a minute.
             tracing::debug!(file = %file.label(), error = %e, "COMMIT fdatasync failed");

@@ -225,6 +225,9 @@ impl DataPlane {
     ) -> Result<WriteDone, DataError> {
         match self.write_payload(file, &mut buf, stable) {
             Ok(mode) => {
+                if stable == Stable::Unstable && !buf.is_empty() {
+                    file.wrote_unsynced();
+                }
                 self.counters.count_write(mode, buf.len);
                 Ok(WriteDone {
                     count: buf.len,
@@ -363,6 +366,7 @@ impl DataPlane {
             // dup and a queue slot.
             self.write_behind(file, io.end);
         }
+        file.wrote_unsynced();
         self.counters.count_write(Mode::Buffered, buf.len);
         Counters::bump(&self.counters.task_writes);
         WriteAttempt::Done(Ok(WriteDone {
@@ -609,6 +613,8 @@ impl DataPlane {
         if let Err(e) = self.finish_direct_write(written, len, flags, claim) {
             return WriteAttempt::Done(Err(self.write_failed(file, offset, len, e)));
         }
+        // Not `wrote_unsynced`: none of it is in the page cache, and a
+        // COMMIT after a reopen flushes the device's cache as well.
         self.counters.count_write(Mode::Direct, len);
         Counters::bump(&self.counters.ring_writes);
         WriteAttempt::Done(Ok(WriteDone {

@@ -28,6 +28,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
 use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use dionfs_dataplane::{DataFile, LogEvery};
@@ -69,16 +70,25 @@ fn state_full(e: &std::io::Error) -> bool {
 /// A regular file opened for the data plane, shared by every export that
 /// reaches it.
 pub struct OpenFile {
+    fs_id: u64,
     kernel: KernelHandle,
     data: DataFile,
     /// READ/WRITE grants of this file to recent callers.
     pub(crate) access: AccessMemo,
+    /// In the cache's list of files waiting for
+    /// [`OpenFileCache::sync_evicted`] (once at most).
+    waiting: AtomicBool,
 }
 
 impl OpenFile {
     /// The kernel handle the file is cached under (with its filesystem).
     pub(crate) fn kernel(&self) -> &KernelHandle {
         &self.kernel
+    }
+
+    /// What the cache knows the file by.
+    fn key(&self) -> Key {
+        (self.fs_id, self.kernel.clone())
     }
 
     /// The data plane's open file.
@@ -102,12 +112,36 @@ impl std::fmt::Debug for OpenFile {
     }
 }
 
+/// Logs, at most every 10 s, that written files closed unsynced.
+fn warn_unsynced_close() {
+    static LAST: Mutex<Option<std::time::Instant>> = Mutex::new(None);
+    let mut last = LAST.lock();
+    if last.is_some_and(|t| t.elapsed() < std::time::Duration::from_secs(10)) {
+        return;
+    }
+    *last = Some(std::time::Instant::now());
+    tracing::warn!(
+        "written files left the open-file cache faster than they could be synced and closed \
+         unsynced: the write verifier moved, so clients send their uncommitted writes again \
+         (raise --open-files)"
+    );
+}
+
+/// How many files let go of by the LRU may wait for
+/// [`OpenFileCache::sync_evicted`] at least (else the LRU's capacity).
+const MIN_WAITING: usize = 64;
+
 /// (filesystem identity, kernel handle): one inode.
 type Key = (u64, KernelHandle);
 
 /// The server-wide cache of open files, shared by all exports.
 pub struct OpenFileCache {
     state: Mutex<CacheState>,
+    /// Times a written file closed with data a failed writeback may have
+    /// lost without any COMMIT being told: its sync before closing failed,
+    /// or it closed unsynced (too many waited). The server's write
+    /// verifier counts it ([`OpenFileCache::lost_writes`]).
+    lost_writes: AtomicU64,
 }
 
 struct CacheState {
@@ -118,6 +152,14 @@ struct CacheState {
     /// has doubled since the last purge (amortised O(1)).
     live: HashMap<Key, Weak<OpenFile>>,
     purge_at: usize,
+    /// Files the LRU let go of with UNSTABLE writes not yet synced
+    /// ([`DataFile::has_unsynced_writes`]), or while requests held them
+    /// (which may write them yet), kept open until
+    /// [`OpenFileCache::sync_evicted`] has synced them: closed unsynced, a
+    /// writeback error would not reach the COMMIT of whoever reopens them.
+    /// At most the LRU's capacity (or [`MIN_WAITING`]); past it, files
+    /// close unsynced and `lost_writes` counts it.
+    evicted_unsynced: Vec<Arc<OpenFile>>,
 }
 
 impl CacheState {
@@ -165,7 +207,9 @@ impl OpenFileCache {
                 lru: Lru::new(capacity),
                 live: HashMap::new(),
                 purge_at: 2 * capacity,
+                evicted_unsynced: Vec::new(),
             }),
+            lost_writes: AtomicU64::new(0),
         }
     }
 
@@ -208,9 +252,99 @@ impl OpenFileCache {
 
     pub(crate) fn get(&self, key: &Key) -> Option<Arc<OpenFile>> {
         let (file, evicted) = self.state.lock().find(key);
-        // Dropped outside the lock: the last reference closes descriptors.
-        drop(evicted);
+        self.let_go(evicted);
         file
+    }
+
+    /// What the LRU pushed out: dropped outside the lock (the last
+    /// reference closes the descriptors), or kept for
+    /// [`OpenFileCache::sync_evicted`] if it has unsynced writes or a
+    /// request still uses it (and may write it yet).
+    fn let_go(&self, evicted: Option<Arc<OpenFile>>) {
+        let Some(file) = evicted else {
+            return;
+        };
+        let unsynced = file.data.has_unsynced_writes();
+        if !unsynced && Arc::strong_count(&file) == 1 {
+            return;
+        }
+        // Already waiting (let go of, found again, let go of again): the
+        // list's reference is enough.
+        if file.waiting.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let mut state = self.state.lock();
+        if state.evicted_unsynced.len() < state.lru.capacity.max(MIN_WAITING) {
+            state.evicted_unsynced.push(file);
+            return;
+        }
+        file.waiting.store(false, Ordering::Release);
+        drop(state);
+        // Closed unsynced now, or (held by a request, which may write it
+        // yet) when the request lets go: counted before it can close, so
+        // that the verifier has moved before any COMMIT of a reopen.
+        self.lost_writes.fetch_add(1, Ordering::AcqRel);
+        warn_unsynced_close();
+        drop(file);
+    }
+
+    /// Syncs the files the LRU let go of with unsynced writes
+    /// (`fdatasync`; a failure counts in [`OpenFileCache::lost_writes`]),
+    /// and then lets them close; a file a request still uses waits for the
+    /// next call, and one back in the LRU is left to it. Returns how many
+    /// were synced. Blocking: call it off the async workers, about once a
+    /// second.
+    pub fn sync_evicted(&self) -> usize {
+        let mut ready = Vec::new();
+        {
+            let mut state = self.state.lock();
+            let waiting = std::mem::take(&mut state.evicted_unsynced);
+            for file in waiting {
+                let cached = state
+                    .lru
+                    .peek(&file.key())
+                    .is_some_and(|f| Arc::ptr_eq(f, &file));
+                if cached {
+                    // Dropped below, outside the lock (never the last one).
+                    file.waiting.store(false, Ordering::Release);
+                    ready.push((file, false));
+                } else if Arc::strong_count(&file) > 1 {
+                    state.evicted_unsynced.push(file);
+                } else {
+                    file.waiting.store(false, Ordering::Release);
+                    ready.push((file, true));
+                }
+            }
+        }
+        let mut synced = 0;
+        for (file, closing) in ready {
+            // Synced by a COMMIT meanwhile: nothing to report here.
+            if !closing || !file.data.has_unsynced_writes() {
+                continue;
+            }
+            synced += 1;
+            if let Err(e) = rustix::fs::fdatasync(file.data.buffered_fd()) {
+                self.lost_writes.fetch_add(1, Ordering::AcqRel);
+                tracing::warn!(
+                    file = %file.data.label(),
+                    error = %e,
+                    "a written file left the open-file cache and its data could not be synced: \
+                     the write verifier moved, so clients send their uncommitted writes again"
+                );
+            }
+        }
+        synced
+    }
+
+    /// Whether files wait for [`OpenFileCache::sync_evicted`].
+    pub fn files_waiting(&self) -> bool {
+        !self.state.lock().evicted_unsynced.is_empty()
+    }
+
+    /// How many times written files closed with data a failed writeback may
+    /// have lost: the server's write verifier moves with it.
+    pub fn lost_writes(&self) -> u64 {
+        self.lost_writes.load(Ordering::Acquire)
     }
 
     /// The file for `key` if it is open, without touching the LRU order
@@ -270,7 +404,7 @@ impl OpenFileCache {
         let mut state = self.state.lock();
         if let (Some(existing), evicted) = state.find(&key) {
             drop(state);
-            drop(evicted);
+            self.let_go(evicted);
             return existing;
         }
         state.live.insert(key.clone(), Arc::downgrade(&file));
@@ -280,7 +414,7 @@ impl OpenFileCache {
         }
         let evicted = state.lru.insert(key, Arc::clone(&file));
         drop(state);
-        drop(evicted);
+        self.let_go(evicted);
         file
     }
 }
@@ -407,9 +541,11 @@ impl ExportFs {
             data = data.with_integrity(sums);
         }
         let file = Arc::new(OpenFile {
+            fs_id: key.0,
             kernel: key.1.clone(),
             data: data.with_label(label),
             access: AccessMemo::default(),
+            waiting: AtomicBool::new(false),
         });
         if self.integrity.is_some() && file.data.integrity().is_none() {
             // Without the checksums it must have: for this call only.
@@ -463,6 +599,11 @@ impl<K: Clone + Eq + Hash, V: Clone> Lru<K, V> {
     fn next_tick(&mut self) -> u64 {
         self.tick += 1;
         self.tick
+    }
+
+    /// The value for `key`, without making it the most recently used.
+    fn peek(&self, key: &K) -> Option<&V> {
+        self.entries.get(key).map(|(v, _)| v)
     }
 
     fn get(&mut self, key: &K) -> Option<V> {
@@ -722,8 +863,13 @@ mod tests {
         exp.set_size(&a, 12345).expect("truncate");
         assert_eq!(held.data().size().expect("size"), 12345);
 
-        // Once nobody holds it, it may really close and reopen.
+        // Once nobody holds it, it may really close and reopen: files the
+        // LRU let go of while requests held them (which may have written
+        // them since) wait for the server's sweep, which lets them close
+        // (after syncing those with writes not yet synced).
         drop((held, again, held_b));
+        assert_eq!(cache.live_files(), 2, "b waits for the sweep");
+        assert_eq!(cache.sync_evicted(), 0, "nothing was written");
         assert_eq!(cache.live_files(), 1, "only the LRU's entry is left");
         exp.open_file(b.fh()).expect("b");
         assert_eq!(cache.live_files(), 1);
@@ -739,6 +885,35 @@ mod tests {
 
     /// Nested exports of one filesystem reach one inode through two
     /// handles (two export ids): both get the same open file.
+    #[test]
+    fn a_file_let_go_of_twice_waits_once_and_closes() {
+        let Some(fs) = LoopFs::new("xfs", 64) else {
+            return;
+        };
+        let (_, cache, exp, root) = cached_export(&fs, 1);
+        let how = CreateHow::Guarded(SetAttrs::default());
+        let (a, _) = exp.create(&root, b"a", &how).expect("a");
+        let (b, _) = exp.create(&root, b"b", &how).expect("b");
+        let (c, _) = exp.create(&root, b"c", &how).expect("c");
+
+        // A request holds a while the LRU lets go of it, finds it again
+        // (through the live map) and lets go of it once more.
+        let held = exp.open_file(a.fh()).expect("a");
+        exp.open_file(b.fh()).expect("b pushes a out");
+        exp.open_file(a.fh()).expect("a again, b out");
+        exp.open_file(c.fh()).expect("c pushes a out again");
+        assert_eq!(cache.state.lock().evicted_unsynced.len(), 1, "a waits once");
+        // Still used: it waits on.
+        assert_eq!(cache.sync_evicted(), 0);
+        assert_eq!(cache.state.lock().evicted_unsynced.len(), 1);
+        drop(held);
+        // Let go of, unwritten: closed without a sync.
+        assert_eq!(cache.sync_evicted(), 0);
+        assert!(cache.state.lock().evicted_unsynced.is_empty());
+        assert_eq!(cache.live_files(), 1, "only c is open");
+        assert_eq!(cache.lost_writes(), 0);
+    }
+
     #[test]
     fn nested_exports_share_the_open_file() {
         let Some(fs) = LoopFs::new("ext4", 64) else {

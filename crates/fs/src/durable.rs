@@ -12,7 +12,9 @@
 //! `fsync(2)`:
 //!
 //! - Directories and regular files are fsynced through a descriptor of
-//!   their own: an `O_PATH` descriptor (what a [`Node`] holds) cannot be
+//!   their own (for a regular file, never the open-file cache's: a failed
+//!   writeback is reported once to each open file, and the cache's
+//!   belongs to COMMIT): an `O_PATH` descriptor (what a [`Node`] holds) cannot be
 //!   fsynced, so a read-only one is opened through `/proc/thread-self/fd`,
 //!   as root (a squashed caller may have no read permission on what it just
 //!   made, say a file of mode 000; the fsync grants it nothing).
@@ -42,7 +44,6 @@
 
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 use dionfs_sys::cred;
 use rustix::fs::{fsync, openat, readlinkat, syncfs, Mode, OFlags, CWD};
@@ -50,7 +51,7 @@ use rustix::io::Errno;
 
 use crate::attr::{FileKind, SetAttrs};
 use crate::export::{proc_fd_path, ExportFs, Node};
-use crate::{FsError, OpenFileCache};
+use crate::FsError;
 
 /// One export's metadata commits: `sync` (knfsd's default; every commit is
 /// an fsync) or `async` (commits do nothing: replies may come before the
@@ -60,10 +61,6 @@ pub struct MetadataSync {
     /// A plain (not `O_PATH`) descriptor on the export's filesystem, for
     /// `syncfs`.
     filesystem: OwnedFd,
-    /// The open files, whose descriptors can be fsynced without opening
-    /// the file again (SETATTR size has just opened it there).
-    cache: Arc<OpenFileCache>,
-    fs_id: u64,
     counters: Counters,
 }
 
@@ -93,8 +90,6 @@ impl MetadataSync {
         Ok(MetadataSync {
             sync,
             filesystem: fs.mount_fd.try_clone()?,
-            cache: Arc::clone(&fs.cache),
-            fs_id: fs.fs_id,
             counters: Counters::default(),
         })
     }
@@ -182,11 +177,11 @@ impl MetadataSync {
             FileKind::Directory => self.dir(node),
             FileKind::Regular => {
                 Counters::bump(&self.counters.file_fsyncs);
-                match self.cache.get_live(&(self.fs_id, node.kernel.clone())) {
-                    Some(file) => fsync(file.fd())
-                        .map_err(|e| commit_failed(e, &format!("fsync of {}", describe(node)))),
-                    None => fsync_node(node),
-                }
+                // Never through the open-file cache's descriptor: the
+                // kernel reports a failed writeback once to each open file,
+                // and reported here (a SETATTR's NFS3ERR_IO) it would no
+                // longer fail the COMMIT of the data it lost.
+                fsync_node(node)
             }
             _ => self.filesystem(),
         }

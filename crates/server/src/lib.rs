@@ -447,14 +447,17 @@ async fn drive_ring(ring: Arc<IoRing>) {
 /// Returns the buffers of prefetched data no READ came for (a sequential
 /// reader that stopped or went away) to the pools, a few times per
 /// [`dionfs_dataplane::READAHEAD_MAX_AGE`], so the pools never stay
-/// drained by readahead; and every [`UNLINKED_SWEEP`] closes the cached
-/// files deleted behind the server's back, so their space comes back.
+/// drained by readahead; every [`UNLINKED_SWEEP`] closes the cached
+/// files deleted behind the server's back, so their space comes back; and
+/// as often, syncs the written files the open-file cache let go of before
+/// they close ([`dionfs_fs::OpenFileCache::sync_evicted`]).
 /// Runs until the process ends.
 async fn expire_readahead(server: Arc<Server>) {
     let mut tick = tokio::time::interval(dionfs_dataplane::READAHEAD_MAX_AGE / 4);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_sweep = tokio::time::Instant::now();
     let mut sweeping: Option<tokio::task::JoinHandle<usize>> = None;
+    let mut syncing: Option<tokio::task::JoinHandle<usize>> = None;
     loop {
         tick.tick().await;
         for export in server.exports().iter() {
@@ -469,6 +472,13 @@ async fn expire_readahead(server: Arc<Server>) {
             // workers.
             let cache = server.reload.cache().clone();
             sweeping = Some(tokio::task::spawn_blocking(move || cache.close_unlinked()));
+        }
+        // Syncs of written files the open-file cache let go of: on their
+        // own thread, so that a slow one delays no other sweep.
+        if syncing.as_ref().is_none_or(|s| s.is_finished()) && server.reload.cache().files_waiting()
+        {
+            let cache = server.reload.cache().clone();
+            syncing = Some(tokio::task::spawn_blocking(move || cache.sync_evicted()));
         }
     }
 }

@@ -311,6 +311,9 @@ impl Server {
         // Planes a reload retired count on, so that the verifier never
         // goes back to a value clients saw before a lost write.
         let generations = generations.wrapping_add(self.reload.retired_generations());
+        // Written files the open-file cache closed with data a failed
+        // writeback may have lost.
+        let generations = generations.wrapping_add(self.reload.cache().lost_writes());
         self.verifier_base.wrapping_add(generations).to_be_bytes()
     }
 
