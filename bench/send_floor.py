@@ -16,11 +16,13 @@ also times what a READ's data costs from the device to the socket: the file
 read with O_DIRECT into an aligned buffer and sent (what dionfs does), and
 spliced from the file into a pipe and from the pipe into the socket (the
 kernel reads into pages of its own and the socket takes them by reference,
-no copy), and read with O_DIRECT into a huge page of our own that is then
-spliced (`vmsplice`) and given up (`MADV_DONTNEED`, so that the next read
-gets a fresh page, zeroed by the kernel, and the socket keeps the old one
-for as long as it needs it: no copy, and no page reused under the socket),
---size bytes at a time, caches dropped first.
+no copy), and read with O_DIRECT into a huge page of our own whose parts
+are spliced (`vmsplice`) one by one and which is given up (`MADV_DONTNEED`)
+once every part of it has been sent, so that the next read after that gets
+a fresh page, zeroed by the kernel, and the socket keeps the old one for as
+long as it needs it: no copy, and no page reused under the socket (--size
+must divide 2 MiB for this one); --size bytes at a time, caches dropped
+first. The copying run reads into one plain mapping, not huge pages.
 
 usage: bench/send_floor.py [--size BYTES] [--count N] [--reps R] [--file PATH]
 """
@@ -151,9 +153,10 @@ def run_file(path: str, size: int, how: str) -> tuple[float, float, float]:
         rd, wr = os.pipe()
         fcntl.fcntl(wr, F_SETPIPE_SZ, size)
     if how == "vmsplice":
-        if size > HUGE_PAGE or HUGE_PAGE % size:
-            raise SystemExit("--size must divide 2 MiB for the vmsplice run")
         libc = ctypes.CDLL(None, use_errno=True)
+        libc.vmsplice.argtypes = [ctypes.c_int, ctypes.POINTER(IoVec), ctypes.c_size_t,
+                                  ctypes.c_uint]
+        libc.vmsplice.restype = ctypes.c_ssize_t
         area = mmap.mmap(-1, 2 * HUGE_PAGE)
         addr = ctypes.addressof(ctypes.c_char.from_buffer(area))
         slab = -addr % HUGE_PAGE
@@ -202,6 +205,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--file", help="also send this file: read direct and sent, spliced, and vmspliced")
     a = ap.parse_args()
+    if a.file and (a.size > HUGE_PAGE or HUGE_PAGE % a.size):
+        ap.error("--size must divide 2 MiB with --file (the vmsplice run)")
     for zerocopy in (False, True):
         runs = [run(a.size, a.count, zerocopy) for _ in range(a.reps)]
         report("MSG_ZEROCOPY" if zerocopy else "send", a.size, a.count, runs)
