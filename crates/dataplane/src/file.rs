@@ -168,8 +168,8 @@ impl DataFile {
 
     /// Whether UNSTABLE writes were answered since the last COMMIT's sync
     /// began. Such a file must not be closed without an `fdatasync` of it
-    /// whose failure moves the write verifier
-    /// ([`crate::DataPlane::sync_closed_file`]): the kernel reports a
+    /// whose failure moves the write verifier (the open-file cache's
+    /// `sync_evicted` in `dionfs-fs`): the kernel reports a
     /// failed writeback to the syncs of the open files that were open when
     /// it failed, so once the file is closed and reopened a COMMIT could
     /// succeed for data the disk never got (knfsd syncs a written file as

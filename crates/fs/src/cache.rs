@@ -114,12 +114,10 @@ impl std::fmt::Debug for OpenFile {
 
 /// Logs, at most every 10 s, that written files closed unsynced.
 fn warn_unsynced_close() {
-    static LAST: Mutex<Option<std::time::Instant>> = Mutex::new(None);
-    let mut last = LAST.lock();
-    if last.is_some_and(|t| t.elapsed() < std::time::Duration::from_secs(10)) {
+    static WARNED: LogEvery = LogEvery::new(std::time::Duration::from_secs(10));
+    if !WARNED.due() {
         return;
     }
-    *last = Some(std::time::Instant::now());
     tracing::warn!(
         "written files left the open-file cache faster than they could be synced and closed \
          unsynced: the write verifier moved, so clients send their uncommitted writes again \
@@ -292,7 +290,7 @@ impl OpenFileCache {
     /// (`fdatasync`; a failure counts in [`OpenFileCache::lost_writes`]),
     /// and then lets them close; a file a request still uses waits for the
     /// next call, and one back in the LRU is left to it. Returns how many
-    /// were synced. Blocking: call it off the async workers, about once a
+    /// were synced. Blocking: call it off the async workers, a few times a
     /// second.
     pub fn sync_evicted(&self) -> usize {
         let mut ready = Vec::new();
@@ -699,6 +697,12 @@ mod tests {
         (dir, cache, exp, root)
     }
 
+    /// New empty files `names` in `dir`.
+    fn new_files<const N: usize>(exp: &ExportFs, dir: &Node, names: [&str; N]) -> [Node; N] {
+        let how = CreateHow::Guarded(SetAttrs::default());
+        names.map(|name| exp.create(dir, name.as_bytes(), &how).expect(name).0)
+    }
+
     #[test]
     fn cache_is_bounded_and_never_leaks_descriptors() {
         let Some(fs) = LoopFs::new("ext4", 64) else {
@@ -748,10 +752,7 @@ mod tests {
             return;
         };
         let (_, cache, exp, root) = cached_export(&fs, 8);
-        let how = CreateHow::Guarded(SetAttrs::default());
-        let (a, _) = exp.create(&root, b"a", &how).expect("a");
-        let (b, _) = exp.create(&root, b"b", &how).expect("b");
-        let (c, _) = exp.create(&root, b"c", &how).expect("c");
+        let [a, b, c] = new_files(&exp, &root, ["a", "b", "c"]);
         for node in [&a, &b, &c] {
             exp.open_file(node.fh()).expect("open");
         }
@@ -883,18 +884,13 @@ mod tests {
         assert!(cache.state.lock().live.len() <= 4);
     }
 
-    /// Nested exports of one filesystem reach one inode through two
-    /// handles (two export ids): both get the same open file.
     #[test]
     fn a_file_let_go_of_twice_waits_once_and_closes() {
         let Some(fs) = LoopFs::new("xfs", 64) else {
             return;
         };
         let (_, cache, exp, root) = cached_export(&fs, 1);
-        let how = CreateHow::Guarded(SetAttrs::default());
-        let (a, _) = exp.create(&root, b"a", &how).expect("a");
-        let (b, _) = exp.create(&root, b"b", &how).expect("b");
-        let (c, _) = exp.create(&root, b"c", &how).expect("c");
+        let [a, b, c] = new_files(&exp, &root, ["a", "b", "c"]);
 
         // A request holds a while the LRU lets go of it, finds it again
         // (through the live map) and lets go of it once more.
@@ -914,6 +910,8 @@ mod tests {
         assert_eq!(cache.lost_writes(), 0);
     }
 
+    /// Nested exports of one filesystem reach one inode through two
+    /// handles (two export ids): both get the same open file.
     #[test]
     fn nested_exports_share_the_open_file() {
         let Some(fs) = LoopFs::new("ext4", 64) else {

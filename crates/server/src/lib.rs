@@ -449,8 +449,8 @@ async fn drive_ring(ring: Arc<IoRing>) {
 /// [`dionfs_dataplane::READAHEAD_MAX_AGE`], so the pools never stay
 /// drained by readahead; every [`UNLINKED_SWEEP`] closes the cached
 /// files deleted behind the server's back, so their space comes back; and
-/// as often, syncs the written files the open-file cache let go of before
-/// they close ([`dionfs_fs::OpenFileCache::sync_evicted`]).
+/// at each tick, if any wait, syncs the written files the open-file cache
+/// let go of before they close ([`dionfs_fs::OpenFileCache::sync_evicted`]).
 /// Runs until the process ends.
 async fn expire_readahead(server: Arc<Server>) {
     let mut tick = tokio::time::interval(dionfs_dataplane::READAHEAD_MAX_AGE / 4);
