@@ -14,11 +14,16 @@ through files in the guest's output directory (/job/out, a 9p share):
    rest, and a blocked guest lock is granted once the server process lets
    go (the server's periodic retry, then GRANTED).
 3. A guest lock is a real lock on the server: a process here is denied it.
-4. The server restarts (SIGTERM, same state directory) while the guest
+4. flock(2): on the Linux client it is a whole-file POSIX lock, sent as
+   NLM, so a guest process holding `flock -x` makes another's
+   `flock -n -x` fail (the guest kernel decides that one without asking
+   the server), a process here is denied the file, and gets it once the
+   guest lets go.
+5. The server restarts (SIGTERM, same state directory) while the guest
    holds a lock: dionfs tells the guest's statd (SM_NOTIFY), the guest's
    lockd reclaims in the grace period (a process here is denied the range
    again), and a new lock from the guest waits until the grace period ends.
-5. The guest "reboots": `sm-notify -f` (the real one, from nfs-utils) tells
+6. The guest "reboots": `sm-notify -f` (the real one, from nfs-utils) tells
    dionfs, which drops the guest's locks: a process here gets the range.
 
 Usage (root): tests/realclient/locks.py   Env: DIONFS_BIN, RC_DIR.
@@ -79,7 +84,22 @@ H1=$!
 i=0; while ! grep -q held /tmp/hold1.out; do sleep 0.2; i=$((i+1)); [ $i -lt 300 ] || fail "hold1"; done
 expect "$(sync guest-holds)" denied "a process on the server is denied the guest's lock"
 
-echo "== 4. the server restarts; the guest reclaims"
+# flock(2) on NFS is a whole-file POSIX lock, sent to the server as NLM.
+# util-linux flock (busybox has none); -E 10: its exit status on a conflict.
+echo "== 4. a guest process holds flock.dat with flock -x"
+command -v flock || fail "no flock in the guest"
+flock -x /mnt/nfs/flock.dat sh -c 'echo held; while [ ! -e /tmp/release-flock ]; do sleep 0.2; done' > /tmp/flock.out 2>&1 &
+F=$!
+i=0; while ! grep -q held /tmp/flock.out; do sleep 0.2; i=$((i+1)); [ $i -lt 300 ] || fail "flock -x"; done
+# (the guest's lockd refuses this one itself, from its own lock table, with
+# no NLM call: the server's part is what the host sees, below)
+flock -n -E 10 -x /mnt/nfs/flock.dat true
+expect "$?" 10 "another guest process's flock -n -x conflicts"
+expect "$(sync flock-held)" denied "a process on the server is denied a write lock on the file"
+touch /tmp/release-flock; wait $F
+expect "$(sync flock-released)" granted "once flock lets go, the server process gets it"
+
+echo "== 5. the server restarts; the guest reclaims"
 expect "$(sync restart)" reclaimed "the guest's lock is held again after the restart"
 t0=$(date +%s)
 expect "$($B/locktest try /mnt/nfs/other.dat 0 10)" granted "a new lock after the grace period"
@@ -89,7 +109,7 @@ echo "new lock during the grace period took $((t1 - t0)) s"
 echo "ok: new locks wait for the grace period"
 touch /mnt/nfs/release1; wait $H1
 
-echo "== 5. the guest reboots (sm-notify)"
+echo "== 6. the guest reboots (sm-notify)"
 $B/locktest hold /mnt/nfs/reboot.dat 0 0 /mnt/nfs/release2 > /tmp/hold2.out 2>&1 &
 H2=$!
 i=0; while ! grep -q held /tmp/hold2.out; do sleep 0.2; i=$((i+1)); [ $i -lt 300 ] || fail "hold2"; done
@@ -208,7 +228,13 @@ def main() -> int:
         # 3. the guest's lock, seen from here.
         if request("guest-holds"):
             ack("guest-holds", "denied" if host_denied(os.path.join(export, "held.dat"), 0, 1) else "granted")
-        # 4. restart with the guest holding held.dat.
+        # 4. the guest's flock, seen from here; then its release.
+        flocked = os.path.join(export, "flock.dat")
+        if request("flock-held"):
+            ack("flock-held", "denied" if host_denied(flocked, 0, 0) else "granted")
+        if request("flock-released"):
+            ack("flock-released", "denied" if host_denied(flocked, 0, 0) else "granted")
+        # 5. restart with the guest holding held.dat.
         if request("restart"):
             server.stop()
             log("server stopped; starting it again with the same state directory")
@@ -216,7 +242,7 @@ def main() -> int:
             reclaimed = wait_for(lambda: host_denied(os.path.join(export, "held.dat"), 0, 1), GRACE + 15,
                                  "the guest's reclaim")
             ack("restart", "reclaimed" if reclaimed else "lost")
-        # 5. reboot.
+        # 6. reboot.
         reboot = os.path.join(export, "reboot.dat")
         if request("before-reboot"):
             ack("before-reboot", "denied" if host_denied(reboot, 0, 1) else "granted")
