@@ -439,3 +439,46 @@ def test_etc_exports_converted_and_served(loopfs, tmp_path):
     r = subprocess.run([dionfs_bin(), "exportfs", "--convert", str(bad)], capture_output=True,
                        text=True, timeout=30)
     assert r.returncode == 1 and "line 2" in r.stderr and "netgroups" in r.stderr, r.stderr
+
+
+@pytest.mark.dionfs_only
+def test_a_server_that_cannot_open_files_by_handle_says_so_at_start(tmp_path):
+    """Every call opens its files by handle (open_by_handle_at, which needs
+    CAP_DAC_READ_SEARCH and which containers' system call filters refuse):
+    without it the server started, said it served, and failed every MNT
+    with MNT3ERR_SERVERFAULT and no log line. Now it refuses to start,
+    saying what it needs."""
+    exp = tmp_path / "export"
+    exp.mkdir()
+    r = subprocess.run(["setpriv", "--bounding-set=-dac_read_search", "--inh-caps=-dac_read_search",
+                        dionfs_bin(), "serve", str(exp), "--state-dir", str(tmp_path / "state"),
+                        "--nfs-port", "0", "--mount-port", "0", "--no-portmap", "--no-nlm"],
+                       capture_output=True, text=True, timeout=20)
+    assert r.returncode != 0, r.stderr
+    assert "cannot open files by handle" in r.stderr and "CAP_DAC_READ_SEARCH" in r.stderr, r.stderr
+    assert str(exp) in r.stderr, r.stderr
+
+
+@pytest.mark.dionfs_only
+def test_an_export_root_removed_behind_the_server_is_logged_at_mnt(loopfs):
+    """The export's directory removed and made again under the same path:
+    the server holds the old one, so MNT fails (MNT3ERR_SERVERFAULT, as
+    before), but now with an error line that says why and what to do
+    (before: nothing in the log)."""
+    exp = loopfs.path("export-gone")
+    os.makedirs(exp, exist_ok=True)
+    srv = DionfsServer(exp, [])
+    try:
+        srv.start()
+        srv.client().listdir("")
+        os.rmdir(exp)
+        os.mkdir(exp)
+        for _ in range(3):  # one line, not one per MNT
+            with pytest.raises(Exception, match="Mount error: internal server error"):
+                srv.client().listdir("")
+        srv.stop(timeout=10)
+        log = srv.log_text()
+        assert "MNT failed: the export's root directory cannot be opened" in log, log
+        assert log.count("MNT failed") == 1, log
+    finally:
+        srv.cleanup()

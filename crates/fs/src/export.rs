@@ -170,6 +170,20 @@ impl ExportFs {
             .unwrap_or(root_dev);
         let fh = handle::encode(&key, export_id, &kernel)
             .map_err(|e| io::Error::other(format!("{}: {e}", root.display())))?;
+        // Every call opens its files by handle. A server that cannot (no
+        // CAP_DAC_READ_SEARCH; a container's system call filter, which
+        // refuses it by default) would start and then fail every MNT.
+        cred::as_root(|| open_by_handle_at(&mount_fd, &kernel, OFlags::PATH))?.map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "cannot open files by handle ({e}): dionfs needs the capability \
+                     CAP_DAC_READ_SEARCH and the system call open_by_handle_at, which \
+                     containers refuse by default (systemd-nspawn: \
+                     --system-call-filter=open_by_handle_at)"
+                ),
+            )
+        })?;
         Ok(ExportFs {
             export_id,
             key,

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use dionfs_proto::mount3::{
     DirPath, ExportNode, Exports, MountBody, MountList, MountName, MountProc3, MountRes3,
@@ -16,13 +16,14 @@ use dionfs_rpc::message::{AUTH_NONE, AUTH_SYS};
 use dionfs_rpc::{CallHeader, ReplyStatus};
 use dionfs_xdr::Decode;
 use parking_lot::Mutex;
-use tracing::warn;
+use tracing::{error, warn};
 
 use crate::export::squash;
 use crate::log_budget::CLIENT_WARN_EVERY;
 use crate::net::{ConnInfo, Reply};
 use crate::reply::{garbage_args, success};
 use crate::server::{self, Export, Server};
+use dionfs_dataplane::LogEvery;
 use dionfs_fs::{FileKind, FsError};
 use dionfs_sys::cred::with_creds;
 
@@ -273,10 +274,20 @@ fn mnt(
 /// The handle of `rest` (`/a/b`, or empty for the export root), looked up
 /// one name at a time as the caller, never following symlinks.
 fn subdirectory(export: &Export, call: &CallHeader, rest: &[u8]) -> Result<Vec<u8>, MountStat3> {
-    let mut node = export
-        .fs
-        .resolve(export.fs.root_handle())
-        .map_err(|_| MountStat3::ServerFault)?;
+    let mut node = export.fs.resolve(export.fs.root_handle()).map_err(|e| {
+        // The directory opened at start (or by the reload that added the
+        // export) is gone, or replaced by another of the same name.
+        static WARNED: LogEvery = LogEvery::new(Duration::from_secs(60));
+        if WARNED.due() {
+            error!(
+                export = %export.config.path.display(),
+                error = ?e,
+                "MNT failed: the export's root directory cannot be opened (removed or \
+                 replaced since the server opened it?); a restart serves what is at the path now"
+            );
+        }
+        MountStat3::ServerFault
+    })?;
     let creds = squash(&export.config, &call.cred);
     for name in rest.split(|&b| b == b'/').filter(|n| !n.is_empty()) {
         let next = with_creds(&creds, || export.fs.lookup(&node, name))
