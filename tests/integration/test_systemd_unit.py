@@ -209,7 +209,8 @@ def box(tmp_path_factory):
                         ro_binds={units: "/etc/systemd/system", sysusers: "/etc/sysusers.d",
                                   config: "/etc/dionfs.toml", bindir: "/usr/local/bin",
                                   # libtirpc's (rpcbind, rpcinfo): the host's
-                                  **{f: f for f in ("/etc/netconfig", "/etc/rpc", "/etc/services")}})
+                                  **{f: f for f in ("/etc/netconfig", "/etc/rpc", "/etc/services")
+                                     if os.path.exists(f)}})
         box.config, box.export = config, export
         box.wait_until(lambda: box.run("systemctl", "is-system-running", check=False).stdout.strip()
                        in ("running", "degraded")
