@@ -5,6 +5,7 @@ systemd it says READY=1 and STOPPING=1 and logs plain lines."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 
@@ -104,8 +105,9 @@ def test_portmap_getport(server, nfsproc):
 def test_systemd_notify_and_plain_logs(loopfs, tmp_path, monkeypatch):
     """`Type=notify` (dist/dionfs.service): READY=1 once it serves, STOPPING=1
     at SIGTERM, to $NOTIFY_SOCKET; logs without colour codes when stderr is
-    not a terminal (no NO_COLOR given), without timestamps under the
-    journal (JOURNAL_STREAM)."""
+    not a terminal (no NO_COLOR given). JOURNAL_STREAM names a stream that
+    is not stderr (a child of a unit whose stderr went to a file): the lines
+    keep their timestamps."""
     import socket
 
     exp = loopfs.path("export-sd")
@@ -130,10 +132,49 @@ def test_systemd_notify_and_plain_logs(loopfs, tmp_path, monkeypatch):
         assert "dionfs serving NFSv3" in log
         assert "\x1b[" not in log, "colour codes in a log that is not a terminal"
         first = next(line for line in log.splitlines() if "dionfs serving NFSv3" in line)
-        assert first.lstrip().startswith("INFO"), f"a timestamp under the journal: {first!r}"
+        assert re.match(r"\d{4}-\d\d-\d\dT", first), f"no timestamp off the journal: {first!r}"
+        assert not first.startswith("<"), first
     finally:
         listener.close()
         srv.cleanup()
+
+
+@pytest.mark.dionfs_only
+def test_logs_into_the_journal_carry_their_priority(tmp_path):
+    """stderr the journal's stream (JOURNAL_STREAM names its device and
+    inode, as systemd sets it): no timestamp (the journal keeps its own) and
+    each line's syslog priority as the `<N>` prefix journald turns into the
+    entry's priority, so `journalctl -p warning` finds the warnings (before:
+    every line priority 6). A failure to start is an error line (<3>)."""
+    exp = tmp_path / "export"
+    exp.mkdir()
+    logf = tmp_path / "stderr"
+
+    def run(args, wait_for=None):
+        with open(logf, "w") as err:
+            st = os.fstat(err.fileno())
+            env = dict(os.environ, JOURNAL_STREAM=f"{st.st_dev}:{st.st_ino}")
+            env.pop("NO_COLOR", None)
+            p = subprocess.Popen([dionfs_bin(), *args], stdout=subprocess.DEVNULL, stderr=err, env=env)
+            if wait_for:
+                end = time.monotonic() + 20
+                while wait_for not in logf.read_text() and time.monotonic() < end:
+                    time.sleep(0.1)
+                p.terminate()
+            p.wait(20)
+        return logf.read_text()
+
+    # A MNT of a path not exported is a warning.
+    log = run(["serve", str(exp), "--state-dir", str(tmp_path / "state"), "--nfs-port", "0",
+               "--mount-port", "0", "--no-portmap", "--no-nlm", "--ports-file", str(tmp_path / "ports")],
+              wait_for="dionfs serving NFSv3")
+    lines = log.splitlines()
+    serving = next(line for line in lines if "dionfs serving NFSv3" in line)
+    assert serving.startswith("<6> INFO "), serving
+    assert all(re.match(r"<[3467]>", line) for line in lines), log
+    assert not re.search(r"\d{4}-\d\d-\d\dT", log), log
+    log = run(["serve", str(exp / "missing")])
+    assert log.startswith("<3>dionfs: "), log
 
 
 @pytest.mark.dionfs_only

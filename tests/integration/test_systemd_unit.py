@@ -22,7 +22,8 @@ namespace only. Shown:
 - the server killed (SIGKILL) is started again by systemd
   (`Restart=on-failure`), and serves;
 - `systemctl stop`: dionfs leaves rpcbind's list (UNSET at exit) and the
-  journal holds plain lines (no colour codes, no second timestamp).
+  journal holds plain lines (no colour codes, no second timestamp), each
+  with its priority (`journalctl -p warning` shows the warnings only).
 """
 
 from __future__ import annotations
@@ -264,6 +265,11 @@ def test_the_unit_starts_serving_registered_with_rpcbind_and_hardened(box, tmp_p
     assert box.run("test", "-s", "/var/lib/dionfs/nlm/state", check=False).returncode == 0
     journal = box.journal()
     assert not re.search(r"\b(ERROR|WARN)\b", journal), journal
+    # Warnings are the journal's warnings (priority 4): a MNT of a path
+    # not exported is one.
+    assert box.host_tool("nfs-ls", URL.format(path="/srv/nothing/")).returncode != 0
+    warnings = box.run("journalctl", "--no-pager", "-o", "cat", "-u", "dionfs", "-p", "warning").stdout
+    assert "MNT refused: not exported" in warnings and "INFO" not in warnings, warnings
 
 
 def test_reload_serves_a_new_export_in_the_same_process(box):

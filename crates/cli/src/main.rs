@@ -1,10 +1,10 @@
 //! `dionfs`: serve directories over NFSv3, reload a running server's
 //! configuration, read the server's counters, scrub integrity exports.
 
+mod logs;
 mod reload;
 mod scrub;
 
-use std::io::IsTerminal;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -19,7 +19,6 @@ use dionfs_server::export::{
     Access, ClientMatch, Config, Durability, ExportConfig, Integrity, ServerSettings, Squash,
 };
 use dionfs_server::reload::ConfigSource;
-use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
 #[command(
@@ -454,21 +453,7 @@ impl ServeArgs {
 }
 
 fn main() -> ExitCode {
-    // Colour only on a terminal (and not with NO_COLOR); under systemd
-    // (stderr to the journal, JOURNAL_STREAM set) no timestamp either: the
-    // journal records its own.
-    let terminal = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_env("DIONFS_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(terminal);
-    if std::env::var_os("JOURNAL_STREAM").is_some() {
-        logs.without_time().init();
-    } else {
-        logs.init();
-    }
+    logs::init();
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => {
@@ -476,14 +461,14 @@ fn main() -> ExitCode {
             let (config, source) = match args.into_config() {
                 Ok(c) => c,
                 Err(e) => {
-                    eprintln!("dionfs: {e}");
+                    logs::fatal(format_args!("dionfs: {e}"));
                     return ExitCode::from(2);
                 }
             };
             match dionfs_server::run(config, ports_file, source) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    eprintln!("dionfs: {e}");
+                    logs::fatal(format_args!("dionfs: {e}"));
                     ExitCode::FAILURE
                 }
             }
