@@ -483,6 +483,46 @@ def test_etc_exports_converted_and_served(loopfs, tmp_path):
 
 
 @pytest.mark.dionfs_only
+def test_all_squash_beside_no_root_squash_squashes_everyone(loopfs, tmp_path):
+    """knfsd keeps all_squash and root_squash as two flags, and all_squash
+    wins: `all_squash,no_root_squash`, in either order, squashes everyone.
+    dionfs kept the last of the two words, so a config copied from
+    /etc/exports let root be root, and `dionfs exportfs -v` said
+    no_root_squash."""
+    d = loopfs.path("x5-squash")
+    os.makedirs(d, exist_ok=True)
+    os.chmod(d, 0o777)
+    nfs_port, mount_port = _free_ports(2)
+    conf = tmp_path / "dionfs.toml"
+    conf.write_text(f"""[server]
+listen = "127.0.0.1"
+nfs_port = {nfs_port}
+mount_port = {mount_port}
+portmap_port = false
+state_dir = "{tmp_path / 'state'}"
+
+[[export]]
+path = "{d}"
+clients = ["127.0.0.1"]
+options = "rw,all_squash,no_root_squash,anonuid=4242,anongid=4243,insecure"
+""")
+    listing = subprocess.run([dionfs_bin(), "exportfs", "-v", "--config", str(conf)],
+                             capture_output=True, text=True, timeout=30).stdout
+    assert "127.0.0.1/32(rw,sync,insecure,all_squash," in listing, listing
+    srv = ConfigServer(d, config=str(conf))
+    srv.nfs_port, srv.mount_port = nfs_port, mount_port
+    try:
+        srv.start()
+        srv.client(uid=0, gid=0).touch("made-by-root")
+        srv.client(uid=2000, gid=2000).touch("made-by-a-user")
+        for name in ("made-by-root", "made-by-a-user"):
+            st = os.stat(os.path.join(d, name))
+            assert (st.st_uid, st.st_gid) == (4242, 4243), f"{name}: not squashed"
+    finally:
+        srv.cleanup()
+
+
+@pytest.mark.dionfs_only
 def test_a_server_that_cannot_open_files_by_handle_says_so_at_start(tmp_path):
     """Every call opens its files by handle (open_by_handle_at, which needs
     CAP_DAC_READ_SEARCH and which containers' system call filters refuse):

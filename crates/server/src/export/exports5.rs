@@ -25,6 +25,15 @@ pub fn exports5_defaults(x: &mut ExportConfig) {
 /// honour, or an unknown one, is an error naming it.
 pub fn apply_options(x: &mut ExportConfig, options: &str) -> Result<Vec<String>, String> {
     let mut notes = Vec::new();
+    // knfsd keeps root_squash and all_squash as two flags, each set and
+    // cleared by its own words (nfs-utils' parseopts), and squashes
+    // everyone while all_squash is set whatever root_squash says (the
+    // kernel's nfsd_setuser tests it first): `all_squash,no_root_squash`
+    // squashes everyone in either order, as configs copied from
+    // /etc/exports expect. An export that is all_squash already counts as
+    // root_squash too, knfsd's default.
+    let mut all_squash = x.squash == Squash::AllSquash;
+    let mut root_squash = x.squash != Squash::NoRootSquash;
     for opt in options.split(',').map(str::trim).filter(|o| !o.is_empty()) {
         let (key, value) = match opt.split_once('=') {
             Some((k, v)) => (k, Some(v)),
@@ -42,14 +51,10 @@ pub fn apply_options(x: &mut ExportConfig, options: &str) -> Result<Vec<String>,
             ("async", None) => x.durability = Durability::Async,
             ("secure", None) => x.secure = true,
             ("insecure", None) => x.secure = false,
-            ("root_squash", None) => x.squash = Squash::RootSquash,
-            ("no_root_squash", None) => x.squash = Squash::NoRootSquash,
-            ("all_squash", None) => x.squash = Squash::AllSquash,
-            ("no_all_squash", None) => {
-                if x.squash == Squash::AllSquash {
-                    x.squash = Squash::RootSquash;
-                }
-            }
+            ("root_squash", None) => root_squash = true,
+            ("no_root_squash", None) => root_squash = false,
+            ("all_squash", None) => all_squash = true,
+            ("no_all_squash", None) => all_squash = false,
             ("anonuid", Some(_)) => x.anonuid = number("anonuid")?,
             ("anongid", Some(_)) => x.anongid = number("anongid")?,
             ("fsid", Some("0" | "root")) => {
@@ -106,6 +111,11 @@ pub fn apply_options(x: &mut ExportConfig, options: &str) -> Result<Vec<String>,
             _ => return Err(format!("`{opt}`: not an exports(5) option dionfs knows")),
         }
     }
+    x.squash = match (all_squash, root_squash) {
+        (true, _) => Squash::AllSquash,
+        (false, true) => Squash::RootSquash,
+        (false, false) => Squash::NoRootSquash,
+    };
     Ok(notes)
 }
 
@@ -299,6 +309,43 @@ mod tests {
         assert_eq!(options_of(&y), printed);
         // exports(5) defaults: read-only, sync, secure, root_squash.
         assert!(options_of(&export()).starts_with("ro,sync,secure,root_squash"));
+    }
+
+    #[test]
+    fn all_squash_wins_over_root_squash_in_any_order() {
+        let squash_of = |options: &str| {
+            let mut x = export();
+            apply_options(&mut x, options).unwrap();
+            x.squash
+        };
+        // knfsd's two flags: all_squash, once set, squashes everyone
+        // whatever root_squash says (nfsd_setuser tests it first).
+        for options in [
+            "rw,all_squash,no_root_squash,anonuid=1000",
+            "no_root_squash,all_squash",
+            "all_squash,root_squash",
+            "root_squash,all_squash",
+            "no_all_squash,all_squash",
+        ] {
+            assert_eq!(squash_of(options), Squash::AllSquash, "{options}");
+        }
+        // A later word for the same flag wins; the other flag keeps its own.
+        assert_eq!(squash_of("all_squash,no_all_squash"), Squash::RootSquash);
+        assert_eq!(
+            squash_of("no_root_squash,all_squash,no_all_squash"),
+            Squash::NoRootSquash
+        );
+        assert_eq!(
+            squash_of("all_squash,no_root_squash,no_all_squash"),
+            Squash::NoRootSquash
+        );
+        let mut x = export();
+        apply_options(&mut x, "rw,all_squash,no_root_squash,anonuid=1000").unwrap();
+        assert!(
+            options_of(&x).contains(",all_squash,"),
+            "{}",
+            options_of(&x)
+        );
     }
 
     #[test]
