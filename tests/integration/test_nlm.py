@@ -22,7 +22,7 @@ import time
 import pytest
 
 from metrics import counters, free_port
-from rawrpc import Conn, mnt, opaque, u32, u64, PROG_MISMATCH, SUCCESS
+from rawrpc import Conn, mnt, opaque, read_record, u32, u64, PROG_MISMATCH, SUCCESS
 
 pytestmark = pytest.mark.dionfs_only
 
@@ -304,6 +304,25 @@ def test_a_share_of_a_forged_handle_is_stale(server):
     a.close()
 
 
+def test_a_refused_share_change_keeps_the_reservation_held(server):
+    """A SHARE changing an owner's reservation that conflicts with another's
+    is refused, and the reservation the owner held stays (it was dropped
+    first: a third client was then granted a deny-read share although the
+    first still read). modes: 1 deny-read, 2 deny-write; access: 1 read,
+    2 write."""
+    fh = file_fh(server, "sh")
+    a, bb, c = Nlm(server, b"hostA"), Nlm(server, b"hostB"), Nlm(server, b"hostC")
+    assert a.share(fh, b"a", 0, 1) == S_GRANTED       # A reads
+    assert bb.share(fh, b"b", 2, 0) == S_GRANTED      # B denies writers
+    assert a.share(fh, b"a", 0, 3) == S_DENIED        # A wants to write too: no
+    assert c.share(fh, b"c", 1, 0) == S_DENIED        # A still reads
+    assert bb.share(fh, b"b", 0, 1, proc=UNSHARE) == S_GRANTED
+    assert a.share(fh, b"a", 0, 3) == S_GRANTED       # now the change is granted
+    assert c.share(fh, b"c", 2, 1) == S_DENIED        # and A writes
+    for n in (a, bb, c):
+        n.close()
+
+
 def test_nsm_udp_port_serves_only_reboot_notices(server):
     """NSM's UDP port is for rebooted clients' SM_NOTIFY, and a datagram's
     source address is the sender's to write. The whole lock service was
@@ -413,6 +432,137 @@ def test_a_client_holds_a_bounded_number_of_shares(server):
     other = Nlm(server, b"other", source="127.0.0.2")
     assert other.share(fh, b"x", 0, 1) == S_GRANTED
     n.close(); other.close()
+
+
+class FakeClientHost:
+    """The lock manager of a client host at 127.0.0.1 as the server calls
+    it back: a port mapper on 127.0.0.1:111 (the first `refuse` GETPORTs
+    answered "not registered") and an NLM service answering GRANTED with
+    `granted_answer` (0 granted, 1 denied: no such blocked lock here)."""
+
+    def __init__(self, granted_answer: int, refuse: int = 0):
+        self.granted_answer, self.refuse = granted_answer, refuse
+        self.getports, self.granted_calls = 0, 0
+        self.socks = []
+        self.nlm_port = self._listen(0, self._nlm)
+        try:
+            self._listen(111, self._portmap)
+        except OSError as e:
+            self.close()
+            pytest.fail(f"this test needs 127.0.0.1:111 free (a host rpcbind holds it?): {e}")
+
+    def _listen(self, port: int, handler) -> int:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+        sock.listen(16)
+        self.socks.append(sock)
+        threading.Thread(target=self._accept, args=(sock, handler), daemon=True).start()
+        return sock.getsockname()[1]
+
+    def _accept(self, sock, handler):
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn, handler), daemon=True).start()
+
+    def _serve(self, conn, handler):
+        with conn:
+            try:
+                while True:
+                    rec = read_record(conn)
+                    xid, _, _, _, _, proc = struct.unpack(">IIIIII", rec[:24])
+                    at = 24
+                    for _ in range(2):  # credentials, verifier
+                        _, n = struct.unpack(">II", rec[at:at + 8])
+                        at += 8 + n + (-n % 4)
+                    body = struct.pack(">IIIIII", xid, 1, 0, 0, 0, 0) + handler(proc, rec[at:])
+                    conn.sendall(struct.pack(">I", 0x80000000 | len(body)) + body)
+            except (OSError, ConnectionError, struct.error):
+                return
+
+    def _portmap(self, proc: int, args: bytes) -> bytes:
+        self.getports += 1
+        return u32(0 if self.getports <= self.refuse else self.nlm_port)
+
+    def _nlm(self, proc: int, args: bytes) -> bytes:
+        if proc != GRANTED:
+            return b""
+        self.granted_calls += 1
+        (n,) = struct.unpack(">I", args[:4])
+        return opaque(args[4:4 + n]) + u32(self.granted_answer)
+
+    def close(self):
+        for sock in self.socks:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)  # wakes the accept, which holds the port
+            except OSError:
+                pass
+            sock.close()
+
+
+def test_a_lock_asked_again_while_its_granted_callback_is_made_stays_held(server):
+    """A blocked LOCK is granted when a process here lets go; the GRANTED
+    callback's first try fails (the client's port mapper does not answer
+    it), and the client, polling as the Linux client does, asks again and
+    is answered GRANTED: it holds the lock and no longer waits. The
+    callback's next try is answered "no such blocked lock", and the server
+    released the lock: another client was then granted it too. Now that
+    answer changes nothing once the LOCK asked again was answered (knfsd
+    unlinks the blocked lock then)."""
+    fh = file_fh(server, "cb")
+    path = os.path.join(server.export, "cb")
+    host = FakeClientHost(granted_answer=1, refuse=1)
+    a, other = Nlm(server, b"clientA"), Nlm(server, b"clientB", source="127.0.0.2")
+    try:
+        fd = os.open(path, os.O_RDWR)
+        fcntl.lockf(fd, fcntl.LOCK_EX, 10, 0)
+        assert a.lock(fh, 1, 0, 10, block=True) == S_BLOCKED
+        os.close(fd)
+        end = time.monotonic() + 10
+        while not local_denied(path, 0, 1):
+            assert time.monotonic() < end, "the waiter was not granted"
+            time.sleep(0.05)
+        assert a.lock(fh, 1, 0, 10, block=True) == S_GRANTED
+        end = time.monotonic() + 15
+        while host.granted_calls == 0 and host.getports < 2 and time.monotonic() < end:
+            time.sleep(0.1)
+        time.sleep(1)  # what the refusal would release, it would have by now
+        assert local_denied(path, 0, 1), "the server released a lock the client holds"
+        assert other.lock(fh, 2, 0, 10) == S_DENIED
+    finally:
+        a.close(); other.close(); host.close()
+
+
+@pytest.mark.server_args("--grace-period", "5")
+def test_a_lock_granted_after_waiting_is_recorded_for_a_restart(server):
+    """Only a LOCK granted at once recorded its client (STATE_DIR/nlm/hosts):
+    a client whose locks all came through blocked LOCKs was not told of a
+    restart, and with no other client recorded there was no grace period
+    for it to reclaim in, so another client took its range at once."""
+    fh = file_fh(server, "w")
+    path = os.path.join(server.export, "w")
+    host = FakeClientHost(granted_answer=0)
+    a = Nlm(server, b"waiter")
+    try:
+        fd = os.open(path, os.O_RDWR)
+        fcntl.lockf(fd, fcntl.LOCK_EX, 10, 0)
+        assert a.lock(fh, 1, 0, 10, block=True) == S_BLOCKED
+        os.close(fd)
+        end = time.monotonic() + 10
+        while host.granted_calls == 0:
+            assert time.monotonic() < end, "no GRANTED callback"
+            time.sleep(0.05)
+        assert b"waiter".hex() in open(os.path.join(server.state_dir, "nlm", "hosts")).read()
+        a.close()
+        server.restart()
+        other = Nlm(server, b"newcomer", source="127.0.0.2")
+        assert other.lock(fh, 2, 0, 10) == S_GRACE
+        other.close()
+    finally:
+        host.close()
 
 
 CB_METRICS = f"127.0.0.1:{free_port()}"

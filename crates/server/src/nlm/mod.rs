@@ -25,7 +25,7 @@ pub mod table;
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -66,17 +66,33 @@ const RETRY_EVERY: Duration = Duration::from_secs(1);
 pub struct Callback {
     peer: Peer,
     args: Nlm4TestArgs,
+    /// Whether the LOCK was monitored (not NM_LOCK): a lock granted to it
+    /// records its client for a restart, as a LOCK granted at once does.
+    monitor: bool,
+}
+
+/// A GRANTED callback being made: set once the owner's LOCK, asked again,
+/// was answered GRANTED, so the client has the lock whatever the callback
+/// now hears (knfsd unlinks the blocked lock then, and a late answer to
+/// its callback finds nothing to release).
+type Answered = Arc<AtomicBool>;
+
+/// A GRANTED callback in the making's key: file, owner, range.
+type GrantKey = (Vec<u8>, Owner, Span);
+
+/// A lock taken for a blocked LOCK, to call its client back about.
+struct Grant {
+    fh: Vec<u8>,
+    owner: Owner,
+    span: Span,
+    callback: Callback,
+    answered: Answered,
 }
 
 /// Work for the callback task.
 enum Job {
     /// A blocked lock was taken for its owner: tell the client.
-    Granted {
-        fh: Vec<u8>,
-        owner: Owner,
-        span: Span,
-        callback: Callback,
-    },
+    Granted(Box<Grant>),
     /// The answer to a `_MSG` call, sent as the matching `_RES` call.
     Res {
         peer: Peer,
@@ -144,6 +160,9 @@ pub struct NlmCounters {
 pub struct LockService {
     server: Arc<Server>,
     table: Mutex<LockTable<Callback>>,
+    /// The GRANTED callbacks being made, by file, owner and range. Locked
+    /// after `table` where both are.
+    granting: Mutex<HashMap<GrantKey, Answered>>,
     shares: Mutex<Shares>,
     nsm: NsmState,
     /// Until when only reclaims are granted.
@@ -179,6 +198,7 @@ impl LockService {
         let service = Arc::new(LockService {
             server,
             table: Mutex::default(),
+            granting: Mutex::default(),
             shares: Mutex::default(),
             nsm,
             grace_until,
@@ -509,6 +529,7 @@ impl LockService {
                 exclusive: a.exclusive,
                 alock: a.alock.clone(),
             },
+            monitor,
         });
         let attempt = table.lock(
             fh,
@@ -559,19 +580,32 @@ impl LockService {
                 Nlm4Stat::Failed
             }
         };
+        if stat == Nlm4Stat::Granted {
+            // A LOCK asked again while its GRANTED callback is being made:
+            // the client has its answer. Under the table's lock, so that
+            // the callback never releases what this answer granted.
+            if let Some(answered) = self
+                .granting
+                .lock()
+                .remove(&(fh.clone(), owner.clone(), span))
+            {
+                answered.store(true, Ordering::Release);
+            }
+        }
         drop(table);
         if stat == Nlm4Stat::Granted && monitor {
-            self.monitor(conn, &owner);
+            self.monitor(&owner, conn.local.ip());
         }
         stat
     }
 
-    /// Records the client as holding locks (durably, the first time).
-    fn monitor(&self, conn: &ConnInfo, owner: &Owner) {
+    /// Records the client as holding locks (durably, the first time), as
+    /// the one that called the server at `local`.
+    fn monitor(&self, owner: &Owner, local: IpAddr) {
         let host = Monitored {
             name: owner.host.name.clone(),
             client: owner.host.ip,
-            server: conn.local.ip(),
+            server: local,
         };
         let holding = || {
             // In a grace period the previous run's clients are reclaiming.
@@ -581,7 +615,7 @@ impl LockService {
             })
         };
         if let Err(e) = self.nsm.monitor(host, holding) {
-            warn!(error = %e, client = %conn.peer,
+            warn!(error = %e, client = %owner.host.ip,
                 "NLM: cannot record the client in the state directory; \
                  after a restart it will not be told to reclaim its locks");
         }
@@ -698,26 +732,37 @@ impl LockService {
             per_client,
         } = &mut *shares;
         let list = by_file.entry(a.share.fh.0.clone()).or_default();
-        Shares::drop_from(per_client, list, |s| s.host == host && s.oh == oh);
-        if take && per_client.get(&host.ip).copied().unwrap_or(0) >= MAX_SHARES_PER_CLIENT {
-            if list.is_empty() {
-                by_file.remove(&a.share.fh.0);
-            }
-            if self.nolocks_warning.due() {
-                warn!(client = %conn.peer, "NLM SHARE refused (DENIED_NOLOCKS): the client's \
-                    address holds {MAX_SHARES_PER_CLIENT} share reservations, as many as one \
-                    address may (repeats are not logged for 10 s)");
-            }
-            return Nlm4Stat::DeniedNolocks;
-        }
+        let own = |s: &Share| s.host == host && s.oh == oh;
         if take {
+            // A change of the owner's reservation is checked against the
+            // others' only; refused, the one it holds stays (knfsd's
+            // nlmsvc_share_file).
             let bits = |x: u32| x & 3;
-            let conflict = list.iter().any(|s| {
+            let conflict = list.iter().filter(|s| !own(s)).any(|s| {
                 bits(s.mode as u32) & bits(a.share.access as u32) != 0
                     || bits(a.share.mode as u32) & bits(s.access as u32) != 0
             });
             if conflict {
+                if list.is_empty() {
+                    by_file.remove(&a.share.fh.0);
+                }
                 return Nlm4Stat::Denied;
+            }
+            if let Some(held) = list.iter_mut().find(|s| own(s)) {
+                held.mode = a.share.mode;
+                held.access = a.share.access;
+                return Nlm4Stat::Granted;
+            }
+            if per_client.get(&host.ip).copied().unwrap_or(0) >= MAX_SHARES_PER_CLIENT {
+                if list.is_empty() {
+                    by_file.remove(&a.share.fh.0);
+                }
+                if self.nolocks_warning.due() {
+                    warn!(client = %conn.peer, "NLM SHARE refused (DENIED_NOLOCKS): the client's \
+                        address holds {MAX_SHARES_PER_CLIENT} share reservations, as many as one \
+                        address may (repeats are not logged for 10 s)");
+                }
+                return Nlm4Stat::DeniedNolocks;
             }
             *per_client.entry(host.ip).or_default() += 1;
             list.push(Share {
@@ -726,6 +771,8 @@ impl LockService {
                 mode: a.share.mode,
                 access: a.share.access,
             });
+        } else {
+            Shares::drop_from(per_client, list, own);
         }
         if list.is_empty() {
             by_file.remove(&a.share.fh.0);
@@ -763,15 +810,37 @@ impl LockService {
         }
     }
 
+    /// Calls the owners of locks taken for their blocked LOCKs back
+    /// (GRANTED), and records their clients for a restart.
     fn send_granted(&self, fh: &[u8], granted: Vec<Waiter<Callback>>) {
         for w in granted {
             self.counters.granted.fetch_add(1, Ordering::Relaxed);
-            let _ = self.jobs.send(Job::Granted {
+            if w.callback.monitor {
+                self.monitor(&w.owner, w.callback.peer.local);
+            }
+            let answered = Answered::default();
+            self.granting
+                .lock()
+                .insert((fh.to_vec(), w.owner.clone(), w.span), answered.clone());
+            let _ = self.jobs.send(Job::Granted(Box::new(Grant {
                 fh: fh.to_vec(),
                 owner: w.owner,
                 span: w.span,
                 callback: w.callback,
-            });
+                answered,
+            })));
+        }
+    }
+
+    /// A GRANTED callback is over (made, given up or dropped).
+    fn granted_done(&self, g: &Grant) {
+        let mut granting = self.granting.lock();
+        let key = (g.fh.clone(), g.owner.clone(), g.span);
+        if granting
+            .get(&key)
+            .is_some_and(|a| Arc::ptr_eq(a, &g.answered))
+        {
+            granting.remove(&key);
         }
     }
 
@@ -918,6 +987,9 @@ async fn run_jobs(service: Arc<LockService>, mut rx: mpsc::UnboundedReceiver<Job
             if queue.len() < MAX_QUEUED_PER_CLIENT {
                 queue.push_back(job);
             } else {
+                if let Job::Granted(g) = &job {
+                    service.granted_done(g);
+                }
                 service
                     .counters
                     .callbacks_dropped
@@ -974,7 +1046,7 @@ impl Job {
     /// The address of the client the call goes to.
     fn client(&self) -> IpAddr {
         match self {
-            Job::Granted { callback, .. } => callback.peer.client,
+            Job::Granted(g) => g.callback.peer.client,
             Job::Res { peer, .. } => peer.client,
             Job::Notify { host, .. } => host.client,
         }
@@ -984,12 +1056,10 @@ impl Job {
 impl LockService {
     fn run_job(&self, job: Job) {
         match job {
-            Job::Granted {
-                fh,
-                owner,
-                span,
-                callback,
-            } => self.call_granted(&fh, &owner, span, &callback),
+            Job::Granted(g) => {
+                self.call_granted(&g);
+                self.granted_done(&g);
+            }
             Job::Res {
                 peer,
                 proc_,
@@ -1016,14 +1086,19 @@ impl LockService {
         }
     }
 
-    /// GRANTED to the client, a few times; if it answers that it no longer
-    /// waits, the lock is released again.
-    fn call_granted(&self, fh: &[u8], owner: &Owner, span: Span, cb: &Callback) {
+    /// GRANTED to the client, a few times, until it answers or its LOCK,
+    /// asked again, is answered; if it answers that it no longer waits
+    /// (and has not had its answer meanwhile), the lock is released again.
+    fn call_granted(&self, g: &Grant) {
+        let (fh, owner, span, cb, answered) = (&g.fh, &g.owner, g.span, &g.callback, &g.answered);
         let args = cb.args.to_xdr();
         let mut last = None;
         for attempt in 0..5 {
             if attempt > 0 {
                 std::thread::sleep(Duration::from_secs(2));
+            }
+            if answered.load(Ordering::Acquire) {
+                return;
             }
             let r = client::getport(cb.peer, NLM_PROGRAM, NLM_V4, false).and_then(|port| {
                 client::tcp_call(
@@ -1040,9 +1115,13 @@ impl LockService {
             match r {
                 Ok(Ok(res)) if res.stat == Nlm4Stat::Granted => return,
                 Ok(Ok(res)) => {
+                    let mut table = self.table.lock();
+                    if answered.load(Ordering::Acquire) {
+                        // It no longer waits because it has the lock.
+                        return;
+                    }
                     debug!(client = %cb.peer.client, stat = ?res.stat,
                         "NLM GRANTED refused: the client no longer waits; releasing");
-                    let mut table = self.table.lock();
                     let _ = table.unlock(fh, owner, span);
                     let granted = table.grant_waiters(fh);
                     drop(table);

@@ -38,7 +38,7 @@ pub struct Owner {
 }
 
 /// An inclusive byte range; `end` `u64::MAX` reaches past any end of file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Span {
     pub start: u64,
     pub end: u64,
