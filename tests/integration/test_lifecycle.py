@@ -434,18 +434,25 @@ def test_etc_exports_converted_and_served(loopfs, tmp_path):
     """From nfs-kernel-server: `dionfs exportfs --convert /etc/exports`
     gives a config that serves what the file said (exports(5) semantics:
     read-only unless `rw`, squashing, fsid as the handle id; notes for
-    options without effect); `dionfs exportfs -v` lists it back in those
+    options without effect; a client's options over its line's `-options`;
+    `\040` in a path a blank); `dionfs exportfs -v` lists it back in those
     words; what dionfs cannot honour (a netgroup) is refused naming the
-    line."""
+    line, and so are options after a blank, which exports(5) gives to every
+    host."""
     rw = loopfs.path("x5-rw")
     ro = loopfs.path("x5-ro")
-    for d in (rw, ro):
+    dflt = loopfs.path("x5-defaults")
+    blank = loopfs.path("x5 blank")
+    for d in (rw, ro, dflt, blank):
         os.makedirs(d, exist_ok=True)
         os.chmod(d, 0o777)
+    blank_escaped = blank.replace(" ", "\\040")  # as exportfs writes a blank
     exports = tmp_path / "exports"
     exports.write_text(f"""# /etc/exports of a kernel NFS server
 {rw}   127.0.0.1(rw,sync,insecure,all_squash,anonuid=4242,anongid=4243,fsid=77,subtree_check)
 {ro}   -insecure 127.0.0.0/8
+{dflt} -rw,insecure,no_root_squash 127.0.0.1(sync)
+{blank_escaped} 127.0.0.1(ro,insecure)
 """)
     r = subprocess.run([dionfs_bin(), "exportfs", "--convert", str(exports)], capture_output=True,
                        text=True, timeout=30)
@@ -462,6 +469,8 @@ def test_etc_exports_converted_and_served(loopfs, tmp_path):
     assert f"127.0.0.1/32(rw,sync,insecure,all_squash,no_subtree_check,fsid=77,anonuid=4242" \
         in listing, listing
     assert "127.0.0.0/8(ro,sync,insecure,root_squash" in listing, listing
+    assert f"{dflt:<24}\t127.0.0.1/32(rw,sync,insecure,no_root_squash," in listing, listing
+    assert f"{blank:<24}\t127.0.0.1/32(ro," in listing, listing
     srv = ConfigServer(rw, config=str(conf))
     srv.nfs_port, srv.mount_port = nfs_port, mount_port
     try:
@@ -472,6 +481,10 @@ def test_etc_exports_converted_and_served(loopfs, tmp_path):
         assert (st.st_uid, st.st_gid) == (4242, 4243), "all_squash with anonuid/anongid"
         srv.export = ro
         assert_nfs_error("NFS3ERR_ROFS", srv.client().touch, "nope")
+        srv.export = dflt
+        srv.client(uid=0, gid=0).touch("made-by-root")
+        st = os.stat(os.path.join(dflt, "made-by-root"))
+        assert (st.st_uid, st.st_gid) == (0, 0), "rw,no_root_squash from the line's defaults"
         assert "subtree_check: not needed" in srv.log_text()
     finally:
         srv.cleanup()
@@ -480,6 +493,11 @@ def test_etc_exports_converted_and_served(loopfs, tmp_path):
     r = subprocess.run([dionfs_bin(), "exportfs", "--convert", str(bad)], capture_output=True,
                        text=True, timeout=30)
     assert r.returncode == 1 and "line 2" in r.stderr and "netgroups" in r.stderr, r.stderr
+    bad.write_text(f"{rw} 127.0.0.1(rw)\n{ro} (rw)\n")
+    r = subprocess.run([dionfs_bin(), "exportfs", "--convert", str(bad)], capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 1 and "line 2" in r.stderr and "`*(rw)`" in r.stderr, r.stderr
+    assert r.stdout == "", "nothing to pipe into a config"
 
 
 @pytest.mark.dionfs_only

@@ -163,114 +163,229 @@ pub fn listing(exports: &[ExportConfig]) -> String {
 
 /// A dionfs config (TOML) for an /etc/exports text: one `[[export]]` per
 /// path, its clients, its options as `options = "..."` (exports(5)
-/// semantics: read-only unless `rw`). Errors name the line: clients
-/// dionfs cannot match (netgroups) and one path with different options
-/// for different clients.
+/// semantics: read-only unless `rw`). The text is read as exportfs reads
+/// it (see [`entries`]), and a client's options start from its line's
+/// `-options`, as in nfs-utils. Errors name the line: clients dionfs
+/// cannot match (netgroups), one path with different options for
+/// different clients, option lists exportfs refuses or only warns about
+/// (see [`client_word`]).
 pub fn convert(text: &str) -> Result<String, String> {
+    let mut exports: Vec<Converted> = Vec::new();
+    for (n, words) in entries(text)? {
+        let at_line = |e: String| format!("line {n}: {e}");
+        let mut words = words.into_iter();
+        let Some(path) = words.next() else { continue };
+        // "-opts": default options for the clients after it on the line,
+        // each over those before (nfs-utils parses them into one default
+        // entry that each client's own options then change).
+        let mut defaults = String::new();
+        let mut clients: Vec<(Vec<String>, String)> = Vec::new();
+        for w in words {
+            if let Some(o) = w.strip_prefix('-') {
+                defaults = joined(&defaults, o);
+                continue;
+            }
+            let (client, own) = client_word(&w).map_err(at_line)?;
+            let matches = match client {
+                "*" => everyone(),
+                c => match c.parse::<super::ClientMatch>() {
+                    Ok(_) => vec![c.to_string()],
+                    Err(e) => return Err(at_line(format!("client {e}"))),
+                },
+            };
+            clients.push((matches, joined(&defaults, own.unwrap_or(""))));
+        }
+        if clients.is_empty() {
+            // exports(5): a path alone is exported to everyone.
+            clients.push((everyone(), defaults));
+        }
+        for (matches, options) in clients {
+            let mut effective = ExportConfig::with_defaults(path.clone().into());
+            exports5_defaults(&mut effective);
+            apply_options(&mut effective, &options).map_err(at_line)?;
+            // A path on several lines is one export, as exportfs merges
+            // them.
+            match exports.iter_mut().find(|x| x.path == path) {
+                Some(x) if x.effective == effective => x.clients.extend(matches),
+                Some(_) => {
+                    return Err(at_line(format!(
+                        "{path} gives its clients different options; dionfs has one set \
+                         per export"
+                    )))
+                }
+                None => exports.push(Converted {
+                    path: path.clone(),
+                    clients: matches,
+                    options,
+                    effective,
+                }),
+            }
+        }
+    }
     let mut out = String::from(
         "# Converted from /etc/exports by `dionfs exportfs --convert`.\n\
          [server]\nstate_dir = \"/var/lib/dionfs\"\n",
     );
-    for (n, line) in logical_lines(text) {
-        let mut words = split_words(&line).into_iter();
-        let Some(path) = words.next() else { continue };
-        let mut clients = Vec::new();
-        let mut options: Option<String> = None;
-        let mut default_opts: Option<String> = None;
-        for w in words {
-            if let Some(o) = w.strip_prefix('-') {
-                // "-opts": default options of the line.
-                default_opts = Some(o.to_string());
-                continue;
-            }
-            let (client, opts) = match w.split_once('(') {
-                Some((c, rest)) => (c.to_string(), rest.trim_end_matches(')').to_string()),
-                None => (w.clone(), default_opts.clone().unwrap_or_default()),
-            };
-            let clients_here: Vec<String> = match client.as_str() {
-                "" | "*" => vec!["0.0.0.0/0".into(), "::/0".into()],
-                c => match c.parse::<super::ClientMatch>() {
-                    Ok(_) => vec![c.to_string()],
-                    Err(e) => return Err(format!("line {n}: client {e}")),
-                },
-            };
-            let mut probe = ExportConfig::with_defaults(path.clone().into());
-            exports5_defaults(&mut probe);
-            apply_options(&mut probe, &opts).map_err(|e| format!("line {n}: {e}"))?;
-            match &options {
-                Some(o) if *o != opts => {
-                    return Err(format!(
-                        "line {n}: {path} gives its clients different options; dionfs has \
-                         one set per export"
-                    ))
-                }
-                _ => options = Some(opts),
-            }
-            clients.extend(clients_here);
-        }
-        if clients.is_empty() {
-            // exports(5): a path alone is exported to everyone.
-            clients = vec!["0.0.0.0/0".into(), "::/0".into()];
-            options = default_opts;
-        }
-        let quoted: Vec<String> = clients.iter().map(|c| format!("{c:?}")).collect();
+    for x in exports {
+        let clients: Vec<String> = x.clients.iter().map(|c| toml_string(c)).collect();
         let _ = write!(
             out,
-            "\n[[export]]\npath = {path:?}\nclients = [{}]\noptions = {:?}\n",
-            quoted.join(", "),
-            options.unwrap_or_default()
+            "\n[[export]]\npath = {}\nclients = [{}]\noptions = {}\n",
+            toml_string(&x.path),
+            clients.join(", "),
+            toml_string(&x.options)
         );
     }
     Ok(out)
 }
 
-/// Lines of an exports file with comments removed and `\` continuations
-/// joined, numbered from 1 (the first line of each).
-fn logical_lines(text: &str) -> Vec<(usize, String)> {
-    let mut out = Vec::new();
-    let mut current = String::new();
-    let mut start = 0;
-    for (i, raw) in text.lines().enumerate() {
-        let line = raw.split('#').next().unwrap_or("");
-        if current.is_empty() {
-            start = i + 1;
-        }
-        match line.strip_suffix('\\') {
-            Some(cont) => {
-                current.push_str(cont);
-                current.push(' ');
-            }
-            None => {
-                current.push_str(line);
-                if !current.trim().is_empty() {
-                    out.push((start, current.trim().to_string()));
-                }
-                current.clear();
-            }
-        }
-    }
-    if !current.trim().is_empty() {
-        out.push((start, current.trim().to_string()));
-    }
-    out
+/// One export of a converted file: its clients, the options of the first
+/// of them as written, and what those come to (clients whose options come
+/// to the same export share it).
+struct Converted {
+    path: String,
+    clients: Vec<String>,
+    options: String,
+    effective: ExportConfig,
 }
 
-/// Whitespace-separated words, a double-quoted path kept whole.
-fn split_words(line: &str) -> Vec<String> {
+/// The client list exports(5) means by `*` or no client at all.
+fn everyone() -> Vec<String> {
+    vec!["0.0.0.0/0".into(), "::/0".into()]
+}
+
+/// Two comma-separated option lists as one, `b` over `a`.
+fn joined(a: &str, b: &str) -> String {
+    match (a.is_empty(), b.is_empty()) {
+        (_, true) => a.to_string(),
+        (true, false) => b.to_string(),
+        (false, false) => format!("{a},{b}"),
+    }
+}
+
+/// `s` as a TOML string.
+fn toml_string(s: &str) -> String {
+    toml::Value::String(s.to_string()).to_string()
+}
+
+/// A client word of an exports line: `client(options)`, or a client alone
+/// (`None`: the line's default options). The option list must close at
+/// the end of its word, as exportfs requires ("bad option list"; a blank
+/// inside it splits the word). It must follow a client: exports(5) gives
+/// an option list after a blank, `/srv (rw)`, to every host, and exportfs
+/// only warns, but it is nearly always `client (rw)` mistyped for
+/// `client(rw)`, which leaves that client read-only and every host
+/// read-write; a config served from a piped conversion would never show
+/// the warning, so it is refused, saying how to write every host.
+fn client_word(w: &str) -> Result<(&str, Option<&str>), String> {
+    let Some((client, rest)) = w.split_once('(') else {
+        return Ok((w, None));
+    };
+    let options = rest
+        .strip_suffix(')')
+        .filter(|o| !o.contains(['(', ')']))
+        .ok_or_else(|| {
+            format!("`{w}`: a bad option list; write client(option,option) without blanks")
+        })?;
+    if client.is_empty() {
+        return Err(format!(
+            "`{w}` follows a blank, so exports(5) gives it to every host, not to the \
+             client before it; write `*{w}` if every host is meant, else remove the blank"
+        ));
+    }
+    Ok((client, Some(options)))
+}
+
+/// The entries of an exports file as nfs-utils' exportfs reads them
+/// (`xgettok`, `xskip`): words separated by blanks; `\` at the end of a
+/// line continues it; `#` at the start of a word begins a comment to the
+/// end of the line (inside a word it is part of it: `/srv/a#1` is a
+/// path); double quotes anywhere in a word keep its blanks; `\ooo` is the
+/// byte of that octal number (exportfs writes a blank in a path as
+/// `\040`). Each entry's words, with the number of its first line.
+fn entries(text: &str) -> Result<Vec<(usize, Vec<String>)>, String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::new();
     let mut words = Vec::new();
-    let mut rest = line.trim_start();
-    while !rest.is_empty() {
-        if let Some(q) = rest.strip_prefix('"') {
-            let end = q.find('"').unwrap_or(q.len());
-            words.push(q[..end].to_string());
-            rest = q.get(end + 1..).unwrap_or("").trim_start();
-        } else {
-            let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
-            words.push(rest[..end].to_string());
-            rest = rest[end..].trim_start();
+    let (mut line, mut first_line) = (1, 1);
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        match b {
+            b'\\' if bytes.get(i + 1) == Some(&b'\n') => {
+                line += 1;
+                i += 2;
+            }
+            b'\n' => {
+                if !words.is_empty() {
+                    out.push((first_line, std::mem::take(&mut words)));
+                }
+                line += 1;
+                i += 1;
+            }
+            b'#' => {
+                while bytes.get(i).is_some_and(|&b| b != b'\n') {
+                    i += 1;
+                }
+            }
+            b if b.is_ascii_whitespace() => i += 1,
+            _ => {
+                if words.is_empty() {
+                    first_line = line;
+                }
+                let (word, end) = word_at(bytes, i).map_err(|e| format!("line {line}: {e}"))?;
+                words.push(word);
+                i = end;
+            }
         }
     }
-    words
+    if !words.is_empty() {
+        out.push((first_line, words));
+    }
+    Ok(out)
+}
+
+/// The word starting at `bytes[start]`, decoded, and where it ends.
+fn word_at(bytes: &[u8], start: usize) -> Result<(String, usize), String> {
+    let mut word = Vec::new();
+    let mut quoted = false;
+    let mut i = start;
+    while let Some(&b) = bytes.get(i) {
+        let continued = b == b'\\' && bytes.get(i + 1) == Some(&b'\n');
+        if b == b'\n' || continued || (!quoted && b.is_ascii_whitespace()) {
+            break;
+        }
+        if b == b'"' {
+            quoted = !quoted;
+            i += 1;
+        } else if let Some(byte) = octal_escape(&bytes[i..]) {
+            word.push(byte);
+            i += 4;
+        } else {
+            word.push(b);
+            i += 1;
+        }
+    }
+    let raw = String::from_utf8_lossy(&bytes[start..i]);
+    if quoted {
+        return Err(format!("`{raw}`: a double quote is not closed on its line"));
+    }
+    let word = String::from_utf8(word)
+        .map_err(|_| format!("`{raw}` is not UTF-8 once its octal escapes are decoded"))?;
+    Ok((word, i))
+}
+
+/// The byte a `\ooo` escape at the start of `s` stands for (nfs-utils
+/// decodes those below `\400`).
+fn octal_escape(s: &[u8]) -> Option<u8> {
+    let [b'\\', digits @ ..] = s.get(..4)? else {
+        return None;
+    };
+    let n = digits.iter().try_fold(0u32, |n, &d| {
+        (b'0'..=b'7')
+            .contains(&d)
+            .then(|| n * 8 + u32::from(d - b'0'))
+    })?;
+    u8::try_from(n).ok()
 }
 
 #[cfg(test)]
@@ -361,6 +476,114 @@ mod tests {
             let e = apply_options(&mut export(), bad).unwrap_err();
             assert!(e.contains(bad.split('=').next().unwrap()), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn a_clients_options_start_from_the_lines_defaults() {
+        // nfs-utils starts each client from the line's `-options` and
+        // applies the client's own over them.
+        let toml = convert("/srv/a -rw,no_root_squash,insecure 10.0.0.0/8(sync)\n").unwrap();
+        assert!(
+            toml.contains(
+                "clients = [\"10.0.0.0/8\"]\noptions = \"rw,no_root_squash,insecure,sync\""
+            ),
+            "{toml}"
+        );
+        // Each `-options` adds to those before it.
+        let toml = convert("/srv/a -no_root_squash -rw 10.0.0.1\n").unwrap();
+        assert!(toml.contains("options = \"no_root_squash,rw\""), "{toml}");
+        // Clients whose options come to the same share one export.
+        let toml = convert("/srv/a -rw 10.0.0.1 10.0.0.2(rw) 10.0.0.3(sync,rw)\n").unwrap();
+        assert!(
+            toml.contains("clients = [\"10.0.0.1\", \"10.0.0.2\", \"10.0.0.3\"]\noptions = \"rw\""),
+            "{toml}"
+        );
+        // exports(5)'s example: `@external(ro)` is sync,ro beside sync,rw.
+        let e = convert("/srv/www -sync,rw server 10.0.0.0/8(ro)\n").unwrap_err();
+        assert!(e.contains("different options"), "{e}");
+        // A path on two lines is one export, as exportfs merges them.
+        let toml = convert("/srv/a 10.0.0.1(rw)\n/srv/a 10.0.0.2(rw)\n").unwrap();
+        assert_eq!(toml.matches("[[export]]").count(), 1, "{toml}");
+        assert!(
+            toml.contains("clients = [\"10.0.0.1\", \"10.0.0.2\"]"),
+            "{toml}"
+        );
+        let e = convert("/srv/a 10.0.0.1(rw)\n/srv/a 10.0.0.2(ro)\n").unwrap_err();
+        assert!(
+            e.starts_with("line 2:") && e.contains("different options"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn options_after_a_blank_are_refused_not_given_to_everyone() {
+        // exports(5) gives `(rw)` alone to every host; after a client it is
+        // the classic typo for `client(rw)`, which leaves the client
+        // read-only and every host read-write.
+        for (text, suggestion) in [
+            ("/srv/a (rw)\n", "*(rw)"),
+            ("/srv/a 10.0.0.1 (rw)\n", "*(rw)"),
+            ("/srv/a\t(rw,no_root_squash)\n", "*(rw,no_root_squash)"),
+        ] {
+            let e = convert(text).unwrap_err();
+            assert!(
+                e.starts_with("line 1:") && e.contains(suggestion),
+                "{text:?}: {e}"
+            );
+        }
+        // Every host, said as exports(5) says it, is converted.
+        let toml = convert("/srv/a *(rw)\n").unwrap();
+        assert!(
+            toml.contains("clients = [\"0.0.0.0/0\", \"::/0\"]\noptions = \"rw\""),
+            "{toml}"
+        );
+        // An option list must close, once, at the end of its word.
+        for bad in [
+            "10.0.0.1(rw",
+            "10.0.0.1(rw))",
+            "10.0.0.1(rw)x",
+            "10.0.0.1(rw,(ro)",
+        ] {
+            let e = convert(&format!("/srv/a {bad}\n")).unwrap_err();
+            assert!(e.starts_with("line 1:") && e.contains(bad), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn words_are_read_as_exportfs_reads_them() {
+        // `\ooo` octal escapes (what exportfs writes for a blank), double
+        // quotes anywhere in a word, and `#` beginning a comment only at
+        // the start of a word.
+        let toml = convert(
+            "/srv/with\\040space 10.0.0.1(rw)\n\
+             /srv/caf\\303\\251 10.0.0.1(rw)\n\
+             /srv/\"two words\"/x 10.0.0.1(rw)\n\
+             /srv/a#1 10.0.0.1(rw) # a comment\n\
+             # /srv/commented 10.0.0.1(rw)\n",
+        )
+        .unwrap();
+        for path in [
+            "/srv/with space",
+            "/srv/café",
+            "/srv/two words/x",
+            "/srv/a#1",
+        ] {
+            assert!(
+                toml.contains(&format!(
+                    "path = \"{path}\"\nclients = [\"10.0.0.1\"]\noptions = \"rw\"\n"
+                )),
+                "{path}: {toml}"
+            );
+        }
+        assert!(!toml.contains("commented"), "{toml}");
+        // Whatever a path decodes to is written as a TOML string.
+        let toml = convert("/srv/\\042q\\042\\011\\134 10.0.0.1(rw)\n").unwrap();
+        let table: toml::Table = toml.parse().unwrap();
+        assert_eq!(table["export"][0]["path"].as_str(), Some("/srv/\"q\"\t\\"));
+        let e = convert("/srv/ok 10.0.0.1(rw)\n/srv/\\377 10.0.0.1(rw)\n").unwrap_err();
+        assert!(e.starts_with("line 2:") && e.contains("UTF-8"), "{e}");
+        let e = convert("\"/srv/a 10.0.0.1(rw)\n").unwrap_err();
+        assert!(e.starts_with("line 1:") && e.contains("quote"), "{e}");
     }
 
     #[test]
