@@ -434,11 +434,11 @@ def test_etc_exports_converted_and_served(loopfs, tmp_path):
     """From nfs-kernel-server: `dionfs exportfs --convert /etc/exports`
     gives a config that serves what the file said (exports(5) semantics:
     read-only unless `rw`, squashing, fsid as the handle id; notes for
-    options without effect; a client's options over its line's `-options`;
-    `\040` in a path a blank); `dionfs exportfs -v` lists it back in those
-    words; what dionfs cannot honour (a netgroup) is refused naming the
-    line, and so are options after a blank, which exports(5) gives to every
-    host."""
+    options without effect or not honoured; a client's options over its
+    line's `-options`; `\\040` in a path a blank); `dionfs exportfs -v`
+    lists it back in those words; what dionfs cannot honour (a netgroup)
+    is refused naming the line, and so are options after a blank, which
+    exports(5) gives to every host."""
     rw = loopfs.path("x5-rw")
     ro = loopfs.path("x5-ro")
     dflt = loopfs.path("x5-defaults")
@@ -450,7 +450,7 @@ def test_etc_exports_converted_and_served(loopfs, tmp_path):
     exports = tmp_path / "exports"
     exports.write_text(f"""# /etc/exports of a kernel NFS server
 {rw}   127.0.0.1(rw,sync,insecure,all_squash,anonuid=4242,anongid=4243,fsid=77,subtree_check)
-{ro}   -insecure 127.0.0.0/8
+{ro}   -insecure,insecure_locks 127.0.0.0/8
 {dflt} -rw,insecure,no_root_squash 127.0.0.1(sync)
 {blank_escaped} 127.0.0.1(ro,insecure)
 """)
@@ -486,6 +486,7 @@ def test_etc_exports_converted_and_served(loopfs, tmp_path):
         st = os.stat(os.path.join(dflt, "made-by-root"))
         assert (st.st_uid, st.st_gid) == (0, 0), "rw,no_root_squash from the line's defaults"
         assert "subtree_check: not needed" in srv.log_text()
+        assert "insecure_locks: not honoured; dionfs checks each NLM lock" in srv.log_text()
     finally:
         srv.cleanup()
     bad = tmp_path / "bad-exports"

@@ -91,9 +91,24 @@ pub fn apply_options(x: &mut ExportConfig, options: &str) -> Result<Vec<String>,
                      export each filesystem on its own"
                 ))
             }
-            ("secure_locks" | "insecure_locks" | "auth_nlm" | "no_auth_nlm", None) => notes.push(
-                format!("{key}: no effect; dionfs has no NLM lock service yet"),
-            ),
+            // knfsd's auth_nlm (the default) checks an NLM lock's caller
+            // like an NFS call's (nfsd_permission with NFSD_MAY_LOCK);
+            // no_auth_nlm skips the check for clients that send no
+            // credentials with their locks. dionfs always checks
+            // (`open_checked` in nlm/mod.rs): relaxing it is not offered,
+            // since any client could then lock any file of the export.
+            ("secure_locks" | "auth_nlm", None) => notes.push(format!(
+                "{key}: what dionfs does anyway: each NLM lock is checked against the \
+                 caller's access to the file (read for a shared lock, write for an \
+                 exclusive one, or owning it), as knfsd checks with auth_nlm"
+            )),
+            ("insecure_locks" | "no_auth_nlm", None) => notes.push(format!(
+                "{key}: not honoured; dionfs checks each NLM lock against the caller's \
+                 access to the file (read for a shared lock, write for an exclusive \
+                 one, or owning it), as knfsd does with auth_nlm, its default: a client \
+                 that sends no credentials with its locks can lock only files anyone \
+                 may read (or write, for an exclusive lock)"
+            )),
             ("no_acl" | "acl", None) => notes.push(format!(
                 "{key}: no effect; POSIX ACLs apply on the server as the filesystem keeps them"
             )),
@@ -461,6 +476,25 @@ mod tests {
             "{}",
             options_of(&x)
         );
+    }
+
+    #[test]
+    fn the_nlm_options_notes_say_how_locks_are_checked() {
+        // dionfs serves NLM, and checks each lock's caller as knfsd does
+        // with auth_nlm (its default).
+        for key in ["secure_locks", "auth_nlm", "insecure_locks", "no_auth_nlm"] {
+            let notes = apply_options(&mut export(), key).unwrap();
+            assert_eq!(notes.len(), 1, "{key}: {notes:?}");
+            let note = &notes[0];
+            assert!(note.starts_with(&format!("{key}: ")), "{note}");
+            assert!(!note.contains("no NLM"), "{note}");
+            assert!(
+                note.contains("auth_nlm") && note.contains("access"),
+                "{note}"
+            );
+        }
+        let notes = apply_options(&mut export(), "insecure_locks").unwrap();
+        assert!(notes[0].contains("not honoured"), "{notes:?}");
     }
 
     #[test]
