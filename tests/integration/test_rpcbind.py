@@ -133,6 +133,8 @@ kill $RPCBIND; wait $RPCBIND || true
     assert "100000    4   udp    111  portmapper" in serving, "not the real rpcbind answering"
     assert re.search(r"100021    4   tcp  +\d+  nlockmgr", serving), serving
     assert re.search(r"100024    1   udp  +\d+  status", serving), serving
+    # NSM over TCP too (registering it over UDP unset it until 2026-11-27).
+    assert re.search(r"100024    1   tcp  +\d+  status", serving), serving
     assert f"{tmp_path}/export 127.0.0.0/8" in out.split("== showmount")[1]
     after = out.split("== after stop")[1]
     for prog in ("100003", "100005", "100021", "100024"):

@@ -236,6 +236,7 @@ def test_the_unit_starts_serving_registered_with_rpcbind_and_hardened(box, tmp_p
         assert line in rpcinfo, rpcinfo
     assert re.search(r"100021    4   tcp  +\d+  nlockmgr", rpcinfo), rpcinfo
     assert re.search(r"100024    1   udp  +\d+  status", rpcinfo), rpcinfo
+    assert re.search(r"100024    1   tcp  +\d+  status", rpcinfo), rpcinfo
     assert "/srv/export 127.0.0.1" in box.run("showmount", "-e", "127.0.0.1").stdout
     assert box.prop("rpcbind", "ActiveState") == "active"  # activated by the registrations
 

@@ -270,7 +270,7 @@ async fn serve(
         let l = TcpListener::bind(addr)
             .await
             .map_err(|e| format!("cannot listen for metrics on {addr}: {e}"))?;
-        tokio::spawn(metrics::serve(l, server.clone(), lock_service));
+        tokio::spawn(metrics::serve(l, server.clone(), lock_service.clone()));
     }
     for x in server.exports().iter() {
         log_export(&x.config);
@@ -313,6 +313,9 @@ async fn serve(
             server.exports().len()
         )
     };
+    if let Some(locks) = &lock_service {
+        locks.notify_restart();
+    }
     systemd::notify(&ready(&server));
     loop {
         tokio::select! {

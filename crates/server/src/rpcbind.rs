@@ -77,8 +77,17 @@ impl Rpcbind {
     /// was registered for its program and version (a server that died
     /// without unregistering). Errors name the mapping that failed.
     pub fn register(&mut self, mappings: &[Mapping], ip: IpAddr) -> io::Result<()> {
+        // Each program and version once, before any is set: an UNSET of
+        // every netid between two SETs of one program (NSM over TCP, then
+        // UDP) took the first away again.
+        let mut unset = Vec::new();
         for m in mappings {
-            let _ = self.call(UNSET, &rpcb(m, ip, ""));
+            if !unset.contains(&(m.prog, m.vers)) {
+                unset.push((m.prog, m.vers));
+                let _ = self.call(UNSET, &rpcb(m, ip, ""));
+            }
+        }
+        for m in mappings {
             let netid = if m.prot == IPPROTO_UDP { "udp" } else { "tcp" };
             if !self.call(SET, &rpcb(m, ip, netid))? {
                 return Err(io::Error::other(format!(

@@ -167,6 +167,9 @@ pub struct LockService {
     nsm: NsmState,
     /// Until when only reclaims are granted.
     grace_until: Option<Instant>,
+    /// The clients that held locks before the restart, until they are
+    /// told of it ([`LockService::notify_restart`]).
+    previous: Mutex<Vec<Monitored>>,
     jobs: mpsc::UnboundedSender<Job>,
     pub counters: NlmCounters,
     /// DENIED_NOLOCKS: one line every 10 s, however hard clients try.
@@ -177,9 +180,10 @@ pub struct LockService {
 
 impl LockService {
     /// Opens the lock service's state under `state_dir` and starts its
-    /// background work (callbacks, retries, notifying the clients of the
-    /// previous run). A grace period of `grace` starts if the previous run
-    /// had clients holding locks.
+    /// background work (callbacks, retries). A grace period of `grace`
+    /// starts if the previous run had clients holding locks; they are told
+    /// of the restart by [`LockService::notify_restart`], once the server
+    /// serves and the port mapper knows where.
     pub fn start(
         server: Arc<Server>,
         state_dir: &std::path::Path,
@@ -195,6 +199,7 @@ impl LockService {
             (!previous.is_empty() && !grace.is_zero()).then(|| Instant::now() + grace);
         let (jobs, rx) = mpsc::unbounded_channel();
         let state = nsm.number;
+        let clients = previous.len();
         let service = Arc::new(LockService {
             server,
             table: Mutex::default(),
@@ -202,6 +207,7 @@ impl LockService {
             shares: Mutex::default(),
             nsm,
             grace_until,
+            previous: Mutex::new(previous),
             jobs,
             counters: NlmCounters::default(),
             nolocks_warning: LogEvery::new(Duration::from_secs(10)),
@@ -209,18 +215,25 @@ impl LockService {
         });
         if grace_until.is_some() {
             info!(
-                clients = previous.len(),
+                clients,
                 grace_s = grace.as_secs(),
                 nsm_state = state,
                 "NLM: clients held locks before the restart; grace period for their reclaims"
             );
         }
-        for host in previous {
-            let _ = service.jobs.send(Job::Notify { host, state });
-        }
         tokio::spawn(run_jobs(service.clone(), rx));
         tokio::spawn(retry_waiters(service.clone()));
         Ok(service)
+    }
+
+    /// SM_NOTIFY to each client that held locks before the restart: their
+    /// lock managers then reclaim, asking the port mapper for NLM first,
+    /// so this comes once every listener serves and is registered.
+    pub fn notify_restart(&self) {
+        let state = self.nsm.number;
+        for host in std::mem::take(&mut *self.previous.lock()) {
+            let _ = self.jobs.send(Job::Notify { host, state });
+        }
     }
 
     fn in_grace(&self) -> bool {
