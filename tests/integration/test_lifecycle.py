@@ -436,7 +436,8 @@ def test_etc_exports_converted_and_served(loopfs, tmp_path):
     read-only unless `rw`, squashing, fsid as the handle id; notes for
     options without effect or not honoured; a client's options over its
     line's `-options`; `\\040` in a path a blank); `dionfs exportfs -v`
-    lists it back in those words; what dionfs cannot honour (a netgroup)
+    lists it back in those words, and `dionfs stats` reads the counters
+    it serves; what dionfs cannot honour (a netgroup)
     is refused naming the line, and so are options after a blank, which
     exports(5) gives to every host."""
     rw = loopfs.path("x5-rw")
@@ -457,13 +458,16 @@ def test_etc_exports_converted_and_served(loopfs, tmp_path):
     r = subprocess.run([dionfs_bin(), "exportfs", "--convert", str(exports)], capture_output=True,
                        text=True, timeout=30)
     assert r.returncode == 0, r.stderr
-    nfs_port, mount_port = _free_ports(2)
+    # What `dionfs stats` reads by default (here moved to a free port).
+    assert 'metrics_listen = "127.0.0.1:9049"\n' in r.stdout, r.stdout
+    nfs_port, mount_port, metrics_port = _free_ports(3)
     state = tmp_path / "state"
     conf = tmp_path / "dionfs.toml"
     conf.write_text(r.stdout.replace(
         "[server]\n", f'[server]\nlisten = "127.0.0.1"\nnfs_port = {nfs_port}\n'
                       f'mount_port = {mount_port}\nportmap_port = false\n').replace(
-        'state_dir = "/var/lib/dionfs"', f'state_dir = "{state}"'))
+        'state_dir = "/var/lib/dionfs"', f'state_dir = "{state}"').replace(
+        "127.0.0.1:9049", f"127.0.0.1:{metrics_port}"))
     listing = subprocess.run([dionfs_bin(), "exportfs", "-v", "--config", str(conf)],
                              capture_output=True, text=True, timeout=30).stdout
     assert f"127.0.0.1/32(rw,sync,insecure,all_squash,no_subtree_check,fsid=77,anonuid=4242" \
@@ -487,6 +491,9 @@ def test_etc_exports_converted_and_served(loopfs, tmp_path):
         assert (st.st_uid, st.st_gid) == (0, 0), "rw,no_root_squash from the line's defaults"
         assert "subtree_check: not needed" in srv.log_text()
         assert "insecure_locks: not honoured; dionfs checks each NLM lock" in srv.log_text()
+        stats = subprocess.run([dionfs_bin(), "stats", "--metrics", f"127.0.0.1:{metrics_port}"],
+                               capture_output=True, text=True, timeout=30)
+        assert stats.returncode == 0 and "NFS v3 calls:" in stats.stdout, stats.stderr
     finally:
         srv.cleanup()
     bad = tmp_path / "bad-exports"

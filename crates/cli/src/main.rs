@@ -52,7 +52,7 @@ enum Command {
     /// server (like `nfsstat -s`); --raw: every counter, Prometheus text.
     Stats {
         /// The server's metrics address (its `--metrics` / `metrics_listen`).
-        #[arg(long, default_value = "127.0.0.1:9049")]
+        #[arg(long, default_value = dionfs_server::metrics::STATS_ADDRESS)]
         metrics: String,
         /// Print every counter as the server exports it (Prometheus text).
         #[arg(long)]

@@ -409,6 +409,10 @@ pub async fn serve(listener: TcpListener, server: Arc<Server>, locks: Option<Arc
     }
 }
 
+/// Where `dionfs stats` reads the metrics unless told otherwise, and so
+/// the `metrics_listen` of a config made by `dionfs exportfs --convert`.
+pub const STATS_ADDRESS: &str = "127.0.0.1:9049";
+
 /// Reads the metrics of a running server (`dionfs stats`).
 pub fn fetch(addr: &str) -> io::Result<String> {
     let addr: SocketAddr = addr

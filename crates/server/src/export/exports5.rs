@@ -237,9 +237,12 @@ pub fn convert(text: &str) -> Result<String, String> {
             }
         }
     }
-    let mut out = String::from(
+    let mut out = format!(
         "# Converted from /etc/exports by `dionfs exportfs --convert`.\n\
-         [server]\nstate_dir = \"/var/lib/dionfs\"\n",
+         [server]\nstate_dir = \"/var/lib/dionfs\"\n\
+         # Counters for `dionfs stats`, which reads this address by default.\n\
+         metrics_listen = \"{}\"\n",
+        crate::metrics::STATS_ADDRESS
     );
     for x in exports {
         let clients: Vec<String> = x.clients.iter().map(|c| toml_string(c)).collect();
@@ -495,6 +498,37 @@ mod tests {
         }
         let notes = apply_options(&mut export(), "insecure_locks").unwrap();
         assert!(notes[0].contains("not honoured"), "{notes:?}");
+    }
+
+    #[test]
+    fn a_converted_config_serves_the_metrics_dionfs_stats_reads() {
+        let toml = convert("/srv/a 10.0.0.1(rw)\n").unwrap();
+        let table: toml::Table = toml.parse().unwrap();
+        assert_eq!(
+            table["server"]["metrics_listen"].as_str(),
+            Some(crate::metrics::STATS_ADDRESS)
+        );
+        assert_eq!(crate::metrics::STATS_ADDRESS, "127.0.0.1:9049");
+    }
+
+    #[test]
+    fn the_readmes_conversion_example_is_what_convert_prints() {
+        // README.md, "Switching from nfs-kernel-server": an /etc/exports
+        // in one code block, "becomes", the config in the next.
+        let readme = include_str!("../../../../README.md");
+        let section = readme
+            .split_once("For example, this /etc/exports\n")
+            .expect("the README's conversion example")
+            .1;
+        let block = |text: &str| -> (String, usize) {
+            let start = text.find("```").unwrap();
+            let body = text[start..].split_once('\n').unwrap().1;
+            let end = body.find("```").unwrap();
+            (body[..end].to_string(), text.len() - body.len() + end + 3)
+        };
+        let (exports, used) = block(section);
+        let (config, _) = block(&section[used..]);
+        assert_eq!(convert(&exports).unwrap(), config);
     }
 
     #[test]
