@@ -467,3 +467,25 @@ kill $D; wait $D || true
     assert "after: MNT b from 127.0.0.3: 13" in out, out     # intruder.example.org: ACCES
     # No reconnection: the two connections from 127.0.0.2 served it all.
     assert len(re.findall(r"connection opened .*peer=127\.0\.0\.2:", log)) == 2, log
+
+
+def test_a_reload_that_removes_an_export_releases_the_nlm_locks_on_its_files(reload_server, loopfs):
+    """A client's NLM lock on a file of an export a reload removes: the
+    client can no longer reach the file to unlock it (STALE_FH), so the lock
+    was held until a restart, and a process on the server waited on it for
+    ever. Now the reload releases it and says so."""
+    from test_nlm import S_GRANTED, Nlm, file_fh, local_denied
+
+    a, b = _fresh_dir(loopfs, "reload-nlm-a"), _fresh_dir(loopfs, "reload-nlm-b")
+    srv = reload_server({a: {}, b: {}}).at(b)
+    fh = file_fh(srv, "locked")
+    client = Nlm(srv, b"clientA")
+    try:
+        assert client.lock(fh, 1, 0, 10) == S_GRANTED
+        assert local_denied(os.path.join(b, "locked"), 0, 1)
+        srv.write_config({a: {}})
+        assert "removed " + b in srv.hup()
+        assert not local_denied(os.path.join(b, "locked"), 0, 1), "the lock outlived its export"
+        assert "released the NLM locks held on files of the removed exports" in srv.log_text()
+    finally:
+        client.close()

@@ -329,7 +329,7 @@ async fn serve(
             }
             _ = hangup.recv() => {
                 systemd::notify(&format!("RELOADING=1\nMONOTONIC_USEC={}", monotonic_usec()));
-                reload(&server, source.as_ref()).await;
+                reload(&server, source.as_ref(), lock_service.as_deref()).await;
                 systemd::notify(&ready(&server));
             }
         }
@@ -375,7 +375,11 @@ fn log_export(x: &crate::export::ExportConfig) {
 /// exports (`Server::reload`), on a blocking thread (it opens file
 /// systems). A file that does not load, or a reload that fails, leaves the
 /// exports as they were, and says why as a start would.
-async fn reload(server: &Arc<Server>, source: Option<&Arc<ConfigSource>>) {
+async fn reload(
+    server: &Arc<Server>,
+    source: Option<&Arc<ConfigSource>>,
+    locks: Option<&nlm::LockService>,
+) {
     let Some(source) = source else {
         warn!(
             "SIGHUP: the server was started without --config; there is nothing to reload \
@@ -403,6 +407,15 @@ async fn reload(server: &Arc<Server>, source: Option<&Arc<ConfigSource>>) {
                 }
             }
             info!(exports = exports.len(), "reloaded: {}", report.summary());
+            let released = locks.map_or((0, 0), |l| l.release_exports(&report.removed_ids));
+            if released != (0, 0) {
+                warn!(
+                    locks = released.0,
+                    share_reservations = released.1,
+                    "reload: released the NLM locks held on files of the removed exports \
+                     (their clients can no longer reach the files to unlock them)"
+                );
+            }
         }
         Ok(Err(e)) => error!("reload failed, the exports stay as they were: {e}"),
         Err(e) => error!(error = %e, "reload failed, the exports stay as they were"),

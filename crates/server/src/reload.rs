@@ -293,6 +293,8 @@ pub fn changed_settings(running: &ServerSettings, new: &ServerSettings) -> Vec<&
 pub struct Report {
     pub added: Vec<PathBuf>,
     pub removed: Vec<PathBuf>,
+    /// The ids of the exports removed (what their handles carry).
+    pub removed_ids: Vec<u16>,
     /// Exports whose options changed, and which.
     pub changed: Vec<(PathBuf, Vec<&'static str>)>,
     pub unchanged: usize,
@@ -501,6 +503,7 @@ impl Server {
             .iter()
             .map(|&i| running[i].config.path.clone())
             .collect();
+        report.removed_ids = plan.removed.iter().map(|&i| running[i].config.id).collect();
         // Planes no export uses any more are retired before the exports
         // change: the write verifier may count them twice for a moment,
         // never not at all.

@@ -226,6 +226,33 @@ impl LockService {
         Ok(service)
     }
 
+    /// Releases the locks, blocked LOCKs and share reservations held on
+    /// files of the exports `ids`, which a reload removed: their clients can
+    /// no longer reach those files to unlock them, and processes on the
+    /// server would wait on the locks for ever (knfsd keeps them until an
+    /// administrator writes the filesystem to `unlock_filesystem`). The
+    /// numbers of locks and of reservations released.
+    pub fn release_exports(&self, ids: &[u16]) -> (usize, usize) {
+        let removed =
+            |fh: &[u8]| dionfs_fs::handle::export_id(fh).is_some_and(|id| ids.contains(&id));
+        let locks = self.table.lock().drop_files(removed);
+        let mut shares = self.shares.lock();
+        let Shares {
+            by_file,
+            per_client,
+        } = &mut *shares;
+        let mut reservations = 0;
+        by_file.retain(|fh, list| {
+            if !removed(fh) {
+                return true;
+            }
+            reservations += list.len();
+            Shares::drop_from(per_client, list, |_| true);
+            false
+        });
+        (locks, reservations)
+    }
+
     /// SM_NOTIFY to each client that held locks before the restart: their
     /// lock managers then reclaim, asking the port mapper for NLM first,
     /// so this comes once every listener serves and is registered.

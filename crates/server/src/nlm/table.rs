@@ -615,6 +615,24 @@ impl<T> LockTable<T> {
         touched
     }
 
+    /// Drops every lock and waiter on the files `matches` names (closing
+    /// the descriptions releases the locks); the number of locks dropped.
+    pub fn drop_files(&mut self, mut matches: impl FnMut(&[u8]) -> bool) -> usize {
+        let mut dropped = 0;
+        let open = &mut self.open;
+        self.files.retain(|fh, file| {
+            if !matches(fh) {
+                return true;
+            }
+            for (o, held) in file.owners.drain() {
+                dropped += held.ranges.len();
+                open.remove(&o.host);
+            }
+            false
+        });
+        dropped
+    }
+
     /// The hosts holding at least one lock.
     pub fn hosts(&self) -> Vec<Host> {
         let mut hosts: Vec<Host> = self
