@@ -20,7 +20,8 @@ namespace only. Shown:
   same process and connections going on (RELOADING=1, READY=1);
 - `dionfs stats` counts the calls;
 - the server killed (SIGKILL) is started again by systemd
-  (`Restart=on-failure`), and serves;
+  (`Restart=on-failure`), and serves; rpc-statd started (as mount.nfs
+  starts it) leaves it running;
 - `systemctl stop`: dionfs leaves rpcbind's list (UNSET at exit) and the
   journal holds plain lines (no colour codes, no second timestamp), each
   with its priority (`journalctl -p warning` shows the warnings only).
@@ -302,6 +303,16 @@ def test_a_killed_server_is_started_again(box):
                    and box.prop("dionfs", "MainPID") not in ("0", str(pid)), 30, "systemd's restart")
     assert int(box.prop("dionfs", "NRestarts")) == 1
     assert box.host_tool("nfs-cat", URL.format(path="/srv/export/hello")).stdout == b"hello from systemd\n"
+
+
+def test_starting_rpc_statd_does_not_stop_the_server(box):
+    """mount.nfs starts rpc-statd for a locking mount of another server;
+    while the unit conflicted with rpc-statd, that stopped dionfs."""
+    pid = box.prop("dionfs", "MainPID")
+    box.run("systemctl", "start", "rpc-statd", check=False)
+    assert box.prop("dionfs", "ActiveState") == "active"
+    assert box.prop("dionfs", "MainPID") == pid
+    box.run("systemctl", "stop", "rpc-statd", check=False)
 
 
 def test_stop_leaves_rpcbind_and_the_journal_plain(box):
