@@ -319,6 +319,30 @@ def test_bad_config_on_reload_keeps_the_exports(reload_server, loopfs):
     assert f"added {b}" in srv.hup()
 
 
+def test_dionfs_reload_waits_for_the_outcome_and_fails_with_a_failed_reload(reload_server, loopfs):
+    """`dionfs reload --pid-file F` (what the unit's ExecReload runs, so
+    `systemctl reload` reports it too) waits for the outcome the server
+    records beside its pid file: what changed, or, for a file that does not
+    load, the error and exit status 1. It exited 0 either way, as soon as
+    the signal was sent."""
+    a, b = (_fresh_dir(loopfs, n) for n in ("reload-cli-a", "reload-cli-b"))
+    srv = reload_server({a: {}})
+    argv = [dionfs_bin(), "reload", "--pid-file", srv.pid_file]
+    srv.write_config({a: {}, b: {}})
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=90)
+    assert r.returncode == 0 and f"(pid {srv.proc.pid}) reloaded: added {b}" in r.stdout, r
+    srv.write_config({a: {}}, tail="bogus line\n")
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=90)
+    assert r.returncode == 1, r
+    assert "did not reload, its exports stay as they were" in r.stderr, r.stderr
+    assert f"{srv.config}:" in r.stderr, r.stderr
+    srv.write_config({a: {}})
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=90)
+    assert r.returncode == 0 and f"removed {b}" in r.stdout, r
+    srv.stop()
+    assert not os.path.exists(srv.pid_file[:-len(".pid")] + ".reload"), "outcome left behind"
+
+
 def test_server_settings_need_a_restart(reload_server, loopfs):
     a, b = (_fresh_dir(loopfs, n) for n in ("reload-a", "reload-b"))
     srv = reload_server({a: {}})
@@ -348,7 +372,8 @@ def test_sighup_without_config_file_changes_nothing(server, client):
 def test_reload_tells_systemd(reload_server, loopfs, tmp_path, monkeypatch):
     """Type=notify: RELOADING=1 (with MONOTONIC_USEC) when a reload starts,
     READY=1 when it is done (sd_notify(3)); `systemctl reload` waits for
-    it (dist/dionfs.service: ExecReload sends SIGHUP)."""
+    it (dist/dionfs.service: ExecReload runs `dionfs reload`, which sends
+    SIGHUP and waits for the outcome; test_systemd_unit runs the unit)."""
     a, b = (_fresh_dir(loopfs, n) for n in ("reload-a", "reload-b"))
     sock_path = str(tmp_path / "notify")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -368,7 +393,8 @@ def test_reload_tells_systemd(reload_server, loopfs, tmp_path, monkeypatch):
         listener.close()
     unit = open(os.path.join(os.path.dirname(__file__), "..", "..", "dist",
                              "dionfs.service")).read()
-    assert "ExecReload=/bin/kill -HUP $MAINPID" in unit
+    assert "ExecReload=/usr/local/bin/dionfs reload --pid-file /run/dionfs.pid" in unit
+    assert "--pid-file /run/dionfs.pid" in unit.split("ExecStart=")[1].splitlines()[0]
 
 
 def test_reload_command_errors(tmp_path):

@@ -17,7 +17,8 @@ namespace only. Shown:
   switched per call), a squashed root's file created, the state directory
   made by systemd (`StateDirectory=`, mode 0700);
 - `systemctl reload` re-reads /etc/dionfs.toml and serves a new export, the
-  same process and connections going on (RELOADING=1, READY=1);
+  same process and connections going on (RELOADING=1, READY=1), and fails,
+  changing nothing, while the file does not load;
 - `dionfs stats` counts the calls;
 - the server killed (SIGKILL) is started again by systemd
   (`Restart=on-failure`), and serves; rpc-statd started (as mount.nfs
@@ -50,7 +51,6 @@ URL = "nfs://127.0.0.1{path}?version=3"  # found through rpcbind on port 111
 
 CONFIG = """\
 [server]
-pid_file = "/run/dionfs.pid"
 metrics_listen = "127.0.0.1:9049"
 
 [[export]]
@@ -277,8 +277,15 @@ def test_the_unit_starts_serving_registered_with_rpcbind_and_hardened(box, tmp_p
 def test_reload_serves_a_new_export_in_the_same_process(box):
     pid = box.prop("dionfs", "MainPID")
     assert box.host_tool("nfs-ls", URL.format(path="/srv/second/")).returncode != 0
+    good = open(box.config).read()
     with open(box.config, "a") as f:  # in place: the container sees the bound file
-        f.write(SECOND_EXPORT)
+        f.write("bogus line\n")
+    r = box.run("systemctl", "reload", "dionfs", check=False)
+    assert r.returncode != 0, "systemctl reload succeeded with a file that does not load"
+    assert box.prop("dionfs", "ActiveState") == "active"
+    assert "did not reload" in box.journal()
+    with open(box.config, "w") as f:
+        f.write(good + SECOND_EXPORT)
     box.run("systemctl", "reload", "dionfs")
     assert box.prop("dionfs", "ActiveState") == "active"
     assert box.prop("dionfs", "MainPID") == pid

@@ -480,12 +480,33 @@ fn main() -> ExitCode {
                 (None, None) => reload::Target::Default,
             };
             match reload::run(target) {
-                Ok(pid) => {
+                Ok(reload::Done { pid, outcome: None }) => {
                     println!(
                         "dionfs reload: asked dionfs serve (pid {pid}) to reload its \
                          configuration; its log says what changed"
                     );
                     ExitCode::SUCCESS
+                }
+                Ok(reload::Done {
+                    pid,
+                    outcome: Some(o),
+                }) if o.ok => {
+                    println!(
+                        "dionfs reload: dionfs serve (pid {pid}) reloaded: {}",
+                        o.text
+                    );
+                    ExitCode::SUCCESS
+                }
+                Ok(reload::Done {
+                    pid,
+                    outcome: Some(o),
+                }) => {
+                    eprintln!(
+                        "dionfs reload: dionfs serve (pid {pid}) did not reload, its exports \
+                         stay as they were: {}",
+                        o.text
+                    );
+                    ExitCode::FAILURE
                 }
                 Err(e) => {
                     eprintln!("dionfs reload: {e}");

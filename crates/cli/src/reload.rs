@@ -1,9 +1,13 @@
 //! `dionfs reload`: tells a running `dionfs serve` to read its
 //! configuration file again and apply its exports (SIGHUP; what
-//! `systemctl reload dionfs` sends too). The server logs what changed.
+//! `systemctl reload dionfs` runs too). The server logs what changed;
+//! when it was found by its pid file, it also records the outcome beside
+//! it, which this waits for and reports (a failed reload exits 1).
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
+use dionfs_server::reload::Outcome;
 use rustix::process::{kill_process, Pid, Signal};
 
 /// Where `dionfs reload` looks when given neither `--pid` nor
@@ -19,17 +23,32 @@ pub enum Target {
     Default,
 }
 
+/// How long a reload may take before `dionfs reload` gives up waiting
+/// for its outcome (a reload opens the filesystems of added exports).
+const WAIT: Duration = Duration::from_secs(60);
+
+/// What `dionfs reload` did.
+#[derive(Debug)]
+pub struct Done {
+    pub pid: i32,
+    /// The reload's outcome, when the server was found by its pid file
+    /// (without one, the server's log is the only place that says).
+    pub outcome: Option<Outcome>,
+}
+
 /// Sends SIGHUP to the server `target` names, after checking that it is
 /// a `dionfs serve` (a stale pid file may name some other process, for
-/// which SIGHUP could be fatal). Returns its pid.
-pub fn run(target: Target) -> Result<i32, String> {
-    let pid = match target {
-        Target::Pid(pid) => pid,
-        Target::PidFile(file) => read_pid_file(&file)?,
+/// which SIGHUP could be fatal); waits for the outcome the server records
+/// beside its pid file, if it was found by one.
+pub fn run(target: Target) -> Result<Done, String> {
+    let (pid, pid_file) = match target {
+        Target::Pid(pid) => (pid, None),
+        Target::PidFile(file) => (read_pid_file(&file)?, Some(file)),
         Target::Default if Path::new(DEFAULT_PID_FILE).exists() => {
-            read_pid_file(Path::new(DEFAULT_PID_FILE))?
+            let file = PathBuf::from(DEFAULT_PID_FILE);
+            (read_pid_file(&file)?, Some(file))
         }
-        Target::Default => find_server()?,
+        Target::Default => (find_server()?, None),
     };
     match command_line(pid) {
         Some(args) if is_dionfs_serve(&args) => {}
@@ -41,6 +60,12 @@ pub fn run(target: Target) -> Result<i32, String> {
         }
         None => return Err(format!("no process {pid} is running")),
     }
+    // The outcome of the last reload before this one (none is 0).
+    let before = pid_file
+        .as_deref()
+        .and_then(Outcome::read)
+        .filter(|o| o.pid == pid as u32)
+        .map_or(0, |o| o.generation);
     let target = Pid::from_raw(pid).ok_or_else(|| format!("{pid} is not a process id"))?;
     kill_process(target, Signal::HUP).map_err(|e| match e {
         rustix::io::Errno::SRCH => format!("process {pid} is gone"),
@@ -49,7 +74,32 @@ pub fn run(target: Target) -> Result<i32, String> {
         }
         e => format!("cannot signal process {pid}: {e}"),
     })?;
-    Ok(pid)
+    let Some(file) = pid_file else {
+        return Ok(Done { pid, outcome: None });
+    };
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match Outcome::read(&file) {
+            Some(o) if o.pid == pid as u32 && o.generation > before => {
+                return Ok(Done {
+                    pid,
+                    outcome: Some(o),
+                })
+            }
+            _ if command_line(pid).is_none() => {
+                return Err(format!("process {pid} ended before it reloaded"))
+            }
+            _ if Instant::now() >= deadline => {
+                return Err(format!(
+                    "process {pid} has not reloaded within {} s (no outcome in {}); \
+                     its log says why",
+                    WAIT.as_secs(),
+                    Outcome::file(&file).display()
+                ))
+            }
+            _ => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
 }
 
 /// The pid a pid file holds (`dionfs serve --pid-file` writes one line).

@@ -304,7 +304,10 @@ async fn serve(
     let pid_file = settings.pid_file.clone();
     if let Some(path) = &pid_file {
         write_pid_file(path)?;
+        // An earlier server's reload outcome is not this one's.
+        let _ = std::fs::remove_file(reload::Outcome::file(path));
     }
+    let mut reloads = 0;
 
     let source = source.map(Arc::new);
     let ready = |server: &Server| {
@@ -329,7 +332,20 @@ async fn serve(
             }
             _ = hangup.recv() => {
                 systemd::notify(&format!("RELOADING=1\nMONOTONIC_USEC={}", monotonic_usec()));
-                reload(&server, source.as_ref(), lock_service.as_deref()).await;
+                let (ok, text) = reload(&server, source.as_ref(), lock_service.as_deref()).await;
+                reloads += 1;
+                if let Some(path) = &pid_file {
+                    let outcome = reload::Outcome {
+                        pid: std::process::id(),
+                        generation: reloads,
+                        ok,
+                        text,
+                    };
+                    if let Err(e) = outcome.write(path) {
+                        warn!(error = %e, file = %reload::Outcome::file(path).display(),
+                            "cannot record the reload's outcome for `dionfs reload`");
+                    }
+                }
                 systemd::notify(&ready(&server));
             }
         }
@@ -350,6 +366,9 @@ async fn serve(
         error!(error = %e, "integrity: the last COMMIT before stopping failed");
     }
     if let Some(path) = &pid_file {
+        if reload::Outcome::read(path).is_some_and(|o| o.pid == std::process::id()) {
+            let _ = std::fs::remove_file(reload::Outcome::file(path));
+        }
         remove_pid_file(path);
     }
     info!("stopped");
@@ -374,18 +393,18 @@ fn log_export(x: &crate::export::ExportConfig) {
 /// SIGHUP: reads the configuration again from `source` and applies its
 /// exports (`Server::reload`), on a blocking thread (it opens file
 /// systems). A file that does not load, or a reload that fails, leaves the
-/// exports as they were, and says why as a start would.
+/// exports as they were, and says why as a start would. Returns whether it
+/// was applied, and what changed or why nothing did, for `dionfs reload`.
 async fn reload(
     server: &Arc<Server>,
     source: Option<&Arc<ConfigSource>>,
     locks: Option<&nlm::LockService>,
-) {
+) -> (bool, String) {
     let Some(source) = source else {
-        warn!(
-            "SIGHUP: the server was started without --config; there is nothing to reload \
-             (serving on as before)"
-        );
-        return;
+        let why = "the server was started without --config; there is nothing to reload \
+                   (serving on as before)";
+        warn!("SIGHUP: {why}");
+        return (false, why.to_string());
     };
     info!(config = %source.file.display(), "SIGHUP: reloading the configuration");
     let (server, source) = (server.clone(), source.clone());
@@ -416,9 +435,21 @@ async fn reload(
                      (their clients can no longer reach the files to unlock them)"
                 );
             }
+            let mut text = report.summary();
+            for warning in &report.warnings {
+                text.push_str("; ");
+                text.push_str(warning);
+            }
+            (true, text)
         }
-        Ok(Err(e)) => error!("reload failed, the exports stay as they were: {e}"),
-        Err(e) => error!(error = %e, "reload failed, the exports stay as they were"),
+        Ok(Err(e)) => {
+            error!("reload failed, the exports stay as they were: {e}");
+            (false, e)
+        }
+        Err(e) => {
+            error!(error = %e, "reload failed, the exports stay as they were");
+            (false, e.to_string())
+        }
     }
 }
 

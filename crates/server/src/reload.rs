@@ -30,7 +30,8 @@
 //!   changes nothing; the error reads as it would at start.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::io;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -42,6 +43,62 @@ use parking_lot::Mutex;
 
 use crate::export::{Config, Durability, ExportConfig, Integrity, ServerSettings};
 use crate::server::{data_config, open_export, Export, Exports, Server};
+
+/// The outcome of a reload, as the server records it beside its pid file
+/// (`PID.reload` for `PID.pid`: one line, `pid generation ok|failed
+/// text`) so that `dionfs reload` (and `systemctl reload`, which runs it)
+/// can wait for it and report it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// The server's process id (a file left by an earlier server is not
+    /// this one's).
+    pub pid: u32,
+    /// Counts this server's reloads from 1.
+    pub generation: u64,
+    pub ok: bool,
+    /// What changed, or why nothing did.
+    pub text: String,
+}
+
+impl Outcome {
+    /// Where the outcomes of the server writing `pid_file` go.
+    pub fn file(pid_file: &Path) -> PathBuf {
+        pid_file.with_extension("reload")
+    }
+
+    /// Replaces the recorded outcome with this one, atomically.
+    pub fn write(&self, pid_file: &Path) -> io::Result<()> {
+        let file = Self::file(pid_file);
+        let tmp = file.with_extension("reload.tmp");
+        let word = if self.ok { "ok" } else { "failed" };
+        // One line: the text's own line breaks would end it.
+        let text = self.text.replace('\n', " ");
+        std::fs::write(
+            &tmp,
+            format!("{} {} {word} {text}\n", self.pid, self.generation),
+        )?;
+        std::fs::rename(&tmp, &file)
+    }
+
+    /// The outcome recorded beside `pid_file`, if any is.
+    pub fn read(pid_file: &Path) -> Option<Outcome> {
+        let line = std::fs::read_to_string(Self::file(pid_file)).ok()?;
+        let mut words = line.trim_end().splitn(4, ' ');
+        let pid = words.next()?.parse().ok()?;
+        let generation = words.next()?.parse().ok()?;
+        let ok = match words.next()? {
+            "ok" => true,
+            "failed" => false,
+            _ => return None,
+        };
+        Some(Outcome {
+            pid,
+            generation,
+            ok,
+            text: words.next().unwrap_or("").to_string(),
+        })
+    }
+}
 
 /// Where a reload reads the configuration: the file `dionfs serve
 /// --config` was started with, and the command line's settings applied
@@ -620,6 +677,29 @@ mod tests {
         let mut x = ExportConfig::with_defaults(PathBuf::from(path));
         x.secure = false;
         x
+    }
+
+    #[test]
+    fn an_outcome_reads_back_as_written_on_one_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("dionfs.pid");
+        assert_eq!(Outcome::read(&pid_file), None);
+        let failed = Outcome {
+            pid: 42,
+            generation: 3,
+            ok: false,
+            text: "/etc/dionfs.toml:7: unknown option `rx`\nsecond line".to_string(),
+        };
+        failed.write(&pid_file).unwrap();
+        assert_eq!(Outcome::file(&pid_file), dir.path().join("dionfs.reload"));
+        let read = Outcome::read(&pid_file).unwrap();
+        assert_eq!(
+            read.text,
+            "/etc/dionfs.toml:7: unknown option `rx` second line"
+        );
+        assert_eq!((read.pid, read.generation, read.ok), (42, 3, false));
+        std::fs::write(Outcome::file(&pid_file), "42 x ok\n").unwrap();
+        assert_eq!(Outcome::read(&pid_file), None);
     }
 
     #[test]
