@@ -304,6 +304,26 @@ def test_a_share_of_a_forged_handle_is_stale(server):
     a.close()
 
 
+def test_a_blocking_lock_that_would_deadlock_is_refused(server):
+    """A holds [0,10), B holds [20,30); A waits for B's range, then B asks,
+    blocking, for A's: both waited for ever (OFD locks have no deadlock
+    detection). knfsd answers NLM4_DEADLCK, which the client's fcntl
+    returns as EDEADLK; so does dionfs now. Not blocking, it is DENIED."""
+    fh = file_fh(server, "dl")
+    a, bb = Nlm(server, b"hostA"), Nlm(server, b"hostB", source="127.0.0.2")
+    try:
+        assert a.lock(fh, 1, 0, 10) == S_GRANTED
+        assert bb.lock(fh, 2, 20, 10) == S_GRANTED
+        assert a.lock(fh, 1, 20, 10, block=True) == S_BLOCKED
+        assert bb.lock(fh, 2, 0, 10, block=True) == S_DEADLCK
+        assert bb.lock(fh, 2, 0, 10) == S_DENIED
+        # B lets go: A's wait is over (a GRANTED callback, unanswered here).
+        assert bb.unlock(fh, 2, 20, 10) == S_GRANTED
+        assert local_denied(os.path.join(server.export, "dl"), 25, 1)
+    finally:
+        a.close(); bb.close()
+
+
 def test_a_refused_share_change_keeps_the_reservation_held(server):
     """A SHARE changing an owner's reservation that conflicts with another's
     is refused, and the reservation the owner held stays (it was dropped
@@ -443,6 +463,7 @@ class FakeClientHost:
     def __init__(self, granted_answer: int, refuse: int = 0):
         self.granted_answer, self.refuse = granted_answer, refuse
         self.getports, self.granted_calls = 0, 0
+        self.calls: list[tuple[int, bytes]] = []  # (procedure, arguments)
         self.socks = []
         self.nlm_port = self._listen(0, self._nlm)
         try:
@@ -488,6 +509,7 @@ class FakeClientHost:
         return u32(0 if self.getports <= self.refuse else self.nlm_port)
 
     def _nlm(self, proc: int, args: bytes) -> bytes:
+        self.calls.append((proc, args))
         if proc != GRANTED:
             return b""
         self.granted_calls += 1
@@ -527,11 +549,61 @@ def test_a_lock_asked_again_while_its_granted_callback_is_made_stays_held(server
             time.sleep(0.05)
         assert a.lock(fh, 1, 0, 10, block=True) == S_GRANTED
         end = time.monotonic() + 15
-        while host.granted_calls == 0 and host.getports < 2 and time.monotonic() < end:
-            time.sleep(0.1)
-        time.sleep(1)  # what the refusal would release, it would have by now
+        while host.getports == 0:  # the callback's first try
+            assert time.monotonic() < end, "no GRANTED callback tried"
+            time.sleep(0.05)
+        time.sleep(3.5)  # past its second try, 2 s after the first
         assert local_denied(path, 0, 1), "the server released a lock the client holds"
         assert other.lock(fh, 2, 0, 10) == S_DENIED
+    finally:
+        a.close(); other.close(); host.close()
+
+
+def test_msg_calls_are_answered_with_res_calls_to_the_client(server):
+    """The asynchronous procedures: TEST_MSG, LOCK_MSG, CANCEL_MSG,
+    UNLOCK_MSG and GRANTED_MSG are answered at once with no results, which
+    go back as TEST_RES ... GRANTED_RES calls to the client's lock manager
+    (found through its port mapper), each with its call's cookie."""
+    fh = file_fh(server, "msg")
+    host = FakeClientHost(granted_answer=0)
+    a, other = Nlm(server, b"clientA"), Nlm(server, b"clientB", source="127.0.0.2")
+    try:
+        assert other.lock(fh, 2, 0, 10) == S_GRANTED
+        lock_args = lambda cookie, off: (opaque(cookie) + b(False) + b(True)  # noqa: E731
+                                         + lock_obj(fh, b"clientA", 1, off, 10) + b(False) + u32(1))
+        calls = [
+            (6, opaque(b"t1") + b(True) + lock_obj(fh, b"clientA", 1, 0, 10)),   # TEST_MSG
+            (7, lock_args(b"l1", 20)),                                          # LOCK_MSG
+            (9, opaque(b"u1") + lock_obj(fh, b"clientA", 1, 20, 10)),           # UNLOCK_MSG
+            (8, opaque(b"c1") + b(False) + b(True) + lock_obj(fh, b"clientA", 1, 0, 10)),  # CANCEL_MSG
+            (10, opaque(b"g1") + b(True) + lock_obj(fh, b"clientA", 1, 0, 10)),  # GRANTED_MSG
+        ]
+        for proc, args in calls:
+            accept, res = a.call(proc, args)
+            assert accept == SUCCESS and res == b"", (proc, res)
+            end = time.monotonic() + 10
+            while not any(p == proc + 5 for p, _ in host.calls):
+                assert time.monotonic() < end, f"no result call for procedure {proc}"
+                time.sleep(0.05)
+            if proc == 7:  # the lock is taken
+                assert local_denied(os.path.join(server.export, "msg"), 25, 1)
+            if proc == 9:
+                assert not local_denied(os.path.join(server.export, "msg"), 25, 1)
+        results = {p: args for p, args in host.calls if p >= 11}
+
+        def cookie_and_stat(args: bytes) -> tuple[bytes, int]:
+            (n,) = struct.unpack(">I", args[:4])
+            at = 4 + n + (-n % 4)
+            return args[4:4 + n], struct.unpack(">I", args[at:at + 4])[0]
+
+        assert cookie_and_stat(results[11]) == (b"t1", S_DENIED)  # TEST_RES: B holds it
+        holder = results[11][4 + 4 + 4:]
+        excl, svid = struct.unpack(">Ii", holder[:8])
+        assert (excl, svid) == (1, 2), holder.hex()
+        assert cookie_and_stat(results[12]) == (b"l1", S_GRANTED)   # LOCK_RES
+        assert cookie_and_stat(results[14]) == (b"u1", S_GRANTED)   # UNLOCK_RES
+        assert cookie_and_stat(results[13]) == (b"c1", S_GRANTED)   # CANCEL_RES
+        assert cookie_and_stat(results[15]) == (b"g1", S_DENIED)    # GRANTED_RES: the server waits for none
     finally:
         a.close(); other.close(); host.close()
 

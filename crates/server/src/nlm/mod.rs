@@ -613,6 +613,7 @@ impl LockService {
                 }
                 Nlm4Stat::DeniedNolocks
             }
+            Ok(Attempt::Deadlock) => Nlm4Stat::Deadlck,
             Ok(Attempt::Conflict) if a.block => Nlm4Stat::Blocked,
             Ok(Attempt::Conflict) => Nlm4Stat::Denied,
             Err(e) => {
@@ -727,8 +728,9 @@ impl LockService {
             return Nlm4Stat::Failed;
         }
         let granted = table.grant_waiters(fh);
+        let grants = self.grants(&table, fh, granted);
         drop(table);
-        self.send_granted(fh, granted);
+        self.send_granted(grants);
         Nlm4Stat::Granted
     }
 
@@ -826,9 +828,10 @@ impl LockService {
     fn drop_hosts(&self, host: impl Fn(&Host) -> bool, monitored: impl FnMut(&Monitored) -> bool) {
         let mut table = self.table.lock();
         let touched = table.drop_hosts(&host);
-        let mut granted = Vec::new();
+        let mut grants = Vec::new();
         for fh in &touched {
-            granted.extend(table.grant_waiters(fh).into_iter().map(|w| (fh.clone(), w)));
+            let granted = table.grant_waiters(fh);
+            grants.extend(self.grants(&table, fh, granted));
         }
         drop(table);
         let mut shares = self.shares.lock();
@@ -845,30 +848,45 @@ impl LockService {
         if let Err(e) = self.nsm.forget(monitored) {
             warn!(error = %e, "NLM: cannot update the monitored clients in the state directory");
         }
-        for (fh, w) in granted {
-            self.send_granted(&fh, vec![w]);
-        }
+        self.send_granted(grants);
+    }
+
+    /// The locks `granted` took on `fh` for blocked LOCKs, each recorded as
+    /// a GRANTED callback being made while the table is still locked
+    /// (`_table`): the owner's LOCK, asked again as soon as the table is
+    /// free, must find the record and mark it answered.
+    fn grants(
+        &self,
+        _table: &LockTable<Callback>,
+        fh: &[u8],
+        granted: Vec<Waiter<Callback>>,
+    ) -> Vec<Grant> {
+        let mut granting = self.granting.lock();
+        granted
+            .into_iter()
+            .map(|w| {
+                let answered = Answered::default();
+                granting.insert((fh.to_vec(), w.owner.clone(), w.span), answered.clone());
+                Grant {
+                    fh: fh.to_vec(),
+                    owner: w.owner,
+                    span: w.span,
+                    callback: w.callback,
+                    answered,
+                }
+            })
+            .collect()
     }
 
     /// Calls the owners of locks taken for their blocked LOCKs back
     /// (GRANTED), and records their clients for a restart.
-    fn send_granted(&self, fh: &[u8], granted: Vec<Waiter<Callback>>) {
-        for w in granted {
+    fn send_granted(&self, grants: Vec<Grant>) {
+        for g in grants {
             self.counters.granted.fetch_add(1, Ordering::Relaxed);
-            if w.callback.monitor {
-                self.monitor(&w.owner, w.callback.peer.local);
+            if g.callback.monitor {
+                self.monitor(&g.owner, g.callback.peer.local);
             }
-            let answered = Answered::default();
-            self.granting
-                .lock()
-                .insert((fh.to_vec(), w.owner.clone(), w.span), answered.clone());
-            let _ = self.jobs.send(Job::Granted(Box::new(Grant {
-                fh: fh.to_vec(),
-                owner: w.owner,
-                span: w.span,
-                callback: w.callback,
-                answered,
-            })));
+            let _ = self.jobs.send(Job::Granted(Box::new(g)));
         }
     }
 
@@ -1164,8 +1182,9 @@ impl LockService {
                         "NLM GRANTED refused: the client no longer waits; releasing");
                     let _ = table.unlock(fh, owner, span);
                     let granted = table.grant_waiters(fh);
+                    let grants = self.grants(&table, fh, granted);
                     drop(table);
-                    self.send_granted(fh, granted);
+                    self.send_granted(grants);
                     return;
                 }
                 Ok(Err(e)) => last = Some(std::io::Error::other(format!("{e:?}"))),
@@ -1237,10 +1256,14 @@ async fn retry_waiters(service: Arc<LockService>) {
             let stale = Instant::now()
                 .checked_sub(WAITER_TTL)
                 .unwrap_or_else(Instant::now);
-            let granted = s.table.lock().grant_all(stale);
+            let mut table = s.table.lock();
+            let granted = table.grant_all(stale);
+            let mut grants = Vec::new();
             for (fh, w) in granted {
-                s.send_granted(&fh, vec![w]);
+                grants.extend(s.grants(&table, &fh, vec![w]));
             }
+            drop(table);
+            s.send_granted(grants);
             if finish_grace {
                 let held = s.table.lock().hosts();
                 info!(reclaimed = held.len(), "NLM: grace period over");

@@ -206,6 +206,9 @@ pub enum Attempt {
     ReadOnly,
     /// A limit is reached: NLM4_DENIED_NOLOCKS.
     NoLocks(Limit),
+    /// Waiting would close a cycle of NLM owners each waiting for the
+    /// next (NLM4_DEADLCK, EDEADLK to the application).
+    Deadlock,
 }
 
 /// Which bound a LOCK refused with NLM4_DENIED_NOLOCKS ran into. Limits
@@ -239,6 +242,10 @@ pub const MAX_WAITERS_PER_CLIENT: usize = 256;
 /// and the per-file bound times the descriptions an address may hold came
 /// to a million of them, gigabytes, retried every second.
 pub const MAX_WAITERS_PER_CLIENT_TOTAL: usize = 1024;
+
+/// How many owners a deadlock search looks at before it gives up (each
+/// step scans the waiters of every file, under the table's mutex).
+const DEADLOCK_SEARCH: usize = 256;
 
 /// Who holds the lock a TEST ran into.
 #[derive(Debug, PartialEq, Eq)]
@@ -407,6 +414,10 @@ impl<T> LockTable<T> {
                     self.tidy(fh);
                     return Ok(Attempt::NoLocks(Limit::AllWaiters));
                 }
+                if !again && self.would_deadlock(fh, owner, span, exclusive) {
+                    self.tidy(fh);
+                    return Ok(Attempt::Deadlock);
+                }
                 if let Some(file) = self.files.get_mut(fh) {
                     Self::wait(
                         file,
@@ -510,6 +521,58 @@ impl<T> LockTable<T> {
             span,
             owner,
         }))
+    }
+
+    /// Whether `owner` waiting for `span` of `fh` would close a cycle: an
+    /// owner in its way waits, directly or through others, for a lock
+    /// `owner` holds. OFD locks have no deadlock detection, where knfsd's
+    /// POSIX locks have the kernel's, so the table looks along its own
+    /// owners and waiters (processes on the server are not seen, as a
+    /// process's wait for an NLM lock is not). An owner waits for one lock
+    /// at a time (its client's process is blocked in `fcntl`); the walk
+    /// stops after [`DEADLOCK_SEARCH`] steps, answering no.
+    fn would_deadlock(&self, fh: &[u8], owner: &Owner, span: Span, exclusive: bool) -> bool {
+        let mut seen: Vec<&Owner> = Vec::new();
+        let mut todo = self.in_the_way(fh, owner, span, exclusive);
+        let mut steps = 0;
+        while let Some(o) = todo.pop() {
+            if o == owner {
+                return true;
+            }
+            steps += 1;
+            if steps > DEADLOCK_SEARCH {
+                return false;
+            }
+            if seen.contains(&o) {
+                continue;
+            }
+            seen.push(o);
+            for (wfh, file) in &self.files {
+                for w in file.waiters.iter().filter(|w| w.owner == *o) {
+                    todo.extend(self.in_the_way(wfh, o, w.span, w.exclusive));
+                }
+            }
+        }
+        false
+    }
+
+    /// The owners other than `owner` holding locks on `fh` that conflict
+    /// with taking `span` (`exclusive` or not).
+    fn in_the_way(&self, fh: &[u8], owner: &Owner, span: Span, exclusive: bool) -> Vec<&Owner> {
+        let Some(file) = self.files.get(fh) else {
+            return Vec::new();
+        };
+        file.owners
+            .iter()
+            .filter(|(o, held)| {
+                *o != owner
+                    && held
+                        .ranges
+                        .iter()
+                        .any(|&(r, e)| r.overlaps(span) && (e || exclusive))
+            })
+            .map(|(o, _)| o)
+            .collect()
     }
 
     /// Queues a blocked LOCK, unless the same one already waits (a client
@@ -772,6 +835,42 @@ mod tests {
         );
         assert_eq!(span(7, 3).to_nlm(), (7, 3));
         assert_eq!(span(7, 0).to_nlm(), (7, 0));
+    }
+
+    #[test]
+    fn a_wait_that_would_close_a_cycle_is_a_deadlock() {
+        let (_dir, path) = data_file();
+        let (_dir2, path2) = data_file();
+        let mut t: LockTable<()> = LockTable::default();
+        let (f, g) = (b"f".as_slice(), b"g".as_slice());
+        let mut open = opener(&path);
+        let mut open2 = opener(&path2);
+        let (a, b, c) = (owner(1), owner(2), other_client());
+        let mut lock = |t: &mut LockTable<()>, fh: &[u8], o: &Owner, at: u64, wait: bool| {
+            let open: Opener<'_> = if fh == f { &mut open } else { &mut open2 };
+            t.lock(fh, o, b"oh", span(at, 10), true, open, wait.then_some(()))
+                .unwrap()
+        };
+        assert_eq!(lock(&mut t, f, &a, 0, false), Attempt::Granted);
+        assert_eq!(lock(&mut t, f, &b, 20, false), Attempt::Granted);
+        assert_eq!(lock(&mut t, g, &c, 0, false), Attempt::Granted);
+        // a waits for b; b waiting for a closes the cycle.
+        assert_eq!(lock(&mut t, f, &a, 20, true), Attempt::Conflict);
+        assert_eq!(lock(&mut t, f, &b, 0, true), Attempt::Deadlock);
+        assert_eq!(t.waiter_count(), 1);
+        // Through another file and client: c waits for a (who waits for
+        // b); b waiting for c's lock on g closes a longer cycle.
+        assert_eq!(lock(&mut t, f, &c, 0, true), Attempt::Conflict);
+        assert_eq!(lock(&mut t, g, &b, 0, true), Attempt::Deadlock);
+        // No cycle: a client waiting for a lock whose holder waits for
+        // nobody it holds.
+        let d = owner(4);
+        assert_eq!(lock(&mut t, g, &d, 0, true), Attempt::Conflict);
+        // Not waiting is never a deadlock: denied.
+        assert_eq!(lock(&mut t, f, &b, 0, false), Attempt::Conflict);
+        // b lets go: a gets its lock, c no longer waits on a cycle.
+        t.unlock(f, &b, span(20, 10)).unwrap();
+        assert_eq!(t.grant_waiters(f).len(), 1);
     }
 
     #[test]
