@@ -22,7 +22,8 @@ namespace only. Shown:
 - `dionfs stats` counts the calls;
 - the server killed (SIGKILL) is started again by systemd
   (`Restart=on-failure`), and serves; rpc-statd started (as mount.nfs
-  starts it) leaves it running;
+  starts it) finds NSM taken and leaves it running; NSM unset at rpcbind
+  (as a stopping rpc.statd unsets it), dionfs registers it again;
 - `systemctl stop`: dionfs leaves rpcbind's list (UNSET at exit) and the
   journal holds plain lines (no colour codes, no second timestamp), each
   with its priority (`journalctl -p warning` shows the warnings only).
@@ -88,7 +89,14 @@ class Container:
             argv.insert(-1, f"--bind={src}:{dst}")
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self.log,
                                      stderr=subprocess.STDOUT, start_new_session=True)
-        self.leader = self._find_init()
+        try:
+            self.leader = self._find_init()
+        except BaseException:
+            # The binds (the test's filesystem) go with the container.
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            self.log.close()
+            raise
 
     def _find_init(self) -> int:
         """The container's PID 1 (systemd), a descendant of nspawn."""
@@ -312,14 +320,29 @@ def test_a_killed_server_is_started_again(box):
     assert box.host_tool("nfs-cat", URL.format(path="/srv/export/hello")).stdout == b"hello from systemd\n"
 
 
-def test_starting_rpc_statd_does_not_stop_the_server(box):
+def test_rpc_statd_started_leaves_the_server_serving_nsm(box):
     """mount.nfs starts rpc-statd for a locking mount of another server;
-    while the unit conflicted with rpc-statd, that stopped dionfs."""
+    while the unit conflicted with rpc-statd, that stopped dionfs. Now
+    rpc.statd finds NSM registered (dionfs's) and does not start. And what
+    rpcbind loses (here NSM unset, as a stopping rpc.statd unsets it whoever
+    set it, or rpcbind restarted without its warm-start file) dionfs sets
+    again within 10 s, so rebooted clients' SM_NOTIFY finds it."""
+    def nsm_ports() -> set[str]:
+        out = box.run("rpcinfo", "-p", "127.0.0.1").stdout
+        return set(re.findall(r"100024    1   (?:tcp|udp) +(\d+)  status", out))
+
+    ours = nsm_ports()
+    assert len(ours) == 2, ours  # TCP and UDP
     pid = box.prop("dionfs", "MainPID")
-    box.run("systemctl", "start", "rpc-statd", check=False)
+    assert box.run("systemctl", "start", "rpc-statd", check=False).returncode != 0
+    assert "Statd service already running" in box.journal("rpc-statd")
     assert box.prop("dionfs", "ActiveState") == "active"
     assert box.prop("dionfs", "MainPID") == pid
-    box.run("systemctl", "stop", "rpc-statd", check=False)
+    assert nsm_ports() == ours
+    box.run("rpcinfo", "-d", "100024", "1")
+    assert nsm_ports() == set()
+    box.wait_until(lambda: nsm_ports() == ours, 25, "dionfs's NSM registrations back")
+    assert "had lost some of dionfs's registrations" in box.journal()
 
 
 def test_stop_leaves_rpcbind_and_the_journal_plain(box):

@@ -18,7 +18,7 @@ use dionfs_server::export::config::{
 use dionfs_server::export::{
     Access, ClientMatch, Config, Durability, ExportConfig, Integrity, ServerSettings, Squash,
 };
-use dionfs_server::reload::ConfigSource;
+use dionfs_server::reload::{ConfigSource, Phase};
 
 #[derive(Parser)]
 #[command(
@@ -490,7 +490,7 @@ fn main() -> ExitCode {
                 Ok(reload::Done {
                     pid,
                     outcome: Some(o),
-                }) if o.ok => {
+                }) if o.phase == Phase::Applied => {
                     println!(
                         "dionfs reload: dionfs serve (pid {pid}) reloaded: {}",
                         o.text

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use dionfs_server::reload::Outcome;
+use dionfs_server::reload::{Outcome, Phase};
 use rustix::process::{kill_process, Pid, Signal};
 
 /// Where `dionfs reload` looks when given neither `--pid` nor
@@ -60,7 +60,8 @@ pub fn run(target: Target) -> Result<Done, String> {
         }
         None => return Err(format!("no process {pid} is running")),
     }
-    // The outcome of the last reload before this one (none is 0).
+    // The last reload before this one (none is 0), done or running: one
+    // running may have read the file before the edit this reload is for.
     let before = pid_file
         .as_deref()
         .and_then(Outcome::read)
@@ -80,7 +81,9 @@ pub fn run(target: Target) -> Result<Done, String> {
     let deadline = Instant::now() + WAIT;
     loop {
         match Outcome::read(&file) {
-            Some(o) if o.pid == pid as u32 && o.generation > before => {
+            Some(o)
+                if o.pid == pid as u32 && o.generation > before && o.phase != Phase::Running =>
+            {
                 return Ok(Done {
                     pid,
                     outcome: Some(o),

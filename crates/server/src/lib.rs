@@ -21,8 +21,9 @@ pub mod systemd;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
-use dionfs_dataplane::IoRing;
+use dionfs_dataplane::{IoRing, LogEvery};
 use tokio::net::{TcpListener, UdpSocket};
 use tracing::{error, info, warn};
 
@@ -86,6 +87,9 @@ fn raise_fd_limit() {
         }
     }
 }
+
+/// How often the registrations with the host's rpcbind are checked.
+const REGISTRATION_CHECK: Duration = Duration::from_secs(10);
 
 async fn bind(ip: std::net::IpAddr, port: u16, what: &str) -> Result<TcpListener, String> {
     TcpListener::bind(SocketAddr::new(ip, port))
@@ -188,6 +192,34 @@ async fn serve(
     } else {
         false
     };
+
+    // What rpcbind loses (a restart without its warm-start file, rpc.statd
+    // unsetting NSM as it stops) is set again within REGISTRATION_CHECK.
+    let keep_registered = registered.then(|| {
+        let (programs, ip) = (programs.clone(), ip);
+        tokio::spawn(async move {
+            static UNREACHABLE: LogEvery = LogEvery::new(Duration::from_secs(600));
+            let mut tick = tokio::time::interval(REGISTRATION_CHECK);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                match rpcbind::restore(programs.clone(), ip).await {
+                    Ok(0) => {}
+                    Ok(n) => info!(
+                        registrations = n,
+                        "the host's rpcbind had lost some of dionfs's registrations (it \
+                         restarted, or a service such as rpc-statd unset them as it stopped); \
+                         set them again"
+                    ),
+                    Err(e) if UNREACHABLE.due() => warn!(error = %e,
+                        "cannot reach the host's rpcbind to check dionfs's registrations \
+                         (repeats are not logged for 10 minutes)"),
+                    Err(_) => {}
+                }
+            }
+        })
+    });
 
     let max_transfer = server.max_args;
     let limits = ConnLimits {
@@ -331,28 +363,37 @@ async fn serve(
                 break;
             }
             _ = hangup.recv() => {
-                systemd::notify(&format!("RELOADING=1\nMONOTONIC_USEC={}", monotonic_usec()));
-                let (ok, text) = reload(&server, source.as_ref(), lock_service.as_deref()).await;
                 reloads += 1;
-                if let Some(path) = &pid_file {
+                let record = |phase, text: String| {
+                    let Some(path) = &pid_file else {
+                        return;
+                    };
                     let outcome = reload::Outcome {
                         pid: std::process::id(),
                         generation: reloads,
-                        ok,
+                        phase,
                         text,
                     };
                     if let Err(e) = outcome.write(path) {
                         warn!(error = %e, file = %reload::Outcome::file(path).display(),
                             "cannot record the reload's outcome for `dionfs reload`");
                     }
-                }
+                };
+                record(reload::Phase::Running, String::new());
+                systemd::notify(&format!("RELOADING=1\nMONOTONIC_USEC={}", monotonic_usec()));
+                let (ok, text) = reload(&server, source.as_ref(), lock_service.as_deref()).await;
                 systemd::notify(&ready(&server));
+                let phase = if ok { reload::Phase::Applied } else { reload::Phase::Failed };
+                record(phase, text);
             }
         }
     }
     systemd::notify("STOPPING=1");
     let _ = stop_tx.send(true);
     while tasks.join_next().await.is_some() {}
+    if let Some(task) = keep_registered {
+        task.abort();
+    }
     if registered {
         match rpcbind::update(programs, ip, false).await {
             Ok(()) => info!("unregistered from the host's rpcbind"),

@@ -45,9 +45,11 @@ use crate::export::{Config, Durability, ExportConfig, Integrity, ServerSettings}
 use crate::server::{data_config, open_export, Export, Exports, Server};
 
 /// The outcome of a reload, as the server records it beside its pid file
-/// (`PID.reload` for `PID.pid`: one line, `pid generation ok|failed
-/// text`) so that `dionfs reload` (and `systemctl reload`, which runs it)
-/// can wait for it and report it.
+/// (`PID.reload` for `PID.pid`: one line, `pid generation
+/// running|ok|failed text`) so that `dionfs reload` (and `systemctl
+/// reload`, which runs it) can wait for it and report it. `running` is
+/// written before the file is read: a `dionfs reload` that finds a reload
+/// running waits for the next one, which reads the file after its edit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
     /// The server's process id (a file left by an earlier server is not
@@ -55,9 +57,17 @@ pub struct Outcome {
     pub pid: u32,
     /// Counts this server's reloads from 1.
     pub generation: u64,
-    pub ok: bool,
+    pub phase: Phase,
     /// What changed, or why nothing did.
     pub text: String,
+}
+
+/// Where a reload is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Running,
+    Applied,
+    Failed,
 }
 
 impl Outcome {
@@ -70,7 +80,11 @@ impl Outcome {
     pub fn write(&self, pid_file: &Path) -> io::Result<()> {
         let file = Self::file(pid_file);
         let tmp = file.with_extension("reload.tmp");
-        let word = if self.ok { "ok" } else { "failed" };
+        let word = match self.phase {
+            Phase::Running => "running",
+            Phase::Applied => "ok",
+            Phase::Failed => "failed",
+        };
         // One line: the text's own line breaks would end it.
         let text = self.text.replace('\n', " ");
         std::fs::write(
@@ -86,15 +100,16 @@ impl Outcome {
         let mut words = line.trim_end().splitn(4, ' ');
         let pid = words.next()?.parse().ok()?;
         let generation = words.next()?.parse().ok()?;
-        let ok = match words.next()? {
-            "ok" => true,
-            "failed" => false,
+        let phase = match words.next()? {
+            "running" => Phase::Running,
+            "ok" => Phase::Applied,
+            "failed" => Phase::Failed,
             _ => return None,
         };
         Some(Outcome {
             pid,
             generation,
-            ok,
+            phase,
             text: words.next().unwrap_or("").to_string(),
         })
     }
@@ -560,7 +575,14 @@ impl Server {
             .iter()
             .map(|&i| running[i].config.path.clone())
             .collect();
-        report.removed_ids = plan.removed.iter().map(|&i| running[i].config.id).collect();
+        // An id still served (an export moved to another path keeps its
+        // handles working there) is not gone.
+        report.removed_ids = plan
+            .removed
+            .iter()
+            .map(|&i| running[i].config.id)
+            .filter(|id| !next.iter().any(|x| x.config.id == *id))
+            .collect();
         // Planes no export uses any more are retired before the exports
         // change: the write verifier may count them twice for a moment,
         // never not at all.
@@ -687,7 +709,7 @@ mod tests {
         let failed = Outcome {
             pid: 42,
             generation: 3,
-            ok: false,
+            phase: Phase::Failed,
             text: "/etc/dionfs.toml:7: unknown option `rx`\nsecond line".to_string(),
         };
         failed.write(&pid_file).unwrap();
@@ -697,7 +719,18 @@ mod tests {
             read.text,
             "/etc/dionfs.toml:7: unknown option `rx` second line"
         );
-        assert_eq!((read.pid, read.generation, read.ok), (42, 3, false));
+        assert_eq!(
+            (read.pid, read.generation, read.phase),
+            (42, 3, Phase::Failed)
+        );
+        let running = Outcome {
+            generation: 4,
+            phase: Phase::Running,
+            text: String::new(),
+            ..failed
+        };
+        running.write(&pid_file).unwrap();
+        assert_eq!(Outcome::read(&pid_file), Some(running));
         std::fs::write(Outcome::file(&pid_file), "42 x ok\n").unwrap();
         assert_eq!(Outcome::read(&pid_file), None);
     }

@@ -38,6 +38,27 @@ pub async fn update(programs: Vec<Mapping>, ip: IpAddr, register: bool) -> io::R
     .map_err(io::Error::other)?
 }
 
+/// Sets again those of `programs` that the host's rpcbind no longer has,
+/// on a blocking thread; how many. rpcbind forgets them when it restarts
+/// without its warm-start file, and a service that stops unsets its
+/// program whoever set it last (rpc.statd unsets NSM): clients would no
+/// longer find dionfs there. A program another service holds now is left
+/// to it (SET refuses what is registered).
+pub async fn restore(programs: Vec<Mapping>, ip: IpAddr) -> io::Result<usize> {
+    tokio::task::spawn_blocking(move || {
+        let mut rpcbind = Rpcbind::connect(SOCKET)?;
+        let mut set = 0;
+        for m in &programs {
+            if rpcbind.set(m, ip)? {
+                set += 1;
+            }
+        }
+        Ok(set)
+    })
+    .await
+    .map_err(io::Error::other)?
+}
+
 /// A connection to the host's rpcbind.
 pub struct Rpcbind {
     stream: Box<dyn ReadWrite>,
@@ -88,8 +109,7 @@ impl Rpcbind {
             }
         }
         for m in mappings {
-            let netid = if m.prot == IPPROTO_UDP { "udp" } else { "tcp" };
-            if !self.call(SET, &rpcb(m, ip, netid))? {
+            if !self.set(m, ip)? {
                 return Err(io::Error::other(format!(
                     "rpcbind refused program {} version {}",
                     m.prog, m.vers
@@ -97,6 +117,13 @@ impl Rpcbind {
             }
         }
         Ok(())
+    }
+
+    /// SET of one mapping; false if rpcbind has one for its program,
+    /// version and netid already.
+    fn set(&mut self, m: &Mapping, ip: IpAddr) -> io::Result<bool> {
+        let netid = if m.prot == IPPROTO_UDP { "udp" } else { "tcp" };
+        self.call(SET, &rpcb(m, ip, netid))
     }
 
     /// Removes the registrations of `mappings` (every netid).
