@@ -515,3 +515,24 @@ def test_a_reload_that_removes_an_export_releases_the_nlm_locks_on_its_files(rel
         assert "released the NLM locks held on files of the removed exports" in srv.log_text()
     finally:
         client.close()
+
+
+def test_an_export_moved_under_its_id_keeps_the_nlm_locks(reload_server, loopfs):
+    """An export moved to another path under the same id is removed and
+    added, but its handles go on working through the new one: its clients'
+    NLM locks are not released."""
+    from test_nlm import S_GRANTED, Nlm, file_fh, local_denied
+
+    b, c = _fresh_dir(loopfs, "reload-move-b"), _fresh_dir(loopfs, "reload-move-c")
+    srv = reload_server({b: {"id": "7"}}).at(b)
+    fh = file_fh(srv, "locked")
+    client = Nlm(srv, b"clientA")
+    try:
+        assert client.lock(fh, 1, 0, 10) == S_GRANTED
+        srv.write_config({c: {"id": "7"}})
+        line = srv.hup()
+        assert f"added {c}" in line and f"removed {b}" in line, line
+        assert local_denied(os.path.join(b, "locked"), 0, 1), "the moved export's lock was released"
+        assert "released the NLM locks" not in srv.log_text()
+    finally:
+        client.close()
