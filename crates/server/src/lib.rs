@@ -197,13 +197,19 @@ async fn serve(
     // unsetting NSM as it stops) is set again within REGISTRATION_CHECK.
     let keep_registered = registered.then(|| {
         let (programs, ip) = (programs.clone(), ip);
-        tokio::spawn(async move {
+        let (quit, mut quitting) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
             static UNREACHABLE: LogEvery = LogEvery::new(Duration::from_secs(600));
             let mut tick = tokio::time::interval(REGISTRATION_CHECK);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             tick.tick().await;
             loop {
-                tick.tick().await;
+                // Stopped only between checks: one under way finishes before
+                // the server unregisters, and cannot set anything after it.
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = &mut quitting => return,
+                }
                 match rpcbind::restore(programs.clone(), ip).await {
                     Ok(0) => {}
                     Ok(n) => info!(
@@ -218,7 +224,8 @@ async fn serve(
                     Err(_) => {}
                 }
             }
-        })
+        });
+        (quit, task)
     });
 
     let max_transfer = server.max_args;
@@ -335,9 +342,10 @@ async fn serve(
     }
     let pid_file = settings.pid_file.clone();
     if let Some(path) = &pid_file {
-        write_pid_file(path)?;
-        // An earlier server's reload outcome is not this one's.
+        // An earlier server's reload outcome is not this one's (gone before
+        // the pid file names this server: it may have had the same pid).
         let _ = std::fs::remove_file(reload::Outcome::file(path));
+        write_pid_file(path)?;
     }
     let mut reloads = 0;
 
@@ -391,8 +399,9 @@ async fn serve(
     systemd::notify("STOPPING=1");
     let _ = stop_tx.send(true);
     while tasks.join_next().await.is_some() {}
-    if let Some(task) = keep_registered {
-        task.abort();
+    if let Some((quit, task)) = keep_registered {
+        let _ = quit.send(());
+        let _ = task.await;
     }
     if registered {
         match rpcbind::update(programs, ip, false).await {

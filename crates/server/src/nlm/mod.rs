@@ -828,6 +828,15 @@ impl LockService {
     fn drop_hosts(&self, host: impl Fn(&Host) -> bool, monitored: impl FnMut(&Monitored) -> bool) {
         let mut table = self.table.lock();
         let touched = table.drop_hosts(&host);
+        // Their GRANTED callbacks still being tried are over: a refusal
+        // heard now must not release a lock granted to the client since.
+        self.granting.lock().retain(|(_, owner, _), answered| {
+            let dropped = host(&owner.host);
+            if dropped {
+                answered.store(true, Ordering::Release);
+            }
+            !dropped
+        });
         let mut grants = Vec::new();
         for fh in &touched {
             let granted = table.grant_waiters(fh);

@@ -15,7 +15,7 @@
 //! Everything here is synchronous and quick (non-blocking `fcntl`s under
 //! one mutex); the service calls it from blocking threads.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::IpAddr;
 use std::os::fd::OwnedFd;
 use std::time::Instant;
@@ -243,9 +243,9 @@ pub const MAX_WAITERS_PER_CLIENT: usize = 256;
 /// to a million of them, gigabytes, retried every second.
 pub const MAX_WAITERS_PER_CLIENT_TOTAL: usize = 1024;
 
-/// How many owners a deadlock search looks at before it gives up (each
-/// step scans the waiters of every file, under the table's mutex).
-const DEADLOCK_SEARCH: usize = 256;
+/// How many wait-for edges a deadlock search follows before it gives up
+/// (under the table's mutex).
+const DEADLOCK_SEARCH: usize = 1024;
 
 /// Who holds the lock a TEST ran into.
 #[derive(Debug, PartialEq, Eq)]
@@ -528,32 +528,44 @@ impl<T> LockTable<T> {
     /// `owner` holds. OFD locks have no deadlock detection, where knfsd's
     /// POSIX locks have the kernel's, so the table looks along its own
     /// owners and waiters (processes on the server are not seen, as a
-    /// process's wait for an NLM lock is not). An owner waits for one lock
-    /// at a time (its client's process is blocked in `fcntl`); the walk
-    /// stops after [`DEADLOCK_SEARCH`] steps, answering no.
+    /// process's wait for an NLM lock is not). The walk visits each owner
+    /// once and stops after [`DEADLOCK_SEARCH`] wait-for edges, answering
+    /// no: it runs under the table's mutex, for every LOCK that would wait.
     fn would_deadlock(&self, fh: &[u8], owner: &Owner, span: Span, exclusive: bool) -> bool {
-        let mut seen: Vec<&Owner> = Vec::new();
-        let mut todo = self.in_the_way(fh, owner, span, exclusive);
-        let mut steps = 0;
-        while let Some(o) = todo.pop() {
-            if o == owner {
-                return true;
-            }
-            steps += 1;
-            if steps > DEADLOCK_SEARCH {
-                return false;
-            }
-            if seen.contains(&o) {
-                continue;
-            }
-            seen.push(o);
-            for (wfh, file) in &self.files {
-                for w in file.waiters.iter().filter(|w| w.owner == *o) {
-                    todo.extend(self.in_the_way(wfh, o, w.span, w.exclusive));
-                }
+        // Who waits for what, over all files: one pass.
+        let mut waits = HashMap::new();
+        for (wfh, file) in &self.files {
+            for w in &file.waiters {
+                waits
+                    .entry(&w.owner)
+                    .or_insert_with(Vec::new)
+                    .push((wfh.as_slice(), w));
             }
         }
-        false
+        let mut seen: HashSet<&Owner> = HashSet::new();
+        let mut todo: Vec<&Owner> = Vec::new();
+        let mut edges = 0;
+        let mut found = self.in_the_way(fh, owner, span, exclusive);
+        loop {
+            for o in found.drain(..) {
+                edges += 1;
+                if o == owner {
+                    return true;
+                }
+                if edges > DEADLOCK_SEARCH {
+                    return false;
+                }
+                if seen.insert(o) {
+                    todo.push(o);
+                }
+            }
+            let Some(o) = todo.pop() else {
+                return false;
+            };
+            for &(wfh, w) in waits.get(o).map_or(&[][..], Vec::as_slice) {
+                found.extend(self.in_the_way(wfh, o, w.span, w.exclusive));
+            }
+        }
     }
 
     /// The owners other than `owner` holding locks on `fh` that conflict
