@@ -65,13 +65,13 @@ def _in_private_netns(script: str, tmp_path) -> str:
         subprocess.run(["ip", "netns", "del", ns], check=False)
 
 
-def _serve(tmp_path) -> str:
+def _serve(tmp_path, listen: str = "127.0.0.1", allow: str = "") -> str:
     export = tmp_path / "export"
     export.mkdir()
     (export / "hello").write_text("hi\n")
     return f"""
-{dionfs_bin()} serve {export} --listen 127.0.0.1 --state-dir {tmp_path}/state \\
-    --insecure > {tmp_path}/dionfs.log 2>&1 &
+{dionfs_bin()} serve {export} --listen {listen} --state-dir {tmp_path}/state \\
+    --insecure {allow} > {tmp_path}/dionfs.log 2>&1 &
 DIONFS=$!
 for i in $(seq 100); do
     (exec 3<>/dev/tcp/127.0.0.1/2049) 2>/dev/null && break
@@ -141,6 +141,74 @@ kill $RPCBIND; wait $RPCBIND || true
         assert prog not in after, after
     log = open(tmp_path / "dionfs.log").read()
     assert "registered with it" in log and "unregistered from the host's rpcbind" in log, log
+
+
+_BOTH_ALLOWED = "--allow 127.0.0.1 --allow ::1"
+_BOTH_FAMILIES = """
+echo "== getaddr"; rpcinfo -T tcp 127.0.0.1 nfs 3; rpcinfo -T tcp6 ::1 nfs 3
+rpcinfo -T tcp6 ::1 mountd 3; rpcinfo -T tcp6 ::1 nlockmgr 4
+echo "== udp"; rpcinfo -u 127.0.0.1 status 1; rpcinfo -T udp6 ::1 status 1
+echo "== showmount v4"; showmount -e 127.0.0.1
+echo "== showmount v6"; showmount -e ::1
+echo "== nfs-ls"; nfs-ls 'nfs://127.0.0.1{export}/?version=3'
+"""
+
+
+def _check_both_families(out: str, tmp_path) -> None:
+    getaddr = out.split("== getaddr")[1].split("== udp")[0]
+    assert getaddr.count("ready and waiting") == 4, getaddr
+    assert out.split("== udp")[1].split("== showmount")[0].count("ready and waiting") == 2, out
+    for family in ("v4", "v6"):
+        listing = out.split(f"== showmount {family}")[1]
+        assert f"{tmp_path}/export 127.0.0.1/32,::1/128" in listing, listing
+    assert "hello" in out.split("== nfs-ls")[1], out
+    log = open(tmp_path / "dionfs.log").read()
+    # IPv4 clients are seen as themselves, not as ::ffff:127.0.0.1.
+    assert "peer=127.0.0.1:" in log and "::ffff:" not in log, log
+
+
+def test_listen_on_the_ipv6_any_address_serves_both_families(tmp_path):
+    """`listen = "::"` (knfsd listens on both): IPv4 and IPv6 clients find
+    NFS, MOUNT, NLM and NSM through the built-in port mapper, each given
+    addresses of its own family, and IPv4 clients are seen by their IPv4
+    addresses. Before, the port mapper answered IPv4 clients with
+    `tcp6 ::ffff:127.0.0.1` addresses: `rpcinfo -T tcp 127.0.0.1 nfs 3`,
+    `showmount -e 127.0.0.1` and mounts through it failed."""
+    _need("rpcinfo", "showmount")
+    out = _in_private_netns(_serve(tmp_path, "::", _BOTH_ALLOWED) + _BOTH_FAMILIES.format(export=f"{tmp_path}/export") + """
+kill $DIONFS; wait $DIONFS
+""", tmp_path)
+    _check_both_families(out, tmp_path)
+
+
+def test_listen_on_the_ipv6_any_address_registers_both_families(tmp_path):
+    """With the host's rpcbind, a server on `::` registers each program
+    under `tcp` and `tcp6` (`udp`, `udp6`), as knfsd's services are
+    registered, and unregisters them all at SIGTERM. Before, it registered
+    netid `tcp` with the address `::`, which neither family could use."""
+    _need("rpcbind", "rpcinfo", "showmount")
+    out = _in_private_netns("""
+mkdir -p /run/rpcbind
+chown _rpc /run/rpcbind 2>/dev/null || true
+rpcbind -f &
+RPCBIND=$!
+for i in $(seq 50); do [ -S /run/rpcbind.sock ] && break; sleep 0.1; done
+""" + _serve(tmp_path, "::", _BOTH_ALLOWED) + """
+echo "== registered"; rpcinfo 127.0.0.1
+""" + _BOTH_FAMILIES.format(export=f"{tmp_path}/export") + """
+kill $DIONFS; wait $DIONFS
+echo "== after stop"; rpcinfo 127.0.0.1
+kill $RPCBIND; wait $RPCBIND || true
+""", tmp_path)
+    registered = out.split("== registered")[1].split("== getaddr")[0]
+    for netid, addr in (("tcp ", "0.0.0.0.8.1"), ("tcp6", "::.8.1")):
+        assert re.search(rf"100003    3    {netid}\s+{re.escape(addr)}\s+nfs", registered), registered
+    for netid in ("udp ", "udp6"):
+        assert re.search(rf"100024    1    {netid}", registered), registered
+    _check_both_families(out, tmp_path)
+    after = out.split("== after stop")[1]
+    for prog in ("100003", "100005", "100021", "100024"):
+        assert prog not in after, after
 
 
 UDP_METRICS = f"127.0.0.1:{free_port()}"

@@ -92,9 +92,35 @@ fn raise_fd_limit() {
 const REGISTRATION_CHECK: Duration = Duration::from_secs(10);
 
 async fn bind(ip: std::net::IpAddr, port: u16, what: &str) -> Result<TcpListener, String> {
-    TcpListener::bind(SocketAddr::new(ip, port))
-        .await
-        .map_err(|e| format!("cannot listen for {what} on {ip}:{port}: {e}"))
+    let listen = || {
+        let s = socket(SocketAddr::new(ip, port), socket2::Type::STREAM)?;
+        s.listen(1024)?;
+        TcpListener::from_std(s.into())
+    };
+    listen().map_err(|e| format!("cannot listen for {what} on {ip}:{port}: {e}"))
+}
+
+/// A UDP socket on `ip`, `port`.
+fn bind_udp(ip: std::net::IpAddr, port: u16) -> std::io::Result<UdpSocket> {
+    UdpSocket::from_std(socket(SocketAddr::new(ip, port), socket2::Type::DGRAM)?.into())
+}
+
+/// A non-blocking socket bound to `addr`. On the IPv6 any-address (`listen
+/// = "::"`) it takes IPv4 clients too, as knfsd listens, whatever
+/// `net.ipv6.bindv6only` says; they are seen by their IPv4 addresses
+/// ([`net::canonical`]).
+fn socket(addr: SocketAddr, kind: socket2::Type) -> std::io::Result<socket2::Socket> {
+    let s = socket2::Socket::new(socket2::Domain::for_address(addr), kind, None)?;
+    if addr.ip() == std::net::IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED) {
+        s.set_only_v6(false)?;
+    }
+    if kind == socket2::Type::STREAM {
+        // As std binds listeners: a restart finds its ports in TIME_WAIT.
+        s.set_reuse_address(true)?;
+    }
+    s.set_nonblocking(true)?;
+    s.bind(&addr.into())?;
+    Ok(s)
 }
 
 async fn serve(
@@ -138,7 +164,7 @@ async fn serve(
     // The port mapper over UDP too (sm-notify and some mount helpers ask
     // over UDP), on the port the TCP one got.
     let portmap_udp = match portmap_port {
-        Some(p) => match UdpSocket::bind(SocketAddr::new(ip, p)).await {
+        Some(p) => match bind_udp(ip, p) {
             Ok(s) => Some(s),
             Err(e) => {
                 warn!(error = %e, port = p, "cannot serve the port mapper over UDP; TCP only");
@@ -150,14 +176,12 @@ async fn serve(
     // The lock service: NLM (and NSM) over TCP, NSM over UDP.
     let locks = if settings.nlm {
         let tcp = bind(ip, settings.nlm_port, "NLM").await?;
-        let udp = UdpSocket::bind(SocketAddr::new(ip, settings.nsm_port))
-            .await
-            .map_err(|e| {
-                format!(
-                    "cannot listen for NSM on {ip}:{} (UDP): {e}",
-                    settings.nsm_port
-                )
-            })?;
+        let udp = bind_udp(ip, settings.nsm_port).map_err(|e| {
+            format!(
+                "cannot listen for NSM on {ip}:{} (UDP): {e}",
+                settings.nsm_port
+            )
+        })?;
         let service =
             nlm::LockService::start(server.clone(), &settings.state_dir, settings.grace_period)?;
         Some((tcp, udp, service))

@@ -97,7 +97,7 @@ impl PortmapTable {
 }
 
 /// The rpcbind netid of protocol `prot` over `ip`'s family.
-fn netid(prot: u32, ip: std::net::IpAddr) -> &'static str {
+pub(crate) fn netid(prot: u32, ip: std::net::IpAddr) -> &'static str {
     match (prot == IPPROTO_UDP, ip.is_ipv6()) {
         (false, false) => "tcp",
         (false, true) => "tcp6",

@@ -8,11 +8,11 @@
 //! blocking thread.
 
 use std::io::{self, Read, Write};
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-use dionfs_proto::portmap::{universal_addr, Mapping, Rpcb, IPPROTO_UDP, PROGRAM, RPCBIND_V4};
+use dionfs_proto::portmap::{universal_addr, Mapping, Rpcb, PROGRAM, RPCBIND_V4};
 use dionfs_rpc::{encode_call, framed, read_record_blocking, Credential, ReplyHeader, ReplyStatus};
 use dionfs_xdr::{Decode, Decoder, Encode};
 
@@ -49,8 +49,10 @@ pub async fn restore(programs: Vec<Mapping>, ip: IpAddr) -> io::Result<usize> {
         let mut rpcbind = Rpcbind::connect(SOCKET)?;
         let mut set = 0;
         for m in &programs {
-            if rpcbind.set(m, ip)? {
-                set += 1;
+            for ip in addresses(ip) {
+                if rpcbind.set(m, ip)? {
+                    set += 1;
+                }
             }
         }
         Ok(set)
@@ -109,21 +111,23 @@ impl Rpcbind {
             }
         }
         for m in mappings {
-            if !self.set(m, ip)? {
-                return Err(io::Error::other(format!(
-                    "rpcbind refused program {} version {}",
-                    m.prog, m.vers
-                )));
+            for ip in addresses(ip) {
+                if !self.set(m, ip)? {
+                    return Err(io::Error::other(format!(
+                        "rpcbind refused program {} version {} on {ip}",
+                        m.prog, m.vers
+                    )));
+                }
             }
         }
         Ok(())
     }
 
-    /// SET of one mapping; false if rpcbind has one for its program,
-    /// version and netid already.
+    /// SET of one mapping on `ip`, under its family's netid (`tcp6` for
+    /// TCP over IPv6); false if rpcbind has one for its program, version
+    /// and netid already.
     fn set(&mut self, m: &Mapping, ip: IpAddr) -> io::Result<bool> {
-        let netid = if m.prot == IPPROTO_UDP { "udp" } else { "tcp" };
-        self.call(SET, &rpcb(m, ip, netid))
+        self.call(SET, &rpcb(m, ip, crate::portmap::netid(m.prot, ip)))
     }
 
     /// Removes the registrations of `mappings` (every netid).
@@ -152,6 +156,17 @@ impl Rpcbind {
         }
         dec.bool()
             .map_err(|e| io::Error::other(format!("bad reply from rpcbind: {e:?}")))
+    }
+}
+
+/// The addresses a server listening on `ip` is registered under: on the
+/// IPv6 any-address it takes IPv4 clients too, so it is registered for
+/// both families (`tcp` and `tcp6`), as knfsd's services are.
+fn addresses(ip: IpAddr) -> Vec<IpAddr> {
+    if ip == IpAddr::V6(Ipv6Addr::UNSPECIFIED) {
+        vec![IpAddr::V4(Ipv4Addr::UNSPECIFIED), ip]
+    } else {
+        vec![ip]
     }
 }
 

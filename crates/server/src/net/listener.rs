@@ -58,6 +58,7 @@ pub async fn serve<S: Service>(
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
+                    let peer = super::canonical(peer);
                     let open = match OpenConnection::admit(&limits) {
                         Some(open) => open,
                         // Room made: the quiet connection closes soon, and
@@ -79,7 +80,7 @@ pub async fn serve<S: Service>(
                     if let Err(e) = stream.set_nodelay(true) {
                         debug!(%peer, error = %e, "cannot set TCP_NODELAY");
                     }
-                    let Ok(local) = stream.local_addr() else {
+                    let Ok(local) = stream.local_addr().map(super::canonical) else {
                         continue; // the socket is already gone
                     };
                     let conn = ConnInfo {

@@ -299,6 +299,14 @@ pub enum Received<P> {
     NoReply,
 }
 
+/// `addr` as the server sees its clients: an IPv4 client of a socket on
+/// the IPv6 any-address arrives as `::ffff:a.b.c.d`, which client lists,
+/// lock owners, the port mapper's answers and the logs take as the IPv4
+/// address it is.
+pub fn canonical(addr: SocketAddr) -> SocketAddr {
+    SocketAddr::new(addr.ip().to_canonical(), addr.port())
+}
+
 /// Who is on the other end of a connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnInfo {

@@ -6,6 +6,7 @@
 
 use std::future::Future;
 use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -149,9 +150,19 @@ pub async fn serve<S: Service>(
         };
         let mut framed = record_mark(n as u32, true).to_vec();
         framed.extend_from_slice(&buf[..n]);
+        // Replies go to `peer` as it came; the call sees the client as
+        // its IPv4 address if it is one, and the socket's any-address in
+        // the client's family (the port mapper names it in its answers).
+        let client = super::canonical(peer);
+        let local = match (local.ip(), client.ip()) {
+            (IpAddr::V6(v6), IpAddr::V4(_)) if v6.is_unspecified() => {
+                SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), local.port())
+            }
+            _ => local,
+        };
         let conn = Arc::new(ConnInfo {
             id: next_conn_id(),
-            peer,
+            peer: client,
             local,
             datagram: true,
             names: Default::default(),
