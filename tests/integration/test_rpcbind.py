@@ -54,7 +54,9 @@ def _in_private_netns(script: str, tmp_path) -> str:
     try:
         subprocess.run(["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"], check=True)
         path = tmp_path / "script.sh"
-        path.write_text("set -eu\nmount -t tmpfs tmpfs /run\n" + script)
+        # A failing command ends the script: its servers go with it.
+        path.write_text("set -eu\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n"
+                        "mount -t tmpfs tmpfs /run\n" + script)
         r = subprocess.run(["ip", "netns", "exec", ns, "unshare", "-m", "bash", str(path)],
                            capture_output=True, text=True, timeout=120)
         out = r.stdout + r.stderr
