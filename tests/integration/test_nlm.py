@@ -124,6 +124,18 @@ def local_denied(path: str, off: int, length: int) -> bool:
         os.close(fd)
 
 
+def blocked_until_a_process_here_lets_go(server, client: Nlm, fh: bytes, name: str, svid: int) -> None:
+    """A process here holds [0,10) of `name`; `client`'s blocking LOCK of it
+    is answered BLOCKED; the process lets go (the server then takes the
+    lock for the waiter within a second or so)."""
+    fd = os.open(os.path.join(server.export, name), os.O_RDWR)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX, 10, 0)
+        assert client.lock(fh, svid, 0, 10, block=True) == S_BLOCKED
+    finally:
+        os.close(fd)
+
+
 METRICS = f"127.0.0.1:{free_port()}"
 
 
@@ -172,11 +184,8 @@ def test_blocked_lock_granted_when_a_process_here_releases(server):
     port mapper, which here is absent: the lock is held for the client's
     next LOCK, which is GRANTED at once."""
     fh = file_fh(server, "g")
-    fd = os.open(os.path.join(server.export, "g"), os.O_RDWR)
-    fcntl.lockf(fd, fcntl.LOCK_EX, 10, 0)
     c = Nlm(server, b"hostC")
-    assert c.lock(fh, 7, 0, 10, block=True) == S_BLOCKED
-    os.close(fd)
+    blocked_until_a_process_here_lets_go(server, c, fh, "g", 7)
     deadline = time.monotonic() + 10
     while not local_denied(os.path.join(server.export, "g"), 0, 1):
         assert time.monotonic() < deadline, "the blocked lock was not taken after the release"
@@ -539,10 +548,7 @@ def test_a_lock_asked_again_while_its_granted_callback_is_made_stays_held(server
     host = FakeClientHost(granted_answer=1, refuse=1)
     a, other = Nlm(server, b"clientA"), Nlm(server, b"clientB", source="127.0.0.2")
     try:
-        fd = os.open(path, os.O_RDWR)
-        fcntl.lockf(fd, fcntl.LOCK_EX, 10, 0)
-        assert a.lock(fh, 1, 0, 10, block=True) == S_BLOCKED
-        os.close(fd)
+        blocked_until_a_process_here_lets_go(server, a, fh, "cb", 1)
         end = time.monotonic() + 15
         while host.getports == 0:  # the lock taken, the callback's first try refused
             assert time.monotonic() < end, "no GRANTED callback tried"
@@ -612,14 +618,10 @@ def test_a_lock_granted_after_waiting_is_recorded_for_a_restart(server):
     restart, and with no other client recorded there was no grace period
     for it to reclaim in, so another client took its range at once."""
     fh = file_fh(server, "w")
-    path = os.path.join(server.export, "w")
     host = FakeClientHost(granted_answer=0)
     a = Nlm(server, b"waiter")
     try:
-        fd = os.open(path, os.O_RDWR)
-        fcntl.lockf(fd, fcntl.LOCK_EX, 10, 0)
-        assert a.lock(fh, 1, 0, 10, block=True) == S_BLOCKED
-        os.close(fd)
+        blocked_until_a_process_here_lets_go(server, a, fh, "w", 1)
         end = time.monotonic() + 10
         while host.granted_calls == 0:
             assert time.monotonic() < end, "no GRANTED callback"

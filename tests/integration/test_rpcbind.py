@@ -67,6 +67,17 @@ def _in_private_netns(script: str, tmp_path) -> str:
         subprocess.run(["ip", "netns", "del", ns], check=False)
 
 
+# Debian's rpcbind on the namespace's port 111 ($RPCBIND), ready once its
+# local socket is.
+_START_RPCBIND = """
+mkdir -p /run/rpcbind
+chown _rpc /run/rpcbind 2>/dev/null || true
+rpcbind -f &
+RPCBIND=$!
+for i in $(seq 50); do [ -S /run/rpcbind.sock ] && break; sleep 0.1; done
+"""
+
+
 def _serve(tmp_path, listen: str = "127.0.0.1", allow: str = "") -> str:
     export = tmp_path / "export"
     export.mkdir()
@@ -116,13 +127,7 @@ kill $DIONFS; wait $DIONFS
 
 def test_registers_with_the_hosts_rpcbind(tmp_path):
     _need("rpcbind", "rpcinfo", "showmount")
-    out = _in_private_netns("""
-mkdir -p /run/rpcbind
-chown _rpc /run/rpcbind 2>/dev/null || true
-rpcbind -f &
-RPCBIND=$!
-for i in $(seq 50); do [ -S /run/rpcbind.sock ] && break; sleep 0.1; done
-""" + _serve(tmp_path) + """
+    out = _in_private_netns(_START_RPCBIND + _serve(tmp_path) + """
 echo "== while serving"; rpcinfo -p 127.0.0.1
 echo "== showmount"; showmount -e 127.0.0.1
 kill $DIONFS; wait $DIONFS
@@ -189,13 +194,7 @@ def test_listen_on_the_ipv6_any_address_registers_both_families(tmp_path):
     registered, and unregisters them all at SIGTERM. Before, it registered
     netid `tcp` with the address `::`, which neither family could use."""
     _need("rpcbind", "rpcinfo", "showmount")
-    out = _in_private_netns("""
-mkdir -p /run/rpcbind
-chown _rpc /run/rpcbind 2>/dev/null || true
-rpcbind -f &
-RPCBIND=$!
-for i in $(seq 50); do [ -S /run/rpcbind.sock ] && break; sleep 0.1; done
-""" + _serve(tmp_path, "::", _BOTH_ALLOWED) + """
+    out = _in_private_netns(_START_RPCBIND + _serve(tmp_path, "::", _BOTH_ALLOWED) + """
 echo "== registered"; rpcinfo 127.0.0.1
 """ + _BOTH_FAMILIES.format(export=f"{tmp_path}/export") + """
 kill $DIONFS; wait $DIONFS
