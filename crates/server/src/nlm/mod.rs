@@ -124,6 +124,25 @@ struct Shares {
 const MAX_SHARES_PER_CLIENT: usize = 4096;
 
 impl Shares {
+    /// Drops the shares `drop` matches on the files `file` matches; how
+    /// many.
+    fn drop_where(&mut self, file: impl Fn(&[u8]) -> bool, drop: impl Fn(&Share) -> bool) -> usize {
+        let Shares {
+            by_file,
+            per_client,
+        } = self;
+        let mut dropped = 0;
+        by_file.retain(|fh, list| {
+            if file(fh) {
+                let before = list.len();
+                Self::drop_from(per_client, list, &drop);
+                dropped += before - list.len();
+            }
+            !list.is_empty()
+        });
+        dropped
+    }
+
     /// Drops the shares `drop` matches from `list`, counting them off.
     fn drop_from(
         per_client: &mut HashMap<IpAddr, usize>,
@@ -236,20 +255,7 @@ impl LockService {
         let removed =
             |fh: &[u8]| dionfs_fs::handle::export_id(fh).is_some_and(|id| ids.contains(&id));
         let locks = self.table.lock().drop_files(removed);
-        let mut shares = self.shares.lock();
-        let Shares {
-            by_file,
-            per_client,
-        } = &mut *shares;
-        let mut reservations = 0;
-        by_file.retain(|fh, list| {
-            if !removed(fh) {
-                return true;
-            }
-            reservations += list.len();
-            Shares::drop_from(per_client, list, |_| true);
-            false
-        });
+        let reservations = self.shares.lock().drop_where(removed, |_| true);
         (locks, reservations)
     }
 
@@ -625,12 +631,12 @@ impl LockService {
             // A LOCK asked again while its GRANTED callback is being made:
             // the client has its answer. Under the table's lock, so that
             // the callback never releases what this answer granted.
-            if let Some(answered) = self
-                .granting
-                .lock()
-                .remove(&(fh.clone(), owner.clone(), span))
-            {
-                answered.store(true, Ordering::Release);
+            // (The key is built only when callbacks are being made.)
+            let mut granting = self.granting.lock();
+            if !granting.is_empty() {
+                if let Some(answered) = granting.remove(&(fh.clone(), owner.clone(), span)) {
+                    answered.store(true, Ordering::Release);
+                }
             }
         }
         drop(table);
@@ -785,9 +791,7 @@ impl LockService {
                     || bits(a.share.mode as u32) & bits(s.access as u32) != 0
             });
             if conflict {
-                if list.is_empty() {
-                    by_file.remove(&a.share.fh.0);
-                }
+                // Not empty: another's reservation is in the way.
                 return Nlm4Stat::Denied;
             }
             if let Some(held) = list.iter_mut().find(|s| own(s)) {
@@ -843,16 +847,7 @@ impl LockService {
             grants.extend(self.grants(&table, fh, granted));
         }
         drop(table);
-        let mut shares = self.shares.lock();
-        let Shares {
-            by_file,
-            per_client,
-        } = &mut *shares;
-        by_file.retain(|_, list| {
-            Shares::drop_from(per_client, list, |s| host(&s.host));
-            !list.is_empty()
-        });
-        drop(shares);
+        self.shares.lock().drop_where(|_| true, |s| host(&s.host));
         self.counters.hosts_dropped.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = self.nsm.forget(monitored) {
             warn!(error = %e, "NLM: cannot update the monitored clients in the state directory");
