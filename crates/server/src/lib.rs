@@ -91,7 +91,7 @@ fn raise_fd_limit() {
 /// How often the registrations with the host's rpcbind are checked.
 const REGISTRATION_CHECK: Duration = Duration::from_secs(10);
 
-async fn bind(ip: std::net::IpAddr, port: u16, what: &str) -> Result<TcpListener, String> {
+fn bind(ip: std::net::IpAddr, port: u16, what: &str) -> Result<TcpListener, String> {
     let listen = || {
         let s = socket(SocketAddr::new(ip, port), socket2::Type::STREAM)?;
         s.listen(1024)?;
@@ -142,12 +142,12 @@ async fn serve(
     let server = Arc::new(Server::open(&config)?);
     let settings = &config.server;
     let ip = settings.listen;
-    let nfs = bind(ip, settings.nfs_port, "NFS").await?;
-    let mount = bind(ip, settings.mount_port, "MOUNT").await?;
+    let nfs = bind(ip, settings.nfs_port, "NFS")?;
+    let mount = bind(ip, settings.mount_port, "MOUNT")?;
     let mut portmap_taken = false;
     let portmap = match settings.portmap_port {
         None => None,
-        Some(port) => match bind(ip, port, "portmap").await {
+        Some(port) => match bind(ip, port, "portmap") {
             Ok(l) => Some(l),
             Err(e) => {
                 portmap_taken = true;
@@ -175,7 +175,7 @@ async fn serve(
     };
     // The lock service: NLM (and NSM) over TCP, NSM over UDP.
     let locks = if settings.nlm {
-        let tcp = bind(ip, settings.nlm_port, "NLM").await?;
+        let tcp = bind(ip, settings.nlm_port, "NLM")?;
         let udp = bind_udp(ip, settings.nsm_port).map_err(|e| {
             format!(
                 "cannot listen for NSM on {ip}:{} (UDP): {e}",
