@@ -18,7 +18,7 @@
 
 use std::fs;
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use dionfs_sys::handle::KernelHandle;
@@ -66,17 +66,16 @@ impl MacKey {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
-        fs::create_dir_all(state_dir)?;
+        dionfs_sys::private::create_dir_all(state_dir)?;
         let mut bytes = [0u8; 32];
         fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
         let tmp = state_dir.join(format!("{KEY_FILE}.{}.tmp", std::process::id()));
-        let mut file = fs::OpenOptions::new()
+        let mut file = dionfs_sys::private::options()
             .write(true)
             .create(true)
             .truncate(true)
-            .mode(0o600)
             .open(&tmp)?;
-        // The mode above is subject to the umask; make sure of it.
+        // Created by an earlier run with a looser mode? Make sure of it.
         file.set_permissions(fs::Permissions::from_mode(0o600))?;
         file.write_all(&bytes)?;
         file.sync_all()?;

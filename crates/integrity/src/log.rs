@@ -29,10 +29,10 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::ops::Range;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use dionfs_sys::private;
 use parking_lot::{Condvar, Mutex};
 
 use crate::store::FileKey;
@@ -176,11 +176,10 @@ pub(crate) fn decode_all(mut bytes: &[u8]) -> Vec<(FileKey, u64)> {
 }
 
 fn open_append(path: &Path) -> io::Result<File> {
-    std::fs::OpenOptions::new()
+    private::options()
         .create(true)
         .append(true)
         .read(true)
-        .mode(0o600)
         .open(path)
 }
 
@@ -482,7 +481,11 @@ impl IntentLog {
         }
         let tmp = self.path.with_extension("new");
         {
-            let mut new = std::fs::File::create(&tmp)?;
+            let mut new = private::options()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&tmp)?;
             new.write_all(&records)?;
             new.sync_all()?;
         }

@@ -30,12 +30,13 @@ use std::fs::File;
 use std::io;
 use std::ops::Range;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Weak};
 
 use dionfs_sys::io::{preadv2, RwFlags};
+use dionfs_sys::private;
 use parking_lot::{Condvar, Mutex};
 
 use crate::cache::{Page, PageCache, PAGE_ENTRIES};
@@ -251,12 +252,11 @@ impl Store {
     /// process; the regions its intent log names wait for
     /// [`Store::recover`].
     pub fn open(dir: &Path, cache_pages: usize, order: Order) -> io::Result<Arc<Store>> {
-        std::fs::create_dir_all(dir.join("files"))?;
-        let lock = std::fs::OpenOptions::new()
+        private::create_dir_all(&dir.join("files"))?;
+        let lock = private::options()
             .create(true)
             .truncate(false)
             .write(true)
-            .mode(0o600)
             .open(dir.join("lock"))?;
         rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).map_err(
             |e| {
@@ -665,11 +665,11 @@ impl FileSums {
     ) -> io::Result<Option<FileSums>> {
         let create = how != Open::Existing;
         let path = store.dir.join(key.relative_path());
-        let mut options = std::fs::OpenOptions::new();
-        options.read(true).write(true).truncate(false).mode(0o600);
+        let mut options = private::options();
+        options.read(true).write(true).truncate(false);
         if create {
             if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent)?;
+                private::create_dir_all(parent)?;
             }
             options.create(true);
         }

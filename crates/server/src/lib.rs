@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dionfs_dataplane::{IoRing, LogEvery};
+use dionfs_sys::private::Durability;
 use tokio::net::{TcpListener, UdpSocket};
 use tracing::{error, info, warn};
 
@@ -359,9 +360,7 @@ async fn serve(
             opt(nlm_port),
             opt(nsm_port),
         );
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, json)
-            .and_then(|()| std::fs::rename(&tmp, &path))
+        dionfs_sys::private::replace(&path, json.as_bytes(), Durability::Atomic)
             .map_err(|e| format!("cannot write ports file {}: {e}", path.display()))?;
     }
     let pid_file = settings.pid_file.clone();
@@ -535,11 +534,10 @@ fn monotonic_usec() -> u64 {
 }
 
 /// Writes this process's id to `path` (for `dionfs reload`), whole or not
-/// at all.
+/// at all, owner-only.
 fn write_pid_file(path: &Path) -> Result<(), String> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, format!("{}\n", std::process::id()))
-        .and_then(|()| std::fs::rename(&tmp, path))
+    let pid = format!("{}\n", std::process::id());
+    dionfs_sys::private::replace(path, pid.as_bytes(), Durability::Atomic)
         .map_err(|e| format!("cannot write pid file {}: {e}", path.display()))
 }
 

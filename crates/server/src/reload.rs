@@ -76,10 +76,9 @@ impl Outcome {
         pid_file.with_extension("reload")
     }
 
-    /// Replaces the recorded outcome with this one, atomically.
+    /// Replaces the recorded outcome with this one, atomically (owner-only).
     pub fn write(&self, pid_file: &Path) -> io::Result<()> {
         let file = Self::file(pid_file);
-        let tmp = file.with_extension("reload.tmp");
         let word = match self.phase {
             Phase::Running => "running",
             Phase::Applied => "ok",
@@ -87,11 +86,12 @@ impl Outcome {
         };
         // One line: the text's own line breaks would end it.
         let text = self.text.replace('\n', " ");
-        std::fs::write(
-            &tmp,
-            format!("{} {} {word} {text}\n", self.pid, self.generation),
-        )?;
-        std::fs::rename(&tmp, &file)
+        let line = format!("{} {} {word} {text}\n", self.pid, self.generation);
+        dionfs_sys::private::replace(
+            &file,
+            line.as_bytes(),
+            dionfs_sys::private::Durability::Atomic,
+        )
     }
 
     /// The outcome recorded beside `pid_file`, if any is.

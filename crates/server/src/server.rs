@@ -140,14 +140,12 @@ pub struct Server {
 /// then never reclaimed their locks, while the server held none for them.
 fn lock_state_dir(dir: &std::path::Path) -> Result<std::fs::File, String> {
     use std::io::{Read, Seek, Write};
-    use std::os::unix::fs::OpenOptionsExt;
     let path = dir.join("lock");
-    let mut file = std::fs::OpenOptions::new()
+    let mut file = dionfs_sys::private::options()
         .create(true)
         .truncate(false)
         .read(true)
         .write(true)
-        .mode(0o600)
         .open(&path)
         .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
     if let Err(e) = rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
@@ -166,6 +164,65 @@ fn lock_state_dir(dir: &std::path::Path) -> Result<std::fs::File, String> {
         .and_then(|()| file.rewind())
         .and_then(|()| writeln!(file, "{}", std::process::id()));
     Ok(file)
+}
+
+/// Makes the state directory owner-only, as this version creates it
+/// (`dionfs_sys::private`): versions before it ran with umask 0 and made
+/// `nlm/`, `integrity/` and its subdirectories 0777 and `nlm/hosts`,
+/// `nlm/state` 0666, so any local user could rewrite the record of lock
+/// clients or replace checksum files. Logs what it changed.
+fn tighten_state_dir(dir: &std::path::Path) -> Result<(), String> {
+    let mut changed = dionfs_sys::private::tighten(dir).map_err(|e| {
+        format!(
+            "cannot make the state directory {} owner-only: {e}",
+            dir.display()
+        )
+    })?;
+    if changed.is_empty() {
+        return Ok(());
+    }
+    changed.sort_by(|a, b| a.path.cmp(&b.path));
+    let shown: Vec<String> = changed
+        .iter()
+        .take(16)
+        .map(|t| {
+            let name = t.path.strip_prefix(dir).unwrap_or(&t.path);
+            let name = if name.as_os_str().is_empty() {
+                ".".into()
+            } else {
+                name.display().to_string()
+            };
+            format!("{name} {:04o}->{:04o}", t.from, t.to)
+        })
+        .collect();
+    warn!(
+        state_dir = %dir.display(),
+        entries = changed.len(),
+        changed = %shown.join(", "),
+        "the state directory was open to other local users (left so by an earlier \
+         version); made it owner-only (directories 0700, files 0600)"
+    );
+    let foreign: Vec<&dionfs_sys::private::Tightened> = changed
+        .iter()
+        .filter(|t| t.foreign_owner.is_some())
+        .collect();
+    for t in foreign.iter().take(8) {
+        warn!(
+            file = %t.path.display(),
+            owner = t.foreign_owner.unwrap_or_default(),
+            "a file in the state directory was created by another user while it was open to \
+             all: now the server's, but its contents may be forged; remove it if unsure \
+             (nlm/: lock clients are not notified of this restart; integrity/: run \
+             `dionfs scrub` to check the export)"
+        );
+    }
+    if foreign.len() > 8 {
+        warn!(
+            more = foreign.len() - 8,
+            "more files in the state directory were created by another user"
+        );
+    }
+    Ok(())
 }
 
 /// [`Server::staging`]'s size: room for the first 64 KiB window of 2,048
@@ -200,9 +257,10 @@ impl Server {
     /// handle key from the state directory.
     pub fn open(config: &Config) -> Result<Server, String> {
         let dir = &config.server.state_dir;
-        std::fs::create_dir_all(dir)
+        dionfs_sys::private::create_dir_all(dir)
             .map_err(|e| format!("cannot create state directory {}: {e}", dir.display()))?;
         let state_lock = lock_state_dir(dir)?;
+        tighten_state_dir(dir)?;
         let key = MacKey::load_or_create(dir).map_err(|e| {
             format!(
                 "cannot load the file-handle key from {}: {e}",

@@ -3,7 +3,9 @@
 //! (file handles, per-thread credentials, `RWF_*` flags that are too new,
 //! `SO_RCVLOWAT`, io_uring reads, byte-range OFD locks), and handing a job
 //! that borrows the caller's data to a parked helper thread.
-//! Every `unsafe` block carries a `SAFETY:` comment.
+//! Every `unsafe` block carries a `SAFETY:` comment. Also the one way
+//! dionfs creates files of its own (`private`: owner-only, whatever the
+//! umask), which every crate above needs.
 
 pub mod beside;
 pub mod buf;
@@ -12,4 +14,5 @@ pub mod handle;
 pub mod io;
 pub mod lock;
 pub mod net;
+pub mod private;
 pub mod uring;

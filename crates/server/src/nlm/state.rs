@@ -10,10 +10,11 @@
 //! directory): a crash leaves the old or the new version, never half.
 
 use std::collections::BTreeSet;
-use std::io::{self, Write};
+use std::io;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
+use dionfs_sys::private::Durability;
 use parking_lot::Mutex;
 
 /// A client to tell when the server restarts.
@@ -59,7 +60,7 @@ impl NsmState {
     /// period), so a crash during the grace period forgets nobody.
     pub fn open(state_dir: &Path) -> io::Result<(NsmState, Vec<Monitored>)> {
         let dir = state_dir.join("nlm");
-        std::fs::create_dir_all(&dir)?;
+        dionfs_sys::private::create_dir_all(&dir)?;
         let previous: i32 = match std::fs::read_to_string(dir.join("state")) {
             Ok(s) => s.trim().parse().unwrap_or(0),
             Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
@@ -173,14 +174,9 @@ fn parse_hosts(text: &str) -> BTreeSet<Monitored> {
         .collect()
 }
 
-/// Replaces `dir/name` with `data` atomically and durably.
+/// Replaces `dir/name` with `data` atomically and durably, owner-only.
 fn replace(dir: &Path, name: &str, data: &[u8]) -> io::Result<()> {
-    let tmp = dir.join(format!(".{name}.tmp"));
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(data)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, dir.join(name))?;
-    std::fs::File::open(dir)?.sync_all()
+    dionfs_sys::private::replace(&dir.join(name), data, Durability::Synced)
 }
 
 #[cfg(test)]
