@@ -124,7 +124,11 @@ class LoopFs:
         _run(["xfs_io", "-x", "-c", "shutdown", self.mountpoint])
 
     def remount(self) -> None:
-        """Unmount and mount again: log recovery replays what reached the device."""
+        """Unmount and mount again: log recovery replays what reached the device.
+
+        Fails loudly (RuntimeError) when the filesystem outlives the umount,
+        see `wait_released`: mounting then would not read the device afresh.
+        """
         assert self.device and self.mountpoint
         if self._mounted:
             for attempt in range(40):
@@ -135,6 +139,7 @@ class LoopFs:
             else:
                 raise RuntimeError(f"umount {self.mountpoint}: {r.stderr.strip()}")
             self._mounted = False
+        wait_released(self.device, self.mountpoint)
         self._mount()
 
     def _mount(self) -> None:
@@ -177,6 +182,73 @@ class LoopFs:
             self.image = None
         if self in _live:
             _live.remove(self)
+
+
+def wait_released(device: str, mountpoint: str, timeout: float = 5.0) -> None:
+    """Waits until no filesystem holds `device`; raises RuntimeError naming
+    the processes whose mount namespaces still hold it if one still does
+    after `timeout` seconds.
+
+    A mount namespace made while the filesystem was mounted (any `unshare
+    -m`, a container) has a copy of the mount; unless propagation carries
+    our umount to it, the umount detaches only our copy and the superblock
+    lives on. `mount` then re-attaches that live superblock instead of
+    reading the device: after `shutdown()` a shut-down filesystem, every
+    call EIO, no log recovery. A mounted filesystem claims its block device
+    exclusively, so an O_EXCL open of the device fails with EBUSY while one
+    is alive anywhere. (It may take a moment to go after the last umount.)
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fd = os.open(device, os.O_RDONLY | os.O_EXCL | os.O_CLOEXEC)
+        except OSError as e:
+            if e.errno != errno.EBUSY:
+                raise
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
+        else:
+            os.close(fd)
+            return
+    holders = mount_holders(device)
+    if holders:
+        shown = ", ".join(f"pid {pid} ({comm})" for pid, comm in holders[:20])
+        if len(holders) > 20:
+            shown += f" and {len(holders) - 20} more"
+        who = f"the mount namespaces of {shown} still hold it"
+    else:
+        who = ("no process's /proc/PID/mountinfo shows it (a lazily unmounted "
+               "filesystem with files still open? another holder of the device?)")
+    raise RuntimeError(
+        f"remount of {device} on {mountpoint}: after umount the filesystem on {device} "
+        f"is still alive {timeout:g} s later (O_EXCL open: EBUSY): {who}. Mounting now "
+        "would re-attach that filesystem (shut down, if it was) instead of a fresh one "
+        "recovered from the device. End those processes or unmount it in their "
+        "namespaces; scripts/test runs in a private mount namespace so that other "
+        "namespaces get no copy of its mounts.")
+
+
+def mount_holders(device: str) -> list[tuple[int, str]]:
+    """(pid, comm) of every process whose mount namespace has a mount of the
+    filesystem on block device `device` (mountinfo's major:minor field)."""
+    rdev = os.stat(device).st_rdev
+    want = f"{os.major(rdev)}:{os.minor(rdev)}"
+    holders = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/mountinfo") as f:
+                held = any(line.split(" ", 3)[2] == want for line in f)
+            if not held:
+                continue
+            with open(f"/proc/{name}/comm") as f:
+                comm = f.read().strip()
+        except (OSError, IndexError):
+            continue  # gone meanwhile, or a kernel thread
+        holders.append((int(name), comm))
+    return sorted(holders)
 
 
 def destroy_all() -> None:

@@ -10,7 +10,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use rustix::fs::{Mode, OFlags};
+use rustix::io::Errno;
 
 /// A filesystem on a loop device backed by a sparse image.
 pub struct LoopFs {
@@ -77,6 +80,10 @@ impl LoopFs {
 
     /// Unmounts and mounts again: log recovery replays what reached the
     /// device.
+    ///
+    /// Fails loudly, naming who holds it, when the filesystem outlives the
+    /// umount (see `wait_released`): mounting then would not read the
+    /// device afresh.
     pub fn remount(&mut self) -> Result<(), String> {
         let mnt = self.mnt.to_string_lossy().to_string();
         let dev = self.dev.clone().ok_or("no device")?;
@@ -93,6 +100,7 @@ impl LoopFs {
             last?;
             self.mounted = false;
         }
+        wait_released(&dev, &mnt, Duration::from_secs(5))?;
         run("mount", &["-t", self.kind, &dev, &mnt])?;
         self.mounted = true;
         Ok(())
@@ -195,6 +203,91 @@ impl Drop for LoopFs {
         }
         let _ = std::fs::remove_file(&self.image);
     }
+}
+
+/// Waits until no filesystem holds the block device `dev` (mounted on
+/// `mnt` until now); after `timeout`, an error naming the processes whose
+/// mount namespaces still hold it.
+///
+/// A mount namespace made while the filesystem was mounted (any `unshare
+/// -m`, a container) has a copy of the mount; unless propagation carries our
+/// umount to it, the umount detaches only our copy and the superblock lives
+/// on. `mount` then re-attaches that live superblock instead of reading the
+/// device: after [`LoopFs::shutdown`] a shut-down filesystem, every call
+/// EIO, no log recovery. A mounted filesystem claims its block device
+/// exclusively, so an `O_EXCL` open of the device fails with EBUSY while
+/// one is alive anywhere. (It may take a moment to go after the last
+/// umount.)
+fn wait_released(dev: &str, mnt: &str, timeout: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let flags = OFlags::RDONLY | OFlags::EXCL | OFlags::CLOEXEC;
+        match rustix::fs::open(dev, flags, Mode::empty()) {
+            Ok(_fd) => return Ok(()),
+            Err(Errno::BUSY) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(100))
+            }
+            Err(Errno::BUSY) => break,
+            Err(e) => return Err(format!("open {dev} with O_EXCL: {e}")),
+        }
+    }
+    let holders = mount_holders(dev)?;
+    let who = if holders.is_empty() {
+        "no process's /proc/PID/mountinfo shows it (a lazily unmounted \
+         filesystem with files still open? another holder of the device?)"
+            .to_string()
+    } else {
+        let mut shown: Vec<String> = holders
+            .iter()
+            .take(20)
+            .map(|(pid, comm)| format!("pid {pid} ({comm})"))
+            .collect();
+        if holders.len() > 20 {
+            shown.push(format!("and {} more", holders.len() - 20));
+        }
+        format!("the mount namespaces of {} still hold it", shown.join(", "))
+    };
+    Err(format!(
+        "remount of {dev} on {mnt}: after umount the filesystem on {dev} is \
+         still alive {}s later (O_EXCL open: EBUSY): {who}. Mounting now \
+         would re-attach that filesystem (shut down, if it was) instead of a \
+         fresh one recovered from the device. End those processes or unmount \
+         it in their namespaces; scripts/test runs in a private mount \
+         namespace so that other namespaces get no copy of its mounts.",
+        timeout.as_secs_f32()
+    ))
+}
+
+/// (pid, comm) of every process whose mount namespace has a mount of the
+/// filesystem on block device `dev` (mountinfo's major:minor field).
+fn mount_holders(dev: &str) -> Result<Vec<(u32, String)>, String> {
+    let rdev = rustix::fs::stat(dev)
+        .map_err(|e| format!("stat {dev}: {e}"))?
+        .st_rdev;
+    let want = format!("{}:{}", rustix::fs::major(rdev), rustix::fs::minor(rdev));
+    let mut holders = Vec::new();
+    let proc = std::fs::read_dir("/proc").map_err(|e| format!("/proc: {e}"))?;
+    for entry in proc.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+            continue;
+        };
+        // A process gone meanwhile, or a kernel thread: skipped.
+        let Ok(mountinfo) = std::fs::read_to_string(entry.path().join("mountinfo")) else {
+            continue;
+        };
+        if !mountinfo
+            .lines()
+            .any(|line| line.split(' ').nth(2) == Some(want.as_str()))
+        {
+            continue;
+        }
+        let Ok(comm) = std::fs::read_to_string(entry.path().join("comm")) else {
+            continue;
+        };
+        holders.push((pid, comm.trim().to_string()));
+    }
+    holders.sort();
+    Ok(holders)
 }
 
 /// The smallest filesystem mkfs accepts, in MiB.
