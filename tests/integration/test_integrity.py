@@ -876,3 +876,66 @@ def test_client_set_mtime_is_not_a_change_behind_the_back(server, client, iorhar
     assert [x["status"] for x in r] == ["NFS3ERR_IO", "NFS3_OK"]
     log = server.log_text()
     assert "checksums were rebuilt" not in log and "block=5" in log
+
+
+@_integrity("direct")
+def test_scrub_refuses_a_state_directory_without_a_checksum_store(server, client, tmp_path):
+    """A mistyped --state-dir created an empty store there, found every file
+    "never checksummed", verified 0 blocks and exited 0: a nightly scrub
+    pointed at the wrong path looked healthy for ever (issue 40)."""
+    with client.open("f", "wb") as f:
+        f.write(b"x" * 100_000)
+    server.close_clients()
+    server.stop()
+    typo = tmp_path / "var-lib-dionfs-typo"
+    r = subprocess.run([dionfs_bin(), "scrub", "--export", server.export, "--state-dir",
+                        str(typo)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert f"no checksum store in {typo}/integrity" in r.stderr, r.stderr
+    assert "state_dir" in r.stderr and "--config" in r.stderr, r.stderr
+    assert not typo.exists(), "scrub created the state directory it refused"
+    # The right one verifies the file.
+    r = scrub(server, check_rc=0)
+    assert "blocks:     25 verified" in r.stdout and "never checksummed: 0" in r.stdout, r.stdout
+
+
+@_integrity("direct")
+def test_scrub_counts_files_never_checksummed(server, client):
+    """A file with data and no checksums at all is not verified: the scrub
+    names it and exits 3, unless --allow-unchecked; --repair-metadata
+    computes its checksums, and the next scrub verifies it."""
+    with client.open("through-nfs", "wb") as f:
+        f.write(b"n" * 10_000)
+    server.close_clients()
+    with open(os.path.join(server.export, "local-only"), "wb") as f:
+        f.write(b"l" * 10_000)
+    open(os.path.join(server.export, "empty-local"), "wb").close()
+    server.stop()
+    r = scrub(server, check_rc=3)
+    assert "never checksummed: 1 (exit status 3" in r.stdout, r.stdout
+    assert os.path.join(server.export, "local-only") in r.stdout, r.stdout
+    assert "bad blocks: 0" in r.stdout and "none of the" not in r.stdout, r.stdout
+    r = scrub(server, "--allow-unchecked", check_rc=0)
+    assert "never checksummed: 1 (allowed by --allow-unchecked)" in r.stdout, r.stdout
+    r = scrub(server, "--repair-metadata", check_rc=0)
+    assert "checksums rebuilt (changed behind the server's back or never computed): 1" in r.stdout
+    r = scrub(server, check_rc=0)
+    assert "never checksummed: 0" in r.stdout and "blocks:     6 verified" in r.stdout, r.stdout
+
+
+@_integrity("direct")
+def test_scrub_with_another_servers_store_says_so(server, client, tmp_path):
+    """The state directory of another server (a store, but no checksum of
+    any file of this export): every file is unchecked, the scrub exits 3
+    and asks whether it was given the right state directory."""
+    with client.open("f", "wb") as f:
+        f.write(b"x" * 10_000)
+    server.close_clients()
+    server.stop()
+    other = tmp_path / "other-state"
+    os.makedirs(other / "integrity" / "files")
+    r = subprocess.run([dionfs_bin(), "scrub", "--export", server.export, "--state-dir",
+                        str(other)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 3, (r.returncode, r.stdout, r.stderr)
+    assert f"none of the 1 files with data under {server.export} has checksums" in r.stdout, r.stdout
+    assert f"is {other} the state directory" in r.stdout, r.stdout

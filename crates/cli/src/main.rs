@@ -73,7 +73,9 @@ enum Command {
     },
     /// Verify every block of integrity exports against its CRC32C, offline
     /// (the server using the state directory must be stopped). Exit status
-    /// 1 if a block is bad.
+    /// 1 if a block is bad, 2 on an error (a state directory with no
+    /// checksum store included), 3 if a file with data has no checksums
+    /// (unless --allow-unchecked), else 0.
     Scrub(ScrubArgs),
 }
 
@@ -94,6 +96,12 @@ struct ScrubArgs {
     /// never checksummed) from their data, instead of only listing them.
     #[arg(long)]
     repair_metadata: bool,
+    /// Exit 0 even if files with data have no checksums at all (files
+    /// written only locally, never through an integrity export). Without
+    /// it they make the exit status 3: a scrub pointed at the wrong state
+    /// directory finds no checksum for anything.
+    #[arg(long)]
+    allow_unchecked: bool,
 }
 
 impl ScrubArgs {
@@ -132,6 +140,7 @@ impl ScrubArgs {
             exports,
             state_dir,
             repair_metadata: self.repair_metadata,
+            allow_unchecked: self.allow_unchecked,
         })
     }
 }

@@ -5,7 +5,13 @@
 //! walks each export (not crossing mounts, each inode once), reads every
 //! block from the device and prints a summary; last it lists the checksum
 //! files of files deleted behind the server's back (`--repair-metadata`
-//! removes them). Exit status 1 when a bad block was found.
+//! removes them). Exit status 1 when a bad block was found, 2 on an error,
+//! 3 when a file with data has no checksums (unless `--allow-unchecked`).
+//!
+//! A state directory without a checksum store is refused, not given an
+//! empty one: a scrub pointed at a mistyped `--state-dir` would otherwise
+//! find no checksum for any file, verify nothing and report a clean
+//! export, night after night.
 
 use std::collections::HashSet;
 use std::io::{IsTerminal, Write};
@@ -25,6 +31,7 @@ pub struct ScrubPlan {
     pub exports: Vec<PathBuf>,
     pub state_dir: PathBuf,
     pub repair_metadata: bool,
+    pub allow_unchecked: bool,
 }
 
 #[derive(Default)]
@@ -33,7 +40,12 @@ struct Summary {
     blocks: u64,
     bad: Vec<(PathBuf, u64, u32, u32)>,
     stale: Vec<PathBuf>,
+    /// Files with data and no checksums at all.
+    unchecked: Vec<PathBuf>,
     rebuilt: u64,
+    /// Per export (as given): files with data, and those of them with no
+    /// checksums.
+    exports: Vec<(PathBuf, u64, u64)>,
     /// Checksum files of files that no longer exist.
     orphans: u64,
     /// Files deleted while the scrub ran (a log rotated meanwhile): not
@@ -49,6 +61,10 @@ pub fn run(plan: ScrubPlan) -> Result<u8, String> {
     if let Err(e) = dionfs_sys::io::ignore_file_size_signal() {
         eprintln!("dionfs scrub: cannot ignore SIGXFSZ: {e}");
     }
+    let dir = plan.state_dir.join("integrity");
+    if !Store::exists(&dir) {
+        return Err(no_store(&plan.state_dir, &dir));
+    }
     let key = MacKey::load_or_create(&plan.state_dir).map_err(|e| {
         format!(
             "cannot load the file-handle key from {}: {e}",
@@ -62,7 +78,6 @@ pub fn run(plan: ScrubPlan) -> Result<u8, String> {
             .map_err(|e| format!("cannot open export {}: {e}", path.display()))?;
         filesystems.push(fs);
     }
-    let dir = plan.state_dir.join("integrity");
     let store = Store::open(&dir, Store::DEFAULT_CACHE_PAGES, Order::Overlapped).map_err(|e| {
         format!(
             "cannot open the checksum store {}: {e} (stop the server using it first)",
@@ -81,14 +96,23 @@ pub fn run(plan: ScrubPlan) -> Result<u8, String> {
     }
 
     let mut files = Vec::new();
-    for (path, fs) in plan.exports.iter().zip(&filesystems) {
-        collect(path, fs.fs_id(), &mut files);
+    for (i, (path, fs)) in plan.exports.iter().zip(&filesystems).enumerate() {
+        collect(path, i, fs.fs_id(), &mut files);
     }
-    let total: u64 = files.iter().map(|(_, _, size)| size).sum();
+    let total: u64 = files.iter().map(|f| f.size).sum();
     let mut progress = Progress::new(total, files.len() as u64);
-    let mut summary = Summary::default();
+    let mut summary = Summary {
+        exports: plan.exports.iter().map(|p| (p.clone(), 0, 0)).collect(),
+        ..Summary::default()
+    };
     let mut seen = HashSet::new();
-    for (path, fs_id, _) in files {
+    for Found {
+        path,
+        export,
+        fs_id,
+        size,
+    } in files
+    {
         let key = match file_key(&path, fs_id) {
             Ok(k) => k,
             Err(e) if deleted_meanwhile(&e, &path) => {
@@ -104,6 +128,9 @@ pub fn run(plan: ScrubPlan) -> Result<u8, String> {
             continue; // another name of an inode already scrubbed
         }
         summary.files += 1;
+        if size > 0 {
+            summary.exports[export].1 += 1;
+        }
         progress.file_done();
         match scrub_file(&store, key, &path, plan.repair_metadata, &mut |n| {
             progress.add(n)
@@ -127,6 +154,14 @@ pub fn run(plan: ScrubPlan) -> Result<u8, String> {
             }
             Ok(FileResult::Stale { rebuilt: true }) => summary.rebuilt += 1,
             Ok(FileResult::Stale { rebuilt: false }) => summary.stale.push(path),
+            Ok(FileResult::Unchecked { rebuilt }) => {
+                summary.exports[export].2 += 1;
+                if rebuilt {
+                    summary.rebuilt += 1;
+                } else {
+                    summary.unchecked.push(path);
+                }
+            }
             Err(e) if deleted_meanwhile(&e, &path) => summary.deleted += 1,
             Err(e) => summary.errors.push((path, e.to_string())),
         }
@@ -145,19 +180,43 @@ pub fn run(plan: ScrubPlan) -> Result<u8, String> {
             format!("cannot list the checksum files: {e}"),
         )),
     }
-    print_summary(&summary, plan.repair_metadata);
+    print_summary(&summary, &plan);
     Ok(if !summary.bad.is_empty() {
         1
     } else if !summary.errors.is_empty() {
         2
+    } else if !summary.unchecked.is_empty() && !plan.allow_unchecked {
+        3
     } else {
         0
     })
 }
 
-/// Every regular file under `root` on the same filesystem: (path, fs id,
-/// size).
-fn collect(root: &Path, fs_id: u64, out: &mut Vec<(PathBuf, u64, u64)>) {
+/// Why a state directory without a checksum store is refused, and where
+/// the right one is.
+fn no_store(state_dir: &Path, dir: &Path) -> String {
+    format!(
+        "no checksum store in {} (looked for {}): {} is not the state directory of a \
+         server with integrity exports, and a scrub there would verify nothing. The server's \
+         state directory is `state_dir` in its config (default /var/lib/dionfs, or its \
+         --state-dir); `dionfs scrub --config /etc/dionfs.toml` reads it from the config",
+        dir.display(),
+        dir.join("files").display(),
+        state_dir.display()
+    )
+}
+
+/// A regular file to scrub.
+struct Found {
+    path: PathBuf,
+    /// Index of the export (as given) it was found under.
+    export: usize,
+    fs_id: u64,
+    size: u64,
+}
+
+/// Every regular file under `root` on the same filesystem.
+fn collect(root: &Path, export: usize, fs_id: u64, out: &mut Vec<Found>) {
     let Ok(root_meta) = std::fs::symlink_metadata(root) else {
         return;
     };
@@ -179,7 +238,12 @@ fn collect(root: &Path, fs_id: u64, out: &mut Vec<(PathBuf, u64, u64)>) {
             if meta.is_dir() {
                 dirs.push(path);
             } else if meta.is_file() {
-                out.push((path, fs_id, meta.len()));
+                out.push(Found {
+                    path,
+                    export,
+                    fs_id,
+                    size: meta.len(),
+                });
             }
         }
     }
@@ -196,7 +260,8 @@ fn file_key(path: &Path, fs_id: u64) -> std::io::Result<FileKey> {
     })
 }
 
-fn print_summary(s: &Summary, repair: bool) {
+fn print_summary(s: &Summary, plan: &ScrubPlan) {
+    let repair = plan.repair_metadata;
     println!("scrub summary");
     println!("  files:      {}", s.files);
     println!("  blocks:     {} verified", s.blocks);
@@ -216,10 +281,41 @@ fn print_summary(s: &Summary, repair: bool) {
             "  checksums rebuilt (changed behind the server's back or never computed): {}",
             s.rebuilt
         );
+    } else {
+        println!(
+            "  never checksummed: {}{}",
+            s.unchecked.len(),
+            if s.unchecked.is_empty() {
+                ""
+            } else if plan.allow_unchecked {
+                " (allowed by --allow-unchecked)"
+            } else {
+                " (exit status 3; `--repair-metadata` computes their checksums, \
+                 `--allow-unchecked` accepts them)"
+            }
+        );
+        for path in s.unchecked.iter().take(20) {
+            println!("    {}", path.display());
+        }
+        if s.unchecked.len() > 20 {
+            println!("    ... and {} more", s.unchecked.len() - 20);
+        }
+        for (export, with_data, unchecked) in &s.exports {
+            if *with_data > 0 && unchecked == with_data {
+                println!(
+                    "  none of the {with_data} files with data under {} has checksums in {}: \
+                     is {} the state directory of the server that exports it (its `state_dir`)? \
+                     Files written only locally have none until `--repair-metadata` computes them",
+                    export.display(),
+                    plan.state_dir.join("integrity").display(),
+                    plan.state_dir.display()
+                );
+            }
+        }
     }
     if !s.stale.is_empty() {
         println!(
-            "  not verified, changed behind the server's back or never checksummed ({}; \
+            "  not verified, changed behind the server's back ({}; \
              `--repair-metadata` rebuilds their checksums):",
             s.stale.len()
         );

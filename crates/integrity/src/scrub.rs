@@ -27,16 +27,23 @@ pub enum FileResult {
         /// Blocks whose data does not match their checksum.
         bad: Vec<Mismatch>,
     },
-    /// The file was changed behind the server's back (or its checksums
-    /// were never computed): not verified; rebuilt if asked.
+    /// The file was changed behind the server's back: not verified;
+    /// rebuilt if asked.
     Stale {
         /// Whether its checksums were rebuilt (`--repair-metadata`).
+        rebuilt: bool,
+    },
+    /// The file has data but no checksums at all (never written through
+    /// an integrity export, or the store is not the one its server keeps):
+    /// not verified; computed from its data if asked.
+    Unchecked {
+        /// Whether its checksums were computed (`--repair-metadata`).
         rebuilt: bool,
     },
 }
 
 /// Scrubs the file at `path` whose identity is `key`. With `repair`, a
-/// file changed behind the server's back (or never checksummed) gets its
+/// file changed behind the server's back, or never checksummed, gets its
 /// checksums rebuilt from its data. `progress` gets the bytes checked.
 pub fn scrub_file(
     store: &Arc<Store>,
@@ -46,12 +53,7 @@ pub fn scrub_file(
     progress: &mut dyn FnMut(u64),
 ) -> io::Result<FileResult> {
     let buffered = File::open(path)?;
-    let sums = if repair {
-        Some(store.open_file(key, buffered.as_fd())?)
-    } else {
-        store.open_existing(key, buffered.as_fd())?
-    };
-    let Some(sums) = sums else {
+    let Some(sums) = store.open_existing(key.clone(), buffered.as_fd())? else {
         // Never written through an integrity export and empty: nothing to
         // check; otherwise it has no checksums yet.
         let size = buffered.metadata()?.len();
@@ -61,8 +63,13 @@ pub fn scrub_file(
                 bad: Vec::new(),
             });
         }
+        if repair {
+            store
+                .open_file(key, buffered.as_fd())?
+                .rebuild(buffered.as_fd())?;
+        }
         progress(size);
-        return Ok(FileResult::Stale { rebuilt: false });
+        return Ok(FileResult::Unchecked { rebuilt: repair });
     };
     if sums.is_stale() {
         let size = buffered.metadata()?.len();

@@ -248,6 +248,13 @@ impl Store {
     /// MiB of memory for the checksums of 16 GiB of data).
     pub const DEFAULT_CACHE_PAGES: usize = 4096;
 
+    /// Whether `dir` holds a store ([`Store::open`] made it): `dionfs
+    /// scrub` refuses a directory that does not, rather than create an
+    /// empty store there and find nothing to check.
+    pub fn exists(dir: &Path) -> bool {
+        dir.join("files").is_dir()
+    }
+
     /// Opens (creating) the store in `dir`, locked against any other
     /// process; the regions its intent log names wait for
     /// [`Store::recover`].
