@@ -275,6 +275,28 @@ macro_rules! xdr_verf {
 
 pub(crate) use xdr_verf;
 
+/// How long a procedure's arguments can be, so that a server can refuse a
+/// longer call before reading it into memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArgsLimit {
+    /// The whole arguments are at most this many bytes.
+    Whole(usize),
+    /// A head of at most this many bytes, then a payload whose length
+    /// the head gives (WRITE): bounded by the server's transfer size, not
+    /// by the protocol, and received into a buffer of its own.
+    HeadThenPayload(usize),
+}
+
+impl ArgsLimit {
+    /// The bound of the whole arguments, if they are read whole.
+    pub const fn whole(self) -> Option<usize> {
+        match self {
+            ArgsLimit::Whole(n) => Some(n),
+            ArgsLimit::HeadThenPayload(_) => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,5 +23,5 @@ pub mod nsm;
 #[cfg(test)]
 mod test_util;
 
-pub use codec::{opaque_var_len, Void, MAX_LIST_ITEMS};
+pub use codec::{opaque_var_len, ArgsLimit, Void, MAX_LIST_ITEMS};
 pub mod portmap;

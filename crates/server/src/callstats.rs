@@ -8,41 +8,14 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::program::ProgramSummary;
+
 /// Upper bounds of the histogram's buckets, in microseconds (1-2-5 per
 /// decade, 10 µs to 10 s); past the last, `+Inf`.
 pub const BOUNDS_US: [u64; 19] = [
     10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000,
     500_000, 1_000_000, 2_000_000, 5_000_000, 10_000_000,
 ];
-
-const NFS_NAMES: [&str; 22] = [
-    "NULL",
-    "GETATTR",
-    "SETATTR",
-    "LOOKUP",
-    "ACCESS",
-    "READLINK",
-    "READ",
-    "WRITE",
-    "CREATE",
-    "MKDIR",
-    "SYMLINK",
-    "MKNOD",
-    "REMOVE",
-    "RMDIR",
-    "RENAME",
-    "LINK",
-    "READDIR",
-    "READDIRPLUS",
-    "FSSTAT",
-    "FSINFO",
-    "PATHCONF",
-    "COMMIT",
-];
-const MOUNT_NAMES: [&str; 6] = ["NULL", "MNT", "DUMP", "UMNT", "UMNTALL", "EXPORT"];
-
-const NFS_PROGRAM: u32 = 100_003;
-const MOUNT_PROGRAM: u32 = 100_005;
 
 #[derive(Default)]
 struct ProcStat {
@@ -52,29 +25,44 @@ struct ProcStat {
     buckets: [AtomicU64; BOUNDS_US.len() + 1],
 }
 
-/// The server's call statistics.
+/// The server's call statistics, per procedure of the programs counted
+/// ([`counted_programs`]).
 pub struct CallStats {
-    nfs: Vec<ProcStat>,
-    mount: Vec<ProcStat>,
+    programs: Vec<(ProgramSummary, Vec<ProcStat>)>,
 }
 
 impl Default for CallStats {
     fn default() -> Self {
-        CallStats {
-            nfs: NFS_NAMES.iter().map(|_| ProcStat::default()).collect(),
-            mount: MOUNT_NAMES.iter().map(|_| ProcStat::default()).collect(),
-        }
+        CallStats::new(counted_programs())
     }
 }
 
+/// The programs whose calls are counted, from their procedure tables.
+pub fn counted_programs() -> Vec<ProgramSummary> {
+    vec![
+        crate::nfs::PROGRAM.summary(),
+        crate::mount::PROGRAM.summary(),
+    ]
+}
+
 impl CallStats {
+    /// Statistics of `programs`' procedures, none counted yet.
+    pub fn new(programs: Vec<ProgramSummary>) -> CallStats {
+        let programs = programs
+            .into_iter()
+            .map(|p| {
+                let stats = p.names.iter().map(|_| ProcStat::default()).collect();
+                (p, stats)
+            })
+            .collect();
+        CallStats { programs }
+    }
+
     /// Counts one call of `proc_` of `prog` that took `took`. Other
     /// programs and unknown procedures are not counted.
     pub fn record(&self, prog: u32, proc_: u32, took: Duration) {
-        let table = match prog {
-            NFS_PROGRAM => &self.nfs,
-            MOUNT_PROGRAM => &self.mount,
-            _ => return,
+        let Some((_, table)) = self.programs.iter().find(|(p, _)| p.number == prog) else {
+            return;
         };
         let Some(stat) = table.get(proc_ as usize) else {
             return;
@@ -93,16 +81,14 @@ impl CallStats {
             out,
             "# HELP dionfs_call_seconds Time from the start of a call's execution to its reply, per program and procedure.\n# TYPE dionfs_call_seconds histogram"
         );
-        for (program, names, table) in [
-            ("nfs3", &NFS_NAMES[..], &self.nfs),
-            ("mount3", &MOUNT_NAMES[..], &self.mount),
-        ] {
+        for (program, table) in &self.programs {
+            let (label, names) = (program.label, &program.names);
             for (name, stat) in names.iter().zip(table) {
                 let count = stat.count.load(Ordering::Relaxed);
                 if count == 0 {
                     continue;
                 }
-                let labels = format!("program=\"{program}\",procedure=\"{name}\"");
+                let labels = format!("program=\"{label}\",procedure=\"{name}\"");
                 let mut cumulative = 0;
                 for (i, b) in stat.buckets.iter().enumerate() {
                     cumulative += b.load(Ordering::Relaxed);
@@ -217,8 +203,12 @@ pub fn parse(text: &str) -> Vec<ProcLine> {
 /// with service-time percentiles.
 pub fn table(lines: &[ProcLine]) -> String {
     let mut out = String::new();
-    for (program, title) in [("nfs3", "NFS v3"), ("mount3", "MOUNT v3")] {
-        let rows: Vec<_> = lines.iter().filter(|l| l.program == program).collect();
+    for program in counted_programs() {
+        let title = program.title;
+        let rows: Vec<_> = lines
+            .iter()
+            .filter(|l| l.program == program.label)
+            .collect();
         let total: u64 = rows.iter().map(|l| l.count).sum();
         let _ = writeln!(out, "{title} calls: {total} (time from execution to reply)");
         if rows.is_empty() {
@@ -260,6 +250,8 @@ fn human(seconds: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dionfs_proto::mount3::MOUNT_PROGRAM;
+    use dionfs_proto::nfs3::NFS_PROGRAM;
 
     #[test]
     fn record_render_parse_and_quantiles() {

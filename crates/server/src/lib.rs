@@ -12,6 +12,7 @@ pub mod net;
 pub mod nfs;
 pub mod nlm;
 pub mod portmap;
+pub mod program;
 pub mod reload;
 mod reply;
 pub mod rpcbind;

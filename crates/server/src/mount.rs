@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 
 use dionfs_proto::mount3::{
     DirPath, ExportNode, Exports, MountBody, MountList, MountName, MountProc3, MountRes3,
-    MountResOk, MountStat3,
+    MountResOk, MountStat3, MOUNT_PROGRAM, MOUNT_V3,
 };
 use dionfs_proto::nfs3::NfsFh3;
+use dionfs_proto::ArgsLimit;
 use dionfs_proto::Void;
 use dionfs_rpc::message::{AUTH_NONE, AUTH_SYS};
 use dionfs_rpc::{CallHeader, ReplyStatus};
@@ -21,6 +22,7 @@ use tracing::{error, warn};
 use crate::export::squash;
 use crate::log_budget::CLIENT_WARN_EVERY;
 use crate::net::{ConnInfo, Reply};
+use crate::program::{Io, Procedure, Program, ReplyCache};
 use crate::reply::{garbage_args, success};
 use crate::server::{self, Export, Server};
 use dionfs_dataplane::LogEvery;
@@ -137,6 +139,55 @@ fn canonical(root: &[u8], rest: &[u8]) -> Vec<u8> {
     path
 }
 
+/// What a MOUNT handler knows about its call.
+pub struct MountCtx<'a> {
+    pub server: &'a Server,
+    /// The exports served when the call was received.
+    pub exports: &'a server::Exports,
+    pub conn: &'a ConnInfo,
+    pub call: &'a CallHeader,
+}
+
+/// How a MOUNT procedure runs: its context and its encoded arguments.
+pub type Handler = for<'a, 'b> fn(&'a MountCtx<'b>, &'a [u8]) -> Reply;
+
+/// MOUNT version 3 (RFC 1813 Appendix I). Nothing is cached: MNT and
+/// UMNT answer the same when retransmitted (MNT hands out the same handle,
+/// UMNT of a path no longer listed is no error), and the mount list is
+/// advisory.
+pub static PROGRAM: Program<Handler> = Program {
+    label: "mount3",
+    title: "MOUNT v3",
+    number: MOUNT_PROGRAM,
+    version: MOUNT_V3,
+    procedures: &PROCEDURES,
+};
+
+static PROCEDURES: [Option<Procedure<Handler>>; 6] = [
+    proc_(MountProc3::Null, "NULL", |ctx, _| {
+        success(ctx.call.xid, &Void)
+    }),
+    proc_(MountProc3::Mnt, "MNT", mnt_call),
+    proc_(MountProc3::Dump, "DUMP", dump),
+    proc_(MountProc3::Umnt, "UMNT", umnt),
+    proc_(MountProc3::Umntall, "UMNTALL", umntall),
+    proc_(MountProc3::Export, "EXPORT", export_list),
+];
+
+const fn proc_(
+    number: MountProc3,
+    name: &'static str,
+    handler: Handler,
+) -> Option<Procedure<Handler>> {
+    Some(Procedure {
+        name,
+        args: ArgsLimit::Whole(number.max_args_len()),
+        cache: ReplyCache::No,
+        io: Io::None,
+        handler,
+    })
+}
+
 /// Runs one MOUNT v3 call against `exports` (those served when it was
 /// received).
 pub fn call(
@@ -146,65 +197,73 @@ pub fn call(
     call: &CallHeader,
     args: &[u8],
 ) -> Reply {
-    let xid = call.xid;
-    let client = conn.peer.ip();
-    let Some(proc_) = MountProc3::from_u32(call.proc_) else {
-        return Reply::status(xid, ReplyStatus::ProcUnavail);
+    let Some(procedure) = PROGRAM.procedure(call.proc_) else {
+        return Reply::status(call.xid, ReplyStatus::ProcUnavail);
     };
-    match proc_ {
-        MountProc3::Null => success(xid, &Void),
-        MountProc3::Mnt => {
-            let Ok(path) = DirPath::from_xdr(args) else {
-                return garbage_args(xid);
-            };
-            success(xid, &mnt(server, exports, call, conn, path.0))
-        }
-        MountProc3::Dump => {
-            let list = server
-                .mounts
-                .list()
-                .into_iter()
-                .map(|(host, dir)| MountBody {
-                    hostname: MountName(host.to_string().into_bytes()),
-                    directory: DirPath(dir),
-                })
-                .collect();
-            success(xid, &MountList(list))
-        }
-        MountProc3::Umnt => {
-            let Ok(path) = DirPath::from_xdr(args) else {
-                return garbage_args(xid);
-            };
-            // As MNT recorded it.
-            let entry = match export_of(exports, &path.0) {
-                Some((export, rest)) => {
-                    canonical(export.config.path.as_os_str().as_encoded_bytes(), rest)
-                }
-                None => path.0,
-            };
-            server.mounts.remove(client, &entry);
-            success(xid, &Void)
-        }
-        MountProc3::Umntall => {
-            server.mounts.remove_all(client);
-            success(xid, &Void)
-        }
-        MountProc3::Export => {
-            let nodes = exports
+    let ctx = MountCtx {
+        server,
+        exports,
+        conn,
+        call,
+    };
+    (procedure.handler)(&ctx, args)
+}
+
+fn mnt_call(ctx: &MountCtx, args: &[u8]) -> Reply {
+    let Ok(path) = DirPath::from_xdr(args) else {
+        return garbage_args(ctx.call.xid);
+    };
+    let res = mnt(ctx.server, ctx.exports, ctx.call, ctx.conn, path.0);
+    success(ctx.call.xid, &res)
+}
+
+fn dump(ctx: &MountCtx, _args: &[u8]) -> Reply {
+    let list = ctx
+        .server
+        .mounts
+        .list()
+        .into_iter()
+        .map(|(host, dir)| MountBody {
+            hostname: MountName(host.to_string().into_bytes()),
+            directory: DirPath(dir),
+        })
+        .collect();
+    success(ctx.call.xid, &MountList(list))
+}
+
+fn umnt(ctx: &MountCtx, args: &[u8]) -> Reply {
+    let Ok(path) = DirPath::from_xdr(args) else {
+        return garbage_args(ctx.call.xid);
+    };
+    // As MNT recorded it.
+    let entry = match export_of(ctx.exports, &path.0) {
+        Some((export, rest)) => canonical(export.config.path.as_os_str().as_encoded_bytes(), rest),
+        None => path.0,
+    };
+    ctx.server.mounts.remove(ctx.conn.peer.ip(), &entry);
+    success(ctx.call.xid, &Void)
+}
+
+fn umntall(ctx: &MountCtx, _args: &[u8]) -> Reply {
+    ctx.server.mounts.remove_all(ctx.conn.peer.ip());
+    success(ctx.call.xid, &Void)
+}
+
+fn export_list(ctx: &MountCtx, _args: &[u8]) -> Reply {
+    let nodes = ctx
+        .exports
+        .iter()
+        .map(|x| ExportNode {
+            dir: DirPath(x.config.path.as_os_str().as_encoded_bytes().to_vec()),
+            groups: x
+                .config
+                .clients
                 .iter()
-                .map(|x| ExportNode {
-                    dir: DirPath(x.config.path.as_os_str().as_encoded_bytes().to_vec()),
-                    groups: x
-                        .config
-                        .clients
-                        .iter()
-                        .map(|c| MountName(c.to_string().into_bytes()))
-                        .collect(),
-                })
-                .collect();
-            success(xid, &Exports(nodes))
-        }
-    }
+                .map(|c| MountName(c.to_string().into_bytes()))
+                .collect(),
+        })
+        .collect();
+    success(ctx.call.xid, &Exports(nodes))
 }
 
 /// The key [`Server::refused_mount_warnings`] files MNT calls for paths

@@ -12,6 +12,8 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
+use dionfs_proto::mount3::MOUNT_PROGRAM;
+use dionfs_proto::nfs3::NFS_PROGRAM;
 use dionfs_proto::portmap::{
     universal_addr, DumpResult, Mapping, Procedure, Rpcb, RpcbDump, RpcbProcedure, IPPROTO_TCP,
     IPPROTO_UDP, PROGRAM, RPCBIND_V3, RPCBIND_V4, VERSION,
@@ -21,11 +23,6 @@ use dionfs_xdr::{Decode, Encode, Encoder};
 use tokio::io::AsyncRead;
 
 use crate::net::{read_args, ConnInfo, Received, Reply, Service};
-
-/// The NFS program number (RFC 1813).
-const NFS_PROGRAM: u32 = 100_003;
-/// The MOUNT program number (RFC 1813 appendix I).
-const MOUNT_PROGRAM: u32 = 100_005;
 
 /// The mappings the port mapper reports.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -10,8 +10,9 @@ use std::time::Instant;
 use arc_swap::ArcSwap;
 use dionfs_dataplane::{DataConfig, DataPlane, IoRing, PooledBuf};
 use dionfs_fs::{handle, ExportFs, MacKey, MetadataSync, OpenFileCache};
-use dionfs_proto::mount3::{MountProc3, MOUNT_PROGRAM, MOUNT_V3};
-use dionfs_proto::nfs3::{NfsFh3, NfsProc3, ReadArgs, NFS_PROGRAM, NFS_V3};
+use dionfs_proto::mount3::{MOUNT_PROGRAM, MOUNT_V3};
+use dionfs_proto::nfs3::{NfsFh3, ReadArgs, NFS_PROGRAM, NFS_V3};
+use dionfs_proto::ArgsLimit;
 use dionfs_rpc::{AuthStat, CallHeader, Credential, RecordError, RecordReader, ReplyStatus};
 use dionfs_sys::cred::{with_creds, Creds};
 use dionfs_xdr::{Decode, Decoder};
@@ -24,6 +25,7 @@ use crate::log_budget::{ClientWarnings, CLIENT_WARN_EVERY};
 use crate::mount::MountTable;
 use crate::net::{read_args, CallStream, ConnInfo, NetCounters, Received, Reply, Service};
 use crate::nfs;
+use crate::program::Io;
 
 /// One export as served: its options, its file system, its data plane.
 /// A reload that changes only an export's options makes a new `Export`
@@ -456,14 +458,16 @@ impl Service for Server {
         }
         match (call.prog, call.vers) {
             (NFS_PROGRAM, NFS_V3) => {
-                let Some(proc_) = NfsProc3::from_u32(call.proc_) else {
+                let Some(procedure) = nfs::PROGRAM.procedure(call.proc_) else {
                     return proc_unavail(&call);
                 };
-                match proc_.max_args_len() {
+                match procedure.args {
                     // WRITE: the head is read exactly, the payload (at most
                     // max_transfer) straight into a data-plane buffer.
-                    None => nfs::data::receive_write(self, exports, conn, call, body).await,
-                    Some(max) => {
+                    ArgsLimit::HeadThenPayload(_) => {
+                        nfs::data::receive_write(self, exports, conn, call, body).await
+                    }
+                    ArgsLimit::Whole(max) => {
                         // A READ's buffer is taken in `prepare`, once its
                         // reply has room in the socket.
                         let args = read_args(body, max).await?;
@@ -477,10 +481,13 @@ impl Service for Server {
                 }
             }
             (MOUNT_PROGRAM, MOUNT_V3) => {
-                let Some(proc_) = MountProc3::from_u32(call.proc_) else {
+                let Some(max) = crate::mount::PROGRAM
+                    .procedure(call.proc_)
+                    .and_then(|p| p.args.whole())
+                else {
                     return proc_unavail(&call);
                 };
-                let args = read_args(body, proc_.max_args_len()).await?;
+                let args = read_args(body, max).await?;
                 Ok(Received::Run(Pending::Mount {
                     exports,
                     call,
@@ -508,13 +515,18 @@ impl Service for Server {
     /// a 6,000-entry directory in flight each, unread, took 480 MB (and both
     /// CPUs) before READDIRs reserved room too.
     fn reply_room(&self, pending: &Pending) -> usize {
-        match pending {
-            Pending::Nfs { call, args, .. } => match reply_count(call, args) {
-                Some(count) => (count as usize).min(self.max_args as usize) + READ_REPLY_OVERHEAD,
-                None => 0,
+        let Pending::Nfs { call, args, .. } = pending else {
+            return 0;
+        };
+        let count = match nfs_io(call) {
+            Io::Read { count } => count(args).unwrap_or(0),
+            Io::LargeReply { count } => match count(args) {
+                Some(n) => n,
+                None => return 0,
             },
-            _ => 0,
-        }
+            Io::None | Io::Write => return 0,
+        };
+        (count as usize).min(self.max_args as usize) + READ_REPLY_OVERHEAD
     }
 
     async fn prepare(&self, conn: &ConnInfo, pending: &mut Pending) {
@@ -525,7 +537,7 @@ impl Service for Server {
             read_buf,
         } = pending
         {
-            if is_read(call) {
+            if matches!(nfs_io(call), Io::Read { .. }) {
                 *read_buf = read_buffer(exports, conn, args).await;
             }
         }
@@ -542,8 +554,7 @@ impl Service for Server {
     /// buffer, bounded by the calls a connection may have in flight). A
     /// READ's count is in its arguments: see below.
     fn holds_buffer(&self, call: &CallHeader, args_len: Option<u32>) -> bool {
-        (call.prog, call.vers) == (NFS_PROGRAM, NFS_V3)
-            && NfsProc3::from_u32(call.proc_) == Some(NfsProc3::Write)
+        matches!(nfs_io(call), Io::Write)
             && args_len.is_none_or(|n| !dionfs_dataplane::is_small(n as usize))
     }
 
@@ -551,9 +562,12 @@ impl Service for Server {
     /// large pool buffer until its reply is out.
     fn holds_buffer_after_receive(&self, pending: &Pending) -> bool {
         match pending {
-            Pending::Nfs { call, args, .. } if is_read(call) => {
-                read_count(args).is_some_and(|n| !dionfs_dataplane::is_small(n as usize))
-            }
+            Pending::Nfs { call, args, .. } => match nfs_io(call) {
+                Io::Read { count } => {
+                    count(args).is_some_and(|n| !dionfs_dataplane::is_small(n as usize))
+                }
+                _ => false,
+            },
             _ => false,
         }
     }
@@ -662,7 +676,9 @@ impl Server {
                 call,
                 args,
                 ..
-            } if is_read(call) => nfs::data::read_may_use_ring(self, exports, args),
+            } if matches!(nfs_io(call), Io::Read { .. }) => {
+                nfs::data::read_may_use_ring(self, exports, args)
+            }
             _ => false,
         }
     }
@@ -704,43 +720,13 @@ pub(crate) fn data_config(settings: &ServerSettings, x: &ExportConfig) -> DataCo
 /// Room for a READ reply's RPC and NFS headers and post-op attributes.
 const READ_REPLY_OVERHEAD: usize = 512;
 
-/// A READ's count, read from its encoded arguments without decoding (and
-/// copying) the file handle: asked twice per READ before it runs.
-fn read_count(args: &[u8]) -> Option<u32> {
-    let mut dec = Decoder::new(args);
-    dec.opaque_var(dionfs_proto::nfs3::NFS3_FHSIZE as u32)
-        .ok()?;
-    dec.u64().ok()?;
-    dec.u32().ok()
-}
-
-/// How many bytes the reply of a READ (`count`), READDIR (`count`) or
-/// READDIRPLUS (`maxcount`) may take, read from its encoded arguments; `None`
-/// for other calls (small replies).
-fn reply_count(call: &CallHeader, args: &[u8]) -> Option<u32> {
+/// What an NFSv3 call's procedure needs of the connection (its table
+/// entry's [`Io`]); `Io::None` for other programs and unknown procedures.
+fn nfs_io(call: &CallHeader) -> Io {
     if (call.prog, call.vers) != (NFS_PROGRAM, NFS_V3) {
-        return None;
+        return Io::None;
     }
-    let dir_args = || {
-        let mut dec = Decoder::new(args);
-        dec.opaque_var(dionfs_proto::nfs3::NFS3_FHSIZE as u32)
-            .ok()?;
-        dec.u64().ok()?; // cookie
-        dec.u64().ok()?; // cookie verifier
-        Some(dec)
-    };
-    match call.proc_ {
-        p if p == NfsProc3::Read as u32 => Some(read_count(args).unwrap_or(0)),
-        p if p == NfsProc3::Readdir as u32 => dir_args()?.u32().ok(),
-        p if p == NfsProc3::Readdirplus as u32 => {
-            let mut dec = dir_args()?;
-            dec.u32().ok()?; // dircount
-            dec.u32().ok()
-        }
-        _ => None,
-    }
-}
-
-fn is_read(call: &CallHeader) -> bool {
-    (call.prog, call.vers, call.proc_) == (NFS_PROGRAM, NFS_V3, NfsProc3::Read as u32)
+    nfs::PROGRAM
+        .procedure(call.proc_)
+        .map_or(Io::None, |p| p.io)
 }

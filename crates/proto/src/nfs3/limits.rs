@@ -6,14 +6,17 @@
 //! [`NFS3_FHSIZE`] bytes, names of [`NFS3_MAX_NAME_LEN`], a symlink target
 //! of [`NFS3_MAX_PATH_LEN`], and the longest arm of every union. A call
 //! longer than that cannot decode into anything but trailing garbage.
-//! WRITE has no limit here: its payload is received in phases, bounded by
-//! the server's maximum transfer size.
+//! WRITE's limit is for its head only ([`ArgsLimit::HeadThenPayload`]): its
+//! payload is received in phases into a buffer of its own, bounded by the
+//! server's maximum transfer size.
 
 use crate::codec::opaque_var_len;
+use crate::nfs3::data::write_head_len;
 use crate::nfs3::types::{
     NfsProc3, NFS3_COOKIEVERFSIZE, NFS3_CREATEVERFSIZE, NFS3_FHSIZE, NFS3_MAX_NAME_LEN,
     NFS3_MAX_PATH_LEN,
 };
+use crate::ArgsLimit;
 
 /// An XDR unsigned int, enum or bool.
 const WORD: usize = 4;
@@ -49,10 +52,9 @@ const fn max(a: usize, b: usize) -> usize {
 
 impl NfsProc3 {
     /// The longest XDR encoding of this procedure's arguments, in bytes
-    /// (see the module documentation); `None` for WRITE, whose payload is
-    /// bounded by the server's transfer size instead.
-    pub const fn max_args_len(self) -> Option<usize> {
-        Some(match self {
+    /// (see the module documentation): for WRITE, of its head.
+    pub const fn max_args_len(self) -> ArgsLimit {
+        ArgsLimit::Whole(match self {
             NfsProc3::Null => 0,
             NfsProc3::Getattr
             | NfsProc3::Readlink
@@ -63,7 +65,7 @@ impl NfsProc3 {
             NfsProc3::Lookup | NfsProc3::Remove | NfsProc3::Rmdir => DIROPARGS,
             NfsProc3::Access => FH + WORD,
             NfsProc3::Read | NfsProc3::Commit => FH + HYPER + WORD,
-            NfsProc3::Write => return None,
+            NfsProc3::Write => return ArgsLimit::HeadThenPayload(write_head_len(NFS3_FHSIZE)),
             NfsProc3::Create => DIROPARGS + CREATEHOW,
             NfsProc3::Mkdir => DIROPARGS + SATTR,
             NfsProc3::Symlink => DIROPARGS + SYMLINKDATA,
@@ -81,6 +83,7 @@ mod tests {
     use dionfs_xdr::{Decode, Encode};
 
     use crate::nfs3::*;
+    use crate::ArgsLimit;
 
     fn fh() -> NfsFh3 {
         NfsFh3::new(vec![0xfe; NFS3_FHSIZE]).unwrap()
@@ -208,7 +211,7 @@ mod tests {
     #[test]
     fn each_limit_is_the_largest_encoding_of_its_arguments() {
         for &p in NfsProc3::ALL {
-            let Some(max) = p.max_args_len() else {
+            let Some(max) = p.max_args_len().whole() else {
                 assert_eq!(p, NfsProc3::Write);
                 continue;
             };
@@ -229,11 +232,18 @@ mod tests {
 
     #[test]
     fn the_limits_are_a_few_kib() {
-        assert_eq!(NfsProc3::Getattr.max_args_len(), Some(68));
-        assert_eq!(NfsProc3::Lookup.max_args_len(), Some(68 + 1028));
-        assert_eq!(NfsProc3::Rename.max_args_len(), Some(2 * 1096));
-        assert_eq!(NfsProc3::Symlink.max_args_len(), Some(1096 + 60 + 4100));
-        let largest = NfsProc3::ALL.iter().filter_map(|p| p.max_args_len()).max();
-        assert_eq!(largest, NfsProc3::Symlink.max_args_len());
+        let whole = |p: NfsProc3| p.max_args_len().whole();
+        assert_eq!(whole(NfsProc3::Getattr), Some(68));
+        assert_eq!(whole(NfsProc3::Lookup), Some(68 + 1028));
+        assert_eq!(whole(NfsProc3::Rename), Some(2 * 1096));
+        assert_eq!(whole(NfsProc3::Symlink), Some(1096 + 60 + 4100));
+        let largest = NfsProc3::ALL.iter().filter_map(|&p| whole(p)).max();
+        assert_eq!(largest, whole(NfsProc3::Symlink));
+        // WRITE's head with the largest handle (4 + 64), offset, count,
+        // stable and the data's length.
+        assert_eq!(
+            NfsProc3::Write.max_args_len(),
+            ArgsLimit::HeadThenPayload(88)
+        );
     }
 }

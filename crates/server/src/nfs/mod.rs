@@ -1,6 +1,8 @@
 //! NFS version 3 (RFC 1813): one function per procedure, grouped by kind in
 //! `attrs` (attributes and file systems), `dirs` (names and directories) and
-//! `data` (READ, WRITE, COMMIT). The dispatch table is [`call`].
+//! `data` (READ, WRITE, COMMIT). The procedure table is [`PROGRAM`]:
+//! each procedure's name, argument bound, reply-cache policy, buffers and
+//! handler, in one place.
 //!
 //! Handlers run on a blocking thread as root; the file-system work a client
 //! asks for runs under its squashed credentials through [`Ctx::as_user`], so
@@ -17,7 +19,7 @@ use std::sync::Arc;
 
 use dionfs_dataplane::PooledBuf;
 use dionfs_fs::{handle, FsError, Node};
-use dionfs_proto::nfs3::{NfsFh3, NfsProc3, NfsStat3};
+use dionfs_proto::nfs3::{NfsFh3, NfsProc3, NfsStat3, NFS3_FHSIZE, NFS_PROGRAM, NFS_V3};
 use dionfs_proto::Void;
 use dionfs_rpc::{CallHeader, ReplyStatus};
 use dionfs_sys::cred::{with_creds, Creds};
@@ -28,6 +30,7 @@ use crate::drc::{hash_args, DrcKey, Lookup};
 use crate::export::squash;
 use crate::log_budget::CLIENT_WARN_EVERY;
 use crate::net::{ConnInfo, Reply};
+use crate::program::{Io, Procedure, Program, ReplyCache};
 use crate::reply::{garbage_args, success};
 use crate::server::{Export, Exports, Server};
 
@@ -119,21 +122,247 @@ impl<'a> Ctx<'a> {
     }
 }
 
-/// Procedures that change state and must not run twice when a client
-/// retransmits (knfsd caches the same set, RC_REPLBUFF/RC_REPLSTAT).
-fn is_non_idempotent(p: NfsProc3) -> bool {
-    matches!(
-        p,
-        NfsProc3::Setattr
-            | NfsProc3::Create
-            | NfsProc3::Mkdir
-            | NfsProc3::Symlink
-            | NfsProc3::Mknod
-            | NfsProc3::Remove
-            | NfsProc3::Rmdir
-            | NfsProc3::Rename
-            | NfsProc3::Link
-    )
+/// How an NFSv3 procedure other than WRITE runs (on a blocking thread, or
+/// for a READ first as a task): its context, its encoded arguments, and
+/// the buffer a READ was given while it was received.
+pub type Handler = for<'a, 'b> fn(&'a Ctx<'b>, &'a [u8], Option<PooledBuf>) -> Reply;
+
+/// NFS version 3 (RFC 1813 section 3.3), as knfsd's `nfsd_procedures3`.
+///
+/// The reply cache keeps what knfsd keeps for the procedures that change
+/// names or attributes (`RC_REPLSTAT`, `RC_REPLBUFF`), so that a
+/// retransmitted REMOVE that succeeded is not answered NOENT. WRITE is not
+/// cached, where knfsd caches it (`RC_REPLBUFF`): a WRITE run twice writes
+/// the same bytes at the same offset and answers the same, a cache entry
+/// would have to hash up to a megabyte of payload per WRITE to tell a
+/// retransmission from a new WRITE with a reused xid (knfsd hashes only
+/// the first 256 bytes, and so can answer a new WRITE with an old reply),
+/// and the client's COMMIT verifier already catches a WRITE lost to a
+/// restart.
+pub static PROGRAM: Program<Handler> = Program {
+    label: "nfs3",
+    title: "NFS v3",
+    number: NFS_PROGRAM,
+    version: NFS_V3,
+    procedures: &PROCEDURES,
+};
+
+/// Procedures by number; `proc_` builds each from its [`NfsProc3`] so the
+/// argument bound cannot differ from the codec's.
+static PROCEDURES: [Option<Procedure<Handler>>; 22] = [
+    proc_(
+        NfsProc3::Null,
+        "NULL",
+        ReplyCache::No,
+        Io::None,
+        |ctx, _, _| success(ctx.call.xid, &Void),
+    ),
+    proc_(
+        NfsProc3::Getattr,
+        "GETATTR",
+        ReplyCache::No,
+        Io::None,
+        |ctx, args, _| run(ctx, args, attrs::getattr),
+    ),
+    proc_(
+        NfsProc3::Setattr,
+        "SETATTR",
+        ReplyCache::Yes,
+        Io::None,
+        |ctx, args, _| run(ctx, args, attrs::setattr),
+    ),
+    proc_(
+        NfsProc3::Lookup,
+        "LOOKUP",
+        ReplyCache::No,
+        Io::None,
+        |ctx, args, _| run(ctx, args, dirs::lookup),
+    ),
+    proc_(
+        NfsProc3::Access,
+        "ACCESS",
+        ReplyCache::No,
+        Io::None,
+        |ctx, args, _| run(ctx, args, attrs::access),
+    ),
+    proc_(
+        NfsProc3::Readlink,
+        "READLINK",
+        ReplyCache::No,
+        Io::None,
+        |ctx, args, _| run(ctx, args, attrs::readlink),
+    ),
+    proc_(
+        NfsProc3::Read,
+        "READ",
+        ReplyCache::No,
+        Io::Read { count: read_count },
+        |ctx, args, buf| {
+            decode(args).map_or_else(|| garbage_args(ctx.call.xid), |a| data::read(ctx, a, buf))
+        },
+    ),
+    // Received by `data::receive_write` and run by `data::write`: never
+    // dispatched here.
+    proc_(
+        NfsProc3::Write,
+        "WRITE",
+        ReplyCache::No,
+        Io::Write,
+        |ctx, _, _| Reply::status(ctx.call.xid, ReplyStatus::SystemErr),
+    ),
+    proc_(
+        NfsProc3::Create,
+        "CREATE",
+        ReplyCache::Yes,
+        Io::None,
+        |ctx, args, _| run(ctx, args, dirs::create),
+    ),
+    proc_(
+        NfsProc3::Mkdir,
+        "MKDIR",
+        ReplyCache::Yes,
+        Io::None,
+        |ctx, args, _| run(ctx, args, dirs::mkdir),
+    ),
+    proc_(
+        NfsProc3::Symlink,
+        "SYMLINK",
+        ReplyCache::Yes,
+        Io::None,
+        |ctx, args, _| run(ctx, args, dirs::symlink),
+    ),
+    proc_(
+        NfsProc3::Mknod,
+        "MKNOD",
+        ReplyCache::Yes,
+        Io::None,
+        |ctx, args, _| run(ctx, args, dirs::mknod),
+    ),
+    proc_(
+        NfsProc3::Remove,
+        "REMOVE",
+        ReplyCache::Yes,
+        Io::None,
+        |ctx, args, _| run(ctx, args, dirs::remove),
+    ),
+    proc_(
+        NfsProc3::Rmdir,
+        "RMDIR",
+        ReplyCache::Yes,
+        Io::None,
+        |ctx, args, _| run(ctx, args, dirs::rmdir),
+    ),
+    proc_(
+        NfsProc3::Rename,
+        "RENAME",
+        ReplyCache::Yes,
+        Io::None,
+        |ctx, args, _| run(ctx, args, dirs::rename),
+    ),
+    proc_(
+        NfsProc3::Link,
+        "LINK",
+        ReplyCache::Yes,
+        Io::None,
+        |ctx, args, _| run(ctx, args, dirs::link),
+    ),
+    proc_(
+        NfsProc3::Readdir,
+        "READDIR",
+        ReplyCache::No,
+        Io::LargeReply {
+            count: readdir_count,
+        },
+        |ctx, args, _| {
+            decode(args).map_or_else(|| garbage_args(ctx.call.xid), |a| dirs::readdir(ctx, a))
+        },
+    ),
+    proc_(
+        NfsProc3::Readdirplus,
+        "READDIRPLUS",
+        ReplyCache::No,
+        Io::LargeReply {
+            count: readdirplus_count,
+        },
+        |ctx, args, _| {
+            decode(args).map_or_else(|| garbage_args(ctx.call.xid), |a| dirs::readdirplus(ctx, a))
+        },
+    ),
+    proc_(
+        NfsProc3::Fsstat,
+        "FSSTAT",
+        ReplyCache::No,
+        Io::None,
+        |ctx, args, _| run(ctx, args, attrs::fsstat),
+    ),
+    proc_(
+        NfsProc3::Fsinfo,
+        "FSINFO",
+        ReplyCache::No,
+        Io::None,
+        |ctx, args, _| run(ctx, args, attrs::fsinfo),
+    ),
+    proc_(
+        NfsProc3::Pathconf,
+        "PATHCONF",
+        ReplyCache::No,
+        Io::None,
+        |ctx, args, _| run(ctx, args, attrs::pathconf),
+    ),
+    proc_(
+        NfsProc3::Commit,
+        "COMMIT",
+        ReplyCache::No,
+        Io::None,
+        |ctx, args, _| run(ctx, args, data::commit),
+    ),
+];
+
+const fn proc_(
+    number: NfsProc3,
+    name: &'static str,
+    cache: ReplyCache,
+    io: Io,
+    handler: Handler,
+) -> Option<Procedure<Handler>> {
+    Some(Procedure {
+        name,
+        args: number.max_args_len(),
+        cache,
+        io,
+        handler,
+    })
+}
+
+/// A READ's count, read from its encoded arguments without decoding (and
+/// copying) the file handle: asked twice per READ before it runs.
+fn read_count(args: &[u8]) -> Option<u32> {
+    let mut dec = Decoder::new(args);
+    dec.opaque_var(NFS3_FHSIZE as u32).ok()?;
+    dec.u64().ok()?;
+    dec.u32().ok()
+}
+
+/// A READDIR's or READDIRPLUS's arguments up to the counts: the directory,
+/// the cookie and its verifier, skipped.
+fn past_cookie(args: &[u8]) -> Option<Decoder<'_>> {
+    let mut dec = Decoder::new(args);
+    dec.opaque_var(NFS3_FHSIZE as u32).ok()?;
+    dec.u64().ok()?; // cookie
+    dec.u64().ok()?; // cookie verifier
+    Some(dec)
+}
+
+/// A READDIR's `count`.
+fn readdir_count(args: &[u8]) -> Option<u32> {
+    past_cookie(args)?.u32().ok()
+}
+
+/// A READDIRPLUS's `maxcount` (after `dircount`).
+fn readdirplus_count(args: &[u8]) -> Option<u32> {
+    let mut dec = past_cookie(args)?;
+    dec.u32().ok()?; // dircount
+    dec.u32().ok()
 }
 
 /// Runs one NFSv3 call other than WRITE (blocking). `None` means "send
@@ -147,7 +376,7 @@ pub fn call(
     args: &[u8],
     read_buf: Option<PooledBuf>,
 ) -> Option<Reply> {
-    let Some(proc_) = NfsProc3::from_u32(call.proc_) else {
+    let Some(procedure) = PROGRAM.procedure(call.proc_) else {
         return Some(Reply::status(call.xid, ReplyStatus::ProcUnavail));
     };
     let ctx = Ctx {
@@ -156,8 +385,8 @@ pub fn call(
         conn,
         call,
     };
-    if !is_non_idempotent(proc_) {
-        return Some(dispatch(&ctx, proc_, args, read_buf));
+    if procedure.cache == ReplyCache::No {
+        return Some((procedure.handler)(&ctx, args, read_buf));
     }
     let key = DrcKey {
         xid: call.xid,
@@ -171,46 +400,10 @@ pub fn call(
         Lookup::InProgress => None,
         Lookup::Replay(bytes) => Some(Reply::new(bytes.to_vec())),
         Lookup::New => {
-            let reply = dispatch(&ctx, proc_, args, None);
+            let reply = (procedure.handler)(&ctx, args, None);
             server.drc.complete(key, Arc::new(reply.header.clone()));
             Some(reply)
         }
-    }
-}
-
-/// The dispatch table.
-fn dispatch(ctx: &Ctx, proc_: NfsProc3, args: &[u8], read_buf: Option<PooledBuf>) -> Reply {
-    let xid = ctx.call.xid;
-    match proc_ {
-        NfsProc3::Null => success(xid, &Void),
-        NfsProc3::Getattr => run(xid, args, |a| attrs::getattr(ctx, a)),
-        NfsProc3::Setattr => run(xid, args, |a| attrs::setattr(ctx, a)),
-        NfsProc3::Lookup => run(xid, args, |a| dirs::lookup(ctx, a)),
-        NfsProc3::Access => run(xid, args, |a| attrs::access(ctx, a)),
-        NfsProc3::Readlink => run(xid, args, |a| attrs::readlink(ctx, a)),
-        NfsProc3::Read => {
-            decode(args).map_or_else(|| garbage_args(xid), |a| data::read(ctx, a, read_buf))
-        }
-        // WRITE is received by `data::receive_write` and never reaches here.
-        NfsProc3::Write => Reply::status(xid, ReplyStatus::SystemErr),
-        NfsProc3::Create => run(xid, args, |a| dirs::create(ctx, a)),
-        NfsProc3::Mkdir => run(xid, args, |a| dirs::mkdir(ctx, a)),
-        NfsProc3::Symlink => run(xid, args, |a| dirs::symlink(ctx, a)),
-        NfsProc3::Mknod => run(xid, args, |a| dirs::mknod(ctx, a)),
-        NfsProc3::Remove => run(xid, args, |a| dirs::remove(ctx, a)),
-        NfsProc3::Rmdir => run(xid, args, |a| dirs::rmdir(ctx, a)),
-        NfsProc3::Rename => run(xid, args, |a| dirs::rename(ctx, a)),
-        NfsProc3::Link => run(xid, args, |a| dirs::link(ctx, a)),
-        NfsProc3::Readdir => {
-            decode(args).map_or_else(|| garbage_args(xid), |a| dirs::readdir(ctx, a))
-        }
-        NfsProc3::Readdirplus => {
-            decode(args).map_or_else(|| garbage_args(xid), |a| dirs::readdirplus(ctx, a))
-        }
-        NfsProc3::Fsstat => run(xid, args, |a| attrs::fsstat(ctx, a)),
-        NfsProc3::Fsinfo => run(xid, args, |a| attrs::fsinfo(ctx, a)),
-        NfsProc3::Pathconf => run(xid, args, |a| attrs::pathconf(ctx, a)),
-        NfsProc3::Commit => run(xid, args, |a| data::commit(ctx, a)),
     }
 }
 
@@ -221,9 +414,58 @@ fn decode<'a, A: Decode<'a>>(args: &'a [u8]) -> Option<A> {
 
 /// Decodes `args`, runs the handler, encodes its result; GARBAGE_ARGS when
 /// the arguments do not decode.
-fn run<'a, A: Decode<'a>, R: Encode>(xid: u32, args: &'a [u8], f: impl FnOnce(A) -> R) -> Reply {
+fn run<'a, A: Decode<'a>, R: Encode>(
+    ctx: &Ctx,
+    args: &'a [u8],
+    f: impl FnOnce(&Ctx, A) -> R,
+) -> Reply {
     match decode(args) {
-        Some(a) => success(xid, &f(a)),
-        None => garbage_args(xid),
+        Some(a) => success(ctx.call.xid, &f(ctx, a)),
+        None => garbage_args(ctx.call.xid),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_is_in_procedure_order_with_the_codecs_bounds() {
+        assert_eq!(PROCEDURES.len(), NfsProc3::ALL.len());
+        for &p in NfsProc3::ALL {
+            let entry = PROGRAM.procedure(p as u32).unwrap();
+            assert_eq!(entry.name, format!("{p:?}").to_uppercase(), "{p:?}");
+            assert_eq!(entry.args, p.max_args_len(), "{p:?}");
+        }
+        assert!(PROGRAM.procedure(22).is_none());
+    }
+
+    #[test]
+    fn counts_are_read_without_decoding_the_arguments() {
+        use dionfs_proto::nfs3::{CookieVerf3, ReadArgs, ReaddirArgs, ReaddirplusArgs};
+        use dionfs_xdr::Encode;
+        let fh = NfsFh3::new(vec![7; 40]).unwrap();
+        let read = ReadArgs {
+            file: fh.clone(),
+            offset: 9,
+            count: 4096,
+        };
+        assert_eq!(read_count(&read.to_xdr()), Some(4096));
+        let readdir = ReaddirArgs {
+            dir: fh.clone(),
+            cookie: 1,
+            cookieverf: CookieVerf3::default(),
+            count: 8192,
+        };
+        assert_eq!(readdir_count(&readdir.to_xdr()), Some(8192));
+        let plus = ReaddirplusArgs {
+            dir: fh,
+            cookie: 1,
+            cookieverf: CookieVerf3::default(),
+            dircount: 512,
+            maxcount: 32768,
+        };
+        assert_eq!(readdirplus_count(&plus.to_xdr()), Some(32768));
+        assert_eq!(read_count(&[0, 0, 0, 200]), None);
     }
 }

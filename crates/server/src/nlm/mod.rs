@@ -20,6 +20,7 @@
 //! lock table.
 
 pub mod client;
+pub mod procedures;
 pub mod state;
 pub mod table;
 
@@ -32,11 +33,10 @@ use std::time::{Duration, Instant};
 use dionfs_dataplane::LogEvery;
 use dionfs_proto::nfs3::NfsFh3;
 use dionfs_proto::nlm4::{
-    Fsh4Access, Fsh4Mode, NetObj, Nlm4CancArgs, Nlm4Holder, Nlm4LockArgs, Nlm4Notify, Nlm4Res,
-    Nlm4ShareArgs, Nlm4ShareRes, Nlm4Stat, Nlm4TestArgs, Nlm4TestRes, Nlm4UnlockArgs, NlmProc4,
-    NLM_PROGRAM, NLM_V4,
+    Fsh4Access, Fsh4Mode, NetObj, Nlm4CancArgs, Nlm4Holder, Nlm4LockArgs, Nlm4Res, Nlm4ShareArgs,
+    Nlm4Stat, Nlm4TestArgs, Nlm4TestRes, Nlm4UnlockArgs, NlmProc4, NLM_PROGRAM, NLM_V4,
 };
-use dionfs_proto::nsm::{NsmProc, SmRes, SmStatRes, StatChge, NSM_PROGRAM, NSM_V1};
+use dionfs_proto::nsm::{NsmProc, StatChge, NSM_PROGRAM, NSM_V1};
 use dionfs_proto::Void;
 use dionfs_rpc::{CallHeader, RecordError, RecordReader, ReplyStatus};
 use dionfs_xdr::{Decode, Encode};
@@ -46,7 +46,7 @@ use tracing::{debug, info, warn};
 
 use crate::export::{squash, Access};
 use crate::net::{read_args, CallStream, ConnInfo, Received, Reply, Service};
-use crate::reply::{garbage_args, success};
+use crate::reply::success;
 use crate::server::{Export, Server};
 use client::Peer;
 use state::{Monitored, NsmState};
@@ -316,18 +316,15 @@ impl Service for LockService {
                 return status(ReplyStatus::ProcUnavail);
             }
         }
-        let max = match (call.prog, call.vers) {
-            (NLM_PROGRAM, NLM_V4) => match NlmProc4::from_u32(call.proc_) {
-                Some(p) => p.max_args_len(),
-                None => return status(ReplyStatus::ProcUnavail),
-            },
-            (NSM_PROGRAM, NSM_V1) => match NsmProc::from_u32(call.proc_) {
-                Some(p) => p.max_args_len(),
-                None => return status(ReplyStatus::ProcUnavail),
-            },
+        let args = match (call.prog, call.vers) {
+            (NLM_PROGRAM, NLM_V4) => procedures::NLM.procedure(call.proc_).map(|p| p.args),
+            (NSM_PROGRAM, NSM_V1) => procedures::NSM.procedure(call.proc_).map(|p| p.args),
             (NLM_PROGRAM, _) => return Ok(Received::Reply(Reply::only_version(call.xid, NLM_V4))),
             (NSM_PROGRAM, _) => return Ok(Received::Reply(Reply::only_version(call.xid, NSM_V1))),
             _ => return status(ReplyStatus::ProgUnavail),
+        };
+        let Some(max) = args.and_then(|a| a.whole()) else {
+            return status(ReplyStatus::ProcUnavail);
         };
         let args = read_args(body, max).await?;
         Ok(Received::Run(Pending { call, args }))
@@ -345,94 +342,28 @@ impl Service for LockService {
 
     async fn execute(self: Arc<Self>, conn: Arc<ConnInfo>, pending: Pending) -> Option<Reply> {
         let Pending { call, args } = pending;
+        let c = procedures::LockCall {
+            conn: &conn,
+            call: &call,
+        };
+        let unavailable = || Reply::status(call.xid, ReplyStatus::ProcUnavail);
         Some(match call.prog {
-            NLM_PROGRAM => self.nlm(&conn, &call, &args),
-            _ => self.nsm_call(&conn, &call, &args),
+            NLM_PROGRAM => match (
+                procedures::NLM.procedure(call.proc_),
+                NlmProc4::from_u32(call.proc_),
+            ) {
+                (Some(p), Some(proc_)) => (p.handler)(&self, &c, proc_, &args),
+                _ => unavailable(),
+            },
+            _ => match procedures::NSM.procedure(call.proc_) {
+                Some(p) => (p.handler)(&self, &c, &args),
+                None => unavailable(),
+            },
         })
     }
 }
 
-/// Decodes `args` as `T`, or answers GARBAGE_ARGS.
-macro_rules! decode_or_garbage {
-    ($ty:ty, $args:expr, $xid:expr) => {
-        match <$ty>::from_xdr($args) {
-            Ok(v) => v,
-            Err(_) => return garbage_args($xid),
-        }
-    };
-}
-
 impl LockService {
-    fn nlm(&self, conn: &ConnInfo, call: &CallHeader, args: &[u8]) -> Reply {
-        let xid = call.xid;
-        let Some(proc_) = NlmProc4::from_u32(call.proc_) else {
-            return Reply::status(xid, ReplyStatus::ProcUnavail);
-        };
-        let peer = Peer {
-            client: conn.peer.ip(),
-            local: conn.local.ip(),
-        };
-        let res = |cookie, stat| Nlm4Res { cookie, stat };
-        use NlmProc4::*;
-        match proc_ {
-            Null => success(xid, &Void),
-            Test | TestMsg => {
-                let a = decode_or_garbage!(Nlm4TestArgs, args, xid);
-                let tested = self.test(conn, call, &a);
-                self.answer(xid, proc_, TestRes, peer, &tested)
-            }
-            Lock | LockMsg | NmLock => {
-                let a = decode_or_garbage!(Nlm4LockArgs, args, xid);
-                let stat = self.lock(conn, call, &a, proc_ != NmLock);
-                self.answer(xid, proc_, LockRes, peer, &res(a.cookie, stat))
-            }
-            Cancel | CancelMsg => {
-                let a = decode_or_garbage!(Nlm4CancArgs, args, xid);
-                let stat = self.cancel(conn, &a);
-                self.answer(xid, proc_, CancelRes, peer, &res(a.cookie, stat))
-            }
-            Unlock | UnlockMsg => {
-                let a = decode_or_garbage!(Nlm4UnlockArgs, args, xid);
-                let stat = self.unlock(conn, &a);
-                self.answer(xid, proc_, UnlockRes, peer, &res(a.cookie, stat))
-            }
-            // Callbacks are the server's to make, not to receive.
-            Granted | GrantedMsg => {
-                let a = decode_or_garbage!(Nlm4TestArgs, args, xid);
-                let denied = res(a.cookie, Nlm4Stat::Denied);
-                self.answer(xid, proc_, GrantedRes, peer, &denied)
-            }
-            // Answers to `_MSG` calls this server never makes.
-            TestRes | LockRes | CancelRes | UnlockRes | GrantedRes => success(xid, &Void),
-            Share | Unshare => {
-                let a = decode_or_garbage!(Nlm4ShareArgs, args, xid);
-                let stat = self.share(conn, &a, proc_ == Share);
-                success(
-                    xid,
-                    &Nlm4ShareRes {
-                        cookie: a.cookie,
-                        stat,
-                        sequence: 0,
-                    },
-                )
-            }
-            FreeAll => {
-                let a = decode_or_garbage!(Nlm4Notify, args, xid);
-                let name = a.name.0;
-                let ip = conn.peer.ip();
-                info!(client = %ip, name = %String::from_utf8_lossy(&name),
-                    "NLM FREE_ALL: dropping the client's locks");
-                // Only the caller's own: the name is the caller's word, its
-                // address is not (knfsd looks the host up by both).
-                self.drop_hosts(
-                    |h| h.ip == ip && h.name == name,
-                    |m| m.client == ip && m.name == name,
-                );
-                success(xid, &Void)
-            }
-        }
-    }
-
     /// The reply to a synchronous procedure (the results), or to a `_MSG`
     /// one (nothing; the results go back as the `res` call).
     fn answer<T: Encode>(
@@ -903,76 +834,6 @@ impl LockService {
             .is_some_and(|a| Arc::ptr_eq(a, &g.answered))
         {
             granting.remove(&key);
-        }
-    }
-
-    /// NSM: the server's own statd.
-    fn nsm_call(&self, conn: &ConnInfo, call: &CallHeader, args: &[u8]) -> Reply {
-        let xid = call.xid;
-        let Some(proc_) = NsmProc::from_u32(call.proc_) else {
-            return Reply::status(xid, ReplyStatus::ProcUnavail);
-        };
-        let state = self.nsm.number;
-        match proc_ {
-            NsmProc::Null | NsmProc::SimuCrash => success(xid, &Void),
-            NsmProc::Stat => success(
-                xid,
-                &SmStatRes {
-                    res_stat: SmRes::Succ,
-                    state,
-                },
-            ),
-            // Monitoring is the lock service's own business: no other lock
-            // manager on this host may use this statd.
-            NsmProc::Mon => success(
-                xid,
-                &SmStatRes {
-                    res_stat: SmRes::Fail,
-                    state,
-                },
-            ),
-            NsmProc::Unmon | NsmProc::UnmonAll => success(xid, &state),
-            NsmProc::Notify => {
-                let a = decode_or_garbage!(StatChge, args, xid);
-                let name = a.mon_name.0;
-                let ip = conn.peer.ip();
-                // A client may drop only the locks it took from the address
-                // it notifies from (as rpc.statd matches both the name and
-                // the sender): anyone who can reach the port could otherwise
-                // free another client's locks by naming it. The locks under
-                // that name; or, if the client locked under another name
-                // (its address, say) and is the only one locking from that
-                // address, all the address's. Several names there (clients
-                // behind one NAT address): another client's notify must not
-                // free theirs.
-                let mut names: Vec<Vec<u8>> = self
-                    .table
-                    .lock()
-                    .hosts()
-                    .into_iter()
-                    .filter(|h| h.ip == ip)
-                    .map(|h| h.name)
-                    .collect();
-                names.dedup();
-                let shown = String::from_utf8_lossy(&name).into_owned();
-                if names.contains(&name) {
-                    info!(client = %ip, name = %shown, state = a.state,
-                        "NSM: a client rebooted; dropping its locks");
-                    self.drop_hosts(
-                        |h| h.ip == ip && h.name == name,
-                        |m| m.client == ip && m.name == name,
-                    );
-                } else if names.len() <= 1 {
-                    info!(client = %ip, name = %shown, state = a.state,
-                        "NSM: a client rebooted; dropping its locks (taken under another name)");
-                    self.drop_hosts(|h| h.ip == ip, |m| m.client == ip);
-                } else {
-                    warn!(client = %ip, name = %shown, names = names.len(),
-                        "NSM: a client at an address where several clients hold locks, under \
-                         other names, says it rebooted; dropping none of them");
-                }
-                success(xid, &Void)
-            }
         }
     }
 }
