@@ -18,13 +18,13 @@ use crate::config::SMALL_IO;
 use crate::counters::{CounterSnapshot, Counters};
 use crate::device_queue::DeviceReads;
 use crate::file::{DataFile, DirectIo};
-use crate::log_every::LogEvery;
 use crate::pool::{BufferPool, PooledBuf, BUF_SLACK};
 use crate::range_lock::{LockKind, RangeGuard};
 use crate::read::IoRing;
 use crate::readahead::{Held, Readahead};
 use crate::writebehind::WriteBehind;
 use crate::{DataConfig, DataError, Mode};
+use dionfs_logs::LogEvery;
 
 /// How one operation on one file does its I/O.
 pub(crate) enum IoPath<'f> {

@@ -5,10 +5,8 @@ pub mod callstats;
 pub mod drc;
 pub mod export;
 pub mod integrity;
-mod log_budget;
 pub mod metrics;
 pub mod mount;
-pub mod net;
 pub mod nfs;
 pub mod nlm;
 pub mod portmap;
@@ -30,10 +28,10 @@ use tokio::net::{TcpListener, UdpSocket};
 use tracing::{error, info, warn};
 
 use crate::export::Config;
-use crate::net::ConnLimits;
 use crate::portmap::{PortmapService, PortmapTable};
 use crate::reload::ConfigSource;
 use crate::server::Server;
+use dionfs_transport::ConnLimits;
 
 /// Runs the server until SIGINT or SIGTERM. `ports_file`, if given, gets the
 /// bound ports as JSON once every listener is up (tests use port 0). On
@@ -110,7 +108,7 @@ fn bind_udp(ip: std::net::IpAddr, port: u16) -> std::io::Result<UdpSocket> {
 /// A non-blocking socket bound to `addr`. On the IPv6 any-address (`listen
 /// = "::"`) it takes IPv4 clients too, as knfsd listens, whatever
 /// `net.ipv6.bindv6only` says; they are seen by their IPv4 addresses
-/// ([`net::canonical`]).
+/// ([`dionfs_transport::canonical`]).
 fn socket(addr: SocketAddr, kind: socket2::Type) -> std::io::Result<socket2::Socket> {
     let s = socket2::Socket::new(socket2::Domain::for_address(addr), kind, None)?;
     if addr.ip() == std::net::IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED) {
@@ -274,13 +272,13 @@ async fn serve(
         let _ = rx.wait_for(|s| *s).await;
     };
     let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(net::serve(
+    tasks.spawn(dionfs_transport::serve(
         nfs,
         server.clone(),
         limits.clone(),
         stopped(stop_rx.clone()),
     ));
-    tasks.spawn(net::serve(
+    tasks.spawn(dionfs_transport::serve(
         mount,
         server.clone(),
         limits.clone(),
@@ -291,7 +289,9 @@ async fn serve(
         ..limits.clone()
     };
     // One ration of replies larger than their call for every UDP socket.
-    let larger_replies = Arc::new(net::udp::LargerReplies::new(limits.counters.clone()));
+    let larger_replies = Arc::new(dionfs_transport::udp::LargerReplies::new(
+        limits.counters.clone(),
+    ));
     if let Some(l) = portmap {
         let table = PortmapTable::dionfs(
             portmap_port.unwrap_or(0),
@@ -300,14 +300,14 @@ async fn serve(
         );
         let service = Arc::new(PortmapService::new(table));
         if let Some(udp) = portmap_udp {
-            tasks.spawn(net::udp::serve(
+            tasks.spawn(dionfs_transport::udp::serve(
                 udp,
                 service.clone(),
                 larger_replies.clone(),
                 stopped(stop_rx.clone()),
             ));
         }
-        tasks.spawn(net::serve(
+        tasks.spawn(dionfs_transport::serve(
             l,
             service,
             small.clone(),
@@ -316,13 +316,18 @@ async fn serve(
     }
     let lock_service = locks.as_ref().map(|(_, _, service)| service.clone());
     if let Some((tcp, udp, service)) = locks {
-        tasks.spawn(net::udp::serve(
+        tasks.spawn(dionfs_transport::udp::serve(
             udp,
             service.clone(),
             larger_replies,
             stopped(stop_rx.clone()),
         ));
-        tasks.spawn(net::serve(tcp, service, small, stopped(stop_rx.clone())));
+        tasks.spawn(dionfs_transport::serve(
+            tcp,
+            service,
+            small,
+            stopped(stop_rx.clone()),
+        ));
     }
     tokio::spawn(expire_readahead(server.clone()));
     if server.reload.has_checksum_store() {

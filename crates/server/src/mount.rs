@@ -20,14 +20,14 @@ use parking_lot::Mutex;
 use tracing::{error, warn};
 
 use crate::export::squash;
-use crate::log_budget::CLIENT_WARN_EVERY;
-use crate::net::{ConnInfo, Reply};
 use crate::program::{Io, Procedure, Program, ReplyCache};
 use crate::reply::{garbage_args, success};
 use crate::server::{self, Export, Server};
 use dionfs_dataplane::LogEvery;
 use dionfs_fs::{FileKind, FsError};
+use dionfs_logs::CLIENT_WARN_EVERY;
 use dionfs_sys::cred::with_creds;
+use dionfs_transport::{ConnInfo, Reply};
 
 /// Who has mounted which export, as clients told us (MNT adds, UMNT
 /// removes). Advisory only, like rmtab: it grants nothing. Bounded: past

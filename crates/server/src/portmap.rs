@@ -22,7 +22,7 @@ use dionfs_rpc::{reply, CallHeader, RecordError, RecordReader, ReplyStatus};
 use dionfs_xdr::{Decode, Encode, Encoder};
 use tokio::io::AsyncRead;
 
-use crate::net::{read_args, ConnInfo, Received, Reply, Service};
+use dionfs_transport::{read_args, ConnInfo, Received, Reply, Service};
 
 /// The mappings the port mapper reports.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -251,9 +251,9 @@ impl Service for PortmapService {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::{next_conn_id, serve_connection, ConnLimits};
     use dionfs_proto::portmap::IPPROTO_UDP;
     use dionfs_rpc::{encode_call, record_mark, Credential, ReplyHeader};
+    use dionfs_transport::{next_conn_id, serve_connection, ConnLimits};
     use dionfs_xdr::{Decode, Decoder};
     use std::time::Duration;
     use tokio::io::AsyncWriteExt;

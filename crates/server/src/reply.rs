@@ -3,7 +3,7 @@
 use dionfs_rpc::{ReplyHeader, ReplyStatus};
 use dionfs_xdr::{Encode, Encoder};
 
-use crate::net::Reply;
+use dionfs_transport::Reply;
 
 /// An accepted, successful reply carrying `results`.
 pub fn success<T: Encode>(xid: u32, results: &T) -> Reply {

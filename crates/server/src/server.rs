@@ -21,11 +21,11 @@ use tracing::{debug, info, warn};
 
 use crate::drc::DuplicateRequestCache;
 use crate::export::{Config, Durability, ExportConfig, ServerSettings};
-use crate::log_budget::{ClientWarnings, CLIENT_WARN_EVERY};
 use crate::mount::MountTable;
-use crate::net::{read_args, CallStream, ConnInfo, NetCounters, Received, Reply, Service};
 use crate::nfs;
 use crate::program::Io;
+use dionfs_logs::{ClientWarnings, CLIENT_WARN_EVERY};
+use dionfs_transport::{read_args, CallStream, ConnInfo, NetCounters, Received, Reply, Service};
 
 /// One export as served: its options, its file system, its data plane.
 /// A reload that changes only an export's options makes a new `Export`
@@ -126,8 +126,8 @@ pub struct Server {
     pub(crate) reload: crate::reload::ReloadState,
     /// Memory for the starts of WRITE payloads a client's closed receive
     /// window keeps from arriving whole before a buffer is taken
-    /// ([`crate::net::stage_payload`]).
-    pub staging: crate::net::StagingBudget,
+    /// ([`dionfs_transport::stage_payload`]).
+    pub staging: dionfs_transport::StagingBudget,
     /// READ, WRITE and COMMIT failures left to log this minute.
     pub io_error_logs: crate::nfs::io_error_log::IoErrorLogs,
     /// Held (`flock`) while the server runs: see [`lock_state_dir`].
@@ -340,7 +340,7 @@ impl Server {
             personalities: Mutex::default(),
             calls: Default::default(),
             reload,
-            staging: crate::net::StagingBudget::new(STAGING_BUDGET),
+            staging: dionfs_transport::StagingBudget::new(STAGING_BUDGET),
             io_error_logs: Default::default(),
             _state_lock: state_lock,
         })

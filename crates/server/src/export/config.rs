@@ -118,7 +118,7 @@ impl Default for ServerSettings {
             reply_timeout: Duration::from_secs(30),
             // As knfsd, which closes idle connections after 6 minutes.
             idle_timeout: Duration::from_secs(360),
-            idle_spin: crate::net::DEFAULT_IDLE_SPIN,
+            idle_spin: dionfs_transport::DEFAULT_IDLE_SPIN,
             large_read_depth_mib: dionfs_dataplane::LARGE_READ_DEPTH >> 20,
             open_files: 1024,
             metrics_listen: None,

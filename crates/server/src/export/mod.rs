@@ -4,7 +4,6 @@
 pub mod clients;
 pub mod config;
 pub mod exports5;
-pub mod names;
 pub mod port;
 
 pub use clients::ClientMatch;

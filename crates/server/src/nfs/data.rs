@@ -23,13 +23,17 @@ use super::convert::{post_op, wcc};
 use super::io_error_log::IoProc;
 use super::status::{from_data, from_fs};
 use super::Ctx;
-use crate::net::{stage_payload, CallStream, ConnInfo, Received, Reply, ReplyPayload};
 use crate::reply::{garbage_args, success, success_encoder};
 use crate::server::{Export, Exports, Pending, Server};
+use dionfs_transport::{stage_payload, CallStream, ConnInfo, Received, Reply, ReplyPayload};
 
-impl ReplyPayload for ReadData {
+/// A READ's data as its reply's payload, sent from the pool buffer it was
+/// read into.
+struct ReadPayload(ReadData);
+
+impl ReplyPayload for ReadPayload {
     fn bytes(&self) -> &[u8] {
-        self.data()
+        self.0.data()
     }
 }
 
@@ -556,7 +560,7 @@ fn read_reply(
             let mut enc = success_encoder(ctx.call.xid);
             let len = data.len() as u32;
             encode_read_ok_head(&mut enc, &post_op(attr.as_ref()), len, data.eof(), len);
-            Reply::with_data(enc.into_vec(), Box::new(data))
+            Reply::with_data(enc.into_vec(), Box::new(ReadPayload(data)))
         }
         Err(s) => read_failed(ctx, s, attr.as_ref()),
     }

@@ -1,5 +1,5 @@
 //! READ, WRITE and COMMIT failures in the log, a few per procedure and
-//! errno at a time (`log_budget.rs`). A full filesystem refuses every
+//! errno at a time (`dionfs_logs`). A full filesystem refuses every
 //! WRITE: an IOR-hard run against one logged ten thousand identical errors
 //! in five seconds (scratch `enospc.sh`); a failing disk would do the same
 //! with EIO. `dionfs_io_errors_total` counts every failure.
@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use rustix::io::Errno;
 use tracing::{error, warn};
 
-use crate::log_budget::{LogBudget, More};
+use dionfs_logs::{LogBudget, More};
 
 /// The procedures whose failures are logged here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

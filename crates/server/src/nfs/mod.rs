@@ -28,11 +28,11 @@ use tracing::{error, warn};
 
 use crate::drc::{hash_args, DrcKey, Lookup};
 use crate::export::squash;
-use crate::log_budget::CLIENT_WARN_EVERY;
-use crate::net::{ConnInfo, Reply};
 use crate::program::{Io, Procedure, Program, ReplyCache};
 use crate::reply::{garbage_args, success};
 use crate::server::{Export, Exports, Server};
+use dionfs_logs::CLIENT_WARN_EVERY;
+use dionfs_transport::{ConnInfo, Reply};
 
 /// What a handler knows about its call: the server, the exports taken when
 /// the call was received, the client, and who the client is after squashing

@@ -45,10 +45,10 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use crate::export::{squash, Access};
-use crate::net::{read_args, CallStream, ConnInfo, Received, Reply, Service};
 use crate::reply::success;
 use crate::server::{Export, Server};
 use client::Peer;
+use dionfs_transport::{read_args, CallStream, ConnInfo, Received, Reply, Service};
 use state::{Monitored, NsmState};
 use table::{
     Attempt, Host, Limit, LockTable, Owner, Span, Waiter, MAX_DESCRIPTIONS_PER_CLIENT,

@@ -17,9 +17,9 @@ use tracing::{info, warn};
 
 use super::client::Peer;
 use super::LockService;
-use crate::net::{ConnInfo, Reply};
 use crate::program::{Io, Procedure, Program, ReplyCache};
 use crate::reply::{garbage_args, success};
+use dionfs_transport::{ConnInfo, Reply};
 
 /// What a lock-service handler knows about its call.
 pub struct LockCall<'a> {

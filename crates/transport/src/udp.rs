@@ -10,7 +10,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dionfs_dataplane::LogEvery;
+use dionfs_logs::LogEvery;
 use dionfs_rpc::message::read_call_header;
 use dionfs_rpc::{record_mark, RecordReader, ReplyStatus};
 use parking_lot::Mutex;

@@ -1,7 +1,9 @@
-//! The connection layer: TCP connections carrying ONC RPC records, handed to
-//! an RPC program through the [`Service`] trait.
+//! The transport: TCP connections (and UDP datagrams, [`udp`]) carrying
+//! ONC RPC records, handed to an RPC program, or a dispatcher over
+//! several, through the [`Service`] trait; the peer's confirmed host names
+//! ([`names`]) for client lists that name hosts.
 //!
-//! This module knows RPC (framing, call headers, reply headers) and nothing
+//! This crate knows RPC (framing, call headers, reply headers) and nothing
 //! of NFS. Per connection, one loop reads calls one after the other
 //! ([`serve_connection`]); each call runs as its own task, so many calls are
 //! in flight at once and replies go out in completion order.
@@ -28,6 +30,7 @@
 mod connection;
 mod counters;
 mod listener;
+pub mod names;
 mod quiet;
 mod spin;
 mod stream;
@@ -41,7 +44,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::log_budget::LogBudget;
+use dionfs_logs::LogBudget;
 use dionfs_rpc::{CallHeader, RecordError, RecordReader, ReplyHeader, ReplyStatus};
 use dionfs_xdr::Encode;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -333,12 +336,12 @@ impl ConnInfo {
 
     /// Looks the peer's host names up (the system resolver, cached per
     /// address for a minute, a few lookups at a time:
-    /// [`crate::export::names::client_names_shared`]), unless that was done.
+    /// [`crate::names::client_names_shared`]), unless that was done.
     pub async fn look_up_names(&self) {
         if self.names.get().is_some() {
             return;
         }
-        let names = crate::export::names::client_names_shared(self.peer.ip()).await;
+        let names = crate::names::client_names_shared(self.peer.ip()).await;
         let _ = self.names.set(names);
     }
 }

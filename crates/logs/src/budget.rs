@@ -17,14 +17,14 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 /// Lines per kind per window.
-pub(crate) const BURST: u32 = 10;
+pub const BURST: u32 = 10;
 
 /// The window.
-pub(crate) const WINDOW: Duration = Duration::from_secs(60);
+pub const WINDOW: Duration = Duration::from_secs(60);
 
 /// What to log for one more event of a kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Say {
+pub enum Say {
     /// Its line; `held_back` events of this kind before it were not
     /// logged; `last`: the window's last line, which says that more are
     /// only counted.
@@ -35,7 +35,7 @@ pub(crate) enum Say {
 
 /// The lines left for one kind of event.
 #[derive(Debug)]
-pub(crate) struct LogBudget {
+pub struct LogBudget {
     state: Mutex<State>,
 }
 
@@ -61,7 +61,7 @@ impl LogBudget {
     /// What to log for one more event of this kind at `now` (the tests'
     /// view of [`LogBudget::log`]).
     #[cfg(test)]
-    pub(crate) fn next(&self, now: Instant) -> Say {
+    pub fn next(&self, now: Instant) -> Say {
         Self::decide(&mut self.state.lock(), now)
     }
 
@@ -93,7 +93,7 @@ impl LogBudget {
     /// decided on, so the lines of a burst are in the log in their order,
     /// the one saying that more are only counted last (two threads ending
     /// connections at once wrote them in either order).
-    pub(crate) fn log(&self, metric: &'static str, write: impl FnOnce(u64, More)) {
+    pub fn log(&self, metric: &'static str, write: impl FnOnce(u64, More)) {
         let mut st = self.state.lock();
         if let Say::Line { held_back, last } = Self::decide(&mut st, Instant::now()) {
             write(held_back, More { last, metric });
@@ -104,7 +104,7 @@ impl LogBudget {
 /// The end of a budgeted line: nothing, or on the window's last line that
 /// more like it are only counted by the metric, and that the next line
 /// says how many.
-pub(crate) struct More {
+pub struct More {
     last: bool,
     metric: &'static str,
 }

@@ -1,5 +1,5 @@
 //! The host names of a client address, for exports whose client lists name
-//! hosts or wildcards (`export::clients`): the reverse lookup of the
+//! hosts or wildcards (the server's `export::clients`): the reverse lookup of the
 //! address, kept only if that name resolves back to the address (so a
 //! client cannot claim a name by controlling its own reverse zone), as
 //! rpc.mountd checks. Blocking (the system resolver): looked up once per
