@@ -112,3 +112,45 @@ def test_oversized_records_are_logged_a_few_at_a_time(server, nfsproc):
         assert time.monotonic() < deadline, counters(METRICS, "connections_dropped")
         time.sleep(0.05)
     assert nfsproc("null")["nfs_null"] == "ok"
+
+
+SCRAPE_METRICS = f"127.0.0.1:{free_port()}"
+
+
+@pytest.mark.dionfs_only
+@pytest.mark.server_args("--metrics", SCRAPE_METRICS)
+def test_silent_metrics_connections_are_bounded(server):
+    """The metrics endpoint spawned a task per connection without a cap,
+    and one that sent nothing or read nothing held it (and a rendering of
+    every counter) for ever: 16 scrapes at most run at once, a connection
+    past them is closed at once and counted, and each scrape ends within
+    10 s whatever its client does."""
+    host, port = SCRAPE_METRICS.split(":")
+    silent = []
+    try:
+        for _ in range(16):
+            s = socket.create_connection((host, int(port)), timeout=10)
+            silent.append(s)
+        # Past the cap: closed at once, without a response. (Accepted in
+        # the order they connected, so the silent ones hold the slots.)
+        extra = [socket.create_connection((host, int(port)), timeout=10) for _ in range(8)]
+        for s in extra:
+            s.settimeout(5)
+            assert s.recv(100) == b"", "a connection past the cap was served"
+            s.close()
+        # The silent ones are answered after the 5 s request timeout (the
+        # request does not matter) and their slots come back: a scrape
+        # works again within the 10 s a scrape may take.
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                refused = counters(SCRAPE_METRICS, "metrics_connections_refused")
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "no scrape served after the silent ones"
+                time.sleep(0.2)
+        assert refused["metrics_connections_refused"] >= 8, refused
+        assert "metrics connection closed: 16 scrapes in progress" in server.log_text()
+    finally:
+        for s in silent:
+            s.close()

@@ -5,6 +5,7 @@
 use std::fmt::Write as _;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -234,6 +235,12 @@ pub fn render(server: &Server, locks: Option<&LockService>) -> String {
         "counter",
         &mut fsyncs,
     );
+    metric(
+        "metrics_connections_refused_total",
+        "Connections to this endpoint closed at once because MAX_SCRAPES scrapes were in progress.",
+        "counter",
+        &mut std::iter::once((String::new(), SCRAPES_REFUSED.load(Ordering::Relaxed))),
+    );
     let mut faults = std::iter::once((String::new(), server.server_faults()));
     metric(
         "server_faults_total",
@@ -382,11 +389,28 @@ pub fn render(server: &Server, locks: Option<&LockService>) -> String {
     out
 }
 
-/// Serves `/metrics` until the process ends.
+/// Scrapes served at once; a connection past them is closed at once.
+pub const MAX_SCRAPES: usize = 16;
+
+/// Connections closed at once for want of a slot (the process has one
+/// metrics endpoint).
+static SCRAPES_REFUSED: AtomicU64 = AtomicU64::new(0);
+
+/// How long one scrape may take, from accept to the last byte written: a
+/// client that sends no request or reads no response holds its slot no
+/// longer.
+pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Serves `/metrics` until the process ends: at most [`MAX_SCRAPES`] at
+/// once, each for at most [`SCRAPE_TIMEOUT`], so that connections that
+/// send nothing or read nothing cannot pile up tasks and responses (each
+/// holds a rendering of every counter) without bound.
 pub async fn serve(listener: TcpListener, server: Arc<Server>, locks: Option<Arc<LockService>>) {
     info!(addr = ?listener.local_addr().ok(), "metrics endpoint listening");
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_SCRAPES));
+    let refused = dionfs_logs::LogBudget::default();
     loop {
-        let (mut stream, _) = match listener.accept().await {
+        let (mut stream, peer) = match listener.accept().await {
             Ok(x) => x,
             Err(e) => {
                 warn!(error = %e, "metrics accept failed");
@@ -394,17 +418,35 @@ pub async fn serve(listener: TcpListener, server: Arc<Server>, locks: Option<Arc
                 continue;
             }
         };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            SCRAPES_REFUSED.fetch_add(1, Ordering::Relaxed);
+            refused.log(
+                "dionfs_metrics_connections_refused_total",
+                |held_back, more| {
+                    warn!(%peer, held_back, max = MAX_SCRAPES,
+                    "metrics connection closed: {MAX_SCRAPES} scrapes in progress already{more}");
+                },
+            );
+            drop(stream);
+            continue;
+        };
         let (server, locks) = (server.clone(), locks.clone());
         tokio::spawn(async move {
-            // The request itself does not matter: every path gets the metrics.
-            let mut request = [0u8; 1024];
-            let _ = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut request)).await;
-            let body = render(&server, locks.as_deref());
-            let response = format!(
-                "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = stream.write_all(response.as_bytes()).await;
+            let _slot = slot;
+            let scrape = async {
+                // The request itself does not matter: every path gets the
+                // metrics.
+                let mut request = [0u8; 1024];
+                let _ =
+                    tokio::time::timeout(Duration::from_secs(5), stream.read(&mut request)).await;
+                let body = render(&server, locks.as_deref());
+                let response = format!(
+                    "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(response.as_bytes()).await;
+            };
+            let _ = tokio::time::timeout(SCRAPE_TIMEOUT, scrape).await;
         });
     }
 }
