@@ -7,21 +7,20 @@
 //! accepts registrations from loopback). Blocking: call it from a
 //! blocking thread.
 
-use std::io::{self, Read, Write};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::os::unix::net::UnixStream;
-use std::time::Duration;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::Path;
 
 use dionfs_proto::portmap::{universal_addr, Mapping, Rpcb, PROGRAM, RPCBIND_V4};
-use dionfs_rpc::{encode_call, framed, read_record_blocking, Credential, ReplyHeader, ReplyStatus};
-use dionfs_xdr::{Decode, Decoder, Encode};
+use dionfs_rpc::Credential;
+use dionfs_transport::client::{Call, Connection};
+use dionfs_xdr::{Decoder, Encode};
 
 /// rpcbind's local socket.
 pub const SOCKET: &str = "/run/rpcbind.sock";
 
 const SET: u32 = 1;
 const UNSET: u32 = 2;
-const TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Registers `programs` on `ip` with the host's rpcbind (or, with
 /// `register` false, removes them), on a blocking thread.
@@ -63,37 +62,18 @@ pub async fn restore(programs: Vec<Mapping>, ip: IpAddr) -> io::Result<usize> {
 
 /// A connection to the host's rpcbind.
 pub struct Rpcbind {
-    stream: Box<dyn ReadWrite>,
-    xid: u32,
+    connection: Connection,
 }
-
-trait ReadWrite: Read + Write + Send {}
-impl<T: Read + Write + Send> ReadWrite for T {}
 
 impl Rpcbind {
     /// Connects to rpcbind at `socket` (its local socket), else on
     /// 127.0.0.1:111.
     pub fn connect(socket: &str) -> io::Result<Rpcbind> {
-        let stream: Box<dyn ReadWrite> = match UnixStream::connect(socket) {
-            Ok(s) => {
-                s.set_read_timeout(Some(TIMEOUT))?;
-                s.set_write_timeout(Some(TIMEOUT))?;
-                Box::new(s)
-            }
-            Err(_) => {
-                let s = std::net::TcpStream::connect_timeout(
-                    &std::net::SocketAddr::from(([127, 0, 0, 1], 111)),
-                    TIMEOUT,
-                )?;
-                s.set_read_timeout(Some(TIMEOUT))?;
-                s.set_write_timeout(Some(TIMEOUT))?;
-                Box::new(s)
-            }
+        let connection = match Connection::unix(Path::new(socket), Credential::None) {
+            Ok(c) => c,
+            Err(_) => Connection::tcp(SocketAddr::from(([127, 0, 0, 1], 111)), Credential::None)?,
         };
-        Ok(Rpcbind {
-            stream,
-            xid: std::process::id().wrapping_mul(65_537),
-        })
+        Ok(Rpcbind { connection })
     }
 
     /// Registers each of `mappings` (TCP) on `ip`, after removing whatever
@@ -140,21 +120,18 @@ impl Rpcbind {
 
     /// One rpcbind v4 call with an `rpcb` argument; its boolean result.
     fn call(&mut self, proc_: u32, args: &Rpcb) -> io::Result<bool> {
-        self.xid = self.xid.wrapping_add(1);
-        let mut msg = encode_call(self.xid, PROGRAM, RPCBIND_V4, proc_, &Credential::None);
-        msg.extend_from_slice(&args.to_xdr());
-        self.stream.write_all(&framed(&msg))?;
-        let reply = read_record_blocking(&mut self.stream, 64 << 10)?;
-        let mut dec = Decoder::new(&reply);
-        let header = ReplyHeader::decode(&mut dec)
-            .map_err(|e| io::Error::other(format!("bad reply from rpcbind: {e:?}")))?;
-        if header.xid != self.xid || header.status != ReplyStatus::Success {
-            return Err(io::Error::other(format!(
-                "rpcbind answered {:?}",
-                header.status
-            )));
-        }
-        dec.bool()
+        let args = args.to_xdr();
+        let results = self
+            .connection
+            .call(Call {
+                prog: PROGRAM,
+                vers: RPCBIND_V4,
+                proc_,
+                args: &args,
+            })
+            .map_err(|e| io::Error::new(e.kind(), format!("rpcbind: {e}")))?;
+        Decoder::new(&results)
+            .bool()
             .map_err(|e| io::Error::other(format!("bad reply from rpcbind: {e:?}")))
     }
 }

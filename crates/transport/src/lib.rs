@@ -27,6 +27,7 @@
 //! connections are capped in number (`max_connections`) and closed when idle
 //! (`idle_timeout`).
 
+pub mod client;
 mod connection;
 mod counters;
 mod listener;

@@ -25,7 +25,7 @@ pub mod state;
 pub mod table;
 
 use std::collections::{HashMap, VecDeque};
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -988,16 +988,7 @@ impl LockService {
                 proc_,
                 results,
             } => {
-                let r = client::getport(peer, NLM_PROGRAM, NLM_V4, false).and_then(|port| {
-                    client::tcp_call(
-                        peer.local,
-                        SocketAddr::new(peer.client, port),
-                        NLM_PROGRAM,
-                        NLM_V4,
-                        proc_ as u32,
-                        &results,
-                    )
-                });
+                let r = client::call(peer, NLM_PROGRAM, NLM_V4, proc_ as u32, &results, false);
                 if let Err(e) = r {
                     self.counters
                         .callbacks_failed
@@ -1023,16 +1014,8 @@ impl LockService {
             if answered.load(Ordering::Acquire) {
                 return;
             }
-            let r = client::getport(cb.peer, NLM_PROGRAM, NLM_V4, false).and_then(|port| {
-                client::tcp_call(
-                    cb.peer.local,
-                    SocketAddr::new(cb.peer.client, port),
-                    NLM_PROGRAM,
-                    NLM_V4,
-                    NlmProc4::Granted as u32,
-                    &args,
-                )
-            });
+            let granted = NlmProc4::Granted as u32;
+            let r = client::call(cb.peer, NLM_PROGRAM, NLM_V4, granted, &args, false);
             let r = r.map(|res| Nlm4Res::from_xdr(&res));
             debug!(client = %cb.peer.client, svid = owner.svid, attempt, result = ?r, "NLM GRANTED callback");
             match r {
@@ -1080,16 +1063,14 @@ fn notify(host: &Monitored, state: i32) {
     .to_xdr();
     let mut wait = Duration::from_secs(1);
     for _ in 0..8 {
-        let r = client::getport(peer, NSM_PROGRAM, NSM_V1, true).and_then(|port| {
-            client::udp_call(
-                host.server,
-                SocketAddr::new(host.client, port),
-                NSM_PROGRAM,
-                NSM_V1,
-                NsmProc::Notify as u32,
-                &args,
-            )
-        });
+        let r = client::call(
+            peer,
+            NSM_PROGRAM,
+            NSM_V1,
+            NsmProc::Notify as u32,
+            &args,
+            true,
+        );
         match r {
             Ok(_) => {
                 info!(client = %host.client, "NSM: told the client to reclaim its locks");
