@@ -1,100 +1,107 @@
-//! The filesystem backend's one error type.
-//!
-//! Every variant corresponds to exactly one `nfsstat3` (RFC 1813 §2.6), so
-//! the server's status mapping is a plain `match`. Kernel errors are turned
-//! into variants the way knfsd's `nfserrno()` does.
+//! The filesystem backend's one error type, in no protocol's words: what
+//! went wrong, as the kernel's errno or the backend's own checks say.
+//! Each protocol maps it to its status codes in one place (NFSv3:
+//! `dionfs_server::nfs::status`). Kernel errors are turned into variants
+//! the way knfsd's `nfserrno()` does.
 
 use std::io;
 
 use rustix::io::Errno;
 
-/// Why a filesystem operation failed; one variant per `NFS3ERR_*` status.
+/// Why a filesystem operation failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum FsError {
-    /// `NFS3ERR_PERM`: not the owner / operation not permitted.
+    /// EPERM: not the owner, or the operation is not permitted.
     #[error("operation not permitted")]
     Perm,
-    /// `NFS3ERR_NOENT`.
+    /// ENOENT.
     #[error("no such file or directory")]
     NoEnt,
-    /// `NFS3ERR_IO`: a hard error, or an errno we have no better status for.
+    /// EIO: a hard error, or an errno with no better variant.
     #[error("I/O error")]
     Io,
-    /// `NFS3ERR_NXIO`.
+    /// ENXIO.
     #[error("no such device or address")]
     Nxio,
-    /// `NFS3ERR_ACCES`: permission denied, also for names with `/` or NUL.
+    /// EACCES (EBUSY, ETXTBSY too, as knfsd maps them): permission denied,
+    /// also for names with `/` or NUL.
     #[error("permission denied")]
     Access,
-    /// `NFS3ERR_EXIST`.
+    /// EEXIST.
     #[error("file exists")]
     Exist,
-    /// `NFS3ERR_XDEV`: link or rename across filesystems or exports.
+    /// EXDEV: link or rename across filesystems or exports.
     #[error("cross-device link")]
     Xdev,
-    /// `NFS3ERR_NODEV`.
+    /// ENODEV.
     #[error("no such device")]
     NoDev,
-    /// `NFS3ERR_NOTDIR`.
+    /// ENOTDIR.
     #[error("not a directory")]
     NotDir,
-    /// `NFS3ERR_ISDIR`.
+    /// EISDIR.
     #[error("is a directory")]
     IsDir,
-    /// `NFS3ERR_INVAL`.
+    /// EINVAL, or arguments the backend refuses (a size set on a symlink).
     #[error("invalid argument")]
     Inval,
-    /// `NFS3ERR_FBIG`.
+    /// ELOOP: a symbolic link where one may not be followed (NFSv3 calls
+    /// it invalid, NFSv4 has a status of its own).
+    #[error("too many levels of symbolic links")]
+    Loop,
+    /// EFBIG, E2BIG, EOVERFLOW: past the file-size limit.
     #[error("file too large")]
     FBig,
-    /// `NFS3ERR_NOSPC`.
+    /// ENOSPC.
     #[error("no space left on device")]
     NoSpc,
-    /// `NFS3ERR_ROFS`.
+    /// EROFS.
     #[error("read-only filesystem")]
     Rofs,
-    /// `NFS3ERR_MLINK`.
+    /// EMLINK.
     #[error("too many links")]
     MLink,
-    /// `NFS3ERR_NAMETOOLONG`: a name longer than 255 bytes.
+    /// ENAMETOOLONG: a name longer than 255 bytes.
     #[error("name too long")]
     NameTooLong,
-    /// `NFS3ERR_NOTEMPTY`.
+    /// ENOTEMPTY.
     #[error("directory not empty")]
     NotEmpty,
-    /// `NFS3ERR_DQUOT`.
+    /// EDQUOT.
     #[error("quota exceeded")]
     DQuot,
-    /// `NFS3ERR_STALE`: the handle names a file that no longer exists (or
-    /// a directory that is no longer inside the export).
+    /// ESTALE, or a handle naming a file that no longer exists (or a
+    /// directory no longer inside the export).
     #[error("stale file handle")]
     Stale,
-    /// `NFS3ERR_BADHANDLE`: not a handle we issued (length, version, MAC).
+    /// Not a handle this server issued (length, version, MAC).
     #[error("bad file handle")]
     BadHandle,
-    /// `NFS3ERR_NOT_SYNC`: a SETATTR guard did not match (set by the server).
-    #[error("guard ctime mismatch")]
-    NotSync,
-    /// `NFS3ERR_BAD_COOKIE`: a READDIR cookie the directory cannot seek to.
-    #[error("bad readdir cookie")]
+    /// A guarded change whose guard did not match (an NFSv3 SETATTR's
+    /// ctime): nothing was changed.
+    #[error("guard mismatch")]
+    GuardMismatch,
+    /// A directory cookie the directory cannot seek to.
+    #[error("bad directory cookie")]
     BadCookie,
-    /// `NFS3ERR_NOTSUPP`.
+    /// EOPNOTSUPP, ENOSYS.
     #[error("operation not supported")]
     NotSupp,
-    /// `NFS3ERR_TOOSMALL`: a READDIR reply could not hold a single entry
-    /// (set by the server, which enforces the byte limits).
+    /// A reply buffer too small for a single directory entry.
     #[error("buffer too small")]
     TooSmall,
-    /// `NFS3ERR_SERVERFAULT`: a bug or resource failure on our side.
+    /// EMFILE, ENFILE, EBADF, EFAULT: a bug or resource failure on the
+    /// server's side.
     #[error("server fault")]
     ServerFault,
-    /// `NFS3ERR_BADTYPE`: MKNOD of a type we do not create (devices on an
-    /// export that does not allow them).
+    /// A file type this export does not create (devices on an export that
+    /// does not allow them).
     #[error("bad file type")]
     BadType,
-    /// `NFS3ERR_JUKEBOX`: temporarily unable (out of memory, try again).
+    /// EAGAIN, ENOMEM, ETIMEDOUT, EINTR: temporarily unable; the client
+    /// should try again later.
     #[error("try again later")]
-    Jukebox,
+    Again,
 }
 
 impl FsError {
@@ -113,7 +120,8 @@ impl FsError {
             Errno::NODEV => FsError::NoDev,
             Errno::NOTDIR => FsError::NotDir,
             Errno::ISDIR => FsError::IsDir,
-            Errno::INVAL | Errno::LOOP => FsError::Inval,
+            Errno::INVAL => FsError::Inval,
+            Errno::LOOP => FsError::Loop,
             Errno::FBIG | Errno::TOOBIG | Errno::OVERFLOW => FsError::FBig,
             Errno::NOSPC => FsError::NoSpc,
             Errno::ROFS => FsError::Rofs,
@@ -123,7 +131,7 @@ impl FsError {
             Errno::DQUOT => FsError::DQuot,
             Errno::STALE => FsError::Stale,
             Errno::OPNOTSUPP | Errno::NOSYS => FsError::NotSupp,
-            Errno::AGAIN | Errno::NOMEM | Errno::TIMEDOUT | Errno::INTR => FsError::Jukebox,
+            Errno::AGAIN | Errno::NOMEM | Errno::TIMEDOUT | Errno::INTR => FsError::Again,
             Errno::MFILE | Errno::NFILE | Errno::BADF | Errno::FAULT => FsError::ServerFault,
             _ => FsError::Io,
         }

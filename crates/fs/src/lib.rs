@@ -22,7 +22,8 @@
 //! - CREATE, MKDIR, SYMLINK, MKNOD, REMOVE, RMDIR, RENAME, LINK, SETATTR:
 //!   after the change, and before the reply, the export's [`MetadataSync`]
 //!   makes it durable (a no-op on `async` exports).
-//! - [`FsError`] maps one-to-one to `nfsstat3`.
+//! - [`FsError`] says what went wrong in no protocol's words; each protocol
+//!   maps it to its status codes in one place.
 
 mod access_memo;
 mod attr;

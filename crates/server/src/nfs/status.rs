@@ -17,7 +17,8 @@ pub fn from_fs(e: FsError) -> NfsStat3 {
         FsError::NoDev => NfsStat3::NoDev,
         FsError::NotDir => NfsStat3::NotDir,
         FsError::IsDir => NfsStat3::IsDir,
-        FsError::Inval => NfsStat3::Inval,
+        // NFSv3 has no status of its own for ELOOP: knfsd answers INVAL.
+        FsError::Inval | FsError::Loop => NfsStat3::Inval,
         FsError::FBig => NfsStat3::FBig,
         FsError::NoSpc => NfsStat3::NoSpc,
         FsError::Rofs => NfsStat3::Rofs,
@@ -27,13 +28,13 @@ pub fn from_fs(e: FsError) -> NfsStat3 {
         FsError::DQuot => NfsStat3::DQuot,
         FsError::Stale => NfsStat3::Stale,
         FsError::BadHandle => NfsStat3::BadHandle,
-        FsError::NotSync => NfsStat3::NotSync,
+        FsError::GuardMismatch => NfsStat3::NotSync,
         FsError::BadCookie => NfsStat3::BadCookie,
         FsError::NotSupp => NfsStat3::NotSupp,
         FsError::TooSmall => NfsStat3::TooSmall,
         FsError::ServerFault => NfsStat3::ServerFault,
         FsError::BadType => NfsStat3::BadType,
-        FsError::Jukebox => NfsStat3::Jukebox,
+        FsError::Again => NfsStat3::Jukebox,
     }
 }
 
