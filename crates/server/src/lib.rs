@@ -2,8 +2,10 @@
 //! calls, and the programs served on it (NFS v3, MOUNT v3, portmap v2).
 
 pub mod callstats;
+pub mod dispatch;
 pub mod drc;
 pub mod export;
+pub mod grace;
 pub mod integrity;
 pub mod metrics;
 pub mod mount;
@@ -183,7 +185,7 @@ async fn serve(
             )
         })?;
         let service =
-            nlm::LockService::start(server.clone(), &settings.state_dir, settings.grace_period)?;
+            nlm::LockService::start(server.clone(), &settings.state_dir, server.grace.clone())?;
         Some((tcp, udp, service))
     } else {
         None
@@ -272,15 +274,16 @@ async fn serve(
         let _ = rx.wait_for(|s| *s).await;
     };
     let mut tasks = tokio::task::JoinSet::new();
+    let dispatcher = Arc::new(dispatch::Dispatcher::new(server.clone()));
     tasks.spawn(dionfs_transport::serve(
         nfs,
-        server.clone(),
+        dispatcher.clone(),
         limits.clone(),
         stopped(stop_rx.clone()),
     ));
     tasks.spawn(dionfs_transport::serve(
         mount,
-        server.clone(),
+        dispatcher,
         limits.clone(),
         stopped(stop_rx.clone()),
     ));

@@ -303,6 +303,17 @@ pub enum Received<P> {
     NoReply,
 }
 
+impl<P> Received<P> {
+    /// The same decision about a call received as `f` makes of it.
+    pub fn map<Q>(self, f: impl FnOnce(P) -> Q) -> Received<Q> {
+        match self {
+            Received::Run(p) => Received::Run(f(p)),
+            Received::Reply(r) => Received::Reply(r),
+            Received::NoReply => Received::NoReply,
+        }
+    }
+}
+
 /// `addr` as the server sees its clients: an IPv4 client of a socket on
 /// the IPv6 any-address arrives as `::ffff:a.b.c.d`, which client lists,
 /// lock owners, the port mapper's answers and the logs take as the IPv4

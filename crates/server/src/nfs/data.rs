@@ -24,7 +24,7 @@ use super::io_error_log::IoProc;
 use super::status::{from_data, from_fs};
 use super::Ctx;
 use crate::reply::{garbage_args, success, success_encoder};
-use crate::server::{Export, Exports, Pending, Server};
+use crate::server::{Export, Exports, Server};
 use dionfs_transport::{stage_payload, CallStream, ConnInfo, Received, Reply, ReplyPayload};
 
 /// A READ's data as its reply's payload, sent from the pool buffer it was
@@ -90,7 +90,7 @@ pub async fn receive_write<R: CallStream>(
     conn: &ConnInfo,
     call: CallHeader,
     body: &mut RecordReader<R>,
-) -> Result<Received<Pending>, RecordError> {
+) -> Result<Received<(Box<CallHeader>, ReceivedWrite)>, RecordError> {
     let fh_len = body.read_u32().await?;
     if fh_len as usize > NFS3_FHSIZE {
         return Ok(Received::Reply(garbage_args(call.xid)));
@@ -146,7 +146,7 @@ pub async fn receive_write<R: CallStream>(
         }
         Err(s) => Err(s),
     };
-    Ok(Received::Run(Pending::Write(
+    Ok(Received::Run((
         Box::new(call),
         ReceivedWrite {
             head: args,

@@ -45,6 +45,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use crate::export::{squash, Access};
+use crate::grace::Grace;
 use crate::reply::success;
 use crate::server::{Export, Server};
 use client::Peer;
@@ -184,8 +185,9 @@ pub struct LockService {
     granting: Mutex<HashMap<GrantKey, Answered>>,
     shares: Mutex<Shares>,
     nsm: NsmState,
-    /// Until when only reclaims are granted.
-    grace_until: Option<Instant>,
+    /// The server's grace period, held by this service if its previous run
+    /// had clients holding locks.
+    grace: Arc<Grace>,
     /// The clients that held locks before the restart, until they are
     /// told of it ([`LockService::notify_restart`]).
     previous: Mutex<Vec<Monitored>>,
@@ -199,14 +201,14 @@ pub struct LockService {
 
 impl LockService {
     /// Opens the lock service's state under `state_dir` and starts its
-    /// background work (callbacks, retries). A grace period of `grace`
-    /// starts if the previous run had clients holding locks; they are told
+    /// background work (callbacks, retries). It holds the server's grace
+    /// period if the previous run had clients holding locks; they are told
     /// of the restart by [`LockService::notify_restart`], once the server
     /// serves and the port mapper knows where.
     pub fn start(
         server: Arc<Server>,
         state_dir: &std::path::Path,
-        grace: Duration,
+        grace: Arc<Grace>,
     ) -> Result<Arc<LockService>, String> {
         let (nsm, previous) = NsmState::open(state_dir).map_err(|e| {
             format!(
@@ -214,8 +216,7 @@ impl LockService {
                 state_dir.join("nlm").display()
             )
         })?;
-        let grace_until =
-            (!previous.is_empty() && !grace.is_zero()).then(|| Instant::now() + grace);
+        let held = !previous.is_empty() && grace.hold();
         let (jobs, rx) = mpsc::unbounded_channel();
         let state = nsm.number;
         let clients = previous.len();
@@ -225,17 +226,17 @@ impl LockService {
             granting: Mutex::default(),
             shares: Mutex::default(),
             nsm,
-            grace_until,
+            grace: grace.clone(),
             previous: Mutex::new(previous),
             jobs,
             counters: NlmCounters::default(),
             nolocks_warning: LogEvery::new(Duration::from_secs(10)),
             callback_warning: LogEvery::new(Duration::from_secs(10)),
         });
-        if grace_until.is_some() {
+        if held {
             info!(
                 clients,
-                grace_s = grace.as_secs(),
+                grace_s = grace.period().as_secs(),
                 nsm_state = state,
                 "NLM: clients held locks before the restart; grace period for their reclaims"
             );
@@ -270,7 +271,7 @@ impl LockService {
     }
 
     fn in_grace(&self) -> bool {
-        self.grace_until.is_some_and(|t| Instant::now() < t)
+        self.grace.active()
     }
 
     /// Locks held now (metrics, tests).
@@ -1092,7 +1093,7 @@ fn notify(host: &Monitored, state: i32) {
 async fn retry_waiters(service: Arc<LockService>) {
     let mut tick = tokio::time::interval(RETRY_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut grace_done = service.grace_until.is_none();
+    let mut grace_done = !service.grace.was_held();
     loop {
         tick.tick().await;
         let s = service.clone();

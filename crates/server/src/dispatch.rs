@@ -1,0 +1,299 @@
+//! Program dispatch: the [`Service`] the NFS and MOUNT listeners serve,
+//! one `match` on program and version a reader can scan. It receives each
+//! call as its procedure's table entry says (argument bound, a WRITE's
+//! payload into a pool buffer, a READ's buffer, reply room), runs it
+//! through the program's handler, and counts it.
+
+use std::sync::Arc;
+
+use dionfs_dataplane::PooledBuf;
+use dionfs_proto::mount3::{MOUNT_PROGRAM, MOUNT_V3};
+use dionfs_proto::nfs3::{ReadArgs, NFS_PROGRAM, NFS_V3};
+use dionfs_proto::ArgsLimit;
+use dionfs_rpc::{AuthStat, CallHeader, Credential, RecordError, RecordReader, ReplyStatus};
+use dionfs_transport::{read_args, CallStream, ConnInfo, Received, Reply, Service};
+use dionfs_xdr::{Decode, Decoder};
+use tracing::debug;
+
+use crate::nfs;
+use crate::program::Io;
+use crate::server::{Exports, Server};
+
+/// A call read from a connection, waiting to run, with the exports it
+/// runs against (taken when it was received).
+pub enum Pending {
+    /// An NFS call other than WRITE, with its encoded arguments; a READ
+    /// also with the read-pool buffer it will read into (taken while
+    /// receiving, so that no blocking thread waits for one).
+    Nfs {
+        exports: Arc<Exports>,
+        call: CallHeader,
+        args: Vec<u8>,
+        read_buf: Option<PooledBuf>,
+    },
+    /// A WRITE whose payload has been received into a data-plane buffer.
+    Write(Box<CallHeader>, nfs::data::ReceivedWrite),
+    /// A MOUNT call with its encoded arguments.
+    Mount {
+        exports: Arc<Exports>,
+        call: CallHeader,
+        args: Vec<u8>,
+    },
+}
+
+/// Dispatches the calls of the NFS and MOUNT listeners to their programs.
+pub struct Dispatcher {
+    server: Arc<Server>,
+}
+
+impl Dispatcher {
+    /// The dispatcher of `server`'s programs.
+    pub fn new(server: Arc<Server>) -> Dispatcher {
+        Dispatcher { server }
+    }
+
+    /// Whether a call starts as a task, which may finish it without a
+    /// blocking thread: a READ of a direct-read export (through the
+    /// io_uring), an aligned direct WRITE (the same) or a small UNSTABLE
+    /// one (into the page cache). Decided without a syscall;
+    /// the rest runs on a blocking thread directly.
+    fn starts_on_task(&self, pending: &Pending) -> bool {
+        match pending {
+            Pending::Write(_, write) => write.starts_on_task(&self.server),
+            Pending::Nfs {
+                exports,
+                call,
+                args,
+                ..
+            } if matches!(nfs_io(call), Io::Read { .. }) => {
+                nfs::data::read_may_use_ring(&self.server, exports, args)
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Service for Dispatcher {
+    type Pending = Pending;
+
+    async fn receive<R: CallStream>(
+        &self,
+        conn: &ConnInfo,
+        call: CallHeader,
+        body: &mut RecordReader<R>,
+    ) -> Result<Received<Pending>, RecordError> {
+        // Only AUTH_SYS and AUTH_NONE are served: any other flavor (say
+        // RPCSEC_GSS) is refused rather than quietly made anonymous, so the
+        // client can tell its security was not honoured (RFC 5531 9).
+        if let Credential::Unsupported(flavor) = call.cred {
+            debug!(flavor, peer = %conn.peer, "call with an unsupported auth flavor refused");
+            return Ok(Received::Reply(Reply::status(
+                call.xid,
+                ReplyStatus::AuthError(AuthStat::BadCred),
+            )));
+        }
+        let proc_unavail = |call: &CallHeader| {
+            Ok(Received::Reply(Reply::status(
+                call.xid,
+                ReplyStatus::ProcUnavail,
+            )))
+        };
+        // The exports this call runs against, whatever a reload does
+        // meanwhile.
+        let exports = self.server.exports();
+        // A connection opened while no client list named hosts (before a
+        // reload added one) has no names yet: they are looked up once,
+        // before its first call since. Its reading waits meanwhile, as at
+        // the start of a connection; the stall clock does not run.
+        if exports.need_names() {
+            conn.look_up_names().await;
+        }
+        match (call.prog, call.vers) {
+            (NFS_PROGRAM, NFS_V3) => {
+                let Some(procedure) = nfs::PROGRAM.procedure(call.proc_) else {
+                    return proc_unavail(&call);
+                };
+                match procedure.args {
+                    // WRITE: the head is read exactly, the payload (at most
+                    // max_transfer) straight into a data-plane buffer.
+                    ArgsLimit::HeadThenPayload(_) => {
+                        nfs::data::receive_write(&self.server, exports, conn, call, body)
+                            .await
+                            .map(|r| r.map(|(call, write)| Pending::Write(call, write)))
+                    }
+                    ArgsLimit::Whole(max) => {
+                        // A READ's buffer is taken in `prepare`, once its
+                        // reply has room in the socket.
+                        let args = read_args(body, max).await?;
+                        Ok(Received::Run(Pending::Nfs {
+                            exports,
+                            call,
+                            args,
+                            read_buf: None,
+                        }))
+                    }
+                }
+            }
+            (MOUNT_PROGRAM, MOUNT_V3) => {
+                let Some(max) = crate::mount::PROGRAM
+                    .procedure(call.proc_)
+                    .and_then(|p| p.args.whole())
+                else {
+                    return proc_unavail(&call);
+                };
+                let args = read_args(body, max).await?;
+                Ok(Received::Run(Pending::Mount {
+                    exports,
+                    call,
+                    args,
+                }))
+            }
+            (NFS_PROGRAM, _) => Ok(Received::Reply(Reply::only_version(call.xid, NFS_V3))),
+            (MOUNT_PROGRAM, _) => Ok(Received::Reply(Reply::only_version(call.xid, MOUNT_V3))),
+            _ => Ok(Received::Reply(Reply::status(
+                call.xid,
+                ReplyStatus::ProgUnavail,
+            ))),
+        }
+    }
+
+    fn note_oversized_args(&self) {
+        self.server.note_oversized_args();
+    }
+
+    /// The reply of a READ, READDIR or READDIRPLUS: as large as asked
+    /// (capped by the largest transfer) plus room for the headers and
+    /// attributes. Reserved before the call runs, so a client that does not
+    /// read its replies has its calls wait instead of the server building
+    /// replies for it without bound: 30 connections with 64 READDIRPLUS of
+    /// a 6,000-entry directory in flight each, unread, took 480 MB (and both
+    /// CPUs) before READDIRs reserved room too.
+    fn reply_room(&self, pending: &Pending) -> usize {
+        let Pending::Nfs { call, args, .. } = pending else {
+            return 0;
+        };
+        let count = match nfs_io(call) {
+            Io::Read { count } => count(args).unwrap_or(0),
+            Io::LargeReply { count } => match count(args) {
+                Some(n) => n,
+                None => return 0,
+            },
+            Io::None | Io::Write => return 0,
+        };
+        (count as usize).min(self.server.max_args as usize) + READ_REPLY_OVERHEAD
+    }
+
+    async fn prepare(&self, conn: &ConnInfo, pending: &mut Pending) {
+        if let Pending::Nfs {
+            exports,
+            call,
+            args,
+            read_buf,
+        } = pending
+        {
+            if matches!(nfs_io(call), Io::Read { .. }) {
+                *read_buf = read_buffer(exports, conn, args).await;
+            }
+        }
+    }
+
+    /// Names are looked up if an export served now matches clients by name.
+    fn resolves_names(&self) -> bool {
+        self.server.exports().need_names()
+    }
+
+    /// A WRITE holds a large pool buffer until its reply is out, unless
+    /// its record, one fragment, is too short for more than
+    /// [`dionfs_dataplane::SMALL_IO`] bytes of data (it then takes a small
+    /// buffer, bounded by the calls a connection may have in flight). A
+    /// READ's count is in its arguments: see below.
+    fn holds_buffer(&self, call: &CallHeader, args_len: Option<u32>) -> bool {
+        matches!(nfs_io(call), Io::Write)
+            && args_len.is_none_or(|n| !dionfs_dataplane::is_small(n as usize))
+    }
+
+    /// A READ of more than [`dionfs_dataplane::SMALL_IO`] bytes holds a
+    /// large pool buffer until its reply is out.
+    fn holds_buffer_after_receive(&self, pending: &Pending) -> bool {
+        match pending {
+            Pending::Nfs { call, args, .. } => match nfs_io(call) {
+                Io::Read { count } => {
+                    count(args).is_some_and(|n| !dionfs_dataplane::is_small(n as usize))
+                }
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+
+    // Handlers make file-system calls: run them where blocking is fine.
+    // A call that may finish without blocking starts as a task instead
+    // (`nfs::data::read_call`, `write_call`).
+    fn execute_blocks(&self, pending: &Pending) -> bool {
+        !self.starts_on_task(pending)
+    }
+
+    async fn execute(self: Arc<Self>, conn: Arc<ConnInfo>, pending: Pending) -> Option<Reply> {
+        let on_task = self.starts_on_task(&pending);
+        let (prog, proc_) = match &pending {
+            Pending::Nfs { call, .. } | Pending::Mount { call, .. } => (call.prog, call.proc_),
+            Pending::Write(call, _) => (call.prog, call.proc_),
+        };
+        let started = std::time::Instant::now();
+        let server = self.server.clone();
+        let reply = match pending {
+            Pending::Write(call, write) if on_task => {
+                nfs::data::write_call(server, conn, call, write).await
+            }
+            Pending::Nfs {
+                exports,
+                call,
+                args,
+                read_buf,
+            } if on_task => nfs::data::read_call(server, exports, conn, call, args, read_buf).await,
+            Pending::Write(call, write) => Some(nfs::data::write(&server, &conn, &call, write)),
+            Pending::Nfs {
+                exports,
+                call,
+                args,
+                read_buf,
+            } => nfs::call(&server, &exports, &conn, &call, &args, read_buf),
+            Pending::Mount {
+                exports,
+                call,
+                args,
+            } => Some(crate::mount::call(&server, &exports, &conn, &call, &args)),
+        };
+        self.server.calls.record(prog, proc_, started.elapsed());
+        reply
+    }
+}
+
+/// The buffer for a READ with arguments `args` (small or large, by its
+/// count), from the export
+/// of `exports` its handle names; waits while that pool is empty (the
+/// connection reads nothing else meanwhile: backpressure). `None` when the
+/// call will fail before reading (no such export, client not admitted,
+/// arguments that do not decode): it then needs no buffer, and its handler
+/// says why.
+async fn read_buffer(exports: &Exports, conn: &ConnInfo, args: &[u8]) -> Option<PooledBuf> {
+    let args = ReadArgs::decode(&mut Decoder::new(args)).ok()?;
+    let export = exports.for_client(conn, &args.file)?;
+    // An error here (no memory for the buffer) is the handler's to
+    // report, when it finds no buffer.
+    export.data.read_buffer_for(args.count).await.ok()
+}
+
+/// Room for a READ reply's RPC and NFS headers and post-op attributes.
+const READ_REPLY_OVERHEAD: usize = 512;
+
+/// What an NFSv3 call's procedure needs of the connection (its table
+/// entry's [`Io`]); `Io::None` for other programs and unknown procedures.
+fn nfs_io(call: &CallHeader) -> Io {
+    if (call.prog, call.vers) != (NFS_PROGRAM, NFS_V3) {
+        return Io::None;
+    }
+    nfs::PROGRAM
+        .procedure(call.proc_)
+        .map_or(Io::None, |p| p.io)
+}
