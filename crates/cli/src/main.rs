@@ -542,7 +542,8 @@ fn main() -> ExitCode {
             }
             Ok(text) => {
                 use dionfs_server::callstats;
-                print!("{}", callstats::table(&callstats::parse(&text)));
+                let programs = dionfs_server::dispatch::counted_programs();
+                print!("{}", callstats::table(&callstats::parse(&text), &programs));
                 ExitCode::SUCCESS
             }
             Err(e) => {

@@ -25,24 +25,9 @@ struct ProcStat {
     buckets: [AtomicU64; BOUNDS_US.len() + 1],
 }
 
-/// The server's call statistics, per procedure of the programs counted
-/// ([`counted_programs`]).
+/// The server's call statistics, per procedure of the programs counted.
 pub struct CallStats {
     programs: Vec<(ProgramSummary, Vec<ProcStat>)>,
-}
-
-impl Default for CallStats {
-    fn default() -> Self {
-        CallStats::new(counted_programs())
-    }
-}
-
-/// The programs whose calls are counted, from their procedure tables.
-pub fn counted_programs() -> Vec<ProgramSummary> {
-    vec![
-        crate::nfs::PROGRAM.summary(),
-        crate::mount::PROGRAM.summary(),
-    ]
 }
 
 impl CallStats {
@@ -199,11 +184,11 @@ pub fn parse(text: &str) -> Vec<ProcLine> {
     lines
 }
 
-/// `dionfs stats`: a table per program, as `nfsstat -s` prints counts,
-/// with service-time percentiles.
-pub fn table(lines: &[ProcLine]) -> String {
+/// `dionfs stats`: a table per program of `programs`, as `nfsstat -s`
+/// prints counts, with service-time percentiles.
+pub fn table(lines: &[ProcLine], programs: &[ProgramSummary]) -> String {
     let mut out = String::new();
-    for program in counted_programs() {
+    for program in programs {
         let title = program.title;
         let rows: Vec<_> = lines
             .iter()
@@ -255,7 +240,7 @@ mod tests {
 
     #[test]
     fn record_render_parse_and_quantiles() {
-        let stats = CallStats::default();
+        let stats = CallStats::new(crate::dispatch::counted_programs());
         // 90 READs of 15 µs, 10 of 3 ms; 1 MNT; nothing else shown.
         for _ in 0..90 {
             stats.record(NFS_PROGRAM, 6, Duration::from_micros(15));
@@ -284,7 +269,7 @@ mod tests {
         assert!((2e-3..=5e-3).contains(&p99), "{p99}");
         // Past the last bound: the last bound.
         assert_eq!(lines[1].quantile(0.5), Some(10.0));
-        let table = table(&lines);
+        let table = table(&lines, &crate::dispatch::counted_programs());
         assert!(table.contains("NFS v3 calls: 100"), "{table}");
         assert!(table.contains("READ"), "{table}");
         assert!(table.contains("MOUNT v3 calls: 1"), "{table}");

@@ -15,9 +15,12 @@ use dionfs_transport::{read_args, CallStream, ConnInfo, Received, Reply, Service
 use dionfs_xdr::{Decode, Decoder};
 use tracing::debug;
 
+use crate::callstats::CallStats;
+use crate::exports::Exports;
+use crate::mount::MountTable;
 use crate::nfs;
-use crate::program::Io;
-use crate::server::{Exports, Server};
+use crate::program::{Io, ProgramSummary};
+use crate::server::Server;
 
 /// A call read from a connection, waiting to run, with the exports it
 /// runs against (taken when it was received).
@@ -44,12 +47,31 @@ pub enum Pending {
 /// Dispatches the calls of the NFS and MOUNT listeners to their programs.
 pub struct Dispatcher {
     server: Arc<Server>,
+    /// MOUNT's record of who mounted what.
+    mounts: MountTable,
+    /// Per-procedure call counts and service times (`dionfs stats`).
+    calls: Arc<CallStats>,
+}
+
+/// The programs whose calls are counted ([`CallStats`]), from their
+/// procedure tables.
+pub fn counted_programs() -> Vec<ProgramSummary> {
+    vec![nfs::PROGRAM.summary(), crate::mount::PROGRAM.summary()]
 }
 
 impl Dispatcher {
     /// The dispatcher of `server`'s programs.
     pub fn new(server: Arc<Server>) -> Dispatcher {
-        Dispatcher { server }
+        Dispatcher {
+            server,
+            mounts: MountTable::default(),
+            calls: Arc::new(CallStats::new(counted_programs())),
+        }
+    }
+
+    /// Its call statistics, for the metrics.
+    pub fn calls(&self) -> &Arc<CallStats> {
+        &self.calls
     }
 
     /// Whether a call starts as a task, which may finish it without a
@@ -262,9 +284,16 @@ impl Service for Dispatcher {
                 exports,
                 call,
                 args,
-            } => Some(crate::mount::call(&server, &exports, &conn, &call, &args)),
+            } => Some(crate::mount::call(
+                &server,
+                &self.mounts,
+                &exports,
+                &conn,
+                &call,
+                &args,
+            )),
         };
-        self.server.calls.record(prog, proc_, started.elapsed());
+        self.calls.record(prog, proc_, started.elapsed());
         reply
     }
 }

@@ -15,6 +15,7 @@ use dionfs_sys::handle::KernelHandle;
 use tracing::{debug, info, warn};
 
 use crate::export::{Config, Integrity};
+use crate::exports::Exports;
 
 /// Opens the store if an export keeps checksums, recovers it, and attaches
 /// it to those exports. Exports on one filesystem share its open files, so
@@ -105,15 +106,11 @@ fn open_key(fs: &ExportFs, key: &FileKey) -> std::io::Result<Option<std::os::fd:
 /// checksums gets a last COMMIT that leaves its intent-log regions clean,
 /// so the next start has nothing to recompute. Regions a call still in
 /// flight is writing stay dirty and are recomputed then.
-pub fn commit_before_stop(server: &crate::Server) {
-    if !server.reload.has_checksum_store() {
-        return;
-    }
+pub fn commit_before_stop(store: &Arc<Store>, exports: &Exports) {
     // The open files are the server-wide cache's, and any data plane
     // commits any of them: one of an integrity export if one is served,
     // else another, for the files integrity exports a reload removed left
     // open.
-    let exports = server.exports();
     let Some(export) = exports
         .iter()
         .find(|x| x.config.integrity == Integrity::Crc32c)
@@ -140,7 +137,7 @@ pub fn commit_before_stop(server: &crate::Server) {
         );
     }
     // And those written without COMMIT and closed since.
-    let closed = settle(server, None);
+    let closed = settle(store, exports, None);
     if closed > 0 {
         info!(
             files = closed,
@@ -162,15 +159,11 @@ pub const SETTLE_AFTER: Duration = Duration::from_secs(10);
 /// then: rot meanwhile adopted unseen, and a start held up by every
 /// region of every file so left (a clean stop committed only the files
 /// still open). Runs on a blocking thread, as root.
-pub fn settle(server: &crate::Server, idle: Option<Duration>) -> usize {
-    let Some(store) = server.reload.checksum_store() else {
-        return 0;
-    };
+pub fn settle(store: &Arc<Store>, exports: &Exports, idle: Option<Duration>) -> usize {
     let files = store.idle_dirty_files(idle.unwrap_or(Duration::ZERO));
     if files.is_empty() {
         return 0;
     }
-    let exports = server.exports();
     let mut settled = 0;
     for key in files {
         // (No export on its filesystem any more, after a reload: the next
@@ -210,13 +203,19 @@ pub fn settle(server: &crate::Server, idle: Option<Duration>) -> usize {
 }
 
 /// Every [`SETTLE_AFTER`] / 2, [`settle`] what has been idle for
-/// [`SETTLE_AFTER`], one round at a time, off the runtime's workers.
-pub async fn settle_idle(server: Arc<crate::Server>) {
+/// [`SETTLE_AFTER`], one round at a time, off the runtime's workers,
+/// through the exports `served` gives then (a reload changes them).
+pub async fn settle_idle(
+    store: Arc<Store>,
+    served: impl Fn() -> Arc<Exports> + Send + Sync + 'static,
+) {
     let mut tick = tokio::time::interval(SETTLE_AFTER / 2);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let served = Arc::new(served);
     loop {
         tick.tick().await;
-        let server = server.clone();
-        let _ = tokio::task::spawn_blocking(move || settle(&server, Some(SETTLE_AFTER))).await;
+        let (store, served) = (store.clone(), served.clone());
+        let _ = tokio::task::spawn_blocking(move || settle(&store, &served(), Some(SETTLE_AFTER)))
+            .await;
     }
 }

@@ -5,8 +5,10 @@ pub mod callstats;
 pub mod dispatch;
 pub mod drc;
 pub mod export;
+pub mod exports;
 pub mod grace;
 pub mod integrity;
+pub mod io_errors;
 pub mod metrics;
 pub mod mount;
 pub mod nfs;
@@ -275,6 +277,7 @@ async fn serve(
     };
     let mut tasks = tokio::task::JoinSet::new();
     let dispatcher = Arc::new(dispatch::Dispatcher::new(server.clone()));
+    let calls = dispatcher.calls().clone();
     tasks.spawn(dionfs_transport::serve(
         nfs,
         dispatcher.clone(),
@@ -333,8 +336,11 @@ async fn serve(
         ));
     }
     tokio::spawn(expire_readahead(server.clone()));
-    if server.reload.has_checksum_store() {
-        tokio::spawn(integrity::settle_idle(server.clone()));
+    if let Some(store) = server.reload.checksum_store() {
+        let served = server.clone();
+        tokio::spawn(integrity::settle_idle(store.clone(), move || {
+            served.exports()
+        }));
     }
     if let Some(ring) = &server.io_ring {
         tokio::spawn(drive_ring(ring.clone()));
@@ -343,7 +349,12 @@ async fn serve(
         let l = TcpListener::bind(addr)
             .await
             .map_err(|e| format!("cannot listen for metrics on {addr}: {e}"))?;
-        tokio::spawn(metrics::serve(l, server.clone(), lock_service.clone()));
+        tokio::spawn(metrics::serve(
+            l,
+            server.clone(),
+            lock_service.clone(),
+            calls.clone(),
+        ));
     }
     for x in server.exports().iter() {
         log_export(&x.config);
@@ -442,9 +453,12 @@ async fn serve(
         }
     }
     let settling = server.clone();
-    if let Err(e) =
-        tokio::task::spawn_blocking(move || integrity::commit_before_stop(&settling)).await
-    {
+    let last_commit = move || {
+        if let Some(store) = settling.reload.checksum_store() {
+            integrity::commit_before_stop(store, &settling.exports());
+        }
+    };
+    if let Err(e) = tokio::task::spawn_blocking(last_commit).await {
         error!(error = %e, "integrity: the last COMMIT before stopping failed");
     }
     if let Some(path) = &pid_file {

@@ -14,6 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tracing::{info, warn};
 
+use crate::callstats::CallStats;
 use crate::nlm::LockService;
 use crate::server::Server;
 
@@ -22,7 +23,7 @@ type Field = fn(&CounterSnapshot) -> u64;
 
 /// Renders every export's data-plane counters, the connection layer's,
 /// the call statistics and the lock service's.
-pub fn render(server: &Server, locks: Option<&LockService>) -> String {
+pub fn render(server: &Server, locks: Option<&LockService>, calls: &CallStats) -> String {
     let mut out = String::new();
     let mut metric =
         |name: &str, help: &str, kind: &str, rows: &mut dyn Iterator<Item = (String, u64)>| {
@@ -385,7 +386,7 @@ pub fn render(server: &Server, locks: Option<&LockService>) -> String {
             &mut std::iter::once((String::new(), load(&c.hosts_dropped))),
         );
     }
-    server.calls.render(&mut out);
+    calls.render(&mut out);
     out
 }
 
@@ -405,7 +406,12 @@ pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
 /// once, each for at most [`SCRAPE_TIMEOUT`], so that connections that
 /// send nothing or read nothing cannot pile up tasks and responses (each
 /// holds a rendering of every counter) without bound.
-pub async fn serve(listener: TcpListener, server: Arc<Server>, locks: Option<Arc<LockService>>) {
+pub async fn serve(
+    listener: TcpListener,
+    server: Arc<Server>,
+    locks: Option<Arc<LockService>>,
+    calls: Arc<CallStats>,
+) {
     info!(addr = ?listener.local_addr().ok(), "metrics endpoint listening");
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_SCRAPES));
     let refused = dionfs_logs::LogBudget::default();
@@ -430,7 +436,7 @@ pub async fn serve(listener: TcpListener, server: Arc<Server>, locks: Option<Arc
             drop(stream);
             continue;
         };
-        let (server, locks) = (server.clone(), locks.clone());
+        let (server, locks, calls) = (server.clone(), locks.clone(), calls.clone());
         tokio::spawn(async move {
             let _slot = slot;
             let scrape = async {
@@ -439,7 +445,7 @@ pub async fn serve(listener: TcpListener, server: Arc<Server>, locks: Option<Arc
                 let mut request = [0u8; 1024];
                 let _ =
                     tokio::time::timeout(Duration::from_secs(5), stream.read(&mut request)).await;
-                let body = render(&server, locks.as_deref());
+                let body = render(&server, locks.as_deref(), &calls);
                 let response = format!(
                     "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{body}",
                     body.len()
@@ -451,9 +457,7 @@ pub async fn serve(listener: TcpListener, server: Arc<Server>, locks: Option<Arc
     }
 }
 
-/// Where `dionfs stats` reads the metrics unless told otherwise, and so
-/// the `metrics_listen` of a config made by `dionfs exportfs --convert`.
-pub const STATS_ADDRESS: &str = "127.0.0.1:9049";
+pub use crate::export::STATS_ADDRESS;
 
 /// Reads the metrics of a running server (`dionfs stats`).
 pub fn fetch(addr: &str) -> io::Result<String> {

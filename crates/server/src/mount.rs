@@ -20,9 +20,10 @@ use parking_lot::Mutex;
 use tracing::{error, warn};
 
 use crate::export::squash;
+use crate::exports::{self, Export};
 use crate::program::{Io, Procedure, Program, ReplyCache};
 use crate::reply::{garbage_args, success};
-use crate::server::{self, Export, Server};
+use crate::server::Server;
 use dionfs_dataplane::LogEvery;
 use dionfs_fs::{FileKind, FsError};
 use dionfs_logs::CLIENT_WARN_EVERY;
@@ -99,7 +100,7 @@ impl MountTable {
 /// mounts the directory of the file it is asked for). Trailing slashes
 /// name the same directory ("/srv/x/" is "/srv/x").
 fn export_of<'a>(
-    exports: &'a server::Exports,
+    exports: &'a exports::Exports,
     path: &'a [u8],
 ) -> Option<(&'a Arc<Export>, &'a [u8])> {
     let mut wanted = path;
@@ -142,8 +143,10 @@ fn canonical(root: &[u8], rest: &[u8]) -> Vec<u8> {
 /// What a MOUNT handler knows about its call.
 pub struct MountCtx<'a> {
     pub server: &'a Server,
+    /// Who has mounted what.
+    pub mounts: &'a MountTable,
     /// The exports served when the call was received.
-    pub exports: &'a server::Exports,
+    pub exports: &'a exports::Exports,
     pub conn: &'a ConnInfo,
     pub call: &'a CallHeader,
 }
@@ -192,7 +195,8 @@ const fn proc_(
 /// received).
 pub fn call(
     server: &Server,
-    exports: &server::Exports,
+    mounts: &MountTable,
+    exports: &exports::Exports,
     conn: &ConnInfo,
     call: &CallHeader,
     args: &[u8],
@@ -202,6 +206,7 @@ pub fn call(
     };
     let ctx = MountCtx {
         server,
+        mounts,
         exports,
         conn,
         call,
@@ -213,13 +218,12 @@ fn mnt_call(ctx: &MountCtx, args: &[u8]) -> Reply {
     let Ok(path) = DirPath::from_xdr(args) else {
         return garbage_args(ctx.call.xid);
     };
-    let res = mnt(ctx.server, ctx.exports, ctx.call, ctx.conn, path.0);
+    let res = mnt(ctx, path.0);
     success(ctx.call.xid, &res)
 }
 
 fn dump(ctx: &MountCtx, _args: &[u8]) -> Reply {
     let list = ctx
-        .server
         .mounts
         .list()
         .into_iter()
@@ -240,12 +244,12 @@ fn umnt(ctx: &MountCtx, args: &[u8]) -> Reply {
         Some((export, rest)) => canonical(export.config.path.as_os_str().as_encoded_bytes(), rest),
         None => path.0,
     };
-    ctx.server.mounts.remove(ctx.conn.peer.ip(), &entry);
+    ctx.mounts.remove(ctx.conn.peer.ip(), &entry);
     success(ctx.call.xid, &Void)
 }
 
 fn umntall(ctx: &MountCtx, _args: &[u8]) -> Reply {
-    ctx.server.mounts.remove_all(ctx.conn.peer.ip());
+    ctx.mounts.remove_all(ctx.conn.peer.ip());
     success(ctx.call.xid, &Void)
 }
 
@@ -271,13 +275,8 @@ fn export_list(ctx: &MountCtx, _args: &[u8]) -> Reply {
 /// share their once-per-period warning).
 const NOT_EXPORTED: u16 = u16::MAX;
 
-fn mnt(
-    server: &Server,
-    exports: &server::Exports,
-    call: &CallHeader,
-    conn: &ConnInfo,
-    path: Vec<u8>,
-) -> MountRes3 {
+fn mnt(ctx: &MountCtx, path: Vec<u8>) -> MountRes3 {
+    let (server, exports, call, conn) = (ctx.server, ctx.exports, ctx.call, ctx.conn);
     let peer = conn.peer;
     let client = peer.ip();
     let found = export_of(exports, &path);
@@ -323,7 +322,7 @@ fn mnt(
         return MountRes3::Fail(MountStat3::ServerFault);
     };
     let root = export.config.path.as_os_str().as_encoded_bytes();
-    server.mounts.add(client, canonical(root, rest));
+    ctx.mounts.add(client, canonical(root, rest));
     MountRes3::Ok(MountResOk {
         fhandle,
         auth_flavors: vec![AUTH_SYS, AUTH_NONE],

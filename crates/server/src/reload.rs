@@ -42,7 +42,8 @@ use dionfs_integrity::Store;
 use parking_lot::Mutex;
 
 use crate::export::{Config, Durability, ExportConfig, Integrity, ServerSettings};
-use crate::server::{data_config, open_export, Export, Exports, Server};
+use crate::exports::{data_config, open_export, Export, Exports};
+use crate::server::Server;
 
 /// The outcome of a reload, as the server records it beside its pid file
 /// (`PID.reload` for `PID.pid`: one line, `pid generation
@@ -460,12 +461,6 @@ impl ReloadState {
     /// The server-wide open-file cache.
     pub(crate) fn cache(&self) -> &Arc<OpenFileCache> {
         &self.cache
-    }
-
-    /// Whether the checksum store was opened at start (an export had
-    /// integrity).
-    pub(crate) fn has_checksum_store(&self) -> bool {
-        self.integrity.is_some()
     }
 
     /// The checksum store, if it was opened at start.

@@ -10,86 +10,22 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
-use dionfs_dataplane::{DataConfig, DataPlane, IoRing};
-use dionfs_fs::{handle, ExportFs, MacKey, MetadataSync, OpenFileCache};
-use dionfs_proto::nfs3::NfsFh3;
+use dionfs_dataplane::IoRing;
+use dionfs_fs::{ExportFs, MacKey, OpenFileCache};
 use dionfs_sys::cred::{with_creds, Creds};
 use parking_lot::Mutex;
 use tracing::{debug, info, warn};
 
 use crate::drc::DuplicateRequestCache;
-use crate::export::{Config, Durability, ExportConfig, ServerSettings};
-use crate::mount::MountTable;
+use crate::export::Config;
+use crate::exports::{open_export, Export, Exports};
 use dionfs_logs::{ClientWarnings, CLIENT_WARN_EVERY};
-use dionfs_transport::{ConnInfo, NetCounters};
-
-/// One export as served: its options, its file system, its data plane.
-/// A reload that changes only an export's options makes a new `Export`
-/// around the same file system and data plane (see [`crate::reload`]).
-pub struct Export {
-    pub config: ExportConfig,
-    pub fs: Arc<ExportFs>,
-    pub data: Arc<DataPlane>,
-    /// Makes metadata changes durable before replies (`sync`), or not.
-    pub metadata_sync: Arc<MetadataSync>,
-}
-
-/// The exports served at one moment, in the config's order. A reload
-/// replaces the whole list at once ([`Server::exports`]); each call takes
-/// the list once, when it is received, and uses that one throughout, so a
-/// call never sees half of a reload and the export it started on stays
-/// alive until it is answered.
-#[derive(Default)]
-pub struct Exports {
-    list: Vec<Arc<Export>>,
-    /// Whether a client list names hosts or wildcards.
-    need_names: bool,
-}
-
-impl Exports {
-    /// The list of `exports`, in the config's order.
-    pub fn new(exports: Vec<Arc<Export>>) -> Exports {
-        Exports {
-            need_names: exports.iter().any(|x| x.config.needs_names()),
-            list: exports,
-        }
-    }
-
-    /// The export whose id a file handle carries.
-    pub fn by_id(&self, id: u16) -> Option<&Arc<Export>> {
-        self.list.iter().find(|x| x.config.id == id)
-    }
-
-    /// The export `fh` belongs to if this client may use it, else `None`,
-    /// silently: for work done before the handler, which reports refusals
-    /// (see `nfs::Ctx::export`).
-    pub fn for_client(&self, conn: &ConnInfo, fh: &NfsFh3) -> Option<&Arc<Export>> {
-        let export = self.by_id(handle::export_id(fh.as_bytes())?)?;
-        (export.config.admits_client(conn.peer.ip(), conn.names())
-            && export.config.admits_port(conn.peer.port()))
-        .then_some(export)
-    }
-
-    /// Whether a client list names hosts or wildcards, so that clients'
-    /// host names must be looked up.
-    pub fn need_names(&self) -> bool {
-        self.need_names
-    }
-}
-
-impl std::ops::Deref for Exports {
-    type Target = [Arc<Export>];
-
-    fn deref(&self) -> &[Arc<Export>] {
-        &self.list
-    }
-}
+use dionfs_transport::NetCounters;
 
 /// Everything the NFS and MOUNT programs share.
 pub struct Server {
     /// The exports served now; replaced whole by a reload.
     exports: ArcSwap<Exports>,
-    pub mounts: MountTable,
     pub drc: DuplicateRequestCache,
     /// Random per start; see [`Server::write_verifier`].
     verifier_base: u64,
@@ -116,8 +52,6 @@ pub struct Server {
     /// The ring's registered credentials (personalities), one per caller
     /// identity WRITEs were made as; see [`Server::ring_personality`].
     personalities: Mutex<HashMap<Creds, u16>>,
-    /// Per-procedure call counts and service times (`dionfs stats`).
-    pub calls: crate::callstats::CallStats,
     /// The grace period after a restart, one for every program.
     pub grace: Arc<crate::grace::Grace>,
     /// What a reload needs to open exports as the start did.
@@ -127,7 +61,7 @@ pub struct Server {
     /// ([`dionfs_transport::stage_payload`]).
     pub staging: dionfs_transport::StagingBudget,
     /// READ, WRITE and COMMIT failures left to log this minute.
-    pub io_error_logs: crate::nfs::io_error_log::IoErrorLogs,
+    pub io_error_logs: crate::io_errors::IoErrorLogs,
     /// Held (`flock`) while the server runs: see [`lock_state_dir`].
     _state_lock: std::fs::File,
 }
@@ -302,7 +236,6 @@ impl Server {
         let reload = crate::reload::ReloadState::new(&config.server, key, cache, store, &exports);
         Ok(Server {
             exports: ArcSwap::from_pointee(Exports::new(exports)),
-            mounts: MountTable::default(),
             drc: DuplicateRequestCache::new(4096),
             verifier_base: u64::from_ne_bytes(seed),
             max_args,
@@ -314,7 +247,6 @@ impl Server {
             net: Arc::default(),
             io_ring,
             personalities: Mutex::default(),
-            calls: Default::default(),
             grace: Arc::new(crate::grace::Grace::new(config.server.grace_period)),
             reload,
             staging: dionfs_transport::StagingBudget::new(STAGING_BUDGET),
@@ -435,38 +367,5 @@ impl Server {
                 None
             }
         }
-    }
-}
-
-/// Opens the data plane and the metadata commits of the export `x` of a
-/// server with `settings`, on its file system `fs` (at start, and for an
-/// export a reload adds).
-pub(crate) fn open_export(
-    settings: &ServerSettings,
-    x: &ExportConfig,
-    fs: Arc<ExportFs>,
-) -> Result<Export, String> {
-    let data = DataPlane::new(data_config(settings, x))
-        .map_err(|e| format!("export {}: {e}", x.path.display()))?;
-    let metadata_sync = MetadataSync::new(&fs, x.durability == Durability::Sync)
-        .map_err(|e| format!("export {}: {e}", x.path.display()))?;
-    Ok(Export {
-        config: x.clone(),
-        fs,
-        data: Arc::new(data),
-        metadata_sync: Arc::new(metadata_sync),
-    })
-}
-
-/// The data-plane settings of the export `x` of a server with `settings`.
-pub(crate) fn data_config(settings: &ServerSettings, x: &ExportConfig) -> DataConfig {
-    DataConfig {
-        read_mode: x.read_mode,
-        write_mode: x.write_mode,
-        max_transfer: x.max_transfer as usize,
-        read_buffers: settings.read_buffers(),
-        write_buffers: settings.write_buffers(),
-        small_buffers: settings.small_buffers,
-        large_read_depth: settings.large_read_depth_mib << 20,
     }
 }

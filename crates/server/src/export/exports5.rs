@@ -242,7 +242,7 @@ pub fn convert(text: &str) -> Result<String, String> {
          [server]\nstate_dir = \"/var/lib/dionfs\"\n\
          # Counters for `dionfs stats`, which reads this address by default.\n\
          metrics_listen = \"{}\"\n",
-        crate::metrics::STATS_ADDRESS
+        crate::export::STATS_ADDRESS
     );
     for x in exports {
         let clients: Vec<String> = x.clients.iter().map(|c| toml_string(c)).collect();
@@ -506,9 +506,9 @@ mod tests {
         let table: toml::Table = toml.parse().unwrap();
         assert_eq!(
             table["server"]["metrics_listen"].as_str(),
-            Some(crate::metrics::STATS_ADDRESS)
+            Some(crate::export::STATS_ADDRESS)
         );
-        assert_eq!(crate::metrics::STATS_ADDRESS, "127.0.0.1:9049");
+        assert_eq!(crate::export::STATS_ADDRESS, "127.0.0.1:9049");
     }
 
     #[test]

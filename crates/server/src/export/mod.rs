@@ -14,6 +14,10 @@ pub use config::{
 use dionfs_rpc::message::Credential;
 use dionfs_sys::cred::Creds;
 
+/// Where `dionfs stats` reads the metrics unless told otherwise, and so
+/// the `metrics_listen` of a config made by `dionfs exportfs --convert`.
+pub const STATS_ADDRESS: &str = "127.0.0.1:9049";
+
 /// Maps a call's credential to the identity its file-system work runs with,
 /// per the export's squash option (exports(5)).
 ///

@@ -20,11 +20,12 @@ use tracing::error;
 
 use super::attrs::open_file_attr;
 use super::convert::{post_op, wcc};
-use super::io_error_log::IoProc;
 use super::status::{from_data, from_fs};
 use super::Ctx;
+use crate::exports::{Export, Exports};
+use crate::io_errors::IoProc;
 use crate::reply::{garbage_args, success, success_encoder};
-use crate::server::{Export, Exports, Server};
+use crate::server::Server;
 use dionfs_transport::{stage_payload, CallStream, ConnInfo, Received, Reply, ReplyPayload};
 
 /// A READ's data as its reply's payload, sent from the pool buffer it was

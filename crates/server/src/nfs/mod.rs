@@ -12,7 +12,6 @@ pub mod attrs;
 pub mod convert;
 pub mod data;
 pub mod dirs;
-pub mod io_error_log;
 pub mod status;
 
 use std::sync::Arc;
@@ -28,9 +27,10 @@ use tracing::{error, warn};
 
 use crate::drc::{hash_args, DrcKey, Lookup};
 use crate::export::squash;
+use crate::exports::{Export, Exports};
 use crate::program::{Io, Procedure, Program, ReplyCache};
 use crate::reply::{garbage_args, success};
-use crate::server::{Export, Exports, Server};
+use crate::server::Server;
 use dionfs_logs::CLIENT_WARN_EVERY;
 use dionfs_transport::{ConnInfo, Reply};
 

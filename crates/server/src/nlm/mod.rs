@@ -45,9 +45,10 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use crate::export::{squash, Access};
+use crate::exports::Export;
 use crate::grace::Grace;
 use crate::reply::success;
-use crate::server::{Export, Server};
+use crate::server::Server;
 use client::Peer;
 use dionfs_transport::{read_args, CallStream, ConnInfo, Received, Reply, Service};
 use state::{Monitored, NsmState};

@@ -1,4 +1,4 @@
-//! READ, WRITE and COMMIT failures in the log, a few per procedure and
+//! READ, WRITE and COMMIT failures in the log (of any protocol's calls), a few per procedure and
 //! errno at a time (`dionfs_logs`). A full filesystem refuses every
 //! WRITE: an IOR-hard run against one logged ten thousand identical errors
 //! in five seconds (scratch `enospc.sh`); a failing disk would do the same

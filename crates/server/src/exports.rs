@@ -1,0 +1,107 @@
+//! The exports served at one moment ([`Exports`]), each with its file
+//! system, data plane and metadata commits ([`Export`]), and how one is
+//! opened from its config: what every program's calls run against.
+
+use std::sync::Arc;
+
+use dionfs_dataplane::{DataConfig, DataPlane};
+use dionfs_fs::{handle, ExportFs, MetadataSync};
+use dionfs_proto::nfs3::NfsFh3;
+use dionfs_transport::ConnInfo;
+
+use crate::export::{Durability, ExportConfig, ServerSettings};
+
+/// One export as served: its options, its file system, its data plane.
+/// A reload that changes only an export's options makes a new `Export`
+/// around the same file system and data plane (see [`crate::reload`]).
+pub struct Export {
+    pub config: ExportConfig,
+    pub fs: Arc<ExportFs>,
+    pub data: Arc<DataPlane>,
+    /// Makes metadata changes durable before replies (`sync`), or not.
+    pub metadata_sync: Arc<MetadataSync>,
+}
+
+/// The exports served at one moment, in the config's order. A reload
+/// replaces the whole list at once ([`Server::exports`]); each call takes
+/// the list once, when it is received, and uses that one throughout, so a
+/// call never sees half of a reload and the export it started on stays
+/// alive until it is answered.
+#[derive(Default)]
+pub struct Exports {
+    list: Vec<Arc<Export>>,
+    /// Whether a client list names hosts or wildcards.
+    need_names: bool,
+}
+
+impl Exports {
+    /// The list of `exports`, in the config's order.
+    pub fn new(exports: Vec<Arc<Export>>) -> Exports {
+        Exports {
+            need_names: exports.iter().any(|x| x.config.needs_names()),
+            list: exports,
+        }
+    }
+
+    /// The export whose id a file handle carries.
+    pub fn by_id(&self, id: u16) -> Option<&Arc<Export>> {
+        self.list.iter().find(|x| x.config.id == id)
+    }
+
+    /// The export `fh` belongs to if this client may use it, else `None`,
+    /// silently: for work done before the handler, which reports refusals
+    /// (see `nfs::Ctx::export`).
+    pub fn for_client(&self, conn: &ConnInfo, fh: &NfsFh3) -> Option<&Arc<Export>> {
+        let export = self.by_id(handle::export_id(fh.as_bytes())?)?;
+        (export.config.admits_client(conn.peer.ip(), conn.names())
+            && export.config.admits_port(conn.peer.port()))
+        .then_some(export)
+    }
+
+    /// Whether a client list names hosts or wildcards, so that clients'
+    /// host names must be looked up.
+    pub fn need_names(&self) -> bool {
+        self.need_names
+    }
+}
+
+impl std::ops::Deref for Exports {
+    type Target = [Arc<Export>];
+
+    fn deref(&self) -> &[Arc<Export>] {
+        &self.list
+    }
+}
+
+/// Opens the data plane and the metadata commits of the export `x` of a
+/// server with `settings`, on its file system `fs` (at start, and for an
+/// export a reload adds).
+pub(crate) fn open_export(
+    settings: &ServerSettings,
+    x: &ExportConfig,
+    fs: Arc<ExportFs>,
+) -> Result<Export, String> {
+    let data = DataPlane::new(data_config(settings, x))
+        .map_err(|e| format!("export {}: {e}", x.path.display()))?;
+    let metadata_sync = MetadataSync::new(&fs, x.durability == Durability::Sync)
+        .map_err(|e| format!("export {}: {e}", x.path.display()))?;
+    Ok(Export {
+        config: x.clone(),
+        fs,
+        data: Arc::new(data),
+        metadata_sync: Arc::new(metadata_sync),
+    })
+}
+
+/// The data-plane settings of the export `x` of a server with `settings`.
+pub(crate) fn data_config(settings: &ServerSettings, x: &ExportConfig) -> DataConfig {
+    DataConfig {
+        read_mode: x.read_mode,
+        write_mode: x.write_mode,
+        max_transfer: x.max_transfer as usize,
+        read_buffers: settings.read_buffers(),
+        write_buffers: settings.write_buffers(),
+        small_buffers: settings.small_buffers,
+        large_read_depth: settings.large_read_depth_mib << 20,
+    }
+}
