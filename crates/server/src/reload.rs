@@ -43,7 +43,6 @@ use parking_lot::Mutex;
 
 use crate::export::{Config, Durability, ExportConfig, Integrity, ServerSettings};
 use crate::exports::{data_config, open_export, Export, Exports};
-use crate::server::Server;
 
 /// The outcome of a reload, as the server records it beside its pid file
 /// (`PID.reload` for `PID.pid`: one line, `pid generation
@@ -516,14 +515,22 @@ impl ReloadState {
     fn retired_planes(&self) -> usize {
         self.retired.load().len()
     }
-}
 
-impl Server {
-    /// Applies `config` (re-read from the file the server started with):
-    /// see the module documentation. Blocking (opens file systems). `Err`
-    /// when an added export cannot be opened: then nothing changed.
-    pub fn reload(&self, config: Config) -> Result<Report, String> {
-        let state = &self.reload;
+    /// Applies `config` (re-read from the file the server started with)
+    /// to the exports `running` (served with WRITEs of at most
+    /// `max_args`): see the module documentation. The new exports are
+    /// handed to `publish` once the planes they no longer use are
+    /// retired. Blocking (opens file systems). `Err` when an added export
+    /// cannot be opened: then nothing changed.
+    pub(crate) fn apply(
+        &self,
+        config: Config,
+        running: &Exports,
+        max_args: u32,
+        ring: Option<&Arc<IoRing>>,
+        publish: impl FnOnce(Exports),
+    ) -> Result<Report, String> {
+        let state = self;
         let _one = state.lock.lock();
         let mut report = Report::default();
         let settings = changed_settings(&state.settings, &config.server);
@@ -533,9 +540,8 @@ impl Server {
                 settings.join(", ")
             ));
         }
-        let running = self.exports();
         let running_configs: Vec<ExportConfig> = running.iter().map(|x| x.config.clone()).collect();
-        let plan = plan(&running_configs, config.exports, self.max_args);
+        let plan = plan(&running_configs, config.exports, max_args);
         report.warnings.extend(plan.warnings);
         let mut filesystems = state.filesystems.lock().clone();
         let mut next = Vec::new();
@@ -547,11 +553,11 @@ impl Server {
                 }
                 Step::Changed { old, options } => {
                     let path = x.path.clone();
-                    let export = state.changed(&running[old], x, self.io_ring.as_ref())?;
+                    let export = state.changed(&running[old], x, ring)?;
                     next.push(Arc::new(export));
                     report.changed.push((path, options));
                 }
-                Step::Added => match state.added(&x, &mut filesystems, self.io_ring.as_ref())? {
+                Step::Added => match state.added(&x, &mut filesystems, ring)? {
                     Ok(export) => {
                         report.added.push(x.path.clone());
                         next.push(Arc::new(export));
@@ -588,13 +594,11 @@ impl Server {
             }
         }
         state.retired.store(Arc::new(retired));
-        self.replace_exports(Exports::new(next));
+        publish(Exports::new(next));
         *state.filesystems.lock() = filesystems;
         Ok(report)
     }
-}
 
-impl ReloadState {
     /// The export `old` with the options `x`: the same file system, the
     /// same data plane unless the I/O modes or the transfer size changed,
     /// the same metadata commits unless `sync`/`async` did. A new plane's
@@ -688,6 +692,7 @@ impl ReloadState {
 mod tests {
     use super::*;
     use crate::export::{Access, ClientMatch, Squash};
+    use crate::server::Server;
     use dionfs_dataplane::Mode;
 
     fn export(path: &str) -> ExportConfig {

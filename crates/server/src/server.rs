@@ -261,10 +261,20 @@ impl Server {
         self.exports.load_full()
     }
 
-    /// Serves `exports` from now on (a reload): calls received from now
-    /// on see them; calls in flight finish with the exports they took.
-    pub(crate) fn replace_exports(&self, exports: Exports) {
-        self.exports.store(Arc::new(exports));
+    /// Applies `config` (re-read from the file the server started with):
+    /// see [`crate::reload`]. Calls received from then on see the new
+    /// exports; calls in flight finish with the exports they took.
+    /// Blocking (opens file systems). `Err` when an added export cannot be
+    /// opened: then nothing changed.
+    pub fn reload(&self, config: Config) -> Result<crate::reload::Report, String> {
+        let running = self.exports();
+        self.reload.apply(
+            config,
+            &running,
+            self.max_args,
+            self.io_ring.as_ref(),
+            |next| self.exports.store(Arc::new(next)),
+        )
     }
 
     /// The WRITE/COMMIT verifier (RFC 1813 section 3.3.7): random per start,
