@@ -15,14 +15,17 @@ use std::sync::Arc;
 use dionfs_proto::mount3::MOUNT_PROGRAM;
 use dionfs_proto::nfs3::NFS_PROGRAM;
 use dionfs_proto::portmap::{
-    universal_addr, DumpResult, Mapping, Procedure, Rpcb, RpcbDump, RpcbProcedure, IPPROTO_TCP,
-    IPPROTO_UDP, PROGRAM, RPCBIND_V3, RPCBIND_V4, VERSION,
+    universal_addr, DumpResult, Mapping, Procedure as PmapProc, Rpcb, RpcbDump, RpcbProcedure,
+    IPPROTO_TCP, IPPROTO_UDP, PROGRAM, RPCBIND_V3, RPCBIND_V4, VERSION,
 };
+use dionfs_proto::ArgsLimit;
 use dionfs_rpc::{reply, CallHeader, RecordError, RecordReader, ReplyStatus};
 use dionfs_xdr::{Decode, Encode, Encoder};
 use tokio::io::AsyncRead;
 
 use dionfs_transport::{read_args, ConnInfo, Received, Reply, Service};
+
+use crate::program::{Io, Procedure, Program, ReplyCache};
 
 /// The mappings the port mapper reports.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -113,81 +116,205 @@ impl PortmapService {
     pub fn new(table: PortmapTable) -> Self {
         Self { table }
     }
+}
 
-    /// A success reply with the results that `results` encodes.
-    fn success(xid: u32, results: impl FnOnce(&mut Encoder)) -> Received<Infallible> {
-        let mut enc = Encoder::with_capacity(64);
-        reply::accepted_success(&mut enc, xid);
-        results(&mut enc);
-        Received::Reply(Reply::new(enc.into_vec()))
+/// How a port-mapper procedure runs: answered at once, from the table, as
+/// the call is received: the service, the connection, the xid, the
+/// encoded arguments.
+pub type Handler = fn(&PortmapService, &ConnInfo, u32, &[u8]) -> Reply;
+
+/// Portmap version 2 (RFC 1833 section 3).
+pub static PORTMAP_V2: Program<Handler> = Program {
+    label: "portmap2",
+    title: "PORTMAP v2",
+    number: PROGRAM,
+    version: VERSION,
+    procedures: &PORTMAP_V2_PROCEDURES,
+};
+
+static PORTMAP_V2_PROCEDURES: [Option<Procedure<Handler>>; 6] = [
+    portmap(PmapProc::Null, "NULL", null),
+    portmap(PmapProc::Set, "SET", refuse_mapping),
+    portmap(PmapProc::Unset, "UNSET", refuse_mapping),
+    portmap(PmapProc::GetPort, "GETPORT", getport),
+    portmap(PmapProc::Dump, "DUMP", dump),
+    // CALLIT carries another program's call, so its arguments have no
+    // bound; it is not served (see the module documentation).
+    None,
+];
+
+/// rpcbind version 3 (RFC 1833 section 2): the procedures answered.
+pub static RPCBIND_V3_PROGRAM: Program<Handler> = Program {
+    label: "rpcbind3",
+    title: "RPCBIND v3",
+    number: PROGRAM,
+    version: RPCBIND_V3,
+    procedures: &RPCBIND_V3_PROCEDURES,
+};
+
+static RPCBIND_V3_PROCEDURES: [Option<Procedure<Handler>>; 7] = [
+    rpcbind(RpcbProcedure::Null, "NULL", null),
+    rpcbind(RpcbProcedure::Set, "SET", refuse_rpcb),
+    rpcbind(RpcbProcedure::Unset, "UNSET", refuse_rpcb),
+    rpcbind(RpcbProcedure::GetAddr, "GETADDR", getaddr),
+    rpcbind(RpcbProcedure::Dump, "DUMP", rpcb_dump),
+    None, // CALLIT
+    rpcbind(RpcbProcedure::GetTime, "GETTIME", gettime),
+];
+
+/// rpcbind version 4: version 3's, and GETVERSADDR.
+pub static RPCBIND_V4_PROGRAM: Program<Handler> = Program {
+    label: "rpcbind4",
+    title: "RPCBIND v4",
+    number: PROGRAM,
+    version: RPCBIND_V4,
+    procedures: &RPCBIND_V4_PROCEDURES,
+};
+
+static RPCBIND_V4_PROCEDURES: [Option<Procedure<Handler>>; 10] = [
+    rpcbind(RpcbProcedure::Null, "NULL", null),
+    rpcbind(RpcbProcedure::Set, "SET", refuse_rpcb),
+    rpcbind(RpcbProcedure::Unset, "UNSET", refuse_rpcb),
+    rpcbind(RpcbProcedure::GetAddr, "GETADDR", getaddr),
+    rpcbind(RpcbProcedure::Dump, "DUMP", rpcb_dump),
+    None, // BCAST
+    rpcbind(RpcbProcedure::GetTime, "GETTIME", gettime),
+    None, // UADDR2TADDR
+    None, // TADDR2UADDR
+    rpcbind(RpcbProcedure::GetVersAddr, "GETVERSADDR", getversaddr),
+];
+
+/// Nothing is cached: every answer is read from a fixed table.
+const fn portmap(
+    number: PmapProc,
+    name: &'static str,
+    handler: Handler,
+) -> Option<Procedure<Handler>> {
+    let max = match number.max_args_len() {
+        Some(n) => n,
+        None => 0,
+    };
+    Some(Procedure {
+        name,
+        args: ArgsLimit::Whole(max),
+        cache: ReplyCache::No,
+        io: Io::None,
+        handler,
+    })
+}
+
+const fn rpcbind(
+    number: RpcbProcedure,
+    name: &'static str,
+    handler: Handler,
+) -> Option<Procedure<Handler>> {
+    Some(Procedure {
+        name,
+        args: ArgsLimit::Whole(number.max_args_len()),
+        cache: ReplyCache::No,
+        io: Io::None,
+        handler,
+    })
+}
+
+/// A success reply with the results that `results` encodes.
+fn success(xid: u32, results: impl FnOnce(&mut Encoder)) -> Reply {
+    let mut enc = Encoder::with_capacity(64);
+    reply::accepted_success(&mut enc, xid);
+    results(&mut enc);
+    Reply::new(enc.into_vec())
+}
+
+fn garbage(xid: u32) -> Reply {
+    Reply::status(xid, ReplyStatus::GarbageArgs)
+}
+
+fn null(_: &PortmapService, _: &ConnInfo, xid: u32, _: &[u8]) -> Reply {
+    success(xid, |_| {})
+}
+
+/// SET and UNSET: registrations are refused, the table is fixed.
+fn refuse_mapping(_: &PortmapService, _: &ConnInfo, xid: u32, args: &[u8]) -> Reply {
+    match Mapping::from_xdr(args) {
+        Ok(_) => success(xid, |enc| enc.bool(false)),
+        Err(_) => garbage(xid),
     }
 }
 
-impl PortmapService {
-    /// rpcbind versions 3 and 4.
-    async fn rpcbind<R: AsyncRead + Unpin + Send>(
-        &self,
-        conn: &ConnInfo,
-        call: CallHeader,
-        body: &mut RecordReader<R>,
-    ) -> Result<Received<Infallible>, RecordError> {
-        let xid = call.xid;
-        let status = |status| Ok(Received::Reply(Reply::status(xid, status)));
-        if !(VERSION..=RPCBIND_V4).contains(&call.vers) {
-            return status(ReplyStatus::ProgMismatch {
-                low: VERSION,
-                high: RPCBIND_V4,
-            });
+fn getport(svc: &PortmapService, _: &ConnInfo, xid: u32, args: &[u8]) -> Reply {
+    match Mapping::from_xdr(args) {
+        Ok(m) => {
+            let port = svc.table.port_of(m.prog, m.vers, m.prot);
+            success(xid, |enc| enc.u32(port))
         }
-        let Some(proc_) = RpcbProcedure::from_u32(call.vers, call.proc_) else {
-            return status(ReplyStatus::ProcUnavail);
-        };
-        let args = read_args(body, proc_.max_args_len()).await?;
-        let rpcb = || Rpcb::from_xdr(&args).ok();
-        let ip = conn.local.ip();
-        match proc_ {
-            RpcbProcedure::Null => Ok(Self::success(xid, |_| {})),
-            RpcbProcedure::Set | RpcbProcedure::Unset => match rpcb() {
-                // Registrations are refused: the table is fixed.
-                Some(_) => Ok(Self::success(xid, |enc| enc.bool(false))),
-                None => status(ReplyStatus::GarbageArgs),
-            },
-            RpcbProcedure::GetAddr | RpcbProcedure::GetVersAddr => match rpcb() {
-                Some(want) => {
-                    // GETADDR may answer another version of the program
-                    // (RFC 1833 section 2.2.1); GETVERSADDR may not.
-                    let exact = proc_ == RpcbProcedure::GetVersAddr;
-                    let entries = self.table.rpcb_entries(ip);
-                    let found = entries
-                        .iter()
-                        .filter(|e| e.prog == want.prog && e.netid == want.netid)
-                        .find(|e| e.vers == want.vers)
-                        .or_else(|| {
-                            (!exact).then(|| {
-                                entries
-                                    .iter()
-                                    .find(|e| e.prog == want.prog && e.netid == want.netid)
-                            })?
-                        })
-                        .map_or(String::new(), |e| e.addr.clone());
-                    Ok(Self::success(xid, |enc| enc.string(found.as_bytes())))
-                }
-                None => status(ReplyStatus::GarbageArgs),
-            },
-            RpcbProcedure::Dump => {
-                let dump = RpcbDump {
-                    entries: self.table.rpcb_entries(ip),
-                };
-                Ok(Self::success(xid, |enc| dump.encode(enc)))
-            }
-            RpcbProcedure::GetTime => {
-                let now = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_secs() as u32);
-                Ok(Self::success(xid, |enc| enc.u32(now)))
-            }
-        }
+        Err(_) => garbage(xid),
     }
+}
+
+fn dump(svc: &PortmapService, _: &ConnInfo, xid: u32, _: &[u8]) -> Reply {
+    let dump = DumpResult {
+        mappings: svc.table.entries.clone(),
+    };
+    success(xid, |enc| dump.encode(enc))
+}
+
+/// rpcbind's SET and UNSET: refused too.
+fn refuse_rpcb(_: &PortmapService, _: &ConnInfo, xid: u32, args: &[u8]) -> Reply {
+    match Rpcb::from_xdr(args) {
+        Ok(_) => success(xid, |enc| enc.bool(false)),
+        Err(_) => garbage(xid),
+    }
+}
+
+/// GETADDR may answer another version of the program (RFC 1833 section
+/// 2.2.1).
+fn getaddr(svc: &PortmapService, conn: &ConnInfo, xid: u32, args: &[u8]) -> Reply {
+    universal_address(svc, conn, xid, args, false)
+}
+
+/// GETVERSADDR may not.
+fn getversaddr(svc: &PortmapService, conn: &ConnInfo, xid: u32, args: &[u8]) -> Reply {
+    universal_address(svc, conn, xid, args, true)
+}
+
+fn universal_address(
+    svc: &PortmapService,
+    conn: &ConnInfo,
+    xid: u32,
+    args: &[u8],
+    exact: bool,
+) -> Reply {
+    let Ok(want) = Rpcb::from_xdr(args) else {
+        return garbage(xid);
+    };
+    let entries = svc.table.rpcb_entries(conn.local.ip());
+    let found = entries
+        .iter()
+        .filter(|e| e.prog == want.prog && e.netid == want.netid)
+        .find(|e| e.vers == want.vers)
+        .or_else(|| {
+            (!exact).then(|| {
+                entries
+                    .iter()
+                    .find(|e| e.prog == want.prog && e.netid == want.netid)
+            })?
+        })
+        .map_or(String::new(), |e| e.addr.clone());
+    success(xid, |enc| enc.string(found.as_bytes()))
+}
+
+fn rpcb_dump(svc: &PortmapService, conn: &ConnInfo, xid: u32, _: &[u8]) -> Reply {
+    let dump = RpcbDump {
+        entries: svc.table.rpcb_entries(conn.local.ip()),
+    };
+    success(xid, |enc| dump.encode(enc))
+}
+
+fn gettime(_: &PortmapService, _: &ConnInfo, xid: u32, _: &[u8]) -> Reply {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as u32);
+    success(xid, |enc| enc.u32(now))
 }
 
 impl Service for PortmapService {
@@ -204,43 +331,23 @@ impl Service for PortmapService {
         if call.prog != PROGRAM {
             return status(ReplyStatus::ProgUnavail);
         }
-        if call.vers != VERSION {
-            return self.rpcbind(conn, call, body).await;
-        }
-        let Some(proc_) = Procedure::from_u32(call.proc_) else {
-            return status(ReplyStatus::ProcUnavail);
-        };
-        // CALLIT carries another program's call, so its arguments have no
-        // bound; it is not served (see the module documentation).
-        let Some(max) = proc_.max_args_len() else {
-            return status(ReplyStatus::ProcUnavail);
-        };
-        let args = read_args(body, max).await?;
-        // Every procedure's arguments are void or a mapping.
-        let mapping = || Mapping::from_xdr(&args).ok();
-        match proc_ {
-            Procedure::Null => Ok(Self::success(xid, |_| {})),
-            Procedure::Set | Procedure::Unset => match mapping() {
-                // Registrations are refused: the table is fixed.
-                Some(_) => Ok(Self::success(xid, |enc| enc.bool(false))),
-                None => status(ReplyStatus::GarbageArgs),
-            },
-            Procedure::GetPort => match mapping() {
-                Some(m) => {
-                    let port = self.table.port_of(m.prog, m.vers, m.prot);
-                    Ok(Self::success(xid, |enc| enc.u32(port)))
-                }
-                None => status(ReplyStatus::GarbageArgs),
-            },
-            Procedure::Dump => {
-                let dump = DumpResult {
-                    mappings: self.table.entries.clone(),
-                };
-                Ok(Self::success(xid, |enc| dump.encode(enc)))
+        let program = match call.vers {
+            VERSION => &PORTMAP_V2,
+            RPCBIND_V3 => &RPCBIND_V3_PROGRAM,
+            RPCBIND_V4 => &RPCBIND_V4_PROGRAM,
+            _ => {
+                return status(ReplyStatus::ProgMismatch {
+                    low: VERSION,
+                    high: RPCBIND_V4,
+                })
             }
-            // Has no limit, so it was answered above.
-            Procedure::CallIt => status(ReplyStatus::ProcUnavail),
-        }
+        };
+        let Some(procedure) = program.procedure(call.proc_) else {
+            return status(ReplyStatus::ProcUnavail);
+        };
+        let max = procedure.args.whole().unwrap_or(0);
+        let args = read_args(body, max).await?;
+        Ok(Received::Reply((procedure.handler)(self, conn, xid, &args)))
     }
 
     async fn execute(self: Arc<Self>, _conn: Arc<ConnInfo>, pending: Infallible) -> Option<Reply> {
@@ -256,6 +363,24 @@ mod tests {
     use dionfs_transport::{next_conn_id, serve_connection, ConnLimits};
     use dionfs_xdr::{Decode, Decoder};
     use std::time::Duration;
+
+    #[test]
+    fn the_tables_answer_what_the_codecs_define_but_callit() {
+        for n in 0..16 {
+            let v2 = PmapProc::from_u32(n).filter(|p| *p != PmapProc::CallIt);
+            assert_eq!(PORTMAP_V2.procedure(n).is_some(), v2.is_some(), "v2 {n}");
+            if let (Some(p), Some(e)) = (v2, PORTMAP_V2.procedure(n)) {
+                assert_eq!(e.args, ArgsLimit::Whole(p.max_args_len().unwrap()));
+            }
+            for (vers, table) in [(3, &RPCBIND_V3_PROGRAM), (4, &RPCBIND_V4_PROGRAM)] {
+                let p = RpcbProcedure::from_u32(vers, n);
+                assert_eq!(table.procedure(n).is_some(), p.is_some(), "v{vers} {n}");
+                if let (Some(p), Some(e)) = (p, table.procedure(n)) {
+                    assert_eq!(e.args, ArgsLimit::Whole(p.max_args_len()));
+                }
+            }
+        }
+    }
     use tokio::io::AsyncWriteExt;
     use tokio::net::{TcpListener, TcpStream};
 
