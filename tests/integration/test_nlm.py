@@ -18,6 +18,7 @@ import struct
 import subprocess
 import threading
 import time
+import urllib.request
 
 import pytest
 
@@ -176,6 +177,10 @@ def test_locks_conflict_split_cancel_and_free_all(server):
     assert not local_denied(path, 0, 1)
     m = counters(METRICS, r"nlm_\w+")
     assert m["nlm_locks"] == 12 and m["nlm_hosts_dropped"] == 1, m
+    # Every program's calls are timed, per procedure, NLM's too.
+    raw = urllib.request.urlopen(f"http://{METRICS}/metrics", timeout=10).read().decode()
+    assert 'dionfs_call_seconds_count{program="nlm4",procedure="LOCK"} 12' in raw, raw[-2000:]
+    assert 'dionfs_call_seconds_count{program="nlm4",procedure="FREE_ALL"} 1' in raw
     a.close(); bb.close()
 
 

@@ -43,10 +43,14 @@ impl CallStats {
         CallStats { programs }
     }
 
-    /// Counts one call of `proc_` of `prog` that took `took`. Other
-    /// programs and unknown procedures are not counted.
-    pub fn record(&self, prog: u32, proc_: u32, took: Duration) {
-        let Some((_, table)) = self.programs.iter().find(|(p, _)| p.number == prog) else {
+    /// Counts one call of `proc_` of `prog` version `vers` that took
+    /// `took`. Other programs and unknown procedures are not counted.
+    pub fn record(&self, prog: u32, vers: u32, proc_: u32, took: Duration) {
+        let found = self
+            .programs
+            .iter()
+            .find(|(p, _)| (p.number, p.version) == (prog, vers));
+        let Some((_, table)) = found else {
             return;
         };
         let Some(stat) = table.get(proc_ as usize) else {
@@ -243,14 +247,14 @@ mod tests {
         let stats = CallStats::new(crate::dispatch::counted_programs());
         // 90 READs of 15 µs, 10 of 3 ms; 1 MNT; nothing else shown.
         for _ in 0..90 {
-            stats.record(NFS_PROGRAM, 6, Duration::from_micros(15));
+            stats.record(NFS_PROGRAM, 3, 6, Duration::from_micros(15));
         }
         for _ in 0..10 {
-            stats.record(NFS_PROGRAM, 6, Duration::from_millis(3));
+            stats.record(NFS_PROGRAM, 3, 6, Duration::from_millis(3));
         }
-        stats.record(MOUNT_PROGRAM, 1, Duration::from_secs(20));
-        stats.record(NFS_PROGRAM, 99, Duration::from_micros(1));
-        stats.record(100_000, 0, Duration::from_micros(1));
+        stats.record(MOUNT_PROGRAM, 3, 1, Duration::from_secs(20));
+        stats.record(NFS_PROGRAM, 3, 99, Duration::from_micros(1));
+        stats.record(100_000, 1, 0, Duration::from_micros(1));
         let mut text = String::new();
         stats.render(&mut text);
         assert!(text.contains(

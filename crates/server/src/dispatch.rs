@@ -54,18 +54,29 @@ pub struct Dispatcher {
 }
 
 /// The programs whose calls are counted ([`CallStats`]), from their
-/// procedure tables.
+/// procedure tables: every program the server serves.
 pub fn counted_programs() -> Vec<ProgramSummary> {
-    vec![nfs::PROGRAM.summary(), crate::mount::PROGRAM.summary()]
+    use crate::nlm::procedures::{NLM, NSM};
+    use crate::portmap::{PORTMAP_V2, RPCBIND_V3_PROGRAM, RPCBIND_V4_PROGRAM};
+    vec![
+        nfs::PROGRAM.summary(),
+        crate::mount::PROGRAM.summary(),
+        NLM.summary(),
+        NSM.summary(),
+        PORTMAP_V2.summary(),
+        RPCBIND_V3_PROGRAM.summary(),
+        RPCBIND_V4_PROGRAM.summary(),
+    ]
 }
 
 impl Dispatcher {
-    /// The dispatcher of `server`'s programs.
-    pub fn new(server: Arc<Server>) -> Dispatcher {
+    /// The dispatcher of `server`'s programs, counting their calls in
+    /// `calls`.
+    pub fn new(server: Arc<Server>, calls: Arc<CallStats>) -> Dispatcher {
         Dispatcher {
             server,
             mounts: MountTable::default(),
-            calls: Arc::new(CallStats::new(counted_programs())),
+            calls,
         }
     }
 
@@ -257,9 +268,11 @@ impl Service for Dispatcher {
 
     async fn execute(self: Arc<Self>, conn: Arc<ConnInfo>, pending: Pending) -> Option<Reply> {
         let on_task = self.starts_on_task(&pending);
-        let (prog, proc_) = match &pending {
-            Pending::Nfs { call, .. } | Pending::Mount { call, .. } => (call.prog, call.proc_),
-            Pending::Write(call, _) => (call.prog, call.proc_),
+        let (prog, vers, proc_) = match &pending {
+            Pending::Nfs { call, .. } | Pending::Mount { call, .. } => {
+                (call.prog, call.vers, call.proc_)
+            }
+            Pending::Write(call, _) => (call.prog, call.vers, call.proc_),
         };
         let started = std::time::Instant::now();
         let server = self.server.clone();
@@ -293,7 +306,7 @@ impl Service for Dispatcher {
                 &args,
             )),
         };
-        self.calls.record(prog, proc_, started.elapsed());
+        self.calls.record(prog, vers, proc_, started.elapsed());
         reply
     }
 }

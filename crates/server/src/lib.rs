@@ -144,6 +144,7 @@ async fn serve(
     let mut hangup =
         signal(SignalKind::hangup()).map_err(|e| format!("cannot watch SIGHUP: {e}"))?;
     let server = Arc::new(Server::open(&config)?);
+    let calls = Arc::new(callstats::CallStats::new(dispatch::counted_programs()));
     let settings = &config.server;
     let ip = settings.listen;
     let nfs = bind(ip, settings.nfs_port, "NFS")?;
@@ -186,8 +187,7 @@ async fn serve(
                 settings.nsm_port
             )
         })?;
-        let service =
-            nlm::LockService::start(server.clone(), &settings.state_dir, server.grace.clone())?;
+        let service = nlm::LockService::start(server.clone(), &settings.state_dir, calls.clone())?;
         Some((tcp, udp, service))
     } else {
         None
@@ -276,8 +276,7 @@ async fn serve(
         let _ = rx.wait_for(|s| *s).await;
     };
     let mut tasks = tokio::task::JoinSet::new();
-    let dispatcher = Arc::new(dispatch::Dispatcher::new(server.clone()));
-    let calls = dispatcher.calls().clone();
+    let dispatcher = Arc::new(dispatch::Dispatcher::new(server.clone(), calls.clone()));
     tasks.spawn(dionfs_transport::serve(
         nfs,
         dispatcher.clone(),
@@ -304,7 +303,7 @@ async fn serve(
             portmap_udp.is_some(),
             programs.clone(),
         );
-        let service = Arc::new(PortmapService::new(table));
+        let service = Arc::new(PortmapService::new(table, calls.clone()));
         if let Some(udp) = portmap_udp {
             tasks.spawn(dionfs_transport::udp::serve(
                 udp,

@@ -25,6 +25,7 @@ use tokio::io::AsyncRead;
 
 use dionfs_transport::{read_args, ConnInfo, Received, Reply, Service};
 
+use crate::callstats::CallStats;
 use crate::program::{Io, Procedure, Program, ReplyCache};
 
 /// The mappings the port mapper reports.
@@ -107,14 +108,16 @@ pub(crate) fn netid(prot: u32, ip: std::net::IpAddr) -> &'static str {
 }
 
 /// Portmap version 2 and rpcbind 3/4 served from a [`PortmapTable`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct PortmapService {
     table: PortmapTable,
+    /// Per-procedure call counts and service times.
+    calls: Arc<CallStats>,
 }
 
 impl PortmapService {
-    pub fn new(table: PortmapTable) -> Self {
-        Self { table }
+    pub fn new(table: PortmapTable, calls: Arc<CallStats>) -> Self {
+        Self { table, calls }
     }
 }
 
@@ -347,7 +350,11 @@ impl Service for PortmapService {
         };
         let max = procedure.args.whole().unwrap_or(0);
         let args = read_args(body, max).await?;
-        Ok(Received::Reply((procedure.handler)(self, conn, xid, &args)))
+        let started = std::time::Instant::now();
+        let reply = (procedure.handler)(self, conn, xid, &args);
+        self.calls
+            .record(call.prog, call.vers, call.proc_, started.elapsed());
+        Ok(Received::Reply(reply))
     }
 
     async fn execute(self: Arc<Self>, _conn: Arc<ConnInfo>, pending: Infallible) -> Option<Reply> {
@@ -431,7 +438,8 @@ mod tests {
             datagram: false,
             names: Default::default(),
         };
-        let service = Arc::new(PortmapService::new(table()));
+        let stats = Arc::new(CallStats::new(crate::dispatch::counted_programs()));
+        let service = Arc::new(PortmapService::new(table(), stats));
         let server = tokio::spawn(serve_connection(
             service,
             stream,

@@ -77,6 +77,7 @@ impl<H> Program<H> {
             label: self.label,
             title: self.title,
             number: self.number,
+            version: self.version,
             names: self
                 .procedures
                 .iter()
@@ -92,6 +93,7 @@ pub struct ProgramSummary {
     pub label: &'static str,
     pub title: &'static str,
     pub number: u32,
+    pub version: u32,
     /// Procedure names by number ("" for an unused number).
     pub names: Vec<&'static str>,
 }

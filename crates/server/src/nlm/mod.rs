@@ -44,6 +44,7 @@ use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
+use crate::callstats::CallStats;
 use crate::export::{squash, Access};
 use crate::exports::Export;
 use crate::grace::Grace;
@@ -194,6 +195,8 @@ pub struct LockService {
     previous: Mutex<Vec<Monitored>>,
     jobs: mpsc::UnboundedSender<Job>,
     pub counters: NlmCounters,
+    /// Per-procedure call counts and service times.
+    calls: Arc<CallStats>,
     /// DENIED_NOLOCKS: one line every 10 s, however hard clients try.
     nolocks_warning: LogEvery,
     /// A dropped call to a client: one line every 10 s.
@@ -209,8 +212,9 @@ impl LockService {
     pub fn start(
         server: Arc<Server>,
         state_dir: &std::path::Path,
-        grace: Arc<Grace>,
+        calls: Arc<CallStats>,
     ) -> Result<Arc<LockService>, String> {
+        let grace = server.grace.clone();
         let (nsm, previous) = NsmState::open(state_dir).map_err(|e| {
             format!(
                 "cannot open the lock service's state in {}: {e}",
@@ -231,6 +235,7 @@ impl LockService {
             previous: Mutex::new(previous),
             jobs,
             counters: NlmCounters::default(),
+            calls,
             nolocks_warning: LogEvery::new(Duration::from_secs(10)),
             callback_warning: LogEvery::new(Duration::from_secs(10)),
         });
@@ -344,12 +349,13 @@ impl Service for LockService {
 
     async fn execute(self: Arc<Self>, conn: Arc<ConnInfo>, pending: Pending) -> Option<Reply> {
         let Pending { call, args } = pending;
+        let started = Instant::now();
         let c = procedures::LockCall {
             conn: &conn,
             call: &call,
         };
         let unavailable = || Reply::status(call.xid, ReplyStatus::ProcUnavail);
-        Some(match call.prog {
+        let reply = match call.prog {
             NLM_PROGRAM => match (
                 procedures::NLM.procedure(call.proc_),
                 NlmProc4::from_u32(call.proc_),
@@ -361,7 +367,10 @@ impl Service for LockService {
                 Some(p) => (p.handler)(&self, &c, &args),
                 None => unavailable(),
             },
-        })
+        };
+        self.calls
+            .record(call.prog, call.vers, call.proc_, started.elapsed());
+        Some(reply)
     }
 }
 
