@@ -537,7 +537,6 @@ mod tests {
     #[test]
     fn a_full_filesystem_fails_the_writes_it_stops_logging_until_space_is_freed() {
         let Some(fs) = dionfs_testfs::LoopFs::new("ext4", 16) else {
-            println!("skipped: no loop device here");
             return;
         };
         let path = fs.path("log");

@@ -246,8 +246,9 @@ mod tests {
     use std::os::unix::fs::OpenOptionsExt;
     use std::path::PathBuf;
 
-    fn is_root() -> bool {
-        rustix::process::geteuid().is_root()
+    /// Whether a test of switching credentials runs here (it needs root).
+    fn runs_as_root() -> bool {
+        dionfs_testfs::runs_as_root("switching credentials", &[])
     }
 
     /// The fs uid/gid of the calling thread as the kernel sees them
@@ -312,8 +313,7 @@ mod tests {
 
     #[test]
     fn squashed_thread_cannot_open_root_only_file_and_is_restored() {
-        if !is_root() {
-            eprintln!("skipped: needs root");
+        if !runs_as_root() {
             return;
         }
         let file = RootOnlyFile::new("open");
@@ -336,8 +336,7 @@ mod tests {
 
     #[test]
     fn restored_after_panic() {
-        if !is_root() {
-            eprintln!("skipped: needs root");
+        if !runs_as_root() {
             return;
         }
         let result = std::panic::catch_unwind(|| {
@@ -350,8 +349,7 @@ mod tests {
 
     #[test]
     fn other_threads_unaffected() {
-        if !is_root() {
-            eprintln!("skipped: needs root");
+        if !runs_as_root() {
             return;
         }
         let file = RootOnlyFile::new("threads");
@@ -444,8 +442,7 @@ mod tests {
 
     #[test]
     fn non_root_fsuid_drops_fsetid_and_sys_resource() {
-        if !is_root() {
-            eprintln!("skipped: needs root");
+        if !runs_as_root() {
             return;
         }
         let permitted = kernel_capabilities("CapPrm:");
@@ -485,23 +482,19 @@ mod tests {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn();
-        let mut child = match spawned {
-            Ok(child) => child,
-            Err(e) => {
-                eprintln!("skipped: CAP_SYS_RESOURCE not permitted here and no unshare: {e}");
-                return;
-            }
-        };
+        // As root (the caller's test runs only then), a test that cannot
+        // set itself up fails: see `dionfs_testfs::runs_as_root`.
+        let mut child = spawned
+            .unwrap_or_else(|e| panic!("CAP_SYS_RESOURCE not permitted here and no unshare: {e}"));
         let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
         let mut line = String::new();
         stdout.read_line(&mut line).expect("read from unshare");
         if line.trim() != "unshared" {
             let out = child.wait_with_output().expect("wait");
-            eprintln!(
-                "skipped: CAP_SYS_RESOURCE not permitted here and no user namespace: {}",
+            panic!(
+                "CAP_SYS_RESOURCE not permitted here and no user namespace: {}",
                 String::from_utf8_lossy(&out.stderr)
             );
-            return;
         }
         let pid = child.id();
         fs::write(format!("/proc/{pid}/uid_map"), "0 0 65536\n").expect("write uid_map");
@@ -528,8 +521,7 @@ mod tests {
 
     #[test]
     fn nested_as_root_returns_to_squashed() {
-        if !is_root() {
-            eprintln!("skipped: needs root");
+        if !runs_as_root() {
             return;
         }
         let file = RootOnlyFile::new("nested");
@@ -547,8 +539,7 @@ mod tests {
 
     #[test]
     fn parts_already_in_force_are_kept_and_the_rest_switched() {
-        if !is_root() {
-            eprintln!("skipped: needs root");
+        if !runs_as_root() {
             return;
         }
         let user = |uid, gid, groups: &[u32]| Creds {

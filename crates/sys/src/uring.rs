@@ -723,8 +723,7 @@ mod tests {
     #[test]
     fn writes_run_as_their_personality() {
         use std::os::unix::fs::PermissionsExt;
-        if !rustix::process::geteuid().is_root() {
-            println!("skipped: needs root");
+        if !dionfs_testfs::runs_as_root("an io_uring personality of another user", &[]) {
             return;
         }
         let dir = tempfile::tempdir().unwrap();

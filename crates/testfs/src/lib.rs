@@ -1,11 +1,11 @@
-//! Test fixture shared by the crates that touch real filesystems: a fresh
-//! XFS, ext4 or btrfs on a loop device with 4096-byte sectors (so direct-I/O
-//! alignment is enforced the way real disks enforce it), mounted on a
-//! temporary directory.
+//! Test support shared by the crates of the workspace:
 //!
-//! A [`LoopFs`] always unmounts, detaches and deletes what it set up when
-//! dropped, also when the test panics. Without root or the tools it needs,
-//! it prints "skipped: ..." and the test returns early.
+//! - [`LoopFs`]: a fresh XFS, ext4 or btrfs on a loop device with 4096-byte
+//!   sectors (so direct-I/O alignment is enforced the way real disks enforce
+//!   it), mounted on a temporary directory. It always unmounts, detaches and
+//!   deletes what it set up when dropped, also when the test panics.
+//! - [`runs_as_root`]: whether a test that needs root runs here, decided in
+//!   this one place for every such test.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -29,7 +29,8 @@ pub struct LoopFs {
 
 impl LoopFs {
     /// A new filesystem of `kind` of at least `size_mib` MiB (raised to
-    /// what mkfs needs), or `None` when it cannot be made here.
+    /// what mkfs needs), or `None` when not root (see [`runs_as_root`]: the
+    /// test returns early). As root, panics when it cannot be made.
     pub fn new(kind: &'static str, size_mib: u64) -> Option<LoopFs> {
         Self::with_sector_size(kind, size_mib, 4096)
     }
@@ -113,16 +114,10 @@ impl LoopFs {
         mnt: PathBuf,
         make_mnt: bool,
     ) -> Option<LoopFs> {
-        if !rustix::process::geteuid().is_root() {
-            println!("skipped: {kind} loop-device tests need root");
-            return None;
-        }
         let mkfs = format!("mkfs.{kind}");
-        for tool in ["losetup", "mount", "umount", mkfs.as_str()] {
-            if !tool_exists(tool) {
-                println!("skipped: {tool} not installed");
-                return None;
-            }
+        let tools = ["losetup", "mount", "umount", mkfs.as_str()];
+        if !runs_as_root(&format!("{kind} on a loop device"), &tools) {
+            return None;
         }
         let mut fs = LoopFs {
             kind,
@@ -203,6 +198,33 @@ impl Drop for LoopFs {
         }
         let _ = std::fs::remove_file(&self.image);
     }
+}
+
+/// Whether a test that needs root, and the programs `tools`, runs here: the
+/// one place that decides it, for every root-only test of the workspace.
+///
+/// Not root (a developer's `cargo test`): prints "skipped: {what} needs
+/// root" and returns `false`, and the test returns early. As root: returns
+/// `true`, or panics naming a tool that is not installed. The suite runs as
+/// root so that these tests run; one that cannot set itself up there must
+/// fail, not pass having tested nothing. (Later steps of a setup, such as
+/// mkfs or mount, panic when they fail for the same reason.)
+pub fn runs_as_root(what: &str, tools: &[&str]) -> bool {
+    if !rustix::process::geteuid().is_root() {
+        println!("skipped: {what} needs root");
+        return false;
+    }
+    let missing: Vec<&str> = tools
+        .iter()
+        .copied()
+        .filter(|tool| !tool_exists(tool))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{what}: running as root, but {} not installed",
+        missing.join(", ")
+    );
+    true
 }
 
 /// Waits until no filesystem holds the block device `dev` (mounted on

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use dionfs_testfs::LoopFs;
+use dionfs_testfs::{runs_as_root, LoopFs};
 
 /// A process in a mount namespace of its own; killed and reaped when
 /// dropped, also when the test panics.
@@ -61,19 +61,10 @@ fn write_durably(path: &Path, text: &str) {
         .unwrap();
 }
 
-fn have(tool: &str) -> bool {
-    ["/usr/sbin", "/sbin", "/usr/bin", "/bin"]
-        .iter()
-        .any(|dir| Path::new(dir).join(tool).exists())
-}
-
 #[test]
 fn remount_refuses_a_filesystem_another_mount_namespace_still_holds() {
-    for tool in ["xfs_io", "unshare"] {
-        if !have(tool) {
-            println!("skipped: {tool} not installed");
-            return;
-        }
+    if !runs_as_root("a remount test", &["xfs_io", "unshare"]) {
+        return;
     }
     let Some(mut fs) = LoopFs::new("xfs", 320) else {
         return;
