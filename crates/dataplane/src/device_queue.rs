@@ -228,7 +228,13 @@ mod tests {
                 counters.snapshot().large_read_waits
             })
         };
-        std::thread::sleep(Duration::from_millis(50));
+        // Counted as waiting: it found no room, and none is made while
+        // `many` are at the device.
+        dionfs_testfs::wait_until(
+            || reads.waiting.load(Ordering::Acquire) == 1,
+            Duration::from_secs(10),
+            "the large read to wait",
+        );
         assert!(!waiter.is_finished(), "started with 8 MiB at the device");
         drop(many);
         assert_eq!(waiter.join().unwrap(), 1);
@@ -254,7 +260,12 @@ mod tests {
             })
         };
         rt.block_on(async {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            dionfs_testfs::wait_until_async(
+                || reads.waiting.load(Ordering::Acquire) == 1,
+                Duration::from_secs(10),
+                "the large read to wait",
+            )
+            .await;
             assert!(!task.is_finished(), "started beside a small read");
             drop(small);
             tokio::time::timeout(Duration::from_secs(10), task)

@@ -332,7 +332,13 @@ mod tests {
         assert_eq!(pool.available(), 0);
         let p2 = pool.clone();
         let waiter = std::thread::spawn(move || p2.get_blocking().map(|b| b.len()));
-        std::thread::sleep(Duration::from_millis(50));
+        // Counted as a wait: it found no buffer, and none comes back while
+        // `held` is held.
+        dionfs_testfs::wait_until(
+            || counters.pool_waits.load(Ordering::Relaxed) == 1,
+            Duration::from_secs(10),
+            "the second get to wait",
+        );
         assert!(!waiter.is_finished());
         drop(held);
         assert_eq!(waiter.join().unwrap().unwrap(), 8192);

@@ -162,10 +162,22 @@ impl Drop for RangeGuard<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dionfs_testfs::wait_until;
     use proptest::prelude::*;
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
     use std::time::Duration;
+
+    /// Waits until `locks` holds `n` granted or waiting requests: a thread
+    /// whose request is among them and conflicts with an earlier one is
+    /// queued behind it (it checks and enters the table under one lock).
+    fn wait_for_requests(locks: &RangeLocks, n: usize) {
+        wait_until(
+            || locks.len() == n,
+            Duration::from_secs(10),
+            &format!("{n} requests in the table"),
+        );
+    }
 
     #[test]
     fn try_lock_never_waits_and_never_jumps_the_line() {
@@ -182,9 +194,7 @@ mod tests {
                 let _w = locks.lock(0..4096, LockKind::Exclusive);
             })
         };
-        while locks.len() < 2 {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        wait_for_requests(&locks, 2);
         assert!(locks.try_lock(1024..2048, LockKind::Shared).is_none());
         assert!(locks.try_lock(8192..9000, LockKind::Shared).is_some());
         drop(shared);
@@ -219,7 +229,8 @@ mod tests {
         let reader = locks.lock(0..4096, LockKind::Shared);
         let l2 = locks.clone();
         let writer = std::thread::spawn(move || l2.lock(4000..5000, LockKind::Exclusive).waited());
-        std::thread::sleep(Duration::from_millis(50));
+        // Queued behind the reader: it cannot have finished.
+        wait_for_requests(&locks, 2);
         assert!(!writer.is_finished());
         drop(reader);
         assert!(writer.join().unwrap());
@@ -232,17 +243,13 @@ mod tests {
         let l2 = locks.clone();
         let writer = std::thread::spawn(move || {
             let _w = l2.lock(0..4096, LockKind::Exclusive);
-            std::thread::sleep(Duration::from_millis(50));
         });
-        // Wait until the writer is queued.
-        while locks.len() < 2 {
-            std::thread::yield_now();
-        }
+        wait_for_requests(&locks, 2);
         let l3 = locks.clone();
         let late_reader = std::thread::spawn(move || l3.lock(0..4096, LockKind::Shared).waited());
-        std::thread::sleep(Duration::from_millis(20));
         // The late reader queues behind the waiting writer even though it
         // does not conflict with the granted reader.
+        wait_for_requests(&locks, 3);
         assert!(!late_reader.is_finished());
         drop(first_reader);
         writer.join().unwrap();

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use common::*;
 use dionfs_dataplane::{Mode, Stable, READAHEAD_MAX_AGE};
+use dionfs_testfs::wait_until;
 
 #[test]
 fn xfs() {
@@ -115,9 +116,16 @@ fn run_fs(kind: &'static str) {
     read_back(&model);
     assert_eq!(read_all(&plane, &file), model, "{kind}: whole file");
 
-    // Readers gone: the sweep drops what the cluster read.
-    std::thread::sleep(Duration::from_millis(1100).max(READAHEAD_MAX_AGE));
-    plane.expire_readahead();
+    // Readers gone: once its chunks are old enough, the sweep drops what
+    // the cluster read.
+    wait_until(
+        || {
+            plane.expire_readahead();
+            cached() < 4 << 20
+        },
+        Duration::from_secs(10) + READAHEAD_MAX_AGE,
+        &format!("{kind}: the sweep to drop the cluster's pages"),
+    );
     assert!(cached() < 4 << 20, "{kind}: {} bytes left cached", cached());
 
     // Random small READs, several at once, stay direct.

@@ -11,11 +11,12 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use dionfs_dataplane::{DataFile, DataPlane, Mode, Stable, WRITE_BEHIND_LAG, WRITE_BEHIND_STEP};
 use dionfs_sys::io::{page_cache_stat, PageCacheStat};
+use dionfs_testfs::wait_until;
 
 /// IOR-hard's record size: every record starts and ends inside a page.
 const REC: usize = 47008;
@@ -55,18 +56,14 @@ fn stat(file: &DataFile, range: std::ops::Range<u64>) -> PageCacheStat {
 
 /// Waits (up to 20 s) until no page of `range` is dirty or being written.
 fn wait_written(file: &DataFile, range: std::ops::Range<u64>, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let st = stat(file, range.clone());
-        if st.dirty == 0 && st.writeback == 0 {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: {range:?} still not written back: {st:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(
+        || {
+            let st = stat(file, range.clone());
+            st.dirty == 0 && st.writeback == 0
+        },
+        Duration::from_secs(20),
+        &format!("{what}: {range:?} written back"),
+    );
 }
 
 fn run_fs(kind: &'static str) {

@@ -827,10 +827,11 @@ mod tests {
         // A node holds its file (O_PATH) too; once all are gone, XFS frees
         // the unlinked inode's blocks in the background.
         drop(nodes);
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while free() < before_rm + (60 << 20) && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
+        dionfs_testfs::wait_until(
+            || free() >= before_rm + (60 << 20),
+            std::time::Duration::from_secs(10),
+            "the 64 MiB to come back",
+        );
         assert!(free() >= before_rm + (60 << 20), "the 64 MiB came back");
         assert_eq!(cache.close_unlinked(), 0);
     }

@@ -638,7 +638,11 @@ mod tests {
         log.begin(b, &key(4), 0..1).unwrap(); // still being written
         assert_eq!(log.idle_files(Duration::ZERO), vec![key(3)]);
         assert!(log.idle_files(Duration::from_secs(3600)).is_empty());
-        std::thread::sleep(Duration::from_millis(50));
+        dionfs_testfs::wait_until(
+            || log.idle_files(Duration::from_millis(40)) == vec![key(3)],
+            Duration::from_secs(10),
+            "the file written to 40 ms ago to be idle, not the one still written",
+        );
         assert_eq!(log.idle_files(Duration::from_millis(40)), vec![key(3)]);
         log.end(b, 0..1);
         let mut both = log.idle_files(Duration::ZERO);
@@ -662,9 +666,15 @@ mod tests {
         assert!(log.try_begin(id, 0..1).is_some(), "no log write needed");
         log.end(id, 0..1);
         assert_eq!(std::fs::metadata(&path).unwrap().len(), len);
-        std::thread::sleep(Duration::from_millis(350));
-        let ticket = log.clean_ticket(id, true);
-        log.clean(id, ticket);
+        dionfs_testfs::wait_until(
+            || {
+                let ticket = log.clean_ticket(id, true);
+                log.clean(id, ticket);
+                log.dirty_regions() == 0
+            },
+            Duration::from_secs(10),
+            "a commit to clean the region once idle for 300 ms",
+        );
         assert_eq!(log.dirty_regions(), 0, "idle long enough: clean");
         assert!(log.try_begin(id, 0..1).is_none());
     }

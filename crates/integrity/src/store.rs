@@ -1675,6 +1675,8 @@ mod tests {
         let appended = path.clone();
         AFTER_REBUILD_PASS.with(|hook| {
             *hook.borrow_mut() = Some(Box::new(move || {
+                // Past the timestamp granularity, so that the append moves
+                // the mtime.
                 std::thread::sleep(std::time::Duration::from_millis(20));
                 let f = std::fs::OpenOptions::new()
                     .append(true)

@@ -277,12 +277,11 @@ mod tests {
         assert_eq!(bytes_queued(&server).unwrap(), 0);
         client.write_all(&[7u8; 1000]).unwrap();
         // Loopback delivers at once, but give the stack a moment.
-        for _ in 0..100 {
-            if bytes_queued(&server).unwrap() == 1000 {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
+        dionfs_testfs::wait_until(
+            || bytes_queued(&server).unwrap() == 1000,
+            std::time::Duration::from_secs(10),
+            "the 1000 bytes queued",
+        );
         assert_eq!(bytes_queued(&server).unwrap(), 1000);
         assert_eq!(rcvlowat(&server).unwrap(), 1);
         set_rcvlowat(&server, 65536).unwrap();

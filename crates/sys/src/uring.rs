@@ -667,21 +667,16 @@ mod tests {
         // Give up on the first: its slot comes back once it completes.
         drop(first);
         let mut again = None;
-        for _ in 0..1000 {
-            ring.reap();
-            match ring.read(
-                f.as_fd(),
-                AlignedBuf::new(4096, 4096).unwrap(),
-                0..4096,
-                4096,
-            ) {
-                Ok(fut) => {
-                    again = Some(fut);
-                    break;
-                }
-                Err(_) => std::thread::sleep(std::time::Duration::from_millis(1)),
-            }
-        }
+        dionfs_testfs::wait_until(
+            || {
+                ring.reap();
+                let buf = AlignedBuf::new(4096, 4096).unwrap();
+                again = ring.read(f.as_fd(), buf, 0..4096, 4096).ok();
+                again.is_some()
+            },
+            std::time::Duration::from_secs(10),
+            "the abandoned read's slot to come back",
+        );
         let (n, buf) = run(&ring, again.expect("the abandoned read's slot came back"));
         assert_eq!(n.unwrap(), 4096);
         assert!(buf[..4096].iter().all(|&b| b == 7));

@@ -6,6 +6,12 @@
 //!   deletes what it set up when dropped, also when the test panics.
 //! - [`runs_as_root`]: whether a test that needs root runs here, decided in
 //!   this one place for every such test.
+//! - [`wait_until`] and [`wait_until_async`]: wait for a condition with a
+//!   deadline, instead of sleeping a fixed time and hoping it came true.
+
+mod wait;
+
+pub use wait::{wait_until, wait_until_async};
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

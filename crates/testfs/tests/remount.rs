@@ -10,9 +10,9 @@
 use std::io::Write;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use dionfs_testfs::{runs_as_root, LoopFs};
+use dionfs_testfs::{runs_as_root, wait_until, LoopFs};
 
 /// A process in a mount namespace of its own; killed and reaped when
 /// dropped, also when the test panics.
@@ -36,18 +36,21 @@ impl Drop for Holder {
 fn wait_holding(pid: u32, mnt: &Path) {
     let ours = std::fs::read_link("/proc/self/ns/mnt").unwrap();
     let mnt = mnt.to_str().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
+    let holding = || {
         let theirs = std::fs::read_link(format!("/proc/{pid}/ns/mnt"));
         let mountinfo = std::fs::read_to_string(format!("/proc/{pid}/mountinfo"));
-        if let (Ok(theirs), Ok(mountinfo)) = (theirs, mountinfo) {
-            if theirs != ours && mountinfo.lines().any(|l| l.split(' ').nth(4) == Some(mnt)) {
-                return;
+        match (theirs, mountinfo) {
+            (Ok(theirs), Ok(mountinfo)) => {
+                theirs != ours && mountinfo.lines().any(|l| l.split(' ').nth(4) == Some(mnt))
             }
+            _ => false,
         }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("pid {pid} never held {mnt} in a mount namespace of its own");
+    };
+    wait_until(
+        holding,
+        Duration::from_secs(10),
+        &format!("pid {pid} to hold {mnt} in a mount namespace of its own"),
+    );
 }
 
 /// Writes `path` and syncs it (data and metadata) and its directory.

@@ -340,7 +340,12 @@ mod tests {
     async fn a_paused_payload_is_waited_for() {
         let (mut client, server) = pair().await;
         client.write_all(&[1u8; 10_000]).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        dionfs_testfs::wait_until_async(
+            || bytes_queued(&server).unwrap() == 10_000,
+            Duration::from_secs(10),
+            "the 10,000 bytes queued",
+        )
+        .await;
         let queued = bytes_queued(&server).unwrap();
         assert_eq!(queued, 10_000);
         let waited = tokio::time::timeout(

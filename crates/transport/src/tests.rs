@@ -10,6 +10,7 @@ use dionfs_rpc::{
     encode_call, record_mark, reply, AuthStat, CallHeader, Credential, RecordError, RecordReader,
     ReplyHeader, ReplyStatus,
 };
+use dionfs_testfs::wait_until_async;
 use dionfs_xdr::{pad_len, Decode, Decoder, Encoder};
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -48,6 +49,8 @@ struct Echo {
     max_running: AtomicUsize,
     oversized: AtomicUsize,
     executed: AtomicUsize,
+    /// PAYLOAD_ECHO calls waiting for their payload right now.
+    payload_waits: AtomicUsize,
     pool: BufferPool,
 }
 
@@ -58,6 +61,7 @@ impl Default for Echo {
             max_running: AtomicUsize::new(0),
             oversized: AtomicUsize::new(0),
             executed: AtomicUsize::new(0),
+            payload_waits: AtomicUsize::new(0),
             pool: BufferPool::new(POOL_BUF_LEN, POOL_BUFFERS, Arc::new(Counters::default())),
         }
     }
@@ -130,7 +134,10 @@ impl Service for Echo {
                     return status(ReplyStatus::GarbageArgs);
                 }
                 if call.proc_ == PROC_PAYLOAD_ECHO {
-                    wait_for_payload(body, len).await?;
+                    self.payload_waits.fetch_add(1, Ordering::SeqCst);
+                    let waited = wait_for_payload(body, len).await;
+                    self.payload_waits.fetch_sub(1, Ordering::SeqCst);
+                    waited?;
                 }
                 let mut buf = self.pool.get().await?;
                 body.read_exact(&mut buf[..len]).await?;
@@ -443,7 +450,12 @@ async fn oversized_arguments_get_garbage_args_and_the_connection_goes_on() {
     let msg = raw(5, 100_000);
     let head = 40 + 4;
     c.send(&framed(&msg)[..head]).await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    wait_until_async(
+        || server.echo.oversized.load(Ordering::SeqCst) == 4,
+        Duration::from_secs(10),
+        "the call refused on its record mark",
+    )
+    .await;
     c.send(&framed(&msg)[head..]).await;
     let (h, _) = c.reply().await;
     assert_eq!((h.xid, h.status), (5, ReplyStatus::GarbageArgs));
@@ -534,8 +546,13 @@ async fn shutdown_lets_calls_in_flight_reply() {
     let server = start(ConnLimits::default()).await;
     let mut c = Client::connect(server.addr).await;
     c.send(&framed(&slow_echo_call(1, 200, b"late"))).await;
-    // Let the call start before shutting down.
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The call started before the shutdown.
+    wait_until_async(
+        || server.echo.running.load(Ordering::SeqCst) == 1,
+        Duration::from_secs(10),
+        "the call to start",
+    )
+    .await;
     server.shutdown.send(()).unwrap();
     assert_eq!(c.echo_reply().await, (1, b"late".to_vec()));
     c.expect_closed().await;
@@ -631,16 +648,23 @@ fn reply_record_layout_survives_partial_writes() {
     assert_eq!(bytes, [0x80, 0, 0, 4, 9, 9, 9, 9]);
 }
 
-/// Polls `cond` every 10 ms for up to `within`.
-async fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = tokio::time::Instant::now() + within;
-    while tokio::time::Instant::now() < deadline {
-        if cond() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    cond()
+/// Waits until the echo program has run calls and then runs no more for
+/// 100 ms (its connections are no longer served); returns how many it ran.
+async fn executed_stops_growing(echo: &Echo) -> usize {
+    let mut last = (usize::MAX, tokio::time::Instant::now());
+    wait_until_async(
+        || {
+            let now = echo.executed.load(Ordering::SeqCst);
+            if now != last.0 {
+                last = (now, tokio::time::Instant::now());
+            }
+            now > 0 && last.1.elapsed() >= Duration::from_millis(100)
+        },
+        Duration::from_secs(10),
+        "the server to stop running calls",
+    )
+    .await;
+    last.0
 }
 
 #[tokio::test]
@@ -655,7 +679,12 @@ async fn stalled_record_is_dropped_and_its_buffer_returned() {
     let mut stalled = Client::connect(server.addr).await;
     let record = framed(&proc_call(1, PROC_POOL_ECHO, &[7u8; 10_000]));
     stalled.send(&record[..5000]).await;
-    assert!(eventually(Duration::from_secs(2), || server.echo.buffers_out() == 1).await);
+    wait_until_async(
+        || server.echo.buffers_out() == 1,
+        Duration::from_secs(2),
+        "the stalled call to take its buffer",
+    )
+    .await;
     // A record that keeps coming, more slowly than the stall timeout in
     // total but never pausing that long, is served.
     let mut slow = Client::connect(server.addr).await;
@@ -666,7 +695,12 @@ async fn stalled_record_is_dropped_and_its_buffer_returned() {
     }
     assert_eq!(slow.echo_reply().await, (2, vec![3u8; 100]));
     stalled.expect_closed().await;
-    assert!(eventually(Duration::from_secs(2), || server.echo.buffers_out() == 0).await);
+    wait_until_async(
+        || server.echo.buffers_out() == 0,
+        Duration::from_secs(2),
+        "the stalled call's buffer back",
+    )
+    .await;
     assert_eq!(counters.snapshot().stalled, 1);
     // An idle connection is no stalled record.
     slow.send(&framed(&echo_call(3, b"still"))).await;
@@ -690,6 +724,15 @@ async fn stalled_payload_holds_no_buffer() {
     late.send(&record[..60_000]).await;
     let mut stalled = Client::connect(server.addr).await;
     stalled.send(&record[..60_000]).await;
+    wait_until_async(
+        || server.echo.payload_waits.load(Ordering::SeqCst) == 2,
+        Duration::from_secs(10),
+        "both calls to wait for their payloads",
+    )
+    .await;
+    // The pause is what is tested (a wait that took a buffer after a
+    // recheck or two would show only after a while), so it is a fixed
+    // one: half the stall timeout.
     tokio::time::sleep(Duration::from_millis(250)).await;
     assert_eq!(server.echo.buffers_out(), 0);
     late.send(&record[60_000..]).await;
@@ -724,16 +767,7 @@ async fn a_peer_that_never_reads_gets_little_room_and_a_reader_all() {
             }
         }
     });
-    let mut last = usize::MAX;
-    assert!(
-        eventually(Duration::from_secs(10), || {
-            let now = server.echo.executed.load(Ordering::SeqCst);
-            let same = now == last;
-            last = now;
-            same && now > 0
-        })
-        .await
-    );
+    executed_stops_growing(&server.echo).await;
     // 1 MiB of room and what the client's receive buffer took: a few
     // 256 KiB replies. (A send buffer's worth, 4 MiB, would be 16 or more.)
     let deaf_calls = server.echo.executed.load(Ordering::SeqCst);
@@ -814,16 +848,9 @@ async fn connection_not_reading_replies_stops_being_served_and_holds_its_share()
             }
         }
     });
-    // Served for a while, then no more.
-    let mut last = usize::MAX;
-    let stopped = eventually(Duration::from_secs(10), || {
-        let now = server.echo.executed.load(Ordering::SeqCst);
-        let same = now == last;
-        last = now;
-        same && now > 0
-    })
-    .await;
-    assert!(stopped, "the connection is still served");
+    // Served for a while, then no more. (That none runs later cannot be
+    // waited for: 300 ms more, many calls' time on loopback, stand for it.)
+    let last = executed_stops_growing(&server.echo).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(server.echo.executed.load(Ordering::SeqCst), last);
     assert!(
@@ -838,14 +865,18 @@ async fn connection_not_reading_replies_stops_being_served_and_holds_its_share()
         .await;
     assert_eq!(other.echo_reply().await, (2, b"other".to_vec()));
     // Closed after the reply timeout, its buffers back.
-    assert!(
-        eventually(Duration::from_secs(5), || counters
-            .snapshot()
-            .unread_replies
-            == 1)
-        .await
-    );
-    assert!(eventually(Duration::from_secs(2), || server.echo.buffers_out() == 0).await);
+    wait_until_async(
+        || counters.snapshot().unread_replies == 1,
+        Duration::from_secs(5),
+        "the connection closed for its unread replies",
+    )
+    .await;
+    wait_until_async(
+        || server.echo.buffers_out() == 0,
+        Duration::from_secs(2),
+        "its buffers back",
+    )
+    .await;
     assert!(counters.snapshot().share_delays > 0);
     sender.abort();
 }
@@ -869,7 +900,12 @@ async fn connections_over_the_cap_are_closed_at_once() {
     assert_eq!(counters.snapshot().refused, 1);
     assert_eq!(counters.snapshot().open, 2);
     drop(a);
-    assert!(eventually(Duration::from_secs(5), || counters.snapshot().open == 1).await);
+    wait_until_async(
+        || counters.snapshot().open == 1,
+        Duration::from_secs(5),
+        "one connection open",
+    )
+    .await;
     let mut c = Client::connect(server.addr).await;
     c.send(&framed(&echo_call(3, b"room again"))).await;
     assert_eq!(c.echo_reply().await, (3, b"room again".to_vec()));
@@ -910,7 +946,12 @@ async fn at_the_cap_the_quietest_connection_makes_room() {
     assert_eq!(busy.echo_reply().await, (2, b"long".to_vec()));
     chatty.send(&framed(&echo_call(30, b"still"))).await;
     assert_eq!(chatty.echo_reply().await, (30, b"still".to_vec()));
-    assert!(eventually(Duration::from_secs(5), || counters.snapshot().open == 3).await);
+    wait_until_async(
+        || counters.snapshot().open == 3,
+        Duration::from_secs(5),
+        "three connections open",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -990,7 +1031,7 @@ async fn an_idle_server_spins_for_the_next_call_and_a_busy_one_does_not() {
     };
     let counters = limits.counters.clone();
     let server = start(limits).await;
-    let addr = server.addr;
+    let (addr, echo) = (server.addr, server.echo.clone());
     elsewhere(async move {
         let mut a = Client::connect(addr).await;
         one_at_a_time(&mut a, 1, 20, Duration::from_millis(1)).await;
@@ -1022,6 +1063,13 @@ async fn an_idle_server_spins_for_the_next_call_and_a_busy_one_does_not() {
         // worker, and the runtime may poll no other socket meanwhile.)
         let mut b = Client::connect(addr).await;
         b.send(&framed(&slow_echo_call(100, 3000, b"slow"))).await;
+        wait_until_async(
+            || echo.running.load(Ordering::SeqCst) == 1,
+            Duration::from_secs(10),
+            "the slow call to run",
+        )
+        .await;
+        // No counter shows the spin of `a` end; it lasts `spin` at most.
         tokio::time::sleep(2 * spin + Duration::from_millis(100)).await;
         let before = counters.snapshot();
         one_at_a_time(&mut a, 21, 10, Duration::from_millis(1)).await;
