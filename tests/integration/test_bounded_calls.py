@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 import struct
-import time
 
 import pytest
 
+from metrics import counters, free_port
 from nfstools import rss_kib
 from rawrpc import (GARBAGE_ARGS, MOUNT_PROGRAM, MOUNT_V3, NFS_PROGRAM, NFS_V3, PORTMAP_PROGRAM,
                     PORTMAP_V2, SUCCESS, Conn, call, mnt, nfs_status, opaque, u32, u64)
+from wait import wait_until
 
 pytestmark = pytest.mark.dionfs_only  # dionfs's own limits
 
@@ -175,6 +176,14 @@ def test_portmap_arguments_over_the_procedure_limit_get_garbage_args(server):
     assert not wrong, "\n".join(wrong)
 
 
+OVERSIZED_METRICS = f"127.0.0.1:{free_port()}"
+
+
+def oversized_args() -> int:
+    return counters(OVERSIZED_METRICS, "oversized_args").get("oversized_args", 0)
+
+
+@pytest.mark.server_args("--metrics", OVERSIZED_METRICS)
 def test_oversized_calls_are_refused_before_the_server_allocates(server, root_fh):
     """64 connections each announce a GETATTR with 1 MiB of arguments and
     send only the start: the server must not hold a megabyte per connection
@@ -185,13 +194,17 @@ def test_oversized_calls_are_refused_before_the_server_allocates(server, root_fh
         for c in conns:  # every connection accepted and parked
             assert c.rpc(NFS_PROGRAM, NFS_V3, 0)[0] == SUCCESS
         before = rss_kib(pid)
+        refused = oversized_args()
         calls = []
         for i, c in enumerate(conns):
             msg = call(1000 + i, NFS_PROGRAM, NFS_V3, 1, padded(opaque(root_fh), MiB))
             split = len(msg) - MiB + 100  # record mark, call header, handle, a little
             c.send(msg[:split])
             calls.append((c, msg[split:], 1000 + i))
-        time.sleep(1.5)
+        # Every call refused on its header; the server now waits for the
+        # rest of each record, to skip it.
+        wait_until(lambda: oversized_args() == refused + 64, 30,
+                   lambda: f"64 calls refused ({oversized_args() - refused} so far)")
         waiting = rss_kib(pid)
         print(f"RSS {before} KiB, {waiting} KiB with 64 oversized calls pending")
         assert waiting - before < 16 * 1024, f"RSS grew {waiting - before} KiB for 64 pending calls"

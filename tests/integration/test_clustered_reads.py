@@ -26,11 +26,11 @@ import os
 import random
 import subprocess
 import threading
-import time
 
 import pytest
 
 from metrics import counters, free_port
+from wait import wait_until
 
 pytestmark = pytest.mark.dionfs_only  # --metrics and the counter are dionfs's
 
@@ -62,11 +62,9 @@ def test_ior_read_back_clusters_and_leaves_no_cache(server, iorhard, loopfs):
     assert got > reads // 2, f"{got} of {reads} READs went through the page cache"
     path = os.path.join(server.export, "shared")
     # The cluster ends a second after its last READ (swept every 250 ms).
-    deadline = time.monotonic() + 5
-    while resident_bytes(path) > 1 << 20 and time.monotonic() < deadline:
-        time.sleep(0.25)
-    left = resident_bytes(path)
-    assert left <= 1 << 20, f"{left} bytes of the {clients * records * REC}-byte file cached"
+    wait_until(lambda: resident_bytes(path) <= 1 << 20, 5,
+               lambda: f"the cluster's pages dropped ({resident_bytes(path)} bytes of the "
+                       f"{clients * records * REC}-byte file cached)", interval=0.25)
 
 
 @DIRECT

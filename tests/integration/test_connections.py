@@ -6,6 +6,7 @@
 - Calls pipelined on one connection are all answered (matched by xid).
 """
 
+import os
 import resource
 import socket
 import struct
@@ -16,6 +17,7 @@ import pytest
 
 from metrics import counters, free_port
 from nfstools import rss_kib
+from wait import wait_until
 
 NFS_PROGRAM, NFS_V3 = 100003, 3
 
@@ -60,19 +62,26 @@ def null_ok(server) -> bool:
     return (xid, mtype, stat, accept) == (7, 1, 0, 0)
 
 
+def open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
 @pytest.mark.dionfs_only  # measures dionfs's own memory
 def test_thousands_of_idle_connections_cost_little(server):
     pid = server.proc.pid
     assert null_ok(server)
     before = rss_kib(pid)
+    fds = open_fds(pid)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8192)), hard))
     conns = []
     try:
         for _ in range(2000):
             conns.append(connect(server))
-        # Let the server accept and park every one of them.
-        time.sleep(2)
+        # The server has accepted every one of them (a descriptor each),
+        # and parked them: it answers a call after them.
+        wait_until(lambda: open_fds(pid) >= fds + 2000, 30,
+                   lambda: f"2000 connections accepted ({open_fds(pid) - fds} so far)")
         assert null_ok(server)
         after = rss_kib(pid)
     finally:
@@ -106,10 +115,13 @@ def test_clients_holding_every_connection_do_not_lock_others_out(server):
         read_record(s)
         hogs.append(s)
     try:
+        # Quiet for a second, less than 5 s: the cap holds.
         time.sleep(1)
-        # Quiet for less than 5 s: the cap holds.
         with pytest.raises((ConnectionError, OSError)):
             null_ok(server)
+        # Quiet for 5 s and more now: the server's threshold for making
+        # room, so a fixed wait (nothing to poll without connecting, and a
+        # refused connection would count).
         time.sleep(5)
         with open(f"{server.export}/f", "wb") as f:
             f.write(b"c" * 100_000)
@@ -144,7 +156,10 @@ def test_a_server_out_of_descriptors_says_so_a_few_times(server):
     try:
         for _ in range(100):
             conns.append(socket.create_connection((server.host, server.nfs_port), timeout=10))
-        time.sleep(3)
+        wait_until(lambda: "accept failed" in server.log_text(), 10, "a line on the failed accepts")
+        # Then 2 s of the listener trying again, 10 times a second: no
+        # count of the tries to wait for, and none of them may log.
+        time.sleep(2)
     finally:
         for s in conns:
             s.close()
@@ -171,10 +186,8 @@ def test_oversized_record_closes_only_that_connection(server):
         hostile.close()
     assert server.alive()
     # The line may be written just after the connection closes.
-    deadline = time.monotonic() + 10
-    while "record" not in server.log_text().lower():
-        assert time.monotonic() < deadline, f"no line about the record:\n{server.log_text()}"
-        time.sleep(0.05)
+    wait_until(lambda: "record" in server.log_text().lower(), 10,
+               lambda: f"a line about the record:\n{server.log_text()}")
 
 
 def test_pipelined_calls_are_all_answered(server):

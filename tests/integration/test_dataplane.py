@@ -38,9 +38,10 @@ import os
 import random
 import subprocess
 import threading
-import time
 
 import pytest
+
+from wait import wait_until
 
 pytestmark = pytest.mark.dionfs_only  # modes are dionfs flags
 
@@ -717,7 +718,5 @@ def test_file_removed_locally_frees_its_space(server, client, loopfs):
 
     before = free()
     os.remove(path)
-    deadline = time.monotonic() + 15
-    while free() < before + (60 << 20) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert free() >= before + (60 << 20), f"{(free() - before) >> 20} MiB came back"
+    wait_until(lambda: free() >= before + (60 << 20), 15,
+               lambda: f"the 64 MiB back ({(free() - before) >> 20} MiB came back)")

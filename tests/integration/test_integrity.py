@@ -82,6 +82,7 @@ from loopfs import FILL_SCRIPT, LoopFs
 from metrics import counters, free_port
 from nfstools import IorHard, NfsProc, nfs_error
 from servers import DionfsServer, dionfs_bin
+from wait import wait_until
 
 pytestmark = pytest.mark.dionfs_only
 
@@ -241,10 +242,8 @@ def test_files_written_without_commit_are_settled(server, nfsproc, loopfs):
     for name in ("b", "a"):
         assert nfsproc("write", name, 5 * B, 2 * B, "unstable")["write_status"] == "NFS3_OK"
     assert os.path.getsize(log_path) > 0
-    deadline = time.monotonic() + 40
-    while os.path.getsize(log_path) > 0 and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert os.path.getsize(log_path) == 0, "the intent log still names regions 40 s later"
+    wait_until(lambda: os.path.getsize(log_path) == 0, 40, "the intent log to name no region",
+               interval=0.5)
     server.proc.kill()
     server.proc.wait()
     server.stop()
@@ -296,11 +295,16 @@ def test_a_file_appended_locally_as_it_is_read_never_fails_a_read(server, nfspro
     assert "data corruption" not in server.log_text(tail=5000)
 
 
+def _past_a_timestamp_tick() -> None:
+    """Sleeps past the filesystem's timestamp granularity (the kernel's
+    coarse clock), so that a local change made next moves the file's mtime
+    and the server sees it. A fixed pause: it is what makes the change
+    visible, not a wait for something the server does."""
+    time.sleep(0.02)
+
+
 def _wait_for_log(server, text: str, within: float) -> None:
-    end = time.monotonic() + within
-    while text not in server.log_text(tail=200):
-        assert time.monotonic() < end, f"no {text!r} in the server log after {within} s"
-        time.sleep(0.05)
+    wait_until(lambda: text in server.log_text(tail=200), within, f"{text!r} in the server log")
 
 
 @pytest.mark.parametrize("mode", ["direct", "buffered"])
@@ -334,7 +338,7 @@ def test_a_read_of_a_file_changed_behind_the_back_waits_for_no_rebuild(server, n
         assert r["status"] == "NFS3_OK", r
     _wait_for_log(server, "checksums were rebuilt", 120)
     # Trusted again, and changed behind its back again: the same.
-    time.sleep(0.02)
+    _past_a_timestamp_tick()
     with open(path, "ab") as f:
         f.write(b"appended\n")
     r = nfsproc("read", "big", size - 100, 4096)
@@ -478,7 +482,7 @@ def test_local_changes_are_rebuilt_not_flagged(server, client, iorhard, loopfs, 
     with client.open("f", "wb") as f:
         f.write(bytes(data))
     local = os.path.join(server.export, "f")
-    time.sleep(0.02)
+    _past_a_timestamp_tick()
     # A local write (mtime moves): not corruption.
     with open(local, "r+b") as lf:
         lf.seek(3 * B + 10)
@@ -488,7 +492,7 @@ def test_local_changes_are_rebuilt_not_flagged(server, client, iorhard, loopfs, 
     assert [x["status"] for x in r] == ["NFS3_OK"] * 2
     assert r[1]["data"] == bytes(data)
     # A local hole punch.
-    time.sleep(0.02)
+    _past_a_timestamp_tick()
     subprocess.run(["fallocate", "-p", "-o", str(8 * B), "-l", str(4 * B), local], check=True)
     data[8 * B:12 * B] = bytes(4 * B)
     r = iorhard.readraw("f", [(0, len(data))])
@@ -513,7 +517,7 @@ def test_local_changes_are_rebuilt_not_flagged(server, client, iorhard, loopfs, 
     server.stop()
     assert_scrub_clean(server)
     # A local change while the server is down: listed, repaired, clean.
-    time.sleep(0.02)
+    _past_a_timestamp_tick()
     with open(local, "r+b") as lf:
         lf.write(b"offline change")
     r = scrub(server, check_rc=0)
@@ -803,7 +807,7 @@ def test_a_sparse_file_changed_behind_the_back_is_rebuilt_by_its_data(server, nf
     assert nfsproc("create", "unchecked", ".", "huge")["status"] == "NFS3_OK"
     assert nfsproc("write", "huge", 0, 4096, "file_sync")["write_status"] == "NFS3_OK"
     far = 1 << 42
-    time.sleep(0.02)
+    _past_a_timestamp_tick()
     with open(os.path.join(server.export, "huge"), "r+b") as f:
         os.pwrite(f.fileno(), b"far away", far)
     r = nfsproc("read", "huge", far, 4096)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,23 +20,24 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 
 from loopfs import LoopFs  # noqa: E402
+from wait import wait_until  # noqa: E402
 
 
 def _wait_holding(pid: int, mountpoint: str) -> None:
     """Until process `pid` is in a mount namespace of its own that has
     `mountpoint` mounted."""
     ours = os.readlink("/proc/self/ns/mnt")
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+
+    def holding() -> bool:
         try:
-            if os.readlink(f"/proc/{pid}/ns/mnt") != ours:
-                with open(f"/proc/{pid}/mountinfo") as f:
-                    if any(line.split(" ")[4] == mountpoint for line in f):
-                        return
+            if os.readlink(f"/proc/{pid}/ns/mnt") == ours:
+                return False
+            with open(f"/proc/{pid}/mountinfo") as f:
+                return any(line.split(" ")[4] == mountpoint for line in f)
         except OSError:
-            pass
-        time.sleep(0.05)
-    raise RuntimeError(f"pid {pid} never held {mountpoint} in a mount namespace of its own")
+            return False
+
+    wait_until(holding, 10, f"pid {pid} to hold {mountpoint} in a mount namespace of its own")
 
 
 def test_remount_refuses_a_filesystem_another_mount_namespace_still_holds():

@@ -162,7 +162,7 @@ def small_beside_large(iorhard) -> int:
     before = counters(METRICS, r"large_read_waits")
     small = subprocess.Popen(iorhard.argv({"q": 1, "x": 4096}) + ["readloop", "small", "8192", "8"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(0.5)
+    time.sleep(0.5)  # the small reader under way before the large ones start
     read_parts(start_part_readers(iorhard, "large", size, parts))
     waits = counters(METRICS, r"large_read_waits").get("large_read_waits", 0) \
         - before.get("large_read_waits", 0)

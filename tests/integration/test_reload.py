@@ -15,12 +15,12 @@ import signal
 import socket
 import subprocess
 import threading
-import time
 
 import pytest
 from nfstools import NfsProc, assert_nfs_error, make_random_file, nfs_cat, nfs_ls
 from netns import run_in_private_namespaces
 from servers import DionfsServer, dionfs_bin
+from wait import wait_until
 
 pytestmark = pytest.mark.dionfs_only
 
@@ -78,15 +78,12 @@ class ReloadServer(DionfsServer):
         return self.wait_reload(n)
 
     def wait_reload(self, before: int, timeout: float = 30) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def reported() -> str | None:
             assert self.alive(), f"dionfs died on reload:\n{self.log_text()}"
             lines = [line for line in self.log_text(tail=100000).splitlines()
                      if "reloaded: " in line or "reload failed" in line]
-            if len(lines) > before:
-                return lines[before]
-            time.sleep(0.05)
-        raise AssertionError(f"no reload reported within {timeout}s:\n{self.log_text()}")
+            return lines[before] if len(lines) > before else None
+        return wait_until(reported, timeout, lambda: f"a reload reported:\n{self.log_text()}")
 
     def open_nfs_connections(self) -> set[int]:
         """Ids of the NFS connections the log shows open now."""
@@ -159,13 +156,14 @@ class Reader(threading.Thread):
             self.error = e
 
     def wait_passes(self, n: int, timeout: float = 120) -> None:
-        deadline = time.monotonic() + timeout
-        while self.passes < n and time.monotonic() < deadline:
+        def done() -> bool:
+            if self.passes >= n:
+                return True
             assert self.error is None, f"the reader failed: {self.error!r}"
             assert self.is_alive(), "the reader stopped"
-            time.sleep(0.05)
+            return False
+        wait_until(done, timeout, lambda: f"{n} passes of the reader ({self.passes} made)")
         assert self.error is None, f"the reader failed: {self.error!r}"
-        assert self.passes >= n, f"the reader made {self.passes} passes in {timeout}s, not {n}"
 
     def finish(self) -> None:
         self.stop.set()
@@ -361,10 +359,7 @@ def test_server_settings_need_a_restart(reload_server, loopfs):
 def test_sighup_without_config_file_changes_nothing(server, client):
     client.touch("x")
     server.proc.send_signal(signal.SIGHUP)
-    deadline = time.monotonic() + 20
-    while "nothing to reload" not in server.log_text() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert "nothing to reload" in server.log_text()
+    wait_until(lambda: "nothing to reload" in server.log_text(), 20, "\"nothing to reload\" logged")
     assert server.alive()
     assert "x" in client.listdir("")
 

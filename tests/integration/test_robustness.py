@@ -6,10 +6,10 @@ from __future__ import annotations
 import os
 import socket
 import struct
-import time
 
 import pytest
 from metrics import counters, free_port
+from wait import wait_until
 
 MiB = 1 << 20
 
@@ -107,10 +107,8 @@ def test_oversized_records_are_logged_a_few_at_a_time(server, nfsproc):
              if "record too large" in line]
     assert len(lines) == 10, "\n".join(lines)
     assert "only counted" in lines[-1], lines[-1]
-    deadline = time.monotonic() + 10
-    while counters(METRICS, "connections_dropped")["connections_dropped"] < 30:
-        assert time.monotonic() < deadline, counters(METRICS, "connections_dropped")
-        time.sleep(0.05)
+    wait_until(lambda: counters(METRICS, "connections_dropped")["connections_dropped"] >= 30, 10,
+               lambda: f"30 connections dropped: {counters(METRICS, 'connections_dropped')}")
     assert nfsproc("null")["nfs_null"] == "ok"
 
 
@@ -141,14 +139,12 @@ def test_silent_metrics_connections_are_bounded(server):
         # The silent ones are answered after the 5 s request timeout (the
         # request does not matter) and their slots come back: a scrape
         # works again within the 10 s a scrape may take.
-        deadline = time.monotonic() + 15
-        while True:
+        def scraped() -> dict[str, int] | None:
             try:
-                refused = counters(SCRAPE_METRICS, "metrics_connections_refused")
-                break
+                return counters(SCRAPE_METRICS, "metrics_connections_refused")
             except OSError:
-                assert time.monotonic() < deadline, "no scrape served after the silent ones"
-                time.sleep(0.2)
+                return None
+        refused = wait_until(scraped, 15, "a scrape served after the silent ones", interval=0.2)
         assert refused["metrics_connections_refused"] >= 8, refused
         assert "metrics connection closed: 16 scrapes in progress" in server.log_text()
     finally:

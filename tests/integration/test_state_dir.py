@@ -23,12 +23,12 @@ import signal
 import stat
 import subprocess
 import tempfile
-import time
 
 import pytest
 from nfstools import nfs_cp
 from servers import DionfsServer
 from test_nlm import S_GRANTED, Nlm, file_fh
+from wait import wait_until
 
 pytestmark = pytest.mark.dionfs_only
 
@@ -99,10 +99,8 @@ def test_nothing_of_the_server_is_open_to_other_users(loopfs, public_dir, tmp_pa
         # the reload fails, and says so in that file).
         reload_file = os.path.splitext(srv.pid_file)[0] + ".reload"
         srv.proc.send_signal(signal.SIGHUP)
-        deadline = time.monotonic() + 30
-        while not os.path.exists(reload_file):
-            assert time.monotonic() < deadline, f"no {reload_file}:\n{srv.log_text()}"
-            time.sleep(0.05)
+        wait_until(lambda: os.path.exists(reload_file), 30,
+                   lambda: f"{reload_file}:\n{srv.log_text()}")
 
         state = walk(srv.state_dir)
         names = {os.path.relpath(p, srv.state_dir) for p in state}

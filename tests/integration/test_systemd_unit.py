@@ -44,6 +44,7 @@ from loopfs import LoopFs
 from nfstools import make_random_file, sha256_file
 
 from servers import dionfs_bin
+from wait import wait_until
 
 pytestmark = pytest.mark.dionfs_only
 
@@ -152,12 +153,8 @@ class Container:
                               capture_output=True, timeout=timeout)
 
     def wait_until(self, cond, timeout: float, what: str) -> None:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if cond():
-                return
-            time.sleep(0.2)
-        pytest.fail(f"timed out waiting for {what}\n{self.journal()}")
+        """`wait.wait_until`, with the container's journal on a timeout."""
+        wait_until(cond, timeout, lambda: f"{what}\n{self.journal()}", interval=0.2)
 
     def prop(self, unit: str, name: str) -> str:
         return self.run("systemctl", "show", "--value", "-p", name, unit).stdout.strip()

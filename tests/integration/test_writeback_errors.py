@@ -19,12 +19,12 @@ from __future__ import annotations
 import mmap
 import os
 import subprocess
-import time
 
 import pytest
 from loopfs import LoopFs
 from nfstools import NfsProc
 from servers import DionfsServer
+from wait import wait_until
 
 MiB = 1 << 20
 
@@ -133,9 +133,8 @@ def test_a_written_file_leaving_the_open_file_cache_is_synced_first(thin_xfs, nf
         assert lost_on_disk(thin_xfs, "a")
         # The server syncs what left its cache within a second or two (a
         # COMMIT before that finds the file still open, and fails).
-        deadline = time.monotonic() + 5
-        while "could not be synced" not in srv.log_text(tail=200) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_until(lambda: "could not be synced" in srv.log_text(tail=200), 5,
+                   "the server's failed sync of the evicted file", interval=0.2)
         assert not committed(nfsproc, "a", verfs), "COMMIT answered for data the disk never got"
         assert "could not be synced" in srv.log_text(tail=200)
         assert filesystem_up(thin_xfs)
