@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import resource
 import select
 import socket
@@ -23,14 +22,15 @@ import struct
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+from metrics import free_port, value
 from nfstools import make_random_file, nfs_cat, nfs_cp, rss_kib, sha256_file
 from rawrpc import (NFS_PROGRAM, NFS_V3, SUCCESS, Conn, call, mnt, nfs_status, opaque, parse_reply,
                     read_record, u32, u64)
+from wait import wait_until
 
 pytestmark = pytest.mark.dionfs_only  # dionfs's own limits and metrics
 
@@ -48,40 +48,13 @@ CLIENT_DEADLINE = 5
 NONREADERS = 100  # the issue: 100 connections that never read
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-METRICS_PORT = free_port()
+METRICS = f"127.0.0.1:{free_port()}"
 SERVER_ARGS = ("--stall-timeout", str(STALL_TIMEOUT), "--reply-timeout", str(REPLY_TIMEOUT),
-               "--metrics", f"127.0.0.1:{METRICS_PORT}")
-
-
-def metrics() -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=10) as r:
-        return r.read().decode()
-
-
-def metric(name: str, labels: str = "") -> int:
-    pattern = rf"^dionfs_{name}{re.escape('{' + labels + '}') if labels else ''} (\d+)$"
-    m = re.search(pattern, metrics(), re.M)
-    assert m, f"no metric {name}{{{labels}}}"
-    return int(m.group(1))
+               "--metrics", METRICS)
 
 
 def dropped(reason: str) -> int:
-    return metric("connections_dropped_total", f'reason="{reason}"')
-
-
-def wait_for(what: str, cond, within: float) -> None:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.2)
-    assert cond(), f"not within {within}s: {what}"
+    return value(METRICS, "connections_dropped_total", f'reason="{reason}"')
 
 
 def start_attackers(server, writers: int, readers: int, file: str,
@@ -147,19 +120,19 @@ def test_stalled_and_non_reading_clients_do_not_stop_others(server, writers, sen
         # race against the timeouts.
         assert dropped("stalled_record") == 0
         assert dropped("unread_replies") == 0
-        assert metric("connections_open") >= writers + NONREADERS
+        assert value(METRICS, "connections_open") >= writers + NONREADERS
         assert took < CLIENT_DEADLINE, f"the normal client took {took:.1f} s"
         assert hashlib.sha256(data).hexdigest() == big_sum
         assert sha256_file(os.path.join(server.export, "copy")) == src_sum
 
         # The stalled writers go after the stall timeout, the non-readers
         # after the reply timeout; all their buffers come back.
-        wait_for(f"{writers} stalled writers dropped",
-                 lambda: dropped("stalled_record") == writers, STALL_TIMEOUT + 10)
-        wait_for(f"{NONREADERS} non-readers dropped",
-                 lambda: dropped("unread_replies") == NONREADERS, REPLY_TIMEOUT + 10)
-        wait_for("attackers' connections closed",
-                 lambda: metric("connections_open") == 0, 10)
+        wait_until(lambda: dropped("stalled_record") == writers, STALL_TIMEOUT + 10,
+                   f"{writers} stalled writers dropped", interval=0.2)
+        wait_until(lambda: dropped("unread_replies") == NONREADERS, REPLY_TIMEOUT + 10,
+                   f"{NONREADERS} non-readers dropped", interval=0.2)
+        wait_until(lambda: value(METRICS, "connections_open") == 0, 10,
+                   "the attackers' connections closed", interval=0.2)
         rss_after = rss_kib(pid)
         print(f"server RSS {rss_before} KiB -> {rss_after} KiB")
         # Bounded by the pools (32 + 32 buffers of 1.2 MiB at most), not by
@@ -226,9 +199,7 @@ def _lookup(c: Conn, root: bytes, name: str) -> bytes:
 
 
 def _share_delays() -> int:
-    body = urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=10).read().decode()
-    m = re.search(r"^dionfs_calls_delayed_by_share_total (\d+)$", body, re.M)
-    return int(m.group(1))
+    return value(METRICS, "calls_delayed_by_share_total")
 
 
 @pytest.mark.server_args(*SERVER_ARGS)
@@ -304,6 +275,8 @@ def test_clients_that_do_not_read_directory_listings_cost_no_memory(server):
             s.sendall(b"".join(call(k * 100 + i, NFS_PROGRAM, NFS_V3, 17, readdirplus, 0, 0)
                                for i in range(64)))
             deaf.append(s)
+        # The peak while the listings pile up, watched for 5 s (nothing
+        # marks when they have all been made).
         peak = 0
         for _ in range(10):
             time.sleep(0.5)

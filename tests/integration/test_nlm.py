@@ -18,11 +18,10 @@ import struct
 import subprocess
 import threading
 import time
-import urllib.request
 
 import pytest
 
-from metrics import counters, free_port
+from metrics import counters, free_port, scrape
 from rawrpc import Conn, mnt, opaque, read_record, u32, u64, PROG_MISMATCH, SUCCESS
 from wait import wait_until
 
@@ -179,7 +178,7 @@ def test_locks_conflict_split_cancel_and_free_all(server):
     m = counters(METRICS, r"nlm_\w+")
     assert m["nlm_locks"] == 12 and m["nlm_hosts_dropped"] == 1, m
     # Every program's calls are timed, per procedure, NLM's too.
-    raw = urllib.request.urlopen(f"http://{METRICS}/metrics", timeout=10).read().decode()
+    raw = scrape(METRICS)
     assert 'dionfs_call_seconds_count{program="nlm4",procedure="LOCK"} 12' in raw, raw[-2000:]
     assert 'dionfs_call_seconds_count{program="nlm4",procedure="FREE_ALL"} 1' in raw
     a.close(); bb.close()
