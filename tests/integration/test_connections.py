@@ -6,7 +6,6 @@
 - Calls pipelined on one connection are all answered (matched by xid).
 """
 
-import os
 import resource
 import socket
 import struct
@@ -15,7 +14,7 @@ import time
 
 import pytest
 
-from metrics import counters, free_port
+from metrics import counters, free_port, value
 from nfstools import rss_kib
 from wait import wait_until
 
@@ -62,26 +61,26 @@ def null_ok(server) -> bool:
     return (xid, mtype, stat, accept) == (7, 1, 0, 0)
 
 
-def open_fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
+IDLE_METRICS = f"127.0.0.1:{free_port()}"
 
 
 @pytest.mark.dionfs_only  # measures dionfs's own memory
+@pytest.mark.server_args("--metrics", IDLE_METRICS)
 def test_thousands_of_idle_connections_cost_little(server):
     pid = server.proc.pid
     assert null_ok(server)
     before = rss_kib(pid)
-    fds = open_fds(pid)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8192)), hard))
     conns = []
     try:
         for _ in range(2000):
             conns.append(connect(server))
-        # The server has accepted every one of them (a descriptor each),
-        # and parked them: it answers a call after them.
-        wait_until(lambda: open_fds(pid) >= fds + 2000, 30,
-                   lambda: f"2000 connections accepted ({open_fds(pid) - fds} so far)")
+        # The server has accepted every one of them, and parked them: it
+        # answers a call after them.
+        open_now = lambda: value(IDLE_METRICS, "connections_open")  # noqa: E731
+        wait_until(lambda: open_now() >= 2000, 30,
+                   lambda: f"2000 connections open ({open_now()} so far)")
         assert null_ok(server)
         after = rss_kib(pid)
     finally:
