@@ -10,7 +10,7 @@ killed (SIGTERM/SIGINT) or for --hold seconds.
 
 The file is named by --fh HEX, or looked up: MNT --export on --mount-port,
 then LOOKUP --file in the export's root (AUTH_SYS as --uid/--gid). Python 3
-standard library only; calls are built as in tests/lib/rawrpc.py.
+standard library only, and tests/lib/rawrpc.py for the calls.
 
     bench/stall.py --host 127.0.0.1 --nfs-port 2049 --mount-port 20048 \\
         --export /srv/x --file big --writers 64 --readers 4
@@ -31,66 +31,30 @@ import socket
 import struct
 import sys
 import time
+from pathlib import Path
 
-NFS_PROGRAM, NFS_V3 = 100003, 3
-MOUNT_PROGRAM, MOUNT_V3 = 100005, 3
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "lib"))
+
+from rawrpc import (MOUNT_PROGRAM, MOUNT_V3, NFS_PROGRAM, NFS_V3, SUCCESS,  # noqa: E402
+                    auth_sys, call_header, opaque, parse_reply, read_record, record, u32, u64)
+
 NFSPROC3_LOOKUP, NFSPROC3_READ, NFSPROC3_WRITE = 3, 6, 7
 MOUNTPROC3_MNT = 1
 UNSTABLE = 0
 MiB = 1 << 20
 
 
-def u32(v: int) -> bytes:
-    return struct.pack(">I", v)
-
-
-def u64(v: int) -> bytes:
-    return struct.pack(">Q", v)
-
-
-def opaque(b: bytes) -> bytes:
-    return u32(len(b)) + b + b"\0" * (-len(b) % 4)
-
-
 def call_body(xid: int, prog: int, vers: int, proc: int, uid: int, gid: int) -> bytes:
     """RPC call header with AUTH_SYS credentials and an AUTH_NONE verifier."""
-    cred = u32(0) + opaque(b"stall") + u32(uid) + u32(gid) + u32(0)
-    return (u32(xid) + u32(0) + u32(2) + u32(prog) + u32(vers) + u32(proc)
-            + u32(1) + opaque(cred) + u32(0) + u32(0))
-
-
-def record(body: bytes) -> bytes:
-    return u32(0x80000000 | len(body)) + body
-
-
-def recv_exact(s: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed by the server")
-        buf += chunk
-    return bytes(buf)
-
-
-def read_record(s: socket.socket) -> bytes:
-    out, last = b"", False
-    while not last:
-        (word,) = struct.unpack(">I", recv_exact(s, 4))
-        last = bool(word & 0x80000000)
-        out += recv_exact(s, word & 0x7FFFFFFF)
-    return out
+    return call_header(xid, prog, vers, proc, auth_sys(uid, gid, machine=b"stall"))
 
 
 def results(reply: bytes) -> bytes:
     """The results of an accepted, successful reply."""
-    _xid, mtype, stat = struct.unpack(">III", reply[:12])
-    _flavor, vlen = struct.unpack(">II", reply[12:20])
-    at = 20 + vlen + (-vlen % 4)
-    (accept,) = struct.unpack(">I", reply[at:at + 4])
-    if (mtype, stat, accept) != (1, 0, 0):
-        raise RuntimeError(f"call refused: {reply[:at + 4].hex()}")
-    return reply[at + 4:]
+    _xid, accept, res = parse_reply(reply)
+    if accept != SUCCESS:
+        raise RuntimeError(f"call refused: accept_stat {accept}")
+    return res
 
 
 def rpc(s: socket.socket, prog: int, proc: int, args: bytes, uid: int, gid: int) -> bytes:

@@ -14,38 +14,16 @@ import time
 
 import pytest
 
+import rawrpc
 from metrics import counters, free_port, value
 from nfstools import rss_kib
+from rawrpc import AUTH_NONE, NFS_PROGRAM, NFS_V3, call_header, opaque, read_record, record, u32
 from wait import wait_until
-
-NFS_PROGRAM, NFS_V3 = 100003, 3
 
 
 def call(xid: int, prog: int, vers: int, proc: int, args: bytes = b"") -> bytes:
     """An RPC call with AUTH_NONE, as one record."""
-    body = struct.pack(">IIIIII", xid, 0, 2, prog, vers, proc) + struct.pack(">IIII", 0, 0, 0, 0) + args
-    return struct.pack(">I", 0x80000000 | len(body)) + body
-
-
-def read_record(s: socket.socket) -> bytes:
-    out = b""
-    last = False
-    while not last:
-        mark = recv_exact(s, 4)
-        (word,) = struct.unpack(">I", mark)
-        last = bool(word & 0x80000000)
-        out += recv_exact(s, word & 0x7FFFFFFF)
-    return out
-
-
-def recv_exact(s: socket.socket, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    return buf
+    return rawrpc.call(xid, prog, vers, proc, args, cred=AUTH_NONE)
 
 
 def connect(server) -> socket.socket:
@@ -174,7 +152,7 @@ def test_oversized_record_closes_only_that_connection(server):
     try:
         # Claim a 1.5 GiB fragment and send nothing more: the server must
         # refuse it from the header alone.
-        hostile.sendall(struct.pack(">I", 0x80000000 | (1536 << 20)))
+        hostile.sendall(u32(0x80000000 | (1536 << 20)))
         hostile.settimeout(10)
         assert hostile.recv(1) == b"", "the connection should be closed"
         bystander.sendall(call(9, NFS_PROGRAM, NFS_V3, 0))
@@ -220,10 +198,9 @@ def test_rpc_errors(server, prog, vers, proc, accept_stat):
 def test_unsupported_auth_flavor_is_refused(server):
     """RPCSEC_GSS (flavor 6) is not served: AUTH_ERROR / AUTH_BADCRED, not
     a silent downgrade to anonymous."""
-    body = struct.pack(">IIIIII", 11, 0, 2, NFS_PROGRAM, NFS_V3, 0)
-    body += struct.pack(">II", 6, 8) + b"\0" * 8 + struct.pack(">II", 0, 0)
+    body = call_header(11, NFS_PROGRAM, NFS_V3, 0, cred=u32(6) + opaque(b"\0" * 8))
     with connect(server) as s:
-        s.sendall(struct.pack(">I", 0x80000000 | len(body)) + body)
+        s.sendall(record(body))
         reply = read_record(s)
     xid, mtype, stat, reject, auth = struct.unpack(">IIIII", reply[:20])
     assert (xid, mtype, stat, reject, auth) == (11, 1, 1, 1, 1)

@@ -22,7 +22,7 @@ import time
 import pytest
 
 from metrics import counters, free_port, scrape
-from rawrpc import Conn, mnt, opaque, read_record, u32, u64, PROG_MISMATCH, SUCCESS
+from rawrpc import Conn, mnt, opaque, read_record, record, u32, u64, PROG_MISMATCH, SUCCESS
 from wait import wait_until
 
 pytestmark = pytest.mark.dionfs_only
@@ -512,7 +512,7 @@ class FakeClientHost:
                         _, n = struct.unpack(">II", rec[at:at + 8])
                         at += 8 + n + (-n % 4)
                     body = struct.pack(">IIIIII", xid, 1, 0, 0, 0, 0) + handler(proc, rec[at:])
-                    conn.sendall(struct.pack(">I", 0x80000000 | len(body)) + body)
+                    conn.sendall(record(body))
             except (OSError, ConnectionError, struct.error):
                 return
 

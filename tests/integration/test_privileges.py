@@ -329,12 +329,8 @@ def test_ids_of_minus_one_are_the_anonymous_user(server, nfsproc):
     fh = bytes.fromhex(nfsproc("lookup", ".")["fh"])
 
     def create(c, xid: int, name: bytes, uid: int, gid: int, gids: list[int]) -> int:
-        cred = u32(0) + opaque(b"rawrpc") + u32(uid) + u32(gid) + u32(len(gids))
-        cred += b"".join(u32(g) for g in gids)
-        msg = u32(xid) + u32(0) + u32(2) + u32(rawrpc.NFS_PROGRAM) + u32(3) + u32(8)
-        msg += u32(1) + opaque(cred) + u32(0) + u32(0)
-        msg += opaque(fh) + opaque(name) + u32(0) + u32(0) * 6  # UNCHECKED, no attributes
-        c.send(u32(0x80000000 | len(msg)) + msg)
+        args = opaque(fh) + opaque(name) + u32(0) + u32(0) * 6  # UNCHECKED, no attributes
+        c.send(rawrpc.call(xid, rawrpc.NFS_PROGRAM, 3, 8, args, cred=rawrpc.auth_sys(uid, gid, gids)))
         accept, res = c.reply(xid)
         assert accept == rawrpc.SUCCESS
         return rawrpc.nfs_status(res)

@@ -9,6 +9,7 @@ import struct
 
 import pytest
 from metrics import counters, free_port
+from rawrpc import AUTH_NONE, NFS_PROGRAM, NFS_V3, call_header, record, u32
 from wait import wait_until
 
 MiB = 1 << 20
@@ -66,15 +67,13 @@ def _send(port: int, payload: bytes) -> bytes:
 @pytest.mark.parametrize("what", ["garbage", "huge-record", "truncated-call", "wrong-program", "bad-rpc-version"])
 def test_malformed_traffic_does_not_hurt_others(server, nfsproc, client, what):
     client.touch("alive")
-    call = struct.pack(">IIIIII", 0x42, 0, 2, 100003, 3, 0) + struct.pack(">IIII", 0, 0, 0, 0)
+    call = call_header(0x42, NFS_PROGRAM, NFS_V3, 0, cred=AUTH_NONE)
     payloads = {
         "garbage": os.urandom(4096),
-        "huge-record": struct.pack(">I", 0xFFFFFFF0) + b"\0" * 64,
-        "truncated-call": struct.pack(">I", 0x80000000 | 200) + call,
-        "wrong-program": struct.pack(">I", 0x80000000 | len(call)) + call.replace(
-            struct.pack(">I", 100003), struct.pack(">I", 100099), 1),
-        "bad-rpc-version": struct.pack(">I", 0x80000000 | len(call)) + call.replace(
-            struct.pack(">II", 0, 2), struct.pack(">II", 0, 7), 1),
+        "huge-record": u32(0xFFFFFFF0) + b"\0" * 64,
+        "truncated-call": u32(0x80000000 | 200) + call,  # 200 bytes announced, fewer sent
+        "wrong-program": record(call.replace(u32(NFS_PROGRAM), u32(100099), 1)),
+        "bad-rpc-version": record(call.replace(u32(0) + u32(2), u32(0) + u32(7), 1)),
     }
     for port in (server.nfs_port, server.mount_port):
         reply = _send(port, payloads[what])

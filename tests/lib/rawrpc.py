@@ -1,8 +1,9 @@
 """ONC RPC over a raw TCP socket, for calls no client library sends: oversized
 arguments, forged handles, a chosen source port.
 
-Only what the tests need: AUTH_SYS calls as single-fragment records, replies
-read whole, the accept status and the results split off.
+Only what the tests need: AUTH_SYS (or AUTH_NONE) calls as single-fragment
+records, replies read whole, the accept status and the results split off.
+The one place the tests (and bench/stall.py) encode RPC calls.
 """
 
 from __future__ import annotations
@@ -34,17 +35,36 @@ def opaque(b: bytes) -> bytes:
     return u32(len(b)) + b + b"\0" * (-len(b) % 4)
 
 
-def auth_sys(uid: int, gid: int) -> bytes:
-    body = u32(0) + opaque(b"rawrpc") + u32(uid) + u32(gid) + u32(0)
+# A credential or verifier of flavor AUTH_NONE (RFC 5531): no body.
+AUTH_NONE = u32(0) + u32(0)
+
+
+def auth_sys(uid: int, gid: int, gids: list[int] | tuple[int, ...] = (),
+             machine: bytes = b"rawrpc") -> bytes:
+    """An AUTH_SYS credential (RFC 5531 appendix A): flavor and body."""
+    body = u32(0) + opaque(machine) + u32(uid) + u32(gid) + u32(len(gids))
+    body += b"".join(u32(g) for g in gids)
     return u32(1) + opaque(body)
 
 
-def call(xid: int, prog: int, vers: int, proc: int, args: bytes = b"",
-         uid: int = 1000, gid: int = 1000) -> bytes:
-    """One call as one record (last-fragment mark), AUTH_SYS, AUTH_NONE verifier."""
-    body = u32(xid) + u32(0) + u32(2) + u32(prog) + u32(vers) + u32(proc)
-    body += auth_sys(uid, gid) + u32(0) + u32(0) + args
+def record(body: bytes) -> bytes:
+    """`body` as one record: a last-fragment mark, then the bytes."""
     return u32(0x80000000 | len(body)) + body
+
+
+def call_header(xid: int, prog: int, vers: int, proc: int, cred: bytes) -> bytes:
+    """A call message up to its arguments: `cred`, an AUTH_NONE verifier."""
+    return (u32(xid) + u32(0) + u32(2) + u32(prog) + u32(vers) + u32(proc)
+            + cred + AUTH_NONE)
+
+
+def call(xid: int, prog: int, vers: int, proc: int, args: bytes = b"",
+         uid: int = 1000, gid: int = 1000, cred: bytes | None = None) -> bytes:
+    """One call as one record, AUTH_SYS as uid/gid unless `cred` is given
+    (e.g. AUTH_NONE), AUTH_NONE verifier."""
+    if cred is None:
+        cred = auth_sys(uid, gid)
+    return record(call_header(xid, prog, vers, proc, cred) + args)
 
 
 def recv_exact(s: socket.socket, n: int) -> bytes:
