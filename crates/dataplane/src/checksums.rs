@@ -534,23 +534,15 @@ impl Drop for Rebuild {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{DataConfig, Mode, ReadData, Stable};
+    use crate::testing::open_data_file;
+    use crate::{Mode, ReadData, Stable};
     use dionfs_integrity::{FileKey, Order, Store};
     use std::fs::OpenOptions;
-    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    use std::os::unix::fs::FileExt;
     use std::sync::Arc;
 
     fn plane(mode: Mode) -> DataPlane {
-        DataPlane::new(DataConfig {
-            read_mode: mode,
-            write_mode: mode,
-            max_transfer: 256 << 10,
-            read_buffers: 4,
-            write_buffers: 4,
-            small_buffers: 8,
-            large_read_depth: crate::LARGE_READ_DEPTH,
-        })
-        .unwrap()
+        crate::testing::plane(mode, mode, 256 << 10, 4)
     }
 
     fn file_with_sums(store: &Arc<Store>, path: &std::path::Path, n: u8) -> DataFile {
@@ -565,20 +557,7 @@ mod tests {
     }
 
     fn file_without_sums(path: &std::path::Path) -> DataFile {
-        let buffered = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .unwrap();
-        let direct = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(path)
-            .ok();
-        DataFile::new(buffered.into(), direct.map(Into::into)).unwrap()
+        open_data_file(path)
     }
 
     /// Writes `data` at `offset`, its payload arriving in pieces that end

@@ -50,6 +50,8 @@ pub mod range_lock;
 mod read;
 mod readahead;
 mod size;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 mod write;
 mod writebehind;
 

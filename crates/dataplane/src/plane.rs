@@ -667,34 +667,16 @@ fn live<T>(list: &Mutex<Vec<Weak<T>>>) -> Vec<Arc<T>> {
 mod tests {
     use super::*;
     use crate::Stable;
-    use std::fs::OpenOptions;
-    use std::os::unix::fs::OpenOptionsExt;
 
     fn plane(read_mode: Mode, write_mode: Mode) -> DataPlane {
-        DataPlane::new(DataConfig {
-            read_mode,
-            write_mode,
-            max_transfer: 64 << 10,
-            read_buffers: 4,
-            write_buffers: 4,
-            small_buffers: 8,
-            large_read_depth: crate::LARGE_READ_DEPTH,
-        })
-        .unwrap()
+        crate::testing::plane(read_mode, write_mode, 64 << 10, 4)
     }
 
     /// A temp file in `dir` with a buffered and (if the filesystem allows)
     /// an O_DIRECT descriptor.
     fn temp_data_file(dir: &std::path::Path) -> (tempfile::NamedTempFile, DataFile) {
         let tmp = tempfile::NamedTempFile::new_in(dir).unwrap();
-        let buffered = tmp.reopen().unwrap();
-        let direct = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(tmp.path())
-            .ok();
-        let file = DataFile::new(buffered.into(), direct.map(Into::into)).unwrap();
+        let file = crate::testing::open_data_file(tmp.path());
         (tmp, file)
     }
 

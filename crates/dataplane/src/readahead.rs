@@ -855,9 +855,7 @@ impl Drop for Prefetch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{DataConfig, DataPlane, Mode, Stable};
-    use std::fs::OpenOptions;
-    use std::os::unix::fs::OpenOptionsExt;
+    use crate::{DataPlane, Mode, Stable};
     use std::sync::atomic::AtomicU64;
 
     const CHUNK: usize = 64 << 10;
@@ -871,29 +869,14 @@ mod tests {
     const BIG: usize = 128 << 10;
 
     fn plane_with(buffers: usize, max_transfer: usize) -> DataPlane {
-        DataPlane::new(DataConfig {
-            read_mode: Mode::Direct,
-            write_mode: Mode::Direct,
-            max_transfer,
-            read_buffers: buffers,
-            write_buffers: buffers,
-            small_buffers: 8,
-            large_read_depth: crate::LARGE_READ_DEPTH,
-        })
-        .unwrap()
+        crate::testing::plane(Mode::Direct, Mode::Direct, max_transfer, buffers)
     }
 
     /// A temp file with an `O_DIRECT` descriptor, or `None` where the temp
     /// directory cannot do direct I/O.
     fn direct_file() -> Option<(tempfile::NamedTempFile, DataFile)> {
         let tmp = tempfile::NamedTempFile::new().unwrap();
-        let direct = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(tmp.path())
-            .ok()?;
-        let file = DataFile::new(tmp.reopen().unwrap().into(), Some(direct.into())).unwrap();
+        let file = crate::testing::open_data_file(tmp.path());
         if !file.is_direct_capable() {
             println!("skipped: temp dir has no direct I/O");
             return None;

@@ -1049,37 +1049,21 @@ fn sync_flags(stable: Stable) -> RwFlags {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{DataConfig, DataFile};
-    use std::fs::OpenOptions;
-    use std::os::unix::fs::OpenOptionsExt;
+    use crate::DataFile;
 
     fn plane(mode: Mode) -> DataPlane {
-        DataPlane::new(DataConfig {
-            read_mode: mode,
-            write_mode: mode,
-            max_transfer: 64 << 10,
-            read_buffers: 4,
-            write_buffers: 4,
-            small_buffers: 8,
-            large_read_depth: crate::LARGE_READ_DEPTH,
-        })
-        .unwrap()
+        crate::testing::plane(mode, mode, 64 << 10, 4)
     }
 
+    /// A temp file with (if `direct` and the filesystem allows) an
+    /// `O_DIRECT` descriptor.
     fn temp_file(direct: bool) -> (tempfile::NamedTempFile, DataFile) {
         let tmp = tempfile::NamedTempFile::new().unwrap();
-        let buffered = tmp.reopen().unwrap();
-        let direct = direct
-            .then(|| {
-                OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .custom_flags(libc::O_DIRECT)
-                    .open(tmp.path())
-                    .ok()
-            })
-            .flatten();
-        let file = DataFile::new(buffered.into(), direct.map(Into::into)).unwrap();
+        let file = if direct {
+            crate::testing::open_data_file(tmp.path())
+        } else {
+            DataFile::new(tmp.reopen().unwrap().into(), None).unwrap()
+        };
         (tmp, file)
     }
 

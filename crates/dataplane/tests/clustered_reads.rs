@@ -18,15 +18,7 @@ use common::*;
 use dionfs_dataplane::{Mode, Stable, READAHEAD_MAX_AGE};
 use dionfs_testfs::wait_until;
 
-#[test]
-fn xfs() {
-    run_fs("xfs");
-}
-
-#[test]
-fn ext4() {
-    run_fs("ext4");
-}
+test_each_fs!(run_fs: xfs, ext4);
 
 const RECORD: u64 = 47008;
 const READERS: u64 = 8;

@@ -14,15 +14,7 @@ mod common;
 use common::*;
 use dionfs_dataplane::{DataFile, DataPlane, Mode, Stable};
 
-#[test]
-fn xfs() {
-    run_fs("xfs");
-}
-
-#[test]
-fn ext4() {
-    run_fs("ext4");
-}
+test_each_fs!(run_fs: xfs, ext4);
 
 /// One WRITE of `len` bytes of pattern `salt` at `offset` (blocking path),
 /// kept in `model`: asserts it read `reads` edge pages first.

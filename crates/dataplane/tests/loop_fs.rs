@@ -27,20 +27,7 @@ const MODE_PAIRS: [(Mode, Mode); 5] = [
     (Mode::Buffered, Mode::Direct),
 ];
 
-#[test]
-fn xfs() {
-    run_fs("xfs");
-}
-
-#[test]
-fn ext4() {
-    run_fs("ext4");
-}
-
-#[test]
-fn btrfs() {
-    run_fs("btrfs");
-}
+test_each_fs!(run_fs: xfs, ext4, btrfs);
 
 /// XFS on 512-byte sectors reports a write alignment of one filesystem
 /// block (4096, copy-on-write capable) but a read alignment of one sector

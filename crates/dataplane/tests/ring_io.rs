@@ -21,15 +21,7 @@ use dionfs_dataplane::{
     DataFile, DataPlane, IoRing, Mode, ReadAttempt, ReadData, Stable, WriteAttempt, SMALL_IO,
 };
 
-#[test]
-fn xfs() {
-    run_fs("xfs");
-}
-
-#[test]
-fn ext4() {
-    run_fs("ext4");
-}
+test_each_fs!(run_fs: xfs, ext4);
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()

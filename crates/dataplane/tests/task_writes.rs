@@ -18,15 +18,7 @@ use std::os::fd::AsFd;
 use common::*;
 use dionfs_dataplane::{DataFile, DataPlane, Mode, Stable, WriteAttempt};
 
-#[test]
-fn xfs() {
-    run_fs("xfs");
-}
-
-#[test]
-fn ext4() {
-    run_fs("ext4");
-}
+test_each_fs!(run_fs: xfs, ext4);
 
 fn run_fs(kind: &'static str) {
     let Some(fs) = LoopFs::new(kind, 256) else {

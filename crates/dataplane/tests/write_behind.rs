@@ -23,15 +23,7 @@ const REC: usize = 47008;
 /// Written per pass: well past a lag and several steps.
 const TOTAL: u64 = 40 << 20;
 
-#[test]
-fn xfs() {
-    run_fs("xfs");
-}
-
-#[test]
-fn ext4() {
-    run_fs("ext4");
-}
+test_each_fs!(run_fs: xfs, ext4);
 
 /// Writes records of pattern `salt` from 0 to [`TOTAL`] into `file` and
 /// `model`; returns the end of the last record.

@@ -1,49 +1,35 @@
 //! Test helpers: real filesystems on loop devices ([`LoopFs`], from
-//! `dionfs-testfs`) and small wrappers around the data plane.
+//! `dionfs-testfs`, one test per filesystem with [`test_each_fs`]) and
+//! small wrappers around the data plane (`dionfs_dataplane::testing`).
 
-#![allow(dead_code)]
+// Each test file uses some of these.
+#![allow(dead_code, unused_macros, unused_imports)]
 
-use std::fs::OpenOptions;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
 use std::sync::Arc;
 
-use dionfs_dataplane::{
-    DataConfig, DataError, DataFile, DataPlane, Mode, ReadData, Stable, WriteDone,
-};
+use dionfs_dataplane::{DataError, DataFile, DataPlane, Mode, ReadData, Stable, WriteDone};
 
+pub use dionfs_dataplane::testing::open_data_file;
 pub use dionfs_testfs::LoopFs;
 
-/// Opens (creating) `path` the way the filesystem backend does: a buffered
-/// O_RDWR descriptor and, if the filesystem accepts it, an O_DIRECT one.
-pub fn open_data_file(path: &Path) -> DataFile {
-    let buffered = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .expect("open buffered");
-    let direct = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(path)
-        .ok();
-    DataFile::new(buffered.into(), direct.map(Into::into)).expect("DataFile::new")
+/// One `#[test]` per filesystem kind listed, named after it, each running
+/// `$run(kind)` (which makes its [`LoopFs`]): `test_each_fs!(run_fs: xfs,
+/// ext4);`.
+macro_rules! test_each_fs {
+    ($run:ident: $($kind:ident),+ $(,)?) => {
+        $(
+            #[test]
+            fn $kind() {
+                $run(stringify!($kind));
+            }
+        )+
+    };
 }
+pub(crate) use test_each_fs;
 
+/// A plane of 1 MiB transfers and 16 buffers each way.
 pub fn plane(read_mode: Mode, write_mode: Mode) -> DataPlane {
-    let plane = DataPlane::new(DataConfig {
-        read_mode,
-        write_mode,
-        max_transfer: 1 << 20,
-        read_buffers: 16,
-        write_buffers: 16,
-        small_buffers: 8,
-        large_read_depth: dionfs_dataplane::LARGE_READ_DEPTH,
-    })
-    .expect("plane");
+    let plane = dionfs_dataplane::testing::plane(read_mode, write_mode, 1 << 20, 16);
     if SPLIT_MISALIGNED.with(|s| s.get()) {
         plane.with_whole_buffered_max(0)
     } else {
