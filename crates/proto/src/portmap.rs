@@ -210,34 +210,38 @@ impl RpcbProcedure {
 
 /// A registration (`struct rpcb`): program, version, network id ("tcp",
 /// "udp", "tcp6", ...), universal address ("h1.h2.h3.h4.p1.p2") and owner.
+///
+/// The strings are kept as the bytes sent, like every XDR string here: a
+/// conversion to `String` would have to change what is not UTF-8, and the
+/// changed value could re-encode longer than [`RPCB_STRING_MAX`] (three
+/// bytes per replaced byte), into something this decoder refuses.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Rpcb {
     pub prog: u32,
     pub vers: u32,
-    pub netid: String,
-    pub addr: String,
-    pub owner: String,
+    pub netid: Vec<u8>,
+    pub addr: Vec<u8>,
+    pub owner: Vec<u8>,
 }
 
 impl Encode for Rpcb {
     fn encode(&self, enc: &mut Encoder) {
         enc.u32(self.prog);
         enc.u32(self.vers);
-        enc.string(self.netid.as_bytes());
-        enc.string(self.addr.as_bytes());
-        enc.string(self.owner.as_bytes());
+        enc.string(&self.netid);
+        enc.string(&self.addr);
+        enc.string(&self.owner);
     }
 }
 
 impl Decode<'_> for Rpcb {
     fn decode(dec: &mut Decoder<'_>) -> Result<Self> {
-        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
         Ok(Self {
             prog: dec.u32()?,
             vers: dec.u32()?,
-            netid: text(dec.string(RPCB_STRING_MAX)?),
-            addr: text(dec.string(RPCB_STRING_MAX)?),
-            owner: text(dec.string(RPCB_STRING_MAX)?),
+            netid: dec.string(RPCB_STRING_MAX)?.to_vec(),
+            addr: dec.string(RPCB_STRING_MAX)?.to_vec(),
+            owner: dec.string(RPCB_STRING_MAX)?.to_vec(),
         })
     }
 }
@@ -298,25 +302,25 @@ mod tests {
         let r = Rpcb {
             prog: 100_003,
             vers: 3,
-            netid: "tcp".into(),
-            addr: universal_addr("127.0.0.1".parse().unwrap(), 2049),
-            owner: "superuser".into(),
+            netid: b"tcp".to_vec(),
+            addr: universal_addr("127.0.0.1".parse().unwrap(), 2049).into_bytes(),
+            owner: b"superuser".to_vec(),
         };
-        assert_eq!(r.addr, "127.0.0.1.8.1");
+        assert_eq!(r.addr, b"127.0.0.1.8.1");
         let bytes = r.to_xdr();
         assert_eq!(Rpcb::from_xdr(&bytes).unwrap(), r);
         for cut in 0..bytes.len() {
             assert!(Rpcb::from_xdr(&bytes[..cut]).is_err(), "prefix {cut}");
         }
         let longest = Rpcb {
-            netid: "n".repeat(255),
-            addr: "a".repeat(255),
-            owner: "o".repeat(255),
+            netid: vec![b'n'; 255],
+            addr: vec![b'a'; 255],
+            owner: vec![b'o'; 255],
             ..r.clone()
         };
         assert!(longest.to_xdr().len() <= RPCB_MAX_LEN);
         let too_long = Rpcb {
-            netid: "n".repeat(256),
+            netid: vec![b'n'; 256],
             ..r.clone()
         };
         assert!(Rpcb::from_xdr(&too_long.to_xdr()).is_err());
@@ -332,6 +336,23 @@ mod tests {
             Some(RpcbProcedure::GetVersAddr)
         );
         assert_eq!(universal_addr("::1".parse().unwrap(), 111), "::1.0.111");
+    }
+
+    #[test]
+    fn rpcb_strings_that_are_not_utf8_round_trip_unchanged() {
+        // Found by fuzzing: decoded into `String`s with U+FFFD for each
+        // bad byte, 255 such bytes re-encoded as 765, over the limit.
+        let r = Rpcb {
+            prog: 100_003,
+            vers: 3,
+            netid: vec![0xff; 255],
+            addr: b"\xc3(".to_vec(),
+            owner: Vec::new(),
+        };
+        let bytes = r.to_xdr();
+        assert!(bytes.len() <= RPCB_MAX_LEN);
+        assert_eq!(Rpcb::from_xdr(&bytes).unwrap(), r);
+        assert_eq!(Rpcb::from_xdr(&bytes).unwrap().to_xdr(), bytes);
     }
 
     #[test]

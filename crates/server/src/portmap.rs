@@ -80,9 +80,9 @@ impl PortmapTable {
             .map(|m| Rpcb {
                 prog: m.prog,
                 vers: m.vers,
-                netid: netid(m.prot, ip).to_string(),
-                addr: universal_addr(ip, m.port as u16),
-                owner: "superuser".to_string(),
+                netid: netid(m.prot, ip).as_bytes().to_vec(),
+                addr: universal_addr(ip, m.port as u16).into_bytes(),
+                owner: b"superuser".to_vec(),
             })
             .collect()
     }
@@ -302,8 +302,8 @@ fn universal_address(
                     .find(|e| e.prog == want.prog && e.netid == want.netid)
             })?
         })
-        .map_or(String::new(), |e| e.addr.clone());
-    success(xid, |enc| enc.string(found.as_bytes()))
+        .map_or(Vec::new(), |e| e.addr.clone());
+    success(xid, |enc| enc.string(&found))
 }
 
 fn rpcb_dump(svc: &PortmapService, conn: &ConnInfo, xid: u32, _: &[u8]) -> Reply {
@@ -469,9 +469,9 @@ mod tests {
         Rpcb {
             prog,
             vers,
-            netid: netid.into(),
-            addr: String::new(),
-            owner: String::new(),
+            netid: netid.as_bytes().to_vec(),
+            addr: Vec::new(),
+            owner: Vec::new(),
         }
         .to_xdr()
     }
@@ -524,7 +524,7 @@ mod tests {
         assert!(dump
             .entries
             .iter()
-            .any(|e| e.prog == NFS_PROGRAM && e.netid == "tcp" && e.addr == "127.0.0.1.8.1"));
+            .any(|e| e.prog == NFS_PROGRAM && e.netid == b"tcp" && e.addr == b"127.0.0.1.8.1"));
         assert!(
             !bool::from_xdr(&replies[6].1).unwrap(),
             "registrations refused"

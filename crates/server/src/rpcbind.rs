@@ -151,12 +151,12 @@ fn rpcb(m: &Mapping, ip: IpAddr, netid: &str) -> Rpcb {
     Rpcb {
         prog: m.prog,
         vers: m.vers,
-        netid: netid.to_string(),
+        netid: netid.as_bytes().to_vec(),
         addr: if netid.is_empty() {
-            String::new()
+            Vec::new()
         } else {
-            universal_addr(ip, m.port as u16)
+            universal_addr(ip, m.port as u16).into_bytes()
         },
-        owner: "superuser".to_string(),
+        owner: b"superuser".to_vec(),
     }
 }
