@@ -330,10 +330,14 @@ impl CallHeader {
     /// Same checks as [`read_call_header`].
     pub fn decode(dec: &mut Decoder<'_>) -> Result<Self, CallError> {
         let f = parse_fixed(dec)?;
+        // The verifier's flavor and length before the credential is
+        // parsed, as `read_call_header` reads them in one go with its
+        // body: a header that ends there is truncated, whatever the
+        // credential says.
         let body = dec.opaque_fixed(f.cred_len as usize).map_err(truncated)?;
-        let cred = parse_credential(f.xid, f.cred_flavor, body)?;
         let verf_flavor = dec.u32().map_err(truncated)?;
         let verf_len = dec.u32().map_err(truncated)?;
+        let cred = parse_credential(f.xid, f.cred_flavor, body)?;
         if verf_len > MAX_AUTH_BYTES {
             return Err(CallError::BadVerifier { xid: f.xid });
         }
@@ -569,6 +573,20 @@ mod tests {
         // The good body is accepted.
         let (h, _) = read_framed(&header_with_cred(5, 2, AUTH_SYS, &good)).await;
         assert!(matches!(h.unwrap().cred, Credential::Sys(_)));
+    }
+
+    #[tokio::test]
+    async fn a_bad_credential_cut_before_the_verifier_is_a_truncated_header() {
+        // Found by fuzzing: the buffer decoder parsed the credential before
+        // reading the verifier's flavor and length, and answered
+        // BadCredential where the record reader says Truncated.
+        let msg = header_with_cred(12, 2, AUTH_NONE, &[0; 4]);
+        for cut in [msg.len() - 8, msg.len() - 5, msg.len() - 1] {
+            let e = error_of(&msg[..cut]).await;
+            assert!(matches!(e, CallError::Truncated), "cut {cut}: {e:?}");
+        }
+        let e = error_of(&msg).await;
+        assert!(matches!(e, CallError::BadCredential { xid: 12 }));
     }
 
     #[tokio::test]
