@@ -8,7 +8,8 @@
 
 use dionfs_xdr::{Decode, Decoder, Encode, Encoder, XdrError};
 
-use crate::message::{OpaqueAuth, MAX_AUTH_BYTES, MSG_REPLY, RPC_VERSION};
+use crate::auth::{OpaqueAuth, MAX_AUTH_BYTES};
+use crate::{MSG_REPLY, RPC_VERSION};
 
 /// `reply_stat`: the call was accepted (its verifier checked out).
 const MSG_ACCEPTED: u32 = 0;
