@@ -26,6 +26,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::sync::Arc;
 
+use dionfs_dataplane::{DataFile, LogEvery};
 use dionfs_sys::cred;
 use dionfs_sys::handle::{name_to_handle_at, open_by_handle_at, KernelHandle};
 use rustix::fs::{
@@ -35,7 +36,7 @@ use rustix::fs::{
 use rustix::io::Errno;
 
 use crate::attr::{Attr, FileKind};
-use crate::cache::OpenFileCache;
+use crate::cache::{Key, OpenFile, OpenFileCache};
 use crate::handle::{self, MacKey};
 use crate::FsError;
 
@@ -401,6 +402,180 @@ impl ExportFs {
         }
         Ok(path.len() > root.len() && path.starts_with(&root) && path[root.len()] == b'/')
     }
+}
+
+// Opening regular files for the data plane, through the open-file cache.
+impl ExportFs {
+    /// The open file for READ/WRITE/COMMIT on the regular file `fh`, from
+    /// the cache or opened now (by handle, as root: `O_RDWR`, or `O_RDONLY`
+    /// where writing is refused, e.g. on a read-only filesystem; plus an
+    /// `O_DIRECT` descriptor beside it where the filesystem allows one).
+    ///
+    /// This does not check the caller's permission: call
+    /// [`ExportFs::check_file_access`] under the caller's credentials.
+    pub fn open_file(&self, fh: &[u8]) -> Result<Arc<OpenFile>, FsError> {
+        self.open_file_as(fh, Checksums::Required)
+    }
+
+    /// [`ExportFs::open_file`] for READ and COMMIT, which need no new
+    /// checksums: where the file is new to the checksum store and its
+    /// checksums cannot be created because the state directory's
+    /// filesystem is full, the file without them, answered unchecked (as a
+    /// file whose stale checksums cannot be rebuilt is) rather than
+    /// failing. That open is not cached, so the next call tries again, and
+    /// WRITEs, which go through [`ExportFs::open_file`], still fail with
+    /// `NFS3ERR_NOSPC` until there is room.
+    pub fn open_file_to_read(&self, fh: &[u8]) -> Result<Arc<OpenFile>, FsError> {
+        self.open_file_as(fh, Checksums::IfRoom)
+    }
+
+    fn open_file_as(&self, fh: &[u8], checksums: Checksums) -> Result<Arc<OpenFile>, FsError> {
+        let kernel = crate::handle::decode(&self.key, self.export_id, fh)?;
+        let key = (self.fs_id, kernel);
+        if let Some(file) = self.cache.get(&key) {
+            // No syscall on a hit: a file deleted behind our back (not
+            // through REMOVE/RENAME, which evict) is found by the statx
+            // every READ/WRITE/COMMIT makes for its reply attributes
+            // ([`ExportFs::file_attr`]), which answers STALE.
+            return Ok(file);
+        }
+        // Verifies the file still exists (and a directory still lies in
+        // the export) and tells its type before anything is opened for I/O.
+        let node = self.resolve(fh)?;
+        self.open_node_as(node.kind, key, checksums)
+    }
+
+    /// [`ExportFs::open_file`] when that needs no syscall: the file if the
+    /// cache holds it, `None` if it would have to be opened. For async
+    /// callers, which then open it on a blocking thread.
+    pub fn cached_file(&self, fh: &[u8]) -> Result<Option<Arc<OpenFile>>, FsError> {
+        let kernel = crate::handle::decode(&self.key, self.export_id, fh)?;
+        Ok(self.cache.get(&(self.fs_id, kernel)))
+    }
+
+    /// [`ExportFs::open_file`] for a file already resolved.
+    pub(crate) fn open_file_of(&self, node: &Node) -> Result<Arc<OpenFile>, FsError> {
+        let key = (self.fs_id, node.kernel.clone());
+        if let Some(file) = self.cache.get(&key) {
+            return Ok(file);
+        }
+        self.open_node(node.kind, key)
+    }
+
+    /// Opens the data-plane descriptors of a resolved file of type `kind`
+    /// (by its kernel handle, the second half of `key`) and registers them
+    /// (or returns the file a concurrent opener registered).
+    fn open_node(&self, kind: FileKind, key: Key) -> Result<Arc<OpenFile>, FsError> {
+        self.open_node_as(kind, key, Checksums::Required)
+    }
+
+    fn open_node_as(
+        &self,
+        kind: FileKind,
+        key: Key,
+        checksums: Checksums,
+    ) -> Result<Arc<OpenFile>, FsError> {
+        match kind {
+            FileKind::Regular => {}
+            FileKind::Directory => return Err(FsError::IsDir),
+            _ => return Err(FsError::Inval),
+        }
+        let kernel = &key.1;
+        let (buffered, access) = match self.open_kernel_handle(kernel, OFlags::RDWR) {
+            Ok(fd) => (fd, OFlags::RDWR),
+            Err(FsError::Rofs | FsError::Access | FsError::Perm) => (
+                self.open_kernel_handle(kernel, OFlags::RDONLY)?,
+                OFlags::RDONLY,
+            ),
+            Err(e) => return Err(e),
+        };
+        let direct = match self.open_kernel_handle(kernel, access | OFlags::DIRECT) {
+            Ok(fd) => Some(fd),
+            Err(e) => {
+                tracing::debug!(error = %e, "no O_DIRECT descriptor for this file");
+                None
+            }
+        };
+        let label = format!(
+            "export {} inode {}",
+            self.export_id,
+            crate::attr::Attr::of_fd(&buffered)?.fileid
+        );
+        let sums = match &self.integrity {
+            Some(store) => {
+                match store.open_file(integrity_key(self.fs_id, kernel), buffered.as_fd()) {
+                    Ok(sums) => Some(sums),
+                    Err(e) => {
+                        checksums_open_failed(&e);
+                        if checksums == Checksums::Required || !state_full(&e) {
+                            return Err(FsError::from(e));
+                        }
+                        None
+                    }
+                }
+            }
+            None => None,
+        };
+        let mut data = DataFile::new(buffered, direct).map_err(|e| {
+            tracing::warn!(error = %e, "cannot set up the data plane for a file");
+            match Errno::from_io_error(&e) {
+                Some(errno) => FsError::from(errno),
+                None => FsError::ServerFault,
+            }
+        })?;
+        if let Some(sums) = sums {
+            data = data.with_integrity(sums);
+        }
+        let file = Arc::new(OpenFile::new(key.clone(), data.with_label(label)));
+        if self.integrity.is_some() && file.data().integrity().is_none() {
+            // Without the checksums it must have: for this call only.
+            return Ok(file);
+        }
+        Ok(self.cache.insert(key, file))
+    }
+}
+
+/// Whether [`ExportFs::open_node_as`] may open a file of an integrity
+/// export without its checksums.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Checksums {
+    Required,
+    /// Without them if the state directory is full (READ, COMMIT).
+    IfRoom,
+}
+
+/// The checksum store's name for the inode `kernel` of filesystem `fs_id`.
+pub(crate) fn integrity_key(fs_id: u64, kernel: &KernelHandle) -> dionfs_integrity::FileKey {
+    dionfs_integrity::FileKey {
+        fs_id,
+        handle_type: kernel.handle_type,
+        handle: kernel.bytes.clone(),
+    }
+}
+
+/// A file's checksums could not be opened (for a file new to the store,
+/// created: impossible with the state directory's filesystem full), so
+/// neither could the file: logged at most once a minute, since every call
+/// on such a file tries again. The client gets the errno (NFS3ERR_NOSPC).
+fn checksums_open_failed(e: &std::io::Error) {
+    static WARNED: LogEvery = LogEvery::new(std::time::Duration::from_secs(60));
+    if WARNED.due() {
+        if state_full(e) {
+            tracing::error!(error = %e, "cannot create a file's checksums, the state directory \
+                being full: WRITEs of files new to the checksum store fail (NFS3ERR_NOSPC) and \
+                their READs are answered unchecked until it has room; repeats within a minute \
+                are not logged");
+        } else {
+            tracing::error!(error = %e, "cannot open a file's checksums, so its READs and WRITEs \
+                fail; repeats within a minute are not logged");
+        }
+    }
+}
+
+/// Whether `e`, from opening a file's checksums, says the state
+/// directory's filesystem is full (or its quota spent).
+fn state_full(e: &std::io::Error) -> bool {
+    matches!(Errno::from_io_error(e), Some(Errno::NOSPC | Errno::DQUOT))
 }
 
 /// The device number of the superblock behind mount `mount_id`, from

@@ -735,7 +735,7 @@ impl ExportFs {
         {
             // Its checksums go with it (integrity exports).
             if let Some(store) = &self.integrity {
-                store.remove(&crate::cache::integrity_key(self.fs_id, &kernel));
+                store.remove(&crate::export::integrity_key(self.fs_id, &kernel));
             }
             self.cache.evict(&(self.fs_id, kernel));
         }
