@@ -29,6 +29,7 @@
 //! reads as. Only shrinking a file has to touch the store.
 
 mod cache;
+mod key;
 mod log;
 mod overlap;
 pub mod scrub;
@@ -36,10 +37,11 @@ mod store;
 
 use std::sync::OnceLock;
 
+pub use key::{FileKey, Version};
 pub use overlap::{Arriving, Checksummer, Order, ARRIVAL_PIECE};
 pub use store::{
-    is_file_deleted, CommitTicket, FileKey, FileSums, Mismatch, RecoveryReport, Store, SweepReport,
-    Version, WriteTicket,
+    is_file_deleted, CommitTicket, FileSums, Mismatch, RecoveryReport, Store, SweepReport,
+    WriteTicket,
 };
 
 /// Runs `f` (creating, renaming or removing files of the store) as the

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use dionfs_sys::private;
 use parking_lot::{Condvar, Mutex};
 
-use crate::store::FileKey;
+use crate::key::FileKey;
 
 /// Blocks per region: 16384 blocks of 4 KiB = 64 MiB. A sequential
 /// writer logs one record per 64 MiB; recovery re-reads at most that much
