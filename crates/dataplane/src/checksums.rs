@@ -31,8 +31,9 @@ use dionfs_integrity::{block_ceil, block_floor, FileSums, Order, WriteTicket, BL
 
 use crate::counters::Counters;
 use crate::file::DataFile;
+use crate::page_cache::{needs_device_read, read_without_queueing};
 use crate::range_lock::LockKind;
-use crate::write::{needs_device_read, read_without_queueing, WriteBuffer};
+use crate::write_buffer::WriteBuffer;
 use crate::{DataError, DataPlane};
 
 impl DataPlane {

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use crate::align::{round_down, round_up};
-use crate::readahead::Held;
+use crate::held::Held;
 
 /// How near the furthest READ a small READ must start to count.
 pub(crate) const REACH: u64 = 32 << 20;

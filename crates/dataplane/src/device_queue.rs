@@ -13,7 +13,7 @@
 //! device: small ones (at most [`crate::SMALL_IO`]) by number, large ones
 //! (client READs and readahead chunks) by bytes. While a small read is at
 //! the device, a large one starts only if less than the export's
-//! `large_read_depth` (by default [`LARGE_READ_DEPTH`]; 0: no limit)
+//! `large_read_depth` (by default [`crate::LARGE_READ_DEPTH`]; 0: no limit)
 //! bytes of large reads are there; otherwise it waits for one to end (on
 //! its task, or on its blocking thread). Small reads never wait, and large
 //! ones never wait while no small one is at the device, so a lone
@@ -27,16 +27,6 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::counters::Counters;
 use crate::is_small;
-
-/// Bytes of large reads the device may hold while a small read is there,
-/// by default (`large_read_depth_mib`): in the `mixed-16` shape the random
-/// READs' p50 went from 10.3-12.0 ms to 3.9-4.5 ms with 4 MiB (5.7-6.8 ms
-/// with 8), and the sequential readers' throughput stayed within the noise
-/// (scratch, two rounds each). Less trades sequential throughput for
-/// random latency: 2 MiB gave 2.5 ms at 1,766-1,829 MiB/s, 1 MiB 1.9-2.0 ms
-/// at 1,535-1,553, against 3.6-3.7 ms at 2,082-2,110 with 4 MiB (scratch
-/// `mix.sh`, two rounds, 2026-11-26).
-pub const LARGE_READ_DEPTH: u64 = 4 << 20;
 
 /// The direct reads of one export at its device (see the module
 /// documentation).
@@ -202,6 +192,7 @@ impl DeviceReads {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::LARGE_READ_DEPTH;
     use std::sync::Arc;
 
     const MIB: u64 = 1 << 20;

@@ -14,14 +14,15 @@ use parking_lot::Mutex;
 
 use crate::align::MAX_FILE_OFFSET;
 use crate::cluster::{drop_pages, Cluster, MAX_CLUSTERS};
-use crate::config::SMALL_IO;
+use crate::config::{is_small, SMALL_IO};
 use crate::counters::{CounterSnapshot, Counters};
 use crate::device_queue::DeviceReads;
 use crate::file::{DataFile, DirectIo};
+use crate::held::Held;
+use crate::pool::IoRing;
 use crate::pool::{BufferPool, PooledBuf, BUF_SLACK};
 use crate::range_lock::{LockKind, RangeGuard};
-use crate::read::IoRing;
-use crate::readahead::{Held, Readahead};
+use crate::readahead::Readahead;
 use crate::writebehind::WriteBehind;
 use crate::{DataConfig, DataError, Mode};
 use dionfs_logs::LogEvery;
@@ -83,11 +84,6 @@ pub struct DataPlane {
     /// The direct reads at the device: large ones make room for small
     /// ones (`device_queue.rs`).
     pub(crate) device_reads: Arc<DeviceReads>,
-}
-
-/// Whether a request of `len` bytes is served from the small pools.
-pub fn is_small(len: usize) -> bool {
-    len <= SMALL_IO
 }
 
 impl DataPlane {

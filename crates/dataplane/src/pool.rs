@@ -16,12 +16,17 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
 use dionfs_sys::buf::{AlignedBuf, BufArena};
-use dionfs_sys::uring::RingBuf;
+use dionfs_sys::uring::{RingBuf, Uring};
 use parking_lot::Mutex;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::counters::Counters;
-use crate::read::IoRing;
+
+/// The io_uring instance direct READs and aligned direct WRITEs go through
+/// without a blocking thread (see [`crate::DataPlane::read_without_blocking`],
+/// [`crate::DataPlane::write_without_blocking`]). One per server; the server
+/// drives it (`dionfs_sys::uring::drive`).
+pub type IoRing = Uring<PooledBuf>;
 
 /// Alignment of every pool buffer's first byte. Files whose
 /// `stx_dio_mem_align` is larger are served buffered.

@@ -7,16 +7,16 @@ use std::os::fd::AsFd;
 use std::sync::Arc;
 
 use dionfs_sys::io::{preadv2, RwFlags};
-use dionfs_sys::uring::Uring;
 
 use crate::align::{expand_to_alignment, read_reply, round_down, MAX_FILE_OFFSET};
 use crate::checksums::{ReadEpoch, Rebuild};
 use crate::counters::Counters;
 use crate::file::{DataFile, DirectIo};
 use crate::plane::IoPath;
-use crate::pool::{PooledBuf, BUF_SLACK};
+use crate::pool::{IoRing, PooledBuf, BUF_SLACK};
+use crate::prefetch::Prefetch;
 use crate::range_lock::LockKind;
-use crate::readahead::{Lookup, Planning, Prefetch, Reading, Served};
+use crate::readahead::{Lookup, Planning, Reading, Served};
 use crate::{is_small, DataError, DataPlane, Mode};
 
 /// The result of a READ: the buffer the data was read into and the part of
@@ -68,12 +68,6 @@ impl ReadData {
         self.rebuild.take()
     }
 }
-
-/// The io_uring instance direct READs and aligned direct WRITEs go through
-/// without a blocking thread (see [`DataPlane::read_without_blocking`],
-/// [`DataPlane::write_without_blocking`]). One per server; the server
-/// drives it (`dionfs_sys::uring::drive`).
-pub type IoRing = Uring<PooledBuf>;
 
 /// What [`DataPlane::read_without_blocking`] did.
 #[derive(Debug)]
@@ -360,7 +354,7 @@ impl DataPlane {
         // Aligned, and at most max_transfer + align: fits a pool buffer
         // (BUF_SLACK is more than one alignment unit).
         let chunk_len = round_down(self.config.max_transfer as u64, align).max(align);
-        let prefetch = reading.advance(
+        let planned = reading.advance(
             offset,
             offset + len as u64,
             hit,
@@ -370,10 +364,10 @@ impl DataPlane {
                 // An unknown size plans nothing.
                 size: &|| file.size().unwrap_or(0),
                 take_buffer: &mut || self.readahead_buffer(),
-                counters: &self.counters,
-                device: &self.device_reads,
             },
         );
+        let prefetch =
+            Prefetch::planned(&file.readahead, planned, &self.counters, &self.device_reads);
         if !prefetch.is_empty() {
             self.register_readahead(file);
         }

@@ -17,7 +17,7 @@
 //! each start where the previous one ended ([`MIN_CONCURRENT_STREAK`] when
 //! other READs of the file are in flight: a random READ seldom lands next
 //! to the one before), the
-//! READ hands back [`Prefetch`]es for the next chunks: aligned,
+//! READ hands back [`crate::Prefetch`]es for the next chunks: aligned,
 //! `max_transfer`-sized ranges past the end of the stream and past every
 //! READ of it in flight, so that no block is read twice. READs in flight
 //! together end, and may even begin, out of order: while others are in
@@ -34,7 +34,7 @@
 //! streams last: random READs pass through the candidates without pushing
 //! out a stream, and a stream's first READ, if the client's next is
 //! already in flight right after it, outlasts theirs. The server runs
-//! each on a blocking thread after the reply ([`Prefetch::run`]); the
+//! each on a blocking thread after the reply ([`crate::Prefetch::run`]); the
 //! dataplane stays synchronous and never does readahead I/O on a READ's
 //! thread. The window of chunks kept ahead grows 1 -> 2 -> 4 -> 8 while
 //! READs hit. A READ covered by prefetched chunks is served from them: from the
@@ -86,18 +86,15 @@
 //!   writer are no more coherent without readahead.)
 
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dionfs_sys::io::{preadv2, RwFlags};
 use parking_lot::{Condvar, Mutex};
 
 use crate::counters::Counters;
-use crate::device_queue::DeviceReads;
-use crate::file::DataFile;
+use crate::held::Held;
 use crate::pool::PooledBuf;
-use crate::range_lock::LockKind;
 
 /// Most chunks one stream keeps prefetched or being prefetched; the window
 /// grows 1 -> 2 -> 4 -> 8 chunks (8: a client with 8 READs in flight keeps
@@ -191,9 +188,9 @@ struct Chunk {
 
 #[derive(Debug)]
 enum Stage {
-    /// Planned; its [`Prefetch`] holds the buffer and has not started.
+    /// Planned; its [`crate::Prefetch`] holds the buffer and has not started.
     Queued,
-    /// Its [`Prefetch`] is reading (or waiting for the range lock).
+    /// Its [`crate::Prefetch`] is reading (or waiting for the range lock).
     Running,
     /// The chunk's data, whole.
     Ready(Prefetched),
@@ -215,43 +212,6 @@ impl Drop for Prefetched {
             Counters::bump(&self.counters.readahead_discards);
         }
     }
-}
-
-/// One unit counted against a bound (a buffer of an export's readahead,
-/// one of its clusters, `cluster.rs`); released on drop.
-#[derive(Debug)]
-pub(crate) struct Held(Arc<AtomicUsize>);
-
-impl Held {
-    /// Counts one more buffer in `held`, unless `cap` are already held.
-    pub(crate) fn take(held: &Arc<AtomicUsize>, cap: usize) -> Option<Held> {
-        held.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-            (n < cap).then_some(n + 1)
-        })
-        .ok()
-        .map(|_| Held(held.clone()))
-    }
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// A chunk a READ asked to prefetch: run it with [`Prefetch::run`] on a
-/// blocking thread after sending the READ's reply, or drop it to cancel.
-/// It already holds its pool buffer.
-#[derive(Debug)]
-pub struct Prefetch {
-    readahead: Arc<Readahead>,
-    id: u64,
-    range: Range<u64>,
-    /// `Some` until the data is handed to the file's state.
-    buf: Option<PooledBuf>,
-    held: Option<Held>,
-    counters: Arc<Counters>,
-    device: Arc<DeviceReads>,
 }
 
 /// What [`Reading::serve_ready`] found.
@@ -298,9 +258,18 @@ pub(crate) struct Planning<'a> {
     pub size: &'a dyn Fn() -> u64,
     /// Takes a buffer and a unit of the readahead bound, or none.
     pub take_buffer: &'a mut dyn FnMut() -> Option<(PooledBuf, Held)>,
-    pub counters: &'a Arc<Counters>,
-    /// The export's reads at the device, which the prefetch joins.
-    pub device: &'a Arc<DeviceReads>,
+}
+
+/// A chunk [`Reading::advance`] planned: the read path makes it a
+/// [`crate::Prefetch`] at once (`Prefetch::planned`), which reads it or,
+/// dropped, cancels it.
+pub(crate) struct Planned {
+    pub(crate) id: u64,
+    pub(crate) range: Range<u64>,
+    /// The pool buffer to read it into.
+    pub(crate) buf: PooledBuf,
+    /// Its unit of the export's readahead bound.
+    pub(crate) held: Held,
 }
 
 impl Readahead {
@@ -337,8 +306,49 @@ impl Readahead {
         !self.registered.swap(true, Ordering::AcqRel)
     }
 
+    /// A prefetch of chunk `id` begins: whether it is still queued (it is
+    /// running from now on) rather than cancelled.
+    pub(crate) fn start_chunk(&self, id: u64) -> bool {
+        let mut st = self.state.lock();
+        match st.chunks.iter_mut().find(|c| c.id == id) {
+            Some(c) if matches!(c.stage, Stage::Queued) => {
+                c.stage = Stage::Running;
+                true
+            }
+            // Cancelled (a READ got there first, the stream stopped).
+            _ => false,
+        }
+    }
+
+    /// The prefetch of chunk `id` read it, whole, into `buf`: ready for
+    /// the READs to come, unless the stream stopped meanwhile.
+    pub(crate) fn publish_chunk(
+        &self,
+        id: u64,
+        buf: Option<PooledBuf>,
+        counters: Arc<Counters>,
+        held: Held,
+    ) {
+        let data = Prefetched {
+            buf,
+            counters,
+            _held: held,
+        };
+        let mut st = self.state.lock();
+        match st.chunks.iter_mut().find(|c| c.id == id) {
+            Some(c) => {
+                c.stage = Stage::Ready(data);
+                c.since = Instant::now();
+            }
+            // The stream stopped while it read: `data` drops, a discard.
+            None => drop(data),
+        }
+        drop(st);
+        self.chunk_ended();
+    }
+
     /// Removes the chunk `id` unless it is ready, and wakes its waiters.
-    fn cancel(&self, id: u64) {
+    pub(crate) fn cancel(&self, id: u64) {
         let mut st = self.state.lock();
         st.chunks
             .retain(|c| c.id != id || matches!(c.stage, Stage::Ready(_)));
@@ -602,7 +612,7 @@ impl Reading<'_> {
         end: u64,
         hit: bool,
         plan: Planning<'_>,
-    ) -> Vec<Prefetch> {
+    ) -> Vec<Planned> {
         let mut st = self.readahead.state.lock();
         if end <= offset {
             // Nothing returned (end of file): not a step of any stream.
@@ -734,128 +744,24 @@ impl Reading<'_> {
                     stage: Stage::Queued,
                 },
             );
-            planned.push((id, range, buf, unit));
+            planned.push(Planned {
+                id,
+                range,
+                buf,
+                held: unit,
+            });
             start += plan.chunk_len;
             held += 1;
         }
         drop(st);
         planned
-            .into_iter()
-            .map(|(id, range, buf, held)| Prefetch {
-                readahead: self.readahead.clone(),
-                id,
-                range,
-                buf: Some(buf),
-                held: Some(held),
-                counters: plan.counters.clone(),
-                device: plan.device.clone(),
-            })
-            .collect()
-    }
-}
-
-impl Prefetch {
-    /// The file range it reads.
-    pub fn range(&self) -> Range<u64> {
-        self.range.clone()
-    }
-
-    /// Reads the chunk under the shared range lock and publishes it for
-    /// the READs to come. Blocking. `file` must be the file of the READ
-    /// that planned it (anything else is ignored). Needs no credentials:
-    /// it only reads the already-open descriptor, for data the client's
-    /// READ of this file was just allowed to read.
-    pub fn run(mut self, file: &DataFile) {
-        if !Arc::ptr_eq(&self.readahead, &file.readahead) {
-            return;
-        }
-        let Some(direct) = file.direct() else {
-            return;
-        };
-        {
-            let mut st = self.readahead.state.lock();
-            match st.chunks.iter_mut().find(|c| c.id == self.id) {
-                Some(c) if matches!(c.stage, Stage::Queued) => c.stage = Stage::Running,
-                // Cancelled (a READ got there first, the stream stopped).
-                _ => return,
-            }
-        }
-        let len = (self.range.end - self.range.start) as usize;
-        // A large read: it waits for room beside small ones, before taking
-        // the range lock.
-        let _at_device = self.device.large_blocking(len as u64, &self.counters);
-        // Held until the chunk is published (see the module documentation).
-        let _lock = file
-            .locks
-            .lock(file.lock_range(self.range.clone()), LockKind::Shared);
-        let Some(buf) = self.buf.as_mut() else {
-            return;
-        };
-        match preadv2(&direct.fd, &mut buf[..len], self.range.start, RwFlags::NONE) {
-            Ok(n) if n == len => {}
-            Ok(n) => {
-                // The file shrank since the chunk was planned.
-                tracing::debug!(file = %file.label(), offset = self.range.start, len, n, "readahead read short");
-                Counters::bump(&self.counters.readahead_discards);
-                return;
-            }
-            Err(e) => {
-                // The READ that wants the chunk reads it itself, and the
-                // server logs its failure (a few a minute).
-                tracing::debug!(file = %file.label(), offset = self.range.start, len, error = %e, "readahead read failed");
-                Counters::bump(&self.counters.readahead_discards);
-                return;
-            }
-        }
-        // Integrity hook: a chunk that does not match its checksums is not
-        // published; the READ that wants it reads and checks the blocks
-        // itself (and reports or rebuilds).
-        if let Some(sums) = file.integrity() {
-            let first = self.range.start / dionfs_integrity::BLOCK;
-            if !matches!(sums.verify(first, &buf[..len]), Ok(None)) {
-                Counters::bump(&self.counters.readahead_discards);
-                return;
-            }
-        }
-        self.counters
-            .readahead_bytes
-            .fetch_add(len as u64, Ordering::Relaxed);
-        let data = Prefetched {
-            buf: self.buf.take(),
-            counters: self.counters.clone(),
-            _held: self
-                .held
-                .take()
-                .expect("a prefetch holds its unit until it runs"),
-        };
-        let mut st = self.readahead.state.lock();
-        match st.chunks.iter_mut().find(|c| c.id == self.id) {
-            Some(c) => {
-                c.stage = Stage::Ready(data);
-                c.since = Instant::now();
-            }
-            // The stream stopped while it read: `data` drops, a discard.
-            None => drop(data),
-        }
-        drop(st);
-        self.readahead.chunk_ended();
-    }
-}
-
-impl Drop for Prefetch {
-    fn drop(&mut self) {
-        if self.buf.is_some() {
-            // Not run, cancelled or failed: its chunk must not stay
-            // planned, and READs waiting for it must look again.
-            self.readahead.cancel(self.id);
-        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{DataPlane, Mode, Stable};
+    use crate::{DataFile, DataPlane, Mode, Prefetch, Stable};
     use std::sync::atomic::AtomicU64;
 
     const CHUNK: usize = 64 << 10;

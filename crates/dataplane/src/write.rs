@@ -11,20 +11,22 @@ use std::ops::Range;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use dionfs_integrity::{Arriving, Order, ARRIVAL_PIECE, BLOCK};
-use dionfs_sys::io::{cached_pages, preadv2, pwrite_all, RwFlags};
+use dionfs_integrity::{Arriving, Order, BLOCK};
+use dionfs_sys::io::{preadv2, pwrite_all, RwFlags};
 
 use crate::align::{expand_to_alignment, is_aligned, payload_offset, split_edges, MAX_FILE_OFFSET};
 use crate::checksums::UnsettledWrite;
 use crate::counters::Counters;
 use crate::file::{DataFile, DirectIo};
+use crate::page_cache::{needs_device_read, read_without_queueing};
 use crate::plane::IoPath;
+use crate::pool::IoRing;
 use crate::pool::{PooledBuf, BUF_SLACK};
 use crate::range_lock::LockKind;
-use crate::read::IoRing;
 use crate::size::SizeClaim;
+use crate::write_buffer::WriteBuffer;
 use crate::{is_small, DataError, DataPlane, Mode};
 
 /// Misaligned direct-mode writes up to this long go through the page
@@ -62,86 +64,6 @@ pub struct WriteDone {
     pub count: usize,
     /// How durable the data now is (`committed` in WRITE3resok).
     pub committed: Stable,
-}
-
-/// A pool buffer prepared for one WRITE: the payload goes at the position
-/// the file's direct-I/O alignment wants (`offset mod A`), so a misaligned
-/// payload needs no copy before the direct write. Get it from
-/// [`DataPlane::prepare_write`], fill [`WriteBuffer::payload_mut`] from the
-/// socket, pass it to [`DataPlane::write`].
-#[derive(Debug)]
-pub struct WriteBuffer {
-    pub(crate) buf: PooledBuf,
-    pub(crate) offset: u64,
-    /// Where the payload starts in `buf`.
-    pub(crate) at: usize,
-    pub(crate) len: usize,
-    /// With integrity ([`Order::Arrival`]) and a payload of whole blocks:
-    /// its checksums, computed as it arrives ([`WriteBuffer::arrived`]).
-    pub(crate) arriving: Option<Arriving>,
-}
-
-impl WriteBuffer {
-    /// The slice to receive the payload into (exactly `len` bytes).
-    pub fn payload_mut(&mut self) -> &mut [u8] {
-        &mut self.buf[self.at..self.at + self.len]
-    }
-
-    /// How many payload bytes to receive before each call of
-    /// [`WriteBuffer::arrived`]: [`ARRIVAL_PIECE`] when the payload's
-    /// checksums are computed as it arrives, else all of it.
-    pub fn receive_piece(&self) -> usize {
-        match self.arriving {
-            Some(_) => ARRIVAL_PIECE,
-            None => self.len.max(1),
-        }
-    }
-
-    /// Tells the buffer that the first `received` payload bytes have
-    /// arrived and will not change any more: with integrity, the
-    /// checksums of the blocks they complete are computed now, while those
-    /// bytes are still in the CPU's cache. A receiver that never calls it
-    /// (or stops early) only leaves the checksums to the write.
-    pub fn arrived(&mut self, received: usize) {
-        if let Some(arriving) = &mut self.arriving {
-            let received = received.min(self.len);
-            arriving.arrived(&self.buf[self.at..self.at + received]);
-        }
-    }
-
-    /// The payload's checksums if all of them were computed as it arrived.
-    pub(crate) fn arrived_crcs(&self) -> Option<&[u32]> {
-        self.arriving.as_ref()?.crcs(self.len)
-    }
-
-    /// The payload.
-    pub fn payload(&self) -> &[u8] {
-        &self.buf[self.at..self.at + self.len]
-    }
-
-    /// The file offset the payload is for.
-    pub fn offset(&self) -> u64 {
-        self.offset
-    }
-
-    /// Payload length.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the payload is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Moves the payload to buffer position `at` (only needed if the buffer
-    /// was prepared for a file with another alignment).
-    pub(crate) fn move_payload_to(&mut self, at: usize) {
-        if at != self.at {
-            self.buf.copy_within(self.at..self.at + self.len, at);
-            self.at = at;
-        }
-    }
 }
 
 impl DataPlane {
@@ -967,75 +889,9 @@ fn partial_pages(io: &Range<u64>, page: u64) -> impl Iterator<Item = u64> {
     head.into_iter().chain(tail)
 }
 
-/// Whether a write of part of the page at `start` makes the kernel read it
-/// from the device: it is not in the page cache (`cachestat(2)`, a pure
-/// lookup) and holds data on disk ([`holds_no_data`]). An error: the
-/// kernel has no `cachestat`.
-pub(crate) fn needs_device_read(file: &DataFile, start: u64, page: u64) -> io::Result<bool> {
-    Ok(cached_pages(file.buffered_fd(), start, page)? == 0
-        && !holds_no_data(file, start..start + page))
-}
-
-/// Whether `file` holds no data on disk or in the page cache in `range`
-/// (a hole, or past its end): `lseek(SEEK_DATA)` from its start finds the
-/// next data at or after its end, or none. A write of part of such a page
-/// has the rest zeroed by the kernel, not read. Errors say no.
-fn holds_no_data(file: &DataFile, range: Range<u64>) -> bool {
-    match rustix::fs::seek(file.buffered_fd(), rustix::fs::SeekFrom::Data(range.start)) {
-        Ok(next) => next >= range.end,
-        Err(rustix::io::Errno::NXIO) => true,
-        Err(_) => false,
-    }
-}
-
 /// How long [`DataPlane::read_partial_pages`] waits for a page being read
 /// in without queueing on the inode lock: a device read.
 const PAGE_IN_WAIT: Duration = Duration::from_millis(5);
-
-/// Reads `dst` at `offset` of `file` from the page cache without queueing
-/// on the inode's lock: `preadv2(RWF_NOWAIT)`, yielding the CPU between
-/// tries while it says `EAGAIN` (a writer holds the lock, or the page is
-/// still being read in), for at most `wait`. Returns the bytes read:
-/// fewer than asked at the end of the file or where the rest is not
-/// cached (the kernel stops there without waiting); 0 when the time is up, when
-/// `give_up()`, asked at the first `EAGAIN`, says so, or on any other
-/// error (a filesystem that refuses the flag). The caller reads what is
-/// missing with a blocking read. The bytes are the same either way.
-///
-/// Why: on XFS a buffered write holds the inode's lock (IOLOCK)
-/// exclusively while it copies, and a buffered read holds it shared for
-/// as long as it waits for its page, a device read included. A blocking
-/// read that finds a writer sleeps until woken, and writers that find
-/// readers holding the lock or queued for it sleep too instead of
-/// spinning for it, so the writes of the file end up sleeping and waking
-/// one another: `perf record` of IOR-hard's 47008-byte records, a quarter
-/// (with checksums, which read the neighbours' bytes of each partial
-/// block) to a third (rewriting an uncached file, which reads in the
-/// partial pages) of the server's samples in context switches. Not
-/// queueing leaves the writers to take turns on the lock as they do when
-/// nothing reads.
-pub(crate) fn read_without_queueing(
-    file: &DataFile,
-    dst: &mut [u8],
-    offset: u64,
-    wait: Duration,
-    give_up: impl FnOnce() -> bool,
-) -> usize {
-    let began = Instant::now();
-    let mut give_up = Some(give_up);
-    loop {
-        match preadv2(file.buffered_fd(), dst, offset, RwFlags::NOWAIT) {
-            Ok(n) => return n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                if give_up.take().is_some_and(|f| f()) || began.elapsed() >= wait {
-                    return 0;
-                }
-                std::thread::yield_now();
-            }
-            Err(_) => return 0,
-        }
-    }
-}
 
 /// The per-call flags that make a write as durable as `stable` asks.
 fn sync_flags(stable: Stable) -> RwFlags {
