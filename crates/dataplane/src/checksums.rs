@@ -1,10 +1,10 @@
-//! The data plane's integrity hooks (exports with `integrity = "crc32c"`):
-//! the thin layer between the READ/WRITE paths and the file's
+//! The data plane's integrity hooks ([`Checksums`], for exports with
+//! `integrity = "crc32c"`): the thin layer between the READ/WRITE paths and the file's
 //! [`FileSums`] (crate `dionfs-integrity`). Every hook runs under the
 //! range lock the I/O path already holds, which covers whole 4 KiB blocks
 //! ([`DataFile::with_integrity`]).
 //!
-//! - WRITE ([`DataPlane::checked_write`], wrapped around the data write
+//! - WRITE ([`Checksums::checked_write`], wrapped around the data write
 //!   of every write path): the other bytes of the partial first and last
 //!   4 KiB blocks are read into the pool buffer around the payload (from
 //!   the page cache when they are there), so the buffer holds the final
@@ -13,7 +13,7 @@
 //!   blocks' CRC32C over that buffer, which no client can change; the
 //!   checksums are stored once the write succeeded (recomputed from disk if
 //!   it failed).
-//! - READ ([`DataPlane::verify_read`]): every block a reply draws from is
+//! - READ ([`Checksums::verify_read`]): every block a reply draws from is
 //!   checked before the reply is built. A mismatch in a file changed
 //!   behind the server's back is answered as read, and hands out a
 //!   rebuild of the file's checksums to run beside later READs
@@ -34,9 +34,25 @@ use crate::file::DataFile;
 use crate::page_cache::{needs_device_read, read_without_queueing};
 use crate::range_lock::LockKind;
 use crate::write_buffer::WriteBuffer;
-use crate::{DataError, DataPlane};
+use crate::DataError;
 
-impl DataPlane {
+/// The checksum hooks of one export's data plane: see the module
+/// documentation.
+pub(crate) struct Checksums {
+    counters: Arc<Counters>,
+    /// Checksum rebuilds handed out and not yet ended, at most
+    /// [`MAX_REBUILDS`] (shared with a successor plane).
+    pub(crate) rebuilds_running: Arc<AtomicUsize>,
+}
+
+impl Checksums {
+    pub(crate) fn new(counters: Arc<Counters>, rebuilds_running: Arc<AtomicUsize>) -> Checksums {
+        Checksums {
+            counters,
+            rebuilds_running,
+        }
+    }
+
     /// Runs `io`, the data write of `buf`'s payload (its exclusive range
     /// lock held), with the file's checksums kept: see the module
     /// documentation. Without integrity, just `io(buf)`. `io` must fail on
@@ -93,7 +109,7 @@ impl DataPlane {
         }
     }
 
-    /// For [`DataPlane::write_without_blocking`]: whether a direct write of
+    /// For [`crate::DataPlane::write_without_blocking`]: whether a direct write of
     /// `len` bytes at `offset` may go through the ring as far as the
     /// checksums are concerned: always without integrity; with it, only
     /// whole 4 KiB blocks (nothing to read around the payload).
@@ -142,7 +158,7 @@ impl DataPlane {
     /// After the ring write `ticket` was taken for, whose checksums
     /// `crcs` were computed over the pool buffer while the kernel wrote
     /// it: stored if the write succeeded, else recomputed from the disk
-    /// (as in [`DataPlane::checked_write`]).
+    /// (as in [`Checksums::checked_write`]).
     pub(crate) fn ring_write_end(
         &self,
         file: &DataFile,
@@ -196,7 +212,7 @@ impl DataPlane {
         }
     }
 
-    /// Taken by a READ before it reads its data, for [`DataPlane::verify_read`].
+    /// Taken by a READ before it reads its data, for [`Checksums::verify_read`].
     pub(crate) fn read_epoch(&self, file: &DataFile) -> ReadEpoch {
         ReadEpoch(file.integrity().map_or(0, FileSums::rebuilds_ended))
     }
@@ -315,7 +331,7 @@ impl DataPlane {
     /// moving it would copy it all for nothing: bench/run's IOR-hard
     /// records, 47008 bytes each).
     ///
-    /// [`checked_write`]: DataPlane::checked_write
+    /// [`checked_write`]: Checksums::checked_write
     pub(crate) fn place_cached_payload(&self, file: &DataFile, buf: &mut WriteBuffer) {
         if file.integrity().is_some() {
             buf.move_payload_to(self.cached_payload_position(file, buf.offset));
@@ -340,7 +356,7 @@ impl DataPlane {
 }
 
 /// Held across a ring write with checksums, from submission until its
-/// checksums are settled ([`DataPlane::ring_write_end`]): if the waiting
+/// checksums are settled ([`Checksums::ring_write_end`]): if the waiting
 /// future is dropped first, the write still lands but its checksums are
 /// never stored, so the file's stored checksums are no longer trusted
 /// ([`FileSums::distrust`]) rather than reported as corrupt later.
@@ -421,7 +437,7 @@ fn read_cached_edge(file: &DataFile, dst: &mut [u8], offset: u64) -> usize {
 }
 
 /// How many rebuilds of a file's checksums had ended when a READ read
-/// its data ([`DataPlane::read_epoch`]).
+/// its data ([`Checksums::read_epoch`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ReadEpoch(u64);
 
@@ -447,7 +463,7 @@ pub const MAX_REBUILDS: usize = 2;
 
 /// A rebuild of a file's checksums from its data, asked for by a READ
 /// that found the file changed behind the server's back
-/// ([`DataPlane::rebuild_job`], handed out with the READ's data). Run it
+/// ([`Checksums::rebuild_job`], handed out with the READ's data). Run it
 /// on a thread of its own after the reply: it reads the whole file.
 /// Dropped without running, the rebuild is still wanted (the next READ
 /// hands it out again).
@@ -536,7 +552,7 @@ impl Drop for Rebuild {
 mod tests {
     use super::*;
     use crate::testing::open_data_file;
-    use crate::{Mode, ReadData, Stable};
+    use crate::{DataPlane, Mode, ReadData, Stable};
     use dionfs_integrity::{FileKey, Order, Store};
     use std::fs::OpenOptions;
     use std::os::unix::fs::FileExt;
@@ -663,7 +679,7 @@ mod tests {
                     &want[BLOCK as usize..4 * BLOCK as usize]
                 );
             });
-            let counts = plane.counters.snapshot();
+            let counts = plane.counters().snapshot();
             assert_eq!((counts.integrity_rebuilds, counts.integrity_errors), (1, 0));
             // Trusted again: rot is an error.
             rot(&path, 5 * BLOCK + 3);
@@ -671,7 +687,7 @@ mod tests {
                 read(&plane, &file, 4 * BLOCK, 2 * BLOCK as u32),
                 Err(DataError::Corrupt { .. })
             ));
-            assert_eq!(plane.counters.snapshot().integrity_errors, 1);
+            assert_eq!(plane.counters().snapshot().integrity_errors, 1);
         }
     }
 
@@ -728,9 +744,9 @@ mod tests {
             waited < Duration::from_secs(20),
             "rebuilt again after {waited:?}"
         );
-        assert_eq!(plane.rebuilds_running.load(Ordering::Relaxed), 0);
-        assert_eq!(plane.counters.snapshot().integrity_rebuilds, 2);
-        assert_eq!(plane.counters.snapshot().integrity_errors, 0);
+        assert_eq!(plane.sums().rebuilds_running.load(Ordering::Relaxed), 0);
+        assert_eq!(plane.counters().snapshot().integrity_rebuilds, 2);
+        assert_eq!(plane.counters().snapshot().integrity_errors, 0);
     }
 
     #[test]
@@ -748,7 +764,7 @@ mod tests {
         let old = vec![4u8; 2 * BLOCK as usize];
         write(&plane, &file, 0, &old, Stable::FileSync);
         // The READ reads `old`...
-        let before = plane.read_epoch(&file);
+        let before = plane.sums().read_epoch(&file);
         // ...a local write lands and a rebuild runs to its end...
         std::thread::sleep(std::time::Duration::from_millis(5));
         let local = OpenOptions::new().write(true).open(&path).unwrap();
@@ -759,13 +775,14 @@ mod tests {
         // ...and then the READ checks its blocks.
         let len = old.len();
         assert!(plane
+            .sums()
             .verify_read(&file, &old, 0, len, 0..len as u64, before)
             .is_ok());
-        assert_eq!(plane.counters.snapshot().integrity_errors, 0);
+        assert_eq!(plane.counters().snapshot().integrity_errors, 0);
         // The same bytes read after the rebuild are rot.
-        let now = plane.read_epoch(&file);
+        let now = plane.sums().read_epoch(&file);
         assert!(matches!(
-            plane.verify_read(&file, &old, 0, len, 0..len as u64, now),
+            plane.sums().verify_read(&file, &old, 0, len, 0..len as u64, now),
             Err(DataError::Corrupt { offset, .. }) if offset == BLOCK
         ));
     }
@@ -815,8 +832,8 @@ mod tests {
             .expect("the rebuild given up is handed out again")
             .run(&files[0].1);
         jobs[1].take().unwrap().run(&files[1].1);
-        assert_eq!(plane.counters.snapshot().integrity_rebuilds, 3);
-        assert_eq!(plane.rebuilds_running.load(Ordering::Relaxed), 0);
+        assert_eq!(plane.counters().snapshot().integrity_rebuilds, 3);
+        assert_eq!(plane.sums().rebuilds_running.load(Ordering::Relaxed), 0);
         for (_, f) in &files {
             assert!(read_data(&plane, f, 0, 100).take_rebuild().is_none());
             assert!(!f.integrity().unwrap().is_stale());
@@ -861,9 +878,10 @@ mod tests {
             );
 
             // Whole-block I/O still waits for a write of part of the block.
-            let part = file
-                .locks
-                .lock(plane.cached_write_lock(file, 200..300), LockKind::Exclusive);
+            let part = file.locks.lock(
+                plane.sums().cached_write_lock(file, 200..300),
+                LockKind::Exclusive,
+            );
             assert!(
                 file.locks
                     .try_lock(file.lock_range(0..4096), LockKind::Shared)

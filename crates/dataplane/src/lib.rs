@@ -25,6 +25,12 @@
 //! 2. receive the payload from the socket straight into `wb.payload_mut()`;
 //! 3. on a blocking thread: `plane.write(&file, wb, stable)?`.
 //!
+//! [`DataPlane`] (`plane.rs`) hands each call to the export's read path
+//! (`read.rs`) or write path (`write.rs`), passing them what the two share
+//! (`paths.rs`: configuration, counters, which I/O path a file gets, range
+//! locking, direct I/O's error policy, and the checksum hooks of
+//! `checksums.rs`); COMMIT and truncate are its own.
+//!
 //! Direct I/O, modes and alignment follow `DESIGN.md` ("The data plane");
 //! the pieces are named after what they do: [`align`] holds the arithmetic
 //! (`expand_to_alignment`, `read_reply`, `split_edges`), `read.rs` has
@@ -46,6 +52,7 @@ mod error;
 mod file;
 mod held;
 mod page_cache;
+mod paths;
 mod plane;
 mod pool;
 mod prefetch;

@@ -1,97 +1,45 @@
-//! The data plane of one export: configuration, buffer pools, counters, and
-//! the decisions shared by READ and WRITE (which I/O path a file gets,
-//! range locking, direct I/O with its `EINVAL` policy), plus COMMIT and
-//! truncate.
+//! The data plane of one export ([`DataPlane`]): what the server calls.
+//! It owns the export's read path (`read.rs`), its write path
+//! (`write.rs`) and what the two share (`paths.rs`: configuration,
+//! counters, the I/O decisions common to READ and WRITE, and the checksum
+//! hooks), and hands each call to the path it belongs to, with what they
+//! share; COMMIT and truncate are its own.
 
-use std::ops::Range;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
-use std::time::Instant;
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use dionfs_integrity::{CommitTicket, FileSums};
-use dionfs_sys::io::{fadvise_dontneed, preadv2, pwrite_all, RwFlags};
-use parking_lot::Mutex;
-
-use crate::align::MAX_FILE_OFFSET;
-use crate::cluster::{drop_pages, Cluster, MAX_CLUSTERS};
-use crate::config::{is_small, SMALL_IO};
-use crate::counters::{CounterSnapshot, Counters};
-use crate::device_queue::DeviceReads;
-use crate::file::{DataFile, DirectIo};
-use crate::held::Held;
-use crate::pool::IoRing;
-use crate::pool::{BufferPool, PooledBuf, BUF_SLACK};
-use crate::range_lock::{LockKind, RangeGuard};
-use crate::readahead::Readahead;
-use crate::writebehind::WriteBehind;
-use crate::{DataConfig, DataError, Mode};
 use dionfs_logs::LogEvery;
 
-/// How one operation on one file does its I/O.
-pub(crate) enum IoPath<'f> {
-    /// `O_DIRECT` through the file's direct descriptor.
-    Direct(&'f DirectIo),
-    /// Through the page cache, plain or `RWF_DONTCACHE`.
-    Cached(Mode),
-}
+use crate::align::MAX_FILE_OFFSET;
+use crate::counters::{CounterSnapshot, Counters};
+use crate::file::DataFile;
+use crate::paths::Paths;
+use crate::pool::{BufferPool, IoRing, PooledBuf};
+use crate::read::{ReadAttempt, ReadData, ReadPath};
+use crate::write::{Stable, WriteAttempt, WriteDone, WritePath};
+use crate::write_buffer::WriteBuffer;
+use crate::writebehind::WriteBehind;
+use crate::{DataConfig, DataError};
 
 /// READ, WRITE, COMMIT and truncate for the files of one export.
 pub struct DataPlane {
-    pub(crate) config: DataConfig,
-    /// Buffers for READs and for WRITEs, apart: clients that fill one
-    /// direction's pool (say, WRITEs whose payload is slow to come) leave
-    /// the other direction served.
-    read_pool: BufferPool,
-    /// Buffers of READs of at most [`SMALL_IO`] bytes.
-    small_read_pool: BufferPool,
-    /// Buffers of WRITEs of at most [`SMALL_IO`] bytes.
-    small_write_pool: BufferPool,
-    write_pool: BufferPool,
-    pub(crate) counters: Arc<Counters>,
-    /// Set once the filesystem refused `RWF_DONTCACHE`: from then on this
-    /// export serves `dontcache` as buffered.
-    dontcache_refused: AtomicBool,
-    /// Set once the filesystem refused `preadv2(RWF_NOWAIT)`: from then
-    /// on no WRITE is made on a connection's task
-    /// ([`DataPlane::write_on_task`]).
-    pub(crate) nowait_refused: AtomicBool,
-    /// Whether the "file cannot do direct I/O" warning was logged.
-    no_direct_logged: AtomicBool,
+    /// What READ and WRITE share: configuration, counters, I/O decisions,
+    /// checksum hooks.
+    paths: Paths,
+    reads: ReadPath,
+    writes: WritePath,
     /// A COMMIT could not make checksums durable: logged once a minute.
     checksum_commit_warned: LogEvery,
-    write_verifier_generation: AtomicU64,
-    /// Pool buffers held by readahead (planned, running or ready chunks),
-    /// at most `readahead_cap`.
-    readahead_held: Arc<AtomicUsize>,
-    readahead_cap: usize,
-    /// Checksum rebuilds handed out and not yet ended, at most
-    /// [`crate::checksums::MAX_REBUILDS`].
-    pub(crate) rebuilds_running: Arc<AtomicUsize>,
-    /// Files this plane prefetched for, swept by `expire_readahead`.
-    readahead_files: Mutex<Vec<Weak<Readahead>>>,
-    /// Files whose small READs cluster now (at most
-    /// [`crate::cluster::MAX_CLUSTERS`]), and the files that were, swept
-    /// by `expire_readahead` too.
-    cluster_count: Arc<AtomicUsize>,
-    cluster_files: Mutex<Vec<Weak<Cluster>>>,
-    /// Misaligned direct-mode writes up to this many bytes go through the
-    /// page cache whole ([`crate::write::WHOLE_BUFFERED_MAX`] unless set
-    /// with [`DataPlane::with_whole_buffered_max`]).
-    pub(crate) whole_buffered_max: usize,
-    /// Starts the writeback of direct mode's page-cache writes before
-    /// COMMIT (`writebehind.rs`); shared with successors.
-    write_behind: WriteBehind,
-    /// The direct reads at the device: large ones make room for small
-    /// ones (`device_queue.rs`).
-    pub(crate) device_reads: Arc<DeviceReads>,
 }
 
 impl DataPlane {
     /// A data plane with its own read pool of `read_buffers` and write pool
-    /// of `write_buffers` buffers, each of `max_transfer` + [`BUF_SLACK`]
+    /// of `write_buffers` buffers, each of `max_transfer` + [`crate::BUF_SLACK`]
     /// bytes.
     pub fn new(config: DataConfig) -> Result<Self, DataError> {
-        Self::with_counters(config, Arc::default(), None)
+        Self::with_counters(config, Arc::default(), None, Arc::default())
     }
 
     /// A data plane with `config` that takes over from `self` when a
@@ -102,73 +50,41 @@ impl DataPlane {
     /// (that it refuses `RWF_DONTCACHE`), and its write-behind thread.
     /// `self` goes on serving the calls that already hold it.
     pub fn successor(&self, config: DataConfig) -> Result<Self, DataError> {
-        let next = Self::with_counters(
-            config,
-            self.counters.clone(),
-            Some(self.write_behind.clone()),
-        )?;
-        next.dontcache_refused.store(
-            self.dontcache_refused.load(Ordering::Relaxed),
-            Ordering::Relaxed,
-        );
-        next.nowait_refused.store(
-            self.nowait_refused.load(Ordering::Relaxed),
-            Ordering::Relaxed,
-        );
         // Rebuilds the predecessor handed out count against the export's
         // cap until they end.
-        let next = Self {
-            rebuilds_running: self.rebuilds_running.clone(),
-            ..next
-        };
-        Ok(next.with_whole_buffered_max(self.whole_buffered_max))
+        let next = Self::with_counters(
+            config,
+            self.paths.counters.clone(),
+            Some(self.writes.write_behind.clone()),
+            self.paths.sums.rebuilds_running.clone(),
+        )?;
+        next.paths.dontcache_refused.store(
+            self.paths.dontcache_refused.load(Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
+        next.writes.nowait_refused.store(
+            self.writes.nowait_refused.load(Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
+        Ok(next.with_whole_buffered_max(self.writes.whole_buffered_max))
     }
 
-    /// `write_behind`: a predecessor's thread, else a new one.
+    /// `write_behind`: a predecessor's thread, else a new one;
+    /// `rebuilds_running`: the export's checksum rebuilds running.
     fn with_counters(
         config: DataConfig,
         counters: Arc<Counters>,
         write_behind: Option<WriteBehind>,
+        rebuilds_running: Arc<AtomicUsize>,
     ) -> Result<Self, DataError> {
         config.validate()?;
-        let buf_len = config.max_transfer + BUF_SLACK;
-        let read_pool = BufferPool::new(buf_len, config.read_buffers, counters.clone());
-        let write_pool = BufferPool::new(buf_len, config.write_buffers, counters.clone());
-        // Never larger than the large ones: a small request is at most
-        // max_transfer too.
-        let small_len = SMALL_IO.min(config.max_transfer) + BUF_SLACK;
-        let small_read_pool = BufferPool::new(small_len, config.small_buffers, counters.clone());
-        let small_write_pool = BufferPool::new(small_len, config.small_buffers, counters.clone());
-        // A quarter of the read pool: requests always keep the rest. Below
-        // 4 buffers none, so readahead can never hold the buffer that the
-        // READ which would use its data is waiting for.
-        let readahead_cap = config.read_buffers / 4;
-        let device_reads = Arc::new(DeviceReads::new(config.large_read_depth));
-        let write_behind = match write_behind {
-            Some(w) => w,
-            None => WriteBehind::new(counters.clone())?,
-        };
+        let reads = ReadPath::new(&config, counters.clone());
+        let writes = WritePath::new(&config, counters.clone(), write_behind)?;
         Ok(Self {
-            config,
-            read_pool,
-            write_pool,
-            small_read_pool,
-            small_write_pool,
-            counters,
-            dontcache_refused: AtomicBool::new(false),
-            nowait_refused: AtomicBool::new(false),
-            no_direct_logged: AtomicBool::new(false),
-            write_verifier_generation: AtomicU64::new(0),
+            paths: Paths::new(config, counters, rebuilds_running),
+            reads,
+            writes,
             checksum_commit_warned: LogEvery::new(std::time::Duration::from_secs(60)),
-            readahead_held: Arc::default(),
-            readahead_cap,
-            rebuilds_running: Arc::new(AtomicUsize::new(0)),
-            readahead_files: Mutex::default(),
-            cluster_count: Arc::default(),
-            cluster_files: Mutex::default(),
-            whole_buffered_max: crate::write::WHOLE_BUFFERED_MAX,
-            write_behind,
-            device_reads,
         })
     }
 
@@ -177,58 +93,52 @@ impl DataPlane {
     /// direct and their partial edge blocks buffered. 0: every misaligned
     /// write splits (tests of the split use it).
     pub fn with_whole_buffered_max(mut self, bytes: usize) -> Self {
-        self.whole_buffered_max = bytes;
+        self.writes.whole_buffered_max = bytes;
         self
     }
 
     /// The configuration.
     pub fn config(&self) -> &DataConfig {
-        &self.config
+        &self.paths.config
     }
 
     /// Registers the pools' buffers with `ring` as fixed buffers, each at
     /// a free slot as it is allocated; freeing a buffer gives its slot
     /// back.
     pub fn register_buffers(&self, ring: &Arc<IoRing>) {
-        self.read_pool.register_with(ring);
-        self.write_pool.register_with(ring);
-        self.small_read_pool.register_with(ring);
-        self.small_write_pool.register_with(ring);
+        self.reads.read_pool.register_with(ring);
+        self.writes.write_pool.register_with(ring);
+        self.reads.small_read_pool.register_with(ring);
+        self.writes.small_write_pool.register_with(ring);
     }
 
     /// The READ buffers (their emptiness is backpressure on READs).
     pub fn read_pool(&self) -> &BufferPool {
-        &self.read_pool
+        &self.reads.read_pool
     }
 
     /// The WRITE buffers (their emptiness is backpressure on WRITEs).
     pub fn write_pool(&self) -> &BufferPool {
-        &self.write_pool
+        &self.writes.write_pool
     }
 
     /// A buffer for a READ of `count` bytes: from the small pool for at
-    /// most [`SMALL_IO`], else from the read pool; waits while that pool
+    /// most [`crate::SMALL_IO`], else from the read pool; waits while that pool
     /// is empty.
     pub async fn read_buffer_for(&self, count: u32) -> std::io::Result<PooledBuf> {
         self.read_pool_for(count as usize).get().await
     }
 
     /// The pool a READ of `count` bytes takes its buffer from.
+    #[inline]
     pub fn read_pool_for(&self, count: usize) -> &BufferPool {
-        if is_small(count) {
-            &self.small_read_pool
-        } else {
-            &self.read_pool
-        }
+        self.reads.read_pool_for(count)
     }
 
     /// The pool a WRITE of `len` bytes takes its buffer from.
+    #[inline]
     pub fn write_pool_for(&self, len: usize) -> &BufferPool {
-        if is_small(len) {
-            &self.small_write_pool
-        } else {
-            &self.write_pool
-        }
+        self.writes.write_pool_for(len)
     }
 
     /// Drops prefetched data that waited longer than
@@ -236,95 +146,40 @@ impl DataPlane {
     /// the pool. The server calls this periodically, so a sequential
     /// reader that goes away leaves no buffers behind.
     pub fn expire_readahead(&self) {
-        let now = Instant::now();
-        for file in live(&self.readahead_files) {
-            file.expire(now);
-        }
-        for cluster in live(&self.cluster_files) {
-            cluster.expire(now);
-        }
+        self.reads.expire_readahead()
     }
 
     /// Whether every buffer of both pools is back (no call, prefetch or
     /// ring operation holds one): a plane a reload retired can then go.
     pub fn is_idle(&self) -> bool {
-        self.read_pool.available() == self.config.read_buffers
-            && self.write_pool.available() == self.config.write_buffers
-            && self.small_read_pool.available() == self.config.small_buffers
-            && self.small_write_pool.available() == self.config.small_buffers
+        self.reads.read_pool.available() == self.paths.config.read_buffers
+            && self.writes.write_pool.available() == self.paths.config.write_buffers
+            && self.reads.small_read_pool.available() == self.paths.config.small_buffers
+            && self.writes.small_write_pool.available() == self.paths.config.small_buffers
     }
 
     /// Pool buffers held by readahead right now.
     pub fn readahead_buffers(&self) -> usize {
-        self.readahead_held.load(Ordering::Acquire)
-    }
-
-    /// A buffer for a prefetch, only if one is free now and readahead is
-    /// within its bound.
-    pub(crate) fn readahead_buffer(&self) -> Option<(PooledBuf, Held)> {
-        let held = Held::take(&self.readahead_held, self.readahead_cap)?;
-        let buf = self.read_pool.try_get().ok().flatten()?;
-        Some((buf, held))
-    }
-
-    /// Makes `expire_readahead` sweep `file`.
-    pub(crate) fn register_readahead(&self, file: &DataFile) {
-        if file.readahead.register() {
-            self.readahead_files
-                .lock()
-                .push(Arc::downgrade(&file.readahead));
-        }
-    }
-
-    /// Notes a small direct READ of `range` of `file` (`concurrent`: other
-    /// READs of it in flight) with the file's cluster state, drops the
-    /// pages the cluster left behind, and says whether to read it through
-    /// the page cache (`cluster.rs`).
-    pub(crate) fn route_small_read(
-        &self,
-        file: &DataFile,
-        range: Range<u64>,
-        concurrent: bool,
-    ) -> bool {
-        let route = file.cluster.note(range, concurrent, || {
-            let slot = Held::take(&self.cluster_count, MAX_CLUSTERS)?;
-            let fd = file.buffered_fd().try_clone_to_owned().ok()?;
-            Some((slot, fd))
-        });
-        if route.started {
-            tracing::debug!(file = %file.label(), "small READs cluster: served through the page cache");
-            let mut files = self.cluster_files.lock();
-            files.retain(|f| f.strong_count() > 0);
-            files.push(Arc::downgrade(&file.cluster));
-        }
-        if let Some(behind) = route.drop {
-            drop_pages(file.buffered_fd(), behind);
-        }
-        route.cached
+        self.reads.readahead_buffers()
     }
 
     /// The live counters.
     pub fn counters(&self) -> &Counters {
-        &self.counters
+        &self.paths.counters
     }
 
     /// A copy of the counters.
     pub fn snapshot(&self) -> CounterSnapshot {
-        self.counters.snapshot()
+        self.paths.counters.snapshot()
     }
 
     /// Increases whenever a write (or commit) failed in a way that may have
     /// lost data the client thinks it sent. The server derives its write
     /// verifier from its boot verifier and this number, so clients resend
     /// their uncommitted writes (RFC 1813 section 3.3.7).
+    #[inline]
     pub fn write_verifier_generation(&self) -> u64 {
-        self.write_verifier_generation.load(Ordering::Acquire)
-    }
-
-    pub(crate) fn note_write_failure(&self) {
-        Counters::bump(&self.counters.errors);
-        self.write_verifier_generation
-            .fetch_add(1, Ordering::AcqRel);
+        self.paths.write_verifier_generation()
     }
 
     /// `fdatasync` of a file the server wrote, through a descriptor of its
@@ -334,12 +189,7 @@ impl DataPlane {
     /// client's COMMIT would then succeed for data the disk never got;
     /// with the verifier moved, clients send their uncommitted data again.
     pub fn sync_closed_file(&self, data: std::os::fd::BorrowedFd<'_>) -> std::io::Result<()> {
-        self.sync_data(data).map_err(std::io::Error::from)
-    }
-
-    /// `fdatasync`; a failure moves the write verifier (COMMIT's rule).
-    fn sync_data(&self, data: std::os::fd::BorrowedFd<'_>) -> Result<(), rustix::io::Errno> {
-        rustix::fs::fdatasync(data).inspect_err(|_| self.note_write_failure())
+        self.paths.sync_data(data).map_err(std::io::Error::from)
     }
 
     /// Makes all written data of the file durable (`fdatasync`). NFS COMMIT
@@ -349,7 +199,7 @@ impl DataPlane {
     /// In direct write mode the partial edge blocks of misaligned writes
     /// went through the page cache; once they are on disk their pages are
     /// dropped, so direct mode stays out of the page cache (see
-    /// [`DataPlane::drop_cached_pages`]).
+    /// `WritePath::drop_cached_pages`).
     pub fn commit(&self, file: &DataFile, _offset: u64, _count: u32) -> Result<(), DataError> {
         self.commit_with(file, FileSums::commit_ticket)
     }
@@ -371,7 +221,7 @@ impl DataPlane {
         // the checksums are made durable after it.
         let ticket = file.integrity().map(ticket);
         file.sync_begins();
-        self.sync_data(file.buffered_fd()).map_err(|e| {
+        self.paths.sync_data(file.buffered_fd()).map_err(|e| {
             // The server logs failed COMMITs, a few a minute.
             tracing::debug!(file = %file.label(), error = %e, "COMMIT fdatasync failed");
             DataError::from(e)
@@ -388,7 +238,7 @@ impl DataPlane {
                 self.checksum_commit_failed(file, &e);
             }
         }
-        self.drop_cached_pages(file, 0, 0);
+        self.writes.drop_cached_pages(&self.paths, file, 0, 0);
         Ok(())
     }
 
@@ -403,45 +253,6 @@ impl DataPlane {
         }
     }
 
-    /// After a sync: drops the clean cached pages of `[offset, offset+len)`
-    /// (`len == 0`: to the end of the file) that direct-mode writes left
-    /// behind (`POSIX_FADV_DONTNEED`), when this plane writes `file` direct
-    /// and does not read it through the page cache (buffered reads want
-    /// those pages). Pages dirtied since the sync are left alone by the
-    /// kernel; dropping a clean page never loses data, so this needs no
-    /// range lock. Advisory: a failure is only logged.
-    pub(crate) fn drop_cached_pages(&self, file: &DataFile, offset: u64, len: u64) {
-        let writes_direct = matches!(self.planned_write_path(file), IoPath::Direct(_));
-        if !writes_direct || self.config.read_mode == Mode::Buffered {
-            return;
-        }
-        match fadvise_dontneed(file.buffered_fd(), offset, len) {
-            Err(e) => {
-                tracing::debug!(file = %file.label(), error = %e, "POSIX_FADV_DONTNEED failed");
-            }
-            Ok(()) if len == 0 => {
-                if let Ok(size) = file.size() {
-                    file.dropped_below(size);
-                }
-            }
-            Ok(()) => {}
-        }
-    }
-
-    /// A page-cache write of `file` in direct mode ended at `end`: hands
-    /// the range now a lag behind the furthest such write, if one is due,
-    /// to the write-behind thread (`writebehind.rs`).
-    pub(crate) fn write_behind(&self, file: &DataFile, end: u64) {
-        let Some(due) = file.behind.advance(end) else {
-            return;
-        };
-        // Left to COMMIT if the descriptor cannot be duplicated or the
-        // thread is behind.
-        if let Ok(fd) = file.buffered_fd().try_clone_to_owned() {
-            self.write_behind.submit(fd, due);
-        }
-    }
-
     /// Sets the file size ([`DataFile::truncate`]), counting lock waits and
     /// errors in this plane.
     pub fn truncate(&self, file: &DataFile, new_size: u64) -> Result<(), DataError> {
@@ -451,218 +262,191 @@ impl DataPlane {
         match file.truncate(new_size) {
             Ok(waited) => {
                 if waited {
-                    Counters::bump(&self.counters.range_lock_waits);
+                    Counters::bump(&self.paths.counters.range_lock_waits);
                 }
                 Ok(())
             }
             Err(e) => {
-                Counters::bump(&self.counters.errors);
+                Counters::bump(&self.paths.counters.errors);
                 Err(DataError::from(e))
             }
         }
     }
 
-    /// The I/O path for a READ of `file`.
-    pub(crate) fn read_path<'f>(&self, file: &'f DataFile) -> IoPath<'f> {
-        self.io_path(file, self.config.read_mode)
-    }
-
-    /// The I/O path for a WRITE of `file`.
-    pub(crate) fn write_path<'f>(&self, file: &'f DataFile) -> IoPath<'f> {
-        self.io_path(file, self.config.write_mode)
-    }
-
-    /// The path without counting or logging (for planning a buffer).
-    pub(crate) fn planned_write_path<'f>(&self, file: &'f DataFile) -> IoPath<'f> {
-        match (self.config.write_mode, file.direct()) {
-            (Mode::Direct, Some(direct)) => IoPath::Direct(direct),
-            _ => IoPath::Cached(Mode::Buffered),
-        }
-    }
-
-    /// The direct path if `mode` is direct and the file can take it,
-    /// without counting or logging anything (the blocking path, which
-    /// runs otherwise, does that).
-    pub(crate) fn direct_only<'f>(&self, file: &'f DataFile, mode: Mode) -> Option<&'f DirectIo> {
-        (mode == Mode::Direct).then(|| file.direct()).flatten()
-    }
-
-    fn io_path<'f>(&self, file: &'f DataFile, mode: Mode) -> IoPath<'f> {
-        match mode {
-            Mode::Direct => match file.direct() {
-                Some(direct) => IoPath::Direct(direct),
-                None => {
-                    self.note_no_direct(file);
-                    IoPath::Cached(Mode::Buffered)
-                }
-            },
-            Mode::DontCache if !self.dontcache_refused.load(Ordering::Relaxed) => {
-                IoPath::Cached(Mode::DontCache)
-            }
-            Mode::DontCache | Mode::Buffered => IoPath::Cached(Mode::Buffered),
-        }
-    }
-
-    fn note_no_direct(&self, file: &DataFile) {
-        Counters::bump(&self.counters.no_direct_fallbacks);
-        if !self.no_direct_logged.swap(true, Ordering::Relaxed) {
-            tracing::warn!(
-                file = %file.label(),
-                dio = ?file.dio_align(),
-                "file cannot do direct I/O (no O_DIRECT descriptor or no usable \
-                 statx alignment); serving it buffered (logged once per export)"
-            );
-        }
-    }
-
-    /// Remembers that the filesystem refused `RWF_DONTCACHE`.
-    fn note_dontcache_refused(&self, file: &DataFile) {
-        Counters::bump(&self.counters.dontcache_fallbacks);
-        if !self.dontcache_refused.swap(true, Ordering::Relaxed) {
-            tracing::warn!(
-                file = %file.label(),
-                "RWF_DONTCACHE refused (EOPNOTSUPP); this export serves dontcache \
-                 as buffered from now on"
-            );
-        }
-    }
-
-    /// Locks the range-lock blocks covering the I/O range `io`.
-    pub(crate) fn lock<'f>(
-        &self,
-        file: &'f DataFile,
-        io: Range<u64>,
-        kind: LockKind,
-    ) -> RangeGuard<'f> {
-        self.lock_exact(file, file.lock_range(io), kind)
-    }
-
-    /// [`DataPlane::lock`] if that needs no waiting, else `None`.
-    pub(crate) fn try_lock<'f>(
-        &self,
-        file: &'f DataFile,
-        io: Range<u64>,
-        kind: LockKind,
-    ) -> Option<RangeGuard<'f>> {
-        file.locks.try_lock(file.lock_range(io), kind)
-    }
-
-    pub(crate) fn lock_exact<'f>(
-        &self,
-        file: &'f DataFile,
-        range: Range<u64>,
-        kind: LockKind,
-    ) -> RangeGuard<'f> {
-        let guard = file.locks.lock(range, kind);
-        if guard.waited() {
-            Counters::bump(&self.counters.range_lock_waits);
-        }
-        guard
-    }
-
-    /// One buffered `preadv2`/`pwritev2` in `mode`; if `RWF_DONTCACHE` is
-    /// refused, remembers that and redoes it buffered (nothing was
-    /// transferred). Returns the count and the mode actually used.
-    pub(crate) fn cached_io(
+    /// Reads up to `count` bytes at `offset` into `buf` (from
+    /// [`DataPlane::read_buffer_for`]). Blocking: call it on a blocking thread.
+    /// Requests longer than `max_transfer` are answered short, as RFC 1813
+    /// allows.
+    #[inline]
+    pub fn read(
         &self,
         file: &DataFile,
-        mode: Mode,
-        mut io: impl FnMut(RwFlags) -> std::io::Result<usize>,
-        extra: RwFlags,
-    ) -> Result<(usize, Mode), DataError> {
-        if mode == Mode::DontCache {
-            match io(RwFlags::DONTCACHE | extra) {
-                Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
-                    self.note_dontcache_refused(file);
-                }
-                other => return Ok((other?, Mode::DontCache)),
-            }
-        }
-        Ok((io(extra)?, Mode::Buffered))
-    }
-
-    /// A direct read; `EINVAL` is reported as a bug, see
-    /// [`DataError::DirectRejected`].
-    pub(crate) fn direct_pread(
-        &self,
-        file: &DataFile,
-        direct: &DirectIo,
-        buf: &mut [u8],
+        buf: PooledBuf,
         offset: u64,
-        align: u64,
-    ) -> Result<usize, DataError> {
-        let len = buf.len();
-        preadv2(&direct.fd, buf, offset, RwFlags::NONE)
-            .map_err(|e| self.direct_error(file, e, "read", offset, len, align))
+        count: u32,
+    ) -> Result<ReadData, DataError> {
+        self.reads.read(&self.paths, file, buf, offset, count)
     }
 
-    /// A direct write with per-call `flags` (`RWF_DSYNC`/`RWF_SYNC` for
-    /// stable writes), its rest written again after a short count (see
-    /// [`pwrite_all`]: the second write says why the first stopped);
-    /// `EINVAL` is reported as a bug, see [`DataError::DirectRejected`].
-    pub(crate) fn direct_pwrite(
-        &self,
-        file: &DataFile,
-        direct: &DirectIo,
-        buf: &[u8],
+    /// Whether READs may go to [`DataPlane::read_without_blocking`]: this
+    /// export reads direct (no syscall; the file may still say no).
+    #[inline]
+    pub fn ring_may_read(&self) -> bool {
+        self.reads.ring_may_read(&self.paths)
+    }
+
+    /// [`DataPlane::read`] for an async caller, when it needs no blocking
+    /// call: a direct read whose range nobody writes, of a file with no
+    /// prefetched chunks, submitted to `ring` and awaited. Otherwise the
+    /// buffer comes back ([`ReadAttempt::Blocking`]) untouched.
+    ///
+    /// Dropping the future abandons the read: the ring keeps the buffer
+    /// until the kernel is done with it, and the shared range lock is
+    /// released at once (the data read is never used, so a writer may go
+    /// ahead).
+    #[inline]
+    pub fn read_without_blocking<'a>(
+        &'a self,
+        ring: &'a Arc<IoRing>,
+        file: &'a DataFile,
+        buf: PooledBuf,
         offset: u64,
-        align: u64,
-        flags: RwFlags,
-    ) -> Result<usize, DataError> {
-        pwrite_all(
-            &direct.fd,
-            buf,
-            offset,
-            flags,
-            align as usize,
-            self.partly_written(),
-        )
-        .map_err(|e| self.direct_error(file, e, "write", offset, buf.len(), align))
+        count: u32,
+    ) -> impl Future<Output = ReadAttempt> + 'a {
+        self.reads
+            .read_without_blocking(&self.paths, ring, file, buf, offset, count)
     }
 
-    pub(crate) fn direct_error(
-        &self,
-        file: &DataFile,
-        e: std::io::Error,
-        op: &'static str,
+    /// Takes a write-pool buffer for a WRITE of `len` bytes at `offset` to
+    /// `file` (waiting while the pool is empty: backpressure) and places the
+    /// payload slot where the write path wants it.
+    #[inline]
+    pub fn prepare_write<'a>(
+        &'a self,
+        file: &'a DataFile,
         offset: u64,
         len: usize,
-        align: u64,
-    ) -> DataError {
-        if e.raw_os_error() != Some(libc::EINVAL) {
-            return DataError::Io(e);
-        }
-        Counters::bump(&self.counters.direct_einval);
-        tracing::error!(
-            file = %file.label(),
-            op,
-            offset,
-            len,
-            align,
-            dio = ?file.dio_align(),
-            "direct I/O rejected with EINVAL although our alignment math allowed it; \
-             failing the request with NFS3ERR_IO (not retrying buffered)"
-        );
-        DataError::DirectRejected {
-            op,
-            offset,
-            len,
-            align,
-        }
+    ) -> impl Future<Output = Result<WriteBuffer, DataError>> + 'a {
+        self.writes.prepare_write(&self.paths, file, offset, len)
     }
-}
 
-/// The entries of a sweep list still alive; the dead ones are removed.
-fn live<T>(list: &Mutex<Vec<Weak<T>>>) -> Vec<Arc<T>> {
-    let mut list = list.lock();
-    list.retain(|f| f.strong_count() > 0);
-    list.iter().filter_map(Weak::upgrade).collect()
+    /// [`DataPlane::prepare_write`] with a buffer the caller already took
+    /// from this plane's pool (e.g. with `write_pool().get_blocking()` in tools
+    /// and tests).
+    #[inline]
+    pub fn write_buffer(
+        &self,
+        file: &DataFile,
+        buf: PooledBuf,
+        offset: u64,
+        len: usize,
+    ) -> Result<WriteBuffer, DataError> {
+        self.writes
+            .write_buffer(&self.paths, file, buf, offset, len)
+    }
+
+    /// Where a WRITE payload for `offset` goes in its buffer: `offset mod A`
+    /// on the direct path, 0 otherwise.
+    #[inline]
+    pub fn payload_position(&self, file: &DataFile, offset: u64) -> usize {
+        self.writes.payload_position(&self.paths, file, offset)
+    }
+
+    /// Writes the payload of `buf` and makes it as durable as `stable`
+    /// asks. Blocking: call it on a blocking thread. On any failure the
+    /// write verifier generation moves on (see
+    /// [`DataPlane::write_verifier_generation`]).
+    #[inline]
+    pub fn write(
+        &self,
+        file: &DataFile,
+        buf: WriteBuffer,
+        stable: Stable,
+    ) -> Result<WriteDone, DataError> {
+        self.writes.write(&self.paths, file, buf, stable)
+    }
+
+    /// Whether [`DataPlane::write_without_blocking`] would take `buf` (an
+    /// aligned direct write) unless its range is locked or the ring full:
+    /// tells a caller, without a syscall, whether to try it at all.
+    #[inline]
+    pub fn ring_may_write(&self, file: &DataFile, buf: &WriteBuffer) -> bool {
+        self.writes.ring_may_write(&self.paths, file, buf)
+    }
+
+    /// Whether [`DataPlane::write_on_task`] would try a WRITE of `len`
+    /// bytes of `file` at all (no syscall): a small UNSTABLE write (at
+    /// most [`crate::SMALL_IO`], a copy of a few microseconds) that
+    /// goes through the page cache (buffered mode, or direct mode's small
+    /// writes, `write_small_buffered`), without integrity, to a file with
+    /// no range locked right now.
+    #[inline]
+    pub fn may_write_on_task(&self, file: &DataFile, len: usize, stable: Stable) -> bool {
+        self.writes
+            .may_write_on_task(&self.paths, file, len, stable)
+    }
+
+    /// [`DataPlane::write`] made on an async caller's own thread (the
+    /// connection's task), when it is a small overwrite of cached pages
+    /// that nothing else of ours is touching: one `pwritev2` into the page
+    /// cache that waits for no device read and, with no other I/O of ours
+    /// on the file, for no inode lock held across a device write. Saves
+    /// the hand-off to a blocking thread and back, which costs more than
+    /// such a write (bench/run `overwrite-1k`, see ARCHITECTURE.md).
+    ///
+    /// Taken only if [`DataPlane::may_write_on_task`], the range lock is
+    /// free, no other range of the file is locked, the write does not
+    /// extend the file (no allocation) and its partial first and last
+    /// pages need no device read (cached, or holes: `pages_cached`).
+    /// What it may still wait for is short and rare: XFS's timestamp
+    /// transaction (`RWF_NOWAIT` itself refuses every write that changes
+    /// mtime, so it cannot be used for the write), dirty-page throttling
+    /// when the host is far behind on writeback. Anything else comes back
+    /// as [`WriteAttempt::Blocking`], untouched, for [`DataPlane::write`]
+    /// on a blocking thread.
+    #[inline]
+    pub fn write_on_task(&self, file: &DataFile, buf: WriteBuffer, stable: Stable) -> WriteAttempt {
+        self.writes.write_on_task(&self.paths, file, buf, stable)
+    }
+
+    /// [`DataPlane::write`] for an async caller, when it needs no blocking
+    /// call: an aligned direct write whose range is free, submitted to
+    /// `ring` as the credentials registered under `personality` (the
+    /// caller's, see `Uring::register_personality`: the kernel clears
+    /// set-id bits and enforces quotas as for that user's own write), with
+    /// `RWF_DSYNC`/`RWF_SYNC` for stable writes as the blocking path does.
+    /// Otherwise the buffer comes back ([`WriteAttempt::Blocking`]).
+    ///
+    /// Dropping the future after submission abandons the wait, not the
+    /// write: the kernel finishes it and the ring drops the buffer then;
+    /// the range lock is released at once, and the write verifier does not
+    /// move (a client that gets no reply resends).
+    #[inline]
+    pub fn write_without_blocking<'a>(
+        &'a self,
+        ring: &'a Arc<IoRing>,
+        file: &'a DataFile,
+        buf: WriteBuffer,
+        stable: Stable,
+        personality: u16,
+    ) -> impl Future<Output = WriteAttempt> + 'a {
+        self.writes
+            .write_without_blocking(&self.paths, ring, file, buf, stable, personality)
+    }
+
+    /// The checksum hooks (tests).
+    #[cfg(test)]
+    pub(crate) fn sums(&self) -> &crate::checksums::Checksums {
+        &self.paths.sums
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Stable;
+    use crate::pool::BUF_SLACK;
+    use crate::{Mode, Stable};
+    use dionfs_sys::io::RwFlags;
 
     fn plane(read_mode: Mode, write_mode: Mode) -> DataPlane {
         crate::testing::plane(read_mode, write_mode, 64 << 10, 4)
@@ -734,6 +518,7 @@ mod tests {
         // Offset 1 is never a valid direct-I/O offset.
         let buf = plane.write_pool().get_blocking().unwrap();
         let err = plane
+            .paths
             .direct_pwrite(
                 &file,
                 direct,

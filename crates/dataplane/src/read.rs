@@ -1,23 +1,34 @@
-//! READ: `read_direct` (expanded to alignment, replied from the same
-//! buffer) and `read_cached` (buffered or `RWF_DONTCACHE`).
+//! READ ([`ReadPath`]): `read_direct` (expanded to alignment, replied
+//! from the same buffer) and `read_cached` (buffered or `RWF_DONTCACHE`),
+//! on a blocking thread or, for direct reads, through the server's
+//! io_uring on the caller's task (`read_without_blocking`); readahead of
+//! sequential direct reads (`readahead.rs`) and the routing of clustered
+//! small ones through the page cache (`cluster.rs`).
 
 use std::io;
 use std::ops::Range;
 use std::os::fd::AsFd;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Instant;
 
 use dionfs_sys::io::{preadv2, RwFlags};
+use parking_lot::Mutex;
 
 use crate::align::{expand_to_alignment, read_reply, round_down, MAX_FILE_OFFSET};
 use crate::checksums::{ReadEpoch, Rebuild};
+use crate::cluster::{drop_pages, Cluster, MAX_CLUSTERS};
+use crate::config::SMALL_IO;
 use crate::counters::Counters;
+use crate::device_queue::DeviceReads;
 use crate::file::{DataFile, DirectIo};
-use crate::plane::IoPath;
-use crate::pool::{IoRing, PooledBuf, BUF_SLACK};
+use crate::held::Held;
+use crate::paths::{IoPath, Paths};
+use crate::pool::{BufferPool, IoRing, PooledBuf, BUF_SLACK};
 use crate::prefetch::Prefetch;
 use crate::range_lock::LockKind;
-use crate::readahead::{Lookup, Planning, Reading, Served};
-use crate::{is_small, DataError, DataPlane, Mode};
+use crate::readahead::{Lookup, Planning, Readahead, Reading, Served};
+use crate::{is_small, DataConfig, DataError, Mode};
 
 /// The result of a READ: the buffer the data was read into and the part of
 /// it that holds the requested bytes. The server sends [`ReadData::data`]
@@ -69,14 +80,14 @@ impl ReadData {
     }
 }
 
-/// What [`DataPlane::read_without_blocking`] did.
+/// What [`crate::DataPlane::read_without_blocking`] did.
 #[derive(Debug)]
 pub enum ReadAttempt {
     /// The READ ran; this is its result.
     Done(Result<ReadData, DataError>),
     /// It needs a blocking thread (not a direct read, a writer holds or
     /// waits for its range, readahead chunks to serve from, the ring
-    /// full): run [`DataPlane::read`] there with this buffer.
+    /// full): run [`crate::DataPlane::read`] there with this buffer.
     Blocking(PooledBuf),
 }
 
@@ -86,13 +97,88 @@ impl AsRef<[u8]> for ReadData {
     }
 }
 
-impl DataPlane {
-    /// Reads up to `count` bytes at `offset` into `buf` (from
-    /// [`DataPlane::read_buffer_for`]). Blocking: call it on a blocking thread.
-    /// Requests longer than `max_transfer` are answered short, as RFC 1813
-    /// allows.
-    pub fn read(
+/// READ on the files of one export: its READ buffers, the bookkeeping of
+/// its readahead and of its files whose small READs cluster, and its
+/// reads at the device. What it shares with WRITE comes in `paths`.
+pub(crate) struct ReadPath {
+    /// Buffers for READs (WRITEs have their own: clients that fill one
+    /// direction's pool, say WRITEs whose payload is slow to come, leave
+    /// the other direction served).
+    pub(crate) read_pool: BufferPool,
+    /// Buffers of READs of at most [`crate::SMALL_IO`] bytes.
+    pub(crate) small_read_pool: BufferPool,
+    counters: Arc<Counters>,
+    /// Pool buffers held by readahead (planned, running or ready chunks),
+    /// at most `readahead_cap`.
+    readahead_held: Arc<AtomicUsize>,
+    readahead_cap: usize,
+    /// Files this export prefetched for, swept by `expire_readahead`.
+    readahead_files: Mutex<Vec<Weak<Readahead>>>,
+    /// Files whose small READs cluster now (at most
+    /// [`crate::cluster::MAX_CLUSTERS`]), and the files that were, swept
+    /// by `expire_readahead` too.
+    cluster_count: Arc<AtomicUsize>,
+    cluster_files: Mutex<Vec<Weak<Cluster>>>,
+    /// The direct reads at the device: large ones make room for small
+    /// ones (`device_queue.rs`).
+    device_reads: Arc<DeviceReads>,
+}
+
+impl ReadPath {
+    pub(crate) fn new(config: &DataConfig, counters: Arc<Counters>) -> ReadPath {
+        let buf_len = config.max_transfer + BUF_SLACK;
+        let read_pool = BufferPool::new(buf_len, config.read_buffers, counters.clone());
+        // Never larger than the large ones: a small request is at most
+        // max_transfer too.
+        let small_len = SMALL_IO.min(config.max_transfer) + BUF_SLACK;
+        let small_read_pool = BufferPool::new(small_len, config.small_buffers, counters.clone());
+        // A quarter of the read pool: requests always keep the rest. Below
+        // 4 buffers none, so readahead can never hold the buffer that the
+        // READ which would use its data is waiting for.
+        let readahead_cap = config.read_buffers / 4;
+        let device_reads = Arc::new(DeviceReads::new(config.large_read_depth));
+        ReadPath {
+            read_pool,
+            small_read_pool,
+            counters,
+            readahead_held: Arc::default(),
+            readahead_cap,
+            readahead_files: Mutex::default(),
+            cluster_count: Arc::default(),
+            cluster_files: Mutex::default(),
+            device_reads,
+        }
+    }
+
+    /// See [`crate::DataPlane::read_pool_for`].
+    pub(crate) fn read_pool_for(&self, count: usize) -> &BufferPool {
+        if is_small(count) {
+            &self.small_read_pool
+        } else {
+            &self.read_pool
+        }
+    }
+
+    /// See [`crate::DataPlane::expire_readahead`].
+    pub(crate) fn expire_readahead(&self) {
+        let now = Instant::now();
+        for file in live(&self.readahead_files) {
+            file.expire(now);
+        }
+        for cluster in live(&self.cluster_files) {
+            cluster.expire(now);
+        }
+    }
+
+    /// See [`crate::DataPlane::readahead_buffers`].
+    pub(crate) fn readahead_buffers(&self) -> usize {
+        self.readahead_held.load(Ordering::Acquire)
+    }
+
+    /// See [`crate::DataPlane::read`].
+    pub(crate) fn read(
         &self,
+        paths: &Paths,
         file: &DataFile,
         mut buf: PooledBuf,
         offset: u64,
@@ -100,7 +186,7 @@ impl DataPlane {
     ) -> Result<ReadData, DataError> {
         // A buffer from another pool may be smaller than ours.
         let count = (count as usize)
-            .min(self.config.max_transfer)
+            .min(paths.config.max_transfer)
             .min(buf.len().saturating_sub(BUF_SLACK));
         if offset > MAX_FILE_OFFSET - (count + BUF_SLACK) as u64 {
             // No Linux file reaches this far.
@@ -112,13 +198,13 @@ impl DataPlane {
                 rebuild: None,
             });
         }
-        let result = match self.read_path(file) {
+        let result = match paths.read_path(file) {
             IoPath::Direct(direct) => {
                 return self
-                    .read_direct_ahead(file, direct, buf, offset, count)
+                    .read_direct_ahead(paths, file, direct, buf, offset, count)
                     .inspect_err(|_| Counters::bump(&self.counters.errors));
             }
-            IoPath::Cached(mode) => self.read_cached(file, mode, &mut buf, offset, count),
+            IoPath::Cached(mode) => self.read_cached(paths, file, mode, &mut buf, offset, count),
         };
         match result {
             Ok(((range, eof), mode)) => {
@@ -128,7 +214,7 @@ impl DataPlane {
                     range,
                     eof,
                     prefetch: Vec::new(),
-                    rebuild: self.rebuild_job(file),
+                    rebuild: paths.sums.rebuild_job(file),
                 })
             }
             Err(e) => {
@@ -138,23 +224,15 @@ impl DataPlane {
         }
     }
 
-    /// Whether READs may go to [`DataPlane::read_without_blocking`]: this
-    /// export reads direct (no syscall; the file may still say no).
-    pub fn ring_may_read(&self) -> bool {
-        self.config.read_mode == Mode::Direct
+    /// See [`crate::DataPlane::ring_may_read`].
+    pub(crate) fn ring_may_read(&self, paths: &Paths) -> bool {
+        paths.config.read_mode == Mode::Direct
     }
 
-    /// [`DataPlane::read`] for an async caller, when it needs no blocking
-    /// call: a direct read whose range nobody writes, of a file with no
-    /// prefetched chunks, submitted to `ring` and awaited. Otherwise the
-    /// buffer comes back ([`ReadAttempt::Blocking`]) untouched.
-    ///
-    /// Dropping the future abandons the read: the ring keeps the buffer
-    /// until the kernel is done with it, and the shared range lock is
-    /// released at once (the data read is never used, so a writer may go
-    /// ahead).
-    pub async fn read_without_blocking(
+    /// See [`crate::DataPlane::read_without_blocking`].
+    pub(crate) async fn read_without_blocking(
         &self,
+        paths: &Paths,
         ring: &Arc<IoRing>,
         file: &DataFile,
         mut buf: PooledBuf,
@@ -162,9 +240,9 @@ impl DataPlane {
         count: u32,
     ) -> ReadAttempt {
         let count = (count as usize)
-            .min(self.config.max_transfer)
+            .min(paths.config.max_transfer)
             .min(buf.len().saturating_sub(BUF_SLACK));
-        let Some(direct) = self.direct_only(file, self.config.read_mode) else {
+        let Some(direct) = paths.direct_only(file, paths.config.read_mode) else {
             return ReadAttempt::Blocking(buf);
         };
         if offset > MAX_FILE_OFFSET - (count + BUF_SLACK) as u64 {
@@ -190,7 +268,7 @@ impl DataPlane {
                             Counters::bump(&self.counters.readahead_waits);
                         }
                         return ReadAttempt::Done(self.served_from_chunks(
-                            file, direct, &reading, buf, served, offset, count,
+                            paths, file, direct, &reading, buf, served, offset, count,
                         ));
                     }
                     Lookup::Running => {
@@ -215,10 +293,10 @@ impl DataPlane {
             .device_reads
             .read(count, io.end - io.start, &self.counters)
             .await;
-        let Some(_lock) = self.try_lock(file, io.clone(), LockKind::Shared) else {
+        let Some(_lock) = paths.try_lock(file, io.clone(), LockKind::Shared) else {
             return ReadAttempt::Blocking(buf);
         };
-        let epoch = self.read_epoch(file);
+        let epoch = paths.sums.read_epoch(file);
         let io_len = (io.end - io.start) as usize;
         let filled = if io_len == 0 {
             0
@@ -235,26 +313,27 @@ impl DataPlane {
             match result {
                 Ok(n) => n,
                 Err(e) => {
-                    let e = self.direct_error(file, e, "read", io.start, io_len, align);
+                    let e = paths.direct_error(file, e, "read", io.start, io_len, align);
                     return ReadAttempt::Done(Err(self.read_failed(e)));
                 }
             }
         };
         let asked = offset..offset + count as u64;
-        let reply = self.direct_read_reply(file, &buf, asked, io, filled, epoch);
+        let reply = self.direct_read_reply(paths, file, &buf, asked, io, filled, epoch);
         let (range, eof) = match reply {
             Ok(reply) => reply,
             Err(e) => return ReadAttempt::Done(Err(self.read_failed(e))),
         };
         self.counters.count_read(Mode::Direct, range.len());
         Counters::bump(&self.counters.ring_reads);
-        let prefetch = self.plan_readahead(file, direct, &reading, offset, range.len(), false);
+        let prefetch =
+            self.plan_readahead(paths, file, direct, &reading, offset, range.len(), false);
         ReadAttempt::Done(Ok(ReadData {
             buf,
             range,
             eof,
             prefetch,
-            rebuild: self.rebuild_job(file),
+            rebuild: paths.sums.rebuild_job(file),
         }))
     }
 
@@ -268,6 +347,7 @@ impl DataPlane {
     /// may plan the next chunks (`readahead.rs`).
     fn read_direct_ahead(
         &self,
+        paths: &Paths,
         file: &DataFile,
         direct: &DirectIo,
         mut buf: PooledBuf,
@@ -279,7 +359,7 @@ impl DataPlane {
             && self.route_small_read(file, offset..offset + count as u64, reading.concurrent())
         {
             let ((range, eof), mode) =
-                self.read_cached(file, Mode::Buffered, &mut buf, offset, count)?;
+                self.read_cached(paths, file, Mode::Buffered, &mut buf, offset, count)?;
             self.counters.count_read(mode, range.len());
             Counters::bump(&self.counters.clustered_reads);
             return Ok(ReadData {
@@ -287,21 +367,23 @@ impl DataPlane {
                 range,
                 eof,
                 prefetch: Vec::new(),
-                rebuild: self.rebuild_job(file),
+                rebuild: paths.sums.rebuild_job(file),
             });
         }
         if let Some(served) = reading.serve(offset, count, &mut buf, &self.counters) {
-            return self.served_from_chunks(file, direct, &reading, buf, served, offset, count);
+            return self
+                .served_from_chunks(paths, file, direct, &reading, buf, served, offset, count);
         }
-        let (range, eof) = self.read_direct(file, direct, &mut buf, offset, count)?;
+        let (range, eof) = self.read_direct(paths, file, direct, &mut buf, offset, count)?;
         self.counters.count_read(Mode::Direct, range.len());
-        let prefetch = self.plan_readahead(file, direct, &reading, offset, range.len(), false);
+        let prefetch =
+            self.plan_readahead(paths, file, direct, &reading, offset, range.len(), false);
         Ok(ReadData {
             buf,
             range,
             eof,
             prefetch,
-            rebuild: self.rebuild_job(file),
+            rebuild: paths.sums.rebuild_job(file),
         })
     }
 
@@ -310,6 +392,7 @@ impl DataPlane {
     #[allow(clippy::too_many_arguments)]
     fn served_from_chunks(
         &self,
+        paths: &Paths,
         file: &DataFile,
         direct: &DirectIo,
         reading: &Reading<'_>,
@@ -329,20 +412,22 @@ impl DataPlane {
         let size = file.size()?;
         let (range, eof) = read_reply(offset, count as u64, io_start, filled, size);
         self.counters.count_read(Mode::Direct, range.len());
-        let prefetch = self.plan_readahead(file, direct, reading, offset, range.len(), true);
+        let prefetch = self.plan_readahead(paths, file, direct, reading, offset, range.len(), true);
         Ok(ReadData {
             buf,
             range,
             eof,
             prefetch,
-            rebuild: self.rebuild_job(file),
+            rebuild: paths.sums.rebuild_job(file),
         })
     }
 
     /// Tells the file's readahead what this READ returned; returns the
     /// chunks it wants prefetched, with their buffers.
+    #[allow(clippy::too_many_arguments)]
     fn plan_readahead(
         &self,
+        paths: &Paths,
         file: &DataFile,
         direct: &DirectIo,
         reading: &Reading<'_>,
@@ -353,7 +438,7 @@ impl DataPlane {
         let align = direct.read_align;
         // Aligned, and at most max_transfer + align: fits a pool buffer
         // (BUF_SLACK is more than one alignment unit).
-        let chunk_len = round_down(self.config.max_transfer as u64, align).max(align);
+        let chunk_len = round_down(paths.config.max_transfer as u64, align).max(align);
         let planned = reading.advance(
             offset,
             offset + len as u64,
@@ -374,11 +459,56 @@ impl DataPlane {
         prefetch
     }
 
+    /// A buffer for a prefetch, only if one is free now and readahead is
+    /// within its bound.
+    pub(crate) fn readahead_buffer(&self) -> Option<(PooledBuf, Held)> {
+        let held = Held::take(&self.readahead_held, self.readahead_cap)?;
+        let buf = self.read_pool.try_get().ok().flatten()?;
+        Some((buf, held))
+    }
+
+    /// Makes `expire_readahead` sweep `file`.
+    pub(crate) fn register_readahead(&self, file: &DataFile) {
+        if file.readahead.register() {
+            self.readahead_files
+                .lock()
+                .push(Arc::downgrade(&file.readahead));
+        }
+    }
+
+    /// Notes a small direct READ of `range` of `file` (`concurrent`: other
+    /// READs of it in flight) with the file's cluster state, drops the
+    /// pages the cluster left behind, and says whether to read it through
+    /// the page cache (`cluster.rs`).
+    pub(crate) fn route_small_read(
+        &self,
+        file: &DataFile,
+        range: Range<u64>,
+        concurrent: bool,
+    ) -> bool {
+        let route = file.cluster.note(range, concurrent, || {
+            let slot = Held::take(&self.cluster_count, MAX_CLUSTERS)?;
+            let fd = file.buffered_fd().try_clone_to_owned().ok()?;
+            Some((slot, fd))
+        });
+        if route.started {
+            tracing::debug!(file = %file.label(), "small READs cluster: served through the page cache");
+            let mut files = self.cluster_files.lock();
+            files.retain(|f| f.strong_count() > 0);
+            files.push(Arc::downgrade(&file.cluster));
+        }
+        if let Some(behind) = route.drop {
+            drop_pages(file.buffered_fd(), behind);
+        }
+        route.cached
+    }
+
     /// Direct read: expand `[offset, offset+count)` to the read alignment,
     /// read the expanded range into the buffer under a shared range lock,
     /// and reply with the requested sub-range of that same buffer.
     fn read_direct(
         &self,
+        paths: &Paths,
         file: &DataFile,
         direct: &DirectIo,
         buf: &mut [u8],
@@ -392,22 +522,24 @@ impl DataPlane {
         let _at_device = self
             .device_reads
             .read_blocking(count, io_len as u64, &self.counters);
-        let _lock = self.lock(file, io.clone(), LockKind::Shared);
-        let epoch = self.read_epoch(file);
+        let _lock = paths.lock(file, io.clone(), LockKind::Shared);
+        let epoch = paths.sums.read_epoch(file);
         let filled = if io_len == 0 {
             0
         } else {
-            self.direct_pread(file, direct, &mut buf[..io_len], io.start, align)?
+            paths.direct_pread(file, direct, &mut buf[..io_len], io.start, align)?
         };
         let asked = offset..offset + count as u64;
-        self.direct_read_reply(file, buf, asked, io, filled, epoch)
+        self.direct_read_reply(paths, file, buf, asked, io, filled, epoch)
     }
 
     /// After a direct read of the expanded range `io` put `filled` bytes
     /// at the start of `buf` (with its range lock still held): the part of
     /// the buffer that answers `asked`, and eof.
+    #[allow(clippy::too_many_arguments)]
     fn direct_read_reply(
         &self,
+        paths: &Paths,
         file: &DataFile,
         buf: &[u8],
         asked: Range<u64>,
@@ -419,7 +551,9 @@ impl DataPlane {
             Counters::bump(&self.counters.expanded_reads);
         }
         // Integrity hook: the blocks of the reply match their checksums.
-        self.verify_read(file, buf, io.start, filled, asked.clone(), epoch)?;
+        paths
+            .sums
+            .verify_read(file, buf, io.start, filled, asked.clone(), epoch)?;
         let size = file.size()?;
         Ok(read_reply(
             asked.start,
@@ -434,18 +568,19 @@ impl DataPlane {
     /// whole blocks around it with integrity, to verify them).
     pub(crate) fn read_cached(
         &self,
+        paths: &Paths,
         file: &DataFile,
         mode: Mode,
         buf: &mut [u8],
         offset: u64,
         count: usize,
     ) -> Result<((Range<usize>, bool), Mode), DataError> {
-        let io = self.cached_read_range(file, offset, count);
-        let _lock = self.lock(file, io.clone(), LockKind::Shared);
-        let epoch = self.read_epoch(file);
+        let io = paths.sums.cached_read_range(file, offset, count);
+        let _lock = paths.lock(file, io.clone(), LockKind::Shared);
+        let epoch = paths.sums.read_epoch(file);
         // At most count + 2 blocks <= max_transfer + BUF_SLACK bytes.
         let dst = &mut buf[..(io.end - io.start) as usize];
-        let (filled, mode) = self.cached_io(
+        let (filled, mode) = paths.cached_io(
             file,
             mode,
             |flags| preadv2(file.buffered_fd(), dst, io.start, flags),
@@ -453,11 +588,20 @@ impl DataPlane {
         )?;
         // Integrity hook: the blocks of the reply match their checksums.
         let asked = offset..offset + count as u64;
-        self.verify_read(file, buf, io.start, filled, asked, epoch)?;
+        paths
+            .sums
+            .verify_read(file, buf, io.start, filled, asked, epoch)?;
         let size = file.size()?;
         Ok((
             read_reply(offset, count as u64, io.start, filled, size),
             mode,
         ))
     }
+}
+
+/// The entries of a sweep list still alive; the dead ones are removed.
+fn live<T>(list: &Mutex<Vec<Weak<T>>>) -> Vec<Arc<T>> {
+    let mut list = list.lock();
+    list.retain(|f| f.strong_count() > 0);
+    list.iter().filter_map(Weak::upgrade).collect()
 }

@@ -1,4 +1,4 @@
-//! WRITE: `write_direct` (aligned: one direct write), `write_edges`
+//! WRITE ([`WritePath`]): `write_direct` (aligned: one direct write), `write_edges`
 //! (misaligned: the aligned interior direct, the partial edge blocks'
 //! payload bytes buffered, nothing read back) and `write_cached` (buffered
 //! or `RWF_DONTCACHE`); then the durability the client asked for.
@@ -14,33 +14,34 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dionfs_integrity::{Arriving, Order, BLOCK};
-use dionfs_sys::io::{preadv2, pwrite_all, RwFlags};
+use dionfs_sys::io::{fadvise_dontneed, preadv2, pwrite_all, RwFlags};
 
 use crate::align::{expand_to_alignment, is_aligned, payload_offset, split_edges, MAX_FILE_OFFSET};
 use crate::checksums::UnsettledWrite;
+use crate::config::SMALL_IO;
 use crate::counters::Counters;
 use crate::file::{DataFile, DirectIo};
 use crate::page_cache::{needs_device_read, read_without_queueing};
-use crate::plane::IoPath;
-use crate::pool::IoRing;
-use crate::pool::{PooledBuf, BUF_SLACK};
+use crate::paths::{IoPath, Paths};
+use crate::pool::{BufferPool, IoRing, PooledBuf, BUF_SLACK};
 use crate::range_lock::LockKind;
 use crate::size::SizeClaim;
 use crate::write_buffer::WriteBuffer;
-use crate::{is_small, DataError, DataPlane, Mode};
+use crate::writebehind::WriteBehind;
+use crate::{is_small, DataConfig, DataError, Mode};
 
 /// Misaligned direct-mode writes up to this long go through the page
 /// cache whole (see `write_small_buffered`); longer ones write their
 /// aligned interior direct.
 pub const WHOLE_BUFFERED_MAX: usize = 256 << 10;
 
-/// What [`DataPlane::write_without_blocking`] did.
+/// What [`crate::DataPlane::write_without_blocking`] did.
 #[derive(Debug)]
 pub enum WriteAttempt {
     /// The WRITE ran; this is its result.
     Done(Result<WriteDone, DataError>),
     /// It needs a blocking thread (not an aligned direct write, its range
-    /// is locked or waited for, the ring full): run [`DataPlane::write`]
+    /// is locked or waited for, the ring full): run [`crate::DataPlane::write`]
     /// there with this buffer, untouched.
     Blocking(WriteBuffer),
 }
@@ -66,39 +67,94 @@ pub struct WriteDone {
     pub committed: Stable,
 }
 
-impl DataPlane {
-    /// Takes a write-pool buffer for a WRITE of `len` bytes at `offset` to
-    /// `file` (waiting while the pool is empty: backpressure) and places the
-    /// payload slot where the write path wants it.
-    pub async fn prepare_write(
+/// WRITE on the files of one export: its WRITE buffers, its write-behind
+/// thread and what it learnt of the filesystem. What it shares with READ
+/// comes in `paths`.
+pub(crate) struct WritePath {
+    /// Buffers for WRITEs (READs have their own).
+    pub(crate) write_pool: BufferPool,
+    /// Buffers of WRITEs of at most [`SMALL_IO`] bytes.
+    pub(crate) small_write_pool: BufferPool,
+    counters: Arc<Counters>,
+    /// Set once the filesystem refused `preadv2(RWF_NOWAIT)`: from then
+    /// on no WRITE is made on a connection's task
+    /// ([`crate::DataPlane::write_on_task`]).
+    pub(crate) nowait_refused: AtomicBool,
+    /// Misaligned direct-mode writes up to this many bytes go through the
+    /// page cache whole ([`WHOLE_BUFFERED_MAX`] unless set with
+    /// [`crate::DataPlane::with_whole_buffered_max`]).
+    pub(crate) whole_buffered_max: usize,
+    /// Starts the writeback of direct mode's page-cache writes before
+    /// COMMIT (`writebehind.rs`); shared with successors.
+    pub(crate) write_behind: WriteBehind,
+}
+
+impl WritePath {
+    /// `write_behind`: a predecessor's thread, else a new one.
+    pub(crate) fn new(
+        config: &DataConfig,
+        counters: Arc<Counters>,
+        write_behind: Option<WriteBehind>,
+    ) -> Result<WritePath, DataError> {
+        let buf_len = config.max_transfer + BUF_SLACK;
+        let write_pool = BufferPool::new(buf_len, config.write_buffers, counters.clone());
+        // Never larger than the large ones: a small request is at most
+        // max_transfer too.
+        let small_len = SMALL_IO.min(config.max_transfer) + BUF_SLACK;
+        let small_write_pool = BufferPool::new(small_len, config.small_buffers, counters.clone());
+        let write_behind = match write_behind {
+            Some(w) => w,
+            None => WriteBehind::new(counters.clone())?,
+        };
+        Ok(WritePath {
+            write_pool,
+            small_write_pool,
+            counters,
+            nowait_refused: AtomicBool::new(false),
+            whole_buffered_max: WHOLE_BUFFERED_MAX,
+            write_behind,
+        })
+    }
+
+    /// See [`crate::DataPlane::write_pool_for`].
+    pub(crate) fn write_pool_for(&self, len: usize) -> &BufferPool {
+        if is_small(len) {
+            &self.small_write_pool
+        } else {
+            &self.write_pool
+        }
+    }
+
+    /// See [`crate::DataPlane::prepare_write`].
+    pub(crate) async fn prepare_write(
         &self,
+        paths: &Paths,
         file: &DataFile,
         offset: u64,
         len: usize,
     ) -> Result<WriteBuffer, DataError> {
-        self.check_write_args(offset, len)?;
+        self.check_write_args(paths, offset, len)?;
         let buf = self.write_pool_for(len).get().await?;
-        self.write_buffer(file, buf, offset, len)
+        self.write_buffer(paths, file, buf, offset, len)
     }
 
-    /// [`DataPlane::prepare_write`] with a buffer the caller already took
-    /// from this plane's pool (e.g. with `write_pool().get_blocking()` in tools
-    /// and tests).
-    pub fn write_buffer(
+    /// See [`crate::DataPlane::write_buffer`].
+    pub(crate) fn write_buffer(
         &self,
+        paths: &Paths,
         file: &DataFile,
         buf: PooledBuf,
         offset: u64,
         len: usize,
     ) -> Result<WriteBuffer, DataError> {
-        self.check_write_args(offset, len)?;
+        self.check_write_args(paths, offset, len)?;
         if buf.len() < len + BUF_SLACK {
             return Err(DataError::TooLarge {
                 len,
                 max: buf.len().saturating_sub(BUF_SLACK),
             });
         }
-        let at = self.payload_position(file, offset);
+        let at = self.payload_position(paths, file, offset);
         let arriving = file
             .integrity()
             .filter(|sums| sums.checksummer().order() == Order::Arrival)
@@ -113,11 +169,11 @@ impl DataPlane {
         })
     }
 
-    fn check_write_args(&self, offset: u64, len: usize) -> Result<(), DataError> {
-        if len > self.config.max_transfer {
+    fn check_write_args(&self, paths: &Paths, offset: u64, len: usize) -> Result<(), DataError> {
+        if len > paths.config.max_transfer {
             return Err(DataError::TooLarge {
                 len,
-                max: self.config.max_transfer,
+                max: paths.config.max_transfer,
             });
         }
         if offset > MAX_FILE_OFFSET - (len + BUF_SLACK) as u64 {
@@ -126,26 +182,23 @@ impl DataPlane {
         Ok(())
     }
 
-    /// Where a WRITE payload for `offset` goes in its buffer: `offset mod A`
-    /// on the direct path, 0 otherwise.
-    pub fn payload_position(&self, file: &DataFile, offset: u64) -> usize {
-        match self.planned_write_path(file) {
+    /// See [`crate::DataPlane::payload_position`].
+    pub(crate) fn payload_position(&self, paths: &Paths, file: &DataFile, offset: u64) -> usize {
+        match paths.planned_write_path(file) {
             IoPath::Direct(direct) => payload_offset(offset, direct.write_align),
-            IoPath::Cached(_) => self.cached_payload_position(file, offset),
+            IoPath::Cached(_) => paths.sums.cached_payload_position(file, offset),
         }
     }
 
-    /// Writes the payload of `buf` and makes it as durable as `stable`
-    /// asks. Blocking: call it on a blocking thread. On any failure the
-    /// write verifier generation moves on (see
-    /// [`DataPlane::write_verifier_generation`]).
-    pub fn write(
+    /// See [`crate::DataPlane::write`].
+    pub(crate) fn write(
         &self,
+        paths: &Paths,
         file: &DataFile,
         mut buf: WriteBuffer,
         stable: Stable,
     ) -> Result<WriteDone, DataError> {
-        match self.write_payload(file, &mut buf, stable) {
+        match self.write_payload(paths, file, &mut buf, stable) {
             Ok(mode) => {
                 if stable == Stable::Unstable && !buf.is_empty() {
                     file.wrote_unsynced();
@@ -156,14 +209,21 @@ impl DataPlane {
                     committed: stable,
                 })
             }
-            Err(e) => Err(self.write_failed(file, buf.offset, buf.len, e)),
+            Err(e) => Err(self.write_failed(paths, file, buf.offset, buf.len, e)),
         }
     }
 
     /// A WRITE failed: the verifier moves on (see
-    /// [`DataPlane::write_verifier_generation`]) and the error is logged.
-    fn write_failed(&self, file: &DataFile, offset: u64, len: usize, e: DataError) -> DataError {
-        self.note_write_failure();
+    /// [`crate::DataPlane::write_verifier_generation`]) and the error is logged.
+    fn write_failed(
+        &self,
+        paths: &Paths,
+        file: &DataFile,
+        offset: u64,
+        len: usize,
+        e: DataError,
+    ) -> DataError {
+        paths.note_write_failure();
         // Errors like ENOSPC can repeat for every WRITE; the surprising
         // ones (short writes) are worth a warning.
         if matches!(e, DataError::ShortWrite { .. }) {
@@ -174,24 +234,26 @@ impl DataPlane {
         e
     }
 
-    /// Whether [`DataPlane::write_without_blocking`] would take `buf` (an
-    /// aligned direct write) unless its range is locked or the ring full:
-    /// tells a caller, without a syscall, whether to try it at all.
-    pub fn ring_may_write(&self, file: &DataFile, buf: &WriteBuffer) -> bool {
-        self.direct_only(file, self.config.write_mode)
+    /// See [`crate::DataPlane::ring_may_write`].
+    pub(crate) fn ring_may_write(&self, paths: &Paths, file: &DataFile, buf: &WriteBuffer) -> bool {
+        paths
+            .direct_only(file, paths.config.write_mode)
             .is_some_and(|d| {
                 !buf.is_empty() && is_aligned(buf.offset, buf.len as u64, d.write_align)
             })
-            && self.ring_write_covers_blocks(file, buf.offset, buf.len)
+            && paths
+                .sums
+                .ring_write_covers_blocks(file, buf.offset, buf.len)
     }
 
-    /// Whether [`DataPlane::write_on_task`] would try a WRITE of `len`
-    /// bytes of `file` at all (no syscall): a small UNSTABLE write (at
-    /// most [`crate::SMALL_IO`], a copy of a few microseconds) that
-    /// goes through the page cache (buffered mode, or direct mode's small
-    /// writes, `write_small_buffered`), without integrity, to a file with
-    /// no range locked right now.
-    pub fn may_write_on_task(&self, file: &DataFile, len: usize, stable: Stable) -> bool {
+    /// See [`crate::DataPlane::may_write_on_task`].
+    pub(crate) fn may_write_on_task(
+        &self,
+        paths: &Paths,
+        file: &DataFile,
+        len: usize,
+        stable: Stable,
+    ) -> bool {
         // Other I/O of ours on the file (IOR's writers, side by side):
         // it would be handed off anyway, after a detour.
         if len == 0
@@ -202,7 +264,7 @@ impl DataPlane {
         {
             return false;
         }
-        match self.config.write_mode {
+        match paths.config.write_mode {
             Mode::Buffered => is_small(len),
             Mode::Direct => {
                 (file.direct().is_none() && is_small(len))
@@ -213,31 +275,15 @@ impl DataPlane {
         }
     }
 
-    /// [`DataPlane::write`] made on an async caller's own thread (the
-    /// connection's task), when it is a small overwrite of cached pages
-    /// that nothing else of ours is touching: one `pwritev2` into the page
-    /// cache that waits for no device read and, with no other I/O of ours
-    /// on the file, for no inode lock held across a device write. Saves
-    /// the hand-off to a blocking thread and back, which costs more than
-    /// such a write (bench/run `overwrite-1k`, see ARCHITECTURE.md).
-    ///
-    /// Taken only if [`DataPlane::may_write_on_task`], the range lock is
-    /// free, no other range of the file is locked, the write does not
-    /// extend the file (no allocation) and its partial first and last
-    /// pages need no device read (cached, or holes: `pages_cached`).
-    /// What it may still wait for is short and rare: XFS's timestamp
-    /// transaction (`RWF_NOWAIT` itself refuses every write that changes
-    /// mtime, so it cannot be used for the write), dirty-page throttling
-    /// when the host is far behind on writeback. Anything else comes back
-    /// as [`WriteAttempt::Blocking`], untouched, for [`DataPlane::write`]
-    /// on a blocking thread.
-    pub fn write_on_task(
+    /// See [`crate::DataPlane::write_on_task`].
+    pub(crate) fn write_on_task(
         &self,
+        paths: &Paths,
         file: &DataFile,
         mut buf: WriteBuffer,
         stable: Stable,
     ) -> WriteAttempt {
-        if !self.may_write_on_task(file, buf.len, stable) {
+        if !self.may_write_on_task(paths, file, buf.len, stable) {
             return WriteAttempt::Blocking(buf);
         }
         let io = buf.offset..buf.offset + buf.len as u64;
@@ -255,7 +301,13 @@ impl DataPlane {
             Ok(claim) => claim,
             Err(e) => {
                 let (offset, len) = (buf.offset, buf.len);
-                return WriteAttempt::Done(Err(self.write_failed(file, offset, len, e.into())));
+                return WriteAttempt::Done(Err(self.write_failed(
+                    paths,
+                    file,
+                    offset,
+                    len,
+                    e.into(),
+                )));
             }
         };
         if claim.extends() {
@@ -264,7 +316,7 @@ impl DataPlane {
         let misaligned = file
             .direct()
             .is_some_and(|d| !is_aligned(buf.offset, buf.len as u64, d.write_align));
-        self.place_cached_payload(file, &mut buf);
+        paths.sums.place_cached_payload(file, &mut buf);
         file.readahead.invalidate(io.clone());
         let written = pwrite_all(
             file.buffered_fd(),
@@ -272,15 +324,15 @@ impl DataPlane {
             io.start,
             RwFlags::NONE,
             1,
-            self.partly_written(),
+            paths.partly_written(),
         )
         .map_err(DataError::from);
         if let Err(e) = self.check_written(written, buf.len) {
             let (offset, len) = (buf.offset, buf.len);
-            return WriteAttempt::Done(Err(self.write_failed(file, offset, len, e)));
+            return WriteAttempt::Done(Err(self.write_failed(paths, file, offset, len, e)));
         }
         claim.succeeded();
-        if self.config.write_mode == Mode::Direct {
+        if paths.config.write_mode == Mode::Direct {
             if misaligned {
                 Counters::bump(&self.counters.buffered_misaligned);
             }
@@ -387,48 +439,40 @@ impl DataPlane {
         })
     }
 
-    /// [`DataPlane::write`] for an async caller, when it needs no blocking
-    /// call: an aligned direct write whose range is free, submitted to
-    /// `ring` as the credentials registered under `personality` (the
-    /// caller's, see `Uring::register_personality`: the kernel clears
-    /// set-id bits and enforces quotas as for that user's own write), with
-    /// `RWF_DSYNC`/`RWF_SYNC` for stable writes as the blocking path does.
-    /// Otherwise the buffer comes back ([`WriteAttempt::Blocking`]).
-    ///
-    /// Dropping the future after submission abandons the wait, not the
-    /// write: the kernel finishes it and the ring drops the buffer then;
-    /// the range lock is released at once, and the write verifier does not
-    /// move (a client that gets no reply resends).
-    pub async fn write_without_blocking(
+    /// See [`crate::DataPlane::write_without_blocking`].
+    pub(crate) async fn write_without_blocking(
         &self,
+        paths: &Paths,
         ring: &Arc<IoRing>,
         file: &DataFile,
         buf: WriteBuffer,
         stable: Stable,
         personality: u16,
     ) -> WriteAttempt {
-        let Some(direct) = self.direct_only(file, self.config.write_mode) else {
+        let Some(direct) = paths.direct_only(file, paths.config.write_mode) else {
             return WriteAttempt::Blocking(buf);
         };
         let align = direct.write_align;
         if buf.is_empty()
             || self.small_unstable_buffered(buf.len, stable)
             || !is_aligned(buf.offset, buf.len as u64, align)
-            || !self.ring_write_covers_blocks(file, buf.offset, buf.len)
+            || !paths
+                .sums
+                .ring_write_covers_blocks(file, buf.offset, buf.len)
         {
             return WriteAttempt::Blocking(buf);
         }
         let io = buf.offset..buf.offset + buf.len as u64;
-        let Some(_lock) = self.try_lock(file, io.clone(), LockKind::Exclusive) else {
+        let Some(_lock) = paths.try_lock(file, io.clone(), LockKind::Exclusive) else {
             return WriteAttempt::Blocking(buf);
         };
         // Integrity: the intent log first (if that needs no waiting).
-        let ticket = match self.ring_write_begin(file, io.clone()) {
+        let ticket = match paths.sums.ring_write_begin(file, io.clone()) {
             Ok(ticket) => ticket,
             Err(None) => return WriteAttempt::Blocking(buf),
             Err(Some(e)) => {
                 let (offset, len) = (buf.offset, buf.len);
-                return WriteAttempt::Done(Err(self.write_failed(file, offset, len, e)));
+                return WriteAttempt::Done(Err(self.write_failed(paths, file, offset, len, e)));
             }
         };
         let mut buf = buf;
@@ -444,16 +488,18 @@ impl DataPlane {
         } = buf;
         let claim = match self.begin_direct_write(file, io) {
             Ok(claim) => claim,
-            Err(e) => return WriteAttempt::Done(Err(self.write_failed(file, offset, len, e))),
+            Err(e) => {
+                return WriteAttempt::Done(Err(self.write_failed(paths, file, offset, len, e)))
+            }
         };
         let flags = sync_flags(stable);
         // With integrity, the blocks' checksums are computed over the pool
         // buffer while the kernel writes it (seed 003): no other thread,
         // no hand-off. (Before submitting it instead, to measure the
         // difference, with `DIONFS_INTEGRITY_ORDER=sequential`.)
-        let before = ticket
-            .as_ref()
-            .and_then(|_| arrived.or_else(|| self.ring_write_crcs_first(file, &pooled[..len])));
+        let before = ticket.as_ref().and_then(|_| {
+            arrived.or_else(|| paths.sums.ring_write_crcs_first(file, &pooled[..len]))
+        });
         let checksums = |bytes: &[u8]| match before {
             Some(crcs) => crcs,
             None => {
@@ -486,7 +532,13 @@ impl DataPlane {
                 });
             }
             Err((e, _)) => {
-                return WriteAttempt::Done(Err(self.write_failed(file, offset, len, e.into())))
+                return WriteAttempt::Done(Err(self.write_failed(
+                    paths,
+                    file,
+                    offset,
+                    len,
+                    e.into(),
+                )))
             }
         };
         let unsettled = UnsettledWrite(ticket.as_ref().and(file.integrity()));
@@ -494,7 +546,7 @@ impl DataPlane {
         // A short write (the filesystem filled up part-way): the rest once
         // more, which says why (see `pwrite_all`), if it is aligned and the
         // ring takes it.
-        let mut partly = self.partly_written();
+        let mut partly = paths.partly_written();
         while let Ok(done) = written {
             if done == 0 || done >= len {
                 break;
@@ -522,18 +574,18 @@ impl DataPlane {
                 break;
             }
         }
-        let written = written.map_err(|e| self.direct_error(file, e, "write", offset, len, align));
+        let written = written.map_err(|e| paths.direct_error(file, e, "write", offset, len, align));
         if let Some(ticket) = ticket {
             let succeeded = matches!(written, Ok(n) if n == len);
             // Checksums that could not be stored are distrusted (the
             // guard's drop), not left to be reported as corruption.
-            if let Err(e) = self.ring_write_end(file, ticket, &crcs, succeeded) {
-                return WriteAttempt::Done(Err(self.write_failed(file, offset, len, e)));
+            if let Err(e) = paths.sums.ring_write_end(file, ticket, &crcs, succeeded) {
+                return WriteAttempt::Done(Err(self.write_failed(paths, file, offset, len, e)));
             }
             unsettled.settled();
         }
         if let Err(e) = self.finish_direct_write(written, len, flags, claim) {
-            return WriteAttempt::Done(Err(self.write_failed(file, offset, len, e)));
+            return WriteAttempt::Done(Err(self.write_failed(paths, file, offset, len, e)));
         }
         // Not `wrote_unsynced`: none of it is in the page cache, and a
         // COMMIT after a reopen flushes the device's cache as well.
@@ -548,11 +600,12 @@ impl DataPlane {
     /// Chooses the write path, writes, syncs. Returns the mode used.
     fn write_payload(
         &self,
+        paths: &Paths,
         file: &DataFile,
         buf: &mut WriteBuffer,
         stable: Stable,
     ) -> Result<Mode, DataError> {
-        let path = self.write_path(file);
+        let path = paths.write_path(file);
         if buf.is_empty() {
             self.sync(file, stable)?;
             return Ok(match path {
@@ -565,13 +618,13 @@ impl DataPlane {
                 let align = direct.write_align;
                 buf.move_payload_to(payload_offset(buf.offset, align));
                 if self.small_unstable_buffered(buf.len, stable) {
-                    self.write_small_buffered(file, direct, buf, stable)?;
+                    self.write_small_buffered(paths, file, direct, buf, stable)?;
                 } else if is_aligned(buf.offset, buf.len as u64, align) {
-                    self.write_direct(file, direct, buf, stable)?;
+                    self.write_direct(paths, file, direct, buf, stable)?;
                 } else if buf.len <= self.whole_buffered_max {
-                    self.write_small_buffered(file, direct, buf, stable)?;
+                    self.write_small_buffered(paths, file, direct, buf, stable)?;
                 } else {
-                    self.write_edges(file, direct, buf)?;
+                    self.write_edges(paths, file, direct, buf)?;
                     // Direct I/O is not durable by itself (the device may
                     // cache), and the edges sit in the page cache: one
                     // fdatasync covers both with a single cache flush,
@@ -580,20 +633,20 @@ impl DataPlane {
                     self.sync(file, stable)?;
                     if stable != Stable::Unstable {
                         let io = expand_to_alignment(buf.offset, buf.len as u64, align);
-                        self.drop_cached_pages(file, io.start, io.end - io.start);
+                        self.drop_cached_pages(paths, file, io.start, io.end - io.start);
                     }
                 }
                 Ok(Mode::Direct)
             }
             IoPath::Cached(mode) => {
-                self.place_cached_payload(file, buf);
-                self.write_cached(file, mode, buf, stable, false)
+                paths.sums.place_cached_payload(file, buf);
+                self.write_cached(paths, file, mode, buf, stable, false)
             }
         }
     }
 
     /// Whether a direct-mode WRITE of `len` bytes goes through the page
-    /// cache whatever its alignment ([`DataPlane::write_small_buffered`]):
+    /// cache whatever its alignment ([`crate::DataPlane::write_small_buffered`]):
     /// an UNSTABLE one of at most [`crate::SMALL_IO`]. The copy costs less
     /// than a device write of a few blocks, neighbouring small writes then
     /// reach the disk together at writeback or COMMIT, and on XFS they no
@@ -627,21 +680,22 @@ impl DataPlane {
     /// would cost more than the lock.
     fn write_small_buffered(
         &self,
+        paths: &Paths,
         file: &DataFile,
         direct: &DirectIo,
         buf: &mut WriteBuffer,
         stable: Stable,
     ) -> Result<(), DataError> {
         let misaligned = !is_aligned(buf.offset, buf.len as u64, direct.write_align);
-        self.place_cached_payload(file, buf);
-        self.write_cached(file, Mode::Buffered, buf, stable, true)?;
+        paths.sums.place_cached_payload(file, buf);
+        self.write_cached(paths, file, Mode::Buffered, buf, stable, true)?;
         if misaligned {
             Counters::bump(&self.counters.buffered_misaligned);
         }
         if stable == Stable::Unstable {
             self.write_behind(file, buf.offset + buf.len as u64);
         } else {
-            self.drop_cached_pages(file, buf.offset, buf.len as u64);
+            self.drop_cached_pages(paths, file, buf.offset, buf.len as u64);
         }
         Ok(())
     }
@@ -658,18 +712,19 @@ impl DataPlane {
     /// one system call, and no whole-file writeback pass.
     fn write_direct(
         &self,
+        paths: &Paths,
         file: &DataFile,
         direct: &DirectIo,
         buf: &mut WriteBuffer,
         stable: Stable,
     ) -> Result<(), DataError> {
         let io = buf.offset..buf.offset + buf.len as u64;
-        let _lock = self.lock(file, io.clone(), LockKind::Exclusive);
+        let _lock = paths.lock(file, io.clone(), LockKind::Exclusive);
         let claim = self.begin_direct_write(file, io.clone())?;
         let flags = sync_flags(stable);
         // Integrity hook: checksums computed alongside the write.
-        let written = self.checked_write(file, buf, |buf| {
-            let written = self.direct_pwrite(
+        let written = paths.sums.checked_write(file, buf, |buf| {
+            let written = paths.direct_pwrite(
                 file,
                 direct,
                 &buf.buf[..buf.len],
@@ -735,13 +790,14 @@ impl DataPlane {
     /// (`size.rs`).
     fn write_edges(
         &self,
+        paths: &Paths,
         file: &DataFile,
         direct: &DirectIo,
         buf: &mut WriteBuffer,
     ) -> Result<(), DataError> {
         let align = direct.write_align;
         let io = expand_to_alignment(buf.offset, buf.len as u64, align);
-        let _lock = self.lock(file, io.clone(), LockKind::Exclusive);
+        let _lock = paths.lock(file, io.clone(), LockKind::Exclusive);
         file.readahead.invalidate(io.clone());
         let claim = file
             .size
@@ -754,10 +810,10 @@ impl DataPlane {
             |r: &std::ops::Range<u64>| (r.start - io.start) as usize..(r.end - io.start) as usize;
         // Integrity hook: checksums of the final blocks (edges completed
         // from the file) computed alongside the writes.
-        self.checked_write(file, buf, |buf| {
+        paths.sums.checked_write(file, buf, |buf| {
             if !split.interior.is_empty() {
                 let interior = &buf.buf[in_buf(&split.interior)];
-                let written = self.direct_pwrite(
+                let written = paths.direct_pwrite(
                     file,
                     direct,
                     interior,
@@ -779,7 +835,7 @@ impl DataPlane {
                     edge.start,
                     RwFlags::NONE,
                     1,
-                    self.partly_written(),
+                    paths.partly_written(),
                 )
                 .map_err(DataError::from);
                 self.check_written(written, bytes.len())?;
@@ -795,9 +851,10 @@ impl DataPlane {
     /// `read_edges` (direct mode's page-cache writes): an overwrite, not
     /// extending the file, of data probably not cached (below
     /// `DataFile::cold_below`) first reads in the partial pages it needs
-    /// ([`DataPlane::read_partial_pages`]).
+    /// ([`crate::DataPlane::read_partial_pages`]).
     fn write_cached(
         &self,
+        paths: &Paths,
         file: &DataFile,
         mode: Mode,
         buf: &mut WriteBuffer,
@@ -805,9 +862,9 @@ impl DataPlane {
         read_edges: bool,
     ) -> Result<Mode, DataError> {
         let io = buf.offset..buf.offset + buf.len as u64;
-        let _lock = self.lock_exact(
+        let _lock = paths.lock_exact(
             file,
-            self.cached_write_lock(file, io.clone()),
+            paths.sums.cached_write_lock(file, io.clone()),
             LockKind::Exclusive,
         );
         file.readahead.invalidate(io.clone());
@@ -817,13 +874,13 @@ impl DataPlane {
         }
         // Integrity hook: checksums of the final blocks (partial ones
         // completed from the page cache) computed alongside the write.
-        let mode = self.checked_write(file, buf, |buf| {
+        let mode = paths.sums.checked_write(file, buf, |buf| {
             let payload = buf.payload();
-            let (written, mode) = match self.cached_io(
+            let (written, mode) = match paths.cached_io(
                 file,
                 mode,
                 |flags| {
-                    let partly = self.partly_written();
+                    let partly = paths.partly_written();
                     pwrite_all(file.buffered_fd(), payload, io.start, flags, 1, partly)
                 },
                 sync_flags(stable),
@@ -855,18 +912,6 @@ impl DataPlane {
         Ok(())
     }
 
-    /// Counts, once per call, a write the kernel took only part of (the
-    /// filesystem filled up, or the file reached the file-size limit,
-    /// part-way); see [`pwrite_all`].
-    pub(crate) fn partly_written(&self) -> impl FnMut() + '_ {
-        let mut counted = false;
-        move || {
-            if !std::mem::replace(&mut counted, true) {
-                Counters::bump(&self.counters.short_writes);
-            }
-        }
-    }
-
     /// Makes the file's data (`DataSync`) or data and metadata
     /// (`FileSync`) durable.
     fn sync(&self, file: &DataFile, stable: Stable) -> Result<(), DataError> {
@@ -876,6 +921,45 @@ impl DataPlane {
             Stable::FileSync => rustix::fs::fsync(file.buffered_fd())?,
         }
         Ok(())
+    }
+
+    /// After a sync: drops the clean cached pages of `[offset, offset+len)`
+    /// (`len == 0`: to the end of the file) that direct-mode writes left
+    /// behind (`POSIX_FADV_DONTNEED`), when this plane writes `file` direct
+    /// and does not read it through the page cache (buffered reads want
+    /// those pages). Pages dirtied since the sync are left alone by the
+    /// kernel; dropping a clean page never loses data, so this needs no
+    /// range lock. Advisory: a failure is only logged.
+    pub(crate) fn drop_cached_pages(&self, paths: &Paths, file: &DataFile, offset: u64, len: u64) {
+        let writes_direct = matches!(paths.planned_write_path(file), IoPath::Direct(_));
+        if !writes_direct || paths.config.read_mode == Mode::Buffered {
+            return;
+        }
+        match fadvise_dontneed(file.buffered_fd(), offset, len) {
+            Err(e) => {
+                tracing::debug!(file = %file.label(), error = %e, "POSIX_FADV_DONTNEED failed");
+            }
+            Ok(()) if len == 0 => {
+                if let Ok(size) = file.size() {
+                    file.dropped_below(size);
+                }
+            }
+            Ok(()) => {}
+        }
+    }
+
+    /// A page-cache write of `file` in direct mode ended at `end`: hands
+    /// the range now a lag behind the furthest such write, if one is due,
+    /// to the write-behind thread (`writebehind.rs`).
+    pub(crate) fn write_behind(&self, file: &DataFile, end: u64) {
+        let Some(due) = file.behind.advance(end) else {
+            return;
+        };
+        // Left to COMMIT if the descriptor cannot be duplicated or the
+        // thread is behind.
+        if let Ok(fd) = file.buffered_fd().try_clone_to_owned() {
+            self.write_behind.submit(fd, due);
+        }
     }
 }
 
@@ -889,7 +973,7 @@ fn partial_pages(io: &Range<u64>, page: u64) -> impl Iterator<Item = u64> {
     head.into_iter().chain(tail)
 }
 
-/// How long [`DataPlane::read_partial_pages`] waits for a page being read
+/// How long [`crate::DataPlane::read_partial_pages`] waits for a page being read
 /// in without queueing on the inode lock: a device read.
 const PAGE_IN_WAIT: Duration = Duration::from_millis(5);
 
@@ -905,7 +989,7 @@ fn sync_flags(stable: Stable) -> RwFlags {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::DataFile;
+    use crate::{DataFile, DataPlane};
 
     fn plane(mode: Mode) -> DataPlane {
         crate::testing::plane(mode, mode, 64 << 10, 4)
