@@ -352,7 +352,7 @@ def test_a_failing_filesystem_is_logged_a_few_lines_a_minute(loopfs):
             assert nfs_error(f.write_at, b"x" * 8192, k * 8192).code_name == "NFS3ERR_IO"
         log = srv.log_text(tail=3000).splitlines()
         for proc in ("READ", "WRITE"):
-            lines = [line for line in log if f"io_error_log: {proc}" in line]
+            lines = [line for line in log if f"io_errors: {proc}" in line]
             assert len(lines) == 10, "\n".join(lines)
             assert "only counted" in lines[-1], lines[-1]
         srv.close_clients()
