@@ -80,11 +80,6 @@ impl Dispatcher {
         }
     }
 
-    /// Its call statistics, for the metrics.
-    pub fn calls(&self) -> &Arc<CallStats> {
-        &self.calls
-    }
-
     /// Whether a call starts as a task, which may finish it without a
     /// blocking thread: a READ of a direct-read export (through the
     /// io_uring), an aligned direct WRITE (the same) or a small UNSTABLE

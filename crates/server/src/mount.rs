@@ -11,7 +11,6 @@ use dionfs_proto::mount3::{
     MountResOk, MountStat3, MOUNT_PROGRAM, MOUNT_V3,
 };
 use dionfs_proto::nfs3::NfsFh3;
-use dionfs_proto::ArgsLimit;
 use dionfs_proto::Void;
 use dionfs_rpc::message::{AUTH_NONE, AUTH_SYS};
 use dionfs_rpc::{CallHeader, ReplyStatus};
@@ -21,7 +20,7 @@ use tracing::{error, warn};
 
 use crate::export::squash;
 use crate::exports::{self, Export};
-use crate::program::{Io, Procedure, Program, ReplyCache};
+use crate::program::{self, Procedure, Program};
 use crate::reply::{garbage_args, success};
 use crate::server::Server;
 use dionfs_dataplane::LogEvery;
@@ -182,13 +181,7 @@ const fn proc_(
     name: &'static str,
     handler: Handler,
 ) -> Option<Procedure<Handler>> {
-    Some(Procedure {
-        name,
-        args: ArgsLimit::Whole(number.max_args_len()),
-        cache: ReplyCache::No,
-        io: Io::None,
-        handler,
-    })
+    program::small(name, number.max_args_len(), handler)
 }
 
 /// Runs one MOUNT v3 call against `exports` (those served when it was

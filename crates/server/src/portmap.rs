@@ -18,7 +18,6 @@ use dionfs_proto::portmap::{
     universal_addr, DumpResult, Mapping, Procedure as PmapProc, Rpcb, RpcbDump, RpcbProcedure,
     IPPROTO_TCP, IPPROTO_UDP, PROGRAM, RPCBIND_V3, RPCBIND_V4, VERSION,
 };
-use dionfs_proto::ArgsLimit;
 use dionfs_rpc::{reply, CallHeader, RecordError, RecordReader, ReplyStatus};
 use dionfs_xdr::{Decode, Encode, Encoder};
 use tokio::io::AsyncRead;
@@ -26,7 +25,7 @@ use tokio::io::AsyncRead;
 use dionfs_transport::{read_args, ConnInfo, Received, Reply, Service};
 
 use crate::callstats::CallStats;
-use crate::program::{Io, Procedure, Program, ReplyCache};
+use crate::program::{self, Procedure, Program};
 
 /// The mappings the port mapper reports.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -197,13 +196,7 @@ const fn portmap(
         Some(n) => n,
         None => 0,
     };
-    Some(Procedure {
-        name,
-        args: ArgsLimit::Whole(max),
-        cache: ReplyCache::No,
-        io: Io::None,
-        handler,
-    })
+    program::small(name, max, handler)
 }
 
 const fn rpcbind(
@@ -211,13 +204,7 @@ const fn rpcbind(
     name: &'static str,
     handler: Handler,
 ) -> Option<Procedure<Handler>> {
-    Some(Procedure {
-        name,
-        args: ArgsLimit::Whole(number.max_args_len()),
-        cache: ReplyCache::No,
-        io: Io::None,
-        handler,
-    })
+    program::small(name, number.max_args_len(), handler)
 }
 
 /// A success reply with the results that `results` encodes.
@@ -366,6 +353,7 @@ impl Service for PortmapService {
 mod tests {
     use super::*;
     use dionfs_proto::portmap::IPPROTO_UDP;
+    use dionfs_proto::ArgsLimit;
     use dionfs_rpc::{encode_call, record_mark, Credential, ReplyHeader};
     use dionfs_transport::{next_conn_id, serve_connection, ConnLimits};
     use dionfs_xdr::{Decode, Decoder};

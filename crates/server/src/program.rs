@@ -52,6 +52,19 @@ pub struct Procedure<H: 'static> {
     pub handler: H,
 }
 
+/// The entry of a procedure with small arguments read whole (at most
+/// `max_args` bytes), a small reply, and nothing in the reply cache: every
+/// procedure but NFSv3's that change state or move data.
+pub const fn small<H>(name: &'static str, max_args: usize, handler: H) -> Option<Procedure<H>> {
+    Some(Procedure {
+        name,
+        args: ArgsLimit::Whole(max_args),
+        cache: ReplyCache::No,
+        io: Io::None,
+        handler,
+    })
+}
+
 /// A program version's procedure table.
 pub struct Program<H: 'static> {
     /// Label in metrics (`program="nfs3"`).

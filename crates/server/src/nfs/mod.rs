@@ -197,9 +197,7 @@ static PROCEDURES: [Option<Procedure<Handler>>; 22] = [
         "READ",
         ReplyCache::No,
         Io::Read { count: read_count },
-        |ctx, args, buf| {
-            decode(args).map_or_else(|| garbage_args(ctx.call.xid), |a| data::read(ctx, a, buf))
-        },
+        |ctx, args, buf| run_to_reply(ctx, args, |ctx, a| data::read(ctx, a, buf)),
     ),
     // Received by `data::receive_write` and run by `data::write`: never
     // dispatched here.
@@ -273,9 +271,7 @@ static PROCEDURES: [Option<Procedure<Handler>>; 22] = [
         Io::LargeReply {
             count: readdir_count,
         },
-        |ctx, args, _| {
-            decode(args).map_or_else(|| garbage_args(ctx.call.xid), |a| dirs::readdir(ctx, a))
-        },
+        |ctx, args, _| run_to_reply(ctx, args, dirs::readdir),
     ),
     proc_(
         NfsProc3::Readdirplus,
@@ -284,9 +280,7 @@ static PROCEDURES: [Option<Procedure<Handler>>; 22] = [
         Io::LargeReply {
             count: readdirplus_count,
         },
-        |ctx, args, _| {
-            decode(args).map_or_else(|| garbage_args(ctx.call.xid), |a| dirs::readdirplus(ctx, a))
-        },
+        |ctx, args, _| run_to_reply(ctx, args, dirs::readdirplus),
     ),
     proc_(
         NfsProc3::Fsstat,
@@ -407,22 +401,28 @@ pub fn call(
     }
 }
 
-/// Decodes arguments (trailing bytes are tolerated, as knfsd does).
-fn decode<'a, A: Decode<'a>>(args: &'a [u8]) -> Option<A> {
-    A::decode(&mut Decoder::new(args)).ok()
+/// Decodes `args` (trailing bytes are tolerated, as knfsd does) and runs
+/// the handler, which builds its own reply (READ's data, READDIR's
+/// entries); GARBAGE_ARGS when the arguments do not decode.
+fn run_to_reply<'a, A: Decode<'a>>(
+    ctx: &Ctx,
+    args: &'a [u8],
+    f: impl FnOnce(&Ctx, A) -> Reply,
+) -> Reply {
+    match A::decode(&mut Decoder::new(args)) {
+        Ok(a) => f(ctx, a),
+        Err(_) => garbage_args(ctx.call.xid),
+    }
 }
 
-/// Decodes `args`, runs the handler, encodes its result; GARBAGE_ARGS when
-/// the arguments do not decode.
+/// [`run_to_reply`] for a handler whose result is encoded after the reply
+/// header.
 fn run<'a, A: Decode<'a>, R: Encode>(
     ctx: &Ctx,
     args: &'a [u8],
     f: impl FnOnce(&Ctx, A) -> R,
 ) -> Reply {
-    match decode(args) {
-        Some(a) => success(ctx.call.xid, &f(ctx, a)),
-        None => garbage_args(ctx.call.xid),
-    }
+    run_to_reply(ctx, args, |ctx, a| success(ctx.call.xid, &f(ctx, a)))
 }
 
 #[cfg(test)]

@@ -10,14 +10,14 @@ use dionfs_proto::nlm4::{
     Nlm4TestArgs, Nlm4UnlockArgs, NlmProc4, NLM_PROGRAM, NLM_V4,
 };
 use dionfs_proto::nsm::{NsmProc, SmRes, SmStatRes, StatChge, NSM_PROGRAM, NSM_V1};
-use dionfs_proto::{ArgsLimit, Void};
+use dionfs_proto::Void;
 use dionfs_rpc::CallHeader;
 use dionfs_xdr::Decode;
 use tracing::{info, warn};
 
 use super::client::Peer;
 use super::LockService;
-use crate::program::{Io, Procedure, Program, ReplyCache};
+use crate::program::{self, Procedure, Program};
 use crate::reply::{garbage_args, success};
 use dionfs_transport::{ConnInfo, Reply};
 
@@ -99,13 +99,7 @@ const fn nlm(
     name: &'static str,
     handler: NlmHandler,
 ) -> Option<Procedure<NlmHandler>> {
-    Some(Procedure {
-        name,
-        args: ArgsLimit::Whole(number.max_args_len()),
-        cache: ReplyCache::No,
-        io: Io::None,
-        handler,
-    })
+    program::small(name, number.max_args_len(), handler)
 }
 
 const fn nsm(
@@ -113,13 +107,7 @@ const fn nsm(
     name: &'static str,
     handler: NsmHandler,
 ) -> Option<Procedure<NsmHandler>> {
-    Some(Procedure {
-        name,
-        args: ArgsLimit::Whole(number.max_args_len()),
-        cache: ReplyCache::No,
-        io: Io::None,
-        handler,
-    })
+    program::small(name, number.max_args_len(), handler)
 }
 
 /// Decodes `args` as `T`, or answers GARBAGE_ARGS.
@@ -296,6 +284,7 @@ fn notify(svc: &LockService, c: &LockCall, args: &[u8]) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dionfs_proto::ArgsLimit;
 
     #[test]
     fn the_tables_are_in_procedure_order_with_the_codecs_bounds() {
