@@ -5,12 +5,11 @@
 //! threads.
 //!
 //! - [`tcp_call`] and [`udp_call`]: one call on a connection or socket of
-//!   its own, from a reserved port on a given local address if asked (the
-//!   kernel's lockd matches GRANTED against the server address it used,
-//!   and statd and lockd may insist on a privileged source port).
+//!   its own, from a reserved port on a given local address (the kernel's
+//!   lockd matches GRANTED against the server address it used, and statd
+//!   and lockd may insist on a privileged source port).
 //! - [`Connection`]: several calls, one after the other, on one stream
 //!   (rpcbind's local socket, or TCP).
-//! - [`getport`]: where a program listens, from a host's port mapper.
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
@@ -19,7 +18,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use dionfs_rpc::{encode_call, framed, read_record_blocking, Credential, ReplyHeader, ReplyStatus};
-use dionfs_xdr::{Decode, Decoder, Encoder};
+use dionfs_xdr::{Decode, Decoder};
 
 /// How long connecting, and each send, may take.
 const TIMEOUT: Duration = Duration::from_secs(5);
@@ -30,24 +29,6 @@ const REPLY_DEADLINE: Duration = Duration::from_secs(10);
 const UDP_WAIT: Duration = Duration::from_secs(2);
 /// Largest reply read.
 const MAX_REPLY: usize = 64 << 10;
-
-/// The port mapper's program number and port (RFC 1833).
-const PORTMAP_PROGRAM: u32 = 100_000;
-const PORTMAP_PORT: u16 = 111;
-const PORTMAP_V2: u32 = 2;
-const PMAPPROC_GETPORT: u32 = 3;
-const IPPROTO_TCP: u32 = 6;
-const IPPROTO_UDP: u32 = 17;
-
-/// Where a call leaves from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
-    /// Any address and port the kernel picks.
-    Any,
-    /// A reserved port (below 1024) on this local address, or, where none
-    /// is free (or the process may not bind one), any port on it.
-    Reserved(IpAddr),
-}
 
 /// One procedure call: program, version, procedure, encoded arguments.
 #[derive(Debug, Clone, Copy)]
@@ -72,28 +53,15 @@ fn message_with_xid(xid: u32, call: &Call, cred: &Credential) -> Vec<u8> {
     msg
 }
 
-/// A socket of `udp` or TCP kind bound as `from` asks, for a peer of
-/// `to`'s family.
-fn socket(from: Source, to: SocketAddr, udp: bool) -> io::Result<socket2::Socket> {
+/// A UDP or TCP socket bound to a reserved port (below 1024) on `local`,
+/// or, where none is free (or the process may not bind one), to any port
+/// on it.
+fn socket(local: IpAddr, udp: bool) -> io::Result<socket2::Socket> {
     use socket2::{Domain, Protocol, SockAddr, Socket, Type};
     let (ty, proto) = if udp {
         (Type::DGRAM, Protocol::UDP)
     } else {
         (Type::STREAM, Protocol::TCP)
-    };
-    let Source::Reserved(local) = from else {
-        let s = Socket::new(Domain::for_address(to), ty, Some(proto))?;
-        if udp {
-            let any = SocketAddr::new(
-                match to {
-                    SocketAddr::V4(_) => IpAddr::from([0, 0, 0, 0]),
-                    SocketAddr::V6(_) => IpAddr::from([0u16; 8]),
-                },
-                0,
-            );
-            s.bind(&SockAddr::from(any))?;
-        }
-        return Ok(s);
     };
     let domain = Domain::for_address(SocketAddr::new(local, 0));
     let mut last = io::Error::other("no reserved port free");
@@ -112,10 +80,10 @@ fn socket(from: Source, to: SocketAddr, udp: bool) -> io::Result<socket2::Socket
     Ok(s)
 }
 
-/// One call over a TCP connection of its own; the results of an
-/// accepted, successful reply.
+/// One call over a TCP connection of its own, from a reserved port on
+/// `from`; the results of an accepted, successful reply.
 pub fn tcp_call(
-    from: Source,
+    from: IpAddr,
     to: SocketAddr,
     cred: &Credential,
     call: Call,
@@ -129,20 +97,20 @@ pub fn tcp_call(
 /// few callback threads (and so every client's GRANTED) for as long as
 /// 64 KiB took to arrive that way, days.
 fn tcp_call_within(
-    from: Source,
+    from: IpAddr,
     to: SocketAddr,
     cred: &Credential,
     call: Call,
     deadline: Duration,
 ) -> io::Result<Vec<u8>> {
-    let s = socket(from, to, false)?;
+    let s = socket(from, false)?;
     s.connect_timeout(&socket2::SockAddr::from(to), TIMEOUT)?;
     let stream: TcpStream = s.into();
     stream.set_write_timeout(Some(TIMEOUT))?;
     let (xid, msg) = message(&call, cred);
     (&stream).write_all(&framed(&msg))?;
     let mut reply = Until {
-        stream,
+        stream: &stream,
         until: Instant::now() + deadline,
     };
     let reply = read_record_blocking(&mut reply, MAX_REPLY)?;
@@ -160,13 +128,13 @@ trait Timed: Read {
     fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()>;
 }
 
-impl Timed for TcpStream {
+impl Timed for &TcpStream {
     fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         TcpStream::set_read_timeout(self, t)
     }
 }
 
-impl Timed for UnixStream {
+impl Timed for &UnixStream {
     fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         UnixStream::set_read_timeout(self, t)
     }
@@ -189,10 +157,10 @@ fn time_left(until: Instant) -> io::Result<Duration> {
     Ok(left)
 }
 
-/// One call over UDP, sent up to three times; the results of an
-/// accepted, successful reply.
+/// One call over UDP from a reserved port on `from`, sent up to three
+/// times; the results of an accepted, successful reply.
 pub fn udp_call(
-    from: Source,
+    from: IpAddr,
     to: SocketAddr,
     cred: &Credential,
     call: Call,
@@ -204,13 +172,13 @@ pub fn udp_call(
 /// that are not its reply arrive meanwhile: each used to start the wait
 /// afresh, so anyone sending junk to the call's port held the thread.
 fn udp_call_waiting(
-    from: Source,
+    from: IpAddr,
     to: SocketAddr,
     cred: &Credential,
     call: Call,
     wait: Duration,
 ) -> io::Result<Vec<u8>> {
-    let socket: UdpSocket = socket(from, to, true)?.into();
+    let socket: UdpSocket = socket(from, true)?.into();
     let (xid, msg) = message(&call, cred);
     let mut buf = vec![0u8; MAX_REPLY];
     let mut last = io::Error::from(io::ErrorKind::TimedOut);
@@ -261,38 +229,6 @@ fn results(reply: &[u8], xid: u32) -> io::Result<Vec<u8>> {
         )));
     }
     Ok(dec.rest().to_vec())
-}
-
-/// The port `prog`/`vers` listens on at `host`, over TCP or UDP, from its
-/// port mapper (portmap v2 GETPORT on port 111), asked from `from`.
-pub fn getport(from: Source, host: IpAddr, prog: u32, vers: u32, udp: bool) -> io::Result<u16> {
-    let mut args = Encoder::new();
-    args.u32(prog);
-    args.u32(vers);
-    args.u32(if udp { IPPROTO_UDP } else { IPPROTO_TCP });
-    args.u32(0);
-    let args = args.into_vec();
-    let call = Call {
-        prog: PORTMAP_PROGRAM,
-        vers: PORTMAP_V2,
-        proc_: PMAPPROC_GETPORT,
-        args: &args,
-    };
-    let to = SocketAddr::new(host, PORTMAP_PORT);
-    let res = if udp {
-        udp_call(from, to, &Credential::None, call)?
-    } else {
-        tcp_call(from, to, &Credential::None, call)?
-    };
-    let port = Decoder::new(&res)
-        .u32()
-        .map_err(|e| io::Error::other(format!("bad GETPORT reply: {e:?}")))?;
-    match u16::try_from(port) {
-        Ok(p) if p != 0 => Ok(p),
-        _ => Err(io::Error::other(format!(
-            "program {prog} version {vers} is not registered with the port mapper of {host}"
-        ))),
-    }
 }
 
 enum Stream {
@@ -352,21 +288,10 @@ impl Connection {
     }
 }
 
-impl Timed for &UnixStream {
-    fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        UnixStream::set_read_timeout(self, t)
-    }
-}
-
-impl Timed for &TcpStream {
-    fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        TcpStream::set_read_timeout(self, t)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dionfs_xdr::Encoder;
     use std::net::{Ipv4Addr, TcpListener};
 
     const LOCAL: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
@@ -403,7 +328,7 @@ mod tests {
         });
         let began = Instant::now();
         let e = tcp_call_within(
-            Source::Reserved(LOCAL),
+            LOCAL,
             to,
             &Credential::None,
             NULL,
@@ -437,7 +362,7 @@ mod tests {
         });
         let began = Instant::now();
         let e = udp_call_waiting(
-            Source::Reserved(LOCAL),
+            LOCAL,
             to,
             &Credential::None,
             NULL,
