@@ -137,7 +137,7 @@ pub fn tighten(dir: &Path) -> io::Result<Vec<Tightened>> {
         }
         let mode = meta.mode() & 0o7777;
         let foreign_owner = (meta.uid() != uid).then_some(meta.uid());
-        if let Some(_owner) = foreign_owner {
+        if foreign_owner.is_some() {
             std::os::unix::fs::lchown(&path, Some(uid), Some(gid))?;
         }
         // chown clears set-id bits; clear them anyway: nothing of ours has
