@@ -27,14 +27,15 @@
 //! the files written before it, filled a 21 GiB filesystem that had
 //! 4 GiB of files left on it; scratch `dc.sh`).
 
-use std::collections::{BTreeMap, HashMap};
-use std::hash::Hash;
+use std::collections::HashMap;
+use std::num::NonZeroUsize;
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use dionfs_dataplane::{DataFile, LogEvery};
 use dionfs_sys::handle::KernelHandle;
+use lru::LruCache;
 use parking_lot::Mutex;
 
 use crate::access_memo::AccessMemo;
@@ -127,7 +128,7 @@ pub struct OpenFileCache {
 
 struct CacheState {
     /// The files kept open while unused, least recently used first out.
-    lru: Lru<Key, Arc<OpenFile>>,
+    lru: LruCache<Key, Arc<OpenFile>>,
     /// Every file opened and not yet closed: the LRU's and those only
     /// requests in flight still hold. Dead entries are purged when the map
     /// has doubled since the last purge (amortised O(1)).
@@ -149,12 +150,12 @@ impl CacheState {
     /// pushed out, which the caller must drop after releasing the lock.
     fn find(&mut self, key: &Key) -> (Option<Arc<OpenFile>>, Option<Arc<OpenFile>>) {
         if let Some(file) = self.lru.get(key) {
-            return (Some(file), None);
+            return (Some(Arc::clone(file)), None);
         }
         match self.live.get(key).and_then(Weak::upgrade) {
             Some(file) => {
-                let evicted = self.lru.insert(key.clone(), Arc::clone(&file));
-                (Some(file), evicted)
+                let evicted = self.lru.push(key.clone(), Arc::clone(&file));
+                (Some(file), evicted.map(|(_, f)| f))
             }
             None => (None, None),
         }
@@ -182,12 +183,12 @@ impl OpenFileCache {
 
     /// A cache keeping at most `capacity` unused files open (at least one).
     pub fn new(capacity: usize) -> OpenFileCache {
-        let capacity = capacity.max(1);
+        let capacity = NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN);
         OpenFileCache {
             state: Mutex::new(CacheState {
-                lru: Lru::new(capacity),
+                lru: LruCache::new(capacity),
                 live: HashMap::new(),
-                purge_at: 2 * capacity,
+                purge_at: 2 * capacity.get(),
                 evicted_unsynced: Vec::new(),
             }),
             lost_writes: AtomicU64::new(0),
@@ -226,7 +227,10 @@ impl OpenFileCache {
 
     /// Drops the LRU's references to every file (tests, shutdown).
     pub fn clear(&self) {
-        let dropped = self.state.lock().lru.drain();
+        let dropped: Vec<_> = {
+            let mut state = self.state.lock();
+            std::iter::from_fn(|| state.lru.pop_lru().map(|(_, f)| f)).collect()
+        };
         // Closed (if nothing else holds them) outside the lock.
         drop(dropped);
     }
@@ -255,7 +259,7 @@ impl OpenFileCache {
             return;
         }
         let mut state = self.state.lock();
-        if state.evicted_unsynced.len() < state.lru.capacity.max(MIN_WAITING) {
+        if state.evicted_unsynced.len() < state.lru.cap().get().max(MIN_WAITING) {
             state.evicted_unsynced.push(file);
             return;
         }
@@ -358,7 +362,7 @@ impl OpenFileCache {
             return 0;
         }
         let mut state = self.state.lock();
-        let removed: Vec<_> = gone.iter().filter_map(|k| state.lru.remove(k)).collect();
+        let removed: Vec<_> = gone.iter().filter_map(|k| state.lru.pop(*k)).collect();
         drop(state);
         tracing::debug!(
             files = removed.len(),
@@ -372,7 +376,7 @@ impl OpenFileCache {
     }
 
     pub(crate) fn evict(&self, key: &Key) {
-        let removed = self.state.lock().lru.remove(key);
+        let removed = self.state.lock().lru.pop(key);
         if removed.is_some() {
             tracing::debug!("evicted a removed file from the open-file cache");
         }
@@ -391,89 +395,12 @@ impl OpenFileCache {
         state.live.insert(key.clone(), Arc::downgrade(&file));
         if state.live.len() >= state.purge_at {
             state.live.retain(|_, w| w.strong_count() > 0);
-            state.purge_at = (2 * state.live.len()).max(2 * state.lru.capacity);
+            state.purge_at = (2 * state.live.len()).max(2 * state.lru.cap().get());
         }
-        let evicted = state.lru.insert(key, Arc::clone(&file));
+        let evicted = state.lru.push(key, Arc::clone(&file)).map(|(_, f)| f);
         drop(state);
         self.let_go(evicted);
         file
-    }
-}
-
-/// A least-recently-used map: a hash map for lookups plus an ordered map
-/// from "last used" ticks to keys for finding the oldest entry.
-struct Lru<K, V> {
-    capacity: usize,
-    tick: u64,
-    entries: HashMap<K, (V, u64)>,
-    by_age: BTreeMap<u64, K>,
-}
-
-impl<K: Clone + Eq + Hash, V: Clone> Lru<K, V> {
-    fn new(capacity: usize) -> Lru<K, V> {
-        Lru {
-            capacity,
-            tick: 0,
-            entries: HashMap::new(),
-            by_age: BTreeMap::new(),
-        }
-    }
-
-    fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    fn next_tick(&mut self) -> u64 {
-        self.tick += 1;
-        self.tick
-    }
-
-    /// The value for `key`, without making it the most recently used.
-    fn peek(&self, key: &K) -> Option<&V> {
-        self.entries.get(key).map(|(v, _)| v)
-    }
-
-    fn get(&mut self, key: &K) -> Option<V> {
-        let tick = self.next_tick();
-        let (value, age) = self.entries.get_mut(key)?;
-        self.by_age.remove(age);
-        *age = tick;
-        self.by_age.insert(tick, key.clone());
-        Some(value.clone())
-    }
-
-    /// Inserts or replaces; returns what was pushed out to stay within
-    /// the capacity (or the replaced value).
-    fn insert(&mut self, key: K, value: V) -> Option<V> {
-        let tick = self.next_tick();
-        if let Some((old, age)) = self.entries.insert(key.clone(), (value, tick)) {
-            self.by_age.remove(&age);
-            self.by_age.insert(tick, key);
-            return Some(old);
-        }
-        self.by_age.insert(tick, key);
-        if self.entries.len() > self.capacity {
-            let (_, oldest) = self.by_age.pop_first()?;
-            return self.entries.remove(&oldest).map(|(v, _)| v);
-        }
-        None
-    }
-
-    /// Every entry, in no particular order.
-    fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
-        self.entries.iter().map(|(k, (v, _))| (k, v))
-    }
-
-    fn remove(&mut self, key: &K) -> Option<V> {
-        let (value, age) = self.entries.remove(key)?;
-        self.by_age.remove(&age);
-        Some(value)
-    }
-
-    /// Empties the map, returning its values.
-    fn drain(&mut self) -> Vec<V> {
-        self.by_age.clear();
-        self.entries.drain().map(|(_, (v, _))| v).collect()
     }
 }
 
@@ -485,23 +412,6 @@ mod tests {
     use crate::ops::CreateHow;
     use crate::testutil::{export_with_cache, LoopFs};
     use crate::{FsError, SetAttrs};
-
-    #[test]
-    fn lru_evicts_the_least_recently_used() {
-        let mut lru = Lru::new(2);
-        assert_eq!(lru.insert(1, "a"), None);
-        assert_eq!(lru.insert(2, "b"), None);
-        assert_eq!(lru.get(&1), Some("a"));
-        assert_eq!(lru.insert(3, "c"), Some("b"));
-        assert_eq!(lru.get(&2), None);
-        assert_eq!(lru.len(), 2);
-        assert_eq!(lru.insert(1, "A"), Some("a"));
-        assert_eq!(lru.remove(&1), Some("A"));
-        assert_eq!(lru.len(), 1);
-        assert_eq!(lru.drain(), vec!["c"]);
-        assert_eq!(lru.len(), 0);
-        assert!(lru.by_age.is_empty());
-    }
 
     /// Descriptors of this process that point into `dir` (other tests
     /// open files concurrently, so only count the ones on our mount).

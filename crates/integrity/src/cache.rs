@@ -12,10 +12,11 @@
 //! before a write's entries reached it can never be inserted after that
 //! write updated the cache.
 
-use std::collections::{BTreeMap, HashMap};
+use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
+use lru::LruCache;
 use parking_lot::Mutex;
 
 /// Entries per page.
@@ -50,61 +51,30 @@ type Key = (u64, u64);
 
 /// Least recently used pages out first.
 pub(crate) struct PageCache {
-    state: Mutex<Lru>,
-}
-
-struct Lru {
-    capacity: usize,
-    tick: u64,
-    entries: HashMap<Key, (Arc<Page>, u64)>,
-    by_age: BTreeMap<u64, Key>,
+    state: Mutex<LruCache<Key, Arc<Page>>>,
 }
 
 impl PageCache {
     pub(crate) fn new(capacity: usize) -> PageCache {
+        let capacity = NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN);
         PageCache {
-            state: Mutex::new(Lru {
-                capacity: capacity.max(1),
-                tick: 0,
-                entries: HashMap::new(),
-                by_age: BTreeMap::new(),
-            }),
+            state: Mutex::new(LruCache::new(capacity)),
         }
     }
 
     pub(crate) fn get(&self, generation: u64, page: u64) -> Option<Arc<Page>> {
-        let mut lru = self.state.lock();
-        lru.tick += 1;
-        let tick = lru.tick;
-        let key = (generation, page);
-        let (value, age) = lru.entries.get_mut(&key)?;
-        let value = value.clone();
-        let old = std::mem::replace(age, tick);
-        lru.by_age.remove(&old);
-        lru.by_age.insert(tick, key);
-        Some(value)
+        self.state.lock().get(&(generation, page)).cloned()
     }
 
     pub(crate) fn insert(&self, generation: u64, page: u64, value: Arc<Page>) {
-        let mut lru = self.state.lock();
-        lru.tick += 1;
-        let tick = lru.tick;
-        let key = (generation, page);
-        if let Some((_, age)) = lru.entries.insert(key, (value, tick)) {
-            lru.by_age.remove(&age);
-        }
-        lru.by_age.insert(tick, key);
-        while lru.entries.len() > lru.capacity {
-            let Some((_, oldest)) = lru.by_age.pop_first() else {
-                break;
-            };
-            lru.entries.remove(&oldest);
-        }
+        let pushed_out = self.state.lock().push((generation, page), value);
+        // A page pushed out is freed outside the lock.
+        drop(pushed_out);
     }
 
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.state.lock().entries.len()
+        self.state.lock().len()
     }
 }
 
