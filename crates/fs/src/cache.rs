@@ -33,7 +33,8 @@ use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
-use dionfs_dataplane::{DataFile, LogEvery};
+use dionfs_dataplane::DataFile;
+use dionfs_logs::LogEvery;
 use dionfs_sys::handle::KernelHandle;
 use lru::LruCache;
 use parking_lot::Mutex;

@@ -26,7 +26,8 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::sync::Arc;
 
-use dionfs_dataplane::{DataFile, LogEvery};
+use dionfs_dataplane::DataFile;
+use dionfs_logs::LogEvery;
 use dionfs_sys::cred;
 use dionfs_sys::handle::{name_to_handle_at, open_by_handle_at, KernelHandle};
 use rustix::fs::{

@@ -8,9 +8,9 @@ use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dionfs_dataplane::LogEvery;
 use dionfs_fs::{ExportFs, FsError};
 use dionfs_integrity::{Checksummer, FileKey, Store};
+use dionfs_logs::LogEvery;
 use dionfs_sys::handle::KernelHandle;
 use tracing::{debug, info, warn};
 

@@ -26,7 +26,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dionfs_dataplane::{IoRing, LogEvery};
+use dionfs_dataplane::IoRing;
+use dionfs_logs::LogEvery;
 use dionfs_sys::private::Durability;
 use tokio::net::{TcpListener, UdpSocket};
 use tracing::{error, info, warn};

@@ -3,8 +3,9 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use dionfs_logs::LogEvery;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -51,7 +52,7 @@ pub async fn serve<S: Service>(
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut connections = JoinSet::new();
     let mut refusals = Refusals::default();
-    let mut accept_failures = Warnings::default();
+    let accept_failures = LogEvery::new(REFUSAL_WARN_EVERY);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -110,7 +111,7 @@ pub async fn serve<S: Service>(
                 }
                 Err(e) => {
                     // EMFILE lasts: ten tries a second, a line each 10 s.
-                    if let Some(failed) = accept_failures.due() {
+                    if let Some(failed) = accept_failures.count() {
                         warn!(listener = ?local, error = %e, failed,
                             "accept failed (count since the last such warning in `failed`); \
                              with EMFILE, raise the open-file limit (LimitNOFILE)");
@@ -160,39 +161,24 @@ impl Drop for OpenConnection {
 
 /// Connections refused over the cap, and connections closed to make room:
 /// counted, and warned about at most once per [`REFUSAL_WARN_EVERY`] each.
-#[derive(Default)]
 struct Refusals {
-    refused: Warnings,
-    evicted: Warnings,
+    refused: LogEvery,
+    evicted: LogEvery,
 }
 
-/// Events warned about at most once per [`REFUSAL_WARN_EVERY`].
-#[derive(Default)]
-struct Warnings {
-    last: Option<Instant>,
-    since_last: u64,
-}
-
-impl Warnings {
-    /// One more event: the count since the last warning if one is due.
-    fn due(&mut self) -> Option<u64> {
-        self.since_last += 1;
-        let now = Instant::now();
-        if self
-            .last
-            .is_some_and(|t| now.duration_since(t) < REFUSAL_WARN_EVERY)
-        {
-            return None;
+impl Default for Refusals {
+    fn default() -> Self {
+        Self {
+            refused: LogEvery::new(REFUSAL_WARN_EVERY),
+            evicted: LogEvery::new(REFUSAL_WARN_EVERY),
         }
-        self.last = Some(now);
-        Some(std::mem::take(&mut self.since_last))
     }
 }
 
 impl Refusals {
     fn note(&mut self, peer: std::net::SocketAddr, limits: &ConnLimits) {
         NetCounters::bump(&limits.counters.refused);
-        let Some(refused) = self.refused.due() else {
+        let Some(refused) = self.refused.count() else {
             return;
         };
         warn!(
@@ -208,7 +194,7 @@ impl Refusals {
 
     fn evicted(&mut self, peer: std::net::SocketAddr, quiet: Duration, limits: &ConnLimits) {
         NetCounters::bump(&limits.counters.evicted);
-        let Some(evicted) = self.evicted.due() else {
+        let Some(evicted) = self.evicted.count() else {
             return;
         };
         warn!(
