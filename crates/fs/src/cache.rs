@@ -410,6 +410,7 @@ mod tests {
     use super::*;
     use crate::export::{ExportFs, Node};
     use crate::handle::MacKey;
+    use crate::ops;
     use crate::ops::CreateHow;
     use crate::testutil::{export_with_cache, LoopFs};
     use crate::{FsError, SetAttrs};
@@ -441,7 +442,7 @@ mod tests {
     /// New empty files `names` in `dir`.
     fn new_files<const N: usize>(exp: &ExportFs, dir: &Node, names: [&str; N]) -> [Node; N] {
         let how = CreateHow::Guarded(SetAttrs::default());
-        names.map(|name| exp.create(dir, name.as_bytes(), &how).expect(name).0)
+        names.map(|name| ops::create(exp, dir, name.as_bytes(), &how).expect(name).0)
     }
 
     #[test]
@@ -453,9 +454,8 @@ mod tests {
         let mut handles = Vec::new();
         for i in 0..100 {
             let how = CreateHow::Guarded(SetAttrs::default());
-            let (node, _) = exp
-                .create(&root, format!("f{i}").as_bytes(), &how)
-                .expect("create");
+            let (node, _) =
+                ops::create(&exp, &root, format!("f{i}").as_bytes(), &how).expect("create");
             handles.push(node.fh().to_vec());
         }
         let before = fds_under(fs.mount_point());
@@ -500,15 +500,15 @@ mod tests {
         assert_eq!(cache.len(), 3);
 
         // A second name keeps the file alive: no eviction.
-        exp.link(&a, &root, b"a2").expect("link");
-        exp.remove(&root, b"a").expect("rm a");
+        ops::link(&a, &root, b"a2").expect("link");
+        ops::remove(&exp, &root, b"a").expect("rm a");
         assert_eq!(cache.len(), 3);
-        exp.remove(&root, b"a2").expect("rm a2");
+        ops::remove(&exp, &root, b"a2").expect("rm a2");
         assert_eq!(cache.len(), 2);
         assert!(cache.get(&(exp.fs_id, a.kernel.clone())).is_none());
 
         // Renaming c over b evicts b, keeps c.
-        exp.rename(&root, b"c", &root, b"b").expect("rename");
+        ops::rename(&exp, &root, b"c", &root, b"b").expect("rename");
         assert_eq!(cache.len(), 1);
         assert!(cache.get(&(exp.fs_id, b.kernel.clone())).is_none());
         assert!(cache.get(&(exp.fs_id, c.kernel.clone())).is_some());
@@ -531,7 +531,7 @@ mod tests {
         let how = CreateHow::Guarded(SetAttrs::default());
         let mut nodes = Vec::new();
         for name in ["big", "kept", "linked", "held"] {
-            let (node, _) = exp.create(&root, name.as_bytes(), &how).expect("create");
+            let (node, _) = ops::create(&exp, &root, name.as_bytes(), &how).expect("create");
             exp.open_file(node.fh()).expect("open");
             nodes.push(node);
         }
@@ -587,8 +587,8 @@ mod tests {
         };
         let (_, cache, exp, root) = cached_export(&fs, 1);
         let how = CreateHow::Guarded(SetAttrs::default());
-        let (a, _) = exp.create(&root, b"a", &how).expect("a");
-        let (b, _) = exp.create(&root, b"b", &how).expect("b");
+        let (a, _) = ops::create(&exp, &root, b"a", &how).expect("a");
+        let (b, _) = ops::create(&exp, &root, b"b", &how).expect("b");
 
         let held = exp.open_file(a.fh()).expect("open a");
         let held_b = exp
@@ -603,7 +603,7 @@ mod tests {
         assert_eq!(cache.live_files(), 2);
 
         // A size change goes through the same object.
-        exp.set_size(&a, 12345).expect("truncate");
+        ops::set_size(&exp, &a, 12345).expect("truncate");
         assert_eq!(held.data().size().expect("size"), 12345);
 
         // Once nobody holds it, it may really close and reopen: files the
@@ -618,9 +618,8 @@ mod tests {
         assert_eq!(cache.live_files(), 1);
         for i in 0..100 {
             // Purging dead weak entries keeps the live map bounded.
-            let (n, _) = exp
-                .create(&root, format!("n{i}").as_bytes(), &how)
-                .expect("create");
+            let (n, _) =
+                ops::create(&exp, &root, format!("n{i}").as_bytes(), &how).expect("create");
             exp.open_file(n.fh()).expect("open");
         }
         assert!(cache.state.lock().live.len() <= 4);

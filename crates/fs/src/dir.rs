@@ -7,7 +7,7 @@
 //! XFS and btrfs keep them valid while entries are added and removed, so a
 //! listing never has to restart because the directory changed.
 //!
-//! The cookie verifier is therefore constant: [`ExportFs::cookie_verifier`]
+//! The cookie verifier is therefore constant: [`cookie_verifier`]
 //! returns zeros and the server need not reject any verifier (knfsd does
 //! not check it either). A cookie the directory cannot seek to is
 //! `BadCookie`.
@@ -44,71 +44,70 @@ pub struct DirBatch {
 /// getdents64 buffer size.
 const GETDENTS_BUF: usize = 32 * 1024;
 
-impl ExportFs {
-    /// Reads up to `max_entries` entries of `dir`, starting after `cookie`
-    /// (0: from the beginning). Needs read permission on the directory, as
-    /// the kernel checks when we open it under the caller's credentials.
-    pub fn read_dir(
-        &self,
-        dir: &Node,
-        cookie: u64,
-        max_entries: usize,
-    ) -> Result<DirBatch, FsError> {
-        dir.require_dir()?;
-        let fd = openat(
-            dir.fd(),
-            c".",
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?;
-        if cookie != 0 {
-            let offset = i64::try_from(cookie).map_err(|_| FsError::BadCookie)?;
-            seek(&fd, SeekFrom::Start(offset as u64)).map_err(|_| FsError::BadCookie)?;
-        }
-        let is_root = dir.kernel == self.root.kernel;
-        let mut entries = Vec::new();
-        let mut buf = Vec::with_capacity(GETDENTS_BUF);
-        let mut iter = RawDir::new(&fd, buf.spare_capacity_mut());
-        // Read one entry more than asked for, to know whether we hit the end.
-        while entries.len() <= max_entries {
-            let Some(entry) = iter.next() else {
-                return Ok(DirBatch { entries, eof: true });
-            };
-            let entry = entry?;
-            let name = entry.file_name().to_bytes();
-            let fileid = if is_root && name == b".." {
-                self.root_fileid()?
-            } else {
-                entry.ino()
-            };
-            entries.push(DirEntry {
-                name: name.to_vec(),
-                fileid,
-                cookie: entry.next_entry_cookie(),
-            });
-        }
-        entries.truncate(max_entries);
-        Ok(DirBatch {
-            entries,
-            eof: false,
-        })
+/// Reads up to `max_entries` entries of `dir`, starting after `cookie`
+/// (0: from the beginning). Needs read permission on the directory, as
+/// the kernel checks when we open it under the caller's credentials.
+pub fn read_dir(
+    fs: &ExportFs,
+    dir: &Node,
+    cookie: u64,
+    max_entries: usize,
+) -> Result<DirBatch, FsError> {
+    dir.require_dir()?;
+    let fd = openat(
+        dir.fd(),
+        c".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    if cookie != 0 {
+        let offset = i64::try_from(cookie).map_err(|_| FsError::BadCookie)?;
+        seek(&fd, SeekFrom::Start(offset as u64)).map_err(|_| FsError::BadCookie)?;
     }
+    let is_root = dir.kernel == fs.root.kernel;
+    let mut entries = Vec::new();
+    let mut buf = Vec::with_capacity(GETDENTS_BUF);
+    let mut iter = RawDir::new(&fd, buf.spare_capacity_mut());
+    // Read one entry more than asked for, to know whether we hit the end.
+    while entries.len() <= max_entries {
+        let Some(entry) = iter.next() else {
+            return Ok(DirBatch { entries, eof: true });
+        };
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        let fileid = if is_root && name == b".." {
+            root_fileid(fs)?
+        } else {
+            entry.ino()
+        };
+        entries.push(DirEntry {
+            name: name.to_vec(),
+            fileid,
+            cookie: entry.next_entry_cookie(),
+        });
+    }
+    entries.truncate(max_entries);
+    Ok(DirBatch {
+        entries,
+        eof: false,
+    })
+}
 
-    /// The READDIR cookie verifier for `dir`: constant, see the module
-    /// documentation.
-    pub fn cookie_verifier(&self, _dir: &Node) -> [u8; 8] {
-        [0; 8]
-    }
+/// The READDIR cookie verifier for `dir`: constant, see the module
+/// documentation.
+pub fn cookie_verifier(_dir: &Node) -> [u8; 8] {
+    [0; 8]
+}
 
-    fn root_fileid(&self) -> Result<u64, FsError> {
-        Ok(self.getattr(&self.root)?.fileid)
-    }
+fn root_fileid(fs: &ExportFs) -> Result<u64, FsError> {
+    Ok(crate::ops::getattr(fs, &fs.root)?.fileid)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::handle::MacKey;
+    use crate::ops;
     use crate::testutil::{export, LoopFs};
     use std::collections::BTreeSet;
 
@@ -116,7 +115,7 @@ mod tests {
         let mut all = Vec::new();
         let mut cookie = 0;
         loop {
-            let batch = exp.read_dir(dir, cookie, page).expect("read_dir");
+            let batch = read_dir(exp, dir, cookie, page).expect("read_dir");
             assert!(batch.entries.len() <= page);
             if let Some(last) = batch.entries.last() {
                 cookie = last.cookie;
@@ -153,17 +152,17 @@ mod tests {
         assert_eq!(attr.fileid, some.fileid);
 
         // Removing entries while paging does not lose or repeat others.
-        let first = exp.read_dir(&big, 0, 500).expect("first page");
+        let first = read_dir(&exp, &big, 0, 500).expect("first page");
         for e in &first.entries {
             if e.name.starts_with(b"file-") {
-                exp.remove(&big, &e.name).expect("remove");
+                ops::remove(&exp, &big, &e.name).expect("remove");
             }
         }
         let cookie = first.entries.last().expect("entries").cookie;
         let mut rest = Vec::new();
         let mut c = cookie;
         loop {
-            let batch = exp.read_dir(&big, c, 200).expect("rest");
+            let batch = read_dir(&exp, &big, c, 200).expect("rest");
             if let Some(last) = batch.entries.last() {
                 c = last.cookie;
             }
@@ -175,13 +174,13 @@ mod tests {
         assert_eq!(first.entries.len() + rest.len(), count + 2);
 
         // The end cookie gives an empty, final batch.
-        let end = exp.read_dir(&big, c, 10).expect("end");
+        let end = read_dir(&exp, &big, c, 10).expect("end");
         assert!(end.eof && end.entries.is_empty());
         // Zero entries asked: none given, not eof.
-        let none = exp.read_dir(&big, 0, 0).expect("zero");
+        let none = read_dir(&exp, &big, 0, 0).expect("zero");
         assert!(!none.eof && none.entries.is_empty());
         assert_eq!(
-            exp.read_dir(&big, u64::MAX, 10).err(),
+            read_dir(&exp, &big, u64::MAX, 10).err(),
             Some(FsError::BadCookie)
         );
     }
@@ -205,12 +204,12 @@ mod tests {
         std::fs::create_dir_all(&dir).expect("mkdir");
         let exp = export(&dir, 1, MacKey::from_bytes([1; 32]));
         let root = exp.resolve(exp.root_handle()).expect("root");
-        let root_id = exp.getattr(&root).expect("attr").fileid;
-        let batch = exp.read_dir(&root, 0, 10).expect("read_dir");
+        let root_id = ops::getattr(&exp, &root).expect("attr").fileid;
+        let batch = read_dir(&exp, &root, 0, 10).expect("read_dir");
         assert!(batch.eof);
         let dotdot = batch.entries.iter().find(|e| e.name == b"..").expect("..");
         assert_eq!(dotdot.fileid, root_id);
         let file = exp.lookup(&root, b".").expect(".").0;
-        assert_eq!(exp.read_dir(&file, 0, 1).map(|b| b.entries.len()), Ok(1));
+        assert_eq!(read_dir(&exp, &file, 0, 1).map(|b| b.entries.len()), Ok(1));
     }
 }

@@ -264,6 +264,7 @@ fn describe(node: &Node) -> String {
 mod tests {
     use super::*;
     use crate::handle::MacKey;
+    use crate::ops;
     use crate::ops::{CreateHow, SpecialFile};
     use crate::testutil::{export, nobody, LoopFs};
     use dionfs_sys::cred::with_creds;
@@ -288,20 +289,17 @@ mod tests {
                 ..SetAttrs::default()
             };
             with_creds(&nobody(), || {
-                let (file, _) = exp
-                    .create(&root, b"f", &CreateHow::Guarded(none.clone()))
+                let (file, _) = ops::create(&exp, &root, b"f", &CreateHow::Guarded(none.clone()))
                     .expect("create");
                 sync.created(&root, &file, &none).expect("file");
-                let (sub, _) = exp.mkdir(&root, b"d", &none).expect("mkdir");
+                let (sub, _) = ops::mkdir(&exp, &root, b"d", &none).expect("mkdir");
                 sync.created(&root, &sub, &none).expect("dir");
-                let (link, _) = exp
-                    .symlink(&root, b"l", b"f", &SetAttrs::default())
-                    .expect("symlink");
+                let (link, _) =
+                    ops::symlink(&exp, &root, b"l", b"f", &SetAttrs::default()).expect("symlink");
                 sync.created(&root, &link, &SetAttrs::default())
                     .expect("symlink");
-                let (fifo, _) = exp
-                    .mknod(&root, b"p", SpecialFile::Fifo, &none, false)
-                    .expect("fifo");
+                let (fifo, _) =
+                    ops::mknod(&exp, &root, b"p", SpecialFile::Fifo, &none, false).expect("fifo");
                 sync.attrs_changed(&fifo).expect("fifo attributes");
                 sync.linked(&file, &sub).expect("link");
                 sync.renamed(&root, &sub).expect("rename");

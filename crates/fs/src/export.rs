@@ -413,7 +413,7 @@ impl ExportFs {
     /// `O_DIRECT` descriptor beside it where the filesystem allows one).
     ///
     /// This does not check the caller's permission: call
-    /// [`ExportFs::check_file_access`] under the caller's credentials.
+    /// [`crate::ops::check_file_access`] under the caller's credentials.
     pub fn open_file(&self, fh: &[u8]) -> Result<Arc<OpenFile>, FsError> {
         self.open_file_as(fh, Checksums::Required)
     }
@@ -437,7 +437,7 @@ impl ExportFs {
             // No syscall on a hit: a file deleted behind our back (not
             // through REMOVE/RENAME, which evict) is found by the statx
             // every READ/WRITE/COMMIT makes for its reply attributes
-            // ([`ExportFs::file_attr`]), which answers STALE.
+            // ([`crate::ops::file_attr`]), which answers STALE.
             return Ok(file);
         }
         // Verifies the file still exists (and a directory still lies in
@@ -675,6 +675,7 @@ fn fd_path(fd: BorrowedFd<'_>) -> Result<Vec<u8>, FsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops;
     use crate::testutil::{export, LoopFs};
     use std::os::unix::fs::symlink;
 
@@ -773,7 +774,7 @@ mod tests {
             assert_eq!(exp.lookup(&link, b"x").err(), Some(FsError::NotDir));
         }
         assert_eq!(
-            exp.readlink(&exp.lookup(&root, b"up").expect("up").0),
+            ops::readlink(&exp.lookup(&root, b"up").expect("up").0),
             Ok(b"../secret".to_vec())
         );
         // Multi-component names cannot be used to walk anywhere.

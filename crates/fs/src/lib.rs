@@ -15,10 +15,14 @@
 //!   (which returns `io::Result`: a failed switch is a server fault).
 //! - READ/WRITE/COMMIT: [`ExportFs::open_file`] (cached, one open file
 //!   per inode whichever export reaches it; may run as either identity),
-//!   then [`ExportFs::check_file_access`] under the caller's credentials,
+//!   then [`ops::check_file_access`] under the caller's credentials,
 //!   then the data plane on `file.data()`. Size changes go through the same
-//!   open file ([`ExportFs::set_size`]). REMOVE and RENAME evict files
+//!   open file ([`ops::set_size`]). REMOVE and RENAME evict files
 //!   that lost their last name by themselves.
+//! - The metadata procedures are the functions of [`ops`] (one per
+//!   procedure, as knfsd's `vfs.c`: `ops::mkdir(&export_fs, dir, name,
+//!   attrs)`) and [`dir::read_dir`]; [`ExportFs`] itself is the export's
+//!   identity, its handles, lookups and open files.
 //! - CREATE, MKDIR, SYMLINK, MKNOD, REMOVE, RMDIR, RENAME, LINK, SETATTR:
 //!   after the change, and before the reply, the export's [`MetadataSync`]
 //!   makes it durable (a no-op on `async` exports).
@@ -28,12 +32,12 @@
 mod access_memo;
 mod attr;
 mod cache;
-mod dir;
+pub mod dir;
 mod durable;
 mod error;
 mod export;
 pub mod handle;
-mod ops;
+pub mod ops;
 #[cfg(test)]
 mod testutil;
 

@@ -1,4 +1,6 @@
-//! Metadata operations of one export, one method per NFS procedure.
+//! Metadata operations of one export, one function per NFS procedure
+//! (as knfsd's `vfs.c`), each given the [`ExportFs`] it works in when it
+//! needs more than the nodes it is given.
 //!
 //! Every call is blocking and is made by the server inside
 //! `dionfs_sys::cred::with_creds(caller)`, so the kernel checks permissions
@@ -7,7 +9,7 @@
 //! `AT_EMPTY_PATH`), or through `/proc/thread-self/fd/N` for the few calls
 //! that have no empty-path form (chmod, truncate, access, link).
 //!
-//! Names are checked as in knfsd: see [`crate::export::check_name`]; `.`
+//! Names are checked as in knfsd (`export::check_name`); `.`
 //! and `..` are refused with the status knfsd gives for each procedure.
 
 use std::os::fd::{BorrowedFd, OwnedFd};
@@ -116,629 +118,615 @@ const EXCLUSIVE_MODE: u32 = 0o600;
 /// Linux `PATH_MAX`: the longest symlink target.
 const PATH_MAX: usize = 4096;
 
-impl ExportFs {
-    /// GETATTR. A regular file open in the data plane reports the data
-    /// plane's size, which never shows an extending write half-done.
-    pub fn getattr(&self, node: &Node) -> Result<Attr, FsError> {
-        if node.kind != FileKind::Regular {
-            return Attr::of_fd(node.fd());
-        }
-        match self.cache.get_live(&(self.fs_id, node.kernel.clone())) {
-            Some(file) => {
-                let probe = file.data().size_probe();
-                Ok(with_data_size(Attr::of_fd(node.fd())?, probe, &file))
-            }
-            None => Attr::of_fd(node.fd()),
-        }
+/// GETATTR. A regular file open in the data plane reports the data
+/// plane's size, which never shows an extending write half-done.
+pub fn getattr(fs: &ExportFs, node: &Node) -> Result<Attr, FsError> {
+    if node.kind != FileKind::Regular {
+        return Attr::of_fd(node.fd());
     }
-
-    /// SETATTR: applies the size first, then owner, mode and times (so an
-    /// explicit mtime survives the truncation and a mode survives the
-    /// set-id clearing of chown), and returns the new attributes. The
-    /// server checks the ctime guard against [`ExportFs::getattr`] first
-    /// (`NotSync`). Mode changes of symlinks are ignored, as knfsd does.
-    pub fn setattr(&self, node: &Node, attrs: &SetAttrs) -> Result<Attr, FsError> {
-        if let Some(size) = attrs.size {
-            self.set_size(node, size)?;
+    match fs.cache.get_live(&(fs.fs_id, node.kernel.clone())) {
+        Some(file) => {
+            let probe = file.data().size_probe();
+            Ok(with_data_size(Attr::of_fd(node.fd())?, probe, &file))
         }
-        if attrs.uid.is_some() || attrs.gid.is_some() {
-            chownat(
-                node.fd(),
-                c"",
-                attrs.uid.map(Uid::from_raw),
-                attrs.gid.map(Gid::from_raw),
-                AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+        None => Attr::of_fd(node.fd()),
+    }
+}
+
+/// SETATTR: applies the size first, then owner, mode and times (so an
+/// explicit mtime survives the truncation and a mode survives the
+/// set-id clearing of chown), and returns the new attributes. The
+/// server checks the ctime guard against [`getattr`] first
+/// (`NotSync`). Mode changes of symlinks are ignored, as knfsd does.
+pub fn setattr(fs: &ExportFs, node: &Node, attrs: &SetAttrs) -> Result<Attr, FsError> {
+    if let Some(size) = attrs.size {
+        set_size(fs, node, size)?;
+    }
+    if attrs.uid.is_some() || attrs.gid.is_some() {
+        chownat(
+            node.fd(),
+            c"",
+            attrs.uid.map(Uid::from_raw),
+            attrs.gid.map(Gid::from_raw),
+            AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+        )?;
+    }
+    if let Some(mode) = attrs.mode {
+        if node.kind != FileKind::Symlink {
+            chmodat(
+                CWD,
+                proc_fd_path(node.fd()).as_c_str(),
+                Mode::from_raw_mode(mode & 0o7777),
+                AtFlags::empty(),
             )?;
         }
-        if let Some(mode) = attrs.mode {
-            if node.kind != FileKind::Symlink {
-                chmodat(
-                    CWD,
-                    proc_fd_path(node.fd()).as_c_str(),
-                    Mode::from_raw_mode(mode & 0o7777),
-                    AtFlags::empty(),
-                )?;
-            }
-        }
-        if attrs.atime.is_some() || attrs.mtime.is_some() {
-            let times = Timestamps {
-                last_access: timespec(attrs.atime),
-                last_modification: timespec(attrs.mtime),
-            };
-            let set = || {
-                utimensat(
-                    node.fd(),
-                    c"",
-                    &times,
-                    AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
-                )
-                .map_err(std::io::Error::from)
-            };
-            // With checksums, an mtime the server sets is its own change,
-            // not one behind its back (which would rebuild the checksums
-            // at the next mismatch instead of reporting it).
-            match self.checksummed_file(node, attrs.mtime.is_some())? {
-                Some(file) => {
-                    let sums = file.data().integrity().ok_or(FsError::Io)?;
-                    sums.server_change(file.data().buffered_fd(), set)?
-                }
-                None => set()?,
-            }
-        }
-        self.getattr(node)
     }
-
-    /// The open file of `node` if `wanted`, it is a regular file and the
-    /// export keeps checksums (opened if it was not).
-    fn checksummed_file(
-        &self,
-        node: &Node,
-        wanted: bool,
-    ) -> Result<Option<std::sync::Arc<OpenFile>>, FsError> {
-        if !wanted || node.kind != FileKind::Regular || self.integrity.is_none() {
-            return Ok(None);
+    if attrs.atime.is_some() || attrs.mtime.is_some() {
+        let times = Timestamps {
+            last_access: timespec(attrs.atime),
+            last_modification: timespec(attrs.mtime),
+        };
+        let set = || {
+            utimensat(
+                node.fd(),
+                c"",
+                &times,
+                AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+            )
+            .map_err(std::io::Error::from)
+        };
+        // With checksums, an mtime the server sets is its own change,
+        // not one behind its back (which would rebuild the checksums
+        // at the next mismatch instead of reporting it).
+        match checksummed_file(fs, node, attrs.mtime.is_some())? {
+            Some(file) => {
+                let sums = file.data().integrity().ok_or(FsError::Io)?;
+                sums.server_change(file.data().buffered_fd(), set)?
+            }
+            None => set()?,
         }
-        let file = self.open_file_of(node)?;
-        Ok(file.data().integrity().is_some().then_some(file))
     }
+    getattr(fs, node)
+}
 
-    /// Truncates or extends a regular file to `size` bytes. Needs write
-    /// permission, or ownership of the file (knfsd's owner override: a
-    /// client may create a file read-only and still set its size).
-    ///
-    /// Goes through the file's one data-plane [`OpenFile`]
-    /// ([`dionfs_dataplane::DataFile::truncate`]), under its whole-file
-    /// range lock, so it never races a read-modify-write in flight. Call
-    /// it under the caller's credentials: the `ftruncate` then clears
-    /// set-user-ID and set-group-ID bits as a local truncate would.
-    pub fn set_size(&self, node: &Node, size: u64) -> Result<(), FsError> {
-        match node.kind {
-            FileKind::Regular => {}
-            FileKind::Directory => return Err(FsError::IsDir),
-            _ => return Err(FsError::Inval),
+/// The open file of `node` if `wanted`, it is a regular file and the
+/// export keeps checksums (opened if it was not).
+fn checksummed_file(
+    fs: &ExportFs,
+    node: &Node,
+    wanted: bool,
+) -> Result<Option<std::sync::Arc<OpenFile>>, FsError> {
+    if !wanted || node.kind != FileKind::Regular || fs.integrity.is_none() {
+        return Ok(None);
+    }
+    let file = fs.open_file_of(node)?;
+    Ok(file.data().integrity().is_some().then_some(file))
+}
+
+/// Truncates or extends a regular file to `size` bytes. Needs write
+/// permission, or ownership of the file (knfsd's owner override: a
+/// client may create a file read-only and still set its size).
+///
+/// Goes through the file's one data-plane [`OpenFile`]
+/// ([`dionfs_dataplane::DataFile::truncate`]), under its whole-file
+/// range lock, so it never races a read-modify-write in flight. Call
+/// it under the caller's credentials: the `ftruncate` then clears
+/// set-user-ID and set-group-ID bits as a local truncate would.
+pub fn set_size(fs: &ExportFs, node: &Node, size: u64) -> Result<(), FsError> {
+    match node.kind {
+        FileKind::Regular => {}
+        FileKind::Directory => return Err(FsError::IsDir),
+        _ => return Err(FsError::Inval),
+    }
+    if size > i64::MAX as u64 {
+        return Err(FsError::FBig);
+    }
+    check_io_access(node, true)?;
+    let file = fs.open_file_of(node)?;
+    file.data().truncate(size).map_err(|e| {
+        Errno::from_io_error(&e)
+            .map(FsError::from)
+            .unwrap_or(FsError::ServerFault)
+    })?;
+    Ok(())
+}
+
+/// Attributes of an open file (READ, WRITE and COMMIT replies): one
+/// statx. A file with no links left was deleted behind the server's
+/// back (REMOVE and RENAME evict what they unlink): it is dropped from
+/// the open-file cache and its handle is [`FsError::Stale`], as knfsd
+/// answers for an unlinked inode.
+pub fn file_attr(fs: &ExportFs, file: &OpenFile) -> Result<Attr, FsError> {
+    let probe = file.data().size_probe();
+    let attr = Attr::of_fd(file.fd())?;
+    if attr.nlink == 0 {
+        fs.cache.evict(&(fs.fs_id, file.kernel().clone()));
+        return Err(FsError::Stale);
+    }
+    Ok(with_data_size(attr, probe, file))
+}
+
+/// [`check_io_access`] for a file opened with
+/// [`ExportFs::open_file`].
+pub fn check_file_access(file: &OpenFile, write: bool) -> Result<(), FsError> {
+    check_io_access_of(file.fd(), FileKind::Regular, write)
+}
+
+/// Whether [`check_file_access`] granted `creds` this access
+/// to `file` since it last changed: `attr` must come from a statx made
+/// after the caller's call arrived (see `access_memo.rs`). No system
+/// call, no credential switch.
+pub fn file_access_granted(file: &OpenFile, creds: &Creds, write: bool, attr: &Attr) -> bool {
+    file.access.granted(creds, write, Stamp::of(attr))
+}
+
+/// [`check_file_access`] that remembers a grant, to the
+/// calling thread's credentials, for [`file_access_granted`];
+/// `attr` must come from a statx made before this call.
+pub fn check_file_access_remembered(
+    file: &OpenFile,
+    write: bool,
+    attr: &Attr,
+) -> Result<(), FsError> {
+    check_file_access(file, write)?;
+    file.access.grant(&cred::current(), write, Stamp::of(attr));
+    Ok(())
+}
+
+/// ACCESS: which of the `requested` ACCESS3 bits the caller has,
+/// checked by the kernel (`faccessat2(AT_EACCESS)` under the caller's
+/// credentials). The bits map to kernel checks as in knfsd
+/// (`nfs3_diraccess` / `nfs3_regaccess` / `nfs3_anyaccess`). The server
+/// clears MODIFY/EXTEND/DELETE itself on read-only exports.
+pub fn access(node: &Node, requested: u32) -> Result<u32, FsError> {
+    use access3::*;
+    let r = Access::READ_OK;
+    let w = Access::WRITE_OK;
+    let x = Access::EXEC_OK;
+    let map: &[(u32, Access)] = match node.kind {
+        FileKind::Directory => &[
+            (READ, r),
+            (LOOKUP, x),
+            (MODIFY, w.union(x)),
+            (EXTEND, w.union(x)),
+            (DELETE, w.union(x)),
+        ],
+        FileKind::Regular => &[(READ, r), (MODIFY, w), (EXTEND, w), (EXECUTE, x)],
+        _ => &[(READ, r), (MODIFY, w), (EXTEND, w), (EXECUTE, x)],
+    };
+    let mut granted = 0;
+    // Each distinct kernel check is made once.
+    let mut answers: Vec<(Access, bool)> = Vec::with_capacity(4);
+    for &(bit, mode) in map {
+        if requested & bit == 0 {
+            continue;
         }
-        if size > i64::MAX as u64 {
-            return Err(FsError::FBig);
+        let allowed = match answers.iter().find(|(m, _)| *m == mode) {
+            Some(&(_, allowed)) => allowed,
+            None => {
+                let allowed = kernel_allows(node.fd(), mode)?;
+                answers.push((mode, allowed));
+                allowed
+            }
+        };
+        if allowed {
+            granted |= bit;
         }
-        self.check_io_access(node, true)?;
-        let file = self.open_file_of(node)?;
-        file.data().truncate(size).map_err(|e| {
-            Errno::from_io_error(&e)
-                .map(FsError::from)
-                .unwrap_or(FsError::ServerFault)
-        })?;
+    }
+    // Owner override for reading regular files (knfsd's
+    // NFSD_MAY_OWNER_OVERRIDE in nfs3_regaccess).
+    if node.kind == FileKind::Regular
+        && requested & READ != 0
+        && granted & READ == 0
+        && caller_owns(node.fd())?
+    {
+        granted |= READ;
+    }
+    Ok(granted)
+}
+
+/// The permission check for READ (`write == false`) and WRITE of a
+/// regular file, like knfsd's `nfsd_permission` for those: read needs
+/// read *or execute* permission (clients read executables to run
+/// them), write needs write permission, and the owner may always do
+/// both. Call it inside `with_creds` before using the open file.
+pub fn check_io_access(node: &Node, write: bool) -> Result<(), FsError> {
+    check_io_access_of(node.fd(), node.kind, write)
+}
+
+fn check_io_access_of(fd: BorrowedFd<'_>, kind: FileKind, write: bool) -> Result<(), FsError> {
+    match kind {
+        FileKind::Regular => {}
+        FileKind::Directory => return Err(FsError::IsDir),
+        _ => return Err(FsError::Inval),
+    }
+    let allowed = if write {
+        kernel_allows(fd, Access::WRITE_OK)?
+    } else {
+        kernel_allows(fd, Access::READ_OK)? || kernel_allows(fd, Access::EXEC_OK)?
+    };
+    if allowed || caller_owns(fd)? {
         Ok(())
+    } else {
+        Err(FsError::Access)
     }
+}
 
-    /// Attributes of an open file (READ, WRITE and COMMIT replies): one
-    /// statx. A file with no links left was deleted behind the server's
-    /// back (REMOVE and RENAME evict what they unlink): it is dropped from
-    /// the open-file cache and its handle is [`FsError::Stale`], as knfsd
-    /// answers for an unlinked inode.
-    pub fn file_attr(&self, file: &OpenFile) -> Result<Attr, FsError> {
-        let probe = file.data().size_probe();
-        let attr = Attr::of_fd(file.fd())?;
-        if attr.nlink == 0 {
-            self.cache.evict(&(self.fs_id, file.kernel().clone()));
-            return Err(FsError::Stale);
+/// READLINK.
+pub fn readlink(node: &Node) -> Result<Vec<u8>, FsError> {
+    if node.kind != FileKind::Symlink {
+        return Err(FsError::Inval);
+    }
+    Ok(readlinkat(node.fd(), c"", Vec::new())?.into_bytes())
+}
+
+/// CREATE of a regular file; returns the file and its attributes.
+pub fn create(
+    fs: &ExportFs,
+    dir: &Node,
+    name: &[u8],
+    how: &CreateHow,
+) -> Result<(Node, Attr), FsError> {
+    dir.require_dir()?;
+    let name = check_name(name)?;
+    if is_dot_or_dotdot(&name) {
+        return Err(FsError::Exist);
+    }
+    let mode = match how {
+        CreateHow::Unchecked(attrs) | CreateHow::Guarded(attrs) => {
+            attrs.mode.unwrap_or(DEFAULT_FILE_MODE)
         }
-        Ok(with_data_size(attr, probe, file))
-    }
-
-    /// [`ExportFs::check_io_access`] for a file opened with
-    /// [`ExportFs::open_file`].
-    pub fn check_file_access(&self, file: &OpenFile, write: bool) -> Result<(), FsError> {
-        self.check_io_access_of(file.fd(), FileKind::Regular, write)
-    }
-
-    /// Whether [`ExportFs::check_file_access`] granted `creds` this access
-    /// to `file` since it last changed: `attr` must come from a statx made
-    /// after the caller's call arrived (see `access_memo.rs`). No system
-    /// call, no credential switch.
-    pub fn file_access_granted(
-        &self,
-        file: &OpenFile,
-        creds: &Creds,
-        write: bool,
-        attr: &Attr,
-    ) -> bool {
-        file.access.granted(creds, write, Stamp::of(attr))
-    }
-
-    /// [`ExportFs::check_file_access`] that remembers a grant, to the
-    /// calling thread's credentials, for [`ExportFs::file_access_granted`];
-    /// `attr` must come from a statx made before this call.
-    pub fn check_file_access_remembered(
-        &self,
-        file: &OpenFile,
-        write: bool,
-        attr: &Attr,
-    ) -> Result<(), FsError> {
-        self.check_file_access(file, write)?;
-        file.access.grant(&cred::current(), write, Stamp::of(attr));
-        Ok(())
-    }
-
-    /// ACCESS: which of the `requested` ACCESS3 bits the caller has,
-    /// checked by the kernel (`faccessat2(AT_EACCESS)` under the caller's
-    /// credentials). The bits map to kernel checks as in knfsd
-    /// (`nfs3_diraccess` / `nfs3_regaccess` / `nfs3_anyaccess`). The server
-    /// clears MODIFY/EXTEND/DELETE itself on read-only exports.
-    pub fn access(&self, node: &Node, requested: u32) -> Result<u32, FsError> {
-        use access3::*;
-        let r = Access::READ_OK;
-        let w = Access::WRITE_OK;
-        let x = Access::EXEC_OK;
-        let map: &[(u32, Access)] = match node.kind {
-            FileKind::Directory => &[
-                (READ, r),
-                (LOOKUP, x),
-                (MODIFY, w.union(x)),
-                (EXTEND, w.union(x)),
-                (DELETE, w.union(x)),
-            ],
-            FileKind::Regular => &[(READ, r), (MODIFY, w), (EXTEND, w), (EXECUTE, x)],
-            _ => &[(READ, r), (MODIFY, w), (EXTEND, w), (EXECUTE, x)],
-        };
-        let mut granted = 0;
-        // Each distinct kernel check is made once.
-        let mut answers: Vec<(Access, bool)> = Vec::with_capacity(4);
-        for &(bit, mode) in map {
-            if requested & bit == 0 {
-                continue;
-            }
-            let allowed = match answers.iter().find(|(m, _)| *m == mode) {
-                Some(&(_, allowed)) => allowed,
-                None => {
-                    let allowed = kernel_allows(node.fd(), mode)?;
-                    answers.push((mode, allowed));
-                    allowed
-                }
+        CreateHow::Exclusive(_) => EXCLUSIVE_MODE,
+    };
+    // O_RDONLY: a freshly created file is opened without a permission
+    // check, whatever its mode.
+    let created = create_beneath(
+        dir.fd(),
+        &name,
+        OFlags::CREATE | OFlags::EXCL | OFlags::RDONLY | OFlags::NOFOLLOW,
+        Mode::from_raw_mode(mode & 0o7777),
+    );
+    let created = match created {
+        Ok(fd) => fd,
+        Err(FsError::Exist) => return create_existing(fs, dir, &name, how),
+        Err(e) => return Err(e),
+    };
+    let (node, attr) = fs.node_from_fd(created)?;
+    match how {
+        CreateHow::Unchecked(attrs) | CreateHow::Guarded(attrs) => {
+            let rest = SetAttrs {
+                mode: None,
+                size: attrs.size.filter(|&s| s != 0),
+                ..attrs.clone()
             };
-            if allowed {
-                granted |= bit;
-            }
+            finish_new(fs, node, attr, &rest, attrs.mode)
         }
-        // Owner override for reading regular files (knfsd's
-        // NFSD_MAY_OWNER_OVERRIDE in nfs3_regaccess).
-        if node.kind == FileKind::Regular
-            && requested & READ != 0
-            && granted & READ == 0
-            && self.caller_owns(node.fd())?
-        {
-            granted |= READ;
-        }
-        Ok(granted)
-    }
-
-    /// The permission check for READ (`write == false`) and WRITE of a
-    /// regular file, like knfsd's `nfsd_permission` for those: read needs
-    /// read *or execute* permission (clients read executables to run
-    /// them), write needs write permission, and the owner may always do
-    /// both. Call it inside `with_creds` before using the open file.
-    pub fn check_io_access(&self, node: &Node, write: bool) -> Result<(), FsError> {
-        self.check_io_access_of(node.fd(), node.kind, write)
-    }
-
-    fn check_io_access_of(
-        &self,
-        fd: BorrowedFd<'_>,
-        kind: FileKind,
-        write: bool,
-    ) -> Result<(), FsError> {
-        match kind {
-            FileKind::Regular => {}
-            FileKind::Directory => return Err(FsError::IsDir),
-            _ => return Err(FsError::Inval),
-        }
-        let allowed = if write {
-            kernel_allows(fd, Access::WRITE_OK)?
-        } else {
-            kernel_allows(fd, Access::READ_OK)? || kernel_allows(fd, Access::EXEC_OK)?
-        };
-        if allowed || self.caller_owns(fd)? {
-            Ok(())
-        } else {
-            Err(FsError::Access)
+        CreateHow::Exclusive(verf) => {
+            let (atime, mtime) = verifier_times(verf);
+            let attrs = SetAttrs {
+                atime: Some(SetTime::Client(atime)),
+                mtime: Some(SetTime::Client(mtime)),
+                ..SetAttrs::default()
+            };
+            let attr = setattr(fs, &node, &attrs)?;
+            Ok((node, attr))
         }
     }
+}
 
-    /// READLINK.
-    pub fn readlink(&self, node: &Node) -> Result<Vec<u8>, FsError> {
-        if node.kind != FileKind::Symlink {
-            return Err(FsError::Inval);
-        }
-        Ok(readlinkat(node.fd(), c"", Vec::new())?.into_bytes())
+/// CREATE found `name` already there.
+fn create_existing(
+    fs: &ExportFs,
+    dir: &Node,
+    name: &std::ffi::CString,
+    how: &CreateHow,
+) -> Result<(Node, Attr), FsError> {
+    let fd = match how {
+        CreateHow::Guarded(_) => return Err(FsError::Exist),
+        _ => open_beneath(dir.fd(), name, OFlags::PATH | OFlags::NOFOLLOW)?,
+    };
+    let (node, attr) = fs.node_from_fd(fd)?;
+    if attr.kind != FileKind::Regular {
+        return Err(FsError::Exist);
     }
-
-    /// CREATE of a regular file; returns the file and its attributes.
-    pub fn create(
-        &self,
-        dir: &Node,
-        name: &[u8],
-        how: &CreateHow,
-    ) -> Result<(Node, Attr), FsError> {
-        dir.require_dir()?;
-        let name = check_name(name)?;
-        if is_dot_or_dotdot(&name) {
-            return Err(FsError::Exist);
-        }
-        let mode = match how {
-            CreateHow::Unchecked(attrs) | CreateHow::Guarded(attrs) => {
-                attrs.mode.unwrap_or(DEFAULT_FILE_MODE)
-            }
-            CreateHow::Exclusive(_) => EXCLUSIVE_MODE,
-        };
-        // O_RDONLY: a freshly created file is opened without a permission
-        // check, whatever its mode.
-        let created = create_beneath(
-            dir.fd(),
-            &name,
-            OFlags::CREATE | OFlags::EXCL | OFlags::RDONLY | OFlags::NOFOLLOW,
-            Mode::from_raw_mode(mode & 0o7777),
-        );
-        let created = match created {
-            Ok(fd) => fd,
-            Err(FsError::Exist) => return self.create_existing(dir, &name, how),
-            Err(e) => return Err(e),
-        };
-        let (node, attr) = self.node_from_fd(created)?;
-        match how {
-            CreateHow::Unchecked(attrs) | CreateHow::Guarded(attrs) => {
-                let rest = SetAttrs {
-                    mode: None,
-                    size: attrs.size.filter(|&s| s != 0),
-                    ..attrs.clone()
-                };
-                self.finish_new(node, attr, &rest, attrs.mode)
-            }
-            CreateHow::Exclusive(verf) => {
-                let (atime, mtime) = verifier_times(verf);
-                let attrs = SetAttrs {
-                    atime: Some(SetTime::Client(atime)),
-                    mtime: Some(SetTime::Client(mtime)),
-                    ..SetAttrs::default()
-                };
-                let attr = self.setattr(&node, &attrs)?;
+    match how {
+        CreateHow::Unchecked(attrs) => match attrs.size {
+            Some(size) => {
+                set_size(fs, &node, size)?;
+                let attr = getattr(fs, &node)?;
                 Ok((node, attr))
             }
-        }
-    }
-
-    /// CREATE found `name` already there.
-    fn create_existing(
-        &self,
-        dir: &Node,
-        name: &std::ffi::CString,
-        how: &CreateHow,
-    ) -> Result<(Node, Attr), FsError> {
-        let fd = match how {
-            CreateHow::Guarded(_) => return Err(FsError::Exist),
-            _ => open_beneath(dir.fd(), name, OFlags::PATH | OFlags::NOFOLLOW)?,
-        };
-        let (node, attr) = self.node_from_fd(fd)?;
-        if attr.kind != FileKind::Regular {
-            return Err(FsError::Exist);
-        }
-        match how {
-            CreateHow::Unchecked(attrs) => match attrs.size {
-                Some(size) => {
-                    self.set_size(&node, size)?;
-                    let attr = self.getattr(&node)?;
-                    Ok((node, attr))
-                }
-                None => Ok((node, attr)),
-            },
-            CreateHow::Exclusive(verf) => {
-                let (atime, mtime) = verifier_times(verf);
-                if attr.atime.seconds == atime.seconds
-                    && attr.mtime.seconds == mtime.seconds
-                    && attr.size == 0
-                {
-                    // Our own earlier reply got lost: same verifier.
-                    Ok((node, attr))
-                } else {
-                    Err(FsError::Exist)
-                }
+            None => Ok((node, attr)),
+        },
+        CreateHow::Exclusive(verf) => {
+            let (atime, mtime) = verifier_times(verf);
+            if attr.atime.seconds == atime.seconds
+                && attr.mtime.seconds == mtime.seconds
+                && attr.size == 0
+            {
+                // Our own earlier reply got lost: same verifier.
+                Ok((node, attr))
+            } else {
+                Err(FsError::Exist)
             }
-            CreateHow::Guarded(_) => Err(FsError::Exist),
         }
+        CreateHow::Guarded(_) => Err(FsError::Exist),
     }
+}
 
-    /// Applies what creation itself could not set: owner and group (if the
-    /// client asked for other than the caller's), size, times, and mode
-    /// bits that `mkdir`/`open` mask off (set-uid/set-gid).
-    fn finish_new(
-        &self,
-        node: Node,
-        attr: Attr,
-        rest: &SetAttrs,
-        mode: Option<u32>,
-    ) -> Result<(Node, Attr), FsError> {
-        let mut rest = rest.clone();
-        rest.uid = rest.uid.filter(|&uid| uid != attr.uid);
-        rest.gid = rest.gid.filter(|&gid| gid != attr.gid);
-        rest.mode = mode.filter(|&m| m & 0o7777 != attr.mode);
-        if node.kind == FileKind::Symlink {
-            rest.mode = None;
-        }
-        if rest.is_empty() {
-            return Ok((node, attr));
-        }
-        let attr = self.setattr(&node, &rest)?;
-        Ok((node, attr))
+/// Applies what creation itself could not set: owner and group (if the
+/// client asked for other than the caller's), size, times, and mode
+/// bits that `mkdir`/`open` mask off (set-uid/set-gid).
+fn finish_new(
+    fs: &ExportFs,
+    node: Node,
+    attr: Attr,
+    rest: &SetAttrs,
+    mode: Option<u32>,
+) -> Result<(Node, Attr), FsError> {
+    let mut rest = rest.clone();
+    rest.uid = rest.uid.filter(|&uid| uid != attr.uid);
+    rest.gid = rest.gid.filter(|&gid| gid != attr.gid);
+    rest.mode = mode.filter(|&m| m & 0o7777 != attr.mode);
+    if node.kind == FileKind::Symlink {
+        rest.mode = None;
     }
-
-    /// MKDIR.
-    pub fn mkdir(
-        &self,
-        dir: &Node,
-        name: &[u8],
-        attrs: &SetAttrs,
-    ) -> Result<(Node, Attr), FsError> {
-        dir.require_dir()?;
-        let name = check_name(name)?;
-        if is_dot_or_dotdot(&name) {
-            return Err(FsError::Exist);
-        }
-        let mode = attrs.mode.unwrap_or(DEFAULT_DIR_MODE);
-        mkdirat(
-            dir.fd(),
-            name.as_c_str(),
-            Mode::from_raw_mode(mode & 0o7777),
-        )?;
-        let fd = open_beneath(
-            dir.fd(),
-            &name,
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW,
-        )?;
-        let (node, attr) = self.node_from_fd(fd)?;
-        let rest = SetAttrs {
-            mode: None,
-            size: None,
-            ..attrs.clone()
-        };
-        self.finish_new(node, attr, &rest, Some(mode))
+    if rest.is_empty() {
+        return Ok((node, attr));
     }
+    let attr = setattr(fs, &node, &rest)?;
+    Ok((node, attr))
+}
 
-    /// SYMLINK: creates `name` pointing at `target`, stored exactly as the
-    /// client sent it and never resolved by us.
-    pub fn symlink(
-        &self,
-        dir: &Node,
-        name: &[u8],
-        target: &[u8],
-        attrs: &SetAttrs,
-    ) -> Result<(Node, Attr), FsError> {
-        dir.require_dir()?;
-        let name = check_name(name)?;
-        if is_dot_or_dotdot(&name) {
-            return Err(FsError::Exist);
-        }
-        if target.len() > PATH_MAX {
-            return Err(FsError::NameTooLong);
-        }
-        if target.is_empty() || target.contains(&0) {
-            return Err(FsError::Inval);
-        }
-        symlinkat(target, dir.fd(), name.as_c_str())?;
-        let fd = open_beneath(dir.fd(), &name, OFlags::PATH | OFlags::NOFOLLOW)?;
-        let (node, attr) = self.node_from_fd(fd)?;
-        let rest = SetAttrs {
-            mode: None,
-            size: None,
-            ..attrs.clone()
-        };
-        self.finish_new(node, attr, &rest, None)
+/// MKDIR.
+pub fn mkdir(
+    fs: &ExportFs,
+    dir: &Node,
+    name: &[u8],
+    attrs: &SetAttrs,
+) -> Result<(Node, Attr), FsError> {
+    dir.require_dir()?;
+    let name = check_name(name)?;
+    if is_dot_or_dotdot(&name) {
+        return Err(FsError::Exist);
     }
+    let mode = attrs.mode.unwrap_or(DEFAULT_DIR_MODE);
+    mkdirat(
+        dir.fd(),
+        name.as_c_str(),
+        Mode::from_raw_mode(mode & 0o7777),
+    )?;
+    let fd = open_beneath(
+        dir.fd(),
+        &name,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW,
+    )?;
+    let (node, attr) = fs.node_from_fd(fd)?;
+    let rest = SetAttrs {
+        mode: None,
+        size: None,
+        ..attrs.clone()
+    };
+    finish_new(fs, node, attr, &rest, Some(mode))
+}
 
-    /// MKNOD. Device files only where the export allows them
-    /// (`allow_devices`); even then the kernel requires `CAP_MKNOD`, which
-    /// only an unsquashed root caller has.
-    pub fn mknod(
-        &self,
-        dir: &Node,
-        name: &[u8],
-        special: SpecialFile,
-        attrs: &SetAttrs,
-        allow_devices: bool,
-    ) -> Result<(Node, Attr), FsError> {
-        dir.require_dir()?;
-        let name = check_name(name)?;
-        if is_dot_or_dotdot(&name) {
-            return Err(FsError::Exist);
-        }
-        let (file_type, dev) = match special {
-            SpecialFile::Fifo => (FileType::Fifo, 0),
-            SpecialFile::Socket => (FileType::Socket, 0),
-            SpecialFile::CharDevice(major, minor) => {
-                (FileType::CharacterDevice, rustix::fs::makedev(major, minor))
-            }
-            SpecialFile::BlockDevice(major, minor) => {
-                (FileType::BlockDevice, rustix::fs::makedev(major, minor))
-            }
-        };
-        let is_device = matches!(
-            special,
-            SpecialFile::CharDevice(..) | SpecialFile::BlockDevice(..)
-        );
-        if is_device && !allow_devices {
-            return Err(FsError::Perm);
-        }
-        let mode = attrs.mode.unwrap_or(DEFAULT_FILE_MODE);
-        mknodat(
-            dir.fd(),
-            name.as_c_str(),
-            file_type,
-            Mode::from_raw_mode(mode & 0o7777),
-            dev,
-        )?;
-        let fd = open_beneath(dir.fd(), &name, OFlags::PATH | OFlags::NOFOLLOW)?;
-        let (node, attr) = self.node_from_fd(fd)?;
-        let rest = SetAttrs {
-            mode: None,
-            size: None,
-            ..attrs.clone()
-        };
-        self.finish_new(node, attr, &rest, Some(mode))
+/// SYMLINK: creates `name` pointing at `target`, stored exactly as the
+/// client sent it and never resolved by us.
+pub fn symlink(
+    fs: &ExportFs,
+    dir: &Node,
+    name: &[u8],
+    target: &[u8],
+    attrs: &SetAttrs,
+) -> Result<(Node, Attr), FsError> {
+    dir.require_dir()?;
+    let name = check_name(name)?;
+    if is_dot_or_dotdot(&name) {
+        return Err(FsError::Exist);
     }
-
-    /// REMOVE: unlinks a non-directory (`IsDir` for a directory, as
-    /// unlink(2) says). If that was the file's last name, its entry in the
-    /// open-file cache is evicted so the server does not keep it alive.
-    pub fn remove(&self, dir: &Node, name: &[u8]) -> Result<(), FsError> {
-        dir.require_dir()?;
-        let name = check_name(name)?;
-        if is_dot_or_dotdot(&name) {
-            return Err(FsError::Access);
-        }
-        let victim = open_beneath(dir.fd(), &name, OFlags::PATH | OFlags::NOFOLLOW)?;
-        unlinkat(dir.fd(), name.as_c_str(), AtFlags::empty())?;
-        self.evict_if_gone(victim);
-        Ok(())
+    if target.len() > PATH_MAX {
+        return Err(FsError::NameTooLong);
     }
-
-    /// RMDIR.
-    pub fn rmdir(&self, dir: &Node, name: &[u8]) -> Result<(), FsError> {
-        dir.require_dir()?;
-        let name = check_name(name)?;
-        if is_dot_or_dotdot(&name) {
-            return Err(FsError::Access);
-        }
-        unlinkat(dir.fd(), name.as_c_str(), AtFlags::REMOVEDIR)?;
-        Ok(())
+    if target.is_empty() || target.contains(&0) {
+        return Err(FsError::Inval);
     }
+    symlinkat(target, dir.fd(), name.as_c_str())?;
+    let fd = open_beneath(dir.fd(), &name, OFlags::PATH | OFlags::NOFOLLOW)?;
+    let (node, attr) = fs.node_from_fd(fd)?;
+    let rest = SetAttrs {
+        mode: None,
+        size: None,
+        ..attrs.clone()
+    };
+    finish_new(fs, node, attr, &rest, None)
+}
 
-    /// RENAME within this export (the server answers `Xdev` for handles of
-    /// two exports). A regular file replaced by the rename is evicted from
-    /// the open-file cache if that was its last name.
-    pub fn rename(
-        &self,
-        from_dir: &Node,
-        from_name: &[u8],
-        to_dir: &Node,
-        to_name: &[u8],
-    ) -> Result<(), FsError> {
-        from_dir.require_dir()?;
-        to_dir.require_dir()?;
-        let from_name = check_name(from_name)?;
-        let to_name = check_name(to_name)?;
-        if is_dot_or_dotdot(&from_name) || is_dot_or_dotdot(&to_name) {
-            // knfsd's nfsd_rename answers PERM here.
-            return Err(FsError::Perm);
-        }
-        let victim = match open_beneath(to_dir.fd(), &to_name, OFlags::PATH | OFlags::NOFOLLOW) {
-            Ok(fd) => Some(fd),
-            Err(FsError::NoEnt) => None,
-            Err(e) => return Err(e),
-        };
-        renameat(
-            from_dir.fd(),
-            from_name.as_c_str(),
-            to_dir.fd(),
-            to_name.as_c_str(),
-        )?;
-        if let Some(victim) = victim {
-            self.evict_if_gone(victim);
-        }
-        Ok(())
+/// MKNOD. Device files only where the export allows them
+/// (`allow_devices`); even then the kernel requires `CAP_MKNOD`, which
+/// only an unsquashed root caller has.
+pub fn mknod(
+    fs: &ExportFs,
+    dir: &Node,
+    name: &[u8],
+    special: SpecialFile,
+    attrs: &SetAttrs,
+    allow_devices: bool,
+) -> Result<(Node, Attr), FsError> {
+    dir.require_dir()?;
+    let name = check_name(name)?;
+    if is_dot_or_dotdot(&name) {
+        return Err(FsError::Exist);
     }
-
-    /// LINK: a new name `name` in `dir` for `file`.
-    pub fn link(&self, file: &Node, dir: &Node, name: &[u8]) -> Result<(), FsError> {
-        dir.require_dir()?;
-        if file.kind == FileKind::Directory {
-            return Err(FsError::IsDir);
+    let (file_type, dev) = match special {
+        SpecialFile::Fifo => (FileType::Fifo, 0),
+        SpecialFile::Socket => (FileType::Socket, 0),
+        SpecialFile::CharDevice(major, minor) => {
+            (FileType::CharacterDevice, rustix::fs::makedev(major, minor))
         }
-        let name = check_name(name)?;
-        if is_dot_or_dotdot(&name) {
-            return Err(FsError::Exist);
+        SpecialFile::BlockDevice(major, minor) => {
+            (FileType::BlockDevice, rustix::fs::makedev(major, minor))
         }
-        // linkat(fd, "", AT_EMPTY_PATH) would need CAP_DAC_READ_SEARCH,
-        // which a squashed thread does not have; the /proc path does not.
-        linkat(
-            CWD,
-            proc_fd_path(file.fd()).as_c_str(),
-            dir.fd(),
-            name.as_c_str(),
-            AtFlags::SYMLINK_FOLLOW,
-        )?;
-        Ok(())
+    };
+    let is_device = matches!(
+        special,
+        SpecialFile::CharDevice(..) | SpecialFile::BlockDevice(..)
+    );
+    if is_device && !allow_devices {
+        return Err(FsError::Perm);
     }
+    let mode = attrs.mode.unwrap_or(DEFAULT_FILE_MODE);
+    mknodat(
+        dir.fd(),
+        name.as_c_str(),
+        file_type,
+        Mode::from_raw_mode(mode & 0o7777),
+        dev,
+    )?;
+    let fd = open_beneath(dir.fd(), &name, OFlags::PATH | OFlags::NOFOLLOW)?;
+    let (node, attr) = fs.node_from_fd(fd)?;
+    let rest = SetAttrs {
+        mode: None,
+        size: None,
+        ..attrs.clone()
+    };
+    finish_new(fs, node, attr, &rest, Some(mode))
+}
 
-    /// FSSTAT.
-    pub fn fsstat(&self, node: &Node) -> Result<FsStat, FsError> {
-        let st = fstatvfs(node.fd())?;
-        let bytes = |blocks: u64| blocks.saturating_mul(st.f_frsize);
-        Ok(FsStat {
-            total_bytes: bytes(st.f_blocks),
-            free_bytes: bytes(st.f_bfree),
-            avail_bytes: bytes(st.f_bavail),
-            total_files: st.f_files,
-            free_files: st.f_ffree,
-            avail_files: st.f_favail,
-        })
+/// REMOVE: unlinks a non-directory (`IsDir` for a directory, as
+/// unlink(2) says). If that was the file's last name, its entry in the
+/// open-file cache is evicted so the server does not keep it alive.
+pub fn remove(fs: &ExportFs, dir: &Node, name: &[u8]) -> Result<(), FsError> {
+    dir.require_dir()?;
+    let name = check_name(name)?;
+    if is_dot_or_dotdot(&name) {
+        return Err(FsError::Access);
     }
+    let victim = open_beneath(dir.fd(), &name, OFlags::PATH | OFlags::NOFOLLOW)?;
+    unlinkat(dir.fd(), name.as_c_str(), AtFlags::empty())?;
+    evict_if_gone(fs, victim);
+    Ok(())
+}
 
-    /// PATHCONF (the same for every file of a Linux export).
-    pub fn pathconf(&self, _node: &Node) -> PathConf {
-        PathConf {
-            link_max: 255,
-            name_max: crate::export::NAME_MAX as u32,
-            no_trunc: true,
-            chown_restricted: true,
-            case_insensitive: false,
-            case_preserving: true,
-        }
+/// RMDIR.
+pub fn rmdir(dir: &Node, name: &[u8]) -> Result<(), FsError> {
+    dir.require_dir()?;
+    let name = check_name(name)?;
+    if is_dot_or_dotdot(&name) {
+        return Err(FsError::Access);
     }
+    unlinkat(dir.fd(), name.as_c_str(), AtFlags::REMOVEDIR)?;
+    Ok(())
+}
 
-    /// Whether the calling thread's fsuid owns `node`.
-    fn caller_owns(&self, fd: BorrowedFd<'_>) -> Result<bool, FsError> {
-        Ok(Attr::of_fd(fd)?.uid == cred::current_uid())
+/// RENAME within this export (the server answers `Xdev` for handles of
+/// two exports). A regular file replaced by the rename is evicted from
+/// the open-file cache if that was its last name.
+pub fn rename(
+    fs: &ExportFs,
+    from_dir: &Node,
+    from_name: &[u8],
+    to_dir: &Node,
+    to_name: &[u8],
+) -> Result<(), FsError> {
+    from_dir.require_dir()?;
+    to_dir.require_dir()?;
+    let from_name = check_name(from_name)?;
+    let to_name = check_name(to_name)?;
+    if is_dot_or_dotdot(&from_name) || is_dot_or_dotdot(&to_name) {
+        // knfsd's nfsd_rename answers PERM here.
+        return Err(FsError::Perm);
     }
+    let victim = match open_beneath(to_dir.fd(), &to_name, OFlags::PATH | OFlags::NOFOLLOW) {
+        Ok(fd) => Some(fd),
+        Err(FsError::NoEnt) => None,
+        Err(e) => return Err(e),
+    };
+    renameat(
+        from_dir.fd(),
+        from_name.as_c_str(),
+        to_dir.fd(),
+        to_name.as_c_str(),
+    )?;
+    if let Some(victim) = victim {
+        evict_if_gone(fs, victim);
+    }
+    Ok(())
+}
 
-    /// After an unlink or a rename over it: if `victim` (opened before)
-    /// was a regular file that now has no name left, close the server's
-    /// cached descriptors of it.
-    fn evict_if_gone(&self, victim: OwnedFd) {
-        if self.cache.is_empty() && self.integrity.is_none() {
-            return;
+/// LINK: a new name `name` in `dir` for `file`.
+pub fn link(file: &Node, dir: &Node, name: &[u8]) -> Result<(), FsError> {
+    dir.require_dir()?;
+    if file.kind == FileKind::Directory {
+        return Err(FsError::IsDir);
+    }
+    let name = check_name(name)?;
+    if is_dot_or_dotdot(&name) {
+        return Err(FsError::Exist);
+    }
+    // linkat(fd, "", AT_EMPTY_PATH) would need CAP_DAC_READ_SEARCH,
+    // which a squashed thread does not have; the /proc path does not.
+    linkat(
+        CWD,
+        proc_fd_path(file.fd()).as_c_str(),
+        dir.fd(),
+        name.as_c_str(),
+        AtFlags::SYMLINK_FOLLOW,
+    )?;
+    Ok(())
+}
+
+/// FSSTAT.
+pub fn fsstat(node: &Node) -> Result<FsStat, FsError> {
+    let st = fstatvfs(node.fd())?;
+    let bytes = |blocks: u64| blocks.saturating_mul(st.f_frsize);
+    Ok(FsStat {
+        total_bytes: bytes(st.f_blocks),
+        free_bytes: bytes(st.f_bfree),
+        avail_bytes: bytes(st.f_bavail),
+        total_files: st.f_files,
+        free_files: st.f_ffree,
+        avail_files: st.f_favail,
+    })
+}
+
+/// PATHCONF (the same for every file of a Linux export).
+pub fn pathconf(_node: &Node) -> PathConf {
+    PathConf {
+        link_max: 255,
+        name_max: crate::export::NAME_MAX as u32,
+        no_trunc: true,
+        chown_restricted: true,
+        case_insensitive: false,
+        case_preserving: true,
+    }
+}
+
+/// Whether the calling thread's fsuid owns `node`.
+fn caller_owns(fd: BorrowedFd<'_>) -> Result<bool, FsError> {
+    Ok(Attr::of_fd(fd)?.uid == cred::current_uid())
+}
+
+/// After an unlink or a rename over it: if `victim` (opened before)
+/// was a regular file that now has no name left, close the server's
+/// cached descriptors of it.
+fn evict_if_gone(fs: &ExportFs, victim: OwnedFd) {
+    if fs.cache.is_empty() && fs.integrity.is_none() {
+        return;
+    }
+    let Ok(attr) = Attr::of_fd(&victim) else {
+        return;
+    };
+    if attr.kind != FileKind::Regular || attr.nlink != 0 {
+        return;
+    }
+    if let Ok((kernel, _)) =
+        dionfs_sys::handle::name_to_handle_at(&victim, c"", AtFlags::EMPTY_PATH)
+    {
+        // Its checksums go with it (integrity exports).
+        if let Some(store) = &fs.integrity {
+            store.remove(&crate::export::integrity_key(fs.fs_id, &kernel));
         }
-        let Ok(attr) = Attr::of_fd(&victim) else {
-            return;
-        };
-        if attr.kind != FileKind::Regular || attr.nlink != 0 {
-            return;
-        }
-        if let Ok((kernel, _)) =
-            dionfs_sys::handle::name_to_handle_at(&victim, c"", AtFlags::EMPTY_PATH)
-        {
-            // Its checksums go with it (integrity exports).
-            if let Some(store) = &self.integrity {
-                store.remove(&crate::export::integrity_key(self.fs_id, &kernel));
-            }
-            self.cache.evict(&(self.fs_id, kernel));
-        }
+        fs.cache.evict(&(fs.fs_id, kernel));
     }
 }
 
@@ -832,12 +820,12 @@ mod tests {
         };
         let exp = setup(&fs);
         let root = exp.resolve(exp.root_handle()).expect("root");
-        let (file, attr) = exp.create(&root, b"f", &guarded(0o640)).expect("create");
+        let (file, attr) = create(&exp, &root, b"f", &guarded(0o640)).expect("create");
         assert_eq!(attr.kind, FileKind::Regular);
         assert_eq!(attr.mode, 0o640, "no umask applied");
         assert_eq!(file.kind(), FileKind::Regular);
         assert_eq!(
-            exp.create(&root, b"f", &guarded(0o600)).err(),
+            create(&exp, &root, b"f", &guarded(0o600)).err(),
             Some(FsError::Exist)
         );
         // UNCHECKED on an existing file applies only the size.
@@ -847,33 +835,33 @@ mod tests {
             size: Some(2),
             ..SetAttrs::default()
         });
-        let (_, attr) = exp.create(&root, b"f", &unchecked).expect("unchecked");
+        let (_, attr) = create(&exp, &root, b"f", &unchecked).expect("unchecked");
         assert_eq!((attr.size, attr.mode), (2, 0o640));
         // UNCHECKED over a directory is EXIST.
-        exp.mkdir(&root, b"d", &SetAttrs::default()).expect("mkdir");
+        mkdir(&exp, &root, b"d", &SetAttrs::default()).expect("mkdir");
         assert_eq!(
-            exp.create(&root, b"d", &unchecked).err(),
+            create(&exp, &root, b"d", &unchecked).err(),
             Some(FsError::Exist)
         );
         // Names.
         assert_eq!(
-            exp.create(&root, b".", &guarded(0o600)).err(),
+            create(&exp, &root, b".", &guarded(0o600)).err(),
             Some(FsError::Exist)
         );
         assert_eq!(
-            exp.create(&root, b"..", &guarded(0o600)).err(),
+            create(&exp, &root, b"..", &guarded(0o600)).err(),
             Some(FsError::Exist)
         );
         assert_eq!(
-            exp.create(&root, &[b'n'; 256], &guarded(0o600)).err(),
+            create(&exp, &root, &[b'n'; 256], &guarded(0o600)).err(),
             Some(FsError::NameTooLong)
         );
         assert_eq!(
-            exp.create(&root, b"a/b", &guarded(0o600)).err(),
+            create(&exp, &root, b"a/b", &guarded(0o600)).err(),
             Some(FsError::Access)
         );
         assert_eq!(
-            exp.create(&file, b"x", &guarded(0o600)).err(),
+            create(&exp, &file, b"x", &guarded(0o600)).err(),
             Some(FsError::NotDir)
         );
         // Set-id bits and an initial size are applied after creation.
@@ -882,7 +870,7 @@ mod tests {
             size: Some(4096),
             ..SetAttrs::default()
         });
-        let (_, attr) = exp.create(&root, b"suid", &how).expect("create suid");
+        let (_, attr) = create(&exp, &root, b"suid", &how).expect("create suid");
         assert_eq!((attr.mode, attr.size), (0o4755, 4096));
     }
 
@@ -899,20 +887,18 @@ mod tests {
         let exp = setup(&fs);
         let root = exp.resolve(exp.root_handle()).expect("root");
         let verf = *b"\x81\x02\x03\x04\x05\x06\x07\x08";
-        let (first, attr) = exp
-            .create(&root, b"x", &CreateHow::Exclusive(verf))
-            .expect("exclusive");
+        let (first, attr) =
+            create(&exp, &root, b"x", &CreateHow::Exclusive(verf)).expect("exclusive");
         assert_eq!(attr.mtime.seconds, 0x0102_0304);
         assert_eq!(attr.atime.seconds, 0x0506_0708);
         // Retransmission: same verifier, same file.
-        let (again, _) = exp
-            .create(&root, b"x", &CreateHow::Exclusive(verf))
-            .expect("retransmit");
+        let (again, _) =
+            create(&exp, &root, b"x", &CreateHow::Exclusive(verf)).expect("retransmit");
         assert_eq!(again.fh(), first.fh());
         // Another verifier: EXIST.
         let other = *b"\x01\x02\x03\x04\x05\x06\x07\x09";
         assert_eq!(
-            exp.create(&root, b"x", &CreateHow::Exclusive(other)).err(),
+            create(&exp, &root, b"x", &CreateHow::Exclusive(other)).err(),
             Some(FsError::Exist)
         );
         // After the client's SETATTR the verifier no longer matches.
@@ -922,10 +908,10 @@ mod tests {
             mode: Some(0o644),
             ..SetAttrs::default()
         };
-        let attr = exp.setattr(&first, &now).expect("setattr");
+        let attr = setattr(&exp, &first, &now).expect("setattr");
         assert_eq!(attr.mode, 0o644);
         assert_eq!(
-            exp.create(&root, b"x", &CreateHow::Exclusive(verf)).err(),
+            create(&exp, &root, b"x", &CreateHow::Exclusive(verf)).err(),
             Some(FsError::Exist)
         );
     }
@@ -937,7 +923,7 @@ mod tests {
         };
         let exp = setup(&fs);
         let root = exp.resolve(exp.root_handle()).expect("root");
-        let (file, _) = exp.create(&root, b"f", &guarded(0o600)).expect("create");
+        let (file, _) = create(&exp, &root, b"f", &guarded(0o600)).expect("create");
         let when = Time {
             seconds: 1_000_000_000,
             nanos: 123_456_789,
@@ -950,13 +936,13 @@ mod tests {
             atime: Some(SetTime::Client(when)),
             mtime: Some(SetTime::Client(when)),
         };
-        let attr = exp.setattr(&file, &attrs).expect("setattr");
+        let attr = setattr(&exp, &file, &attrs).expect("setattr");
         assert_eq!(
             (attr.mode, attr.uid, attr.gid, attr.size),
             (0o751, 1000, 2000, 12345)
         );
         assert_eq!((attr.atime, attr.mtime), (when, when));
-        assert_eq!(exp.getattr(&file).expect("getattr"), attr);
+        assert_eq!(getattr(&exp, &file).expect("getattr"), attr);
         assert_eq!(attr.nlink, 1);
         assert!(attr.fsid != 0 && attr.fileid != 0);
 
@@ -966,17 +952,15 @@ mod tests {
             size: Some(0),
             ..SetAttrs::default()
         };
-        assert_eq!(exp.setattr(&root, &size).err(), Some(FsError::IsDir));
-        let (link, _) = exp
-            .symlink(&root, b"l", b"f", &SetAttrs::default())
-            .expect("symlink");
-        assert_eq!(exp.setattr(&link, &size).err(), Some(FsError::Inval));
+        assert_eq!(setattr(&exp, &root, &size).err(), Some(FsError::IsDir));
+        let (link, _) = symlink(&exp, &root, b"l", b"f", &SetAttrs::default()).expect("symlink");
+        assert_eq!(setattr(&exp, &link, &size).err(), Some(FsError::Inval));
         let mode = SetAttrs {
             mode: Some(0o600),
             ..SetAttrs::default()
         };
         assert_eq!(
-            exp.setattr(&link, &mode).map(|a| a.kind),
+            setattr(&exp, &link, &mode).map(|a| a.kind),
             Ok(FileKind::Symlink)
         );
 
@@ -986,9 +970,9 @@ mod tests {
                 uid: Some(65534),
                 ..SetAttrs::default()
             };
-            assert_eq!(exp.setattr(&file, &chown).err(), Some(FsError::Perm));
-            assert_eq!(exp.setattr(&file, &mode).err(), Some(FsError::Perm));
-            assert_eq!(exp.setattr(&file, &size).err(), Some(FsError::Access));
+            assert_eq!(setattr(&exp, &file, &chown).err(), Some(FsError::Perm));
+            assert_eq!(setattr(&exp, &file, &mode).err(), Some(FsError::Perm));
+            assert_eq!(setattr(&exp, &file, &size).err(), Some(FsError::Access));
         })
         .expect("creds");
     }
@@ -1000,69 +984,67 @@ mod tests {
         };
         let exp = setup(&fs);
         let root = exp.resolve(exp.root_handle()).expect("root");
-        let (private, _) = exp
-            .mkdir(
-                &root,
-                b"private",
-                &SetAttrs {
-                    mode: Some(0o700),
-                    ..SetAttrs::default()
-                },
-            )
-            .expect("mkdir");
-        let (shared, _) = exp
-            .mkdir(
-                &root,
-                b"shared",
-                &SetAttrs {
-                    mode: Some(0o1777),
-                    ..SetAttrs::default()
-                },
-            )
-            .expect("mkdir");
-        let (secret, _) = exp
-            .create(&root, b"secret", &guarded(0o600))
-            .expect("create");
-        let (public, _) = exp
-            .create(&root, b"public", &guarded(0o644))
-            .expect("create");
+        let (private, _) = mkdir(
+            &exp,
+            &root,
+            b"private",
+            &SetAttrs {
+                mode: Some(0o700),
+                ..SetAttrs::default()
+            },
+        )
+        .expect("mkdir");
+        let (shared, _) = mkdir(
+            &exp,
+            &root,
+            b"shared",
+            &SetAttrs {
+                mode: Some(0o1777),
+                ..SetAttrs::default()
+            },
+        )
+        .expect("mkdir");
+        let (secret, _) = create(&exp, &root, b"secret", &guarded(0o600)).expect("create");
+        let (public, _) = create(&exp, &root, b"public", &guarded(0o644)).expect("create");
         with_creds(&nobody(), || {
             // The export root is 0755 root: no creating there.
             assert_eq!(
-                exp.create(&root, b"n", &guarded(0o644)).err(),
+                create(&exp, &root, b"n", &guarded(0o644)).err(),
                 Some(FsError::Access)
             );
             assert_eq!(
-                exp.mkdir(&root, b"n", &SetAttrs::default()).err(),
+                mkdir(&exp, &root, b"n", &SetAttrs::default()).err(),
                 Some(FsError::Access)
             );
-            assert_eq!(exp.remove(&root, b"public").err(), Some(FsError::Access));
+            assert_eq!(remove(&exp, &root, b"public").err(), Some(FsError::Access));
             assert_eq!(exp.lookup(&private, b"x").err(), Some(FsError::Access));
-            assert_eq!(exp.read_dir(&private, 0, 10).err(), Some(FsError::Access));
-            assert_eq!(exp.check_io_access(&secret, false), Err(FsError::Access));
-            assert_eq!(exp.check_io_access(&public, false), Ok(()));
-            assert_eq!(exp.check_io_access(&public, true), Err(FsError::Access));
+            assert_eq!(
+                crate::dir::read_dir(&exp, &private, 0, 10).err(),
+                Some(FsError::Access)
+            );
+            assert_eq!(check_io_access(&secret, false), Err(FsError::Access));
+            assert_eq!(check_io_access(&public, false), Ok(()));
+            assert_eq!(check_io_access(&public, true), Err(FsError::Access));
             use access3::*;
             let all = READ | LOOKUP | MODIFY | EXTEND | DELETE | EXECUTE;
-            assert_eq!(exp.access(&public, all), Ok(READ));
-            assert_eq!(exp.access(&secret, all), Ok(0));
-            assert_eq!(exp.access(&root, all), Ok(READ | LOOKUP));
+            assert_eq!(access(&public, all), Ok(READ));
+            assert_eq!(access(&secret, all), Ok(0));
+            assert_eq!(access(&root, all), Ok(READ | LOOKUP));
             assert_eq!(
-                exp.access(&shared, all),
+                access(&shared, all),
                 Ok(READ | LOOKUP | MODIFY | EXTEND | DELETE)
             );
-            assert_eq!(exp.access(&private, READ), Ok(0));
+            assert_eq!(access(&private, READ), Ok(0));
 
             // In a world-writable directory nobody creates files it owns,
             // and keeps owner rights on a read-only file it made.
-            let (mine, attr) = exp
-                .create(&shared, b"mine", &guarded(0o444))
-                .expect("create");
+            let (mine, attr) = create(&exp, &shared, b"mine", &guarded(0o444)).expect("create");
             assert_eq!((attr.uid, attr.gid), (65534, 65534));
-            assert_eq!(exp.check_io_access(&mine, true), Ok(()), "owner override");
-            assert_eq!(exp.access(&mine, READ | MODIFY), Ok(READ));
-            exp.set_size(&mine, 10).expect("owner may truncate");
-            exp.setattr(
+            assert_eq!(check_io_access(&mine, true), Ok(()), "owner override");
+            assert_eq!(access(&mine, READ | MODIFY), Ok(READ));
+            set_size(&exp, &mine, 10).expect("owner may truncate");
+            setattr(
+                &exp,
                 &mine,
                 &SetAttrs {
                     mode: Some(0o600),
@@ -1073,17 +1055,15 @@ mod tests {
             // Sticky directory: nobody cannot remove root's file there.
         })
         .expect("creds");
-        let (_, _) = exp
-            .create(&shared, b"roots", &guarded(0o666))
-            .expect("create");
+        let (_, _) = create(&exp, &shared, b"roots", &guarded(0o666)).expect("create");
         with_creds(&nobody(), || {
-            assert_eq!(exp.remove(&shared, b"roots").err(), Some(FsError::Perm));
-            exp.remove(&shared, b"mine").expect("remove own");
+            assert_eq!(remove(&exp, &shared, b"roots").err(), Some(FsError::Perm));
+            remove(&exp, &shared, b"mine").expect("remove own");
         })
         .expect("creds");
         // As root everything is allowed.
         assert_eq!(
-            exp.access(&secret, access3::READ | access3::MODIFY),
+            access(&secret, access3::READ | access3::MODIFY),
             Ok(access3::READ | access3::MODIFY)
         );
     }
@@ -1095,73 +1075,73 @@ mod tests {
         };
         let exp = setup(&fs);
         let root = exp.resolve(exp.root_handle()).expect("root");
-        let (d, attr) = exp
-            .mkdir(
-                &root,
-                b"d",
-                &SetAttrs {
-                    mode: Some(0o2750),
-                    ..SetAttrs::default()
-                },
-            )
-            .expect("mkdir");
+        let (d, attr) = mkdir(
+            &exp,
+            &root,
+            b"d",
+            &SetAttrs {
+                mode: Some(0o2750),
+                ..SetAttrs::default()
+            },
+        )
+        .expect("mkdir");
         assert_eq!((attr.kind, attr.mode), (FileKind::Directory, 0o2750));
         assert_eq!(
-            exp.mkdir(&root, b"d", &SetAttrs::default()).err(),
+            mkdir(&exp, &root, b"d", &SetAttrs::default()).err(),
             Some(FsError::Exist)
         );
-        let (f, _) = exp.create(&d, b"f", &guarded(0o644)).expect("create");
+        let (f, _) = create(&exp, &d, b"f", &guarded(0o644)).expect("create");
 
         // RMDIR / REMOVE errors.
-        assert_eq!(exp.rmdir(&root, b"d").err(), Some(FsError::NotEmpty));
-        assert_eq!(exp.remove(&root, b"d").err(), Some(FsError::IsDir));
-        assert_eq!(exp.rmdir(&d, b"f").err(), Some(FsError::NotDir));
-        assert_eq!(exp.remove(&root, b"nothing").err(), Some(FsError::NoEnt));
-        assert_eq!(exp.rmdir(&root, b".").err(), Some(FsError::Access));
-        assert_eq!(exp.remove(&root, b"..").err(), Some(FsError::Access));
+        assert_eq!(rmdir(&root, b"d").err(), Some(FsError::NotEmpty));
+        assert_eq!(remove(&exp, &root, b"d").err(), Some(FsError::IsDir));
+        assert_eq!(rmdir(&d, b"f").err(), Some(FsError::NotDir));
+        assert_eq!(remove(&exp, &root, b"nothing").err(), Some(FsError::NoEnt));
+        assert_eq!(rmdir(&root, b".").err(), Some(FsError::Access));
+        assert_eq!(remove(&exp, &root, b"..").err(), Some(FsError::Access));
 
         // LINK.
-        exp.link(&f, &root, b"f2").expect("link");
-        assert_eq!(exp.getattr(&f).expect("attr").nlink, 2);
-        assert_eq!(exp.link(&f, &root, b"f2").err(), Some(FsError::Exist));
-        assert_eq!(exp.link(&d, &root, b"d2").err(), Some(FsError::IsDir));
-        let (l, _) = exp
-            .symlink(&root, b"sl", b"/nowhere", &SetAttrs::default())
-            .expect("symlink");
-        exp.link(&l, &root, b"sl2").expect("hard link to a symlink");
+        link(&f, &root, b"f2").expect("link");
+        assert_eq!(getattr(&exp, &f).expect("attr").nlink, 2);
+        assert_eq!(link(&f, &root, b"f2").err(), Some(FsError::Exist));
+        assert_eq!(link(&d, &root, b"d2").err(), Some(FsError::IsDir));
+        let (l, _) =
+            symlink(&exp, &root, b"sl", b"/nowhere", &SetAttrs::default()).expect("symlink");
+        link(&l, &root, b"sl2").expect("hard link to a symlink");
         let (sl2, attr) = exp.lookup(&root, b"sl2").expect("lookup");
         assert_eq!(attr.kind, FileKind::Symlink);
-        assert_eq!(exp.readlink(&sl2), Ok(b"/nowhere".to_vec()));
+        assert_eq!(readlink(&sl2), Ok(b"/nowhere".to_vec()));
 
         // RENAME across directories, over a file, and its errors.
-        exp.rename(&root, b"f2", &d, b"moved").expect("rename");
+        rename(&exp, &root, b"f2", &d, b"moved").expect("rename");
         assert_eq!(exp.lookup(&root, b"f2").err(), Some(FsError::NoEnt));
         assert_eq!(exp.lookup(&d, b"moved").expect("moved").0.fh(), f.fh());
-        exp.rename(&d, b"moved", &d, b"f")
-            .expect("rename onto another name of itself");
+        rename(&exp, &d, b"moved", &d, b"f").expect("rename onto another name of itself");
         assert_eq!(
-            exp.rename(&root, b"missing", &d, b"x").err(),
+            rename(&exp, &root, b"missing", &d, b"x").err(),
             Some(FsError::NoEnt)
         );
-        assert_eq!(exp.rename(&root, b".", &d, b"x").err(), Some(FsError::Perm));
         assert_eq!(
-            exp.rename(&root, b"d", &d, b"inside").err(),
+            rename(&exp, &root, b".", &d, b"x").err(),
+            Some(FsError::Perm)
+        );
+        assert_eq!(
+            rename(&exp, &root, b"d", &d, b"inside").err(),
             Some(FsError::Inval)
         );
-        exp.mkdir(&root, b"e", &SetAttrs::default())
-            .expect("mkdir e");
+        mkdir(&exp, &root, b"e", &SetAttrs::default()).expect("mkdir e");
         assert_eq!(
-            exp.rename(&root, b"e", &root, b"d").err(),
+            rename(&exp, &root, b"e", &root, b"d").err(),
             Some(FsError::NotEmpty)
         );
         assert_eq!(
-            exp.rename(&root, b"sl", &root, b"e").err(),
+            rename(&exp, &root, b"sl", &root, b"e").err(),
             Some(FsError::IsDir)
         );
 
-        exp.remove(&d, b"f").expect("remove");
-        exp.remove(&d, b"moved").ok();
-        exp.rmdir(&root, b"d").expect("rmdir");
+        remove(&exp, &d, b"f").expect("remove");
+        remove(&exp, &d, b"moved").ok();
+        rmdir(&root, b"d").expect("rmdir");
         assert_eq!(exp.lookup(&root, b"d").err(), Some(FsError::NoEnt));
     }
 
@@ -1173,48 +1153,48 @@ mod tests {
         let exp = setup(&fs);
         let root = exp.resolve(exp.root_handle()).expect("root");
         let target = b"../../../etc/passwd\xff";
-        let (link, attr) = exp
-            .symlink(&root, b"l", target, &SetAttrs::default())
-            .expect("symlink");
+        let (link, attr) =
+            symlink(&exp, &root, b"l", target, &SetAttrs::default()).expect("symlink");
         assert_eq!(attr.kind, FileKind::Symlink);
         assert_eq!(attr.size, target.len() as u64);
-        assert_eq!(exp.readlink(&link), Ok(target.to_vec()));
-        assert_eq!(exp.readlink(&root).err(), Some(FsError::Inval));
+        assert_eq!(readlink(&link), Ok(target.to_vec()));
+        assert_eq!(readlink(&root).err(), Some(FsError::Inval));
         assert_eq!(
-            exp.symlink(&root, b"l", b"x", &SetAttrs::default()).err(),
+            symlink(&exp, &root, b"l", b"x", &SetAttrs::default()).err(),
             Some(FsError::Exist)
         );
         assert_eq!(
-            exp.symlink(&root, b"e", b"", &SetAttrs::default()).err(),
+            symlink(&exp, &root, b"e", b"", &SetAttrs::default()).err(),
             Some(FsError::Inval)
         );
 
-        let (fifo, attr) = exp
-            .mknod(
-                &root,
-                b"fifo",
-                SpecialFile::Fifo,
-                &SetAttrs {
-                    mode: Some(0o600),
-                    ..SetAttrs::default()
-                },
-                false,
-            )
-            .expect("fifo");
+        let (fifo, attr) = mknod(
+            &exp,
+            &root,
+            b"fifo",
+            SpecialFile::Fifo,
+            &SetAttrs {
+                mode: Some(0o600),
+                ..SetAttrs::default()
+            },
+            false,
+        )
+        .expect("fifo");
         assert_eq!((attr.kind, attr.mode), (FileKind::Fifo, 0o600));
         assert_eq!(fifo.kind(), FileKind::Fifo);
-        let (_, attr) = exp
-            .mknod(
-                &root,
-                b"sock",
-                SpecialFile::Socket,
-                &SetAttrs::default(),
-                false,
-            )
-            .expect("socket");
+        let (_, attr) = mknod(
+            &exp,
+            &root,
+            b"sock",
+            SpecialFile::Socket,
+            &SetAttrs::default(),
+            false,
+        )
+        .expect("socket");
         assert_eq!(attr.kind, FileKind::Socket);
         assert_eq!(
-            exp.mknod(
+            mknod(
+                &exp,
                 &root,
                 b"null",
                 SpecialFile::CharDevice(1, 3),
@@ -1224,46 +1204,47 @@ mod tests {
             .err(),
             Some(FsError::Perm)
         );
-        let (_, attr) = exp
-            .mknod(
-                &root,
-                b"null",
-                SpecialFile::CharDevice(1, 3),
-                &SetAttrs::default(),
-                true,
-            )
-            .expect("chr as root");
+        let (_, attr) = mknod(
+            &exp,
+            &root,
+            b"null",
+            SpecialFile::CharDevice(1, 3),
+            &SetAttrs::default(),
+            true,
+        )
+        .expect("chr as root");
         assert_eq!(
             (attr.kind, attr.rdev_major, attr.rdev_minor),
             (FileKind::CharDevice, 1, 3)
         );
-        let (_, attr) = exp
-            .mknod(
-                &root,
-                b"blk",
-                SpecialFile::BlockDevice(7, 200),
-                &SetAttrs::default(),
-                true,
-            )
-            .expect("blk as root");
+        let (_, attr) = mknod(
+            &exp,
+            &root,
+            b"blk",
+            SpecialFile::BlockDevice(7, 200),
+            &SetAttrs::default(),
+            true,
+        )
+        .expect("blk as root");
         assert_eq!(
             (attr.kind, attr.rdev_major, attr.rdev_minor),
             (FileKind::BlockDevice, 7, 200)
         );
         // Devices need CAP_MKNOD, which a squashed caller lacks.
-        let (shared, _) = exp
-            .mkdir(
-                &root,
-                b"shared",
-                &SetAttrs {
-                    mode: Some(0o777),
-                    ..SetAttrs::default()
-                },
-            )
-            .expect("mkdir");
+        let (shared, _) = mkdir(
+            &exp,
+            &root,
+            b"shared",
+            &SetAttrs {
+                mode: Some(0o777),
+                ..SetAttrs::default()
+            },
+        )
+        .expect("mkdir");
         with_creds(&nobody(), || {
             assert_eq!(
-                exp.mknod(
+                mknod(
+                    &exp,
                     &shared,
                     b"null",
                     SpecialFile::CharDevice(1, 3),
@@ -1284,11 +1265,11 @@ mod tests {
         };
         let exp = setup(&fs);
         let root = exp.resolve(exp.root_handle()).expect("root");
-        let st = exp.fsstat(&root).expect("fsstat");
+        let st = fsstat(&root).expect("fsstat");
         assert!(st.total_bytes > 32 << 20 && st.total_bytes <= 64 << 20);
         assert!(st.free_bytes <= st.total_bytes && st.avail_bytes <= st.free_bytes);
         assert!(st.total_files > 0 && st.free_files <= st.total_files);
-        let pc = exp.pathconf(&root);
+        let pc = pathconf(&root);
         assert_eq!(pc.name_max, 255);
         assert!(pc.no_trunc && pc.chown_restricted && !pc.case_insensitive && pc.case_preserving);
     }

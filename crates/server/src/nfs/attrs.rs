@@ -1,7 +1,7 @@
 //! GETATTR, SETATTR, ACCESS, READLINK, FSSTAT, FSINFO, PATHCONF
 //! (RFC 1813 sections 3.3.1-3.3.5, 3.3.18-3.3.20).
 
-use dionfs_fs::{access3, Attr, Node, OpenFile};
+use dionfs_fs::{access3, ops, Attr, Node, OpenFile};
 use dionfs_proto::nfs3::*;
 use dionfs_proto::Void;
 
@@ -13,18 +13,18 @@ use crate::exports::Export;
 /// Attributes of a file the caller already holds open (READ, WRITE,
 /// COMMIT): no second trip through the handle and the cache.
 pub(super) fn open_file_attr(export: &Export, file: &OpenFile) -> Option<Attr> {
-    export.fs.file_attr(file).ok()
+    ops::file_attr(&export.fs, file).ok()
 }
 
 /// Attributes for a reply; failing to get them is not the call's failure.
 pub(super) fn attr_of(export: &Export, node: &Node) -> Option<Attr> {
-    export.fs.getattr(node).ok()
+    ops::getattr(&export.fs, node).ok()
 }
 
 pub fn getattr(ctx: &Ctx, a: GetattrArgs) -> GetattrRes {
     let attr = ctx
         .resolve(&a.object)
-        .and_then(|(x, node)| x.fs.getattr(&node).map_err(from_fs));
+        .and_then(|(x, node)| ops::getattr(&x.fs, &node).map_err(from_fs));
     match attr {
         Ok(attr) => NfsRes::Ok(GetattrResOk {
             obj_attributes: fattr3(&attr),
@@ -58,12 +58,12 @@ pub fn setattr(ctx: &Ctx, a: SetattrArgs) -> SetattrRes {
     }
     let set = set_attrs(&a.new_attributes);
     // A regular file's size goes through its one data-plane file, under
-    // its range lock (`ExportFs::set_size`), with the caller's credentials
+    // its range lock (`ops::set_size`), with the caller's credentials
     // like everything else here. RFC 1813 3.3.2: durable before the reply.
     let result = if set.is_empty() {
         Ok(())
     } else {
-        ctx.as_user(export, || export.fs.setattr(&node, &set).map(|_| ()))
+        ctx.as_user(export, || ops::setattr(&export.fs, &node, &set).map(|_| ()))
             .and_then(|()| export.metadata_sync.attrs_changed(&node).map_err(from_fs))
     };
     let after = attr_of(export, &node);
@@ -88,7 +88,7 @@ pub fn access(ctx: &Ctx, a: AccessArgs) -> AccessRes {
         }
     };
     let attr = attr_of(export, &node);
-    match ctx.as_user(export, || export.fs.access(&node, a.access)) {
+    match ctx.as_user(export, || ops::access(&node, a.access)) {
         Ok(mut granted) => {
             if export.config.read_only() {
                 granted &= !(access3::MODIFY | access3::EXTEND | access3::DELETE);
@@ -121,7 +121,7 @@ pub fn readlink(ctx: &Ctx, a: ReadlinkArgs) -> ReadlinkRes {
         Err(s) => return fail(s, None),
     };
     let attr = attr_of(export, &node);
-    match ctx.as_user(export, || export.fs.readlink(&node)) {
+    match ctx.as_user(export, || ops::readlink(&node)) {
         Ok(target) => NfsRes::Ok(ReadlinkResOk {
             symlink_attributes: post_op(attr.as_ref()),
             data: NfsPath3(target),
@@ -143,7 +143,7 @@ pub fn fsstat(ctx: &Ctx, a: FsstatArgs) -> FsstatRes {
         Ok(x) => x,
         Err(s) => return fail(s),
     };
-    match export.fs.fsstat(&node) {
+    match ops::fsstat(&node) {
         Ok(st) => NfsRes::Ok(FsstatResOk {
             obj_attributes: post_op(attr_of(export, &node).as_ref()),
             tbytes: st.total_bytes,
@@ -205,7 +205,7 @@ pub fn pathconf(ctx: &Ctx, a: PathconfArgs) -> PathconfRes {
             )
         }
     };
-    let pc = export.fs.pathconf(&node);
+    let pc = ops::pathconf(&node);
     NfsRes::Ok(PathconfResOk {
         obj_attributes: post_op(attr_of(export, &node).as_ref()),
         linkmax: pc.link_max,

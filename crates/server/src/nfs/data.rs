@@ -12,7 +12,7 @@ use std::sync::Arc;
 use dionfs_dataplane::{
     DataError, PooledBuf, ReadAttempt, ReadData, Stable, WriteAttempt, WriteBuffer, WriteDone,
 };
-use dionfs_fs::{Attr, FsError, OpenFile};
+use dionfs_fs::{ops, Attr, FsError, OpenFile};
 use dionfs_proto::nfs3::*;
 use dionfs_rpc::{CallHeader, RecordError, RecordReader};
 use dionfs_xdr::{Decode, Decoder};
@@ -230,7 +230,7 @@ fn write_file(
     buf: WriteBuffer,
     how: StableHow,
 ) -> WriteRes {
-    let before = match export.fs.file_attr(file) {
+    let before = match ops::file_attr(&export.fs, file) {
         Err(FsError::Stale) => {
             return NfsRes::fail(
                 NfsStat3::Stale,
@@ -328,7 +328,7 @@ async fn write_without_blocking(
     }
     // Short, non-blocking calls (a statx of an open file, maybe a
     // permission check), so made on this task's thread.
-    let Ok(before) = export.fs.file_attr(&file) else {
+    let Ok(before) = ops::file_attr(&export.fs, &file) else {
         return Err(back(file, buf));
     };
     if !allowed_without_blocking(&ctx, export, &file, true, &before) {
@@ -402,7 +402,7 @@ pub fn read(ctx: &Ctx, a: ReadArgs, buf: Option<PooledBuf>) -> Reply {
         Err(e) => return read_failed(ctx, from_fs(e), None),
     };
     // The attributes come before the read (see `read_without_blocking`).
-    let attr = match export.fs.file_attr(&file) {
+    let attr = match ops::file_attr(&export.fs, &file) {
         // Deleted behind our back: its data is not sent.
         Err(FsError::Stale) => return read_failed(ctx, NfsStat3::Stale, None),
         other => other.ok(),
@@ -480,7 +480,7 @@ async fn read_without_blocking(
     // these attributes, taken before the read: the data sent is never
     // older than they say (the other order could label old data with a
     // newer change time, which a client would then cache as current).
-    let Ok(attr) = export.fs.file_attr(&file) else {
+    let Ok(attr) = ops::file_attr(&export.fs, &file) else {
         return Err(buf);
     };
     if !allowed_without_blocking(ctx, export, &file, false, &attr) {
@@ -522,16 +522,13 @@ fn check_io_access(
     attr: Option<&Attr>,
 ) -> Result<(), NfsStat3> {
     if let Some(attr) = attr {
-        if export
-            .fs
-            .file_access_granted(file, &ctx.creds(export), write, attr)
-        {
+        if ops::file_access_granted(file, &ctx.creds(export), write, attr) {
             return Ok(());
         }
     }
     ctx.run_as_user(export, || match attr {
-        Some(attr) => export.fs.check_file_access_remembered(file, write, attr),
-        None => export.fs.check_file_access(file, write),
+        Some(attr) => ops::check_file_access_remembered(file, write, attr),
+        None => ops::check_file_access(file, write),
     })?
     .map_err(from_fs)
 }
@@ -628,7 +625,7 @@ pub fn commit(ctx: &Ctx, a: CommitArgs) -> CommitRes {
         Ok(f) => f,
         Err(e) => return fail(from_fs(e)),
     };
-    let before = match export.fs.file_attr(&file) {
+    let before = match ops::file_attr(&export.fs, &file) {
         Err(FsError::Stale) => return fail(NfsStat3::Stale),
         other => other.ok(),
     };

@@ -1,7 +1,7 @@
 //! LOOKUP, CREATE, MKDIR, SYMLINK, MKNOD, REMOVE, RMDIR, RENAME, LINK,
 //! READDIR, READDIRPLUS (RFC 1813 sections 3.3.3, 3.3.8-3.3.17).
 
-use dionfs_fs::{Attr, CreateHow, FsError, Node, SetAttrs, SpecialFile};
+use dionfs_fs::{dir, ops, Attr, CreateHow, FsError, Node, SetAttrs, SpecialFile};
 use dionfs_proto::nfs3::*;
 
 use super::attrs::attr_of;
@@ -94,14 +94,14 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CreateRes {
         CreateHow::Exclusive(_) => SetAttrs::default(),
     };
     new_object(ctx, &a.target, &attrs, |x, dir, name| {
-        x.fs.create(dir, name, &how)
+        ops::create(&x.fs, dir, name, &how)
     })
 }
 
 pub fn mkdir(ctx: &Ctx, a: MkdirArgs) -> MkdirRes {
     let attrs = set_attrs(&a.attributes);
     new_object(ctx, &a.target, &attrs, |x, dir, name| {
-        x.fs.mkdir(dir, name, &attrs)
+        ops::mkdir(&x.fs, dir, name, &attrs)
     })
 }
 
@@ -109,7 +109,7 @@ pub fn symlink(ctx: &Ctx, a: SymlinkArgs) -> SymlinkRes {
     let attrs = set_attrs(&a.symlink.symlink_attributes);
     let target = &a.symlink.symlink_data.0;
     new_object(ctx, &a.target, &attrs, |x, dir, name| {
-        x.fs.symlink(dir, name, target, &attrs)
+        ops::symlink(&x.fs, dir, name, target, &attrs)
     })
 }
 
@@ -131,7 +131,7 @@ pub fn mknod(ctx: &Ctx, a: MknodArgs) -> MknodRes {
     };
     let attrs = set_attrs(attrs);
     new_object(ctx, &a.target, &attrs, |x, dir, name| {
-        x.fs.mknod(dir, name, special, &attrs, x.config.allow_devices)
+        ops::mknod(&x.fs, dir, name, special, &attrs, x.config.allow_devices)
     })
 }
 
@@ -161,11 +161,11 @@ fn unlink(
 }
 
 pub fn remove(ctx: &Ctx, a: RemoveArgs) -> RemoveRes {
-    unlink(ctx, &a.object, |x, dir, name| x.fs.remove(dir, name))
+    unlink(ctx, &a.object, |x, dir, name| ops::remove(&x.fs, dir, name))
 }
 
 pub fn rmdir(ctx: &Ctx, a: RmdirArgs) -> RmdirRes {
-    unlink(ctx, &a.object, |x, dir, name| x.fs.rmdir(dir, name))
+    unlink(ctx, &a.object, |_, dir, name| ops::rmdir(dir, name))
 }
 
 pub fn rename(ctx: &Ctx, a: RenameArgs) -> RenameRes {
@@ -184,9 +184,7 @@ pub fn rename(ctx: &Ctx, a: RenameArgs) -> RenameRes {
         ctx.writable(export)
             .and_then(|()| {
                 ctx.as_user(export, || {
-                    export
-                        .fs
-                        .rename(&from_dir, &a.from.name.0, &to_dir, &a.to.name.0)
+                    ops::rename(&export.fs, &from_dir, &a.from.name.0, &to_dir, &a.to.name.0)
                 })
             })
             // RFC 1813 3.3.14: both directories durable before the reply.
@@ -218,7 +216,7 @@ pub fn link(ctx: &Ctx, a: LinkArgs) -> LinkRes {
         Err(NfsStat3::XDev)
     } else {
         ctx.writable(export)
-            .and_then(|()| ctx.as_user(export, || export.fs.link(&file, &dir, &a.link.name.0)))
+            .and_then(|()| ctx.as_user(export, || ops::link(&file, &dir, &a.link.name.0)))
             // RFC 1813 3.3.15: durable before the reply.
             .and_then(|()| export.metadata_sync.linked(&file, &dir).map_err(from_fs))
     };
@@ -258,7 +256,7 @@ fn open_listing<'a>(
 ) -> Result<(&'a Export, Node, Option<Attr>, CookieVerf3), Reply> {
     let (export, dir) = ctx.resolve(fh).map_err(|s| readdir_fail(ctx, s, None))?;
     let attr = attr_of(export, &dir);
-    let ours = CookieVerf3(export.fs.cookie_verifier(&dir));
+    let ours = CookieVerf3(dir::cookie_verifier(&dir));
     // RFC 1813 3.3.16: a cookie from another listing generation is stale.
     if cookie != 0 && verf != ours && verf != CookieVerf3::default() {
         return Err(readdir_fail(ctx, NfsStat3::BadCookie, attr.as_ref()));
@@ -273,7 +271,9 @@ pub fn readdir(ctx: &Ctx, a: ReaddirArgs) -> Reply {
     };
     let count = a.count.min(export.config.max_transfer);
     let max_entries = (count / MIN_ENTRY_LEN + 1) as usize;
-    let batch = match ctx.as_user(export, || export.fs.read_dir(&dir, a.cookie, max_entries)) {
+    let batch = match ctx.as_user(export, || {
+        dir::read_dir(&export.fs, &dir, a.cookie, max_entries)
+    }) {
         Ok(b) => b,
         Err(s) => return readdir_fail(ctx, s, attr.as_ref()),
     };
@@ -303,7 +303,9 @@ pub fn readdirplus(ctx: &Ctx, a: ReaddirplusArgs) -> Reply {
     };
     let maxcount = a.maxcount.min(export.config.max_transfer);
     let max_entries = (maxcount.min(a.dircount.max(MIN_ENTRY_LEN)) / MIN_ENTRY_LEN + 1) as usize;
-    let batch = match ctx.as_user(export, || export.fs.read_dir(&dir, a.cookie, max_entries)) {
+    let batch = match ctx.as_user(export, || {
+        dir::read_dir(&export.fs, &dir, a.cookie, max_entries)
+    }) {
         Ok(b) => b,
         Err(s) => return readdir_fail(ctx, s, attr.as_ref()),
     };
