@@ -1182,50 +1182,29 @@ mod tests {
         .expect("fifo");
         assert_eq!((attr.kind, attr.mode), (FileKind::Fifo, 0o600));
         assert_eq!(fifo.kind(), FileKind::Fifo);
-        let (_, attr) = mknod(
-            &exp,
-            &root,
-            b"sock",
-            SpecialFile::Socket,
-            &SetAttrs::default(),
-            false,
-        )
-        .expect("socket");
-        assert_eq!(attr.kind, FileKind::Socket);
-        assert_eq!(
+        let device = |name: &[u8], special, allow_devices| {
             mknod(
                 &exp,
                 &root,
-                b"null",
-                SpecialFile::CharDevice(1, 3),
+                name,
+                special,
                 &SetAttrs::default(),
-                false
+                allow_devices,
             )
-            .err(),
+        };
+        let (_, attr) = device(b"sock", SpecialFile::Socket, false).expect("socket");
+        assert_eq!(attr.kind, FileKind::Socket);
+        assert_eq!(
+            device(b"null", SpecialFile::CharDevice(1, 3), false).err(),
             Some(FsError::Perm)
         );
-        let (_, attr) = mknod(
-            &exp,
-            &root,
-            b"null",
-            SpecialFile::CharDevice(1, 3),
-            &SetAttrs::default(),
-            true,
-        )
-        .expect("chr as root");
+        let (_, attr) = device(b"null", SpecialFile::CharDevice(1, 3), true).expect("chr as root");
         assert_eq!(
             (attr.kind, attr.rdev_major, attr.rdev_minor),
             (FileKind::CharDevice, 1, 3)
         );
-        let (_, attr) = mknod(
-            &exp,
-            &root,
-            b"blk",
-            SpecialFile::BlockDevice(7, 200),
-            &SetAttrs::default(),
-            true,
-        )
-        .expect("blk as root");
+        let (_, attr) =
+            device(b"blk", SpecialFile::BlockDevice(7, 200), true).expect("blk as root");
         assert_eq!(
             (attr.kind, attr.rdev_major, attr.rdev_minor),
             (FileKind::BlockDevice, 7, 200)
