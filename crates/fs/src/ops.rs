@@ -12,6 +12,7 @@
 //! Names are checked as in knfsd (`export::check_name`); `.`
 //! and `..` are refused with the status knfsd gives for each procedure.
 
+use std::ffi::CString;
 use std::os::fd::{BorrowedFd, OwnedFd};
 
 use dionfs_dataplane::SizeProbe;
@@ -360,6 +361,17 @@ pub fn readlink(node: &Node) -> Result<Vec<u8>, FsError> {
     Ok(readlinkat(node.fd(), c"", Vec::new())?.into_bytes())
 }
 
+/// `name` checked as a new or existing entry of directory `dir`: `.` and
+/// `..` are `dot` (the status knfsd gives for the procedure).
+fn entry_name(dir: &Node, name: &[u8], dot: FsError) -> Result<CString, FsError> {
+    dir.require_dir()?;
+    let name = check_name(name)?;
+    if is_dot_or_dotdot(&name) {
+        return Err(dot);
+    }
+    Ok(name)
+}
+
 /// CREATE of a regular file; returns the file and its attributes.
 pub fn create(
     fs: &ExportFs,
@@ -367,11 +379,7 @@ pub fn create(
     name: &[u8],
     how: &CreateHow,
 ) -> Result<(Node, Attr), FsError> {
-    dir.require_dir()?;
-    let name = check_name(name)?;
-    if is_dot_or_dotdot(&name) {
-        return Err(FsError::Exist);
-    }
+    let name = entry_name(dir, name, FsError::Exist)?;
     let mode = match how {
         CreateHow::Unchecked(attrs) | CreateHow::Guarded(attrs) => {
             attrs.mode.unwrap_or(DEFAULT_FILE_MODE)
@@ -394,12 +402,8 @@ pub fn create(
     let (node, attr) = fs.node_from_fd(created)?;
     match how {
         CreateHow::Unchecked(attrs) | CreateHow::Guarded(attrs) => {
-            let rest = SetAttrs {
-                mode: None,
-                size: attrs.size.filter(|&s| s != 0),
-                ..attrs.clone()
-            };
-            finish_new(fs, node, attr, &rest, attrs.mode)
+            let size = attrs.size.filter(|&s| s != 0);
+            finish_new(fs, node, attr, attrs, size, attrs.mode)
         }
         CreateHow::Exclusive(verf) => {
             let (atime, mtime) = verifier_times(verf);
@@ -455,16 +459,22 @@ fn create_existing(
 }
 
 /// Applies what creation itself could not set: owner and group (if the
-/// client asked for other than the caller's), size, times, and mode
-/// bits that `mkdir`/`open` mask off (set-uid/set-gid).
+/// client asked for other than the caller's), `size`, times, and mode
+/// bits that `mkdir`/`open` mask off (set-uid/set-gid). The size and
+/// mode of `attrs` are not looked at: `size` and `mode` say what is left
+/// to set of them.
 fn finish_new(
     fs: &ExportFs,
     node: Node,
     attr: Attr,
-    rest: &SetAttrs,
+    attrs: &SetAttrs,
+    size: Option<u64>,
     mode: Option<u32>,
 ) -> Result<(Node, Attr), FsError> {
-    let mut rest = rest.clone();
+    let mut rest = SetAttrs {
+        size,
+        ..attrs.clone()
+    };
     rest.uid = rest.uid.filter(|&uid| uid != attr.uid);
     rest.gid = rest.gid.filter(|&gid| gid != attr.gid);
     rest.mode = mode.filter(|&m| m & 0o7777 != attr.mode);
@@ -485,11 +495,7 @@ pub fn mkdir(
     name: &[u8],
     attrs: &SetAttrs,
 ) -> Result<(Node, Attr), FsError> {
-    dir.require_dir()?;
-    let name = check_name(name)?;
-    if is_dot_or_dotdot(&name) {
-        return Err(FsError::Exist);
-    }
+    let name = entry_name(dir, name, FsError::Exist)?;
     let mode = attrs.mode.unwrap_or(DEFAULT_DIR_MODE);
     mkdirat(
         dir.fd(),
@@ -502,12 +508,7 @@ pub fn mkdir(
         OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW,
     )?;
     let (node, attr) = fs.node_from_fd(fd)?;
-    let rest = SetAttrs {
-        mode: None,
-        size: None,
-        ..attrs.clone()
-    };
-    finish_new(fs, node, attr, &rest, Some(mode))
+    finish_new(fs, node, attr, attrs, None, Some(mode))
 }
 
 /// SYMLINK: creates `name` pointing at `target`, stored exactly as the
@@ -519,11 +520,7 @@ pub fn symlink(
     target: &[u8],
     attrs: &SetAttrs,
 ) -> Result<(Node, Attr), FsError> {
-    dir.require_dir()?;
-    let name = check_name(name)?;
-    if is_dot_or_dotdot(&name) {
-        return Err(FsError::Exist);
-    }
+    let name = entry_name(dir, name, FsError::Exist)?;
     if target.len() > PATH_MAX {
         return Err(FsError::NameTooLong);
     }
@@ -533,12 +530,7 @@ pub fn symlink(
     symlinkat(target, dir.fd(), name.as_c_str())?;
     let fd = open_beneath(dir.fd(), &name, OFlags::PATH | OFlags::NOFOLLOW)?;
     let (node, attr) = fs.node_from_fd(fd)?;
-    let rest = SetAttrs {
-        mode: None,
-        size: None,
-        ..attrs.clone()
-    };
-    finish_new(fs, node, attr, &rest, None)
+    finish_new(fs, node, attr, attrs, None, None)
 }
 
 /// MKNOD. Device files only where the export allows them
@@ -552,11 +544,7 @@ pub fn mknod(
     attrs: &SetAttrs,
     allow_devices: bool,
 ) -> Result<(Node, Attr), FsError> {
-    dir.require_dir()?;
-    let name = check_name(name)?;
-    if is_dot_or_dotdot(&name) {
-        return Err(FsError::Exist);
-    }
+    let name = entry_name(dir, name, FsError::Exist)?;
     let (file_type, dev) = match special {
         SpecialFile::Fifo => (FileType::Fifo, 0),
         SpecialFile::Socket => (FileType::Socket, 0),
@@ -584,23 +572,14 @@ pub fn mknod(
     )?;
     let fd = open_beneath(dir.fd(), &name, OFlags::PATH | OFlags::NOFOLLOW)?;
     let (node, attr) = fs.node_from_fd(fd)?;
-    let rest = SetAttrs {
-        mode: None,
-        size: None,
-        ..attrs.clone()
-    };
-    finish_new(fs, node, attr, &rest, Some(mode))
+    finish_new(fs, node, attr, attrs, None, Some(mode))
 }
 
 /// REMOVE: unlinks a non-directory (`IsDir` for a directory, as
 /// unlink(2) says). If that was the file's last name, its entry in the
 /// open-file cache is evicted so the server does not keep it alive.
 pub fn remove(fs: &ExportFs, dir: &Node, name: &[u8]) -> Result<(), FsError> {
-    dir.require_dir()?;
-    let name = check_name(name)?;
-    if is_dot_or_dotdot(&name) {
-        return Err(FsError::Access);
-    }
+    let name = entry_name(dir, name, FsError::Access)?;
     let victim = open_beneath(dir.fd(), &name, OFlags::PATH | OFlags::NOFOLLOW)?;
     unlinkat(dir.fd(), name.as_c_str(), AtFlags::empty())?;
     evict_if_gone(fs, victim);
@@ -609,11 +588,7 @@ pub fn remove(fs: &ExportFs, dir: &Node, name: &[u8]) -> Result<(), FsError> {
 
 /// RMDIR.
 pub fn rmdir(dir: &Node, name: &[u8]) -> Result<(), FsError> {
-    dir.require_dir()?;
-    let name = check_name(name)?;
-    if is_dot_or_dotdot(&name) {
-        return Err(FsError::Access);
-    }
+    let name = entry_name(dir, name, FsError::Access)?;
     unlinkat(dir.fd(), name.as_c_str(), AtFlags::REMOVEDIR)?;
     Ok(())
 }
