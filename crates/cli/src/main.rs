@@ -10,15 +10,15 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use dionfs_dataplane::Mode;
-use dionfs_server::export::config::{
+use dionfs_core::export::config::{
     canonical_export_dir, check_idle_spin, check_large_read_depth, check_max_transfer,
     check_timeout,
 };
-use dionfs_server::export::{
+use dionfs_core::export::{
     Access, ClientMatch, Config, Durability, ExportConfig, Integrity, ServerSettings, Squash,
 };
-use dionfs_server::reload::{ConfigSource, Phase};
+use dionfs_core::reload::{ConfigSource, Phase};
+use dionfs_dataplane::Mode;
 
 #[derive(Parser)]
 #[command(
@@ -556,7 +556,7 @@ fn main() -> ExitCode {
 
 /// `dionfs exportfs`: see [`Command::Exportfs`].
 fn exportfs(config: &std::path::Path, convert: Option<&std::path::Path>) -> ExitCode {
-    use dionfs_server::export::exports5;
+    use dionfs_core::export::exports5;
     if let Some(file) = convert {
         let text = match std::fs::read_to_string(file) {
             Ok(t) => t,

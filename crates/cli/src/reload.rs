@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use dionfs_server::reload::{Outcome, Phase};
+use dionfs_core::reload::{Outcome, Phase};
 use rustix::process::{kill_process, Pid, Signal};
 
 /// Where `dionfs reload` looks when given neither `--pid` nor

@@ -86,7 +86,7 @@ pub fn run(plan: ScrubPlan) -> Result<u8, String> {
     })?;
     let pending = store.pending_recovery();
     let report = store
-        .recover(&mut |k| dionfs_server::integrity::open_for_recovery(&filesystems, k))
+        .recover(&mut |k| dionfs_core::integrity::open_for_recovery(&filesystems, k))
         .map_err(|e| format!("integrity recovery failed: {e}"))?;
     if pending > 0 {
         eprintln!(
@@ -169,9 +169,7 @@ pub fn run(plan: ScrubPlan) -> Result<u8, String> {
     progress.finish();
     // Checksum files of files deleted behind the server's back.
     match store.sweep(
-        &mut |k| {
-            dionfs_server::integrity::open_for_recovery(&filesystems, k).map(|fd| fd.is_some())
-        },
+        &mut |k| dionfs_core::integrity::open_for_recovery(&filesystems, k).map(|fd| fd.is_some()),
         plan.repair_metadata,
     ) {
         Ok(report) => summary.orphans = report.orphans,

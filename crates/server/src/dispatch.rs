@@ -16,11 +16,11 @@ use dionfs_xdr::{Decode, Decoder};
 use tracing::debug;
 
 use crate::callstats::CallStats;
-use crate::exports::Exports;
 use crate::mount::MountTable;
 use crate::nfs;
 use crate::program::{Io, ProgramSummary};
-use crate::server::Server;
+use dionfs_core::exports::Exports;
+use dionfs_core::server::Server;
 
 /// A call read from a connection, waiting to run, with the exports it
 /// runs against (taken when it was received).
@@ -315,7 +315,7 @@ impl Service for Dispatcher {
 /// says why.
 async fn read_buffer(exports: &Exports, conn: &ConnInfo, args: &[u8]) -> Option<PooledBuf> {
     let args = ReadArgs::decode(&mut Decoder::new(args)).ok()?;
-    let export = exports.for_client(conn, &args.file)?;
+    let export = exports.for_client(conn, args.file.as_bytes())?;
     // An error here (no memory for the buffer) is the handler's to
     // report, when it finds no buffer.
     export.data.read_buffer_for(args.count).await.ok()

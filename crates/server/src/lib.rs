@@ -3,22 +3,14 @@
 
 pub mod callstats;
 pub mod dispatch;
-pub mod drc;
-pub mod export;
-pub mod exports;
-pub mod grace;
-pub mod integrity;
-pub mod io_errors;
 pub mod metrics;
 pub mod mount;
 pub mod nfs;
 pub mod nlm;
 pub mod portmap;
 pub mod program;
-pub mod reload;
 mod reply;
 pub mod rpcbind;
-pub mod server;
 pub mod systemd;
 
 use std::net::SocketAddr;
@@ -32,10 +24,11 @@ use dionfs_sys::private::Durability;
 use tokio::net::{TcpListener, UdpSocket};
 use tracing::{error, info, warn};
 
-use crate::export::Config;
 use crate::portmap::{PortmapService, PortmapTable};
-use crate::reload::ConfigSource;
-use crate::server::Server;
+use dionfs_core::export::Config;
+use dionfs_core::integrity;
+use dionfs_core::reload::{self, ConfigSource};
+use dionfs_core::server::Server;
 use dionfs_transport::ConnLimits;
 
 /// Runs the server until SIGINT or SIGTERM. `ports_file`, if given, gets the
@@ -336,7 +329,7 @@ async fn serve(
         ));
     }
     tokio::spawn(expire_readahead(server.clone()));
-    if let Some(store) = server.reload.checksum_store() {
+    if let Some(store) = server.reload_state().checksum_store() {
         let served = server.clone();
         tokio::spawn(integrity::settle_idle(store.clone(), move || {
             served.exports()
@@ -454,7 +447,7 @@ async fn serve(
     }
     let settling = server.clone();
     let last_commit = move || {
-        if let Some(store) = settling.reload.checksum_store() {
+        if let Some(store) = settling.reload_state().checksum_store() {
             integrity::commit_before_stop(store, &settling.exports());
         }
     };
@@ -473,7 +466,7 @@ async fn serve(
 
 /// Logs an export's main options (at start, and as a reload adds or
 /// changes it).
-fn log_export(x: &crate::export::ExportConfig) {
+fn log_export(x: &dionfs_core::export::ExportConfig) {
     info!(
         export = %x.path.display(),
         read_mode = ?x.read_mode,
@@ -605,21 +598,22 @@ async fn expire_readahead(server: Arc<Server>) {
         for export in server.exports().iter() {
             export.data.expire_readahead();
         }
-        server.reload.sweep();
+        server.reload_state().sweep();
         if last_sweep.elapsed() >= UNLINKED_SWEEP
             && sweeping.as_ref().is_none_or(|s| s.is_finished())
         {
             last_sweep = tokio::time::Instant::now();
             // One fstat per cached file (up to `open_files`): off the
             // workers.
-            let cache = server.reload.cache().clone();
+            let cache = server.reload_state().cache().clone();
             sweeping = Some(tokio::task::spawn_blocking(move || cache.close_unlinked()));
         }
         // Syncs of written files the open-file cache let go of: on their
         // own thread, so that a slow one delays no other sweep.
-        if syncing.as_ref().is_none_or(|s| s.is_finished()) && server.reload.cache().files_waiting()
+        if syncing.as_ref().is_none_or(|s| s.is_finished())
+            && server.reload_state().cache().files_waiting()
         {
-            let cache = server.reload.cache().clone();
+            let cache = server.reload_state().cache().clone();
             syncing = Some(tokio::task::spawn_blocking(move || cache.sync_evicted()));
         }
     }

@@ -16,7 +16,7 @@ use tracing::{info, warn};
 
 use crate::callstats::CallStats;
 use crate::nlm::LockService;
-use crate::server::Server;
+use dionfs_core::server::Server;
 
 /// Reads one counter out of a snapshot.
 type Field = fn(&CounterSnapshot) -> u64;
@@ -457,7 +457,7 @@ pub async fn serve(
     }
 }
 
-pub use crate::export::STATS_ADDRESS;
+pub use dionfs_core::export::STATS_ADDRESS;
 
 /// Reads the metrics of a running server (`dionfs stats`).
 pub fn fetch(addr: &str) -> io::Result<String> {

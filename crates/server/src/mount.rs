@@ -18,11 +18,11 @@ use dionfs_xdr::Decode;
 use parking_lot::Mutex;
 use tracing::{error, warn};
 
-use crate::export::squash;
-use crate::exports::{self, Export};
 use crate::program::{self, Procedure, Program};
 use crate::reply::{garbage_args, success};
-use crate::server::Server;
+use dionfs_core::export::squash;
+use dionfs_core::exports::{self, Export};
+use dionfs_core::server::Server;
 use dionfs_fs::{FileKind, FsError};
 use dionfs_logs::LogEvery;
 use dionfs_logs::CLIENT_WARN_EVERY;

@@ -9,7 +9,7 @@
 use dionfs_proto::ArgsLimit;
 
 /// Whether a procedure's replies are kept in the duplicate request cache
-/// ([`crate::drc`]), so that a retransmission is answered with the reply
+/// ([`dionfs_core::drc`]), so that a retransmission is answered with the reply
 /// already sent instead of running again (knfsd's `RC_NOCACHE`,
 /// `RC_REPLSTAT`, `RC_REPLBUFF`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

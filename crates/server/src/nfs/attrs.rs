@@ -8,7 +8,7 @@ use dionfs_proto::Void;
 use super::convert::{fattr3, nfstime3, post_op, set_attrs, wcc};
 use super::status::from_fs;
 use super::Ctx;
-use crate::exports::Export;
+use dionfs_core::exports::Export;
 
 /// Attributes of a file the caller already holds open (READ, WRITE,
 /// COMMIT): no second trip through the handle and the cache.

@@ -22,10 +22,10 @@ use super::attrs::open_file_attr;
 use super::convert::{post_op, wcc};
 use super::status::{from_data, from_fs};
 use super::Ctx;
-use crate::exports::{Export, Exports};
-use crate::io_errors::IoProc;
 use crate::reply::{garbage_args, success, success_encoder};
-use crate::server::Server;
+use dionfs_core::exports::{Export, Exports};
+use dionfs_core::io_errors::IoProc;
+use dionfs_core::server::Server;
 use dionfs_transport::{stage_payload, CallStream, ConnInfo, Received, Reply, ReplyPayload};
 
 /// A READ's data as its reply's payload, sent from the pool buffer it was
@@ -469,7 +469,7 @@ async fn read_without_blocking(
     let Some(ring) = &ctx.server.io_ring else {
         return Err(buf);
     };
-    let Some(export) = ctx.exports.for_client(ctx.conn, &a.file) else {
+    let Some(export) = ctx.exports.for_client(ctx.conn, a.file.as_bytes()) else {
         return Err(buf);
     };
     let Ok(Some(file)) = export.fs.cached_file(a.file.as_bytes()) else {

@@ -8,8 +8,8 @@ use super::attrs::attr_of;
 use super::convert::{post_op, set_attrs, wcc};
 use super::status::from_fs;
 use super::Ctx;
-use crate::exports::Export;
 use crate::reply::{success, success_encoder};
+use dionfs_core::exports::Export;
 use dionfs_transport::Reply;
 
 pub fn lookup(ctx: &Ctx, a: LookupArgs) -> LookupRes {

@@ -25,12 +25,12 @@ use dionfs_sys::cred::{with_creds, Creds};
 use dionfs_xdr::{Decode, Decoder, Encode};
 use tracing::{error, warn};
 
-use crate::drc::{hash_args, DrcKey, Lookup};
-use crate::export::squash;
-use crate::exports::{Export, Exports};
 use crate::program::{Io, Procedure, Program, ReplyCache};
 use crate::reply::{garbage_args, success};
-use crate::server::Server;
+use dionfs_core::drc::{hash_args, DrcKey, Lookup};
+use dionfs_core::export::squash;
+use dionfs_core::exports::{Export, Exports};
+use dionfs_core::server::Server;
 use dionfs_logs::CLIENT_WARN_EVERY;
 use dionfs_transport::{ConnInfo, Reply};
 

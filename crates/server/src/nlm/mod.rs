@@ -45,12 +45,12 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use crate::callstats::CallStats;
-use crate::export::{squash, Access};
-use crate::exports::Export;
-use crate::grace::Grace;
 use crate::reply::success;
-use crate::server::Server;
 use client::Peer;
+use dionfs_core::export::{squash, Access};
+use dionfs_core::exports::Export;
+use dionfs_core::grace::Grace;
+use dionfs_core::server::Server;
 use dionfs_transport::{read_args, CallStream, ConnInfo, Received, Reply, Service};
 use state::{Monitored, NsmState};
 use table::{
@@ -407,7 +407,7 @@ impl LockService {
         let fh = NfsFh3::new(fh.0.clone()).map_err(|_| Nlm4Stat::StaleFh)?;
         self.server
             .exports()
-            .for_client(conn, &fh)
+            .for_client(conn, fh.as_bytes())
             .cloned()
             .ok_or(Nlm4Stat::StaleFh)
     }

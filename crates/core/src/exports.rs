@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use dionfs_dataplane::{DataConfig, DataPlane};
 use dionfs_fs::{handle, ExportFs, MetadataSync};
-use dionfs_proto::nfs3::NfsFh3;
 use dionfs_transport::ConnInfo;
 
 use crate::export::{Durability, ExportConfig, ServerSettings};
@@ -51,8 +50,8 @@ impl Exports {
     /// The export `fh` belongs to if this client may use it, else `None`,
     /// silently: for work done before the handler, which reports refusals
     /// (see `nfs::Ctx::export`).
-    pub fn for_client(&self, conn: &ConnInfo, fh: &NfsFh3) -> Option<&Arc<Export>> {
-        let export = self.by_id(handle::export_id(fh.as_bytes())?)?;
+    pub fn for_client(&self, conn: &ConnInfo, fh: &[u8]) -> Option<&Arc<Export>> {
+        let export = self.by_id(handle::export_id(fh)?)?;
         (export.config.admits_client(conn.peer.ip(), conn.names())
             && export.config.admits_port(conn.peer.port()))
         .then_some(export)

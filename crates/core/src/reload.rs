@@ -410,7 +410,7 @@ impl Report {
 
 /// What the server keeps from its start for reloads, and the data planes
 /// reloads retired.
-pub(crate) struct ReloadState {
+pub struct ReloadState {
     /// The `[server]` settings the server started with (and runs with:
     /// a reload does not change them).
     settings: ServerSettings,
@@ -458,12 +458,12 @@ impl ReloadState {
     }
 
     /// The server-wide open-file cache.
-    pub(crate) fn cache(&self) -> &Arc<OpenFileCache> {
+    pub fn cache(&self) -> &Arc<OpenFileCache> {
         &self.cache
     }
 
     /// The checksum store, if it was opened at start.
-    pub(crate) fn checksum_store(&self) -> Option<&Arc<Store>> {
+    pub fn checksum_store(&self) -> Option<&Arc<Store>> {
         self.integrity.as_ref()
     }
 
@@ -482,7 +482,7 @@ impl ReloadState {
     /// Expires the readahead of retired planes (their prefetched chunks
     /// hold their buffers) and frees those that no call holds any more and
     /// whose buffers are all back. Called periodically.
-    pub(crate) fn sweep(&self) {
+    pub fn sweep(&self) {
         let Some(_one) = self.lock.try_lock() else {
             return; // a reload runs; next time
         };
@@ -981,16 +981,16 @@ mod tests {
         assert_eq!(server.write_verifier(), verifier, "no write was lost");
 
         // a's plane and b's first one wait for the calls holding them.
-        assert_eq!(server.reload.retired_planes(), 2);
-        server.reload.sweep();
+        assert_eq!(server.reload_state().retired_planes(), 2);
+        server.reload_state().sweep();
         assert_eq!(
-            server.reload.retired_planes(),
+            server.reload_state().retired_planes(),
             2,
             "snapshots still hold them"
         );
         drop((before, after));
-        server.reload.sweep();
-        assert_eq!(server.reload.retired_planes(), 0);
+        server.reload_state().sweep();
+        assert_eq!(server.reload_state().retired_planes(), 0);
         assert_eq!(server.write_verifier(), verifier);
     }
 
@@ -1014,7 +1014,7 @@ mod tests {
             Arc::ptr_eq(&before, &after),
             "not even a's change is applied"
         );
-        assert_eq!(server.reload.retired_planes(), 0);
+        assert_eq!(server.reload_state().retired_planes(), 0);
     }
 
     #[test]
@@ -1113,8 +1113,12 @@ mod tests {
         let early = new_plane.read_pool().get_blocking().unwrap();
         assert_eq!(RingBuf::fixed_index(&early), None, "none free yet");
         drop(plane);
-        server.reload.sweep();
-        assert_eq!(server.reload.retired_planes(), 0, "a's plane is freed");
+        server.reload_state().sweep();
+        assert_eq!(
+            server.reload_state().retired_planes(),
+            0,
+            "a's plane is freed"
+        );
         let _early = early;
         let late = new_plane.read_pool().get_blocking().unwrap();
         assert!(

@@ -41,8 +41,8 @@ pub struct Server {
     insecure_port_warnings: ClientWarnings,
     /// Clients refused for their address, MNT calls and NFS calls apart:
     /// one warning per client and export every [`CLIENT_WARN_EVERY`].
-    pub(crate) refused_mount_warnings: ClientWarnings,
-    pub(crate) refused_call_warnings: ClientWarnings,
+    pub refused_mount_warnings: ClientWarnings,
+    pub refused_call_warnings: ClientWarnings,
     /// The connection layer's counters, shared by every listener.
     pub net: Arc<NetCounters>,
     /// Direct READs and aligned direct WRITEs go through this io_uring from
@@ -55,7 +55,7 @@ pub struct Server {
     /// The grace period after a restart, one for every program.
     pub grace: Arc<crate::grace::Grace>,
     /// What a reload needs to open exports as the start did.
-    pub(crate) reload: crate::reload::ReloadState,
+    reload: crate::reload::ReloadState,
     /// Memory for the starts of WRITE payloads a client's closed receive
     /// window keeps from arriving whole before a buffer is taken
     /// ([`dionfs_transport::stage_payload`]).
@@ -259,6 +259,12 @@ impl Server {
     /// received (one atomic load), and keeps them until it is answered.
     pub fn exports(&self) -> Arc<Exports> {
         self.exports.load_full()
+    }
+
+    /// What a reload needs, and the open-file cache and checksum store
+    /// it keeps across reloads (for the server's periodic sweeps).
+    pub fn reload_state(&self) -> &crate::reload::ReloadState {
+        &self.reload
     }
 
     /// Applies `config` (re-read from the file the server started with):
