@@ -8,7 +8,8 @@
 //!   (no read-ahead), enforcing a maximum record size before allocating.
 //! - `auth.rs`: the authentication fields ([`OpaqueAuth`], [`Credential`],
 //!   [`AuthSys`]), shared by calls and replies.
-//! - [`message`]: [`CallHeader`], [`read_call_header`], [`CallError`].
+//! - [`message`]: [`CallHeader`], [`read_call_header`] (and
+//!   [`read_message_header`], which also takes replies), [`CallError`].
 //! - [`reply`]: reply header encoders and [`ReplyHeader`] for clients.
 
 mod auth;
@@ -17,7 +18,9 @@ pub mod record;
 pub mod reply;
 
 pub use auth::{AuthSys, Credential, OpaqueAuth};
-pub use message::{encode_call, read_call_header, CallError, CallHeader};
+pub use message::{
+    encode_call, read_call_header, read_message_header, CallError, CallHeader, MessageStart,
+};
 pub use record::{framed, read_record_blocking, record_mark, RecordError, RecordReader};
 pub use reply::{AuthStat, ReplyHeader, ReplyStatus};
 

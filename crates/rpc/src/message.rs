@@ -172,14 +172,53 @@ async fn read_header_bytes<R: AsyncRead + Unpin>(
     r.read_exact(buf).await.map_err(CallError::from)
 }
 
+/// The start of a message read by [`read_message_header`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MessageStart {
+    /// A call's header; the record is positioned at its arguments.
+    Call(CallHeader),
+    /// A reply (to a call the reader's side made, if any): its xid, and
+    /// `start`, the bytes of the record read so far (its first 32 at most,
+    /// xid and msg_type included). The rest of the record is still to be
+    /// read or skipped.
+    Reply { xid: u32, start: Vec<u8> },
+}
+
 /// Reads a call header from the current record, leaving `r` at the first
 /// byte of the arguments. Uses three or four exact reads into stack buffers.
 pub async fn read_call_header<R: AsyncRead + Unpin>(
     r: &mut RecordReader<R>,
 ) -> Result<CallHeader, CallError> {
+    match read_message_header(r).await? {
+        MessageStart::Call(call) => Ok(call),
+        MessageStart::Reply { xid, .. } => Err(CallError::NotACall {
+            xid,
+            msg_type: MSG_REPLY,
+        }),
+    }
+}
+
+/// [`read_call_header`] for a peer that may also answer calls made on its
+/// connection (a back channel): a reply is returned with the bytes of it
+/// already read, rather than refused as [`CallError::NotACall`]. Any other
+/// message type still is.
+pub async fn read_message_header<R: AsyncRead + Unpin>(
+    r: &mut RecordReader<R>,
+) -> Result<MessageStart, CallError> {
     let mut fixed = [0u8; FIXED_LEN];
     let n = r.read_up_to(&mut fixed).await.map_err(CallError::from)?;
-    let f = parse_fixed(&mut Decoder::new(&fixed[..n]))?;
+    let f = match parse_fixed(&mut Decoder::new(&fixed[..n])) {
+        Err(CallError::NotACall {
+            xid,
+            msg_type: MSG_REPLY,
+        }) => {
+            return Ok(MessageStart::Reply {
+                xid,
+                start: fixed[..n].to_vec(),
+            })
+        }
+        parsed => parsed?,
+    };
 
     // Credential body, then the verifier's flavor and length, in one read.
     const AUTH_BUF: usize = MAX_AUTH_BYTES as usize + 8;
@@ -194,7 +233,7 @@ pub async fn read_call_header<R: AsyncRead + Unpin>(
     }
     let verf_end = padded(verf_len);
     read_header_bytes(r, &mut buf[..verf_end]).await?;
-    Ok(CallHeader {
+    Ok(MessageStart::Call(CallHeader {
         xid: f.xid,
         prog: f.prog,
         vers: f.vers,
@@ -204,7 +243,7 @@ pub async fn read_call_header<R: AsyncRead + Unpin>(
             flavor: verf_flavor,
             body: buf[..verf_len as usize].to_vec(),
         },
-    })
+    }))
 }
 
 impl CallHeader {
@@ -399,6 +438,50 @@ mod tests {
         ));
         assert!(e.closes_connection());
         assert!(e.reply().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_reply_is_read_as_one_with_its_first_bytes() {
+        let mut e = Encoder::new();
+        reply::accepted_success(&mut e, 77);
+        e.u32(0xdead_beef);
+        e.opaque_var(b"results, longer than the fixed start");
+        let msg = e.into_vec();
+        let bytes = framed(&msg);
+        let mut r = RecordReader::new(&bytes[..], 1 << 20);
+        assert!(r.next_record().await.unwrap());
+        let MessageStart::Reply { xid, start } = read_message_header(&mut r).await.unwrap() else {
+            panic!("a reply read as a call");
+        };
+        assert_eq!(xid, 77);
+        // The start and the rest make up the message.
+        assert_eq!(start.len(), FIXED_LEN);
+        let mut whole = start;
+        r.read_to_end(&mut whole).await.unwrap();
+        assert_eq!(whole, msg);
+        // A call reads as one; other message types are still refused.
+        let call = encode_call(5, 100_003, 3, 0, &Credential::None);
+        let bytes = framed(&call);
+        let mut r = RecordReader::new(&bytes[..], 1 << 20);
+        assert!(r.next_record().await.unwrap());
+        let start = read_message_header(&mut r).await.unwrap();
+        assert!(matches!(
+            start,
+            MessageStart::Call(CallHeader { xid: 5, .. })
+        ));
+        let mut other = header_with_cred(6, 2, 0, b"");
+        other[7] = 2;
+        let bytes = framed(&other);
+        let mut r = RecordReader::new(&bytes[..], 1 << 20);
+        assert!(r.next_record().await.unwrap());
+        let e = read_message_header(&mut r).await.unwrap_err();
+        assert!(matches!(
+            e,
+            CallError::NotACall {
+                xid: 6,
+                msg_type: 2
+            }
+        ));
     }
 
     #[tokio::test]
