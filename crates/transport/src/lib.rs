@@ -33,11 +33,13 @@ mod counters;
 mod listener;
 pub mod names;
 mod quiet;
+mod reply;
 mod spin;
 mod stream;
 #[cfg(test)]
 mod tests;
 pub mod udp;
+mod writer;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -46,13 +48,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dionfs_logs::LogBudget;
-use dionfs_rpc::{CallHeader, RecordError, RecordReader, ReplyHeader, ReplyStatus};
-use dionfs_xdr::Encode;
+use dionfs_rpc::{CallHeader, RecordError, RecordReader};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 pub use connection::{serve_connection, ConnEnd};
 pub use counters::{NetCounters, NetSnapshot};
 pub use listener::{next_conn_id, serve};
+pub use reply::{Reply, ReplyPayload};
 pub use spin::{Activity, DEFAULT_IDLE_SPIN};
 pub use stream::{CallReader, CallStream};
 
@@ -438,76 +440,5 @@ impl Default for ConnLimits {
             activity: Arc::default(),
             drop_logs: Arc::default(),
         }
-    }
-}
-
-/// Bytes sent after a reply's header, from wherever they already are (a
-/// pooled I/O buffer holding READ data, say). Kept alive until written.
-/// `Sync` because the writing task holds a reference to it across awaits.
-pub trait ReplyPayload: Send + Sync + 'static {
-    /// The bytes to send. XDR padding is added by the connection.
-    fn bytes(&self) -> &[u8];
-}
-
-impl ReplyPayload for Vec<u8> {
-    fn bytes(&self) -> &[u8] {
-        self
-    }
-}
-
-/// A reply message, sent as one record: `header`, then the payload's bytes,
-/// then zero padding to a multiple of 4 (RFC 4506 section 4.10).
-///
-/// For an opaque result such as READ data, `header` ends with the opaque
-/// length and the payload holds the bytes.
-pub struct Reply {
-    /// The RPC reply message (reply header and results), without record mark.
-    pub header: Vec<u8>,
-    pub data: Option<Box<dyn ReplyPayload>>,
-}
-
-impl Reply {
-    /// A reply that is all in `header`.
-    pub fn new(header: Vec<u8>) -> Self {
-        Self { header, data: None }
-    }
-
-    /// A reply whose tail is sent from `data` without copying.
-    pub fn with_data(header: Vec<u8>, data: Box<dyn ReplyPayload>) -> Self {
-        Self {
-            header,
-            data: Some(data),
-        }
-    }
-
-    /// A reply with only an RPC reply header, for the non-success statuses
-    /// (PROG_UNAVAIL, GARBAGE_ARGS, AUTH_ERROR, ...).
-    pub fn status(xid: u32, status: ReplyStatus) -> Self {
-        Self::new(ReplyHeader::new(xid, status).to_xdr())
-    }
-
-    /// PROG_MISMATCH for a program served in one `version` only.
-    pub fn only_version(xid: u32, version: u32) -> Self {
-        Self::status(
-            xid,
-            ReplyStatus::ProgMismatch {
-                low: version,
-                high: version,
-            },
-        )
-    }
-
-    /// The payload's bytes (empty without payload).
-    pub fn data_bytes(&self) -> &[u8] {
-        self.data.as_deref().map_or(&[], |d| d.bytes())
-    }
-}
-
-impl std::fmt::Debug for Reply {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Reply")
-            .field("header_len", &self.header.len())
-            .field("data_len", &self.data_bytes().len())
-            .finish()
     }
 }

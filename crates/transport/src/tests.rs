@@ -18,7 +18,7 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use super::connection::write_without_waiting;
+use super::writer::write_without_waiting;
 use super::*;
 
 const ECHO_PROG: u32 = 0x2000_0042;
