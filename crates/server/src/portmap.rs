@@ -425,6 +425,7 @@ mod tests {
             local: addr,
             datagram: false,
             names: Default::default(),
+            back_channel: None,
         };
         let stats = Arc::new(CallStats::new(crate::dispatch::counted_programs()));
         let service = Arc::new(PortmapService::new(table(), stats));

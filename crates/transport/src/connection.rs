@@ -27,12 +27,15 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use dionfs_rpc::{read_call_header, CallError, RecordError, RecordReader, ReplyStatus};
+use dionfs_rpc::{
+    read_message_header, CallError, MessageStart, RecordError, RecordReader, ReplyStatus, MSG_REPLY,
+};
 use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{debug, info, warn};
 
+use super::back_channel::BackChannel;
 use super::counters::NetCounters;
 use super::reply::Reply;
 use super::stream::{CallReader, ReadProgress, Waiting};
@@ -137,14 +140,13 @@ pub async fn serve_connection<S: Service>(
 pub(super) async fn run_connection<S: Service>(
     service: Arc<S>,
     stream: TcpStream,
-    conn: ConnInfo,
+    mut conn: ConnInfo,
     limits: ConnLimits,
     stop: impl Future<Output = ()>,
 ) -> ConnEnd {
     if service.resolves_names() {
         conn.look_up_names().await;
     }
-    let conn = Arc::new(conn);
     info!(conn = conn.id, peer = %conn.peer, local = %conn.local, names = ?conn.names(),
         "connection opened");
     // A fixed send buffer: replies are sent only into room reserved there
@@ -165,6 +167,9 @@ pub(super) async fn run_connection<S: Service>(
         send_buffer,
         limits.counters.clone(),
     ));
+    let back_channel = BackChannel::new(&shared, backlog_limit(&limits));
+    conn.back_channel = Some(back_channel.clone());
+    let conn = Arc::new(conn);
     let max_in_flight = limits.max_in_flight.clamp(1, MAX_IN_FLIGHT_CAP);
     let in_flight = Arc::new(Semaphore::new(max_in_flight));
     let shares = Arc::new(Semaphore::new(
@@ -204,6 +209,10 @@ pub(super) async fn run_connection<S: Service>(
     };
     // What the reading loop held (a call half-received, a buffer taken for
     // it) is gone with its future.
+    // No reply can come any more: callers of the back channel are woken
+    // now, not after the drain below, which may be waiting for the very
+    // calls that wait for them.
+    back_channel.close();
 
     if matches!(
         end,
@@ -580,8 +589,31 @@ async fn read_call<S: Service>(
     permits: &mut CallPermits,
 ) -> Result<Outcome<S::Pending>, ConnEnd> {
     let conn = l.conn;
-    let call = match read_call_header(reader).await {
-        Ok(call) => call,
+    let call = match read_message_header(reader).await {
+        Ok(MessageStart::Call(call)) => call,
+        Ok(MessageStart::Reply { xid, start }) => {
+            let taken = match &conn.back_channel {
+                Some(back) => back
+                    .take_reply(xid, start, reader)
+                    .await
+                    .map_err(record_error_end)?,
+                None => false,
+            };
+            if !taken {
+                // A reply to nothing this side asked: as any other
+                // message that is not a call.
+                debug!(
+                    conn = conn.id,
+                    xid,
+                    msg_type = MSG_REPLY,
+                    "peer sent a non-call message"
+                );
+                return Err(ConnEnd::NotACall);
+            }
+            // A reply over the size cap is skipped.
+            reader.skip_rest().await.map_err(record_error_end)?;
+            return Ok(Outcome::Nothing);
+        }
         Err(CallError::Record(e)) => return Err(record_error_end(e)),
         Err(CallError::NotACall { xid, msg_type }) => {
             debug!(

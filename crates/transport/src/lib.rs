@@ -27,6 +27,7 @@
 //! connections are capped in number (`max_connections`) and closed when idle
 //! (`idle_timeout`).
 
+mod back_channel;
 pub mod client;
 mod connection;
 mod counters;
@@ -51,6 +52,7 @@ use dionfs_logs::LogBudget;
 use dionfs_rpc::{CallHeader, RecordError, RecordReader};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+pub use back_channel::{BackChannel, BackChannelError, MAX_OUTSTANDING_CALLS};
 pub use connection::{serve_connection, ConnEnd};
 pub use counters::{NetCounters, NetSnapshot};
 pub use listener::{next_conn_id, serve};
@@ -339,6 +341,10 @@ pub struct ConnInfo {
     /// or before a later call once one does (an export a reload added);
     /// see [`ConnInfo::names`].
     pub names: std::sync::OnceLock<Vec<String>>,
+    /// Calls to the peer on this connection, answered on it (NFSv4.1's
+    /// callbacks): set by [`serve_connection`] for each TCP connection it
+    /// serves, whatever the caller put here; `None` for a datagram.
+    pub back_channel: Option<BackChannel>,
 }
 
 impl ConnInfo {

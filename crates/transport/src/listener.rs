@@ -90,6 +90,7 @@ pub async fn serve<S: Service>(
                         local,
                         datagram: false,
                         names: Default::default(),
+                        back_channel: None,
                     };
                     let mut stop = stop_rx.clone();
                     let stopped = async move {

@@ -36,6 +36,15 @@ const PROC_POOL_ECHO: u32 = 4;
 /// As POOL_ECHO, but the buffer is taken once the data is in the socket
 /// ([`wait_for_payload`]), as WRITEs are received now.
 const PROC_PAYLOAD_ECHO: u32 = 5;
+/// Args: timeout in ms, opaque data. Calls the client back on its own
+/// connection (CB_PROC of CB_PROG, the opaque data as arguments) and
+/// answers with the outcome: a [`CallbackOutcome`] code and the callback's
+/// results (empty unless it succeeded).
+const PROC_CALL_BACK: u32 = 6;
+/// The program, version and procedure the toy program calls back.
+const CB_PROG: u32 = 0x4000_0042;
+const CB_VERS: u32 = 1;
+const CB_PROC: u32 = 7;
 const MAX_ECHO: u32 = 1 << 20;
 const MAX_RAW: u32 = 64;
 /// Buffers of the toy program's pool, and their size.
@@ -52,6 +61,8 @@ struct Echo {
     /// PAYLOAD_ECHO calls waiting for their payload right now.
     payload_waits: AtomicUsize,
     pool: BufferPool,
+    /// What each CALL_BACK's callback came to, in the order they ended.
+    callbacks: parking_lot::Mutex<Vec<Result<Vec<u8>, BackChannelError>>>,
 }
 
 impl Default for Echo {
@@ -63,6 +74,7 @@ impl Default for Echo {
             executed: AtomicUsize::new(0),
             payload_waits: AtomicUsize::new(0),
             pool: BufferPool::new(POOL_BUF_LEN, POOL_BUFFERS, Arc::new(Counters::default())),
+            callbacks: Default::default(),
         }
     }
 }
@@ -72,12 +84,60 @@ impl Echo {
     fn buffers_out(&self) -> usize {
         POOL_BUFFERS - self.pool.available()
     }
+
+    /// Callbacks that ended with `error` so far.
+    fn callbacks_failed(&self, error: &BackChannelError) -> usize {
+        let callbacks = self.callbacks.lock();
+        callbacks
+            .iter()
+            .filter(|c| c.as_ref() == Err(error))
+            .count()
+    }
 }
 
 struct EchoCall {
     xid: u32,
     delay: Duration,
     data: EchoData,
+    /// A CALL_BACK: the callback's timeout.
+    call_back: Option<Duration>,
+}
+
+/// What a CALL_BACK reply says of its callback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CallbackOutcome {
+    Success = 0,
+    TimedOut = 1,
+    Closed = 2,
+    TooManyOutstanding = 3,
+    Refused = 4,
+    Other = 5,
+}
+
+impl CallbackOutcome {
+    fn of(result: &Result<Vec<u8>, BackChannelError>) -> Self {
+        match result {
+            Ok(_) => Self::Success,
+            Err(BackChannelError::TimedOut) => Self::TimedOut,
+            Err(BackChannelError::Closed) => Self::Closed,
+            Err(BackChannelError::TooManyOutstanding) => Self::TooManyOutstanding,
+            Err(BackChannelError::Refused(_)) => Self::Refused,
+            Err(_) => Self::Other,
+        }
+    }
+
+    fn from_u32(code: u32) -> Self {
+        [
+            Self::Success,
+            Self::TimedOut,
+            Self::Closed,
+            Self::TooManyOutstanding,
+            Self::Refused,
+        ]
+        .into_iter()
+        .find(|c| *c as u32 == code)
+        .unwrap_or(Self::Other)
+    }
 }
 
 enum EchoData {
@@ -115,10 +175,16 @@ impl Service for Echo {
         if call.vers != ECHO_VERS {
             return status(ReplyStatus::ProgMismatch { low: 1, high: 1 });
         }
+        let mut call_back = None;
         let delay_ms = match call.proc_ {
             PROC_NULL => return status(ReplyStatus::Success),
             PROC_ECHO => 0,
             PROC_SLOW_ECHO => body.read_u32().await?,
+            PROC_CALL_BACK => {
+                let timeout_ms = body.read_u32().await?;
+                call_back = Some(Duration::from_millis(u64::from(timeout_ms)));
+                0
+            }
             PROC_RAW_ECHO => {
                 let mut data = Vec::new();
                 body.read_to_end_bounded(&mut data, MAX_RAW).await?;
@@ -126,6 +192,7 @@ impl Service for Echo {
                     xid: call.xid,
                     delay: Duration::ZERO,
                     data: EchoData::Owned(data),
+                    call_back: None,
                 }));
             }
             PROC_POOL_ECHO | PROC_PAYLOAD_ECHO => {
@@ -145,6 +212,7 @@ impl Service for Echo {
                     xid: call.xid,
                     delay: Duration::ZERO,
                     data: EchoData::Pooled(buf, len),
+                    call_back: None,
                 }));
             }
             _ => return status(ReplyStatus::ProcUnavail),
@@ -161,6 +229,7 @@ impl Service for Echo {
             xid: call.xid,
             delay: Duration::from_millis(u64::from(delay_ms)),
             data: EchoData::Owned(data),
+            call_back,
         }))
     }
 
@@ -173,7 +242,13 @@ impl Service for Echo {
         self.oversized.fetch_add(1, Ordering::SeqCst);
     }
 
-    async fn execute(self: Arc<Self>, _conn: Arc<ConnInfo>, call: EchoCall) -> Option<Reply> {
+    async fn execute(self: Arc<Self>, conn: Arc<ConnInfo>, call: EchoCall) -> Option<Reply> {
+        if let Some(timeout) = call.call_back {
+            return Some(
+                self.call_back(&conn, call.xid, call.data.bytes(), timeout)
+                    .await,
+            );
+        }
         let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_running.fetch_max(now, Ordering::SeqCst);
         tokio::time::sleep(call.delay).await;
@@ -183,6 +258,35 @@ impl Service for Echo {
         reply::accepted_success(&mut enc, call.xid);
         enc.u32(call.data.bytes().len() as u32);
         Some(Reply::with_data(enc.into_vec(), Box::new(call.data)))
+    }
+}
+
+impl Echo {
+    /// Runs a CALL_BACK: calls the client back with `data` as opaque
+    /// arguments and answers with what came of it.
+    async fn call_back(&self, conn: &ConnInfo, xid: u32, data: &[u8], timeout: Duration) -> Reply {
+        let mut args = Encoder::new();
+        args.opaque_var(data);
+        let result = match &conn.back_channel {
+            Some(back) => {
+                back.call(
+                    CB_PROG,
+                    CB_VERS,
+                    CB_PROC,
+                    &Credential::None,
+                    args.as_slice(),
+                    timeout,
+                )
+                .await
+            }
+            None => Err(BackChannelError::Closed),
+        };
+        let mut enc = Encoder::new();
+        reply::accepted_success(&mut enc, xid);
+        enc.u32(CallbackOutcome::of(&result) as u32);
+        enc.opaque_var(result.as_deref().unwrap_or_default());
+        self.callbacks.lock().push(result);
+        Reply::new(enc.into_vec())
     }
 }
 
@@ -196,6 +300,15 @@ fn echo_call(xid: u32, data: &[u8]) -> Vec<u8> {
 fn proc_call(xid: u32, proc_: u32, data: &[u8]) -> Vec<u8> {
     let msg = encode_call(xid, ECHO_PROG, ECHO_VERS, proc_, &Credential::None);
     let mut enc = Encoder::from_vec(msg);
+    enc.opaque_var(data);
+    enc.into_vec()
+}
+
+/// A CALL_BACK whose callback carries `data` and may wait `timeout_ms`.
+fn call_back_call(xid: u32, timeout_ms: u32, data: &[u8]) -> Vec<u8> {
+    let msg = encode_call(xid, ECHO_PROG, ECHO_VERS, PROC_CALL_BACK, &Credential::None);
+    let mut enc = Encoder::from_vec(msg);
+    enc.u32(timeout_ms);
     enc.opaque_var(data);
     enc.into_vec()
 }
@@ -272,6 +385,49 @@ impl Client {
         (header.xid, data)
     }
 
+    /// The next record, a call or a reply.
+    async fn message(&mut self) -> Message {
+        let next = tokio::time::timeout(Duration::from_secs(10), self.reader.next_record());
+        assert!(
+            next.await.expect("message in time").unwrap(),
+            "connection closed"
+        );
+        let mut msg = Vec::new();
+        self.reader.read_to_end(&mut msg).await.unwrap();
+        let mut d = Decoder::new(&msg);
+        if msg.get(4..8) == Some(&[0, 0, 0, 0]) {
+            let header = CallHeader::decode(&mut d).unwrap();
+            Message::Call(header, d.rest().to_vec())
+        } else {
+            let header = ReplyHeader::decode(&mut d).unwrap();
+            Message::Reply(header, d.rest().to_vec())
+        }
+    }
+
+    /// The next record, which must be the server's callback (CB_PROC of
+    /// CB_PROG): its xid and the opaque data it carries.
+    async fn callback(&mut self) -> (u32, Vec<u8>) {
+        match self.message().await {
+            Message::Call(header, args) => callback_of(&header, &args),
+            Message::Reply(header, _) => panic!("reply {header:?} instead of a callback"),
+        }
+    }
+
+    /// Answers callback `xid` with `results` as opaque data.
+    async fn answer(&mut self, xid: u32, results: &[u8]) {
+        let mut enc = Encoder::new();
+        reply::accepted_success(&mut enc, xid);
+        enc.opaque_var(results);
+        self.send(&framed(enc.as_slice())).await;
+    }
+
+    /// The next record, which must be the reply to a CALL_BACK: its xid,
+    /// what came of the callback, and the callback's results.
+    async fn call_back_reply(&mut self) -> (u32, CallbackOutcome, Vec<u8>) {
+        let (header, rest) = self.reply().await;
+        call_back_outcome(&header, &rest)
+    }
+
     /// Waits until the server closes the connection.
     async fn expect_closed(&mut self) {
         let next = tokio::time::timeout(Duration::from_secs(10), self.reader.next_record());
@@ -280,6 +436,43 @@ impl Client {
             Ok(true) => panic!("unexpected record instead of close"),
         }
     }
+}
+
+/// A record the server sent: a reply, or a call of its back channel.
+enum Message {
+    Call(CallHeader, Vec<u8>),
+    Reply(ReplyHeader, Vec<u8>),
+}
+
+/// The xid and opaque data of a callback of the toy program, checked to be
+/// one.
+fn callback_of(header: &CallHeader, args: &[u8]) -> (u32, Vec<u8>) {
+    assert_eq!(
+        (header.prog, header.vers, header.proc_),
+        (CB_PROG, CB_VERS, CB_PROC)
+    );
+    assert_eq!(header.cred, Credential::None);
+    let mut d = Decoder::new(args);
+    let data = d.opaque_var(MAX_ECHO).unwrap().to_vec();
+    d.finish().unwrap();
+    (header.xid, data)
+}
+
+/// What a CALL_BACK reply says: (xid, outcome, the opaque data the
+/// callback's results hold, if it succeeded).
+fn call_back_outcome(header: &ReplyHeader, rest: &[u8]) -> (u32, CallbackOutcome, Vec<u8>) {
+    assert_eq!(header.status, ReplyStatus::Success);
+    let mut d = Decoder::new(rest);
+    let outcome = CallbackOutcome::from_u32(d.u32().unwrap());
+    let mut results = d.opaque_var(MAX_ECHO).unwrap().to_vec();
+    d.finish().unwrap();
+    if outcome == CallbackOutcome::Success {
+        let mut d = Decoder::new(&results);
+        let data = d.opaque_var(MAX_ECHO).unwrap().to_vec();
+        d.finish().unwrap();
+        results = data;
+    }
+    (header.xid, outcome, results)
 }
 
 struct Server {
@@ -519,6 +712,201 @@ async fn a_reply_message_closes_the_connection() {
     c.expect_closed().await;
 }
 
+/// A reply `xid` with status `status` and nothing after the header.
+fn bare_reply(xid: u32, status: ReplyStatus) -> Vec<u8> {
+    framed(&Reply::status(xid, status).header)
+}
+
+#[tokio::test]
+async fn a_call_calls_back_on_its_own_connection() {
+    let server = start(ConnLimits::default()).await;
+    let mut c = Client::connect(server.addr).await;
+    c.send(&framed(&call_back_call(1, 10_000, b"ping"))).await;
+    let (cb, data) = c.callback().await;
+    assert_eq!(data, b"ping");
+    c.answer(cb, b"pong").await;
+    assert_eq!(
+        c.call_back_reply().await,
+        (1, CallbackOutcome::Success, b"pong".to_vec())
+    );
+    // A callback answered with an error status: the caller is told, and
+    // the next callback has another xid.
+    c.send(&framed(&call_back_call(2, 10_000, b"again"))).await;
+    let (cb2, data) = c.callback().await;
+    assert_eq!(data, b"again");
+    assert_ne!(cb2, cb);
+    c.send(&bare_reply(cb2, ReplyStatus::ProcUnavail)).await;
+    assert_eq!(
+        c.call_back_reply().await,
+        (2, CallbackOutcome::Refused, Vec::new())
+    );
+    assert_eq!(
+        server.echo.callbacks.lock()[1],
+        Err(BackChannelError::Refused(ReplyStatus::ProcUnavail))
+    );
+    // The connection serves calls as before.
+    c.send(&framed(&echo_call(3, b"after"))).await;
+    assert_eq!(c.echo_reply().await, (3, b"after".to_vec()));
+}
+
+#[tokio::test]
+async fn callbacks_interleave_with_the_clients_calls() {
+    let server = start(ConnLimits::default()).await;
+    let mut c = Client::connect(server.addr).await;
+    let mut burst = framed(&call_back_call(1, 10_000, b"first"));
+    burst.extend(framed(&call_back_call(2, 10_000, b"second")));
+    c.send(&burst).await;
+    let mut callbacks = [c.callback().await, c.callback().await];
+    callbacks.sort_by(|a, b| a.1.cmp(&b.1));
+    let [(first, _), (second, _)] = callbacks;
+    // The client calls the server before it answers, and gets its reply
+    // while both callbacks wait.
+    c.send(&framed(&echo_call(3, b"meanwhile"))).await;
+    assert_eq!(c.echo_reply().await, (3, b"meanwhile".to_vec()));
+    // Answered in the other order, each reply goes to its own caller. The
+    // answer to the second is sent in fragments, with a call between the
+    // two answers.
+    let mut enc = Encoder::new();
+    reply::accepted_success(&mut enc, second);
+    enc.opaque_var(b"for the second");
+    let mut bytes = fragmented(enc.as_slice(), 5);
+    bytes.extend(framed(&echo_call(4, b"between")));
+    c.send(&bytes).await;
+    assert_eq!(
+        c.call_back_reply().await,
+        (2, CallbackOutcome::Success, b"for the second".to_vec())
+    );
+    assert_eq!(c.echo_reply().await, (4, b"between".to_vec()));
+    c.answer(first, b"for the first").await;
+    assert_eq!(
+        c.call_back_reply().await,
+        (1, CallbackOutcome::Success, b"for the first".to_vec())
+    );
+}
+
+#[tokio::test]
+async fn an_unanswered_callback_times_out_and_the_connection_goes_on() {
+    let server = start(ConnLimits::default()).await;
+    let mut c = Client::connect(server.addr).await;
+    c.send(&framed(&call_back_call(1, 200, b"ignored"))).await;
+    let (cb, _) = c.callback().await;
+    assert_eq!(
+        c.call_back_reply().await,
+        (1, CallbackOutcome::TimedOut, Vec::new())
+    );
+    c.send(&framed(&echo_call(2, b"still here"))).await;
+    assert_eq!(c.echo_reply().await, (2, b"still here".to_vec()));
+    // The answer, too late, is dropped; the connection goes on.
+    c.answer(cb, b"late").await;
+    c.send(&framed(&echo_call(3, b"and here"))).await;
+    assert_eq!(c.echo_reply().await, (3, b"and here".to_vec()));
+    assert_eq!(server.echo.callbacks_failed(&BackChannelError::TimedOut), 1);
+}
+
+#[tokio::test]
+async fn an_oversized_answer_is_skipped_and_the_connection_goes_on() {
+    let server = start(ConnLimits::default()).await;
+    let mut c = Client::connect(server.addr).await;
+    c.send(&framed(&call_back_call(1, 10_000, b"small"))).await;
+    let (cb, _) = c.callback().await;
+    // Over the 64 KiB a callback's reply may take, in fragments.
+    let mut enc = Encoder::new();
+    reply::accepted_success(&mut enc, cb);
+    enc.opaque_var(&vec![7u8; 70 << 10]);
+    c.send(&fragmented(enc.as_slice(), 16 << 10)).await;
+    assert_eq!(
+        c.call_back_reply().await,
+        (1, CallbackOutcome::Other, Vec::new())
+    );
+    assert_eq!(
+        server
+            .echo
+            .callbacks_failed(&BackChannelError::ReplyTooLarge),
+        1
+    );
+    c.send(&framed(&echo_call(2, b"next"))).await;
+    assert_eq!(c.echo_reply().await, (2, b"next".to_vec()));
+}
+
+#[tokio::test]
+async fn a_closed_connection_wakes_its_callers_at_once() {
+    let server = start(ConnLimits::default()).await;
+    let mut c = Client::connect(server.addr).await;
+    // A minute to answer; the client closes instead.
+    c.send(&framed(&call_back_call(1, 60_000, b"bye"))).await;
+    c.callback().await;
+    drop(c);
+    wait_until_async(
+        || server.echo.callbacks_failed(&BackChannelError::Closed) == 1,
+        Duration::from_secs(10),
+        "the caller to learn the connection closed",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_reply_to_no_callback_still_closes_the_connection() {
+    let server = start(ConnLimits::default()).await;
+    let mut c = Client::connect(server.addr).await;
+    c.send(&framed(&call_back_call(1, 60_000, b"waiting")))
+        .await;
+    let (cb, _) = c.callback().await;
+    // A reply, but not to the callback waiting.
+    c.send(&bare_reply(cb ^ 0x8000_0000, ReplyStatus::Success))
+        .await;
+    c.expect_closed().await;
+    wait_until_async(
+        || server.echo.callbacks_failed(&BackChannelError::Closed) == 1,
+        Duration::from_secs(10),
+        "the caller to learn the connection closed",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn callbacks_waiting_are_bounded_per_connection() {
+    let server = start(ConnLimits::default()).await;
+    let mut c = Client::connect(server.addr).await;
+    let calls = MAX_OUTSTANDING_CALLS as u32 + 1;
+    let mut burst = Vec::new();
+    for xid in 0..calls {
+        burst.extend(framed(&call_back_call(xid, 10_000, &xid.to_be_bytes())));
+    }
+    c.send(&burst).await;
+    // Every call but one calls back; that one is refused.
+    let mut callbacks = Vec::new();
+    let mut refused = Vec::new();
+    for _ in 0..calls {
+        match c.message().await {
+            Message::Call(header, args) => callbacks.push(callback_of(&header, &args)),
+            Message::Reply(header, rest) => refused.push(call_back_outcome(&header, &rest)),
+        }
+    }
+    assert_eq!(callbacks.len(), MAX_OUTSTANDING_CALLS);
+    let [(refused_xid, outcome, _)] = refused[..] else {
+        panic!("{refused:?}");
+    };
+    assert_eq!(outcome, CallbackOutcome::TooManyOutstanding);
+    // Answered, they free their places.
+    for (cb, data) in &callbacks {
+        c.answer(*cb, data).await;
+    }
+    for _ in 0..MAX_OUTSTANDING_CALLS {
+        let (xid, outcome, results) = c.call_back_reply().await;
+        assert_eq!(outcome, CallbackOutcome::Success);
+        assert_eq!(results, xid.to_be_bytes());
+        assert_ne!(xid, refused_xid);
+    }
+    c.send(&framed(&call_back_call(100, 10_000, b"room again")))
+        .await;
+    let (cb, _) = c.callback().await;
+    c.answer(cb, b"ok").await;
+    assert_eq!(
+        c.call_back_reply().await,
+        (100, CallbackOutcome::Success, b"ok".to_vec())
+    );
+}
+
 #[tokio::test]
 async fn in_flight_calls_are_bounded_per_connection() {
     let limits = ConnLimits {
@@ -574,6 +962,7 @@ async fn serve_connection_reports_why_it_ended() {
         local: addr,
         datagram: false,
         names: Default::default(),
+        back_channel: None,
     };
     let limits = ConnLimits {
         max_record: 100,
