@@ -44,8 +44,9 @@ const MAX_REPLY: u32 = 64 << 10;
 const MAX_ARGS: usize = 1 << 20;
 
 /// Calls to the client on the connection it opened to this server: handed
-/// to a [`Service`](super::Service) in [`ConnInfo::back_channel`]
-/// (`super::ConnInfo`). Cheap to clone; clones are the same channel. Holds
+/// to a [`Service`](super::Service) with each call, in
+/// [`ConnInfo::back_channel`](super::ConnInfo::back_channel). Cheap to
+/// clone; clones are the same channel. Holds
 /// nothing of the connection once it has ended: every call then fails with
 /// [`BackChannelError::Closed`].
 #[derive(Clone)]

@@ -20,6 +20,14 @@
 //!    [`Reply`]. A READ reply carries its file data as a [`ReplyPayload`],
 //!    written to the socket from where it lies, never copied.
 //!
+//! A connection also carries calls the other way ([`BackChannel`], in
+//! [`ConnInfo::back_channel`]): the server calls the client on the
+//! client's own connection (NFSv4.1's callbacks). The call record goes out
+//! through the writer replies use, so records never interleave and the
+//! same bounds hold; the reading loop hands a reply to a call of the back
+//! channel to its caller and reads on, while a reply to nothing closes the
+//! connection, as it always did.
+//!
 //! One client cannot stop the others (see `connection.rs` for how): a
 //! record whose bytes stop coming is dropped after `stall_timeout`, replies
 //! a client does not read close its connection after `reply_timeout`, calls
