@@ -4,7 +4,8 @@
 //! and against processes on the server.
 //!
 //! - Locks are OFD locks on server-side descriptions of the file, one per
-//!   remote owner (client host + `svid`): see [`table`].
+//!   remote owner ([`owner`]: client host + `svid`), kept in the
+//!   protocol-neutral tables of [`crate::locks`].
 //! - A LOCK that must wait (`block`) is answered BLOCKED and queued; when
 //!   it can be had, the server takes it and calls the client back with
 //!   GRANTED ([`client`]). Waiters are retried whenever a lock of the file
@@ -20,9 +21,9 @@
 //! lock table.
 
 pub mod client;
+pub mod owner;
 pub mod procedures;
 pub mod state;
-pub mod table;
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -33,8 +34,8 @@ use std::time::{Duration, Instant};
 use dionfs_dataplane::LogEvery;
 use dionfs_proto::nfs3::NfsFh3;
 use dionfs_proto::nlm4::{
-    Fsh4Access, Fsh4Mode, NetObj, Nlm4CancArgs, Nlm4Holder, Nlm4LockArgs, Nlm4Res, Nlm4ShareArgs,
-    Nlm4Stat, Nlm4TestArgs, Nlm4TestRes, Nlm4UnlockArgs, NlmProc4, NLM_PROGRAM, NLM_V4,
+    NetObj, Nlm4CancArgs, Nlm4Holder, Nlm4LockArgs, Nlm4Res, Nlm4ShareArgs, Nlm4Stat, Nlm4TestArgs,
+    Nlm4TestRes, Nlm4UnlockArgs, NlmProc4, NLM_PROGRAM, NLM_V4,
 };
 use dionfs_proto::nsm::{NsmProc, StatChge, NSM_PROGRAM, NSM_V1};
 use dionfs_proto::Void;
@@ -45,6 +46,13 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use crate::callstats::CallStats;
+use crate::locks::limits::{
+    Limit, MAX_DESCRIPTIONS_PER_CLIENT, MAX_NAMES_PER_CLIENT, MAX_SHARES_PER_CLIENT,
+    MAX_WAITERS_PER_CLIENT, MAX_WAITERS_PER_CLIENT_TOTAL,
+};
+use crate::locks::shares::{Reservation, Reserve, ShareTable};
+use crate::locks::table::{Attempt, LockTable, Retried};
+use crate::locks::Span;
 use crate::reply::success;
 use client::Peer;
 use dionfs_core::export::{squash, Access};
@@ -52,11 +60,8 @@ use dionfs_core::exports::Export;
 use dionfs_core::grace::Grace;
 use dionfs_core::server::Server;
 use dionfs_transport::{read_args, CallStream, ConnInfo, Received, Reply, Service};
+use owner::{Host, Owner, ShareOwner};
 use state::{Monitored, NsmState};
-use table::{
-    Attempt, Host, Limit, LockTable, Owner, Span, Waiter, MAX_DESCRIPTIONS_PER_CLIENT,
-    MAX_NAMES_PER_CLIENT, MAX_WAITERS_PER_CLIENT, MAX_WAITERS_PER_CLIENT_TOTAL,
-};
 
 /// How long a blocked LOCK waits for its client to ask again before it
 /// is dropped (the Linux client asks every 30 s while it waits).
@@ -106,67 +111,6 @@ enum Job {
     Notify { host: Monitored, state: i32 },
 }
 
-/// A DOS share reservation (SHARE).
-struct Share {
-    host: Host,
-    oh: Vec<u8>,
-    mode: Fsh4Mode,
-    access: Fsh4Access,
-}
-
-/// The share reservations, by file, and how many each client address
-/// holds.
-#[derive(Default)]
-struct Shares {
-    by_file: HashMap<Vec<u8>, Vec<Share>>,
-    per_client: HashMap<IpAddr, usize>,
-}
-
-/// Share reservations one client address may hold, over all files: each
-/// costs memory, and a SHARE of no mode or access conflicts with none.
-const MAX_SHARES_PER_CLIENT: usize = 4096;
-
-impl Shares {
-    /// Drops the shares `drop` matches on the files `file` matches; how
-    /// many.
-    fn drop_where(&mut self, file: impl Fn(&[u8]) -> bool, drop: impl Fn(&Share) -> bool) -> usize {
-        let Shares {
-            by_file,
-            per_client,
-        } = self;
-        let mut dropped = 0;
-        by_file.retain(|fh, list| {
-            if file(fh) {
-                let before = list.len();
-                Self::drop_from(per_client, list, &drop);
-                dropped += before - list.len();
-            }
-            !list.is_empty()
-        });
-        dropped
-    }
-
-    /// Drops the shares `drop` matches from `list`, counting them off.
-    fn drop_from(
-        per_client: &mut HashMap<IpAddr, usize>,
-        list: &mut Vec<Share>,
-        mut drop: impl FnMut(&Share) -> bool,
-    ) {
-        list.retain(|s| {
-            if !drop(s) {
-                return true;
-            }
-            if let Some(n) = per_client.get_mut(&s.host.ip) {
-                *n -= 1;
-                if *n == 0 {
-                    per_client.remove(&s.host.ip);
-                }
-            }
-            false
-        });
-    }
-}
-
 /// Counters of the lock service.
 #[derive(Debug, Default)]
 pub struct NlmCounters {
@@ -181,11 +125,11 @@ pub struct NlmCounters {
 /// The NLM and NSM programs.
 pub struct LockService {
     server: Arc<Server>,
-    table: Mutex<LockTable<Callback>>,
+    table: Mutex<LockTable<Owner, Callback>>,
     /// The GRANTED callbacks being made, by file, owner and range. Locked
     /// after `table` where both are.
     granting: Mutex<HashMap<GrantKey, Answered>>,
-    shares: Mutex<Shares>,
+    shares: Mutex<ShareTable<ShareOwner>>,
     nsm: NsmState,
     /// The server's grace period, held by this service if its previous run
     /// had clients holding locks.
@@ -447,16 +391,6 @@ impl LockService {
         Ok((fd, writable))
     }
 
-    fn owner(conn: &ConnInfo, lock: &dionfs_proto::nlm4::Nlm4Lock) -> Owner {
-        Owner {
-            host: Host {
-                name: lock.caller_name.0.clone(),
-                ip: conn.peer.ip(),
-            },
-            svid: lock.svid,
-        }
-    }
-
     fn lock(
         &self,
         conn: &ConnInfo,
@@ -503,7 +437,7 @@ impl LockService {
             Ok(o) => once(o),
             Err(s) => return s,
         };
-        let owner = Self::owner(conn, &a.alock);
+        let owner = Owner::of(conn, &a.alock);
         let max_open = max_descriptions();
         let mut table = self.table.lock();
         table.set_max_open(max_open);
@@ -599,7 +533,7 @@ impl LockService {
         let holding = || {
             // In a grace period the previous run's clients are reclaiming.
             (!self.in_grace()).then(|| {
-                let hosts = self.table.lock().hosts();
+                let hosts = self.table.lock().clients();
                 hosts.into_iter().map(|h| (h.name, h.ip)).collect()
             })
         };
@@ -632,7 +566,7 @@ impl LockService {
             Ok(o) => once(o),
             Err(s) => return res(s, None),
         };
-        let owner = Self::owner(conn, &a.alock);
+        let owner = Owner::of(conn, &a.alock);
         match self
             .table
             .lock()
@@ -641,7 +575,9 @@ impl LockService {
             Ok(None) => res(Nlm4Stat::Granted, None),
             Ok(Some(h)) => {
                 let (l_offset, l_len) = h.span.to_nlm();
-                let (svid, oh) = h.owner.unwrap_or((0, Vec::new()));
+                // Not one of the table's: a process on the server or
+                // another server's client, svid 0.
+                let (svid, oh) = h.owner.map_or((0, Vec::new()), |(o, oh)| (o.svid, oh));
                 res(
                     Nlm4Stat::Denied,
                     Some(Nlm4Holder {
@@ -669,7 +605,7 @@ impl LockService {
             return Nlm4Stat::Fbig;
         };
         let fh = &a.alock.fh.0;
-        let owner = Self::owner(conn, &a.alock);
+        let owner = Owner::of(conn, &a.alock);
         let mut table = self.table.lock();
         if let Err(e) = table.unlock(fh, &owner, span) {
             warn!(error = %e, client = %conn.peer, "NLM UNLOCK failed");
@@ -692,7 +628,7 @@ impl LockService {
         let Some(span) = Span::from_nlm(a.alock.l_offset, a.alock.l_len) else {
             return Nlm4Stat::Fbig;
         };
-        let owner = Self::owner(conn, &a.alock);
+        let owner = Owner::of(conn, &a.alock);
         self.table
             .lock()
             .cancel(&a.alock.fh.0, &owner, span, a.exclusive);
@@ -711,61 +647,26 @@ impl LockService {
             Ok(export) if export.fs.verify_handle(&a.share.fh.0).is_ok() => {}
             _ => return Nlm4Stat::StaleFh,
         }
-        let host = Host {
-            name: a.share.caller_name.0.clone(),
-            ip: conn.peer.ip(),
-        };
-        let oh = a.share.oh.0.clone();
+        let owner = ShareOwner::of(conn, &a.share);
+        let fh = &a.share.fh.0;
         let mut shares = self.shares.lock();
-        let Shares {
-            by_file,
-            per_client,
-        } = &mut *shares;
-        let list = by_file.entry(a.share.fh.0.clone()).or_default();
-        let own = |s: &Share| s.host == host && s.oh == oh;
-        if take {
-            // A change of the owner's reservation is checked against the
-            // others' only; refused, the one it holds stays (knfsd's
-            // nlmsvc_share_file).
-            let bits = |x: u32| x & 3;
-            let conflict = list.iter().filter(|s| !own(s)).any(|s| {
-                bits(s.mode as u32) & bits(a.share.access as u32) != 0
-                    || bits(a.share.mode as u32) & bits(s.access as u32) != 0
-            });
-            if conflict {
-                // Not empty: another's reservation is in the way.
-                return Nlm4Stat::Denied;
-            }
-            if let Some(held) = list.iter_mut().find(|s| own(s)) {
-                held.mode = a.share.mode;
-                held.access = a.share.access;
-                return Nlm4Stat::Granted;
-            }
-            if per_client.get(&host.ip).copied().unwrap_or(0) >= MAX_SHARES_PER_CLIENT {
-                if list.is_empty() {
-                    by_file.remove(&a.share.fh.0);
-                }
+        if !take {
+            shares.release(fh, &owner);
+            return Nlm4Stat::Granted;
+        }
+        let reservation = Reservation::new(a.share.access as u32, a.share.mode as u32);
+        match shares.reserve(fh, &owner, reservation) {
+            Reserve::Granted => Nlm4Stat::Granted,
+            Reserve::Conflict => Nlm4Stat::Denied,
+            Reserve::NoRoom => {
                 if self.nolocks_warning.due() {
                     warn!(client = %conn.peer, "NLM SHARE refused (DENIED_NOLOCKS): the client's \
                         address holds {MAX_SHARES_PER_CLIENT} share reservations, as many as one \
                         address may (repeats are not logged for 10 s)");
                 }
-                return Nlm4Stat::DeniedNolocks;
+                Nlm4Stat::DeniedNolocks
             }
-            *per_client.entry(host.ip).or_default() += 1;
-            list.push(Share {
-                host,
-                oh,
-                mode: a.share.mode,
-                access: a.share.access,
-            });
-        } else {
-            Shares::drop_from(per_client, list, own);
         }
-        if list.is_empty() {
-            by_file.remove(&a.share.fh.0);
-        }
-        Nlm4Stat::Granted
     }
 
     /// Drops every lock, waiter and share of the hosts `host` matches and
@@ -773,7 +674,7 @@ impl LockService {
     /// drop freed.
     fn drop_hosts(&self, host: impl Fn(&Host) -> bool, monitored: impl FnMut(&Monitored) -> bool) {
         let mut table = self.table.lock();
-        let touched = table.drop_hosts(&host);
+        let touched = table.drop_clients(&host);
         // Their GRANTED callbacks still being tried are over: a refusal
         // heard now must not release a lock granted to the client since.
         self.granting.lock().retain(|(_, owner, _), answered| {
@@ -789,7 +690,7 @@ impl LockService {
             grants.extend(self.grants(&table, fh, granted));
         }
         drop(table);
-        self.shares.lock().drop_where(|_| true, |s| host(&s.host));
+        self.shares.lock().drop_where(|_| true, &host);
         self.counters.hosts_dropped.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = self.nsm.forget(monitored) {
             warn!(error = %e, "NLM: cannot update the monitored clients in the state directory");
@@ -797,18 +698,23 @@ impl LockService {
         self.send_granted(grants);
     }
 
-    /// The locks `granted` took on `fh` for blocked LOCKs, each recorded as
+    /// The locks `retried` took on `fh` for blocked LOCKs, each recorded as
     /// a GRANTED callback being made while the table is still locked
     /// (`_table`): the owner's LOCK, asked again as soon as the table is
-    /// free, must find the record and mark it answered.
+    /// free, must find the record and mark it answered. Waiters whose lock
+    /// failed are dropped, and logged.
     fn grants(
         &self,
-        _table: &LockTable<Callback>,
+        _table: &LockTable<Owner, Callback>,
         fh: &[u8],
-        granted: Vec<Waiter<Callback>>,
+        retried: Retried<Owner, Callback>,
     ) -> Vec<Grant> {
+        for (w, e) in retried.failed {
+            warn!(error = %e, svid = w.owner.svid, "NLM: a blocked lock failed");
+        }
         let mut granting = self.granting.lock();
-        granted
+        retried
+            .granted
             .into_iter()
             .map(|w| {
                 let answered = Answered::default();
@@ -1114,15 +1020,14 @@ async fn retry_waiters(service: Arc<LockService>) {
                 .checked_sub(WAITER_TTL)
                 .unwrap_or_else(Instant::now);
             let mut table = s.table.lock();
-            let granted = table.grant_all(stale);
             let mut grants = Vec::new();
-            for (fh, w) in granted {
-                grants.extend(s.grants(&table, &fh, vec![w]));
+            for (fh, retried) in table.grant_all(stale) {
+                grants.extend(s.grants(&table, &fh, retried));
             }
             drop(table);
             s.send_granted(grants);
             if finish_grace {
-                let held = s.table.lock().hosts();
+                let held = s.table.lock().clients();
                 info!(reclaimed = held.len(), "NLM: grace period over");
                 let keep =
                     |m: &Monitored| held.iter().any(|h| h.name == m.name && h.ip == m.client);

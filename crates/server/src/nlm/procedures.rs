@@ -255,7 +255,7 @@ fn notify(svc: &LockService, c: &LockCall, args: &[u8]) -> Reply {
     let mut names: Vec<Vec<u8>> = svc
         .table
         .lock()
-        .hosts()
+        .clients()
         .into_iter()
         .filter(|h| h.ip == ip)
         .map(|h| h.name)
