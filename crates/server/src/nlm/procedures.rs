@@ -16,7 +16,7 @@ use dionfs_xdr::Decode;
 use tracing::{info, warn};
 
 use super::client::Peer;
-use super::LockService;
+use super::{locking, share, LockService};
 use crate::program::{self, Procedure, Program};
 use crate::reply::{garbage_args, success};
 use dionfs_transport::{ConnInfo, Reply};
@@ -135,7 +135,7 @@ fn res(cookie: dionfs_proto::nlm4::NetObj, stat: Nlm4Stat) -> Nlm4Res {
 
 fn test(svc: &LockService, c: &LockCall, proc_: NlmProc4, args: &[u8]) -> Reply {
     let a = decode_or_garbage!(Nlm4TestArgs, args, c.call.xid);
-    let tested = svc.test(c.conn, c.call, &a);
+    let tested = locking::test(svc, c.conn, c.call, &a);
     svc.answer(c.call.xid, proc_, NlmProc4::TestRes, c.peer(), &tested)
 }
 
@@ -143,7 +143,7 @@ fn test(svc: &LockService, c: &LockCall, proc_: NlmProc4, args: &[u8]) -> Reply 
 /// the server, so its host is not recorded for a restart).
 fn lock(svc: &LockService, c: &LockCall, proc_: NlmProc4, args: &[u8]) -> Reply {
     let a = decode_or_garbage!(Nlm4LockArgs, args, c.call.xid);
-    let stat = svc.lock(c.conn, c.call, &a, proc_ != NlmProc4::NmLock);
+    let stat = locking::lock(svc, c.conn, c.call, &a, proc_ != NlmProc4::NmLock);
     svc.answer(
         c.call.xid,
         proc_,
@@ -155,7 +155,7 @@ fn lock(svc: &LockService, c: &LockCall, proc_: NlmProc4, args: &[u8]) -> Reply 
 
 fn cancel(svc: &LockService, c: &LockCall, proc_: NlmProc4, args: &[u8]) -> Reply {
     let a = decode_or_garbage!(Nlm4CancArgs, args, c.call.xid);
-    let stat = svc.cancel(c.conn, &a);
+    let stat = locking::cancel(svc, c.conn, &a);
     svc.answer(
         c.call.xid,
         proc_,
@@ -167,7 +167,7 @@ fn cancel(svc: &LockService, c: &LockCall, proc_: NlmProc4, args: &[u8]) -> Repl
 
 fn unlock(svc: &LockService, c: &LockCall, proc_: NlmProc4, args: &[u8]) -> Reply {
     let a = decode_or_garbage!(Nlm4UnlockArgs, args, c.call.xid);
-    let stat = svc.unlock(c.conn, &a);
+    let stat = locking::unlock(svc, c.conn, &a);
     svc.answer(
         c.call.xid,
         proc_,
@@ -191,7 +191,7 @@ fn result(_: &LockService, c: &LockCall, _: NlmProc4, _: &[u8]) -> Reply {
 
 fn share(svc: &LockService, c: &LockCall, proc_: NlmProc4, args: &[u8]) -> Reply {
     let a = decode_or_garbage!(Nlm4ShareArgs, args, c.call.xid);
-    let stat = svc.share(c.conn, &a, proc_ == NlmProc4::Share);
+    let stat = share::share(svc, c.conn, &a, proc_ == NlmProc4::Share);
     success(
         c.call.xid,
         &Nlm4ShareRes {
@@ -220,7 +220,7 @@ fn free_all(svc: &LockService, c: &LockCall, _: NlmProc4, args: &[u8]) -> Reply 
 fn stat(svc: &LockService, c: &LockCall, _: &[u8]) -> Reply {
     let res = SmStatRes {
         res_stat: SmRes::Succ,
-        state: svc.nsm.number,
+        state: svc.reboots.state(),
     };
     success(c.call.xid, &res)
 }
@@ -230,14 +230,14 @@ fn stat(svc: &LockService, c: &LockCall, _: &[u8]) -> Reply {
 fn mon(svc: &LockService, c: &LockCall, _: &[u8]) -> Reply {
     let res = SmStatRes {
         res_stat: SmRes::Fail,
-        state: svc.nsm.number,
+        state: svc.reboots.state(),
     };
     success(c.call.xid, &res)
 }
 
 /// UNMON and UNMON_ALL.
 fn unmon(svc: &LockService, c: &LockCall, _: &[u8]) -> Reply {
-    success(c.call.xid, &svc.nsm.number)
+    success(c.call.xid, &svc.reboots.state())
 }
 
 fn notify(svc: &LockService, c: &LockCall, args: &[u8]) -> Reply {

@@ -1,0 +1,335 @@
+//! What NLM's byte-range procedures do: LOCK, TEST, UNLOCK and CANCEL,
+//! on the service's lock table ([`crate::locks::table`]), after checking
+//! the handle, the caller's access to the file and the grace period.
+//! [`super::procedures`] decodes their arguments and answers.
+
+use std::os::fd::OwnedFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use dionfs_proto::nfs3::NfsFh3;
+use dionfs_proto::nlm4::{
+    NetObj, Nlm4CancArgs, Nlm4Holder, Nlm4LockArgs, Nlm4Stat, Nlm4TestArgs, Nlm4TestRes,
+    Nlm4UnlockArgs,
+};
+use dionfs_rpc::CallHeader;
+use dionfs_transport::ConnInfo;
+use tracing::{debug, warn};
+
+use super::client::Peer;
+use super::granted::Callback;
+use super::owner::Owner;
+use super::LockService;
+use crate::locks::limits::{
+    Limit, MAX_DESCRIPTIONS_PER_CLIENT, MAX_NAMES_PER_CLIENT, MAX_WAITERS_PER_CLIENT,
+    MAX_WAITERS_PER_CLIENT_TOTAL,
+};
+use crate::locks::table::Attempt;
+use crate::locks::Span;
+use dionfs_core::export::{squash, Access};
+use dionfs_core::exports::Export;
+
+/// LOCK (and LOCK_MSG, NM_LOCK): takes the lock, queues it if it must
+/// wait, or says why not; counted and logged.
+pub(super) fn lock(
+    svc: &LockService,
+    conn: &ConnInfo,
+    call: &CallHeader,
+    a: &Nlm4LockArgs,
+    monitor: bool,
+) -> Nlm4Stat {
+    let stat = try_lock(svc, conn, call, a, monitor);
+    let counter = match stat {
+        Nlm4Stat::Granted => &svc.counters.granted,
+        Nlm4Stat::Blocked => &svc.counters.blocked,
+        _ => &svc.counters.denied,
+    };
+    counter.fetch_add(1, Ordering::Relaxed);
+    debug!(client = %conn.peer, svid = a.alock.svid, offset = a.alock.l_offset,
+        len = a.alock.l_len, exclusive = a.exclusive, block = a.block,
+        reclaim = a.reclaim, ?stat, "NLM LOCK");
+    stat
+}
+
+fn try_lock(
+    svc: &LockService,
+    conn: &ConnInfo,
+    call: &CallHeader,
+    a: &Nlm4LockArgs,
+    monitor: bool,
+) -> Nlm4Stat {
+    if svc.reboots.in_grace() != a.reclaim {
+        // In the grace period only reclaims; after it, none (knfsd).
+        return Nlm4Stat::DeniedGracePeriod;
+    }
+    let export = match export_for(svc, conn, &a.alock.fh) {
+        Ok(x) => x,
+        Err(s) => return s,
+    };
+    if a.exclusive && export.config.access == Access::Ro {
+        return Nlm4Stat::Rofs;
+    }
+    let Some(span) = Span::from_nlm(a.alock.l_offset, a.alock.l_len) else {
+        return Nlm4Stat::Fbig;
+    };
+    let fh = &a.alock.fh.0;
+    let mut open = match open_checked(&export, call, fh, a.exclusive) {
+        Ok(o) => once(o),
+        Err(s) => return s,
+    };
+    let owner = Owner::of(conn, &a.alock);
+    let max_open = max_descriptions();
+    let mut table = svc.table.lock();
+    table.set_max_open(max_open);
+    let callback = a.block.then(|| Callback {
+        peer: Peer {
+            client: conn.peer.ip(),
+            local: conn.local.ip(),
+        },
+        args: Nlm4TestArgs {
+            cookie: a.cookie.clone(),
+            exclusive: a.exclusive,
+            alock: a.alock.clone(),
+        },
+        monitor,
+    });
+    let attempt = table.lock(
+        fh,
+        &owner,
+        &a.alock.oh.0,
+        span,
+        a.exclusive,
+        &mut open,
+        callback,
+    );
+    let stat = match attempt {
+        Ok(Attempt::Granted) => Nlm4Stat::Granted,
+        Ok(Attempt::ReadOnly) => Nlm4Stat::Rofs,
+        Ok(Attempt::NoLocks(limit)) => {
+            if svc.nolocks_warning.due() {
+                let why = no_locks_reason(limit, table.open_count());
+                warn!(client = %conn.peer, name = %String::from_utf8_lossy(&a.alock.caller_name.0),
+                    "NLM LOCK refused (DENIED_NOLOCKS): {why} (repeats are not logged for 10 s)");
+            }
+            Nlm4Stat::DeniedNolocks
+        }
+        Ok(Attempt::Deadlock) => Nlm4Stat::Deadlck,
+        Ok(Attempt::Conflict) if a.block => Nlm4Stat::Blocked,
+        Ok(Attempt::Conflict) => Nlm4Stat::Denied,
+        Err(e) => {
+            warn!(error = %e, client = %conn.peer, "NLM LOCK failed");
+            Nlm4Stat::Failed
+        }
+    };
+    if stat == Nlm4Stat::Granted {
+        // A LOCK asked again while its GRANTED callback is being made:
+        // the client has its answer.
+        svc.granting.answer(fh, &owner, span);
+    }
+    drop(table);
+    if stat == Nlm4Stat::Granted && monitor {
+        svc.monitor(&owner.host, conn.local.ip());
+    }
+    stat
+}
+
+/// Why a LOCK was refused with DENIED_NOLOCKS, for the log; `open`: the
+/// descriptions the server holds.
+fn no_locks_reason(limit: Limit, open: usize) -> String {
+    match limit {
+        Limit::Descriptions => format!(
+            "the client's address holds {MAX_DESCRIPTIONS_PER_CLIENT} lock \
+             owners' descriptions, as many as one address may"
+        ),
+        Limit::Names => format!(
+            "the client's address holds locks under {MAX_NAMES_PER_CLIENT} \
+             host names, as many as one address may"
+        ),
+        Limit::Server => format!(
+            "the server holds {open} lock descriptions, as many as it keeps \
+             (a quarter of its open-file limit)"
+        ),
+        Limit::Waiters => format!(
+            "the client's address has {MAX_WAITERS_PER_CLIENT} blocked locks \
+             waiting on this file, as many as it may"
+        ),
+        Limit::AllWaiters => format!(
+            "the client's address has {MAX_WAITERS_PER_CLIENT_TOTAL} blocked \
+             locks waiting, as many as it may"
+        ),
+    }
+}
+
+/// TEST: whether the lock could be had, and if not, who holds it.
+pub(super) fn test(
+    svc: &LockService,
+    conn: &ConnInfo,
+    call: &CallHeader,
+    a: &Nlm4TestArgs,
+) -> Nlm4TestRes {
+    let res = |stat, holder| Nlm4TestRes {
+        cookie: a.cookie.clone(),
+        stat,
+        holder,
+    };
+    if svc.reboots.in_grace() {
+        return res(Nlm4Stat::DeniedGracePeriod, None);
+    }
+    let export = match export_for(svc, conn, &a.alock.fh) {
+        Ok(x) => x,
+        Err(s) => return res(s, None),
+    };
+    let Some(span) = Span::from_nlm(a.alock.l_offset, a.alock.l_len) else {
+        return res(Nlm4Stat::Fbig, None);
+    };
+    let fh = &a.alock.fh.0;
+    // A TEST needs only read access, whatever lock it asks about.
+    let mut open = match open_checked(&export, call, fh, false) {
+        Ok(o) => once(o),
+        Err(s) => return res(s, None),
+    };
+    let owner = Owner::of(conn, &a.alock);
+    match svc
+        .table
+        .lock()
+        .test(fh, &owner, span, a.exclusive, &mut open)
+    {
+        Ok(None) => res(Nlm4Stat::Granted, None),
+        Ok(Some(h)) => {
+            let (l_offset, l_len) = h.span.to_nlm();
+            // Not one of the table's: a process on the server or another
+            // server's client, svid 0.
+            let (svid, oh) = h.owner.map_or((0, Vec::new()), |(o, oh)| (o.svid, oh));
+            res(
+                Nlm4Stat::Denied,
+                Some(Nlm4Holder {
+                    exclusive: h.exclusive,
+                    svid,
+                    oh: NetObj(oh),
+                    l_offset,
+                    l_len,
+                }),
+            )
+        }
+        Err(e) => {
+            warn!(error = %e, client = %conn.peer, "NLM TEST failed");
+            res(Nlm4Stat::Failed, None)
+        }
+    }
+}
+
+/// UNLOCK: releases the range and grants what waited for it.
+pub(super) fn unlock(svc: &LockService, conn: &ConnInfo, a: &Nlm4UnlockArgs) -> Nlm4Stat {
+    // Unlocking is allowed in the grace period (knfsd too).
+    if export_for(svc, conn, &a.alock.fh).is_err() {
+        return Nlm4Stat::StaleFh;
+    }
+    let Some(span) = Span::from_nlm(a.alock.l_offset, a.alock.l_len) else {
+        return Nlm4Stat::Fbig;
+    };
+    let fh = &a.alock.fh.0;
+    let owner = Owner::of(conn, &a.alock);
+    let mut table = svc.table.lock();
+    if let Err(e) = table.unlock(fh, &owner, span) {
+        warn!(error = %e, client = %conn.peer, "NLM UNLOCK failed");
+        return Nlm4Stat::Failed;
+    }
+    let retried = table.grant_waiters(fh);
+    let grants = svc.granting.record(&table, fh, retried);
+    drop(table);
+    svc.send_granted(grants);
+    Nlm4Stat::Granted
+}
+
+/// CANCEL: the blocked LOCK no longer waits.
+pub(super) fn cancel(svc: &LockService, conn: &ConnInfo, a: &Nlm4CancArgs) -> Nlm4Stat {
+    if svc.reboots.in_grace() {
+        return Nlm4Stat::DeniedGracePeriod;
+    }
+    if export_for(svc, conn, &a.alock.fh).is_err() {
+        return Nlm4Stat::StaleFh;
+    }
+    let Some(span) = Span::from_nlm(a.alock.l_offset, a.alock.l_len) else {
+        return Nlm4Stat::Fbig;
+    };
+    let owner = Owner::of(conn, &a.alock);
+    svc.table
+        .lock()
+        .cancel(&a.alock.fh.0, &owner, span, a.exclusive);
+    Nlm4Stat::Granted
+}
+
+/// The export and caller of a call on `fh`, or the status to answer:
+/// STALE_FH for a handle that is not ours or an export this client
+/// may not use (as the NFS program would refuse it).
+pub(super) fn export_for(
+    svc: &LockService,
+    conn: &ConnInfo,
+    fh: &NetObj,
+) -> Result<Arc<Export>, Nlm4Stat> {
+    let fh = NfsFh3::new(fh.0.clone()).map_err(|_| Nlm4Stat::StaleFh)?;
+    svc.server
+        .exports()
+        .for_client(conn, fh.as_bytes())
+        .cloned()
+        .ok_or(Nlm4Stat::StaleFh)
+}
+
+/// Opens a description of `fh` for locks and checks the caller may
+/// take the lock: read access for a shared lock, write access for an
+/// exclusive one, or owning the file (knfsd's `NFSD_MAY_LOCK` with
+/// owner override).
+fn open_checked(
+    export: &Export,
+    call: &CallHeader,
+    fh: &[u8],
+    exclusive: bool,
+) -> Result<(OwnedFd, bool), Nlm4Stat> {
+    let (fd, writable) = export.fs.open_for_locks(fh).map_err(|e| match e {
+        dionfs_fs::FsError::Stale | dionfs_fs::FsError::BadHandle => Nlm4Stat::StaleFh,
+        _ => Nlm4Stat::Failed,
+    })?;
+    let creds = squash(&export.config, &call.cred);
+    if creds.uid != 0 {
+        let owner = rustix::fs::fstat(&fd).map(|s| s.st_uid).unwrap_or(u32::MAX);
+        if owner != creds.uid {
+            let mode = if exclusive {
+                rustix::fs::Access::WRITE_OK
+            } else {
+                rustix::fs::Access::READ_OK
+            };
+            let ok = dionfs_sys::cred::with_creds(&creds, || {
+                dionfs_sys::io::access_fd(&fd, mode).is_ok()
+            })
+            .unwrap_or(false);
+            if !ok {
+                return Err(Nlm4Stat::Denied);
+            }
+        }
+    }
+    Ok((fd, writable))
+}
+
+/// How many lock descriptions the server holds open at most, over all
+/// clients: a quarter of its open-file limit (raised to the hard limit at
+/// start; 1,048,576 in `dist/dionfs.service`; read at each LOCK, so a
+/// limit changed with `prlimit` counts), so that however many clients
+/// lock, descriptors remain for connections and the open-file cache. At
+/// least 64.
+fn max_descriptions() -> usize {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(u64::MAX);
+    usize::try_from(limit / 4).unwrap_or(usize::MAX).max(64)
+}
+
+/// The lock table's opener for a description opened (and checked) already:
+/// gives it the first time, an error after.
+fn once(opened: (OwnedFd, bool)) -> impl FnMut() -> std::io::Result<(OwnedFd, bool)> {
+    let mut opened = Some(opened);
+    move || {
+        opened
+            .take()
+            .ok_or_else(|| std::io::Error::other("opened twice"))
+    }
+}
