@@ -95,7 +95,7 @@ pub fn apply_options(x: &mut ExportConfig, options: &str) -> Result<Vec<String>,
             // like an NFS call's (nfsd_permission with NFSD_MAY_LOCK);
             // no_auth_nlm skips the check for clients that send no
             // credentials with their locks. dionfs always checks
-            // (`open_checked` in nlm/mod.rs): relaxing it is not offered,
+            // (`open_checked` in nlm/locking.rs): relaxing it is not offered,
             // since any client could then lock any file of the export.
             ("secure_locks" | "auth_nlm", None) => notes.push(format!(
                 "{key}: what dionfs does anyway: each NLM lock is checked against the \
