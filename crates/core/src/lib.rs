@@ -9,7 +9,9 @@
 //!   io_uring and its credentials), and [`reload`], which applies a
 //!   changed configuration to it.
 //! - [`grace`]: the one grace period after a restart, for every protocol
-//!   that reclaims state (NLM today, NFSv4 next).
+//!   that reclaims state (NLM today, NFSv4 next); [`locks`]: the byte-range
+//!   lock and share-reservation tables, generic over their owner, so that
+//!   an NLM lock and an NFSv4 lock on one file see each other.
 //! - [`drc`]: the duplicate request cache; [`io_errors`]: READ, WRITE and
 //!   COMMIT failures in the log; [`integrity`]: the checksum store's
 //!   settling at start and stop.
@@ -23,5 +25,6 @@ pub mod exports;
 pub mod grace;
 pub mod integrity;
 pub mod io_errors;
+pub mod locks;
 pub mod reload;
 pub mod server;

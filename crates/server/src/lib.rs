@@ -3,7 +3,6 @@
 
 pub mod callstats;
 pub mod dispatch;
-pub mod locks;
 pub mod metrics;
 pub mod mount;
 pub mod nfs;

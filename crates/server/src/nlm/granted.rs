@@ -1,7 +1,7 @@
 //! Blocked LOCKs granted later: what the server needs to call a waiting
 //! client back (GRANTED), the callbacks being made, and the calls
 //! themselves. A LOCK that must wait is answered BLOCKED and queued in
-//! the lock table ([`crate::locks::table`]); when its range can be had,
+//! the lock table ([`dionfs_core::locks::table`]); when its range can be had,
 //! the server takes it and calls the client back. The client may also ask
 //! again meanwhile and be answered GRANTED: then the callback, whatever
 //! it hears, must not release the lock.
@@ -18,8 +18,8 @@ use tracing::{debug, warn};
 
 use super::client::{self, Peer};
 use super::owner::{Host, Owner};
-use crate::locks::table::{LockTable, Retried};
-use crate::locks::Span;
+use dionfs_core::locks::table::{LockTable, Retried};
+use dionfs_core::locks::Span;
 
 /// How long a blocked LOCK waits for its client to ask again before it
 /// is dropped (the Linux client asks every 30 s while it waits).

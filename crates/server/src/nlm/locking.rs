@@ -1,5 +1,5 @@
 //! What NLM's byte-range procedures do: LOCK, TEST, UNLOCK and CANCEL,
-//! on the service's lock table ([`crate::locks::table`]), after checking
+//! on the service's lock table ([`dionfs_core::locks::table`]), after checking
 //! the handle, the caller's access to the file and the grace period.
 //! [`super::procedures`] decodes their arguments and answers.
 
@@ -20,14 +20,14 @@ use super::client::Peer;
 use super::granted::Callback;
 use super::owner::Owner;
 use super::LockService;
-use crate::locks::limits::{
+use dionfs_core::export::{squash, Access};
+use dionfs_core::exports::Export;
+use dionfs_core::locks::limits::{
     Limit, MAX_DESCRIPTIONS_PER_CLIENT, MAX_NAMES_PER_CLIENT, MAX_WAITERS_PER_CLIENT,
     MAX_WAITERS_PER_CLIENT_TOTAL,
 };
-use crate::locks::table::Attempt;
-use crate::locks::Span;
-use dionfs_core::export::{squash, Access};
-use dionfs_core::exports::Export;
+use dionfs_core::locks::table::Attempt;
+use dionfs_core::locks::Span;
 
 /// LOCK (and LOCK_MSG, NM_LOCK): takes the lock, queues it if it must
 /// wait, or says why not; counted and logged.

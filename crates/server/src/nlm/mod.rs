@@ -8,7 +8,7 @@
 //! - [`locking`] (LOCK, TEST, UNLOCK, CANCEL) and [`share`] (SHARE,
 //!   UNSHARE): locks are OFD locks on server-side descriptions of the
 //!   file, one per remote owner ([`owner`]: client host + `svid`), kept in
-//!   the protocol-neutral tables of [`crate::locks`].
+//!   the protocol-neutral tables of [`dionfs_core::locks`].
 //! - [`granted`]: a LOCK that must wait (`block`) is answered BLOCKED and
 //!   queued; when it can be had, the server takes it and calls the client
 //!   back with GRANTED. Waiters are retried whenever a lock of the file is

@@ -1,4 +1,4 @@
-//! NLM's lock and share owners, as the lock tables ([`crate::locks`])
+//! NLM's lock and share owners, as the lock tables ([`dionfs_core::locks`])
 //! know them: a client host by the name its lock manager gives and the
 //! address its calls come from, and its processes (`svid`) or, for share
 //! reservations, its owner handles.
@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use dionfs_proto::nlm4::{Nlm4Lock, Nlm4Share};
 use dionfs_transport::ConnInfo;
 
-use crate::locks::LockOwner;
+use dionfs_core::locks::LockOwner;
 
 /// A client host as NLM knows it: the name its lock manager gives
 /// (`caller_name`) and the address its calls come from.

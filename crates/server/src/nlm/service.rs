@@ -27,9 +27,9 @@ use super::queue::{run_jobs, Job};
 use super::reboot::Reboots;
 use super::state::Monitored;
 use crate::callstats::CallStats;
-use crate::locks::shares::ShareTable;
-use crate::locks::table::LockTable;
 use crate::reply::success;
+use dionfs_core::locks::shares::ShareTable;
+use dionfs_core::locks::table::LockTable;
 use dionfs_core::server::Server;
 
 /// Counters of the lock service.

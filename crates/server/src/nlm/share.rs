@@ -1,5 +1,5 @@
 //! SHARE and UNSHARE: DOS share reservations, kept in the service's share
-//! table ([`crate::locks::shares`]) among NLM clients (processes on the
+//! table ([`dionfs_core::locks::shares`]) among NLM clients (processes on the
 //! server know nothing of them, as with knfsd).
 
 use dionfs_proto::nlm4::{Nlm4ShareArgs, Nlm4Stat};
@@ -9,8 +9,8 @@ use tracing::warn;
 use super::locking::export_for;
 use super::owner::ShareOwner;
 use super::LockService;
-use crate::locks::limits::MAX_SHARES_PER_CLIENT;
-use crate::locks::shares::{Reservation, Reserve};
+use dionfs_core::locks::limits::MAX_SHARES_PER_CLIENT;
+use dionfs_core::locks::shares::{Reservation, Reserve};
 
 /// SHARE (`take`) or UNSHARE.
 pub(super) fn share(svc: &LockService, conn: &ConnInfo, a: &Nlm4ShareArgs, take: bool) -> Nlm4Stat {

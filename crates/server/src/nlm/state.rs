@@ -50,8 +50,8 @@ struct Hosts {
 const PRUNE_AT: usize = 1024;
 /// Records of one client address at which those no longer holding locks
 /// are dropped: at most as many names as the lock table lets one address
-/// hold locks under ([`crate::locks::limits::MAX_NAMES_PER_CLIENT`]).
-const PRUNE_PER_CLIENT: usize = crate::locks::limits::MAX_NAMES_PER_CLIENT;
+/// hold locks under ([`dionfs_core::locks::limits::MAX_NAMES_PER_CLIENT`]).
+const PRUNE_PER_CLIENT: usize = dionfs_core::locks::limits::MAX_NAMES_PER_CLIENT;
 
 impl NsmState {
     /// Opens (creating) `state_dir/nlm`, moves the state number on, and
