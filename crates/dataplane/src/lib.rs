@@ -69,7 +69,6 @@ mod writebehind;
 pub use checksums::{Rebuild, MAX_REBUILDS};
 pub use config::{is_small, DataConfig, Mode, LARGE_READ_DEPTH, MAX_TRANSFER_LIMIT, SMALL_IO};
 pub use counters::{CounterSnapshot, Counters, OpsBytes, PerMode};
-pub use dionfs_logs::LogEvery;
 pub use error::DataError;
 pub use file::{DataFile, SizeProbe};
 pub use plane::DataPlane;

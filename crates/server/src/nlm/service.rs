@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dionfs_dataplane::LogEvery;
+use dionfs_logs::LogEvery;
 use dionfs_proto::nlm4::{NlmProc4, NLM_PROGRAM, NLM_V4};
 use dionfs_proto::nsm::{NsmProc, NSM_PROGRAM, NSM_V1};
 use dionfs_proto::Void;
