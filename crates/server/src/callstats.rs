@@ -2,7 +2,8 @@
 //! `nfsstat -s` with latency percentiles): for each NFSv3 and MOUNT
 //! procedure, how many calls ran and a histogram of the time from the
 //! start of their execution to their reply, exported as the Prometheus
-//! histogram `dionfs_call_seconds`. Recording is three relaxed atomic adds.
+//! histogram `dionfs_call_seconds` (`metrics.rs` encodes it). Recording is
+//! three relaxed atomic adds.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -63,39 +64,42 @@ impl CallStats {
         stat.buckets[bucket].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Appends the histogram (procedures with calls only) in the
-    /// Prometheus text format.
-    pub fn render(&self, out: &mut String) {
-        let _ = writeln!(
-            out,
-            "# HELP dionfs_call_seconds Time from the start of a call's execution to its reply, per program and procedure.\n# TYPE dionfs_call_seconds histogram"
-        );
-        for (program, table) in &self.programs {
-            let (label, names) = (program.label, &program.names);
-            for (name, stat) in names.iter().zip(table) {
-                let count = stat.count.load(Ordering::Relaxed);
-                if count == 0 {
-                    continue;
-                }
-                let labels = format!("program=\"{label}\",procedure=\"{name}\"");
-                let mut cumulative = 0;
-                for (i, b) in stat.buckets.iter().enumerate() {
-                    cumulative += b.load(Ordering::Relaxed);
-                    let le = match BOUNDS_US.get(i) {
-                        Some(us) => format!("{}", *us as f64 / 1e6),
-                        None => "+Inf".to_string(),
-                    };
-                    let _ = writeln!(
-                        out,
-                        "dionfs_call_seconds_bucket{{{labels},le=\"{le}\"}} {cumulative}"
-                    );
-                }
-                let sum = stat.sum_us.load(Ordering::Relaxed) as f64 / 1e6;
-                let _ = writeln!(out, "dionfs_call_seconds_sum{{{labels}}} {sum}");
-                let _ = writeln!(out, "dionfs_call_seconds_count{{{labels}}} {count}");
-            }
-        }
+    /// The procedures that have had calls, as counted now: what the
+    /// metrics endpoint exports (`metrics.rs`).
+    pub fn histograms(&self) -> impl Iterator<Item = Histogram> + '_ {
+        self.programs.iter().flat_map(|(program, table)| {
+            program
+                .names
+                .iter()
+                .zip(table)
+                .filter_map(|(&procedure, stat)| {
+                    let count = stat.count.load(Ordering::Relaxed);
+                    (count > 0).then(|| Histogram {
+                        program: program.label,
+                        procedure,
+                        count,
+                        sum: stat.sum_us.load(Ordering::Relaxed) as f64 / 1e6,
+                        buckets: std::array::from_fn(|i| stat.buckets[i].load(Ordering::Relaxed)),
+                    })
+                })
+        })
     }
+}
+
+/// One procedure's calls and their times, read at one moment (the
+/// counters are read one by one, so a call recorded meanwhile may show in
+/// some and not others).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Histogram {
+    /// The program's label, `nfs3` say ([`ProgramSummary::label`]).
+    pub program: &'static str,
+    pub procedure: &'static str,
+    pub count: u64,
+    /// The calls' times added up, in seconds.
+    pub sum: f64,
+    /// Calls per bucket of [`BOUNDS_US`] (not cumulative); the last is
+    /// past the last bound.
+    pub buckets: [u64; BOUNDS_US.len() + 1],
 }
 
 /// One procedure's line of `dionfs stats`, read back from the metrics.
@@ -241,6 +245,8 @@ mod tests {
     use super::*;
     use dionfs_proto::mount3::MOUNT_PROGRAM;
     use dionfs_proto::nfs3::NFS_PROGRAM;
+    use prometheus_client::registry::Registry;
+    use std::sync::Arc;
 
     #[test]
     fn record_render_parse_and_quantiles() {
@@ -255,10 +261,12 @@ mod tests {
         stats.record(MOUNT_PROGRAM, 3, 1, Duration::from_secs(20));
         stats.record(NFS_PROGRAM, 3, 99, Duration::from_micros(1));
         stats.record(100_000, 1, 0, Duration::from_micros(1));
-        let mut text = String::new();
-        stats.render(&mut text);
+        let mut registry = Registry::with_prefix("dionfs");
+        registry.register_collector(Box::new(crate::metrics::CallHistogram(Arc::new(stats))));
+        let text = crate::metrics::render(&registry).unwrap();
+        // prometheus-client writes `le` before the family's labels.
         assert!(text.contains(
-            "dionfs_call_seconds_bucket{program=\"nfs3\",procedure=\"READ\",le=\"0.00002\"} 90"
+            "dionfs_call_seconds_bucket{le=\"0.00002\",program=\"nfs3\",procedure=\"READ\"} 90"
         ));
         assert!(text.contains("dionfs_call_seconds_count{program=\"nfs3\",procedure=\"READ\"} 100"));
         assert!(!text.contains("GETATTR"));

@@ -342,12 +342,8 @@ async fn serve(
         let l = TcpListener::bind(addr)
             .await
             .map_err(|e| format!("cannot listen for metrics on {addr}: {e}"))?;
-        tokio::spawn(metrics::serve(
-            l,
-            server.clone(),
-            lock_service.clone(),
-            calls.clone(),
-        ));
+        let registry = metrics::registry(server.clone(), lock_service.clone(), calls.clone());
+        tokio::spawn(metrics::serve(l, registry));
     }
     for x in server.exports().iter() {
         log_export(&x.config);

@@ -1,8 +1,14 @@
-//! Counters for operators and the benchmark, in the Prometheus text format
-//! (version 0.0.4), served over plain HTTP on `--metrics ADDR:PORT` and read
-//! back by `dionfs stats`.
+//! Counters for operators and the benchmark, served over plain HTTP on
+//! `--metrics ADDR:PORT` in the OpenMetrics text format (what Prometheus
+//! scrapes; `# EOF` last, counters' samples named `*_total`) and read back
+//! by `dionfs stats`.
+//!
+//! The counters are the server's own relaxed atomics, read at each scrape
+//! by the collectors here; `prometheus-client` only
+//! writes them out (names, types, units, values), so that recording on a
+//! call's path stays a few atomic adds.
 
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,384 +16,521 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dionfs_dataplane::{CounterSnapshot, OpsBytes, PerMode};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabelValue, EncodeMetric, LabelValueEncoder, NoLabelSet,
+};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tracing::{info, warn};
 
-use crate::callstats::CallStats;
+use crate::callstats::{CallStats, BOUNDS_US};
 use crate::nlm::LockService;
 use dionfs_core::server::Server;
+
+/// What `/metrics` answers with: the OpenMetrics 1.0 text that
+/// `prometheus-client` writes. (Read as the older Prometheus text format,
+/// its counters would lose their type: their `# TYPE` names the family,
+/// without `_total`.)
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The registry of every metric the server exports, named `dionfs_*`:
+/// the exports' data-plane counters, the connection layer's, the lock
+/// service's (when NLM runs) and the call statistics.
+pub fn registry(
+    server: Arc<Server>,
+    locks: Option<Arc<LockService>>,
+    calls: Arc<CallStats>,
+) -> Registry {
+    let mut registry = Registry::with_prefix("dionfs");
+    registry.register_collector(Box::new(ServerMetrics { server, locks }));
+    registry.register_collector(Box::new(CallHistogram(calls)));
+    registry
+}
+
+/// The exposition of `registry`: its metrics as they are now, then `# EOF`.
+/// Fails only if a value cannot be written (a gauge past `i64::MAX`).
+pub fn render(registry: &Registry) -> Result<String, fmt::Error> {
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, registry)?;
+    Ok(out)
+}
+
+/// A label value written with `\`, `"` and newline escaped, as the text
+/// format requires: `prometheus-client` 0.24 writes label values as they
+/// come, and an export's path (the `export` label) is the administrator's
+/// text, any byte but `/` and NUL.
+struct Escaped<'a>(&'a str);
+
+impl EncodeLabelValue for Escaped<'_> {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> fmt::Result {
+        let mut rest = self.0;
+        while let Some(at) = rest.find(['\\', '"', '\n']) {
+            encoder.write_str(&rest[..at])?;
+            encoder.write_str(match rest.as_bytes()[at] {
+                b'\\' => "\\\\",
+                b'"' => "\\\"",
+                _ => "\\n",
+            })?;
+            rest = &rest[at + 1..];
+        }
+        encoder.write_str(rest)
+    }
+}
+
+/// Writes a counter without labels: `dionfs_{name}_total`.
+fn counter(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: u64) -> fmt::Result {
+    ConstCounter::new(value).encode(encoder.encode_descriptor(
+        name,
+        help,
+        None,
+        MetricType::Counter,
+    )?)
+}
+
+/// Writes a counter with a sample per label set: `dionfs_{name}_total{...}`.
+fn counters<'a, const N: usize>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    samples: impl IntoIterator<Item = ([(&'static str, Escaped<'a>); N], u64)>,
+) -> fmt::Result {
+    let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, value) in samples {
+        ConstCounter::new(value).encode(metric.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// Writes a gauge without labels: `dionfs_{name}`.
+fn gauge(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: u64) -> fmt::Result {
+    ConstGauge::new(value).encode(encoder.encode_descriptor(name, help, None, MetricType::Gauge)?)
+}
 
 /// Reads one counter out of a snapshot.
 type Field = fn(&CounterSnapshot) -> u64;
 
-/// Renders every export's data-plane counters, the connection layer's,
-/// the call statistics and the lock service's.
-pub fn render(server: &Server, locks: Option<&LockService>, calls: &CallStats) -> String {
-    let mut out = String::new();
-    let mut metric =
-        |name: &str, help: &str, kind: &str, rows: &mut dyn Iterator<Item = (String, u64)>| {
-            let _ = writeln!(
-                out,
-                "# HELP dionfs_{name} {help}\n# TYPE dionfs_{name} {kind}"
-            );
-            for (labels, value) in rows {
-                if labels.is_empty() {
-                    let _ = writeln!(out, "dionfs_{name} {value}");
-                } else {
-                    let _ = writeln!(out, "dionfs_{name}{{{labels}}} {value}");
-                }
-            }
-        };
-    let exports = server.exports();
-    let snaps: Vec<_> = exports
-        .iter()
-        .map(|x| (x.config.path.display().to_string(), x.data.snapshot()))
-        .collect();
-    let per_mode =
-        |dir: &'static str, pick: fn(&CounterSnapshot) -> PerMode, field: fn(OpsBytes) -> u64| {
-            snaps
-                .iter()
-                .flat_map(move |(path, s)| {
+/// Reads one direction's counters (READs or WRITEs) out of a snapshot.
+type Direction = fn(&CounterSnapshot) -> PerMode;
+
+/// The exports' data-plane counters, the connection layer's and the lock
+/// service's, read from the server at each scrape.
+struct ServerMetrics {
+    server: Arc<Server>,
+    locks: Option<Arc<LockService>>,
+}
+
+impl fmt::Debug for ServerMetrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerMetrics").finish_non_exhaustive()
+    }
+}
+
+impl Collector for ServerMetrics {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        self.encode_exports(&mut encoder)?;
+        self.encode_server(&mut encoder)?;
+        if let Some(locks) = &self.locks {
+            encode_locks(locks, &mut encoder)?;
+        }
+        Ok(())
+    }
+}
+
+impl ServerMetrics {
+    /// Every export's data-plane and metadata-sync counters, labelled
+    /// with its path.
+    fn encode_exports(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
+        let exports = self.server.exports();
+        let snaps: Vec<_> = exports
+            .iter()
+            .map(|x| (x.config.path.display().to_string(), x.data.snapshot()))
+            .collect();
+        let per_mode = |field: fn(OpsBytes) -> u64| {
+            let snaps = &snaps; // each closure below copies the reference
+            let directions: [(&'static str, Direction); 2] =
+                [("read", |s| s.read), ("write", |s| s.write)];
+            directions.into_iter().flat_map(move |(dir, pick)| {
+                snaps.iter().flat_map(move |(path, s)| {
                     let p = pick(s);
                     [
                         ("buffered", p.buffered),
                         ("dontcache", p.dontcache),
                         ("direct", p.direct),
                     ]
-                    .into_iter()
-                    .map(move |(mode, ob)| {
-                        (
-                            format!("export=\"{path}\",direction=\"{dir}\",mode=\"{mode}\""),
-                            field(ob),
-                        )
+                    .map(|(mode, ob)| {
+                        let labels = [
+                            ("export", Escaped(path)),
+                            ("direction", Escaped(dir)),
+                            ("mode", Escaped(mode)),
+                        ];
+                        (labels, field(ob))
                     })
                 })
-                .collect::<Vec<_>>()
+            })
         };
-    let mut ops = per_mode("read", |s| s.read, |o| o.ops);
-    ops.extend(per_mode("write", |s| s.write, |o| o.ops));
-    metric(
-        "data_ops_total",
-        "READ and WRITE operations by mode and direction.",
-        "counter",
-        &mut ops.into_iter(),
-    );
-    let mut bytes = per_mode("read", |s| s.read, |o| o.bytes);
-    bytes.extend(per_mode("write", |s| s.write, |o| o.bytes));
-    metric(
-        "data_bytes_total",
-        "Bytes read and written by mode and direction.",
-        "counter",
-        &mut bytes.into_iter(),
-    );
-    let simple: [(&str, &str, Field); 26] = [
-        (
-            "expanded_reads_total",
-            "Direct READs widened to the read alignment.",
-            |s| s.expanded_reads,
-        ),
-        (
-            "dontcache_fallbacks_total",
-            "Times RWF_DONTCACHE was refused and buffered I/O used instead.",
-            |s| s.dontcache_fallbacks,
-        ),
-        (
-            "no_direct_fallbacks_total",
-            "I/O served buffered because the file cannot do direct I/O.",
-            |s| s.no_direct_fallbacks,
-        ),
-        (
-            "direct_einval_total",
-            "Direct I/O refused with EINVAL although aligned (a bug).",
-            |s| s.direct_einval,
-        ),
-        (
-            "short_writes_total",
-            "Writes the kernel took only part of (the filesystem filled up, or the file reached the file-size limit, part-way); the rest was tried again.",
-            |s| s.short_writes,
-        ),
-        ("io_errors_total", "Data-plane I/O errors.", |s| s.errors),
-        (
-            "buffered_edges_total",
-            "Partial edge blocks of misaligned direct WRITEs written through the page cache.",
-            |s| s.buffered_edges,
-        ),
-        (
-            "buffered_misaligned_total",
-            "Small misaligned direct WRITEs written whole through the page cache (dropped at COMMIT).",
-            |s| s.buffered_misaligned,
-        ),
-        (
-            "edge_page_reads_total",
-            "Uncached partial pages with data read in before such a page-cache WRITE (both at once).",
-            |s| s.edge_page_reads,
-        ),
-        (
-            "write_behind_bytes_total",
-            "Bytes of file ranges whose dirty pages from such page-cache WRITEs had writeback started before COMMIT (write-behind).",
-            |s| s.write_behind_bytes,
-        ),
-        (
-            "fua_writes_total",
-            "Stable direct WRITEs made durable by RWF_DSYNC/RWF_SYNC on the write itself.",
-            |s| s.fua_writes,
-        ),
-        (
-            "range_lock_waits_total",
-            "I/O that waited for a range lock.",
-            |s| s.range_lock_waits,
-        ),
-        (
-            "pool_waits_total",
-            "Requests that waited for a pool buffer (read or write pool).",
-            |s| s.pool_waits,
-        ),
-        (
-            "ring_reads_total",
-            "Direct READs read through io_uring, without a blocking thread.",
-            |s| s.ring_reads,
-        ),
-        (
-            "clustered_reads_total",
-            "Small direct-mode READs served through the page cache because the file's small READs cluster (drop-behind).",
-            |s| s.clustered_reads,
-        ),
-        (
-            "ring_writes_total",
-            "Aligned direct WRITEs written through io_uring, without a blocking thread.",
-            |s| s.ring_writes,
-        ),
-        (
-            "task_writes_total",
-            "Small UNSTABLE overwrites of cached pages written by the connection's task, without a blocking thread.",
-            |s| s.task_writes,
-        ),
-        (
-            "task_write_handoffs_total",
-            "Small WRITEs tried on the connection's task that went to a blocking thread (pages not cached, file extended, other I/O).",
-            |s| s.task_write_handoffs,
-        ),
-        (
-            "integrity_errors_total",
-            "Blocks read that did not match their CRC32C (the READ failed with NFS3ERR_IO).",
-            |s| s.integrity_errors,
-        ),
-        (
-            "integrity_rebuilds_total",
-            "Files whose checksums were rebuilt because they changed behind the server's back.",
-            |s| s.integrity_rebuilds,
-        ),
-        (
-            "readahead_hits_total",
-            "Direct READs served from data prefetched by readahead.",
-            |s| s.readahead_hits,
-        ),
-        (
-            "readahead_misses_total",
-            "Direct READs of a sequential stream that readahead had not prefetched.",
-            |s| s.readahead_misses,
-        ),
-        (
-            "readahead_waits_total",
-            "Readahead hits that waited for their prefetch to finish.",
-            |s| s.readahead_waits,
-        ),
-        (
-            "large_read_waits_total",
-            "Large direct reads that waited for room at the device while small ones were there.",
-            |s| s.large_read_waits,
-        ),
-        (
-            "readahead_bytes_total",
-            "Bytes read from the device by readahead.",
-            |s| s.readahead_bytes,
-        ),
-        (
-            "readahead_discards_total",
-            "Prefetched ranges dropped unused (overwritten, truncated, expired, stream stopped, short read).",
-            |s| s.readahead_discards,
-        ),
-    ];
-    for (name, help, get) in simple {
-        let mut rows = snaps
+        counters(
+            encoder,
+            "data_ops",
+            "READ and WRITE operations by mode and direction.",
+            per_mode(|o| o.ops),
+        )?;
+        counters(
+            encoder,
+            "data_bytes",
+            "Bytes read and written by mode and direction.",
+            per_mode(|o| o.bytes),
+        )?;
+        let simple: [(&str, &str, Field); 26] = [
+            (
+                "expanded_reads",
+                "Direct READs widened to the read alignment.",
+                |s| s.expanded_reads,
+            ),
+            (
+                "dontcache_fallbacks",
+                "Times RWF_DONTCACHE was refused and buffered I/O used instead.",
+                |s| s.dontcache_fallbacks,
+            ),
+            (
+                "no_direct_fallbacks",
+                "I/O served buffered because the file cannot do direct I/O.",
+                |s| s.no_direct_fallbacks,
+            ),
+            (
+                "direct_einval",
+                "Direct I/O refused with EINVAL although aligned (a bug).",
+                |s| s.direct_einval,
+            ),
+            (
+                "short_writes",
+                "Writes the kernel took only part of (the filesystem filled up, or the file reached the file-size limit, part-way); the rest was tried again.",
+                |s| s.short_writes,
+            ),
+            ("io_errors", "Data-plane I/O errors.", |s| s.errors),
+            (
+                "buffered_edges",
+                "Partial edge blocks of misaligned direct WRITEs written through the page cache.",
+                |s| s.buffered_edges,
+            ),
+            (
+                "buffered_misaligned",
+                "Small misaligned direct WRITEs written whole through the page cache (dropped at COMMIT).",
+                |s| s.buffered_misaligned,
+            ),
+            (
+                "edge_page_reads",
+                "Uncached partial pages with data read in before such a page-cache WRITE (both at once).",
+                |s| s.edge_page_reads,
+            ),
+            (
+                "write_behind_bytes",
+                "Bytes of file ranges whose dirty pages from such page-cache WRITEs had writeback started before COMMIT (write-behind).",
+                |s| s.write_behind_bytes,
+            ),
+            (
+                "fua_writes",
+                "Stable direct WRITEs made durable by RWF_DSYNC/RWF_SYNC on the write itself.",
+                |s| s.fua_writes,
+            ),
+            (
+                "range_lock_waits",
+                "I/O that waited for a range lock.",
+                |s| s.range_lock_waits,
+            ),
+            (
+                "pool_waits",
+                "Requests that waited for a pool buffer (read or write pool).",
+                |s| s.pool_waits,
+            ),
+            (
+                "ring_reads",
+                "Direct READs read through io_uring, without a blocking thread.",
+                |s| s.ring_reads,
+            ),
+            (
+                "clustered_reads",
+                "Small direct-mode READs served through the page cache because the file's small READs cluster (drop-behind).",
+                |s| s.clustered_reads,
+            ),
+            (
+                "ring_writes",
+                "Aligned direct WRITEs written through io_uring, without a blocking thread.",
+                |s| s.ring_writes,
+            ),
+            (
+                "task_writes",
+                "Small UNSTABLE overwrites of cached pages written by the connection's task, without a blocking thread.",
+                |s| s.task_writes,
+            ),
+            (
+                "task_write_handoffs",
+                "Small WRITEs tried on the connection's task that went to a blocking thread (pages not cached, file extended, other I/O).",
+                |s| s.task_write_handoffs,
+            ),
+            (
+                "integrity_errors",
+                "Blocks read that did not match their CRC32C (the READ failed with NFS3ERR_IO).",
+                |s| s.integrity_errors,
+            ),
+            (
+                "integrity_rebuilds",
+                "Files whose checksums were rebuilt because they changed behind the server's back.",
+                |s| s.integrity_rebuilds,
+            ),
+            (
+                "readahead_hits",
+                "Direct READs served from data prefetched by readahead.",
+                |s| s.readahead_hits,
+            ),
+            (
+                "readahead_misses",
+                "Direct READs of a sequential stream that readahead had not prefetched.",
+                |s| s.readahead_misses,
+            ),
+            (
+                "readahead_waits",
+                "Readahead hits that waited for their prefetch to finish.",
+                |s| s.readahead_waits,
+            ),
+            (
+                "large_read_waits",
+                "Large direct reads that waited for room at the device while small ones were there.",
+                |s| s.large_read_waits,
+            ),
+            (
+                "readahead_bytes",
+                "Bytes read from the device by readahead.",
+                |s| s.readahead_bytes,
+            ),
+            (
+                "readahead_discards",
+                "Prefetched ranges dropped unused (overwritten, truncated, expired, stream stopped, short read).",
+                |s| s.readahead_discards,
+            ),
+        ];
+        for (name, help, get) in simple {
+            let rows = snaps
+                .iter()
+                .map(|(path, s)| ([("export", Escaped(path))], get(s)));
+            counters(encoder, name, help, rows)?;
+        }
+        let syncs: Vec<_> = exports
             .iter()
-            .map(|(path, s)| (format!("export=\"{path}\""), get(s)));
-        metric(name, help, "counter", &mut rows);
+            .map(|x| {
+                let path = x.config.path.display().to_string();
+                (path, x.metadata_sync.counters())
+            })
+            .collect();
+        let fsyncs = syncs.iter().flat_map(|(path, c)| {
+            [
+                ("directory", c.dir_fsyncs),
+                ("file", c.file_fsyncs),
+                ("filesystem", c.filesystem_syncs),
+            ]
+            .map(|(object, n)| {
+                let labels = [("export", Escaped(path)), ("object", Escaped(object))];
+                (labels, n)
+            })
+        });
+        counters(
+            encoder,
+            "metadata_syncs",
+            "fsyncs (directory, file) and syncfs (filesystem) made to keep metadata changes durable.",
+            fsyncs,
+        )
     }
-    let syncs: Vec<_> = exports
-        .iter()
-        .map(|x| {
-            let path = x.config.path.display().to_string();
-            (path, x.metadata_sync.counters())
-        })
-        .collect();
-    let mut fsyncs = syncs.iter().flat_map(|(path, c)| {
-        [
-            ("directory", c.dir_fsyncs),
-            ("file", c.file_fsyncs),
-            ("filesystem", c.filesystem_syncs),
+
+    /// The server's own counters and the connection layer's.
+    fn encode_server(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
+        let server = &self.server;
+        counter(
+            encoder,
+            "metrics_connections_refused",
+            "Connections to this endpoint closed at once because MAX_SCRAPES scrapes were in progress.",
+            SCRAPES_REFUSED.load(Ordering::Relaxed),
+        )?;
+        counter(
+            encoder,
+            "server_faults",
+            "Calls answered SERVERFAULT because of the server itself (each also logged).",
+            server.server_faults(),
+        )?;
+        counter(
+            encoder,
+            "ring_fixed_ops",
+            "io_uring reads and writes made on registered (pre-pinned) pool buffers.",
+            server.io_ring.as_ref().map_or(0, |r| r.fixed_ops()),
+        )?;
+        counter(
+            encoder,
+            "oversized_args",
+            "NFS and MOUNT calls answered GARBAGE_ARGS because their arguments were longer than the procedure's can be (refused before they were read).",
+            server.oversized_args(),
+        )?;
+        let net = server.net.snapshot();
+        gauge(
+            encoder,
+            "connections_open",
+            "Client connections open now (NFS, MOUNT and portmap).",
+            net.open,
+        )?;
+        counter(
+            encoder,
+            "connections_refused",
+            "Connections closed at once because max_connections were open and none was quiet.",
+            net.refused,
+        )?;
+        counter(
+            encoder,
+            "connections_evicted",
+            "Connections closed, quiet longest, to make room for a new one at max_connections.",
+            net.evicted,
+        )?;
+        let dropped = [
+            ("stalled_record", net.stalled),
+            ("unread_replies", net.unread_replies),
+            ("idle", net.idle),
+            ("record_too_large", net.too_large),
         ]
-        .map(|(object, n)| (format!("export=\"{path}\",object=\"{object}\""), n))
-    });
-    metric(
-        "metadata_syncs_total",
-        "fsyncs (directory, file) and syncfs (filesystem) made to keep metadata changes durable.",
-        "counter",
-        &mut fsyncs,
-    );
-    metric(
-        "metrics_connections_refused_total",
-        "Connections to this endpoint closed at once because MAX_SCRAPES scrapes were in progress.",
-        "counter",
-        &mut std::iter::once((String::new(), SCRAPES_REFUSED.load(Ordering::Relaxed))),
-    );
-    let mut faults = std::iter::once((String::new(), server.server_faults()));
-    metric(
-        "server_faults_total",
-        "Calls answered SERVERFAULT because of the server itself (each also logged).",
-        "counter",
-        &mut faults,
-    );
-    let fixed = server.io_ring.as_ref().map_or(0, |r| r.fixed_ops());
-    metric(
-        "ring_fixed_ops_total",
-        "io_uring reads and writes made on registered (pre-pinned) pool buffers.",
-        "counter",
-        &mut std::iter::once((String::new(), fixed)),
-    );
-    let mut oversized = std::iter::once((String::new(), server.oversized_args()));
-    metric(
-        "oversized_args_total",
-        "NFS and MOUNT calls answered GARBAGE_ARGS because their arguments were longer than the procedure's can be (refused before they were read).",
-        "counter",
-        &mut oversized,
-    );
-    let net = server.net.snapshot();
-    metric(
-        "connections_open",
-        "Client connections open now (NFS, MOUNT and portmap).",
-        "gauge",
-        &mut std::iter::once((String::new(), net.open)),
-    );
-    metric(
-        "connections_refused_total",
-        "Connections closed at once because max_connections were open and none was quiet.",
-        "counter",
-        &mut std::iter::once((String::new(), net.refused)),
-    );
-    metric(
-        "connections_evicted_total",
-        "Connections closed, quiet longest, to make room for a new one at max_connections.",
-        "counter",
-        &mut std::iter::once((String::new(), net.evicted)),
-    );
-    let mut dropped = [
-        ("stalled_record", net.stalled),
-        ("unread_replies", net.unread_replies),
-        ("idle", net.idle),
-        ("record_too_large", net.too_large),
+        .map(|(reason, n)| ([("reason", Escaped(reason))], n));
+        counters(
+            encoder,
+            "connections_dropped",
+            "Connections the server closed: a call that stopped arriving for stall_timeout, replies unread for reply_timeout, no calls for idle_timeout, a record longer than the largest call.",
+            dropped,
+        )?;
+        counter(
+            encoder,
+            "calls_delayed_by_share",
+            "READs and WRITEs that waited because their connection held its share of buffers (connection_buffers).",
+            net.share_delays,
+        )?;
+        let (staged_payloads, staged_bytes) = server.staging.staged();
+        counter(
+            encoder,
+            "payloads_staged",
+            "WRITE payloads whose start was read into staging memory because the client's receive window closed before the whole payload arrived (a fresh connection's window is about 64 KiB).",
+            staged_payloads,
+        )?;
+        counter(
+            encoder,
+            "payload_bytes_staged",
+            "Bytes of WRITE payloads read into staging memory (see payloads_staged_total).",
+            staged_bytes,
+        )?;
+        counter(
+            encoder,
+            "replies_batched",
+            "Replies written together with other replies of their connection in one writev (replies that finished while another was being written).",
+            net.batched_replies,
+        )?;
+        counter(
+            encoder,
+            "idle_spins",
+            "Times a connection sending one call at a time, its call answered and no call in flight on the server, looked for its next call before sleeping (idle_spin_us).",
+            net.idle_spins,
+        )?;
+        counter(
+            encoder,
+            "idle_spin_catches",
+            "Calls found by those looks (idle_spins_total): each a sleep and a wake-up of the server's thread saved.",
+            net.spin_catches,
+        )?;
+        counter(
+            encoder,
+            "udp_replies_dropped",
+            "UDP replies larger than their call (portmap and rpcbind DUMP) not sent because more than 16 a second were asked for: over UDP a forged source address would turn them on a victim.",
+            net.udp_replies_dropped,
+        )
+    }
+}
+
+/// The NLM lock service's counters and gauges.
+fn encode_locks(locks: &LockService, encoder: &mut DescriptorEncoder) -> fmt::Result {
+    let c = &locks.counters;
+    let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let outcomes = [
+        ("granted", load(&c.granted)),
+        ("denied", load(&c.denied)),
+        ("blocked", load(&c.blocked)),
     ]
-    .into_iter()
-    .map(|(reason, n)| (format!("reason=\"{reason}\""), n));
-    metric(
-        "connections_dropped_total",
-        "Connections the server closed: a call that stopped arriving for stall_timeout, replies unread for reply_timeout, no calls for idle_timeout, a record longer than the largest call.",
-        "counter",
-        &mut dropped,
-    );
-    metric(
-        "calls_delayed_by_share_total",
-        "READs and WRITEs that waited because their connection held its share of buffers (connection_buffers).",
-        "counter",
-        &mut std::iter::once((String::new(), net.share_delays)),
-    );
-    let (staged_payloads, staged_bytes) = server.staging.staged();
-    metric(
-        "payloads_staged_total",
-        "WRITE payloads whose start was read into staging memory because the client's receive window closed before the whole payload arrived (a fresh connection's window is about 64 KiB).",
-        "counter",
-        &mut std::iter::once((String::new(), staged_payloads)),
-    );
-    metric(
-        "payload_bytes_staged_total",
-        "Bytes of WRITE payloads read into staging memory (see payloads_staged_total).",
-        "counter",
-        &mut std::iter::once((String::new(), staged_bytes)),
-    );
-    metric(
-        "replies_batched_total",
-        "Replies written together with other replies of their connection in one writev (replies that finished while another was being written).",
-        "counter",
-        &mut std::iter::once((String::new(), net.batched_replies)),
-    );
-    metric(
-        "idle_spins_total",
-        "Times a connection sending one call at a time, its call answered and no call in flight on the server, looked for its next call before sleeping (idle_spin_us).",
-        "counter",
-        &mut std::iter::once((String::new(), net.idle_spins)),
-    );
-    metric(
-        "idle_spin_catches_total",
-        "Calls found by those looks (idle_spins_total): each a sleep and a wake-up of the server's thread saved.",
-        "counter",
-        &mut std::iter::once((String::new(), net.spin_catches)),
-    );
-    metric(
-        "udp_replies_dropped_total",
-        "UDP replies larger than their call (portmap and rpcbind DUMP) not sent because more than 16 a second were asked for: over UDP a forged source address would turn them on a victim.",
-        "counter",
-        &mut std::iter::once((String::new(), net.udp_replies_dropped)),
-    );
-    if let Some(locks) = locks {
-        let c = &locks.counters;
-        let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
-        let mut outcomes = [
-            ("granted", load(&c.granted)),
-            ("denied", load(&c.denied)),
-            ("blocked", load(&c.blocked)),
-        ]
-        .into_iter()
-        .map(|(o, n)| (format!("outcome=\"{o}\""), n));
-        metric(
-            "nlm_locks_total",
-            "NLM LOCK calls by outcome (granted: at once or later to a blocked one; denied: conflicts, grace period, errors).",
-            "counter",
-            &mut outcomes,
-        );
-        metric(
-            "nlm_locks_held",
-            "Byte-range locks held for NLM clients now.",
-            "gauge",
-            &mut std::iter::once((String::new(), locks.lock_count() as u64)),
-        );
-        metric(
-            "nlm_waiters",
-            "Blocked NLM LOCKs waiting now.",
-            "gauge",
-            &mut std::iter::once((String::new(), locks.waiter_count() as u64)),
-        );
-        metric(
-            "nlm_callbacks_failed_total",
-            "GRANTED and _RES calls to clients that failed after retries.",
-            "counter",
-            &mut std::iter::once((String::new(), load(&c.callbacks_failed))),
-        );
-        metric(
-            "nlm_callbacks_dropped_total",
-            "GRANTED and _RES calls to clients dropped: as many calls to that client were waiting as may.",
-            "counter",
-            &mut std::iter::once((String::new(), load(&c.callbacks_dropped))),
-        );
-        metric(
-            "nlm_hosts_dropped_total",
-            "Times a client's locks were all dropped (SM_NOTIFY of a reboot, FREE_ALL).",
-            "counter",
-            &mut std::iter::once((String::new(), load(&c.hosts_dropped))),
-        );
+    .map(|(outcome, n)| ([("outcome", Escaped(outcome))], n));
+    counters(
+        encoder,
+        "nlm_locks",
+        "NLM LOCK calls by outcome (granted: at once or later to a blocked one; denied: conflicts, grace period, errors).",
+        outcomes,
+    )?;
+    gauge(
+        encoder,
+        "nlm_locks_held",
+        "Byte-range locks held for NLM clients now.",
+        locks.lock_count() as u64,
+    )?;
+    gauge(
+        encoder,
+        "nlm_waiters",
+        "Blocked NLM LOCKs waiting now.",
+        locks.waiter_count() as u64,
+    )?;
+    counter(
+        encoder,
+        "nlm_callbacks_failed",
+        "GRANTED and _RES calls to clients that failed after retries.",
+        load(&c.callbacks_failed),
+    )?;
+    counter(
+        encoder,
+        "nlm_callbacks_dropped",
+        "GRANTED and _RES calls to clients dropped: as many calls to that client were waiting as may.",
+        load(&c.callbacks_dropped),
+    )?;
+    counter(
+        encoder,
+        "nlm_hosts_dropped",
+        "Times a client's locks were all dropped (SM_NOTIFY of a reboot, FREE_ALL).",
+        load(&c.hosts_dropped),
+    )
+}
+
+/// The histogram `dionfs_call_seconds` of [`CallStats`]: a sample set per
+/// procedure that has had calls, labelled with its program and name.
+pub(crate) struct CallHistogram(pub Arc<CallStats>);
+
+impl fmt::Debug for CallHistogram {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CallHistogram").finish_non_exhaustive()
     }
-    calls.render(&mut out);
-    out
+}
+
+impl Collector for CallHistogram {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        let mut metric = encoder.encode_descriptor(
+            "call",
+            "Time from the start of a call's execution to its reply, per program and procedure.",
+            Some(&Unit::Seconds),
+            MetricType::Histogram,
+        )?;
+        for h in self.0.histograms() {
+            // (upper bound in seconds, calls in the bucket); `f64::MAX`
+            // is the bound prometheus-client writes as `+Inf`.
+            let bounds = BOUNDS_US.iter().map(|&us| us as f64 / 1e6);
+            let buckets: Vec<(f64, u64)> = bounds.chain([f64::MAX]).zip(h.buckets).collect();
+            let labels = [
+                ("program", Escaped(h.program)),
+                ("procedure", Escaped(h.procedure)),
+            ];
+            metric
+                .encode_family(&labels)?
+                .encode_histogram::<NoLabelSet>(h.sum, h.count, &buckets, None)?;
+        }
+        Ok(())
+    }
 }
 
 /// Scrapes served at once; a connection past them is closed at once.
@@ -406,12 +549,8 @@ pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
 /// once, each for at most [`SCRAPE_TIMEOUT`], so that connections that
 /// send nothing or read nothing cannot pile up tasks and responses (each
 /// holds a rendering of every counter) without bound.
-pub async fn serve(
-    listener: TcpListener,
-    server: Arc<Server>,
-    locks: Option<Arc<LockService>>,
-    calls: Arc<CallStats>,
-) {
+pub async fn serve(listener: TcpListener, registry: Registry) {
+    let registry = Arc::new(registry);
     info!(addr = ?listener.local_addr().ok(), "metrics endpoint listening");
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_SCRAPES));
     let refused = dionfs_logs::LogBudget::default();
@@ -436,7 +575,7 @@ pub async fn serve(
             drop(stream);
             continue;
         };
-        let (server, locks, calls) = (server.clone(), locks.clone(), calls.clone());
+        let registry = registry.clone();
         tokio::spawn(async move {
             let _slot = slot;
             let scrape = async {
@@ -445,11 +584,17 @@ pub async fn serve(
                 let mut request = [0u8; 1024];
                 let _ =
                     tokio::time::timeout(Duration::from_secs(5), stream.read(&mut request)).await;
-                let body = render(&server, locks.as_deref(), &calls);
-                let response = format!(
-                    "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{body}",
-                    body.len()
-                );
+                let response = match render(&registry) {
+                    Ok(body) => format!(
+                        "HTTP/1.0 200 OK\r\nContent-Type: {CONTENT_TYPE}\r\nContent-Length: {}\r\n\r\n{body}",
+                        body.len()
+                    ),
+                    Err(_) => {
+                        warn!("metrics could not be encoded (a value out of range)");
+                        "HTTP/1.0 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n"
+                            .to_string()
+                    }
+                };
                 let _ = stream.write_all(response.as_bytes()).await;
             };
             let _ = tokio::time::timeout(SCRAPE_TIMEOUT, scrape).await;
@@ -475,5 +620,72 @@ pub fn fetch(addr: &str) -> io::Result<String> {
             io::ErrorKind::InvalidData,
             "not an HTTP response",
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dionfs_core::export::{Config, ExportConfig, ServerSettings};
+
+    /// An export's path is the administrator's text: a `"`, a `\` or a
+    /// newline in it comes out escaped, each sample on one line.
+    #[test]
+    fn label_values_are_escaped() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let path = root.join("a \"quoted\" \\ name\nsecond line");
+        std::fs::create_dir(&path).unwrap();
+        let mut export = ExportConfig::with_defaults(path);
+        export.secure = false;
+        let config = Config {
+            server: ServerSettings {
+                state_dir: root.join("state"),
+                io_uring: false,
+                max_in_flight: 4,
+                ..ServerSettings::default()
+            },
+            exports: vec![export],
+        };
+        let server = Arc::new(Server::open(&config).unwrap());
+        let calls = Arc::new(CallStats::new(crate::dispatch::counted_programs()));
+        calls.record(
+            dionfs_proto::nfs3::NFS_PROGRAM,
+            3,
+            0,
+            Duration::from_micros(5),
+        );
+        let text = render(&registry(server, None, calls)).unwrap();
+
+        let label = format!(
+            "export=\"{}/a \\\"quoted\\\" \\\\ name\\nsecond line\"",
+            root.display()
+        );
+        assert!(
+            text.contains(&format!("\ndionfs_expanded_reads_total{{{label}}} 0\n")),
+            "{text}"
+        );
+        assert!(text.contains(&format!(
+            "\ndionfs_data_ops_total{{{label},direction=\"read\",mode=\"direct\"}} 0\n"
+        )));
+        assert!(text.contains(&format!(
+            "\ndionfs_metadata_syncs_total{{{label},object=\"file\"}} 0\n"
+        )));
+        for line in text.lines() {
+            assert!(
+                line.starts_with("# ") || line.starts_with("dionfs_"),
+                "a line that is neither a comment nor a sample: {line:?}"
+            );
+        }
+        // The rest as before: types, unlabelled samples, the histogram.
+        assert!(
+            text.contains("\n# TYPE dionfs_connections_open gauge\ndionfs_connections_open 0\n")
+        );
+        assert!(text.contains("\n# TYPE dionfs_server_faults counter\n"));
+        assert!(text.contains("\ndionfs_connections_dropped_total{reason=\"idle\"} 0\n"));
+        assert!(
+            text.contains("\ndionfs_call_seconds_count{program=\"nfs3\",procedure=\"NULL\"} 1\n")
+        );
+        assert!(text.ends_with("\n# EOF\n"), "OpenMetrics ends so");
     }
 }
