@@ -3,7 +3,7 @@
 //! procedure, how many calls ran and a histogram of the time from the
 //! start of their execution to their reply, exported as the Prometheus
 //! histogram `dionfs_call_seconds` (`metrics.rs` encodes it). Recording is
-//! three relaxed atomic adds.
+//! two relaxed atomic adds.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,9 +20,11 @@ pub const BOUNDS_US: [u64; 19] = [
 
 #[derive(Default)]
 struct ProcStat {
-    count: AtomicU64,
     sum_us: AtomicU64,
-    /// Calls per bucket (not cumulative); the last is `+Inf`.
+    /// Calls per bucket (not cumulative); the last is `+Inf`. Their sum
+    /// is the procedure's count, so a scrape's `_count` is always its
+    /// `+Inf` bucket, as OpenMetrics requires, even with calls recorded
+    /// while it reads.
     buckets: [AtomicU64; BOUNDS_US.len() + 1],
 }
 
@@ -59,7 +61,6 @@ impl CallStats {
         };
         let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
         let bucket = BOUNDS_US.partition_point(|&b| b < us);
-        stat.count.fetch_add(1, Ordering::Relaxed);
         stat.sum_us.fetch_add(us, Ordering::Relaxed);
         stat.buckets[bucket].fetch_add(1, Ordering::Relaxed);
     }
@@ -73,27 +74,30 @@ impl CallStats {
                 .iter()
                 .zip(table)
                 .filter_map(|(&procedure, stat)| {
-                    let count = stat.count.load(Ordering::Relaxed);
+                    let buckets: [u64; BOUNDS_US.len() + 1] =
+                        std::array::from_fn(|i| stat.buckets[i].load(Ordering::Relaxed));
+                    let count = buckets.iter().sum();
                     (count > 0).then(|| Histogram {
                         program: program.label,
                         procedure,
                         count,
                         sum: stat.sum_us.load(Ordering::Relaxed) as f64 / 1e6,
-                        buckets: std::array::from_fn(|i| stat.buckets[i].load(Ordering::Relaxed)),
+                        buckets,
                     })
                 })
         })
     }
 }
 
-/// One procedure's calls and their times, read at one moment (the
-/// counters are read one by one, so a call recorded meanwhile may show in
-/// some and not others).
+/// One procedure's calls and their times, as read at a scrape (a call
+/// recorded while they are read may be in `sum` and not yet in `buckets`,
+/// or the other way round).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Histogram {
     /// The program's label, `nfs3` say ([`ProgramSummary::label`]).
     pub program: &'static str,
     pub procedure: &'static str,
+    /// The calls: the sum of `buckets`.
     pub count: u64,
     /// The calls' times added up, in seconds.
     pub sum: f64,
