@@ -614,19 +614,49 @@ pub fn fetch(addr: &str) -> io::Result<String> {
     s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")?;
     let mut response = String::new();
     s.read_to_string(&mut response)?;
-    match response.split_once("\r\n\r\n") {
-        Some((_, body)) => Ok(body.to_string()),
-        None => Err(io::Error::new(
+    let Some((head, body)) = response.split_once("\r\n\r\n") else {
+        return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             "not an HTTP response",
-        )),
+        ));
+    };
+    // `HTTP/1.0 200 OK`; the server answers 500 when it cannot encode.
+    let status = head.lines().next().unwrap_or("");
+    if status.split(' ').nth(1) != Some("200") {
+        return Err(io::Error::other(format!("the server answered {status:?}")));
     }
+    Ok(body.to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use dionfs_core::export::{Config, ExportConfig, ServerSettings};
+
+    /// Serves one connection `response`, then `fetch`es from it.
+    fn fetch_answered(response: &'static str) -> io::Result<String> {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let _ = s.read(&mut [0u8; 1024]);
+            s.write_all(response.as_bytes()).unwrap();
+        });
+        let fetched = fetch(&addr);
+        server.join().unwrap();
+        fetched
+    }
+
+    #[test]
+    fn fetch_returns_the_body_of_a_200_only() {
+        let ok = fetch_answered("HTTP/1.0 200 OK\r\nContent-Length: 6\r\n\r\n# EOF\n");
+        assert_eq!(ok.unwrap(), "# EOF\n");
+        let failed =
+            fetch_answered("HTTP/1.0 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n");
+        let e = failed.unwrap_err().to_string();
+        assert!(e.contains("500 Internal Server Error"), "{e}");
+        assert!(fetch_answered("nonsense").is_err());
+    }
 
     /// An export's path is the administrator's text: a `"`, a `\` or a
     /// newline in it comes out escaped, each sample on one line.
