@@ -11,7 +11,9 @@
 //! - [`grace`]: the one grace period after a restart, for every protocol
 //!   that reclaims state (NLM today, NFSv4 next); [`locks`]: the byte-range
 //!   lock and share-reservation tables, generic over their owner, so that
-//!   an NLM lock and an NFSv4 lock on one file see each other.
+//!   an NLM lock and an NFSv4 lock on one file see each other;
+//!   [`recovery`]: the durable record of the clients holding state, which
+//!   a restarted server tells or lets reclaim.
 //! - [`drc`]: the duplicate request cache; [`io_errors`]: READ, WRITE and
 //!   COMMIT failures in the log; [`integrity`]: the checksum store's
 //!   settling at start and stop.
@@ -26,5 +28,6 @@ pub mod grace;
 pub mod integrity;
 pub mod io_errors;
 pub mod locks;
+pub mod recovery;
 pub mod reload;
 pub mod server;

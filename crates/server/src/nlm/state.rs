@@ -4,7 +4,8 @@
 //!   at every start so clients can tell a restart;
 //! - `hosts`: the clients that held locks, with the server address they
 //!   used, so that a restarted server can tell them (SM_NOTIFY) to reclaim
-//!   their locks in its grace period.
+//!   their locks in its grace period: NLM's client-recovery record
+//!   ([`dionfs_core::recovery`]).
 //!
 //! Both are replaced atomically (write, fsync, rename, fsync the
 //! directory): a crash leaves the old or the new version, never half.
@@ -12,10 +13,10 @@
 use std::collections::BTreeSet;
 use std::io;
 use std::net::IpAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+use dionfs_core::recovery::{Entry, Record};
 use dionfs_sys::private::Durability;
-use parking_lot::Mutex;
 
 /// A client to tell when the server restarts.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -28,26 +29,37 @@ pub struct Monitored {
     pub server: IpAddr,
 }
 
+impl Entry for Monitored {
+    fn to_line(&self) -> String {
+        format!(
+            "{} {} {}",
+            hex::encode(&self.name),
+            self.client,
+            self.server
+        )
+    }
+
+    fn from_line(line: &str) -> Option<Monitored> {
+        let mut it = line.split_whitespace();
+        Some(Monitored {
+            name: hex::decode(it.next()?).ok()?,
+            client: it.next()?.parse().ok()?,
+            server: it.next()?.parse().ok()?,
+        })
+    }
+
+    fn address(&self) -> IpAddr {
+        self.client
+    }
+}
+
 /// The lock service's persistent state.
 pub struct NsmState {
-    dir: PathBuf,
     /// This run's NSM state number (odd).
     pub number: i32,
-    hosts: Mutex<Hosts>,
+    hosts: Record<Monitored>,
 }
 
-/// The recorded clients, and when to drop those no longer holding locks.
-struct Hosts {
-    set: BTreeSet<Monitored>,
-    /// Prune when this many are recorded.
-    prune_at: usize,
-}
-
-/// Recorded clients at which the records of clients no longer holding
-/// locks are dropped (and at twice as many as are left then, so that a
-/// server with many clients holding locks does not prune at every new
-/// one).
-const PRUNE_AT: usize = 1024;
 /// Records of one client address at which those no longer holding locks
 /// are dropped: at most as many names as the lock table lets one address
 /// hold locks under ([`dionfs_core::locks::limits::MAX_NAMES_PER_CLIENT`]).
@@ -72,24 +84,13 @@ impl NsmState {
         } else {
             previous.wrapping_add(2)
         };
-        replace(&dir, "state", format!("{number}\n").as_bytes())?;
-        let hosts = match std::fs::read_to_string(dir.join("hosts")) {
-            Ok(s) => parse_hosts(&s),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => BTreeSet::new(),
-            Err(e) => return Err(e),
-        };
-        let previous = hosts.iter().cloned().collect();
-        Ok((
-            NsmState {
-                dir,
-                number,
-                hosts: Mutex::new(Hosts {
-                    set: hosts,
-                    prune_at: PRUNE_AT,
-                }),
-            },
-            previous,
-        ))
+        dionfs_sys::private::replace(
+            &dir.join("state"),
+            format!("{number}\n").as_bytes(),
+            Durability::Synced,
+        )?;
+        let (hosts, previous) = Record::open(&dir.join("hosts"), PRUNE_PER_CLIENT)?;
+        Ok((NsmState { number, hosts }, previous))
     }
 
     /// Records a client that now holds locks; durable before it returns
@@ -97,86 +98,37 @@ impl NsmState {
     ///
     /// Records are kept until the client reboots or frees its locks, or a
     /// restart's grace period ends; so that clients that lock under ever
-    /// new names cannot grow the record (rewritten whole at each new one)
-    /// without bound, once many are recorded, or many for one address,
-    /// those no longer holding locks are dropped first: `holding` gives
-    /// the (name, address) pairs that hold locks now, or `None` (in a
-    /// grace period, while the previous run's clients reclaim) to keep
-    /// all.
+    /// new names cannot grow the record without bound, once many are
+    /// recorded, or many for one address, those no longer holding locks
+    /// are dropped first: `holding` gives the (name, address) pairs that
+    /// hold locks now, or `None` (in a grace period, while the previous
+    /// run's clients reclaim) to keep all.
     pub fn monitor(
         &self,
         host: Monitored,
         holding: impl FnOnce() -> Option<BTreeSet<(Vec<u8>, IpAddr)>>,
     ) -> io::Result<()> {
-        let mut hosts = self.hosts.lock();
-        if hosts.set.contains(&host) {
-            return Ok(());
-        }
-        let same_client = hosts.set.iter().filter(|h| h.client == host.client).count();
-        if hosts.set.len() >= hosts.prune_at || same_client >= PRUNE_PER_CLIENT {
-            if let Some(holding) = holding() {
-                hosts
-                    .set
-                    .retain(|h| holding.contains(&(h.name.clone(), h.client)));
-                hosts.prune_at = PRUNE_AT.max(2 * hosts.set.len());
-            }
-        }
-        hosts.set.insert(host);
-        self.write(&hosts.set)
+        self.hosts.add(host, || {
+            let holding = holding()?;
+            Some(move |h: &Monitored| holding.contains(&(h.name.clone(), h.client)))
+        })
     }
 
     /// The clients recorded now.
     pub fn monitored(&self) -> usize {
-        self.hosts.lock().set.len()
+        self.hosts.len()
     }
 
     /// Forgets the clients `drop` matches (they rebooted or freed all).
-    pub fn forget(&self, mut drop: impl FnMut(&Monitored) -> bool) -> io::Result<()> {
-        let mut hosts = self.hosts.lock();
-        let before = hosts.set.len();
-        hosts.set.retain(|h| !drop(h));
-        if hosts.set.len() == before {
-            return Ok(());
-        }
-        self.write(&hosts.set)
+    pub fn forget(&self, drop: impl FnMut(&Monitored) -> bool) -> io::Result<()> {
+        self.hosts.forget(drop)
     }
 
     /// Keeps only the clients `keep` matches (those holding locks once
     /// the grace period is over).
-    pub fn keep_only(&self, mut keep: impl FnMut(&Monitored) -> bool) -> io::Result<()> {
-        self.forget(|h| !keep(h))
+    pub fn keep_only(&self, keep: impl FnMut(&Monitored) -> bool) -> io::Result<()> {
+        self.hosts.keep_only(keep)
     }
-
-    fn write(&self, hosts: &BTreeSet<Monitored>) -> io::Result<()> {
-        let mut text = String::new();
-        for h in hosts {
-            text.push_str(&format!(
-                "{} {} {}\n",
-                hex::encode(&h.name),
-                h.client,
-                h.server
-            ));
-        }
-        replace(&self.dir, "hosts", text.as_bytes())
-    }
-}
-
-fn parse_hosts(text: &str) -> BTreeSet<Monitored> {
-    text.lines()
-        .filter_map(|line| {
-            let mut it = line.split_whitespace();
-            Some(Monitored {
-                name: hex::decode(it.next()?).ok()?,
-                client: it.next()?.parse().ok()?,
-                server: it.next()?.parse().ok()?,
-            })
-        })
-        .collect()
-}
-
-/// Replaces `dir/name` with `data` atomically and durably, owner-only.
-fn replace(dir: &Path, name: &str, data: &[u8]) -> io::Result<()> {
-    dionfs_sys::private::replace(&dir.join(name), data, Durability::Synced)
 }
 
 #[cfg(test)]
@@ -228,12 +180,16 @@ mod tests {
         let before = s.monitored();
         s.monitor(at("later".into(), "192.0.2.7"), || None).unwrap();
         assert_eq!(s.monitored(), before + 1);
-        // Many addresses: pruned at PRUNE_AT, keeping those holding locks.
-        for i in 0..2 * PRUNE_AT {
+        // Many addresses: pruned at recovery::PRUNE_AT, keeping those holding locks.
+        for i in 0..2 * dionfs_core::recovery::PRUNE_AT {
             let ip = format!("10.0.{}.{}", i / 250, i % 250);
             let holding = BTreeSet::from([(b"c".to_vec(), "192.0.2.7".parse().unwrap())]);
             s.monitor(at("c".into(), &ip), || Some(holding)).unwrap();
-            assert!(s.monitored() <= PRUNE_AT, "{i}: {}", s.monitored());
+            assert!(
+                s.monitored() <= dionfs_core::recovery::PRUNE_AT,
+                "{i}: {}",
+                s.monitored()
+            );
         }
         let text = std::fs::read_to_string(dir.path().join("nlm/hosts")).unwrap();
         assert_eq!(text.lines().count(), s.monitored());
