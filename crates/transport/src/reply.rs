@@ -49,15 +49,14 @@ impl Reply {
         Self::new(ReplyHeader::new(xid, status).to_xdr())
     }
 
+    /// PROG_MISMATCH for a program served in versions `low` to `high`.
+    pub fn only_versions(xid: u32, low: u32, high: u32) -> Self {
+        Self::status(xid, ReplyStatus::ProgMismatch { low, high })
+    }
+
     /// PROG_MISMATCH for a program served in one `version` only.
     pub fn only_version(xid: u32, version: u32) -> Self {
-        Self::status(
-            xid,
-            ReplyStatus::ProgMismatch {
-                low: version,
-                high: version,
-            },
-        )
+        Self::only_versions(xid, version, version)
     }
 
     /// The payload's bytes (empty without payload).

@@ -1037,6 +1037,20 @@ fn reply_record_layout_survives_partial_writes() {
     assert_eq!(bytes, [0x80, 0, 0, 4, 9, 9, 9, 9]);
 }
 
+#[test]
+fn prog_mismatch_names_the_versions_served() {
+    let reply = Reply::only_versions(7, 3, 4);
+    assert!(reply.data.is_none());
+    let mut dec = Decoder::new(&reply.header);
+    let header = ReplyHeader::decode(&mut dec).unwrap();
+    assert_eq!(header.xid, 7);
+    assert_eq!(header.status, ReplyStatus::ProgMismatch { low: 3, high: 4 });
+    assert_eq!(
+        Reply::only_version(7, 3).header,
+        Reply::status(7, ReplyStatus::ProgMismatch { low: 3, high: 3 }).header
+    );
+}
+
 /// Waits until the echo program has run calls and then runs no more for
 /// 100 ms (its connections are no longer served); returns how many it ran.
 async fn executed_stops_growing(echo: &Echo) -> usize {
