@@ -115,9 +115,10 @@ pub trait Service: Send + Sync + 'static {
     }
 
     /// Bytes a received call's reply may take, if it is large (a READ's
-    /// data): the call is prepared and run only once that much room is
-    /// free in the connection's send buffer, so its reply goes straight
-    /// into the socket. 0 (the default) runs it at once.
+    /// data, and the results after it in its trailer): the call is
+    /// prepared and run only once that much room is free in the
+    /// connection's send buffer, so its reply goes straight into the
+    /// socket. 0 (the default) runs it at once.
     fn reply_room(&self, _pending: &Self::Pending) -> usize {
         0
     }

@@ -1,5 +1,5 @@
 //! What a call's reply is: one record, its header bytes and, for the
-//! large ones, a payload sent from where it lies.
+//! large ones, a payload sent from where it lies and the bytes after it.
 
 use dionfs_rpc::{ReplyHeader, ReplyStatus};
 use dionfs_xdr::Encode;
@@ -19,20 +19,33 @@ impl ReplyPayload for Vec<u8> {
 }
 
 /// A reply message, sent as one record: `header`, then the payload's bytes,
-/// then zero padding to a multiple of 4 (RFC 4506 section 4.10).
+/// then zero padding to a multiple of 4 (RFC 4506 section 4.10), then
+/// `trailer`.
 ///
 /// For an opaque result such as READ data, `header` ends with the opaque
-/// length and the payload holds the bytes.
+/// length and the payload holds the bytes. Results that follow the opaque
+/// (those of the operations after a READ in an NFSv4 COMPOUND) go in
+/// `trailer`, so the payload is still sent without copying; a reply whose
+/// opaque comes last (every NFSv3 one) leaves it empty.
 pub struct Reply {
     /// The RPC reply message (reply header and results), without record mark.
     pub header: Vec<u8>,
+    /// The payload, sent after `header` without copying.
     pub data: Option<Box<dyn ReplyPayload>>,
+    /// Bytes sent after the payload's padding (or after `header` without
+    /// payload). Empty, it costs no allocation and adds nothing to the
+    /// write.
+    pub trailer: Vec<u8>,
 }
 
 impl Reply {
     /// A reply that is all in `header`.
     pub fn new(header: Vec<u8>) -> Self {
-        Self { header, data: None }
+        Self {
+            header,
+            data: None,
+            trailer: Vec::new(),
+        }
     }
 
     /// A reply whose tail is sent from `data` without copying.
@@ -40,7 +53,13 @@ impl Reply {
         Self {
             header,
             data: Some(data),
+            trailer: Vec::new(),
         }
+    }
+
+    /// This reply with `trailer` sent after its payload and padding.
+    pub fn with_trailer(self, trailer: Vec<u8>) -> Self {
+        Self { trailer, ..self }
     }
 
     /// A reply with only an RPC reply header, for the non-success statuses
@@ -70,6 +89,7 @@ impl std::fmt::Debug for Reply {
         f.debug_struct("Reply")
             .field("header_len", &self.header.len())
             .field("data_len", &self.data_bytes().len())
+            .field("trailer_len", &self.trailer.len())
             .finish()
     }
 }

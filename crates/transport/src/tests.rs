@@ -991,14 +991,17 @@ async fn serve_connection_reports_why_it_ended() {
 #[test]
 fn reply_record_layout_survives_partial_writes() {
     // A writer that takes at most 3 bytes per call, and refuses (would
-    // block) every other call.
+    // block) every other call. Also returns how many slices the first
+    // call was given.
     let trickle = |reply: &Reply| {
         let mut out = Vec::new();
         let mut sent = 0;
         let mut refuse = false;
         let mut rounds = 0;
+        let mut first_slices = None;
         loop {
             let done = write_without_waiting(reply, &mut sent, |slices| {
+                first_slices.get_or_insert(slices.len());
                 refuse = !refuse;
                 if refuse {
                     return Err(std::io::ErrorKind::WouldBlock.into());
@@ -1018,29 +1021,48 @@ fn reply_record_layout_survives_partial_writes() {
             assert_eq!(sent, out.len());
             rounds += 1;
             if done {
-                return (out, rounds);
+                return (out, rounds, first_slices.unwrap());
             }
         }
     };
+    // Without trailer (every NFSv3 reply): mark, header, payload, padding,
+    // and no slice for the empty trailer.
     let reply = Reply::with_data(vec![1, 2, 3, 4, 5, 6, 7, 8], Box::new(b"abcde".to_vec()));
-    let (bytes, rounds) = trickle(&reply);
+    let (bytes, rounds, slices) = trickle(&reply);
     let mut expected = record_mark(16, true).to_vec();
     expected.extend_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8]);
     expected.extend_from_slice(b"abcde\0\0\0");
     assert_eq!(bytes, expected);
+    assert_eq!(slices, 4);
     assert!(
         rounds > 1,
         "the writer would block: resumed from where it was"
     );
 
-    let (bytes, _) = trickle(&Reply::new(vec![9; 4]));
+    let (bytes, _, _) = trickle(&Reply::new(vec![9; 4]));
     assert_eq!(bytes, [0x80, 0, 0, 4, 9, 9, 9, 9]);
+
+    // With a trailer: it follows the payload's padding, inside the record.
+    let reply = Reply::with_data(vec![1, 2, 3, 4, 5, 6, 7, 8], Box::new(b"abcde".to_vec()))
+        .with_trailer(vec![0xa1, 0xa2, 0xa3, 0xa4, 0xa5, 0xa6]);
+    let (bytes, _, slices) = trickle(&reply);
+    let mut expected = record_mark(22, true).to_vec();
+    expected.extend_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8]);
+    expected.extend_from_slice(b"abcde\0\0\0");
+    expected.extend_from_slice(&[0xa1, 0xa2, 0xa3, 0xa4, 0xa5, 0xa6]);
+    assert_eq!(bytes, expected);
+    assert_eq!(slices, 5);
+
+    // A trailer without payload follows the header, with no padding.
+    let reply = Reply::new(vec![9; 4]).with_trailer(vec![7; 5]);
+    let (bytes, _, _) = trickle(&reply);
+    assert_eq!(bytes, [0x80, 0, 0, 9, 9, 9, 9, 9, 7, 7, 7, 7, 7]);
 }
 
 #[test]
 fn prog_mismatch_names_the_versions_served() {
     let reply = Reply::only_versions(7, 3, 4);
-    assert!(reply.data.is_none());
+    assert!(reply.data.is_none() && reply.trailer.is_empty());
     let mut dec = Decoder::new(&reply.header);
     let header = ReplyHeader::decode(&mut dec).unwrap();
     assert_eq!(header.xid, 7);

@@ -171,10 +171,7 @@ pub async fn serve<S: Service>(
         let (socket, service, larger) = (socket.clone(), service.clone(), larger.clone());
         tokio::spawn(async move {
             if let Some(reply) = call(&framed, conn, service).await {
-                let mut out = reply.header;
-                if let Some(data) = reply.data {
-                    out.extend_from_slice(data.bytes());
-                }
+                let out = datagram(reply);
                 if larger.allow(n, out.len()) {
                     let _ = socket.send_to(&out, peer).await;
                 }
@@ -182,6 +179,16 @@ pub async fn serve<S: Service>(
             drop(permit);
         });
     }
+}
+
+/// `reply` as one datagram: header, payload, padding, trailer.
+fn datagram(reply: Reply) -> Vec<u8> {
+    let mut out = reply.header;
+    let data = reply.data.as_deref().map_or(&[][..], |d| d.bytes());
+    out.extend_from_slice(data);
+    out.resize(out.len() + dionfs_xdr::pad_len(data.len()), 0);
+    out.extend_from_slice(&reply.trailer);
+    out
 }
 
 /// One call from a datagram (framed as a record), its reply if any.
@@ -214,6 +221,14 @@ async fn call<S: Service>(framed: &[u8], conn: Arc<ConnInfo>, service: Arc<S>) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn datagram_holds_header_payload_padding_and_trailer() {
+        assert_eq!(datagram(Reply::new(vec![1, 2, 3, 4])), [1, 2, 3, 4]);
+        let reply =
+            Reply::with_data(vec![1, 2, 3, 4], Box::new(vec![5, 6, 7])).with_trailer(vec![8, 9]);
+        assert_eq!(datagram(reply), [1, 2, 3, 4, 5, 6, 7, 0, 8, 9]);
+    }
 
     #[test]
     fn larger_replies_are_rationed_and_smaller_ones_are_not() {

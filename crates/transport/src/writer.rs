@@ -301,16 +301,10 @@ impl Shared {
                 .iter()
                 .map(|out| record_mark(record_len(&out.reply) as u32 - 4, true))
                 .collect();
-            let zeros = [0u8; 3];
-            let mut slices = Vec::with_capacity(4 * batch.len());
+            let mut slices = Vec::with_capacity(MAX_SLICES * batch.len());
             for (out, mark) in batch.iter().zip(&marks) {
-                let data = out.reply.data_bytes();
-                slices.extend([
-                    IoSlice::new(mark),
-                    IoSlice::new(&out.reply.header),
-                    IoSlice::new(data),
-                    IoSlice::new(&zeros[..dionfs_xdr::pad_len(data.len())]),
-                ]);
+                let (parts, used) = record_slices(&out.reply, mark);
+                slices.extend_from_slice(&parts[..used]);
             }
             let mut remaining: &mut [IoSlice<'_>] = &mut slices;
             IoSlice::advance_slices(&mut remaining, batch[0].sent);
@@ -434,9 +428,15 @@ impl Shared {
     }
 }
 
-/// Replies written with one `writev` at most (4 slices each, well under
-/// `IOV_MAX`).
+/// Replies written with one `writev` at most ([`MAX_SLICES`] slices each
+/// at most, well under `IOV_MAX`).
 const MAX_BATCH: usize = 64;
+
+/// Slices of one reply's record: mark, header, payload, padding, trailer.
+const MAX_SLICES: usize = 5;
+
+/// Zero bytes for a payload's XDR padding.
+static ZEROS: [u8; 3] = [0; 3];
 
 /// The first [`MAX_BATCH`] queued replies, in order.
 fn take_batch(replies: &mut VecDeque<Outgoing>) -> Vec<Outgoing> {
@@ -444,38 +444,50 @@ fn take_batch(replies: &mut VecDeque<Outgoing>) -> Vec<Outgoing> {
     replies.drain(..n).collect()
 }
 
-/// Bytes of `reply`'s record: record mark, header, payload, padding.
+/// Bytes of `reply`'s record: record mark, header, payload, padding,
+/// trailer.
 fn record_len(reply: &Reply) -> usize {
     let data = reply.data_bytes().len();
-    4 + reply.header.len() + data + dionfs_xdr::pad_len(data)
+    4 + reply.header.len() + data + dionfs_xdr::pad_len(data) + reply.trailer.len()
 }
 
-/// Writes `reply` as one record (record mark, header, payload, padding),
-/// from byte `*sent` on, with vectored writes through `write` (the payload
-/// is never copied), until it is all written (`Ok(true)`) or `write` would
-/// block (`Ok(false)`); `*sent` follows.
+/// The slices of `reply`'s record under record mark `mark`: mark, header,
+/// payload, padding and trailer; the first `.1` of them are used (an empty
+/// trailer adds no slice, so an NFSv3 reply is written as it always was).
+fn record_slices<'a>(reply: &'a Reply, mark: &'a [u8; 4]) -> ([IoSlice<'a>; MAX_SLICES], usize) {
+    let data = reply.data_bytes();
+    let slices = [
+        IoSlice::new(mark),
+        IoSlice::new(&reply.header),
+        IoSlice::new(data),
+        IoSlice::new(&ZEROS[..dionfs_xdr::pad_len(data.len())]),
+        IoSlice::new(&reply.trailer),
+    ];
+    let used = if reply.trailer.is_empty() {
+        MAX_SLICES - 1
+    } else {
+        MAX_SLICES
+    };
+    (slices, used)
+}
+
+/// Writes `reply` as one record (record mark, header, payload, padding,
+/// trailer), from byte `*sent` on, with vectored writes through `write`
+/// (the payload is never copied), until it is all written (`Ok(true)`) or
+/// `write` would block (`Ok(false)`); `*sent` follows.
 pub(super) fn write_without_waiting(
     reply: &Reply,
     sent: &mut usize,
     mut write: impl FnMut(&[IoSlice<'_>]) -> io::Result<usize>,
 ) -> io::Result<bool> {
-    let data = reply.data_bytes();
-    let pad = dionfs_xdr::pad_len(data.len());
-    let total = reply.header.len() + data.len() + pad;
-    let len = u32::try_from(total)
+    let len = u32::try_from(record_len(reply) - 4)
         .ok()
         .filter(|len| *len <= MAX_FRAGMENT_LEN)
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "reply exceeds one fragment"))?;
     let mark = record_mark(len, true);
-    let zeros = [0u8; 3];
     loop {
-        let mut slices = [
-            IoSlice::new(&mark),
-            IoSlice::new(&reply.header),
-            IoSlice::new(data),
-            IoSlice::new(&zeros[..pad]),
-        ];
-        let mut remaining: &mut [IoSlice<'_>] = &mut slices;
+        let (mut slices, used) = record_slices(reply, &mark);
+        let mut remaining: &mut [IoSlice<'_>] = &mut slices[..used];
         // Drops the slices written in full and trims the one written in part.
         IoSlice::advance_slices(&mut remaining, *sent);
         if remaining.is_empty() {
@@ -523,6 +535,105 @@ mod batch_tests {
         out.extend_from_slice(r.data_bytes());
         out.resize(out.len() + dionfs_xdr::pad_len(r.data_bytes().len()), 0);
         out
+    }
+
+    /// Reply `i` with a trailer: as [`reply`], but every eighth without
+    /// payload, and `1 + i % 11` trailer bytes derived from `i` (after
+    /// payloads of every padding length).
+    fn trailed(i: u32) -> Reply {
+        let trailer: Vec<u8> = (0..=(i % 11)).map(|j| (i * 7 + j) as u8 | 0x80).collect();
+        let r = reply(i);
+        let r = if i.is_multiple_of(8) {
+            Reply::new(r.header)
+        } else {
+            r
+        };
+        r.with_trailer(trailer)
+    }
+
+    /// What the peer must read of [`trailed`]`(i)`, built by hand.
+    fn expected_trailed(i: u32) -> Vec<u8> {
+        let r = trailed(i);
+        let data = r.data_bytes();
+        let mut out = r.header.clone();
+        out.extend_from_slice(data);
+        out.extend(std::iter::repeat_n(0, (4 - data.len() % 4) % 4));
+        out.extend_from_slice(&r.trailer);
+        out
+    }
+
+    /// Reads the next record from `peer` and checks it is `want`.
+    async fn read_record(peer: &mut RecordReader<TcpStream>, want: &[u8], what: &str) {
+        assert!(peer.next_record().await.unwrap(), "{what}: no record");
+        let mut got = Vec::new();
+        peer.read_to_end(&mut got).await.unwrap();
+        assert!(
+            got == want,
+            "{what}: {} bytes, wanted {}",
+            got.len(),
+            want.len()
+        );
+    }
+
+    #[tokio::test]
+    async fn reply_with_trailer_goes_out_at_once_when_the_socket_has_room() {
+        let (shared, mut peer) = pair().await;
+        for i in [0, 5] {
+            // 0: no payload; 5: 185 bytes of payload, so 3 of padding.
+            shared.send(trailed(i), CallPermits::default());
+            // Written by the sender itself: nothing was queued.
+            assert_eq!(shared.queue.lock().writer, Writer::Idle);
+            assert!(shared.queue.lock().replies.is_empty());
+            assert_eq!(shared.unsent.load(Ordering::Relaxed), 0);
+            read_record(&mut peer, &expected_trailed(i), &format!("reply {i}")).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn replies_with_trailers_queued_behind_a_full_socket_go_out_batched() {
+        let (shared, mut peer) = pair().await;
+        // Fill the socket (the peer reads nothing yet) until a reply has to
+        // wait: the writer of the queue then has the socket.
+        let filler = |i: u32| Reply::with_data(vec![i as u8; 8], Box::new(vec![0xee; 256 << 10]));
+        let mut fillers = 0;
+        while shared.queue.lock().writer != Writer::Queue {
+            assert!(fillers < 1024, "256 MiB sent and the socket still not full");
+            shared.send(filler(fillers), CallPermits::default());
+            fillers += 1;
+        }
+        let before = shared.unsent.load(Ordering::Relaxed);
+        assert!(before > 0);
+        const N: u32 = MAX_BATCH as u32;
+        for i in 0..N {
+            shared.send(trailed(i), CallPermits::default());
+        }
+        // The backlog counts every queued byte, trailers included: record
+        // mark, header, payload, padding, trailer.
+        let queued: usize = (0..N).map(|i| 4 + expected_trailed(i).len()).sum();
+        assert_eq!(shared.unsent.load(Ordering::Relaxed) - before, queued);
+        assert_eq!(shared.queue.lock().replies.len(), 1 + N as usize);
+
+        let read = async {
+            for i in 0..fillers {
+                let mut want = vec![i as u8; 8];
+                want.extend_from_slice(&[0xee; 256 << 10]);
+                read_record(&mut peer, &want, &format!("filler {i}")).await;
+            }
+            for i in 0..N {
+                read_record(&mut peer, &expected_trailed(i), &format!("reply {i}")).await;
+            }
+        };
+        tokio::select! {
+            e = shared.write_queued() => panic!("writer failed: {e:?}"),
+            () = read => {}
+        }
+        assert_eq!(shared.unsent.load(Ordering::Relaxed), 0);
+        assert!(shared.queue.lock().replies.is_empty());
+        let batched = shared.counters.snapshot().batched_replies;
+        assert!(
+            batched >= u64::from(N) / 2,
+            "{batched} of {N} replies batched"
+        );
     }
 
     #[tokio::test]
