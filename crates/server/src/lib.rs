@@ -173,7 +173,10 @@ async fn serve(
         },
         None => None,
     };
-    // The lock service: NLM (and NSM) over TCP, NSM over UDP.
+    // The lock tables, whichever programs lock; and the lock service: NLM
+    // (and NSM) over TCP, NSM over UDP.
+    let (shared_locks, released) = locks::Locks::new();
+    let shared_locks = Arc::new(shared_locks);
     let locks = if settings.nlm {
         let tcp = bind(ip, settings.nlm_port, "NLM")?;
         let udp = bind_udp(ip, settings.nsm_port).map_err(|e| {
@@ -182,7 +185,13 @@ async fn serve(
                 settings.nsm_port
             )
         })?;
-        let service = nlm::LockService::start(server.clone(), &settings.state_dir, calls.clone())?;
+        let service = nlm::LockService::start(
+            server.clone(),
+            shared_locks.clone(),
+            released,
+            &settings.state_dir,
+            calls.clone(),
+        )?;
         Some((tcp, udp, service))
     } else {
         None
@@ -422,7 +431,7 @@ async fn serve(
                 };
                 record(reload::Phase::Running, String::new());
                 systemd::notify(&format!("RELOADING=1\nMONOTONIC_USEC={}", monotonic_usec()));
-                let (ok, text) = reload(&server, source.as_ref(), lock_service.as_deref()).await;
+                let (ok, text) = reload(&server, source.as_ref(), &shared_locks).await;
                 systemd::notify(&ready(&server));
                 let phase = if ok { reload::Phase::Applied } else { reload::Phase::Failed };
                 record(phase, text);
@@ -484,7 +493,7 @@ fn log_export(x: &dionfs_core::export::ExportConfig) {
 async fn reload(
     server: &Arc<Server>,
     source: Option<&Arc<ConfigSource>>,
-    locks: Option<&nlm::LockService>,
+    locks: &locks::Locks,
 ) -> (bool, String) {
     let Some(source) = source else {
         let why = "the server was started without --config; there is nothing to reload \
@@ -512,7 +521,7 @@ async fn reload(
                 }
             }
             info!(exports = exports.len(), "reloaded: {}", report.summary());
-            let released = locks.map_or((0, 0), |l| l.release_exports(&report.removed_ids));
+            let released = locks.release_exports(&report.removed_ids);
             if released != (0, 0) {
                 warn!(
                     locks = released.0,

@@ -17,7 +17,7 @@ use parking_lot::Mutex;
 use tracing::{debug, warn};
 
 use super::client::{self, Peer};
-use super::owner::{Host, Owner};
+use crate::locks::{NlmHost, NlmOwner, Owner, Waiter};
 use dionfs_core::locks::table::{LockTable, Retried};
 use dionfs_core::locks::Span;
 
@@ -44,12 +44,12 @@ pub struct Callback {
 type Answered = Arc<AtomicBool>;
 
 /// A GRANTED callback in the making's key: file, owner, range.
-type GrantKey = (Vec<u8>, Owner, Span);
+type GrantKey = (Vec<u8>, NlmOwner, Span);
 
 /// A lock taken for a blocked LOCK, to call its client back about.
 pub(super) struct Grant {
     pub(super) fh: Vec<u8>,
-    pub(super) owner: Owner,
+    pub(super) owner: NlmOwner,
     pub(super) span: Span,
     pub(super) callback: Callback,
     answered: Answered,
@@ -77,36 +77,44 @@ impl Granting {
     /// failed are dropped, and logged.
     pub(super) fn record(
         &self,
-        _table: &LockTable<Owner, Callback>,
+        _table: &LockTable<Owner, Waiter>,
         fh: &[u8],
-        retried: Retried<Owner, Callback>,
+        retried: Retried<Owner, Waiter>,
     ) -> Vec<Grant> {
         for (w, e) in retried.failed {
-            warn!(error = %e, svid = w.owner.svid, "NLM: a blocked lock failed");
+            match &w.owner {
+                Owner::Nlm(o) => warn!(error = %e, svid = o.svid, "NLM: a blocked lock failed"),
+                other => warn!(error = %e, owner = ?other, "a blocked lock failed"),
+            }
         }
         let mut made = self.made.lock();
-        retried
-            .granted
-            .into_iter()
-            .map(|w| {
-                let answered = Answered::default();
-                made.insert((fh.to_vec(), w.owner.clone(), w.span), answered.clone());
-                Grant {
-                    fh: fh.to_vec(),
-                    owner: w.owner,
-                    span: w.span,
-                    callback: w.callback,
-                    answered,
-                }
-            })
-            .collect()
+        let mut grants = Vec::with_capacity(retried.granted.len());
+        for w in retried.granted {
+            // Only NLM queues waiters (NFSv4 clients poll); another's is
+            // granted with nobody to tell.
+            let (Owner::Nlm(owner), Ok(callback)) = (w.owner, w.callback.downcast::<Callback>())
+            else {
+                warn!("a blocked lock not NLM's was granted; nobody to call back");
+                continue;
+            };
+            let answered = Answered::default();
+            made.insert((fh.to_vec(), owner.clone(), w.span), answered.clone());
+            grants.push(Grant {
+                fh: fh.to_vec(),
+                owner,
+                span: w.span,
+                callback: *callback,
+                answered,
+            });
+        }
+        grants
     }
 
     /// The owner's LOCK of `span` on `fh`, asked again while its GRANTED
     /// callback is being made, was answered GRANTED: the client has its
     /// answer. Called under the lock table's lock, so that the callback
     /// never releases what this answer granted.
-    pub(super) fn answer(&self, fh: &[u8], owner: &Owner, span: Span) {
+    pub(super) fn answer(&self, fh: &[u8], owner: &NlmOwner, span: Span) {
         let mut made = self.made.lock();
         // The key is built only when callbacks are being made.
         if !made.is_empty() {
@@ -119,7 +127,7 @@ impl Granting {
     /// The callbacks to the hosts `host` matches are over (they rebooted
     /// or freed all): a refusal heard now must not release a lock granted
     /// to the client since.
-    pub(super) fn drop_hosts(&self, host: impl Fn(&Host) -> bool) {
+    pub(super) fn drop_hosts(&self, host: impl Fn(&NlmHost) -> bool) {
         self.made.lock().retain(|(_, owner, _), answered| {
             let dropped = host(&owner.host);
             if dropped {

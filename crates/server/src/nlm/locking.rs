@@ -10,7 +10,7 @@ use std::sync::Arc;
 use dionfs_proto::nfs3::NfsFh3;
 use dionfs_proto::nlm4::{
     NetObj, Nlm4CancArgs, Nlm4Holder, Nlm4LockArgs, Nlm4Stat, Nlm4TestArgs, Nlm4TestRes,
-    Nlm4UnlockArgs,
+    Nlm4UnlockArgs, MAXNETOBJ_SZ,
 };
 use dionfs_rpc::CallHeader;
 use dionfs_transport::ConnInfo;
@@ -18,8 +18,9 @@ use tracing::{debug, warn};
 
 use super::client::Peer;
 use super::granted::Callback;
-use super::owner::Owner;
+use super::owner::lock_owner;
 use super::LockService;
+use crate::locks::{Owner, Waiter};
 use dionfs_core::export::{squash, Access};
 use dionfs_core::exports::Export;
 use dionfs_core::locks::limits::{
@@ -77,21 +78,24 @@ fn try_lock(
         Ok(o) => once(o),
         Err(s) => return s,
     };
-    let owner = Owner::of(conn, &a.alock);
+    let nlm = lock_owner(conn, &a.alock);
+    let owner = Owner::Nlm(nlm.clone());
     let max_open = max_descriptions();
-    let mut table = svc.table.lock();
+    let mut table = svc.locks.table.lock();
     table.set_max_open(max_open);
-    let callback = a.block.then(|| Callback {
-        peer: Peer {
-            client: conn.peer.ip(),
-            local: conn.local.ip(),
-        },
-        args: Nlm4TestArgs {
-            cookie: a.cookie.clone(),
-            exclusive: a.exclusive,
-            alock: a.alock.clone(),
-        },
-        monitor,
+    let callback = a.block.then(|| -> Waiter {
+        Box::new(Callback {
+            peer: Peer {
+                client: conn.peer.ip(),
+                local: conn.local.ip(),
+            },
+            args: Nlm4TestArgs {
+                cookie: a.cookie.clone(),
+                exclusive: a.exclusive,
+                alock: a.alock.clone(),
+            },
+            monitor,
+        })
     });
     let attempt = table.lock(
         fh,
@@ -124,11 +128,11 @@ fn try_lock(
     if stat == Nlm4Stat::Granted {
         // A LOCK asked again while its GRANTED callback is being made:
         // the client has its answer.
-        svc.granting.answer(fh, &owner, span);
+        svc.granting.answer(fh, &nlm, span);
     }
     drop(table);
     if stat == Nlm4Stat::Granted && monitor {
-        svc.monitor(&owner.host, conn.local.ip());
+        svc.monitor(&nlm.host, conn.local.ip());
     }
     stat
 }
@@ -188,8 +192,9 @@ pub(super) fn test(
         Ok(o) => once(o),
         Err(s) => return res(s, None),
     };
-    let owner = Owner::of(conn, &a.alock);
+    let owner = Owner::Nlm(lock_owner(conn, &a.alock));
     match svc
+        .locks
         .table
         .lock()
         .test(fh, &owner, span, a.exclusive, &mut open)
@@ -197,9 +202,7 @@ pub(super) fn test(
         Ok(None) => res(Nlm4Stat::Granted, None),
         Ok(Some(h)) => {
             let (l_offset, l_len) = h.span.to_nlm();
-            // Not one of the table's: a process on the server or another
-            // server's client, svid 0.
-            let (svid, oh) = h.owner.map_or((0, Vec::new()), |(o, oh)| (o.svid, oh));
+            let (svid, oh) = h.owner.map_or((0, Vec::new()), holder);
             res(
                 Nlm4Stat::Denied,
                 Some(Nlm4Holder {
@@ -218,6 +221,23 @@ pub(super) fn test(
     }
 }
 
+/// The `svid` and owner handle a TEST's denial names `owner` by (`label`:
+/// what its last call called it). Not one of the table's (`None` above): a
+/// process on the server or another server's client, svid 0. An NFSv4
+/// owner: svid 0 and its client id (8 bytes, big-endian) then its opaque
+/// owner, at most an owner handle's 1,024 bytes.
+fn holder((owner, label): (Owner, Vec<u8>)) -> (i32, Vec<u8>) {
+    match owner {
+        Owner::Nlm(o) => (o.svid, label),
+        Owner::V4 { client, owner, .. } => {
+            let mut oh = client.0.to_be_bytes().to_vec();
+            oh.extend_from_slice(&owner);
+            oh.truncate(MAXNETOBJ_SZ as usize);
+            (0, oh)
+        }
+    }
+}
+
 /// UNLOCK: releases the range and grants what waited for it.
 pub(super) fn unlock(svc: &LockService, conn: &ConnInfo, a: &Nlm4UnlockArgs) -> Nlm4Stat {
     // Unlocking is allowed in the grace period (knfsd too).
@@ -228,8 +248,8 @@ pub(super) fn unlock(svc: &LockService, conn: &ConnInfo, a: &Nlm4UnlockArgs) -> 
         return Nlm4Stat::Fbig;
     };
     let fh = &a.alock.fh.0;
-    let owner = Owner::of(conn, &a.alock);
-    let mut table = svc.table.lock();
+    let owner = Owner::Nlm(lock_owner(conn, &a.alock));
+    let mut table = svc.locks.table.lock();
     if let Err(e) = table.unlock(fh, &owner, span) {
         warn!(error = %e, client = %conn.peer, "NLM UNLOCK failed");
         return Nlm4Stat::Failed;
@@ -252,8 +272,9 @@ pub(super) fn cancel(svc: &LockService, conn: &ConnInfo, a: &Nlm4CancArgs) -> Nl
     let Some(span) = Span::from_nlm(a.alock.l_offset, a.alock.l_len) else {
         return Nlm4Stat::Fbig;
     };
-    let owner = Owner::of(conn, &a.alock);
-    svc.table
+    let owner = Owner::Nlm(lock_owner(conn, &a.alock));
+    svc.locks
+        .table
         .lock()
         .cancel(&a.alock.fh.0, &owner, span, a.exclusive);
     Nlm4Stat::Granted
@@ -331,5 +352,35 @@ fn once(opened: (OwnedFd, bool)) -> impl FnMut() -> std::io::Result<(OwnedFd, bo
         opened
             .take()
             .ok_or_else(|| std::io::Error::other("opened twice"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::locks::{ClientId, NlmHost, NlmOwner};
+
+    #[test]
+    fn a_test_denial_names_an_nlm_or_a_v4_holder() {
+        let nlm = Owner::Nlm(NlmOwner {
+            host: NlmHost {
+                name: b"client".to_vec(),
+                ip: "192.0.2.1".parse().unwrap(),
+            },
+            svid: 12,
+        });
+        assert_eq!(holder((nlm, b"oh".to_vec())), (12, b"oh".to_vec()));
+        let v4 = |owner: Vec<u8>| Owner::V4 {
+            client: ClientId(0x0102_0304_0506_0708),
+            owner,
+            address: "192.0.2.2".parse().unwrap(),
+        };
+        let (svid, oh) = holder((v4(b"lock-owner".to_vec()), b"label".to_vec()));
+        assert_eq!(svid, 0);
+        assert_eq!(oh, b"\x01\x02\x03\x04\x05\x06\x07\x08lock-owner");
+        // The longest v4 owner (1,024 bytes) is cut to an owner handle's.
+        let (_, oh) = holder((v4(vec![b'x'; 1024]), Vec::new()));
+        assert_eq!(oh.len(), MAXNETOBJ_SZ as usize);
+        assert_eq!(&oh[..8], &[1, 2, 3, 4, 5, 6, 7, 8]);
     }
 }

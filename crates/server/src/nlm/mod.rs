@@ -8,12 +8,13 @@
 //! - [`locking`] (LOCK, TEST, UNLOCK, CANCEL) and [`share`] (SHARE,
 //!   UNSHARE): locks are OFD locks on server-side descriptions of the
 //!   file, one per remote owner ([`owner`]: client host + `svid`), kept in
-//!   the protocol-neutral tables of [`dionfs_core::locks`].
+//!   the server's lock tables ([`crate::locks`]), beside NFSv4's owners.
 //! - [`granted`]: a LOCK that must wait (`block`) is answered BLOCKED and
 //!   queued; when it can be had, the server takes it and calls the client
 //!   back with GRANTED. Waiters are retried whenever a lock of the file is
-//!   released through NLM and every second (for locks released by
-//!   processes on the server). The calls to clients are queued
+//!   released (through NLM, or by another program: [`crate::locks::Locks`]
+//!   tells of the file) and every second (for locks released by processes
+//!   on the server). The calls to clients are queued
 //!   ([`queue`]) and made through [`client`].
 //! - [`reboot`]: the clients holding locks are recorded under the state
 //!   directory ([`state`]). A client that reboots sends SM_NOTIFY (or its

@@ -253,9 +253,7 @@ fn notify(svc: &LockService, c: &LockCall, args: &[u8]) -> Reply {
     // (clients behind one NAT address): another client's notify must not
     // free theirs.
     let mut names: Vec<Vec<u8>> = svc
-        .table
-        .lock()
-        .clients()
+        .hosts()
         .into_iter()
         .filter(|h| h.ip == ip)
         .map(|h| h.name)

@@ -16,8 +16,8 @@ use parking_lot::Mutex;
 use tracing::{debug, info, warn};
 
 use super::client::{self, Peer};
-use super::owner::Host;
 use super::state::{Monitored, NsmState};
+use crate::locks::NlmHost;
 use dionfs_core::grace::Grace;
 
 /// The lock service's part in restarts.
@@ -82,7 +82,12 @@ impl Reboots {
     /// Records `host` as holding locks (durably, the first time), as the
     /// one that called the server at `local`. `holding` lists the hosts
     /// holding locks now, should records be pruned.
-    pub(super) fn monitor(&self, host: &Host, local: IpAddr, holding: impl FnOnce() -> Vec<Host>) {
+    pub(super) fn monitor(
+        &self,
+        host: &NlmHost,
+        local: IpAddr,
+        holding: impl FnOnce() -> Vec<NlmHost>,
+    ) {
         let monitored = Monitored {
             name: host.name.clone(),
             client: host.ip,
@@ -115,7 +120,7 @@ impl Reboots {
 
     /// The grace period is over: forgets the clients that did not reclaim
     /// (those not among `held`, the hosts holding locks now).
-    pub(super) fn end_grace(&self, held: Vec<Host>) {
+    pub(super) fn end_grace(&self, held: Vec<NlmHost>) {
         info!(reclaimed = held.len(), "NLM: grace period over");
         let keep = |m: &Monitored| held.iter().any(|h| h.name == m.name && h.ip == m.client);
         if let Err(e) = self.nsm.keep_only(keep) {

@@ -1,7 +1,7 @@
-//! The lock service itself: its state (the lock and share tables, the
-//! callbacks being made, the NSM state), its start, how calls reach the
-//! procedures, and what happens to the locks of clients and exports that
-//! go away.
+//! The lock service itself: its state (the server's lock and share
+//! tables, [`crate::locks`], the callbacks being made, the NSM state), its
+//! start, how calls reach the procedures, and what happens to the locks of
+//! clients that go away.
 
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,21 +15,18 @@ use dionfs_proto::Void;
 use dionfs_rpc::{CallHeader, RecordError, RecordReader, ReplyStatus};
 use dionfs_transport::{read_args, CallStream, ConnInfo, Received, Reply, Service};
 use dionfs_xdr::Encode;
-use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
 use super::client::Peer;
-use super::granted::{self, Callback, Grant, Granting, Heard, RETRY_EVERY, WAITER_TTL};
-use super::owner::{Host, Owner, ShareOwner};
+use super::granted::{self, Grant, Granting, Heard, RETRY_EVERY, WAITER_TTL};
 use super::procedures;
 use super::queue::{run_jobs, Job};
 use super::reboot::Reboots;
 use super::state::Monitored;
 use crate::callstats::CallStats;
+use crate::locks::{Client, Locks, NlmHost, Owner};
 use crate::reply::success;
-use dionfs_core::locks::shares::ShareTable;
-use dionfs_core::locks::table::LockTable;
 use dionfs_core::server::Server;
 
 /// Counters of the lock service.
@@ -46,10 +43,10 @@ pub struct NlmCounters {
 /// The NLM and NSM programs.
 pub struct LockService {
     pub(super) server: Arc<Server>,
-    pub(super) table: Mutex<LockTable<Owner, Callback>>,
-    /// Locked after `table` where both are.
+    /// The server's lock and share tables, NFSv4's owners beside NLM's.
+    pub(super) locks: Arc<Locks>,
+    /// Locked after `locks.table` where both are.
     pub(super) granting: Granting,
-    pub(super) shares: Mutex<ShareTable<ShareOwner>>,
     pub(super) reboots: Reboots,
     jobs: mpsc::UnboundedSender<Job>,
     pub counters: NlmCounters,
@@ -63,12 +60,16 @@ pub struct LockService {
 
 impl LockService {
     /// Opens the lock service's state under `state_dir` and starts its
-    /// background work (callbacks, retries). It holds the server's grace
-    /// period if the previous run had clients holding locks; they are told
-    /// of the restart by [`LockService::notify_restart`], once the server
-    /// serves and the port mapper knows where.
+    /// background work (callbacks, retries: every second, and of the files
+    /// `released` names). Its locks are kept in `locks`. It holds the
+    /// server's grace period if the previous run had clients holding
+    /// locks; they are told of the restart by
+    /// [`LockService::notify_restart`], once the server serves and the
+    /// port mapper knows where.
     pub fn start(
         server: Arc<Server>,
+        locks: Arc<Locks>,
+        released: mpsc::Receiver<Vec<u8>>,
         state_dir: &std::path::Path,
         calls: Arc<CallStats>,
     ) -> Result<Arc<LockService>, String> {
@@ -76,9 +77,8 @@ impl LockService {
         let (jobs, rx) = mpsc::unbounded_channel();
         let service = Arc::new(LockService {
             server,
-            table: Mutex::default(),
+            locks,
             granting: Granting::default(),
-            shares: Mutex::default(),
             reboots,
             jobs,
             counters: NlmCounters::default(),
@@ -87,22 +87,8 @@ impl LockService {
             callback_warning: LogEvery::new(Duration::from_secs(10)),
         });
         tokio::spawn(run_jobs(service.clone(), rx));
-        tokio::spawn(service.clone().retry_waiters());
+        tokio::spawn(service.clone().retry_waiters(released));
         Ok(service)
-    }
-
-    /// Releases the locks, blocked LOCKs and share reservations held on
-    /// files of the exports `ids`, which a reload removed: their clients can
-    /// no longer reach those files to unlock them, and processes on the
-    /// server would wait on the locks for ever (knfsd keeps them until an
-    /// administrator writes the filesystem to `unlock_filesystem`). The
-    /// numbers of locks and of reservations released.
-    pub fn release_exports(&self, ids: &[u16]) -> (usize, usize) {
-        let removed =
-            |fh: &[u8]| dionfs_fs::handle::export_id(fh).is_some_and(|id| ids.contains(&id));
-        let locks = self.table.lock().drop_files(removed);
-        let reservations = self.shares.lock().drop_where(removed, |_| true);
-        (locks, reservations)
     }
 
     /// SM_NOTIFY to each client that held locks before the restart: their
@@ -117,12 +103,12 @@ impl LockService {
 
     /// Locks held now (metrics, tests).
     pub fn lock_count(&self) -> usize {
-        self.table.lock().lock_count()
+        self.locks.table.lock().lock_count()
     }
 
     /// Blocked locks waiting now.
     pub fn waiter_count(&self) -> usize {
-        self.table.lock().waiter_count()
+        self.locks.table.lock().waiter_count()
     }
 
     /// The reply to a synchronous procedure (the results), or to a `_MSG`
@@ -152,9 +138,20 @@ impl LockService {
 
     /// Records `host` as holding locks (durably, the first time), as the
     /// one that called the server at `local`.
-    pub(super) fn monitor(&self, host: &Host, local: IpAddr) {
-        self.reboots
-            .monitor(host, local, || self.table.lock().clients());
+    pub(super) fn monitor(&self, host: &NlmHost, local: IpAddr) {
+        self.reboots.monitor(host, local, || self.hosts());
+    }
+
+    /// The NLM hosts holding at least one lock.
+    pub(super) fn hosts(&self) -> Vec<NlmHost> {
+        let clients = self.locks.table.lock().clients();
+        clients
+            .into_iter()
+            .filter_map(|c| match c {
+                Client::Nlm(host) => Some(host),
+                Client::V4(_) => None,
+            })
+            .collect()
     }
 
     /// Drops every lock, waiter and share of the hosts `host` matches and
@@ -162,11 +159,12 @@ impl LockService {
     /// drop freed.
     pub(super) fn drop_hosts(
         &self,
-        host: impl Fn(&Host) -> bool,
+        host: impl Fn(&NlmHost) -> bool,
         monitored: impl FnMut(&Monitored) -> bool,
     ) {
-        let mut table = self.table.lock();
-        let touched = table.drop_clients(&host);
+        let client = |c: &Client| matches!(c, Client::Nlm(h) if host(h));
+        let mut table = self.locks.table.lock();
+        let touched = table.drop_clients(client);
         self.granting.drop_hosts(&host);
         let mut grants = Vec::new();
         for fh in &touched {
@@ -174,7 +172,7 @@ impl LockService {
             grants.extend(self.granting.record(&table, fh, retried));
         }
         drop(table);
-        self.shares.lock().drop_where(|_| true, &host);
+        self.locks.shares.lock().drop_where(|_| true, client);
         self.counters.hosts_dropped.fetch_add(1, Ordering::Relaxed);
         self.reboots.forget(monitored);
         self.send_granted(grants);
@@ -200,14 +198,14 @@ impl LockService {
         match granted::call(g) {
             Heard::Taken => {}
             Heard::Refused(stat) => {
-                let mut table = self.table.lock();
+                let mut table = self.locks.table.lock();
                 if g.answered() {
                     // It no longer waits because it has the lock.
                     return;
                 }
                 debug!(client = %cb.peer.client, ?stat,
                     "NLM GRANTED refused: the client no longer waits; releasing");
-                let _ = table.unlock(&g.fh, owner, g.span);
+                let _ = table.unlock(&g.fh, &Owner::Nlm(owner.clone()), g.span);
                 let retried = table.grant_waiters(&g.fh);
                 let grants = self.granting.record(&table, &g.fh, retried);
                 drop(table);
@@ -229,21 +227,32 @@ impl LockService {
     /// Retries every blocked lock each [`RETRY_EVERY`] (locks released by
     /// processes on the server), drops waiters their clients gave up on,
     /// and at the end of the grace period forgets the clients that did not
-    /// reclaim.
-    async fn retry_waiters(self: Arc<Self>) {
-        let mut tick = tokio::time::interval(RETRY_EVERY);
+    /// reclaim. Retries the waiters of each file `released` names at once
+    /// (locks released by another program: an NFSv4 LOCKU, CLOSE or
+    /// expiry).
+    async fn retry_waiters(self: Arc<Self>, mut released: mpsc::Receiver<Vec<u8>>) {
+        // The first retry a period after the start (there is nothing to
+        // retry before).
+        let first = tokio::time::Instant::now() + RETRY_EVERY;
+        let mut tick = tokio::time::interval_at(first, RETRY_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut grace_done = !self.reboots.grace_was_held();
         loop {
-            tick.tick().await;
             let s = self.clone();
+            tokio::select! {
+                Some(fh) = released.recv() => {
+                    let _ = tokio::task::spawn_blocking(move || s.retry_file(&fh)).await;
+                    continue;
+                }
+                _ = tick.tick() => {}
+            }
             let finish_grace = !grace_done && !self.reboots.in_grace();
             grace_done |= finish_grace;
             let _ = tokio::task::spawn_blocking(move || {
                 let stale = Instant::now()
                     .checked_sub(WAITER_TTL)
                     .unwrap_or_else(Instant::now);
-                let mut table = s.table.lock();
+                let mut table = s.locks.table.lock();
                 let mut grants = Vec::new();
                 for (fh, retried) in table.grant_all(stale) {
                     grants.extend(s.granting.record(&table, &fh, retried));
@@ -251,12 +260,20 @@ impl LockService {
                 drop(table);
                 s.send_granted(grants);
                 if finish_grace {
-                    let held = s.table.lock().clients();
-                    s.reboots.end_grace(held);
+                    s.reboots.end_grace(s.hosts());
                 }
             })
             .await;
         }
+    }
+
+    /// Grants what the waiters of `fh` can now have.
+    fn retry_file(&self, fh: &[u8]) {
+        let mut table = self.locks.table.lock();
+        let retried = table.grant_waiters(fh);
+        let grants = self.granting.record(&table, fh, retried);
+        drop(table);
+        self.send_granted(grants);
     }
 }
 
@@ -340,5 +357,116 @@ impl Service for LockService {
         self.calls
             .record(call.prog, call.vers, call.proc_, started.elapsed());
         Some(reply)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use dionfs_core::export::{Config, ExportConfig, ServerSettings};
+    use dionfs_core::locks::table::Attempt;
+    use dionfs_core::locks::Span;
+    use dionfs_proto::nlm4::{CallerName, NetObj, Nlm4Lock, Nlm4TestArgs};
+
+    use super::granted::Callback;
+    use super::*;
+    use crate::locks::{ClientId, NlmOwner, Waiter};
+
+    /// A v4 unlock (through [`Locks::unlock`]) wakes NLM's waiter on the
+    /// file at once. Time is paused, so the every-second retry never runs:
+    /// only the `released` notification can grant it.
+    #[test]
+    fn a_release_by_another_program_grants_nlm_waiters() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let file = root.join("f");
+        std::fs::write(&file, b"data").unwrap();
+        let mut export = ExportConfig::with_defaults(root.join("export"));
+        std::fs::create_dir(&export.path).unwrap();
+        export.secure = false;
+        let config = Config {
+            server: ServerSettings {
+                state_dir: root.join("state"),
+                io_uring: false,
+                max_in_flight: 4,
+                ..ServerSettings::default()
+            },
+            exports: vec![export],
+        };
+        let server = Arc::new(Server::open(&config).unwrap());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let (locks, released) = Locks::new();
+        let locks = Arc::new(locks);
+        let ip: IpAddr = "127.0.0.1".parse().unwrap();
+        let nlm = NlmOwner {
+            host: NlmHost {
+                name: b"client".to_vec(),
+                ip,
+            },
+            svid: 1,
+        };
+        let v4 = Owner::V4 {
+            client: ClientId(7),
+            owner: b"lock-owner".to_vec(),
+            address: ip,
+        };
+        let span = Span::from_nlm(0, 10).unwrap();
+        let mut open = || {
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&file)?;
+            Ok((f.into(), true))
+        };
+        let callback: Waiter = Box::new(Callback {
+            peer: Peer {
+                client: ip,
+                local: ip,
+            },
+            args: Nlm4TestArgs {
+                cookie: NetObj(Vec::new()),
+                exclusive: true,
+                alock: Nlm4Lock {
+                    caller_name: CallerName(b"client".to_vec()),
+                    fh: NetObj(b"fh".to_vec()),
+                    oh: NetObj(Vec::new()),
+                    svid: 1,
+                    l_offset: 0,
+                    l_len: 10,
+                },
+            },
+            monitor: false,
+        });
+        runtime.block_on(async {
+            let calls = Arc::new(CallStats::new(Vec::new()));
+            let state = root.join("state");
+            let service =
+                LockService::start(server, locks.clone(), released, &state, calls).unwrap();
+            {
+                let mut table = locks.table.lock();
+                let mut lock = |o: &Owner, waiter| {
+                    table
+                        .lock(b"fh", o, b"", span, true, &mut open, waiter)
+                        .unwrap()
+                };
+                assert_eq!(lock(&v4, None), Attempt::Granted);
+                assert_eq!(lock(&Owner::Nlm(nlm), Some(callback)), Attempt::Conflict);
+            }
+            assert_eq!(service.waiter_count(), 1);
+            locks.unlock(b"fh", &v4, span).unwrap();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while service.waiter_count() != 0 {
+                assert!(Instant::now() < deadline, "the NLM waiter was not granted");
+                tokio::task::yield_now().await;
+            }
+            assert_eq!(service.lock_count(), 1);
+        });
+        // The GRANTED callback to nobody may still be trying.
+        runtime.shutdown_background();
     }
 }

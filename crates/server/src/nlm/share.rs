@@ -7,8 +7,9 @@ use dionfs_transport::ConnInfo;
 use tracing::warn;
 
 use super::locking::export_for;
-use super::owner::ShareOwner;
+use super::owner::share_owner;
 use super::LockService;
+use crate::locks::ShareOwner;
 use dionfs_core::locks::limits::MAX_SHARES_PER_CLIENT;
 use dionfs_core::locks::shares::{Reservation, Reserve};
 
@@ -23,9 +24,9 @@ pub(super) fn share(svc: &LockService, conn: &ConnInfo, a: &Nlm4ShareArgs, take:
         Ok(export) if export.fs.verify_handle(&a.share.fh.0).is_ok() => {}
         _ => return Nlm4Stat::StaleFh,
     }
-    let owner = ShareOwner::of(conn, &a.share);
+    let owner = ShareOwner::Nlm(share_owner(conn, &a.share));
     let fh = &a.share.fh.0;
-    let mut shares = svc.shares.lock();
+    let mut shares = svc.locks.shares.lock();
     if !take {
         shares.release(fh, &owner);
         return Nlm4Stat::Granted;
