@@ -17,6 +17,7 @@
 mod codec;
 pub mod mount3;
 pub mod nfs3;
+pub mod nfs4;
 pub mod nlm4;
 pub mod nsm;
 

@@ -331,6 +331,18 @@ impl Decode<'_> for u64 {
     }
 }
 
+impl Encode for i64 {
+    fn encode(&self, enc: &mut Encoder) {
+        enc.i64(*self)
+    }
+}
+
+impl Decode<'_> for i64 {
+    fn decode(dec: &mut Decoder<'_>) -> Result<Self> {
+        dec.i64()
+    }
+}
+
 impl Encode for bool {
     fn encode(&self, enc: &mut Encoder) {
         enc.bool(*self)
@@ -363,6 +375,14 @@ mod tests {
         assert_eq!(d.u64().unwrap(), 0x0102_0304_0506_0708);
         assert!(d.bool().unwrap());
         d.finish().unwrap();
+    }
+
+    #[test]
+    fn i64_encodes_and_decodes_through_the_traits() {
+        let bytes = (-2i64).to_xdr();
+        assert_eq!(bytes, [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfe]);
+        assert_eq!(i64::from_xdr(&bytes), Ok(-2));
+        assert!(i64::from_xdr(&bytes[..7]).is_err());
     }
 
     #[test]

@@ -1,0 +1,1 @@
+//! The longest arguments of each NFSv4 operation.

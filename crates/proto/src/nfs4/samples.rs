@@ -1,0 +1,244 @@
+//! Sample values of every NFSv4 type for the codec tests: typical ones,
+//! and for the limits tests every variable item at its decoder's maximum.
+
+use crate::nfs4::*;
+
+/// A byte string of `len` copies of `b`.
+pub fn filled(len: u32, b: u8) -> Vec<u8> {
+    vec![b; len as usize]
+}
+
+pub fn fh(len: usize) -> NfsFh4 {
+    NfsFh4::new(vec![0xfe; len]).unwrap()
+}
+
+pub fn stateid() -> StateId4 {
+    StateId4 {
+        seqid: 7,
+        other: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12],
+    }
+}
+
+pub fn time() -> NfsTime4 {
+    NfsTime4 {
+        seconds: -2,
+        nseconds: 999_999_999,
+    }
+}
+
+pub fn cinfo() -> ChangeInfo4 {
+    ChangeInfo4 {
+        atomic: true,
+        before: 1,
+        after: u64::MAX,
+    }
+}
+
+pub fn channel(rdma_ird: Option<u32>) -> ChannelAttrs4 {
+    ChannelAttrs4 {
+        headerpadsize: 0,
+        maxrequestsize: 1 << 20,
+        maxresponsesize: 1 << 20,
+        maxresponsesize_cached: 4096,
+        maxoperations: 16,
+        maxrequests: 64,
+        rdma_ird,
+    }
+}
+
+/// A three-word bitmap, the longest decoded.
+pub fn bitmap() -> Bitmap4 {
+    Bitmap4(vec![u32::MAX; Bitmap4::MAX_WORDS as usize])
+}
+
+pub fn ops4() -> StateProtectOps4 {
+    StateProtectOps4 {
+        must_enforce: bitmap(),
+        must_allow: Bitmap4::from_bits(&[53]),
+    }
+}
+
+/// `n` OIDs or handles of `len` bytes.
+pub fn gss(n: usize, len: u32) -> Vec<GssOpaque4> {
+    (0..n).map(|_| GssOpaque4(filled(len, b'g'))).collect()
+}
+
+pub fn impl_id(len: u32) -> NfsImplId4 {
+    NfsImplId4 {
+        domain: Utf8Str(filled(len, b'd')),
+        name: Utf8Str(filled(len, b'n')),
+        date: time(),
+    }
+}
+
+pub fn authsys(max: bool) -> AuthSysParms {
+    AuthSysParms {
+        stamp: 3,
+        machinename: Utf8Str(filled(
+            if max { AUTH_SYS_MAX_MACHINE_NAME } else { 4 },
+            b'm',
+        )),
+        uid: 1000,
+        gid: 100,
+        gids: vec![5; if max { AUTH_SYS_MAX_GIDS as usize } else { 2 }],
+    }
+}
+
+pub fn gss_handles(len: u32) -> GssCbHandles4 {
+    GssCbHandles4 {
+        service: 1,
+        handle_from_server: GssOpaque4(filled(len, b's')),
+        handle_from_client: GssOpaque4(filled(len, b'c')),
+    }
+}
+
+pub fn fattr(len: u32) -> Fattr4 {
+    Fattr4 {
+        attrmask: bitmap(),
+        attr_vals: AttrList4(filled(len, 0xab)),
+    }
+}
+
+pub fn component(len: u32) -> Component4 {
+    Component4(filled(len, b'n'))
+}
+
+/// The largest `callback_sec_parms4`: RPCSEC_GSS with handles at their
+/// limit.
+pub fn largest_sec_parms() -> CallbackSecParms4 {
+    CallbackSecParms4::RpcsecGss(gss_handles(NFS4_OPAQUE_LIMIT))
+}
+
+/// One of each argument-carrying operation with typical values.
+pub fn typical_ops() -> Vec<ArgOp> {
+    vec![
+        ArgOp::Sequence(SequenceArgs4 {
+            sessionid: SessionId4([9; 16]),
+            sequenceid: 1,
+            slotid: 0,
+            highest_slotid: 3,
+            cachethis: true,
+        }),
+        ArgOp::Putrootfh,
+        ArgOp::Putpubfh,
+        ArgOp::Putfh(PutfhArgs4 { object: fh(28) }),
+        ArgOp::Getfh,
+        ArgOp::Savefh,
+        ArgOp::Restorefh,
+        ArgOp::Lookup(LookupArgs4 {
+            objname: component(5),
+        }),
+        ArgOp::Lookupp,
+        ArgOp::Access(AccessArgs4 { access: 0x3f }),
+        ArgOp::Getattr(GetattrArgs4 {
+            attr_request: Bitmap4(vec![0x0010_011a, 0x00b0_a23a]),
+        }),
+        ArgOp::Setattr(SetattrArgs4 {
+            stateid: stateid(),
+            obj_attributes: SetAttrs4 {
+                size: Some(5),
+                mode: Some(0o600),
+                ..SetAttrs4::default()
+            }
+            .to_fattr(),
+        }),
+        ArgOp::Verify(VerifyArgs4 {
+            obj_attributes: fattr(8),
+        }),
+        ArgOp::Nverify(VerifyArgs4 {
+            obj_attributes: fattr(12),
+        }),
+        ArgOp::Create(CreateArgs4 {
+            objtype: CreateType4::Link(Linktext4::from("../target")),
+            objname: component(3),
+            createattrs: Fattr4::default(),
+        }),
+        ArgOp::Create(CreateArgs4 {
+            objtype: CreateType4::Char(SpecData4 {
+                specdata1: 1,
+                specdata2: 3,
+            }),
+            objname: component(4),
+            createattrs: fattr(4),
+        }),
+        ArgOp::Create(CreateArgs4 {
+            objtype: CreateType4::Dir,
+            objname: component(4),
+            createattrs: fattr(4),
+        }),
+        ArgOp::Create(CreateArgs4 {
+            objtype: CreateType4::Other(NfsFtype4::Reg),
+            objname: component(4),
+            createattrs: fattr(0),
+        }),
+        ArgOp::Remove(RemoveArgs4 {
+            target: component(6),
+        }),
+        ArgOp::Rename(RenameArgs4 {
+            oldname: component(1),
+            newname: component(2),
+        }),
+        ArgOp::Link(LinkArgs4 {
+            newname: component(7),
+        }),
+        ArgOp::Readdir(ReaddirArgs4 {
+            cookie: 3,
+            cookieverf: Verifier4([1; 8]),
+            dircount: 4096,
+            maxcount: 32768,
+            attr_request: Bitmap4::from_bits(&[1, 4, 20]),
+        }),
+        ArgOp::Readlink,
+        ArgOp::Secinfo(SecinfoArgs4 { name: component(3) }),
+        ArgOp::SecinfoNoName(SecinfoStyle4::Parent),
+        ArgOp::ExchangeId(ExchangeIdArgs4 {
+            clientowner: ClientOwner4 {
+                verifier: Verifier4([2; 8]),
+                ownerid: Opaque4::from("Linux NFSv4.1 client"),
+            },
+            flags: EXCHGID4_FLAG_USE_NON_PNFS,
+            state_protect: StateProtect4A::None,
+            client_impl_id: Some(impl_id(6)),
+        }),
+        ArgOp::ExchangeId(ExchangeIdArgs4 {
+            clientowner: ClientOwner4 {
+                verifier: Verifier4([3; 8]),
+                ownerid: Opaque4::from("x"),
+            },
+            flags: 0,
+            state_protect: StateProtect4A::MachCred(ops4()),
+            client_impl_id: None,
+        }),
+        ArgOp::CreateSession(CreateSessionArgs4 {
+            clientid: 0x0102_0304_0506_0708,
+            sequence: 1,
+            flags: CREATE_SESSION4_FLAG_CONN_BACK_CHAN,
+            fore_chan_attrs: channel(None),
+            back_chan_attrs: channel(Some(2)),
+            cb_program: 0x4000_0000,
+            sec_parms: vec![
+                CallbackSecParms4::AuthNone,
+                CallbackSecParms4::AuthSys(authsys(false)),
+                CallbackSecParms4::RpcsecGss(gss_handles(3)),
+            ],
+        }),
+        ArgOp::DestroySession(DestroySessionArgs4 {
+            sessionid: SessionId4([4; 16]),
+        }),
+        ArgOp::DestroyClientid(DestroyClientidArgs4 { clientid: 77 }),
+        ArgOp::BindConnToSession(BindConnToSessionArgs4 {
+            sessid: SessionId4([5; 16]),
+            dir: ChannelDirFromClient4::BackOrBoth,
+            use_conn_in_rdma_mode: false,
+        }),
+        ArgOp::BackchannelCtl(BackchannelCtlArgs4 {
+            cb_program: 9,
+            sec_parms: vec![CallbackSecParms4::AuthSys(authsys(true))],
+        }),
+        ArgOp::ReclaimComplete(ReclaimCompleteArgs4 { one_fs: false }),
+        ArgOp::TestStateid(TestStateidArgs4 {
+            stateids: vec![stateid(), StateId4::default()],
+        }),
+        ArgOp::FreeStateid(FreeStateidArgs4 { stateid: stateid() }),
+    ]
+}
