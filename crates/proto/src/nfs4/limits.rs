@@ -1,1 +1,288 @@
-//! The longest arguments of each NFSv4 operation.
+//! The longest encoding of each NFSv4 operation, so a server can refuse
+//! a longer one before reading it into memory (design section 1).
+//!
+//! Unlike NFSv3's limits, these count the opnum: they bound what
+//! [`decode_op`](crate::nfs4::decode_op) consumes. Each is the XDR size
+//! with every variable-length item at the maximum its decoder accepts
+//! and the longest arm of every union. An operation dionfs does not
+//! decode ([`ArgOp::NotSupp`](crate::nfs4::ArgOp::NotSupp),
+//! [`ArgOp::Illegal`](crate::nfs4::ArgOp::Illegal)) consumes its opnum
+//! only, so its limit is one word.
+
+use crate::codec::opaque_var_len;
+use crate::nfs4::attrs::FATTR4_MAX_LEN;
+use crate::nfs4::types::{
+    Bitmap4, Opnum4, AUTH_SYS_MAX_GIDS, AUTH_SYS_MAX_MACHINE_NAME, NFS4_FHSIZE,
+    NFS4_MAX_ARRAY_ITEMS, NFS4_MAX_CB_SEC_PARMS, NFS4_MAX_COMPONENT_LEN, NFS4_MAX_LINKTEXT_LEN,
+    NFS4_MAX_SSV_ITEMS, NFS4_OPAQUE_LIMIT, NFS4_SESSIONID_SIZE,
+};
+use crate::ArgsLimit;
+
+/// An XDR unsigned int, enum or bool: also the opnum.
+const WORD: usize = 4;
+/// An XDR unsigned hyper.
+const HYPER: usize = 8;
+/// `verifier4`.
+const VERIFIER: usize = 8;
+/// `stateid4`.
+const STATEID: usize = WORD + 12;
+/// `sessionid4`.
+const SESSIONID: usize = NFS4_SESSIONID_SIZE;
+/// `nfstime4`.
+const TIME: usize = HYPER + WORD;
+/// `nfs_fh4` at its largest.
+const FH: usize = opaque_var_len(NFS4_FHSIZE);
+/// `bitmap4` at its largest.
+const BITMAP: usize = WORD + Bitmap4::MAX_WORDS as usize * WORD;
+/// `fattr4` at its largest.
+const FATTR: usize = BITMAP + opaque_var_len(FATTR4_MAX_LEN as usize);
+/// `component4` at its largest.
+const COMPONENT: usize = opaque_var_len(NFS4_MAX_COMPONENT_LEN as usize);
+/// `linktext4` at its largest.
+const LINKTEXT: usize = opaque_var_len(NFS4_MAX_LINKTEXT_LEN as usize);
+/// An `opaque<NFS4_OPAQUE_LIMIT>` or a string of that limit.
+const OPAQUE: usize = opaque_var_len(NFS4_OPAQUE_LIMIT as usize);
+/// `nfs_impl_id4`: domain, name and date.
+const IMPL_ID: usize = 2 * OPAQUE + TIME;
+/// `state_protect_ops4`.
+const PROTECT_OPS: usize = 2 * BITMAP;
+/// A counted array of SP4_SSV algorithms or handles at its longest.
+const SSV_ARRAY: usize = WORD + NFS4_MAX_SSV_ITEMS as usize * OPAQUE;
+/// `state_protect4_a` with SP4_SSV, its longest arm.
+const STATE_PROTECT_A: usize = WORD + max(PROTECT_OPS, PROTECT_OPS + 2 * SSV_ARRAY + 2 * WORD);
+/// `channel_attrs4` with its `rdma_ird`.
+const CHANNEL: usize = 6 * WORD + WORD + WORD;
+/// `authsys_parms` at its largest.
+const AUTH_SYS: usize = WORD
+    + opaque_var_len(AUTH_SYS_MAX_MACHINE_NAME as usize)
+    + 2 * WORD
+    + WORD
+    + AUTH_SYS_MAX_GIDS as usize * WORD;
+/// `gss_cb_handles4` at its largest.
+const GSS_HANDLES: usize = WORD + 2 * OPAQUE;
+/// `callback_sec_parms4<>` at its longest.
+const CB_SEC_PARMS: usize =
+    WORD + NFS4_MAX_CB_SEC_PARMS as usize * (WORD + max(AUTH_SYS, GSS_HANDLES));
+/// `createtype4`: a symlink's target is longer than device numbers.
+const CREATETYPE: usize = WORD + max(LINKTEXT, 2 * WORD);
+
+const fn max(a: usize, b: usize) -> usize {
+    if a > b {
+        a
+    } else {
+        b
+    }
+}
+
+impl Opnum4 {
+    /// The longest XDR encoding of this operation, opnum included, that
+    /// [`decode_op`](crate::nfs4::decode_op) consumes (see the module
+    /// documentation).
+    pub const fn max_args_len(self) -> ArgsLimit {
+        ArgsLimit::Whole(
+            WORD + match self {
+                Opnum4::Getfh
+                | Opnum4::Lookupp
+                | Opnum4::Putpubfh
+                | Opnum4::Putrootfh
+                | Opnum4::Readlink
+                | Opnum4::Restorefh
+                | Opnum4::Savefh => 0,
+                Opnum4::Access | Opnum4::ReclaimComplete | Opnum4::SecinfoNoName => WORD,
+                Opnum4::Putfh => FH,
+                Opnum4::Lookup | Opnum4::Remove | Opnum4::Link | Opnum4::Secinfo => COMPONENT,
+                Opnum4::Rename => 2 * COMPONENT,
+                Opnum4::Getattr => BITMAP,
+                Opnum4::Setattr => STATEID + FATTR,
+                Opnum4::Verify | Opnum4::Nverify => FATTR,
+                Opnum4::Create => CREATETYPE + COMPONENT + FATTR,
+                Opnum4::Readdir => HYPER + VERIFIER + 2 * WORD + BITMAP,
+                Opnum4::ExchangeId => VERIFIER + OPAQUE + WORD + STATE_PROTECT_A + WORD + IMPL_ID,
+                Opnum4::CreateSession => HYPER + 2 * WORD + 2 * CHANNEL + WORD + CB_SEC_PARMS,
+                Opnum4::DestroySession => SESSIONID,
+                Opnum4::DestroyClientid => HYPER,
+                Opnum4::Sequence => SESSIONID + 4 * WORD,
+                Opnum4::BindConnToSession => SESSIONID + 2 * WORD,
+                Opnum4::BackchannelCtl => WORD + CB_SEC_PARMS,
+                Opnum4::TestStateid => WORD + NFS4_MAX_ARRAY_ITEMS as usize * STATEID,
+                Opnum4::FreeStateid => STATEID,
+                // Not decoded (yet): the opnum only.
+                _ => 0,
+            },
+        )
+    }
+
+    /// The longest [`max_args_len`](Self::max_args_len) of any operation:
+    /// what a server needs to hold of one operation at a time.
+    pub fn longest_args_len() -> usize {
+        Opnum4::ALL
+            .iter()
+            .filter_map(|op| op.max_args_len().whole())
+            .max()
+            .unwrap_or(WORD)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use dionfs_xdr::Encode;
+
+    use crate::nfs4::samples::*;
+    use crate::nfs4::*;
+    use crate::ArgsLimit;
+
+    fn sec_parms() -> Vec<CallbackSecParms4> {
+        vec![largest_sec_parms(); NFS4_MAX_CB_SEC_PARMS as usize]
+    }
+
+    fn largest_fattr() -> Fattr4 {
+        fattr(FATTR4_MAX_LEN)
+    }
+
+    /// Every decoded operation with every variable item at its largest.
+    fn largest_ops() -> Vec<ArgOp> {
+        let name = || component(NFS4_MAX_COMPONENT_LEN);
+        let opaque = || Opaque4(filled(NFS4_OPAQUE_LIMIT, b'o'));
+        let ssv_items = || gss(NFS4_MAX_SSV_ITEMS as usize, NFS4_OPAQUE_LIMIT);
+        vec![
+            ArgOp::Access(AccessArgs4 { access: 1 }),
+            ArgOp::Create(CreateArgs4 {
+                objtype: CreateType4::Link(Linktext4(filled(NFS4_MAX_LINKTEXT_LEN, b'l'))),
+                objname: name(),
+                createattrs: largest_fattr(),
+            }),
+            ArgOp::Getattr(GetattrArgs4 {
+                attr_request: bitmap(),
+            }),
+            ArgOp::Getfh,
+            ArgOp::Link(LinkArgs4 { newname: name() }),
+            ArgOp::Lookup(LookupArgs4 { objname: name() }),
+            ArgOp::Lookupp,
+            ArgOp::Nverify(VerifyArgs4 {
+                obj_attributes: largest_fattr(),
+            }),
+            ArgOp::Putfh(PutfhArgs4 {
+                object: fh(NFS4_FHSIZE),
+            }),
+            ArgOp::Putpubfh,
+            ArgOp::Putrootfh,
+            ArgOp::Readdir(ReaddirArgs4 {
+                cookie: 1,
+                cookieverf: Verifier4([1; 8]),
+                dircount: 2,
+                maxcount: 3,
+                attr_request: bitmap(),
+            }),
+            ArgOp::Readlink,
+            ArgOp::Remove(RemoveArgs4 { target: name() }),
+            ArgOp::Rename(RenameArgs4 {
+                oldname: name(),
+                newname: name(),
+            }),
+            ArgOp::Restorefh,
+            ArgOp::Savefh,
+            ArgOp::Secinfo(SecinfoArgs4 { name: name() }),
+            ArgOp::Setattr(SetattrArgs4 {
+                stateid: stateid(),
+                obj_attributes: largest_fattr(),
+            }),
+            ArgOp::Verify(VerifyArgs4 {
+                obj_attributes: largest_fattr(),
+            }),
+            ArgOp::BackchannelCtl(BackchannelCtlArgs4 {
+                cb_program: 1,
+                sec_parms: sec_parms(),
+            }),
+            ArgOp::BindConnToSession(BindConnToSessionArgs4 {
+                sessid: SessionId4([1; 16]),
+                dir: ChannelDirFromClient4::Fore,
+                use_conn_in_rdma_mode: true,
+            }),
+            ArgOp::ExchangeId(ExchangeIdArgs4 {
+                clientowner: ClientOwner4 {
+                    verifier: Verifier4([2; 8]),
+                    ownerid: opaque(),
+                },
+                flags: 1,
+                state_protect: StateProtect4A::Ssv(SsvSpParms4 {
+                    ops: ops4_largest(),
+                    hash_algs: ssv_items(),
+                    encr_algs: ssv_items(),
+                    window: 1,
+                    num_gss_handles: 2,
+                }),
+                client_impl_id: Some(impl_id(NFS4_OPAQUE_LIMIT)),
+            }),
+            ArgOp::CreateSession(CreateSessionArgs4 {
+                clientid: 1,
+                sequence: 2,
+                flags: 3,
+                fore_chan_attrs: channel(Some(1)),
+                back_chan_attrs: channel(Some(1)),
+                cb_program: 4,
+                sec_parms: sec_parms(),
+            }),
+            ArgOp::DestroySession(DestroySessionArgs4 {
+                sessionid: SessionId4([3; 16]),
+            }),
+            ArgOp::FreeStateid(FreeStateidArgs4 { stateid: stateid() }),
+            ArgOp::SecinfoNoName(SecinfoStyle4::CurrentFh),
+            ArgOp::Sequence(SequenceArgs4 {
+                sessionid: SessionId4([4; 16]),
+                sequenceid: 1,
+                slotid: 2,
+                highest_slotid: 3,
+                cachethis: false,
+            }),
+            ArgOp::TestStateid(TestStateidArgs4 {
+                stateids: vec![stateid(); NFS4_MAX_ARRAY_ITEMS as usize],
+            }),
+            ArgOp::DestroyClientid(DestroyClientidArgs4 { clientid: 5 }),
+            ArgOp::ReclaimComplete(ReclaimCompleteArgs4 { one_fs: true }),
+        ]
+    }
+
+    fn ops4_largest() -> StateProtectOps4 {
+        StateProtectOps4 {
+            must_enforce: bitmap(),
+            must_allow: bitmap(),
+        }
+    }
+
+    #[test]
+    fn each_limit_is_the_largest_encoding_of_its_operation() {
+        let ops = largest_ops();
+        for op in &ops {
+            let bytes = op.to_xdr();
+            let opnum = Opnum4::from_u32(op.opnum()).unwrap();
+            assert_eq!(
+                opnum.max_args_len(),
+                ArgsLimit::Whole(bytes.len()),
+                "{opnum:?}"
+            );
+            assert_eq!(decode_op(&bytes, 1), Ok((op.clone(), bytes.len())));
+        }
+        // Every op decoded is covered above; the rest cost their opnum.
+        for &opnum in Opnum4::ALL {
+            if !ops.iter().any(|op| op.opnum() == opnum.as_u32()) {
+                assert_eq!(opnum.max_args_len(), ArgsLimit::Whole(4), "{opnum:?}");
+                let decoded = decode_op(&opnum.as_u32().to_xdr(), 2).map(|(op, _)| op);
+                assert!(
+                    matches!(decoded, Ok(ArgOp::NotSupp(_) | ArgOp::Illegal(_))),
+                    "{opnum:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_limits_are_a_few_tens_of_kib() {
+        let whole = |op: Opnum4| op.max_args_len().whole().unwrap();
+        assert_eq!(whole(Opnum4::Putrootfh), 4);
+        assert_eq!(whole(Opnum4::Sequence), 4 + 32);
+        assert_eq!(whole(Opnum4::Putfh), 4 + 132);
+        assert_eq!(whole(Opnum4::Lookup), 4 + 4100);
+        assert_eq!(Opnum4::longest_args_len(), whole(Opnum4::Create));
+        assert!(Opnum4::longest_args_len() < 32 * 1024);
+    }
+}

@@ -23,13 +23,16 @@ pub const NFS4_MAX_COMPONENT_LEN: u32 = 4096;
 pub const NFS4_MAX_LINKTEXT_LEN: u32 = 4096;
 /// The longest COMPOUND tag decoded.
 pub const NFS4_MAX_TAG_LEN: u32 = 1024;
-/// The most items decoded in the arrays of the session operations
-/// (stateids of TEST_STATEID, callback security parameters, GSS handles
-/// and OIDs). Each item costs the input at least 4 bytes as well.
+/// The most items decoded in the longer arrays (stateids of
+/// TEST_STATEID, status codes, SECINFO's flavours). Each item costs the
+/// input at least 4 bytes as well.
 pub const NFS4_MAX_ARRAY_ITEMS: u32 = 1024;
+/// The most algorithms or GSS handles of SP4_SSV decoded: a client
+/// offers a few, and dionfs refuses SP4_SSV anyway.
+pub const NFS4_MAX_SSV_ITEMS: u32 = 8;
 /// The most items of `callback_sec_parms4` decoded: a client sends one
-/// or two.
-pub const NFS4_MAX_CB_SEC_PARMS: u32 = 16;
+/// or two (Linux one, AUTH_SYS or AUTH_NONE).
+pub const NFS4_MAX_CB_SEC_PARMS: u32 = 8;
 /// The most `gids` of an `authsys_parms` (RFC 5531 appendix A).
 pub const AUTH_SYS_MAX_GIDS: u32 = 16;
 /// The longest `machinename` of an `authsys_parms`.
@@ -829,8 +832,8 @@ impl Decode<'_> for SsvSpParms4 {
     fn decode(dec: &mut Decoder<'_>) -> Result<Self> {
         Ok(Self {
             ops: StateProtectOps4::decode(dec)?,
-            hash_algs: decode_array(dec, NFS4_MAX_ARRAY_ITEMS, 4)?,
-            encr_algs: decode_array(dec, NFS4_MAX_ARRAY_ITEMS, 4)?,
+            hash_algs: decode_array(dec, NFS4_MAX_SSV_ITEMS, 4)?,
+            encr_algs: decode_array(dec, NFS4_MAX_SSV_ITEMS, 4)?,
             window: dec.u32()?,
             num_gss_handles: dec.u32()?,
         })
@@ -910,7 +913,7 @@ impl Decode<'_> for SsvProtInfo4 {
             encr_alg: dec.u32()?,
             ssv_len: dec.u32()?,
             window: dec.u32()?,
-            handles: decode_array(dec, NFS4_MAX_ARRAY_ITEMS, 4)?,
+            handles: decode_array(dec, NFS4_MAX_SSV_ITEMS, 4)?,
         })
     }
 }
