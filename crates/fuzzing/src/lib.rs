@@ -30,6 +30,7 @@ use dionfs_xdr::{Decode, Decoder, Encode, XdrError};
 
 mod mount3;
 mod nfs3;
+mod nfs4;
 mod nlm4;
 mod nsm;
 mod portmap;
@@ -40,6 +41,7 @@ mod xdr;
 
 pub use mount3::mount3;
 pub use nfs3::{nfs3_args, nfs3_readdir_reply, nfs3_results};
+pub use nfs4::{nfs4_compound, nfs4_fattr};
 pub use nlm4::nlm4;
 pub use nsm::nsm;
 pub use portmap::portmap;
@@ -85,6 +87,14 @@ pub const TARGETS: &[Target] = &[
     Target {
         name: "nfs3_readdir_reply",
         run: nfs3_readdir_reply,
+    },
+    Target {
+        name: "nfs4_compound",
+        run: nfs4_compound,
+    },
+    Target {
+        name: "nfs4_fattr",
+        run: nfs4_fattr,
     },
     Target {
         name: "mount3",

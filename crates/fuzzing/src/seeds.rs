@@ -9,6 +9,17 @@ use dionfs_proto::mount3::{
     MountStat3,
 };
 use dionfs_proto::nfs3::*;
+use dionfs_proto::nfs4::{
+    AccessArgs4, ArgOp, Attr4, AttrList4, AuthSysParms, BackchannelCtlArgs4,
+    BindConnToSessionArgs4, Bitmap4, CallbackSecParms4, ChannelAttrs4, ChannelDirFromClient4,
+    ClientOwner4, Component4, CompoundHead, CreateArgs4, CreateSessionArgs4, CreateType4,
+    DestroyClientidArgs4, DestroySessionArgs4, ExchangeIdArgs4, Fattr4, FreeStateidArgs4,
+    GetattrArgs4, LinkArgs4, Linktext4, LookupArgs4, NfsFh4, NfsImplId4, NfsTime4, Opaque4, Opnum4,
+    Owner4, PutfhArgs4, ReaddirArgs4, ReclaimCompleteArgs4, RemoveArgs4, RenameArgs4, SecinfoArgs4,
+    SecinfoStyle4, SequenceArgs4, SessionId4, SetAttrs4, SetTime4, SetattrArgs4, StateId4,
+    StateProtect4A, StateProtectOps4, TestStateidArgs4, Utf8Str, Verifier4, VerifyArgs4,
+    NFS4_FHSIZE, NFS4_MAX_COMPONENT_LEN,
+};
 use dionfs_proto::nlm4::*;
 use dionfs_proto::nsm::{Mon, MonId, MyId, Priv, SmName, SmRes, SmStatRes, StatChge};
 use dionfs_proto::portmap::{DumpResult, Mapping, Rpcb, RpcbDump, IPPROTO_TCP, IPPROTO_UDP};
@@ -39,6 +50,8 @@ pub fn all() -> Vec<Seed> {
     nfs3_args(&mut seeds);
     nfs3_results(&mut seeds);
     nfs3_readdir_reply(&mut seeds);
+    nfs4_compound(&mut seeds);
+    nfs4_fattr(&mut seeds);
     mount3(&mut seeds);
     nlm4(&mut seeds);
     nsm(&mut seeds);
@@ -914,6 +927,295 @@ fn nfs3_readdir_reply(s: &mut Seeds) {
         "nfs3_readdir_reply",
         "readdirplus-too-small",
         tiny.into_vec(),
+    );
+}
+
+/// A COMPOUND's arguments: the head, then the ops.
+fn compound(minor: u32, ops: &[ArgOp]) -> Vec<u8> {
+    let mut enc = Encoder::new();
+    CompoundHead {
+        tag: Utf8Str::from("seed"),
+        minorversion: minor,
+        numops: ops.len() as u32,
+    }
+    .encode(&mut enc);
+    for op in ops {
+        op.encode(&mut enc);
+    }
+    enc.into_vec()
+}
+
+fn sequence() -> ArgOp {
+    ArgOp::Sequence(SequenceArgs4 {
+        sessionid: SessionId4([7; 16]),
+        sequenceid: 2,
+        slotid: 0,
+        highest_slotid: 9,
+        cachethis: false,
+    })
+}
+
+fn fh4() -> NfsFh4 {
+    NfsFh4::new(vec![1; 36]).expect("short handle")
+}
+
+fn name4(name: &str) -> Component4 {
+    Component4::from(name)
+}
+
+fn stateid4() -> StateId4 {
+    StateId4 {
+        seqid: 1,
+        other: [3; 12],
+    }
+}
+
+fn channel4() -> ChannelAttrs4 {
+    ChannelAttrs4 {
+        headerpadsize: 0,
+        maxrequestsize: 1_049_620,
+        maxresponsesize: 1_049_480,
+        maxresponsesize_cached: 7584,
+        maxoperations: 16,
+        maxrequests: 64,
+        rdma_ird: None,
+    }
+}
+
+fn settable_all() -> SetAttrs4 {
+    SetAttrs4 {
+        size: Some(4096),
+        mode: Some(0o644),
+        owner: Some(Owner4::from("1000")),
+        owner_group: Some(Owner4::from("staff@example.org")),
+        time_access_set: Some(SetTime4::ServerTime),
+        time_modify_set: Some(SetTime4::ClientTime(NfsTime4 {
+            seconds: 1_700_000_000,
+            nseconds: 5,
+        })),
+    }
+}
+
+fn nfs4_compound(s: &mut Seeds) {
+    let mut add = |name: &str, minor: u32, ops: &[ArgOp]| {
+        s.add("nfs4_compound", name, compound(minor, ops));
+    };
+    let getattr = ArgOp::Getattr(GetattrArgs4 {
+        attr_request: Bitmap4(vec![0x0010_011a, 0x00b0_a23a]),
+    });
+    add(
+        "exchange-id",
+        1,
+        &[ArgOp::ExchangeId(ExchangeIdArgs4 {
+            clientowner: ClientOwner4 {
+                verifier: Verifier4([9; 8]),
+                ownerid: Opaque4::from("Linux NFSv4.2 client.example.org"),
+            },
+            flags: 0x0001_0000,
+            state_protect: StateProtect4A::None,
+            client_impl_id: Some(NfsImplId4 {
+                domain: Utf8Str::from("kernel.org"),
+                name: Utf8Str::from("Linux 6.8"),
+                date: NfsTime4::default(),
+            }),
+        })],
+    );
+    add(
+        "exchange-id-mach-cred",
+        1,
+        &[ArgOp::ExchangeId(ExchangeIdArgs4 {
+            clientowner: ClientOwner4 {
+                verifier: Verifier4([1; 8]),
+                ownerid: Opaque4::from("pynfs"),
+            },
+            flags: 0,
+            state_protect: StateProtect4A::MachCred(StateProtectOps4 {
+                must_enforce: Bitmap4::from_bits(&[Opnum4::DestroySession.as_u32()]),
+                must_allow: Bitmap4::default(),
+            }),
+            client_impl_id: None,
+        })],
+    );
+    add(
+        "create-session",
+        1,
+        &[ArgOp::CreateSession(CreateSessionArgs4 {
+            clientid: 0x6563_0000_0000_0001,
+            sequence: 1,
+            flags: 3,
+            fore_chan_attrs: channel4(),
+            back_chan_attrs: channel4(),
+            cb_program: 0x4000_0000,
+            sec_parms: vec![
+                CallbackSecParms4::AuthNone,
+                CallbackSecParms4::AuthSys(AuthSysParms {
+                    stamp: 1,
+                    machinename: Utf8Str::from("client"),
+                    uid: 0,
+                    gid: 0,
+                    gids: vec![0, 10],
+                }),
+            ],
+        })],
+    );
+    add(
+        "mount",
+        1,
+        &[
+            sequence(),
+            ArgOp::Putrootfh,
+            ArgOp::Lookup(LookupArgs4 {
+                objname: name4("export"),
+            }),
+            ArgOp::Getfh,
+            getattr.clone(),
+        ],
+    );
+    add(
+        "metadata",
+        2,
+        &[
+            sequence(),
+            ArgOp::Putfh(PutfhArgs4 { object: fh4() }),
+            ArgOp::Savefh,
+            ArgOp::Access(AccessArgs4 { access: 0x3f }),
+            ArgOp::Setattr(SetattrArgs4 {
+                stateid: stateid4(),
+                obj_attributes: settable_all().to_fattr(),
+            }),
+            ArgOp::Create(CreateArgs4 {
+                objtype: CreateType4::Link(Linktext4::from("../t")),
+                objname: name4("l"),
+                createattrs: Fattr4::default(),
+            }),
+            ArgOp::Create(CreateArgs4 {
+                objtype: CreateType4::Dir,
+                objname: name4("d"),
+                createattrs: SetAttrs4 {
+                    mode: Some(0o755),
+                    ..SetAttrs4::default()
+                }
+                .to_fattr(),
+            }),
+            ArgOp::Restorefh,
+            ArgOp::Rename(RenameArgs4 {
+                oldname: name4("a"),
+                newname: name4("b"),
+            }),
+            ArgOp::Link(LinkArgs4 {
+                newname: name4("c"),
+            }),
+            ArgOp::Remove(RemoveArgs4 { target: name4("b") }),
+            ArgOp::Lookupp,
+            ArgOp::Readlink,
+            ArgOp::Verify(VerifyArgs4 {
+                obj_attributes: Fattr4::default(),
+            }),
+            ArgOp::Nverify(VerifyArgs4 {
+                obj_attributes: Fattr4::default(),
+            }),
+            ArgOp::Putpubfh,
+        ],
+    );
+    add(
+        "readdir",
+        1,
+        &[
+            sequence(),
+            ArgOp::Putfh(PutfhArgs4 { object: fh4() }),
+            ArgOp::Readdir(ReaddirArgs4 {
+                cookie: 0,
+                cookieverf: Verifier4::default(),
+                dircount: 8192,
+                maxcount: 32768,
+                attr_request: Bitmap4::from_bits(&[1, 3, 4, 20, 33, 35]),
+            }),
+        ],
+    );
+    add(
+        "secinfo",
+        1,
+        &[
+            sequence(),
+            ArgOp::Putrootfh,
+            ArgOp::Secinfo(SecinfoArgs4 {
+                name: name4("export"),
+            }),
+            ArgOp::Putrootfh,
+            ArgOp::SecinfoNoName(SecinfoStyle4::CurrentFh),
+        ],
+    );
+    add(
+        "session-housekeeping",
+        1,
+        &[
+            sequence(),
+            ArgOp::BindConnToSession(BindConnToSessionArgs4 {
+                sessid: SessionId4([7; 16]),
+                dir: ChannelDirFromClient4::ForeOrBoth,
+                use_conn_in_rdma_mode: false,
+            }),
+            ArgOp::BackchannelCtl(BackchannelCtlArgs4 {
+                cb_program: 0x4000_0000,
+                sec_parms: vec![CallbackSecParms4::AuthNone],
+            }),
+            ArgOp::ReclaimComplete(ReclaimCompleteArgs4 { one_fs: false }),
+            ArgOp::TestStateid(TestStateidArgs4 {
+                stateids: vec![stateid4(), StateId4::default()],
+            }),
+            ArgOp::FreeStateid(FreeStateidArgs4 {
+                stateid: stateid4(),
+            }),
+            ArgOp::DestroySession(DestroySessionArgs4 {
+                sessionid: SessionId4([7; 16]),
+            }),
+            ArgOp::DestroyClientid(DestroyClientidArgs4 { clientid: 1 }),
+        ],
+    );
+    add(
+        "largest-lookup",
+        1,
+        &[
+            ArgOp::Putfh(PutfhArgs4 {
+                object: NfsFh4::new(vec![0xee; NFS4_FHSIZE]).expect("largest handle"),
+            }),
+            ArgOp::Lookup(LookupArgs4 {
+                objname: Component4(vec![b'x'; NFS4_MAX_COMPONENT_LEN as usize]),
+            }),
+        ],
+    );
+    add("illegal", 1, &[sequence(), ArgOp::Illegal(2)]);
+    add(
+        "not-supp-open",
+        1,
+        &[sequence(), ArgOp::NotSupp(Opnum4::Open)],
+    );
+    add("minor-0", 0, &[ArgOp::Putrootfh, getattr]);
+    add("no-ops", 1, &[]);
+}
+
+fn nfs4_fattr(s: &mut Seeds) {
+    let mut add = |name: &str, fattr: &Fattr4| {
+        let mut bytes = fattr.attrmask.to_xdr();
+        bytes.extend_from_slice(fattr.attr_vals.as_bytes());
+        s.add("nfs4_fattr", name, bytes);
+    };
+    add("every-settable", &settable_all().to_fattr());
+    add(
+        "mode",
+        &SetAttrs4 {
+            mode: Some(0o600),
+            ..SetAttrs4::default()
+        }
+        .to_fattr(),
+    );
+    add("none", &Fattr4::default());
+    add(
+        "acl",
+        &Fattr4 {
+            attrmask: Bitmap4::from_bits(&[Attr4::Acl.bit()]),
+            attr_vals: AttrList4(words(&[0])),
+        },
     );
 }
 
