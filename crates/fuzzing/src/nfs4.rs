@@ -79,7 +79,8 @@ fn check_op(op: &ArgOp, consumed: &[u8], minor: u32) {
 /// The attributes to set of SETATTR, CREATE or OPEN: a bitmap from the
 /// front of the input, then its values ([`decode_settable`]). What
 /// decodes re-encodes ([`SetAttrs4::to_fattr`]) to the same bits and the
-/// same values but for padding.
+/// same values but for padding. The bitmap also drives a
+/// [`FattrEncoder`].
 pub fn nfs4_fattr(data: &[u8]) {
     let mut dec = Decoder::new(data);
     let mask = match Bitmap4::decode(&mut dec) {
@@ -89,6 +90,7 @@ pub fn nfs4_fattr(data: &[u8]) {
             return;
         }
     };
+    check_fattr_encoder(&mask);
     let vals = dec.rest();
     match decode_settable(&mask, vals) {
         Ok(attrs) => {
@@ -111,6 +113,23 @@ pub fn nfs4_fattr(data: &[u8]) {
             assert!(!settable(bit), "settable bit {bit} refused");
         }
     }
+}
+
+/// [`FattrEncoder`] asked for `request`, with values for every other
+/// attribute: the bitmap it returns holds those, and their values in bit
+/// order.
+fn check_fattr_encoder(request: &Bitmap4) {
+    let supported = |bit: u32| bit.is_multiple_of(2);
+    let fattr = FattrEncoder::encode(request, |bit, enc| {
+        if supported(bit) {
+            enc.u32(bit);
+        }
+        supported(bit)
+    });
+    let want: Vec<u32> = request.bits().filter(|&b| supported(b)).collect();
+    assert_eq!(fattr.attrmask.bits().collect::<Vec<_>>(), want);
+    let vals: Vec<u8> = want.iter().flat_map(|b| b.to_be_bytes()).collect();
+    assert_eq!(fattr.attr_vals.as_bytes(), vals);
 }
 
 /// Whether dionfs sets the attribute numbered `bit`.

@@ -360,6 +360,41 @@ pub fn decode_settable(
     Ok(attrs)
 }
 
+/// Builds the `fattr4` of a GETATTR, READDIR entry or VERIFY: the values
+/// of the attributes asked for, appended in bit order, skipping those the
+/// server does not support (RFC 8881 section 5: the reply's bitmap names
+/// only what it returns).
+///
+/// The caller knows the values; this knows the order. For each bit of
+/// the request, in increasing order, [`FattrEncoder::encode`] calls
+/// `value(bit, enc)`, which appends the attribute's value and returns
+/// `true`, or appends nothing and returns `false` for an attribute it
+/// does not support.
+#[derive(Debug, Clone, Default)]
+pub struct FattrEncoder {
+    attrmask: Bitmap4,
+    vals: Encoder,
+}
+
+impl FattrEncoder {
+    /// The `fattr4` of the attributes of `request` that `value` supplies.
+    pub fn encode(request: &Bitmap4, mut value: impl FnMut(u32, &mut Encoder) -> bool) -> Fattr4 {
+        let mut this = Self::default();
+        for bit in request.bits() {
+            let before = this.vals.len();
+            if value(bit, &mut this.vals) {
+                this.attrmask.set(bit);
+            } else {
+                debug_assert_eq!(this.vals.len(), before, "unsupported attribute {bit} wrote");
+            }
+        }
+        Fattr4 {
+            attrmask: this.attrmask,
+            attr_vals: AttrList4(this.vals.into_vec()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -392,6 +427,32 @@ mod tests {
             assert_codec(a);
         }
         assert!(AttrList4::from_xdr(&u32::MAX.to_be_bytes()).is_err());
+    }
+
+    #[test]
+    fn fattr_encoder_appends_supported_values_in_bit_order() {
+        // Asked for type (1), size (4), an unsupported archive (14) and
+        // mode (33); the values come out in bit order, archive left out.
+        let request = Bitmap4::from_bits(&[33, 14, 4, 1]);
+        let mut asked = Vec::new();
+        let fattr = FattrEncoder::encode(&request, |bit, enc| {
+            asked.push(bit);
+            match Attr4::from_u32(bit) {
+                Some(Attr4::Type) => enc.u32(2),
+                Some(Attr4::Size) => enc.u64(4096),
+                Some(Attr4::Mode) => enc.u32(0o755),
+                _ => return false,
+            }
+            true
+        });
+        assert_eq!(asked, vec![1, 4, 14, 33]);
+        assert_eq!(fattr.attrmask.bits().collect::<Vec<_>>(), vec![1, 4, 33]);
+        assert_eq!(
+            fattr.attr_vals.as_bytes(),
+            [0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0, 0x01, 0xed]
+        );
+        let none = FattrEncoder::encode(&request, |_, _| false);
+        assert_eq!(none, Fattr4::default());
     }
 
     #[test]
