@@ -1,6 +1,7 @@
 //! Protocol codecs for dionfs: NFS version 3 and MOUNT version 3
-//! (RFC 1813, MOUNT in its Appendix I), built on the XDR primitives of
-//! `dionfs-xdr`.
+//! (RFC 1813, MOUNT in its Appendix I), NFS version 4.1 and 4.2 (RFC
+//! 8881, RFC 7862; the operations in [`nfs4`]), NLM, NSM and the port
+//! mapper, built on the XDR primitives of `dionfs-xdr`.
 //!
 //! Pure types with [`Encode`](dionfs_xdr::Encode) and
 //! [`Decode`](dionfs_xdr::Decode): no I/O, no async. Types own their bytes

@@ -13,7 +13,14 @@ use crate::nfs4::ops::{
     RenameArgs4, SecinfoArgs4, SecinfoStyle4, SequenceArgs4, SetattrArgs4, TestStateidArgs4,
     VerifyArgs4,
 };
-use crate::nfs4::types::{Nfsstat4, Opnum4, Utf8Str, NFS4_MAX_TAG_LEN};
+use crate::nfs4::ops::{
+    AccessResOk4, BindConnToSessionResOk4, CreateResOk4, CreateSessionResOk4, ExchangeIdResOk4,
+    GetattrResOk4, GetfhResOk4, ReaddirResOk4, RenameResOk4, SecinfoResOk4, SequenceResOk4,
+    SetattrRes4, TestStateidResOk4,
+};
+use crate::nfs4::types::{
+    ChangeInfo4, Linktext4, Nfsstat4, Opnum4, Res4, Utf8Str, NFS4_MAX_TAG_LEN,
+};
 
 xdr_struct! {
     /// The head of `COMPOUND4args`: the tag, the minor version, and the
@@ -261,6 +268,98 @@ pub fn encode_result_head(enc: &mut Encoder, opnum: u32, status: Nfsstat4) {
     status.encode(enc);
 }
 
+/// Declares [`ResOp`] from (variant, opnum, result type) triples.
+macro_rules! res_ops {
+    ($( $(#[$meta:meta])* $variant:ident($opnum:ident, $ty:ty) ),* $(,)?) => {
+        /// One result of a COMPOUND (`nfs_resop4`), as a client decodes it.
+        /// The server writes its results itself (after
+        /// [`encode_result_head`], or as `opnum` then the result type).
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub enum ResOp {
+            $( $(#[$meta])* $variant($ty), )*
+            /// `OP_ILLEGAL`'s result.
+            Illegal(Nfsstat4),
+            /// The result of an operation whose result type is not decoded
+            /// here: only a failure decodes (the status alone, which is all
+            /// such a result carries but for LOCK's and LOCKT's `DENIED`).
+            Other { opnum: Opnum4, status: Nfsstat4 },
+        }
+
+        impl ResOp {
+            /// The opnum on the wire.
+            pub fn opnum(&self) -> Opnum4 {
+                match self {
+                    $( ResOp::$variant(_) => Opnum4::$opnum, )*
+                    ResOp::Illegal(_) => Opnum4::Illegal,
+                    ResOp::Other { opnum, .. } => *opnum,
+                }
+            }
+        }
+
+        impl Encode for ResOp {
+            fn encode(&self, enc: &mut Encoder) {
+                enc.u32(self.opnum().as_u32());
+                match self {
+                    $( ResOp::$variant(res) => res.encode(enc), )*
+                    ResOp::Illegal(status) | ResOp::Other { status, .. } => status.encode(enc),
+                }
+            }
+        }
+
+        impl Decode<'_> for ResOp {
+            fn decode(dec: &mut Decoder<'_>) -> Result<Self> {
+                Ok(match Opnum4::decode(dec)? {
+                    $( Opnum4::$opnum => ResOp::$variant(Decode::decode(dec)?), )*
+                    Opnum4::Illegal => ResOp::Illegal(Nfsstat4::decode(dec)?),
+                    opnum => match Nfsstat4::decode(dec)? {
+                        Nfsstat4::Ok => {
+                            return Err(XdrError::BadDiscriminant {
+                                type_name: "nfs_resop4 not decoded",
+                                value: opnum.as_u32(),
+                            })
+                        }
+                        status => ResOp::Other { opnum, status },
+                    },
+                })
+            }
+        }
+    };
+}
+
+res_ops! {
+    Access(Access, Res4<AccessResOk4>),
+    Create(Create, Res4<CreateResOk4>),
+    Getattr(Getattr, Res4<GetattrResOk4>),
+    Getfh(Getfh, Res4<GetfhResOk4>),
+    Link(Link, Res4<ChangeInfo4>),
+    Lookup(Lookup, Nfsstat4),
+    Lookupp(Lookupp, Nfsstat4),
+    Nverify(Nverify, Nfsstat4),
+    Putfh(Putfh, Nfsstat4),
+    Putpubfh(Putpubfh, Nfsstat4),
+    Putrootfh(Putrootfh, Nfsstat4),
+    Readdir(Readdir, Res4<ReaddirResOk4>),
+    Readlink(Readlink, Res4<Linktext4>),
+    Remove(Remove, Res4<ChangeInfo4>),
+    Rename(Rename, Res4<RenameResOk4>),
+    Restorefh(Restorefh, Nfsstat4),
+    Savefh(Savefh, Nfsstat4),
+    Secinfo(Secinfo, Res4<SecinfoResOk4>),
+    Setattr(Setattr, SetattrRes4),
+    Verify(Verify, Nfsstat4),
+    BackchannelCtl(BackchannelCtl, Nfsstat4),
+    BindConnToSession(BindConnToSession, Res4<BindConnToSessionResOk4>),
+    ExchangeId(ExchangeId, Res4<ExchangeIdResOk4>),
+    CreateSession(CreateSession, Res4<CreateSessionResOk4>),
+    DestroySession(DestroySession, Nfsstat4),
+    FreeStateid(FreeStateid, Nfsstat4),
+    SecinfoNoName(SecinfoNoName, Res4<SecinfoResOk4>),
+    Sequence(Sequence, Res4<SequenceResOk4>),
+    TestStateid(TestStateid, Res4<TestStateidResOk4>),
+    DestroyClientid(DestroyClientid, Nfsstat4),
+    ReclaimComplete(ReclaimComplete, Nfsstat4),
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -385,6 +484,40 @@ mod tests {
                 "{op:?}"
             );
         }
+    }
+
+    #[test]
+    fn results_round_trip_as_a_client_decodes_them() {
+        let results = [
+            ResOp::Sequence(Res4::Ok(SequenceResOk4 {
+                sessionid: crate::nfs4::SessionId4([1; 16]),
+                sequenceid: 1,
+                slotid: 0,
+                highest_slotid: 0,
+                target_highest_slotid: 63,
+                status_flags: 0,
+            })),
+            ResOp::Putrootfh(Nfsstat4::Ok),
+            ResOp::Getfh(Res4::Ok(GetfhResOk4 { object: fh(16) })),
+            ResOp::Lookup(Nfsstat4::Noent),
+            ResOp::Setattr(SetattrRes4 {
+                status: Nfsstat4::Ok,
+                attrsset: crate::nfs4::Bitmap4::from_bits(&[33]),
+            }),
+            ResOp::Remove(Res4::Ok(cinfo())),
+            ResOp::Illegal(Nfsstat4::OpIllegal),
+            ResOp::Other {
+                opnum: Opnum4::Open,
+                status: Nfsstat4::Notsupp,
+            },
+        ];
+        for res in &results {
+            assert_codec(res);
+        }
+        // A result not decoded here decodes only as a failure.
+        let mut ok = Opnum4::Open.as_u32().to_xdr();
+        ok.extend_from_slice(&[0; 4]);
+        assert!(ResOp::from_xdr(&ok).is_err());
     }
 
     #[test]

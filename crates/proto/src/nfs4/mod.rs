@@ -7,6 +7,8 @@
 //! [`decode_op`], after its [`CompoundHead`], and writes each result
 //! after [`encode_result_head`]. Results that carry nothing but their
 //! status are an [`Nfsstat4`]; the others are [`Res4`] of the op's `resok`.
+//! A client decodes the results of a reply as [`CompoundResHead`] and
+//! [`ResOp`]s.
 //!
 //! | op | args | result |
 //! |----|------|--------|
