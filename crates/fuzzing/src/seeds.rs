@@ -16,9 +16,9 @@ use dionfs_proto::nfs4::{
     DestroyClientidArgs4, DestroySessionArgs4, ExchangeIdArgs4, Fattr4, FreeStateidArgs4,
     GetattrArgs4, LinkArgs4, Linktext4, LookupArgs4, NfsFh4, NfsImplId4, NfsTime4, Opaque4, Opnum4,
     Owner4, PutfhArgs4, ReaddirArgs4, ReclaimCompleteArgs4, RemoveArgs4, RenameArgs4, SecinfoArgs4,
-    SecinfoStyle4, SequenceArgs4, SessionId4, SetAttrs4, SetTime4, SetattrArgs4, StateId4,
-    StateProtect4A, StateProtectOps4, TestStateidArgs4, Utf8Str, Verifier4, VerifyArgs4,
-    NFS4_FHSIZE, NFS4_MAX_COMPONENT_LEN,
+    SecinfoStyle4, SequenceArgs4, SessionId4, SetAttrs4, SetTime4, SetattrArgs4, StableHow4,
+    StateId4, StateProtect4A, StateProtectOps4, TestStateidArgs4, Utf8Str, Verifier4, VerifyArgs4,
+    WriteHead4, NFS4_FHSIZE, NFS4_MAX_COMPONENT_LEN,
 };
 use dionfs_proto::nlm4::*;
 use dionfs_proto::nsm::{Mon, MonId, MyId, Priv, SmName, SmRes, SmStatRes, StatChge};
@@ -996,7 +996,35 @@ fn settable_all() -> SetAttrs4 {
     }
 }
 
+/// A COMPOUND with a WRITE of 5 bytes (padded to 8) and a GETATTR after
+/// its payload.
+fn write_compound() -> Vec<u8> {
+    let mut enc = Encoder::new();
+    CompoundHead {
+        tag: Utf8Str::default(),
+        minorversion: 1,
+        numops: 4,
+    }
+    .encode(&mut enc);
+    sequence().encode(&mut enc);
+    ArgOp::Putfh(PutfhArgs4 { object: fh4() }).encode(&mut enc);
+    ArgOp::Write(WriteHead4 {
+        stateid: stateid4(),
+        offset: 4096,
+        stable: StableHow4::Unstable,
+        data_len: 5,
+    })
+    .encode(&mut enc);
+    enc.opaque_fixed(b"hello");
+    ArgOp::Getattr(GetattrArgs4 {
+        attr_request: Bitmap4::from_bits(&[Attr4::Change.bit(), Attr4::Size.bit()]),
+    })
+    .encode(&mut enc);
+    enc.into_vec()
+}
+
 fn nfs4_compound(s: &mut Seeds) {
+    s.add("nfs4_compound", "write", write_compound());
     let mut add = |name: &str, minor: u32, ops: &[ArgOp]| {
         s.add("nfs4_compound", name, compound(minor, ops));
     };

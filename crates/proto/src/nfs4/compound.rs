@@ -11,7 +11,7 @@ use crate::nfs4::ops::{
     DestroyClientidArgs4, DestroySessionArgs4, ExchangeIdArgs4, FreeStateidArgs4, GetattrArgs4,
     LinkArgs4, LookupArgs4, PutfhArgs4, ReaddirArgs4, ReclaimCompleteArgs4, RemoveArgs4,
     RenameArgs4, SecinfoArgs4, SecinfoStyle4, SequenceArgs4, SetattrArgs4, TestStateidArgs4,
-    VerifyArgs4,
+    VerifyArgs4, WriteHead4, WriteResOk4,
 };
 use crate::nfs4::ops::{
     AccessResOk4, BindConnToSessionResOk4, CreateResOk4, CreateSessionResOk4, ExchangeIdResOk4,
@@ -78,6 +78,9 @@ pub enum ArgOp {
     TestStateid(TestStateidArgs4),
     DestroyClientid(DestroyClientidArgs4),
     ReclaimComplete(ReclaimCompleteArgs4),
+    /// WRITE up to its data's length word: the payload stays in the
+    /// record ([`WriteHead4::payload_len`] bytes after the head).
+    Write(WriteHead4),
     /// An operation of the minor version that dionfs does not decode:
     /// the 4.0-only ones (OPEN_CONFIRM, RENEW, SETCLIENTID,
     /// SETCLIENTID_CONFIRM, RELEASE_LOCKOWNER), pNFS and delegations, and
@@ -153,6 +156,7 @@ impl ArgOp {
             ArgOp::TestStateid(_) => Opnum4::TestStateid,
             ArgOp::DestroyClientid(_) => Opnum4::DestroyClientid,
             ArgOp::ReclaimComplete(_) => Opnum4::ReclaimComplete,
+            ArgOp::Write(_) => Opnum4::Write,
             ArgOp::NotSupp(op) => *op,
             ArgOp::Illegal(opnum) => return *opnum,
         };
@@ -194,6 +198,7 @@ impl ArgOp {
             Opnum4::TestStateid => ArgOp::TestStateid(Decode::decode(dec)?),
             Opnum4::DestroyClientid => ArgOp::DestroyClientid(Decode::decode(dec)?),
             Opnum4::ReclaimComplete => ArgOp::ReclaimComplete(Decode::decode(dec)?),
+            Opnum4::Write => ArgOp::Write(Decode::decode(dec)?),
             _ => return Ok(None),
         }))
     }
@@ -226,6 +231,7 @@ impl Encode for ArgOp {
             ArgOp::TestStateid(a) => a.encode(enc),
             ArgOp::DestroyClientid(a) => a.encode(enc),
             ArgOp::ReclaimComplete(a) => a.encode(enc),
+            ArgOp::Write(a) => a.encode(enc),
             ArgOp::Getfh
             | ArgOp::Lookupp
             | ArgOp::Putpubfh
@@ -240,7 +246,8 @@ impl Encode for ArgOp {
 }
 
 /// One op (opnum and arguments) from the front of `input`, and how many
-/// bytes it took. An op the minor version lacks is [`ArgOp::Illegal`]
+/// bytes it took: for WRITE only its head, through the data's length
+/// word; the payload stays in the record. An op the minor version lacks is [`ArgOp::Illegal`]
 /// (pynfs COMP5); one dionfs does not decode is [`ArgOp::NotSupp`]; both
 /// consume only the opnum. `Err(Truncated { needed, available })`: the
 /// op needs at least `needed - available` more bytes; read them and call
@@ -358,6 +365,7 @@ res_ops! {
     TestStateid(TestStateid, Res4<TestStateidResOk4>),
     DestroyClientid(DestroyClientid, Nfsstat4),
     ReclaimComplete(ReclaimComplete, Nfsstat4),
+    Write(Write, Res4<WriteResOk4>),
 }
 
 #[cfg(test)]

@@ -7,10 +7,13 @@
 //! and the longest arm of every union. An operation dionfs does not
 //! decode ([`ArgOp::NotSupp`](crate::nfs4::ArgOp::NotSupp),
 //! [`ArgOp::Illegal`](crate::nfs4::ArgOp::Illegal)) consumes its opnum
-//! only, so its limit is one word.
+//! only, so its limit is one word. WRITE's limit is of its head
+//! ([`ArgsLimit::HeadThenPayload`]): its payload is received into a
+//! buffer of its own, bounded by the server's transfer size.
 
 use crate::codec::opaque_var_len;
 use crate::nfs4::attrs::FATTR4_MAX_LEN;
+use crate::nfs4::ops::WRITE_HEAD_LEN;
 use crate::nfs4::types::{
     Bitmap4, Opnum4, AUTH_SYS_MAX_GIDS, AUTH_SYS_MAX_MACHINE_NAME, NFS4_FHSIZE,
     NFS4_MAX_ARRAY_ITEMS, NFS4_MAX_CB_SEC_PARMS, NFS4_MAX_COMPONENT_LEN, NFS4_MAX_LINKTEXT_LEN,
@@ -79,6 +82,9 @@ impl Opnum4 {
     /// [`decode_op`](crate::nfs4::decode_op) consumes (see the module
     /// documentation).
     pub const fn max_args_len(self) -> ArgsLimit {
+        if let Opnum4::Write = self {
+            return ArgsLimit::HeadThenPayload(WORD + WRITE_HEAD_LEN);
+        }
         ArgsLimit::Whole(
             WORD + match self {
                 Opnum4::Getfh
@@ -252,6 +258,18 @@ mod tests {
     #[test]
     fn each_limit_is_the_largest_encoding_of_its_operation() {
         let ops = largest_ops();
+        let write = ArgOp::Write(WriteHead4 {
+            stateid: stateid(),
+            offset: 1,
+            stable: StableHow4::DataSync,
+            data_len: u32::MAX,
+        });
+        let bytes = write.to_xdr();
+        assert_eq!(
+            Opnum4::Write.max_args_len(),
+            ArgsLimit::HeadThenPayload(bytes.len())
+        );
+        assert_eq!(decode_op(&bytes, 1), Ok((write.clone(), bytes.len())));
         for op in &ops {
             let bytes = op.to_xdr();
             let opnum = Opnum4::from_u32(op.opnum()).unwrap();
@@ -264,7 +282,7 @@ mod tests {
         }
         // Every op decoded is covered above; the rest cost their opnum.
         for &opnum in Opnum4::ALL {
-            if !ops.iter().any(|op| op.opnum() == opnum.as_u32()) {
+            if opnum != Opnum4::Write && !ops.iter().any(|op| op.opnum() == opnum.as_u32()) {
                 assert_eq!(opnum.max_args_len(), ArgsLimit::Whole(4), "{opnum:?}");
                 let decoded = decode_op(&opnum.as_u32().to_xdr(), 2).map(|(op, _)| op);
                 assert!(

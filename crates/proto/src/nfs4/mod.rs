@@ -41,9 +41,10 @@
 //! | SETATTR | [`SetattrArgs4`] | [`SetattrRes4`] |
 //! | TEST_STATEID | [`TestStateidArgs4`] | [`Res4`]<[`TestStateidResOk4`]> |
 //! | VERIFY | [`VerifyArgs4`] | [`Nfsstat4`] |
+//! | WRITE | server: [`WriteHead4`], then the payload | [`Res4`]<[`WriteResOk4`]> |
 //!
-//! The rest (OPEN and the lock and data operations, NFSv4.2's) decode as
-//! [`ArgOp::NotSupp`] until their codecs land.
+//! The rest (OPEN and the lock operations, READ, COMMIT, NFSv4.2's)
+//! decode as [`ArgOp::NotSupp`] until their codecs land.
 //!
 //! [`Opnum4::max_args_len`] gives the longest arguments of each operation,
 //! so a server can refuse a longer one before reading it.

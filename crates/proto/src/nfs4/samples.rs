@@ -240,5 +240,11 @@ pub fn typical_ops() -> Vec<ArgOp> {
             stateids: vec![stateid(), StateId4::default()],
         }),
         ArgOp::FreeStateid(FreeStateidArgs4 { stateid: stateid() }),
+        ArgOp::Write(WriteHead4 {
+            stateid: stateid(),
+            offset: 8192,
+            stable: StableHow4::Unstable,
+            data_len: 4096,
+        }),
     ]
 }
