@@ -7,16 +7,13 @@ use dionfs_xdr::{Decode, Decoder, Encode, Encoder, Result, XdrError};
 
 use crate::codec::xdr_struct;
 use crate::nfs4::ops::{
-    AccessArgs4, BackchannelCtlArgs4, BindConnToSessionArgs4, CreateArgs4, CreateSessionArgs4,
-    DestroyClientidArgs4, DestroySessionArgs4, ExchangeIdArgs4, FreeStateidArgs4, GetattrArgs4,
-    LinkArgs4, LookupArgs4, PutfhArgs4, ReaddirArgs4, ReclaimCompleteArgs4, RemoveArgs4,
-    RenameArgs4, SecinfoArgs4, SecinfoStyle4, SequenceArgs4, SetattrArgs4, TestStateidArgs4,
-    VerifyArgs4, WriteHead4, WriteResOk4,
-};
-use crate::nfs4::ops::{
-    AccessResOk4, BindConnToSessionResOk4, CreateResOk4, CreateSessionResOk4, ExchangeIdResOk4,
-    GetattrResOk4, GetfhResOk4, ReaddirResOk4, RenameResOk4, SecinfoResOk4, SequenceResOk4,
-    SetattrRes4, TestStateidResOk4,
+    AccessArgs4, AccessResOk4, BackchannelCtlArgs4, BindConnToSessionArgs4,
+    BindConnToSessionResOk4, CreateArgs4, CreateResOk4, CreateSessionArgs4, CreateSessionResOk4,
+    DestroyClientidArgs4, DestroySessionArgs4, ExchangeIdArgs4, ExchangeIdResOk4, FreeStateidArgs4,
+    GetattrArgs4, GetattrResOk4, GetfhResOk4, LinkArgs4, LookupArgs4, PutfhArgs4, ReaddirArgs4,
+    ReaddirResOk4, ReclaimCompleteArgs4, RemoveArgs4, RenameArgs4, RenameResOk4, SecinfoArgs4,
+    SecinfoResOk4, SecinfoStyle4, SequenceArgs4, SequenceResOk4, SetattrArgs4, SetattrRes4,
+    TestStateidArgs4, TestStateidResOk4, VerifyArgs4, WriteHead4, WriteResOk4,
 };
 use crate::nfs4::types::{
     ChangeInfo4, Linktext4, Nfsstat4, Opnum4, Res4, Utf8Str, NFS4_MAX_TAG_LEN,

@@ -426,8 +426,6 @@ xdr_enum! {
     }
 }
 
-/// A value of a COMPOUND: a status or an operation number on the wire is
-/// a `u32`; these decode it into the enums.
 impl Nfsstat4 {
     /// Whether this is `NFS4_OK`.
     pub const fn is_ok(self) -> bool {
@@ -1041,7 +1039,7 @@ impl Decode<'_> for CallbackSecParms4 {
 }
 
 xdr_enum! {
-    /// `nfs_ftype4` (RFC 8881 section 3.3.8... 5.8.1.2).
+    /// `nfs_ftype4`: the type of a file (RFC 8881 section 5.8.1.2).
     pub enum NfsFtype4 {
         Reg = 1,
         Dir = 2,
@@ -1121,6 +1119,7 @@ mod tests {
         assert_eq!(Opnum4::from_u32(2), None);
         assert_eq!(Opnum4::from_u32(76), None);
         assert_eq!(Nfsstat4::from_u32(10036), Some(Nfsstat4::Badxdr));
+        assert!(Nfsstat4::Ok.is_ok() && !Nfsstat4::Badxdr.is_ok());
         for t in NfsFtype4::ALL {
             assert_codec(t);
         }
