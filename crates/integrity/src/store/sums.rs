@@ -431,6 +431,18 @@ impl FileSums {
         Ok(out)
     }
 
+    /// Whether [`WriteTicket::copy_sums`] may copy the stored checksums
+    /// of `src` into this file: both in one store, and those of `src`
+    /// trusted (not changed behind the server's back, not waiting for a
+    /// rebuild that failed). Otherwise a copy's blocks are recomputed.
+    pub fn can_copy_sums_from(&self, src: &FileSums) -> bool {
+        self.shares_store(src) && !src.is_stale() && !src.unverifiable()
+    }
+
+    fn shares_store(&self, other: &FileSums) -> bool {
+        Arc::ptr_eq(&self.store, &other.store)
+    }
+
     /// The stored checksums may no longer match the data (a write whose
     /// outcome nobody will see, such as one abandoned in flight): from
     /// now on a mismatch rebuilds them from the data instead of being
@@ -858,6 +870,67 @@ impl WriteTicket<'_> {
         self.sums.store_crcs(self.blocks.start, crcs)
     }
 
+    /// The write punched a hole (`fallocate(PUNCH_HOLE)`): the blocks
+    /// `zeroed` (those of the ticket's it covered whole) read as zeros now
+    /// and get the zero-block value without a read; the ticket's other
+    /// blocks (the partial edges) are recomputed from disk. Blocks past
+    /// the end of the file are left alone (they have no entries).
+    pub fn zeroed(self, zeroed: Range<u64>) -> io::Result<()> {
+        let size = Version::of(self.data)?.size;
+        let zeroed = clamp(&zeroed, &self.blocks, size);
+        let zero = zero_block_crc();
+        let mut block = zeroed.start;
+        while block < zeroed.end {
+            let n = (zeroed.end - block).min(PAGE_ENTRIES);
+            self.sums.store_crcs(block, &vec![zero; n as usize])?;
+            block += n;
+        }
+        self.recompute_around(&zeroed)
+    }
+
+    /// The write copied data from `src` (a file of the same store, whose
+    /// checksums are trusted: [`FileSums::can_copy_sums_from`]): the blocks
+    /// `whole` of the ticket's, each a whole block of data copied from
+    /// block `src_first + (block - whole.start)` of `src`, get that
+    /// block's stored checksum without a read (a corrupt source block
+    /// stays detectable in the copy); the ticket's other blocks are
+    /// recomputed from disk.
+    pub fn copy_sums(self, src: &FileSums, src_first: u64, whole: Range<u64>) -> io::Result<()> {
+        debug_assert!(self.sums.shares_store(src));
+        let size = Version::of(self.data)?.size;
+        let asked = whole.start;
+        let whole = clamp(&whole, &self.blocks, size);
+        let zero = zero_block_crc();
+        let mut block = whole.start;
+        while block < whole.end {
+            let n = (whole.end - block).min(PAGE_ENTRIES);
+            let from = src_first + (block - asked);
+            let crcs: Vec<u32> = src
+                .stored(from, n as usize)?
+                .into_iter()
+                .map(|entry| entry ^ zero)
+                .collect();
+            self.sums.store_crcs(block, &crcs)?;
+            block += n;
+        }
+        self.recompute_around(&whole)
+    }
+
+    /// Recomputes the ticket's blocks before and after `done`.
+    fn recompute_around(self, done: &Range<u64>) -> io::Result<()> {
+        let (head, tail) = if done.is_empty() {
+            (self.blocks.clone(), self.blocks.end..self.blocks.end)
+        } else {
+            (self.blocks.start..done.start, done.end..self.blocks.end)
+        };
+        for edge in [head, tail] {
+            if !edge.is_empty() {
+                self.sums.recompute(self.data, edge)?;
+            }
+        }
+        Ok(())
+    }
+
     /// The write failed part-way (or not at all): its blocks' checksums
     /// are recomputed from whatever is on disk now.
     pub fn recompute(self) -> io::Result<()> {
@@ -872,4 +945,12 @@ impl Drop for WriteTicket<'_> {
         self.sums.store.log.end(self.sums.id, self.regions.clone());
         self.sums.version_end(self.data);
     }
+}
+
+/// `blocks` within the ticket's `ticket` and below the end of a file of
+/// `size` bytes.
+fn clamp(blocks: &Range<u64>, ticket: &Range<u64>, size: u64) -> Range<u64> {
+    let start = blocks.start.max(ticket.start);
+    let end = blocks.end.min(ticket.end).min(size.div_ceil(BLOCK));
+    start..end.max(start)
 }

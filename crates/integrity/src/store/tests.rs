@@ -1,6 +1,6 @@
 //! Tests of the store and of its files' checksum states.
 
-use super::header::read_header;
+use super::header::{read_header, HEADER_LEN};
 use super::sums::{AFTER_REBUILD_PASS, AFTER_REBUILD_WIPE, AFTER_RECOMPUTE_CHUNK, READ_CHUNK};
 use super::*;
 use crate::{block_crc, block_crcs, BLOCK};
@@ -549,4 +549,88 @@ fn recovery_recomputes_logged_regions() {
     drop(sums);
     store.remove(&key(2));
     assert!(store.open_existing(key(2), data.as_fd()).unwrap().is_none());
+}
+
+/// Fills `data` with `len` bytes of a pattern through `sums`, as the
+/// server writes.
+fn filled(sums: &FileSums, data: &File, len: usize, salt: u8) -> Vec<u8> {
+    let bytes: Vec<u8> = (0..len).map(|i| (i % 251) as u8 ^ salt).collect();
+    let t = sums.begin_write(data.as_fd(), 0..len as u64).unwrap();
+    data.write_all_at(&bytes, 0).unwrap();
+    t.finish(&crcs(&bytes)).unwrap();
+    bytes
+}
+
+#[test]
+fn a_punched_range_gets_zero_blocks_without_a_read_and_its_edges_recomputed() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("integrity"), 4, Order::Overlapped).unwrap();
+    let data = tempfile::tempfile().unwrap();
+    let sums = store.open_file(key(30), data.as_fd()).unwrap();
+    // Pages of entries cached before the punch are updated too.
+    let mut bytes = filled(&sums, &data, 3000 * BLOCK as usize + 100, 1);
+    assert_eq!(sums.verify(0, &bytes).unwrap(), None);
+    // Zeros over 10..2990 + 50 (blocks 11..2990 whole), as a punch does.
+    let (start, end) = (10 * BLOCK + 50, 2990 * BLOCK);
+    let t = sums
+        .begin_write(data.as_fd(), 10 * BLOCK..2990 * BLOCK)
+        .unwrap();
+    bytes[start as usize..end as usize].fill(0);
+    data.write_all_at(&bytes[start as usize..end as usize], start)
+        .unwrap();
+    t.zeroed(11..2990).unwrap();
+    assert_eq!(sums.verify(0, &bytes).unwrap(), None);
+    // Blocks named whole that are not are caught: the test can fail.
+    let t = sums.begin_write(data.as_fd(), 0..2 * BLOCK).unwrap();
+    t.zeroed(0..2).unwrap();
+    assert_eq!(sums.verify(0, &bytes).unwrap().unwrap().block, 0);
+    // Blocks past the end are left alone (the store has no entries there).
+    let t = sums
+        .begin_write(data.as_fd(), 2999 * BLOCK..4000 * BLOCK)
+        .unwrap();
+    t.zeroed(3001..4000).unwrap();
+    let len = std::fs::metadata(dir.path().join("integrity").join(key(30).relative_path()))
+        .unwrap()
+        .len();
+    assert!(len <= HEADER_LEN + 4 * 3001, "{len}");
+}
+
+#[test]
+fn copied_checksums_come_from_the_source_and_edges_from_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("integrity"), 4, Order::Overlapped).unwrap();
+    let other = Store::open(&dir.path().join("other"), 4, Order::Overlapped).unwrap();
+    let src = tempfile::tempfile().unwrap();
+    let dst = tempfile::tempfile().unwrap();
+    let src_sums = store.open_file(key(31), src.as_fd()).unwrap();
+    let dst_sums = store.open_file(key(32), dst.as_fd()).unwrap();
+    let elsewhere = other.open_file(key(33), src.as_fd()).unwrap();
+    assert!(dst_sums.can_copy_sums_from(&src_sums));
+    assert!(dst_sums.can_copy_sums_from(&dst_sums));
+    assert!(!dst_sums.can_copy_sums_from(&elsewhere));
+    let from = filled(&src_sums, &src, 20 * BLOCK as usize, 2);
+    let mut to = filled(&dst_sums, &dst, 10 * BLOCK as usize, 3);
+    // Bytes 5 * 4096 + 7 .. 14 * 4096 + 7 of src to 1 * 4096 + 7 ..: dst
+    // blocks 2..10 whole (src blocks 6..14), blocks 1 and 10 partial.
+    let (s, d, n) = (5 * BLOCK + 7, BLOCK + 7, 9 * BLOCK);
+    let t = dst_sums
+        .begin_write(dst.as_fd(), BLOCK..d + n + BLOCK)
+        .unwrap();
+    let piece = &from[s as usize..(s + n) as usize];
+    dst.write_all_at(piece, d).unwrap();
+    to.resize((d + n) as usize, 0);
+    to[d as usize..].copy_from_slice(piece);
+    t.copy_sums(&src_sums, 6, 2..10).unwrap();
+    assert_eq!(dst_sums.verify(0, &to).unwrap(), None);
+    // Copied, not read: a source block rotted before the copy shows in
+    // the copy.
+    let mut rotted = from[6 * BLOCK as usize..7 * BLOCK as usize].to_vec();
+    rotted[9] ^= 0xff;
+    dst.write_all_at(&rotted, 3 * BLOCK).unwrap();
+    let t = dst_sums
+        .begin_write(dst.as_fd(), 3 * BLOCK..4 * BLOCK)
+        .unwrap();
+    t.copy_sums(&src_sums, 6, 3..4).unwrap();
+    to[3 * BLOCK as usize..4 * BLOCK as usize].copy_from_slice(&rotted);
+    assert_eq!(dst_sums.verify(0, &to).unwrap().unwrap().block, 3);
 }
