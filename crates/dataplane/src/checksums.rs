@@ -20,7 +20,8 @@
 //!   ([`Rebuild`]); any other mismatch is [`DataError::Corrupt`]: logged
 //!   with the file, block and both checksums, counted, and answered
 //!   `NFS3ERR_IO`.
-//! - Truncate and COMMIT: in `file.rs` and `plane.rs`.
+//! - Truncate and COMMIT: in `file.rs` and `plane.rs`; ALLOCATE and
+//!   DEALLOCATE in `space.rs`, COPY and CLONE in `copy.rs`.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};

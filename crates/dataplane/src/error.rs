@@ -2,7 +2,8 @@
 
 use std::io;
 
-/// Why a READ, WRITE, COMMIT or truncate failed. The server maps it to an
+/// Why a READ, WRITE, COMMIT, truncate or one of NFSv4.2's calls (SEEK,
+/// ALLOCATE, DEALLOCATE, COPY, CLONE) failed. The server maps it to an
 /// NFS status through [`DataError::errno`] in its one status-mapping place.
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
@@ -62,6 +63,21 @@ pub enum DataError {
     /// trusted.
     #[error("the data was written, its checksums could not be stored: {0}")]
     ChecksumStore(io::Error),
+    /// The arguments name no valid range: a length of 0 where one is
+    /// needed, a copy or clone between overlapping ranges of one file, a
+    /// clone not aligned to the filesystem's block size or reaching past
+    /// the end of its source. Answered `NFS4ERR_INVAL`.
+    #[error("invalid range: {0}")]
+    InvalidRange(&'static str),
+    /// A SEEK from an offset at or past the end of the file (`size`):
+    /// `NFS4ERR_NXIO` (RFC 7862 section 15.11.3), `ENXIO` as `lseek` says.
+    #[error("offset {offset} is not inside the file of {size} bytes")]
+    PastEnd {
+        /// The offset asked for.
+        offset: u64,
+        /// The file's size.
+        size: u64,
+    },
     /// The data-plane configuration is unusable.
     #[error("invalid data-plane configuration: {0}")]
     InvalidConfig(&'static str),
@@ -71,14 +87,20 @@ impl DataError {
     /// The errno that best describes the error, for mapping to `nfsstat3`:
     /// the system call's own errno, `EIO` for rejected direct I/O and short
     /// writes (NFS3ERR_IO), `EINVAL` for oversized transfers and bad
-    /// configuration, `EFBIG` for offsets past the maximum file size.
+    /// configuration and invalid ranges, `ENXIO` for a SEEK past the end,
+    /// `EFBIG` for offsets past the maximum file size. A filesystem that
+    /// cannot do what was asked answers `EOPNOTSUPP` (CLONE on ext4) or
+    /// `EXDEV` (a clone between two filesystems).
     pub fn errno(&self) -> i32 {
         match self {
             DataError::Io(e) | DataError::ChecksumStore(e) => e.raw_os_error().unwrap_or(libc::EIO),
             DataError::DirectRejected { .. }
             | DataError::ShortWrite { .. }
             | DataError::Corrupt { .. } => libc::EIO,
-            DataError::TooLarge { .. } | DataError::InvalidConfig(_) => libc::EINVAL,
+            DataError::TooLarge { .. }
+            | DataError::InvalidConfig(_)
+            | DataError::InvalidRange(_) => libc::EINVAL,
+            DataError::PastEnd { .. } => libc::ENXIO,
             DataError::FileTooBig => libc::EFBIG,
         }
     }

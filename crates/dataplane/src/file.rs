@@ -38,6 +38,9 @@ pub(crate) struct DirectIo {
 #[derive(Debug)]
 pub struct DataFile {
     buffered: OwnedFd,
+    /// The inode: (device, inode number), which orders the range locks
+    /// of two files a COPY or CLONE takes (`copy.rs`).
+    identity: (u64, u64),
     direct: Option<DirectIo>,
     dio: DioAlign,
     /// Granularity of range locks: at least a page (buffered I/O works in
@@ -125,6 +128,7 @@ impl DataFile {
             lock_unit = lock_unit.max(d.read_align).max(d.write_align);
         }
         Ok(Self {
+            identity: (st.st_dev as u64, st.st_ino as u64),
             buffered,
             direct,
             dio,
@@ -271,6 +275,11 @@ impl DataFile {
             sums.truncated(ticket, new_size)?;
         }
         Ok(whole_file.waited())
+    }
+
+    /// The inode (device, inode number).
+    pub(crate) fn identity(&self) -> (u64, u64) {
+        self.identity
     }
 
     pub(crate) fn direct(&self) -> Option<&DirectIo> {

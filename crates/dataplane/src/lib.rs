@@ -29,7 +29,9 @@
 //! (`read.rs`) or write path (`write.rs`), passing them what the two share
 //! (`paths.rs`: configuration, counters, which I/O path a file gets, range
 //! locking, direct I/O's error policy, and the checksum hooks of
-//! `checksums.rs`); COMMIT and truncate are its own.
+//! `checksums.rs`); COMMIT and truncate are its own. NFSv4.2's calls go to
+//! `space.rs` (SEEK, ALLOCATE, DEALLOCATE) and `copy.rs` (COPY, CLONE),
+//! which take the same range locks as WRITE and truncate.
 //!
 //! Direct I/O, modes and alignment follow `DESIGN.md` ("The data plane");
 //! the pieces are named after what they do: [`align`] holds the arithmetic
@@ -46,6 +48,7 @@ pub mod align;
 mod checksums;
 mod cluster;
 mod config;
+mod copy;
 mod counters;
 mod device_queue;
 mod error;
@@ -60,6 +63,7 @@ pub mod range_lock;
 mod read;
 mod readahead;
 mod size;
+mod space;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 mod write;
@@ -68,6 +72,7 @@ mod writebehind;
 
 pub use checksums::{Rebuild, MAX_REBUILDS};
 pub use config::{is_small, DataConfig, Mode, LARGE_READ_DEPTH, MAX_TRANSFER_LIMIT, SMALL_IO};
+pub use copy::COPY_MAX;
 pub use counters::{CounterSnapshot, Counters, OpsBytes, PerMode};
 pub use error::DataError;
 pub use file::{DataFile, SizeProbe};
@@ -76,6 +81,7 @@ pub use pool::{BufferPool, IoRing, PooledBuf, BUF_ALIGN, BUF_SLACK, MAX_DIO_ALIG
 pub use prefetch::Prefetch;
 pub use read::{ReadAttempt, ReadData};
 pub use readahead::MAX_AGE as READAHEAD_MAX_AGE;
+pub use space::Seek;
 pub use write::{Stable, WriteAttempt, WriteDone};
 pub use write_buffer::WriteBuffer;
 pub use writebehind::{LAG as WRITE_BEHIND_LAG, STEP as WRITE_BEHIND_STEP};

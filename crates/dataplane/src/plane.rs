@@ -3,7 +3,8 @@
 //! (`write.rs`) and what the two share (`paths.rs`: configuration,
 //! counters, the I/O decisions common to READ and WRITE, and the checksum
 //! hooks), and hands each call to the path it belongs to, with what they
-//! share; COMMIT and truncate are its own.
+//! share; COMMIT and truncate are its own. NFSv4.2's SEEK, ALLOCATE and
+//! DEALLOCATE go to `space.rs`, COPY and CLONE to `copy.rs`.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -18,12 +19,14 @@ use crate::file::DataFile;
 use crate::paths::Paths;
 use crate::pool::{BufferPool, IoRing, PooledBuf};
 use crate::read::{ReadAttempt, ReadData, ReadPath};
+use crate::space::Seek;
 use crate::write::{Stable, WriteAttempt, WriteDone, WritePath};
 use crate::write_buffer::WriteBuffer;
 use crate::writebehind::WriteBehind;
 use crate::{DataConfig, DataError};
 
-/// READ, WRITE, COMMIT and truncate for the files of one export.
+/// READ, WRITE, COMMIT, truncate and NFSv4.2's SEEK, ALLOCATE,
+/// DEALLOCATE, COPY and CLONE for the files of one export.
 pub struct DataPlane {
     /// What READ and WRITE share: configuration, counters, I/O decisions,
     /// checksum hooks.
@@ -271,6 +274,70 @@ impl DataPlane {
                 Err(DataError::from(e))
             }
         }
+    }
+
+    /// SEEK (RFC 7862 section 15.11): the first offset at or after
+    /// `offset` that holds data ([`Seek::Data`]) or lies in a hole
+    /// ([`Seek::Hole`], the end of the file being one), by
+    /// `lseek(SEEK_DATA/SEEK_HOLE)`, within the size clients see. `None`:
+    /// no data from `offset` on. An offset at or past the end is
+    /// [`DataError::PastEnd`] (`NFS4ERR_NXIO`). Holds `[offset, end)`
+    /// shared. Blocking.
+    pub fn seek(&self, file: &DataFile, offset: u64, what: Seek) -> Result<Option<u64>, DataError> {
+        crate::space::seek(&self.paths, file, offset, what)
+    }
+
+    /// ALLOCATE (RFC 7862 section 15.1): reserves the blocks of `len`
+    /// bytes at `offset` (`fallocate(0)`), which may extend the file; the
+    /// data read does not change. Holds the range exclusively. Blocking.
+    pub fn allocate(&self, file: &DataFile, offset: u64, len: u64) -> Result<(), DataError> {
+        crate::space::allocate(&self.paths, file, offset, len)
+    }
+
+    /// DEALLOCATE (RFC 7862 section 15.4): frees the blocks of `len` bytes
+    /// at `offset`, which then read as zeros
+    /// (`fallocate(PUNCH_HOLE | KEEP_SIZE)`: the size stays). Holds the
+    /// blocks covering the range exclusively. Blocking.
+    pub fn deallocate(&self, file: &DataFile, offset: u64, len: u64) -> Result<(), DataError> {
+        crate::space::deallocate(&self.paths, file, offset, len)
+    }
+
+    /// COPY (RFC 7862 section 15.2): copies up to `len` bytes (at most
+    /// [`crate::COPY_MAX`]) of `src` at `src_offset` to `dst` at
+    /// `dst_offset` (`copy_file_range`; XFS and btrfs share extents where
+    /// they can), within one file too if the ranges do not overlap.
+    /// Returns the bytes copied: fewer than `len` at the source's end or
+    /// past [`crate::COPY_MAX`] (the client goes on from there). The
+    /// protocol's count 0 ("to the end") is `u64::MAX` here. The copy is
+    /// UNSTABLE: `dst` is left for COMMIT like a WRITE's data
+    /// ([`DataFile::has_unsynced_writes`]). Blocking.
+    pub fn copy(
+        &self,
+        src: &DataFile,
+        src_offset: u64,
+        dst: &DataFile,
+        dst_offset: u64,
+        len: u64,
+    ) -> Result<u64, DataError> {
+        crate::copy::copy(&self.paths, src, src_offset, dst, dst_offset, len)
+    }
+
+    /// CLONE (RFC 7862 section 15.13): makes `len` bytes of `dst` at
+    /// `dst_offset` share the extents of `src` at `src_offset`
+    /// (`FICLONERANGE`); `len` 0 clones to the source's end. Offsets must
+    /// be aligned to the filesystem's block size, and the length too
+    /// unless it ends at the source's end ([`DataError::InvalidRange`]
+    /// otherwise); filesystems that cannot clone (ext4) answer
+    /// `EOPNOTSUPP` ([`DataError::Io`]). Blocking.
+    pub fn clone_range(
+        &self,
+        src: &DataFile,
+        src_offset: u64,
+        dst: &DataFile,
+        dst_offset: u64,
+        len: u64,
+    ) -> Result<(), DataError> {
+        crate::copy::clone_range(&self.paths, src, src_offset, dst, dst_offset, len)
     }
 
     /// Reads up to `count` bytes at `offset` into `buf` (from

@@ -13,7 +13,8 @@
 //! request waits for every earlier conflicting request, granted or not), so
 //! a stream of readers cannot starve a writer or a truncate. A thread holds
 //! at most one range lock of a file at a time, which with FIFO order rules
-//! out deadlock.
+//! out deadlock: a COPY or CLONE within one file, which needs two ranges,
+//! takes them as one request ([`RangeLocks::lock_both`]).
 
 use std::ops::Range;
 
@@ -105,6 +106,39 @@ impl RangeLocks {
         }
     }
 
+    /// Locks two ranges of the file as one request (one ticket, one
+    /// guard): granted once neither conflicts with an earlier request. The
+    /// two never wait for each other, so they may overlap (a copy's
+    /// source and destination sharing a page).
+    pub fn lock_both(
+        &self,
+        (first, first_kind): (Range<u64>, LockKind),
+        (second, second_kind): (Range<u64>, LockKind),
+    ) -> RangeGuard<'_> {
+        let mut table = self.table.lock();
+        let ticket = table.next_ticket;
+        table.next_ticket += 1;
+        for (range, kind) in [(&first, first_kind), (&second, second_kind)] {
+            table.entries.push(Entry {
+                ticket,
+                range: range.clone(),
+                kind,
+            });
+        }
+        let mut waited = false;
+        while Self::blocked(&table, ticket, &first, first_kind)
+            || Self::blocked(&table, ticket, &second, second_kind)
+        {
+            waited = true;
+            self.changed.wait(&mut table);
+        }
+        RangeGuard {
+            locks: self,
+            ticket,
+            waited,
+        }
+    }
+
     /// Locks `range` only if that needs no waiting: `None` when a request
     /// conflicting with it is granted or waits (a waiting writer keeps its
     /// place in line). For callers that must not block (an async task),
@@ -177,6 +211,42 @@ mod tests {
             Duration::from_secs(10),
             &format!("{n} requests in the table"),
         );
+    }
+
+    #[test]
+    fn two_ranges_locked_as_one_request_wait_for_both_and_not_for_each_other() {
+        let locks = Arc::new(RangeLocks::new());
+        // Overlapping ranges of one request (a copy's source and
+        // destination sharing a page) do not wait for each other.
+        let both = locks.lock_both((0..4096, LockKind::Shared), (0..8192, LockKind::Exclusive));
+        assert!(!both.waited());
+        assert!(locks.try_lock(4096..8192, LockKind::Shared).is_none());
+        assert!(locks.try_lock(8192..9000, LockKind::Exclusive).is_some());
+        drop(both);
+        assert!(locks.is_empty());
+        // Held: one reader of the first range, one writer of the second.
+        let reader = locks.lock(0..100, LockKind::Shared);
+        let writer = locks.lock(10_000..10_100, LockKind::Exclusive);
+        let granted = Arc::new(AtomicU64::new(0));
+        let waiter = {
+            let (locks, granted) = (locks.clone(), granted.clone());
+            std::thread::spawn(move || {
+                let g = locks.lock_both(
+                    (0..100, LockKind::Shared),
+                    (10_000..10_100, LockKind::Exclusive),
+                );
+                granted.store(1, Ordering::SeqCst);
+                assert!(g.waited());
+            })
+        };
+        wait_for_requests(&locks, 4);
+        drop(reader);
+        // Its second range is still held.
+        assert_eq!(granted.load(Ordering::SeqCst), 0);
+        drop(writer);
+        waiter.join().unwrap();
+        assert_eq!(granted.load(Ordering::SeqCst), 1);
+        assert!(locks.is_empty());
     }
 
     #[test]
