@@ -251,7 +251,9 @@ impl DataFile {
     /// exclusively, so it waits for every READ and WRITE in flight and
     /// excludes new ones meanwhile: no write in flight can extend the file
     /// past a new, smaller size after the truncate. Every size change
-    /// of a file (SETATTR size, CREATE with a size) must come through here.
+    /// of a file (SETATTR size, CREATE with a size) must come through here
+    /// (or through the plane's ALLOCATE, COPY and CLONE, which extend a
+    /// file under their own range locks).
     /// Runs with the calling thread's credentials: for a non-root caller
     /// the kernel clears set-user-ID and set-group-ID bits. Returns whether
     /// it had to wait for the lock.
