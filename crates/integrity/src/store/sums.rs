@@ -386,6 +386,40 @@ impl FileSums {
         Ok(())
     }
 
+    /// Stores the zero-block value for `blocks`. More than a page of
+    /// entries is punched out of the checksum file (a hole there reads as
+    /// that value) and the cached pages are dropped (a new generation),
+    /// so a DEALLOCATE of a large range writes no entries at all; less,
+    /// or where the store's filesystem cannot punch, they are written.
+    fn store_zeros(&self, blocks: Range<u64>) -> io::Result<()> {
+        let count = blocks.end.saturating_sub(blocks.start);
+        if count > PAGE_ENTRIES {
+            let flags =
+                rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE;
+            match rustix::fs::fallocate(&self.file, flags, HEADER_LEN + 4 * blocks.start, 4 * count)
+            {
+                Ok(()) => {
+                    // Pages loaded before the punch are never looked up
+                    // again; a write to other blocks that updated one of
+                    // them wrote its entries to the file first.
+                    self.generation
+                        .store(self.store.new_generation(), Ordering::Release);
+                    return Ok(());
+                }
+                Err(rustix::io::Errno::OPNOTSUPP) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let zero = zero_block_crc();
+        let mut block = blocks.start;
+        while block < blocks.end {
+            let n = (blocks.end - block).min(PAGE_ENTRIES);
+            self.store_crcs(block, &vec![zero; n as usize])?;
+            block += n;
+        }
+        Ok(())
+    }
+
     /// Checks the consecutive blocks in `data`, the first being block
     /// `first_block` (the last may be short: the end of the file), against
     /// their stored checksums, under the READ's range lock. Returns the
@@ -878,13 +912,7 @@ impl WriteTicket<'_> {
     pub fn zeroed(self, zeroed: Range<u64>) -> io::Result<()> {
         let size = Version::of(self.data)?.size;
         let zeroed = clamp(&zeroed, &self.blocks, size);
-        let zero = zero_block_crc();
-        let mut block = zeroed.start;
-        while block < zeroed.end {
-            let n = (zeroed.end - block).min(PAGE_ENTRIES);
-            self.sums.store_crcs(block, &vec![zero; n as usize])?;
-            block += n;
-        }
+        self.sums.store_zeros(zeroed.clone())?;
         self.recompute_around(&zeroed)
     }
 
