@@ -46,3 +46,14 @@ def test_ior_jobs_that_read_or_rewrite_the_ior_file_need_its_write(jobs):
     out = r.stdout + r.stderr
     assert "add ior-hard-write to --jobs" in out
     assert jobs.split(",")[-1] in out
+
+
+@pytest.mark.parametrize("jobs,maker", [("meta-rename", "meta-create"),
+                                        ("meta-create,meta-remove", "meta-rename")])
+def test_metadata_jobs_need_the_files_the_one_before_makes(jobs, maker):
+    # meta-rename renames the .tmp files meta-create made, meta-remove the
+    # names meta-rename gave them: alone, every RENAME failed with NOENT
+    # and the run reported bad data for dionfs and Ganesha alike.
+    r = bench("--jobs", jobs)
+    assert r.returncode == 2
+    assert f"add {maker} to --jobs" in r.stdout + r.stderr
