@@ -13,6 +13,8 @@ pub mod program;
 mod reply;
 pub mod rpcbind;
 pub mod systemd;
+#[cfg(test)]
+mod testing;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

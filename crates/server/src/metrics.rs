@@ -631,7 +631,6 @@ pub fn fetch(addr: &str) -> io::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dionfs_core::export::{Config, ExportConfig, ServerSettings};
 
     /// Serves one connection `response`, then `fetch`es from it.
     fn fetch_answered(response: &'static str) -> io::Result<String> {
@@ -666,18 +665,7 @@ mod tests {
         let root = std::fs::canonicalize(dir.path()).unwrap();
         let path = root.join("a \"quoted\" \\ name\nsecond line");
         std::fs::create_dir(&path).unwrap();
-        let mut export = ExportConfig::with_defaults(path);
-        export.secure = false;
-        let config = Config {
-            server: ServerSettings {
-                state_dir: root.join("state"),
-                io_uring: false,
-                max_in_flight: 4,
-                ..ServerSettings::default()
-            },
-            exports: vec![export],
-        };
-        let server = Arc::new(Server::open(&config).unwrap());
+        let server = crate::testing::server(&root, &path);
         let calls = Arc::new(CallStats::new(crate::dispatch::counted_programs()));
         calls.record(
             dionfs_proto::nfs3::NFS_PROGRAM,

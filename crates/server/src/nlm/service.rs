@@ -364,7 +364,6 @@ impl Service for LockService {
 mod tests {
     use std::time::Duration;
 
-    use dionfs_core::export::{Config, ExportConfig, ServerSettings};
     use dionfs_core::locks::table::Attempt;
     use dionfs_core::locks::Span;
     use dionfs_proto::nlm4::{CallerName, NetObj, Nlm4Lock, Nlm4TestArgs};
@@ -382,19 +381,8 @@ mod tests {
         let root = std::fs::canonicalize(dir.path()).unwrap();
         let file = root.join("f");
         std::fs::write(&file, b"data").unwrap();
-        let mut export = ExportConfig::with_defaults(root.join("export"));
-        std::fs::create_dir(&export.path).unwrap();
-        export.secure = false;
-        let config = Config {
-            server: ServerSettings {
-                state_dir: root.join("state"),
-                io_uring: false,
-                max_in_flight: 4,
-                ..ServerSettings::default()
-            },
-            exports: vec![export],
-        };
-        let server = Arc::new(Server::open(&config).unwrap());
+        std::fs::create_dir(root.join("export")).unwrap();
+        let server = crate::testing::server(&root, &root.join("export"));
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .start_paused(true)
