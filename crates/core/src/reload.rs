@@ -317,6 +317,9 @@ pub fn changed_settings(running: &ServerSettings, new: &ServerSettings) -> Vec<&
         nlm_port,
         nsm_port,
         grace_period,
+        versions,
+        lease_time,
+        nfs4_reply_cache_mib,
     } = running;
     [
         ("listen", *listen == new.listen),
@@ -353,6 +356,12 @@ pub fn changed_settings(running: &ServerSettings, new: &ServerSettings) -> Vec<&
         ("nlm_port", *nlm_port == new.nlm_port),
         ("nsm_port", *nsm_port == new.nsm_port),
         ("grace_period", *grace_period == new.grace_period),
+        ("versions", *versions == new.versions),
+        ("lease_time", *lease_time == new.lease_time),
+        (
+            "nfs4_reply_cache_mib",
+            *nfs4_reply_cache_mib == new.nfs4_reply_cache_mib,
+        ),
     ]
     .into_iter()
     .filter(|(_, same)| !same)

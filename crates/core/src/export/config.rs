@@ -97,7 +97,85 @@ pub struct ServerSettings {
     /// Where to write the server's process id while it runs (for
     /// `dionfs reload`), if set.
     pub pid_file: Option<PathBuf>,
+    /// The NFS versions served.
+    pub versions: NfsVersions,
+    /// NFSv4.1 lease: how long a client keeps its state without a call.
+    pub lease_time: Duration,
+    /// Memory for the replies NFSv4.1 sessions keep for retransmissions
+    /// (their slots' reply caches), all sessions together, in MiB.
+    pub nfs4_reply_cache_mib: u64,
 }
+
+/// Which NFS versions (and NFSv4 minor versions) are served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NfsVersions {
+    /// NFSv3 (with MOUNT).
+    pub v3: bool,
+    /// NFSv4.1.
+    pub v4_1: bool,
+    /// NFSv4.2.
+    pub v4_2: bool,
+}
+
+impl NfsVersions {
+    /// The versions a `versions` list names ("3", "4.1", "4.2"), or why
+    /// it names none or something else.
+    pub fn parse<'a>(names: impl IntoIterator<Item = &'a str>) -> Result<NfsVersions, String> {
+        let mut v = NfsVersions {
+            v3: false,
+            v4_1: false,
+            v4_2: false,
+        };
+        for name in names {
+            match name {
+                "3" => v.v3 = true,
+                "4.1" => v.v4_1 = true,
+                "4.2" => v.v4_2 = true,
+                // Minor version 0 has no sessions: a client of it needs
+                // state this server does not keep (design section 0).
+                "4" | "4.0" => {
+                    return Err(format!(
+                        "versions: NFSv{name} (minor version 0) is not served; \
+                         the versions are \"3\", \"4.1\" and \"4.2\""
+                    ))
+                }
+                _ => {
+                    return Err(format!(
+                        "versions: `{name}` is not one of \"3\", \"4.1\", \"4.2\""
+                    ))
+                }
+            }
+        }
+        if !v.v3 && !v.v4() {
+            return Err("versions: the list is empty; nothing would be served".into());
+        }
+        Ok(v)
+    }
+
+    /// Whether some minor version of NFSv4 is served.
+    pub fn v4(&self) -> bool {
+        self.v4_1 || self.v4_2
+    }
+}
+
+impl Default for NfsVersions {
+    /// NFSv3 only, for now: until NFSv4's namespace and opens are served,
+    /// a kernel client mounting with `vers=auto` would get a v4 mount that
+    /// fails instead of falling back to v3, which it does on
+    /// PROG_MISMATCH.
+    fn default() -> Self {
+        NfsVersions {
+            v3: true,
+            v4_1: false,
+            v4_2: false,
+        }
+    }
+}
+
+/// The default NFSv4.1 lease, as knfsd's.
+pub const DEFAULT_LEASE_TIME: Duration = Duration::from_secs(90);
+/// The shortest and longest `lease_time` accepted, in seconds.
+pub const LEASE_TIME_SECS: std::ops::RangeInclusive<u64> = 10..=3600;
 
 impl Default for ServerSettings {
     fn default() -> Self {
@@ -129,6 +207,11 @@ impl Default for ServerSettings {
             // As knfsd's lockd (nlm_grace_period follows the 90 s lease).
             grace_period: Duration::from_secs(90),
             pid_file: None,
+            versions: NfsVersions::default(),
+            lease_time: DEFAULT_LEASE_TIME,
+            // As knfsd's slot memory (nfsd_drc_max_mem is 1/128 of RAM,
+            // a few tens of MiB on a small server).
+            nfs4_reply_cache_mib: 64,
         }
     }
 }
@@ -346,6 +429,11 @@ struct RawServer {
     /// Seconds; 0 turns the grace period off.
     grace_period: Option<Spanned<f64>>,
     pid_file: Option<PathBuf>,
+    /// "3", "4.1", "4.2".
+    versions: Option<Spanned<Vec<String>>>,
+    /// Seconds.
+    lease_time: Option<Spanned<u64>>,
+    nfs4_reply_cache_mib: Option<Spanned<u64>>,
 }
 
 #[derive(Deserialize)]
@@ -447,6 +535,18 @@ impl Config {
             }
             if s.pid_file.is_some() {
                 server.pid_file = s.pid_file;
+            }
+            if let Some(v) = s.versions {
+                server.versions = NfsVersions::parse(v.get_ref().iter().map(String::as_str))
+                    .map_err(|r| err(Some(v.span()), r))?;
+            }
+            if let Some(v) = s.lease_time {
+                server.lease_time =
+                    check_lease_time(*v.get_ref()).map_err(|r| err(Some(v.span()), r))?;
+            }
+            if let Some(v) = s.nfs4_reply_cache_mib {
+                server.nfs4_reply_cache_mib =
+                    check_reply_cache(*v.get_ref()).map_err(|r| err(Some(v.span()), r))?;
             }
             for (value, name, target) in [
                 (s.max_in_flight, "max_in_flight", &mut server.max_in_flight),
@@ -650,6 +750,35 @@ pub fn check_large_read_depth(mib: u64) -> Result<u64, String> {
     Ok(mib)
 }
 
+/// Checks `lease_time` in seconds: within [`LEASE_TIME_SECS`] (knfsd's
+/// bounds are the same order: a lease under 10 s is renewed more often
+/// than a busy client can, one over an hour keeps a dead client's state
+/// for that long).
+pub fn check_lease_time(secs: u64) -> Result<Duration, String> {
+    if !LEASE_TIME_SECS.contains(&secs) {
+        return Err(format!(
+            "lease_time: {secs} must be between {} and {} seconds",
+            LEASE_TIME_SECS.start(),
+            LEASE_TIME_SECS.end()
+        ));
+    }
+    Ok(Duration::from_secs(secs))
+}
+
+/// Largest `nfs4_reply_cache_mib`.
+pub const MAX_REPLY_CACHE_MIB: u64 = 64 * 1024;
+
+/// Checks `nfs4_reply_cache_mib`: at least 1 MiB (every session needs a
+/// slot), at most [`MAX_REPLY_CACHE_MIB`].
+pub fn check_reply_cache(mib: u64) -> Result<u64, String> {
+    if !(1..=MAX_REPLY_CACHE_MIB).contains(&mib) {
+        return Err(format!(
+            "nfs4_reply_cache_mib: {mib} must be between 1 and {MAX_REPLY_CACHE_MIB}"
+        ));
+    }
+    Ok(mib)
+}
+
 /// Resolves an export path: absolute, existing, a directory; symlinks in it
 /// are resolved once here so clients mount the real path.
 pub fn canonical_export_dir(path: &str) -> Result<PathBuf, String> {
@@ -782,6 +911,53 @@ path = "/tmp"
         assert!(e.reason.contains("large_read_depth_mib"), "{e}");
         let e = parse("[server]\nmax_connections = 0\n[[export]]\npath = \"/tmp\"\n").unwrap_err();
         assert_eq!(e.line, 2, "{e}");
+    }
+
+    #[test]
+    fn nfs4_settings_parse_default_and_refuse_what_is_not_served() {
+        let d = ServerSettings::default();
+        assert_eq!(d.versions, NfsVersions::default());
+        assert!(d.versions.v3 && !d.versions.v4());
+        assert_eq!(d.lease_time, Duration::from_secs(90));
+        assert_eq!(d.nfs4_reply_cache_mib, 64);
+        let c = parse(
+            r#"
+[server]
+versions = ["3", "4.1", "4.2"]
+lease_time = 15
+nfs4_reply_cache_mib = 8
+
+[[export]]
+path = "/tmp"
+"#,
+        )
+        .unwrap();
+        let s = &c.server;
+        assert_eq!(
+            s.versions,
+            NfsVersions {
+                v3: true,
+                v4_1: true,
+                v4_2: true
+            }
+        );
+        assert_eq!(s.lease_time, Duration::from_secs(15));
+        assert_eq!(s.nfs4_reply_cache_mib, 8);
+        let only41 = parse("[server]\nversions = [\"4.1\"]\n[[export]]\npath = \"/tmp\"\n");
+        let v = only41.unwrap().server.versions;
+        assert!(!v.v3 && v.v4_1 && !v.v4_2 && v.v4());
+        for (text, word) in [
+            ("versions = []", "empty"),
+            ("versions = [\"4.0\"]", "minor version 0"),
+            ("versions = [\"2\"]", "`2`"),
+            ("lease_time = 9", "lease_time"),
+            ("lease_time = 3601", "lease_time"),
+            ("nfs4_reply_cache_mib = 0", "nfs4_reply_cache_mib"),
+        ] {
+            let e = parse(&format!("[server]\n{text}\n[[export]]\npath = \"/tmp\"\n")).unwrap_err();
+            assert_eq!(e.line, 2, "{e}");
+            assert!(e.reason.contains(word), "{text}: {e}");
+        }
     }
 
     #[test]

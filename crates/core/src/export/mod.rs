@@ -8,7 +8,8 @@ pub mod port;
 
 pub use clients::ClientMatch;
 pub use config::{
-    Access, Config, ConfigError, Durability, ExportConfig, Integrity, ServerSettings, Squash,
+    Access, Config, ConfigError, Durability, ExportConfig, Integrity, NfsVersions, ServerSettings,
+    Squash,
 };
 
 use dionfs_rpc::message::Credential;
