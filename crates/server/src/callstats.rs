@@ -1,6 +1,7 @@
 //! Per-procedure call counts and service times (`dionfs stats`, like
-//! `nfsstat -s` with latency percentiles): for each NFSv3 and MOUNT
-//! procedure, how many calls ran and a histogram of the time from the
+//! `nfsstat -s` with latency percentiles): for each procedure of the
+//! programs served (and each NFSv4 operation, counted as its COMPOUND's
+//! procedures are), how many calls ran and a histogram of the time from the
 //! start of their execution to their reply, exported as the Prometheus
 //! histogram `dionfs_call_seconds` (`metrics.rs` encodes it). Recording is
 //! two relaxed atomic adds.
@@ -197,41 +198,54 @@ pub fn parse(text: &str) -> Vec<ProcLine> {
 }
 
 /// `dionfs stats`: a table per program of `programs`, as `nfsstat -s`
-/// prints counts, with service-time percentiles.
+/// prints counts, with service-time percentiles. A program whose calls
+/// carry operations (NFSv4's COMPOUND) gets a second table, of its
+/// operations, each counted as its own call would be.
 pub fn table(lines: &[ProcLine], programs: &[ProgramSummary]) -> String {
     let mut out = String::new();
     for program in programs {
         let title = program.title;
-        let rows: Vec<_> = lines
+        let (operations, procedures): (Vec<_>, Vec<_>) = lines
             .iter()
             .filter(|l| l.program == program.label)
-            .collect();
-        let total: u64 = rows.iter().map(|l| l.count).sum();
+            .partition(|l| program.is_operation(&l.procedure));
+        let total: u64 = procedures.iter().map(|l| l.count).sum();
         let _ = writeln!(out, "{title} calls: {total} (time from execution to reply)");
-        if rows.is_empty() {
-            continue;
-        }
-        let _ = writeln!(
-            out,
-            "  {:<12} {:>10} {:>6} {:>10} {:>10} {:>10}",
-            "procedure", "calls", "%", "p50", "p90", "p99"
-        );
-        for l in rows {
-            let pct = 100.0 * l.count as f64 / total.max(1) as f64;
-            let q = |q| l.quantile(q).map_or("-".to_string(), human);
-            let _ = writeln!(
-                out,
-                "  {:<12} {:>10} {:>5.1}% {:>10} {:>10} {:>10}",
-                l.procedure,
-                l.count,
-                pct,
-                q(0.5),
-                q(0.9),
-                q(0.99)
-            );
+        rows(&mut out, "procedure", &procedures);
+        if program.first_operation.is_some() {
+            let total: u64 = operations.iter().map(|l| l.count).sum();
+            let _ = writeln!(out, "{title} operations: {total}");
+            rows(&mut out, "operation", &operations);
         }
     }
     out
+}
+
+/// The rows of one table: each line's calls, share and percentiles.
+fn rows(out: &mut String, what: &str, lines: &[&ProcLine]) {
+    if lines.is_empty() {
+        return;
+    }
+    let total: u64 = lines.iter().map(|l| l.count).sum();
+    let _ = writeln!(
+        out,
+        "  {:<12} {:>10} {:>6} {:>10} {:>10} {:>10}",
+        what, "calls", "%", "p50", "p90", "p99"
+    );
+    for l in lines {
+        let pct = 100.0 * l.count as f64 / total.max(1) as f64;
+        let q = |q| l.quantile(q).map_or("-".to_string(), human);
+        let _ = writeln!(
+            out,
+            "  {:<12} {:>10} {:>5.1}% {:>10} {:>10} {:>10}",
+            l.procedure,
+            l.count,
+            pct,
+            q(0.5),
+            q(0.9),
+            q(0.99)
+        );
+    }
 }
 
 fn human(seconds: f64) -> String {
@@ -291,5 +305,34 @@ mod tests {
         assert!(table.contains("MOUNT v3 calls: 1"), "{table}");
         // Garbage never panics.
         let _ = parse("dionfs_call_seconds_bucket{le=\"x\"} y\ndionfs_call_seconds_bucket{");
+    }
+
+    #[test]
+    fn nfs4_operations_are_a_table_of_their_own() {
+        // COMPOUNDs are the calls; their ops are counted apart.
+        let stats = CallStats::new(crate::dispatch::counted_programs());
+        stats.record(NFS_PROGRAM, 4, 1, Duration::from_micros(30));
+        stats.record(NFS_PROGRAM, 4, 1, Duration::from_micros(30));
+        stats.record(NFS_PROGRAM, 4, 53, Duration::from_micros(2));
+        stats.record(NFS_PROGRAM, 4, 53, Duration::from_micros(2));
+        stats.record(NFS_PROGRAM, 4, 24, Duration::from_micros(1));
+        let mut registry = Registry::with_prefix("dionfs");
+        registry.register_collector(Box::new(crate::metrics::CallHistogram(Arc::new(stats))));
+        let text = crate::metrics::render(&registry).unwrap();
+        assert!(
+            text.contains("dionfs_call_seconds_count{program=\"nfs4\",procedure=\"SEQUENCE\"} 2")
+        );
+        let table = super::table(&parse(&text), &crate::dispatch::counted_programs());
+        assert!(table.contains("NFS v4 calls: 2"), "{table}");
+        assert!(table.contains("NFS v4 operations: 3"), "{table}");
+        let row = |name: &str| {
+            table
+                .lines()
+                .find(|l| l.split_whitespace().next() == Some(name))
+                .map(str::to_string)
+        };
+        assert!(row("COMPOUND").unwrap().contains("100.0%"), "{table}");
+        assert!(row("SEQUENCE").unwrap().contains("66.7%"), "{table}");
+        assert!(row("PUTROOTFH").is_some(), "{table}");
     }
 }

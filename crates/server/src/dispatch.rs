@@ -2,14 +2,16 @@
 //! one `match` on program and version a reader can scan. It receives each
 //! call as its procedure's table entry says (argument bound, a WRITE's
 //! payload into a pool buffer, a READ's buffer, reply room), runs it
-//! through the program's handler, and counts it.
+//! through the program's handler, and counts it. NFSv4's COMPOUND is read
+//! one op at a time by `nfs4::receive` and run by `nfs4::compound`.
 
 use std::sync::Arc;
 
 use dionfs_dataplane::PooledBuf;
 use dionfs_proto::mount3::{MOUNT_PROGRAM, MOUNT_V3};
 use dionfs_proto::nfs3::{ReadArgs, NFS_PROGRAM, NFS_V3};
-use dionfs_proto::ArgsLimit;
+use dionfs_proto::nfs4::NFS_V4;
+use dionfs_proto::{ArgsLimit, Void};
 use dionfs_rpc::{AuthStat, CallHeader, Credential, RecordError, RecordReader, ReplyStatus};
 use dionfs_transport::{read_args, CallStream, ConnInfo, Received, Reply, Service};
 use dionfs_xdr::{Decode, Decoder};
@@ -18,7 +20,10 @@ use tracing::debug;
 use crate::callstats::CallStats;
 use crate::mount::MountTable;
 use crate::nfs;
+use crate::nfs4::{self, Nfs4};
 use crate::program::{Io, ProgramSummary};
+use crate::reply::success;
+use dionfs_core::export::NfsVersions;
 use dionfs_core::exports::Exports;
 use dionfs_core::server::Server;
 
@@ -42,6 +47,8 @@ pub enum Pending {
         call: CallHeader,
         args: Vec<u8>,
     },
+    /// An NFSv4 COMPOUND, its ops decoded and its SEQUENCE run.
+    Nfs4(Box<nfs4::compound::Compound>),
 }
 
 /// Dispatches the calls of the NFS and MOUNT listeners to their programs.
@@ -51,6 +58,10 @@ pub struct Dispatcher {
     mounts: MountTable,
     /// Per-procedure call counts and service times (`dionfs stats`).
     calls: Arc<CallStats>,
+    /// NFSv3 is served.
+    v3: bool,
+    /// NFSv4, when some minor version of it is served.
+    nfs4: Option<Arc<Nfs4>>,
 }
 
 /// The programs whose calls are counted ([`CallStats`]), from their
@@ -60,6 +71,7 @@ pub fn counted_programs() -> Vec<ProgramSummary> {
     use crate::portmap::{PORTMAP_V2, RPCBIND_V3_PROGRAM, RPCBIND_V4_PROGRAM};
     vec![
         nfs::PROGRAM.summary(),
+        nfs4::PROGRAM.summary().with_operations_from(nfs4::FIRST_OP),
         crate::mount::PROGRAM.summary(),
         NLM.summary(),
         NSM.summary(),
@@ -71,20 +83,46 @@ pub fn counted_programs() -> Vec<ProgramSummary> {
 
 impl Dispatcher {
     /// The dispatcher of `server`'s programs, counting their calls in
-    /// `calls`.
-    pub fn new(server: Arc<Server>, calls: Arc<CallStats>) -> Dispatcher {
+    /// `calls`, serving the NFS `versions` (NFSv4 through `nfs4`, which
+    /// must be given when `versions` has some v4).
+    pub fn new(
+        server: Arc<Server>,
+        calls: Arc<CallStats>,
+        versions: NfsVersions,
+        nfs4: Option<Arc<Nfs4>>,
+    ) -> Dispatcher {
         Dispatcher {
             server,
             mounts: MountTable::default(),
             calls,
+            v3: versions.v3,
+            nfs4: nfs4.filter(|_| versions.v4()),
         }
+    }
+
+    /// NFSv4's program, if it is served on this connection: over TCP
+    /// only (RFC 8881 section 2.9.1: NFSv4.1 needs a transport with
+    /// congestion control).
+    fn nfs4_for(&self, conn: &ConnInfo) -> Option<&Arc<Nfs4>> {
+        self.nfs4.as_ref().filter(|_| !conn.datagram)
+    }
+
+    /// PROG_MISMATCH for an NFS version not served on `conn`: the lowest
+    /// and highest served there.
+    fn nfs_versions_served(&self, conn: &ConnInfo, xid: u32) -> Reply {
+        let v4 = self.nfs4_for(conn).is_some();
+        let low = if self.v3 || !v4 { NFS_V3 } else { NFS_V4 };
+        let high = if v4 { NFS_V4 } else { NFS_V3 };
+        Reply::only_versions(xid, low, high)
     }
 
     /// Whether a call starts as a task, which may finish it without a
     /// blocking thread: a READ of a direct-read export (through the
-    /// io_uring), an aligned direct WRITE (the same) or a small UNSTABLE
-    /// one (into the page cache). Decided without a syscall;
-    /// the rest runs on a blocking thread directly.
+    /// io_uring), an aligned direct WRITE (the same), a small UNSTABLE
+    /// one (into the page cache), or an NFSv4 COMPOUND whose ops all run
+    /// in memory (a lone SEQUENCE renewing a lease, PUTROOTFH and GETFH).
+    /// Decided without a syscall; the rest runs on a blocking thread
+    /// directly.
     fn starts_on_task(&self, pending: &Pending) -> bool {
         match pending {
             Pending::Write(_, write) => write.starts_on_task(&self.server),
@@ -96,6 +134,7 @@ impl Dispatcher {
             } if matches!(nfs_io(call), Io::Read { .. }) => {
                 nfs::data::read_may_use_ring(&self.server, exports, args)
             }
+            Pending::Nfs4(compound) => !compound.blocks(),
             _ => false,
         }
     }
@@ -137,7 +176,7 @@ impl Service for Dispatcher {
             conn.look_up_names().await;
         }
         match (call.prog, call.vers) {
-            (NFS_PROGRAM, NFS_V3) => {
+            (NFS_PROGRAM, NFS_V3) if self.v3 => {
                 let Some(procedure) = nfs::PROGRAM.procedure(call.proc_) else {
                     return proc_unavail(&call);
                 };
@@ -176,7 +215,32 @@ impl Service for Dispatcher {
                     args,
                 }))
             }
-            (NFS_PROGRAM, _) => Ok(Received::Reply(Reply::only_version(call.xid, NFS_V3))),
+            (NFS_PROGRAM, NFS_V4) => {
+                // Turned off, or over UDP: as any version not served.
+                let Some(program) = self.nfs4_for(conn) else {
+                    return Ok(Received::Reply(self.nfs_versions_served(conn, call.xid)));
+                };
+                match call.proc_ {
+                    0 => {
+                        self.calls
+                            .record(NFS_PROGRAM, NFS_V4, 0, std::time::Duration::ZERO);
+                        Ok(Received::Reply(success(call.xid, &Void)))
+                    }
+                    1 => {
+                        let received =
+                            nfs4::receive::receive(program, exports, conn, call, body).await?;
+                        if !matches!(received, Received::Run(_)) {
+                            // Answered at once (a retransmission, an empty
+                            // COMPOUND): counted as the others.
+                            self.calls
+                                .record(NFS_PROGRAM, NFS_V4, 1, std::time::Duration::ZERO);
+                        }
+                        Ok(received.map(Pending::Nfs4))
+                    }
+                    _ => proc_unavail(&call),
+                }
+            }
+            (NFS_PROGRAM, _) => Ok(Received::Reply(self.nfs_versions_served(conn, call.xid))),
             (MOUNT_PROGRAM, _) => Ok(Received::Reply(Reply::only_version(call.xid, MOUNT_V3))),
             _ => Ok(Received::Reply(Reply::status(
                 call.xid,
@@ -268,6 +332,9 @@ impl Service for Dispatcher {
                 (call.prog, call.vers, call.proc_)
             }
             Pending::Write(call, _) => (call.prog, call.vers, call.proc_),
+            Pending::Nfs4(compound) => {
+                (compound.call.prog, compound.call.vers, compound.call.proc_)
+            }
         };
         let started = std::time::Instant::now();
         let server = self.server.clone();
@@ -300,6 +367,10 @@ impl Service for Dispatcher {
                 &call,
                 &args,
             )),
+            // Received only while NFSv4 is served.
+            Pending::Nfs4(compound) => self.nfs4.as_ref().map(|program| {
+                nfs4::compound::run(&server, program, &conn, *compound, &self.calls)
+            }),
         };
         self.calls.record(prog, vers, proc_, started.elapsed());
         reply

@@ -1,5 +1,6 @@
 //! dionfs server: exports, the connection loop ([`net`]) carrying ONC RPC
-//! calls, and the programs served on it (NFS v3, MOUNT v3, portmap v2).
+//! calls, and the programs served on it (NFS v3, NFS v4.1 and v4.2,
+//! MOUNT v3, NLM v4 and NSM, portmap v2 and rpcbind).
 
 pub mod callstats;
 pub mod dispatch;
@@ -283,7 +284,20 @@ async fn serve(
         let _ = rx.wait_for(|s| *s).await;
     };
     let mut tasks = tokio::task::JoinSet::new();
-    let dispatcher = Arc::new(dispatch::Dispatcher::new(server.clone(), calls.clone()));
+    // NFSv4's clients and sessions, when some minor version is served.
+    let nfs4 = if settings.versions.v4() {
+        let nfs4 = Arc::new(nfs4::Nfs4::new(settings, limits.max_record)?);
+        nfs4.start_laundromat();
+        Some(nfs4)
+    } else {
+        None
+    };
+    let dispatcher = Arc::new(dispatch::Dispatcher::new(
+        server.clone(),
+        calls.clone(),
+        settings.versions,
+        nfs4,
+    ));
     tasks.spawn(dionfs_transport::serve(
         nfs,
         dispatcher.clone(),
@@ -361,8 +375,17 @@ async fn serve(
     for x in server.exports().iter() {
         log_export(&x.config);
     }
+    let versions = &settings.versions;
+    let served: Vec<&str> = [
+        (versions.v3, "3"),
+        (versions.v4_1, "4.1"),
+        (versions.v4_2, "4.2"),
+    ]
+    .into_iter()
+    .filter_map(|(on, name)| on.then_some(name))
+    .collect();
     info!(%ip, nfs_port, mount_port, portmap_port = ?portmap_port, nlm_port = ?nlm_port,
-        nsm_udp_port = ?nsm_port, "dionfs serving NFSv3 over TCP");
+        nsm_udp_port = ?nsm_port, nfs_versions = %served.join(","), "dionfs serving NFSv3 over TCP");
     info!(
         read_buffers = settings.read_buffers(),
         write_buffers = settings.write_buffers(),

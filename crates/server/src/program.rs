@@ -96,6 +96,7 @@ impl<H> Program<H> {
                 .iter()
                 .map(|p| p.as_ref().map_or("", |p| p.name))
                 .collect(),
+            first_operation: None,
         }
     }
 }
@@ -109,4 +110,31 @@ pub struct ProgramSummary {
     pub version: u32,
     /// Procedure names by number ("" for an unused number).
     pub names: Vec<&'static str>,
+    /// Where the names stop being RPC procedures and become operations
+    /// inside one (NFSv4's COMPOUND): calls are counted by the
+    /// procedures, operations apart.
+    pub first_operation: Option<u32>,
+}
+
+impl ProgramSummary {
+    /// This summary with the names from number `first` on counted as
+    /// operations ([`ProgramSummary::first_operation`]).
+    pub fn with_operations_from(self, first: u32) -> Self {
+        Self {
+            first_operation: Some(first),
+            ..self
+        }
+    }
+
+    /// Whether `name` is one of the program's operations rather than an
+    /// RPC procedure.
+    pub fn is_operation(&self, name: &str) -> bool {
+        let Some(first) = self.first_operation else {
+            return false;
+        };
+        self.names
+            .iter()
+            .position(|&n| n == name)
+            .is_some_and(|i| i >= first as usize)
+    }
 }

@@ -1,3 +1,457 @@
-//! NFSv4.1 and 4.2 (design: docs/nfs4-design.md).
+//! NFS version 4, minor versions 1 and 2 (RFC 8881, RFC 7862), on the
+//! NFS port beside NFSv3: one procedure, COMPOUND, carrying operations.
+//! [`receive`] reads a COMPOUND one op at a time and runs its SEQUENCE
+//! there; [`compound`] runs the ops through the op table [`PROGRAM`] and
+//! builds the reply ([`reply`]); [`state`] keeps clients and sessions;
+//! [`status`] maps backend errors to `nfsstat4`. This program never calls
+//! `nfs/` or `nlm/` (ARCHITECTURE.md).
+//!
+//! Served so far (W5 of docs/nfs4-design.md): the session ops, and
+//! PUTROOTFH, PUTPUBFH, PUTFH and GETFH on a pseudo-fs of its root alone.
+//! Every other op answers `NFS4ERR_NOTSUPP` until its piece lands; pNFS
+//! and delegation ops keep that answer.
 
+pub mod compound;
+pub mod receive;
+pub mod reply;
 pub mod state;
+pub mod status;
+
+use std::sync::Arc;
+
+use dionfs_proto::nfs4::{ArgOp, GetfhResOk4, NfsFh4, Nfsstat4, Opnum4, NFS4_PROGRAM, NFS_V4};
+use dionfs_xdr::Encode;
+
+use self::compound::OpCtx;
+use self::reply::CompoundReply;
+use self::state::{Principal, State, StateConfig};
+use crate::program::{Io, Procedure, Program, ReplyCache};
+use dionfs_core::export::ServerSettings;
+
+/// NFSv4's program state: the client and session table, and the minor
+/// versions served.
+pub struct Nfs4 {
+    pub state: Arc<State>,
+    minor1: bool,
+    minor2: bool,
+}
+
+impl Nfs4 {
+    /// The program for `settings` (which serve some NFSv4 minor version),
+    /// with records of `max_record` bytes at most: reads or makes the
+    /// server's NFSv4 identity under the state directory.
+    pub fn new(settings: &ServerSettings, max_record: u32) -> Result<Nfs4, String> {
+        let state = State::new(StateConfig {
+            lease_time: settings.lease_time,
+            reply_cache_bytes: usize::try_from(settings.nfs4_reply_cache_mib << 20)
+                .unwrap_or(usize::MAX),
+            max_record,
+            state_dir: Some(settings.state_dir.clone()),
+        })
+        .map_err(|e| {
+            format!(
+                "cannot set up the NFSv4 state under {}: {e}",
+                settings.state_dir.display()
+            )
+        })?;
+        Ok(Nfs4 {
+            state: Arc::new(state),
+            minor1: settings.versions.v4_1,
+            minor2: settings.versions.v4_2,
+        })
+    }
+
+    /// Whether NFSv4 minor version `minor` is served.
+    pub fn serves_minor(&self, minor: u32) -> bool {
+        match minor {
+            1 => self.minor1,
+            2 => self.minor2,
+            _ => false,
+        }
+    }
+
+    /// Starts the laundromat: leases expired and unconfirmed clients
+    /// forgotten every tenth of a lease (design section 4.6), while the
+    /// state lives. Call it within the runtime.
+    pub fn start_laundromat(&self) {
+        state::laundromat::spawn(&self.state);
+    }
+}
+
+/// How an op runs: it finds its arguments in the [`ArgOp`] (of its own
+/// variant: the table is indexed by opnum), writes its result after its
+/// status into the reply, and returns its status.
+pub type OpFn = fn(&mut OpCtx, ArgOp, &mut CompoundReply) -> Nfsstat4;
+
+/// An op's entry in the table.
+pub struct Op4 {
+    pub run: OpFn,
+    /// Whether it may make file-system calls or sync (and so needs a
+    /// blocking thread): design section 8's "blocks" column.
+    pub blocks: bool,
+}
+
+/// NFSv4 as one table (design section 8): index 0 is NULL and 1 COMPOUND
+/// (the RPC procedures), 2 is unused, and 3 to 75 are the ops by number,
+/// so call statistics count each op as NFSv3's procedures are counted.
+/// Each op's `args` is its longest encoding.
+pub static PROGRAM: Program<Op4> = Program {
+    label: "nfs4",
+    title: "NFS v4",
+    number: NFS4_PROGRAM,
+    version: NFS_V4,
+    procedures: &PROCEDURES,
+};
+
+/// An op's table entry.
+const fn op(opnum: Opnum4, name: &'static str, run: OpFn, blocks: bool) -> Option<Procedure<Op4>> {
+    Some(Procedure {
+        name,
+        args: opnum.max_args_len(),
+        cache: ReplyCache::No,
+        io: Io::None,
+        handler: Op4 { run, blocks },
+    })
+}
+
+/// The entry of an RPC procedure (NULL, COMPOUND): never run as an op.
+const fn procedure(name: &'static str) -> Option<Procedure<Op4>> {
+    Some(Procedure {
+        name,
+        args: dionfs_proto::ArgsLimit::Whole(0),
+        cache: ReplyCache::No,
+        io: Io::None,
+        handler: Op4 {
+            run: illegal,
+            blocks: false,
+        },
+    })
+}
+
+use Opnum4 as O;
+
+static PROCEDURES: [Option<Procedure<Op4>>; 76] = [
+    procedure("NULL"),
+    procedure("COMPOUND"),
+    None,
+    op(O::Access, "ACCESS", notsupp, true),
+    op(O::Close, "CLOSE", notsupp, true),
+    op(O::Commit, "COMMIT", notsupp, true),
+    op(O::Create, "CREATE", notsupp, true),
+    op(O::Delegpurge, "DELEGPURGE", notsupp, false),
+    op(O::Delegreturn, "DELEGRETURN", notsupp, false),
+    op(O::Getattr, "GETATTR", notsupp, true),
+    op(O::Getfh, "GETFH", getfh, false),
+    op(O::Link, "LINK", notsupp, true),
+    op(O::Lock, "LOCK", notsupp, true),
+    op(O::Lockt, "LOCKT", notsupp, true),
+    op(O::Locku, "LOCKU", notsupp, true),
+    op(O::Lookup, "LOOKUP", notsupp, true),
+    op(O::Lookupp, "LOOKUPP", notsupp, true),
+    op(O::Nverify, "NVERIFY", notsupp, true),
+    op(O::Open, "OPEN", notsupp, true),
+    op(O::Openattr, "OPENATTR", notsupp, false),
+    op(O::OpenConfirm, "OPEN_CONFIRM", notsupp, false),
+    op(O::OpenDowngrade, "OPEN_DOWNGRADE", notsupp, true),
+    op(O::Putfh, "PUTFH", putfh, false),
+    op(O::Putpubfh, "PUTPUBFH", putrootfh, false),
+    op(O::Putrootfh, "PUTROOTFH", putrootfh, false),
+    op(O::Read, "READ", notsupp, true),
+    op(O::Readdir, "READDIR", notsupp, true),
+    op(O::Readlink, "READLINK", notsupp, true),
+    op(O::Remove, "REMOVE", notsupp, true),
+    op(O::Rename, "RENAME", notsupp, true),
+    op(O::Renew, "RENEW", notsupp, false),
+    op(O::Restorefh, "RESTOREFH", notsupp, false),
+    op(O::Savefh, "SAVEFH", notsupp, false),
+    op(O::Secinfo, "SECINFO", notsupp, false),
+    op(O::Setattr, "SETATTR", notsupp, true),
+    op(O::Setclientid, "SETCLIENTID", notsupp, false),
+    op(O::SetclientidConfirm, "SETCLIENTID_CONFIRM", notsupp, false),
+    op(O::Verify, "VERIFY", notsupp, true),
+    op(O::Write, "WRITE", notsupp, true),
+    op(O::ReleaseLockowner, "RELEASE_LOCKOWNER", notsupp, false),
+    op(O::BackchannelCtl, "BACKCHANNEL_CTL", backchannel_ctl, false),
+    op(
+        O::BindConnToSession,
+        "BIND_CONN_TO_SESSION",
+        bind_conn_to_session,
+        false,
+    ),
+    op(O::ExchangeId, "EXCHANGE_ID", exchange_id, false),
+    op(O::CreateSession, "CREATE_SESSION", create_session, false),
+    op(O::DestroySession, "DESTROY_SESSION", destroy_session, false),
+    op(O::FreeStateid, "FREE_STATEID", notsupp, true),
+    op(O::GetDirDelegation, "GET_DIR_DELEGATION", notsupp, false),
+    op(O::Getdeviceinfo, "GETDEVICEINFO", notsupp, false),
+    op(O::Getdevicelist, "GETDEVICELIST", notsupp, false),
+    op(O::Layoutcommit, "LAYOUTCOMMIT", notsupp, false),
+    op(O::Layoutget, "LAYOUTGET", notsupp, false),
+    op(O::Layoutreturn, "LAYOUTRETURN", notsupp, false),
+    op(O::SecinfoNoName, "SECINFO_NO_NAME", notsupp, false),
+    // Run at receive (receive.rs); a SEQUENCE after the first op is
+    // refused there with SEQUENCE_POS.
+    op(O::Sequence, "SEQUENCE", sequence_pos, false),
+    op(O::SetSsv, "SET_SSV", notsupp, false),
+    op(O::TestStateid, "TEST_STATEID", notsupp, false),
+    op(O::WantDelegation, "WANT_DELEGATION", notsupp, false),
+    op(
+        O::DestroyClientid,
+        "DESTROY_CLIENTID",
+        destroy_clientid,
+        true,
+    ),
+    op(
+        O::ReclaimComplete,
+        "RECLAIM_COMPLETE",
+        reclaim_complete,
+        true,
+    ),
+    op(O::Allocate, "ALLOCATE", notsupp, true),
+    op(O::Copy, "COPY", notsupp, true),
+    op(O::CopyNotify, "COPY_NOTIFY", notsupp, false),
+    op(O::Deallocate, "DEALLOCATE", notsupp, true),
+    op(O::IoAdvise, "IO_ADVISE", notsupp, false),
+    op(O::Layouterror, "LAYOUTERROR", notsupp, false),
+    op(O::Layoutstats, "LAYOUTSTATS", notsupp, false),
+    op(O::OffloadCancel, "OFFLOAD_CANCEL", notsupp, false),
+    op(O::OffloadStatus, "OFFLOAD_STATUS", notsupp, false),
+    op(O::ReadPlus, "READ_PLUS", notsupp, true),
+    op(O::Seek, "SEEK", notsupp, true),
+    op(O::WriteSame, "WRITE_SAME", notsupp, false),
+    op(O::Clone, "CLONE", notsupp, true),
+    op(O::Getxattr, "GETXATTR", notsupp, true),
+    op(O::Setxattr, "SETXATTR", notsupp, true),
+    op(O::Listxattrs, "LISTXATTRS", notsupp, true),
+    op(O::Removexattr, "REMOVEXATTR", notsupp, true),
+];
+
+/// The function that runs `op`: its table entry's, or ILLEGAL's for an
+/// opnum outside the table.
+pub fn op_fn(op: &ArgOp) -> OpFn {
+    match op {
+        ArgOp::Illegal(_) => illegal,
+        ArgOp::NotSupp(_) => notsupp,
+        _ => PROGRAM
+            .procedure(op.opnum())
+            .filter(|_| op.opnum() >= FIRST_OP)
+            .map_or(illegal, |p| p.handler.run),
+    }
+}
+
+/// Whether op `opnum` may block ([`Op4::blocks`]).
+pub fn op_blocks(opnum: u32) -> bool {
+    opnum >= FIRST_OP && PROGRAM.procedure(opnum).is_some_and(|p| p.handler.blocks)
+}
+
+/// The lowest opnum (ACCESS); below it are the RPC procedures.
+pub const FIRST_OP: u32 = Opnum4::Access.as_u32();
+
+/// An op not served yet (or ever: pNFS, delegations, NFSv4.0's).
+fn notsupp(_: &mut OpCtx, _: ArgOp, _: &mut CompoundReply) -> Nfsstat4 {
+    Nfsstat4::Notsupp
+}
+
+/// An opnum outside the minor version (its result's opnum is OP_ILLEGAL:
+/// RFC 8881 section 15.2).
+fn illegal(_: &mut OpCtx, _: ArgOp, _: &mut CompoundReply) -> Nfsstat4 {
+    Nfsstat4::OpIllegal
+}
+
+/// SEQUENCE anywhere but first (receive.rs refuses it before it gets
+/// here).
+fn sequence_pos(_: &mut OpCtx, _: ArgOp, _: &mut CompoundReply) -> Nfsstat4 {
+    Nfsstat4::SequencePos
+}
+
+/// A filehandle of the pseudo-fs. Until the namespace lands (W6,
+/// `nfs4/fh.rs` and `namespace.rs`) it has its root alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fh4 {
+    PseudoRoot,
+}
+
+/// The pseudo-root's handle: a placeholder, replaced by the MAC'd pseudo
+/// handles of `namespace.rs` (design section 6) in W6. Its first byte is
+/// the pseudo handles' version, which no export file's handle has.
+const PSEUDO_ROOT_FH: [u8; 8] = [2, 0, 0, 0, 0, 0, 0, 0];
+
+impl Fh4 {
+    /// The handle a client holds for it.
+    pub fn handle(&self) -> NfsFh4 {
+        match self {
+            Fh4::PseudoRoot => NfsFh4::new(PSEUDO_ROOT_FH.to_vec())
+                .expect("an 8-byte handle is within NFS4_FHSIZE"),
+        }
+    }
+
+    /// The filehandle `fh` names: `BADHANDLE` for anything but one this
+    /// server made.
+    pub fn from_handle(fh: &NfsFh4) -> Result<Fh4, Nfsstat4> {
+        if fh.as_bytes() == PSEUDO_ROOT_FH {
+            Ok(Fh4::PseudoRoot)
+        } else {
+            Err(Nfsstat4::Badhandle)
+        }
+    }
+}
+
+/// PUTROOTFH, and PUTPUBFH (the same, as with knfsd).
+fn putrootfh(ctx: &mut OpCtx, _: ArgOp, _: &mut CompoundReply) -> Nfsstat4 {
+    ctx.current = Some(Fh4::PseudoRoot);
+    Nfsstat4::Ok
+}
+
+fn putfh(ctx: &mut OpCtx, op: ArgOp, _: &mut CompoundReply) -> Nfsstat4 {
+    let ArgOp::Putfh(args) = op else {
+        return Nfsstat4::Serverfault;
+    };
+    match Fh4::from_handle(&args.object) {
+        Ok(fh) => {
+            ctx.current = Some(fh);
+            Nfsstat4::Ok
+        }
+        Err(status) => status,
+    }
+}
+
+fn getfh(ctx: &mut OpCtx, _: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 {
+    let Some(fh) = &ctx.current else {
+        return Nfsstat4::Nofilehandle;
+    };
+    GetfhResOk4 {
+        object: fh.handle(),
+    }
+    .encode(reply.encoder());
+    Nfsstat4::Ok
+}
+
+fn exchange_id(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 {
+    let ArgOp::ExchangeId(args) = op else {
+        return Nfsstat4::Serverfault;
+    };
+    let who = Principal::of(&ctx.call.cred);
+    match ctx.nfs4.state.exchange_id(&args, &who, ctx.conn.peer.ip()) {
+        Ok(res) => {
+            res.encode(reply.encoder());
+            Nfsstat4::Ok
+        }
+        Err(status) => status,
+    }
+}
+
+fn create_session(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 {
+    let ArgOp::CreateSession(args) = op else {
+        return Nfsstat4::Serverfault;
+    };
+    let who = Principal::of(&ctx.call.cred);
+    match ctx.nfs4.state.create_session(&args, &who, ctx.conn) {
+        Ok(res) => {
+            res.encode(reply.encoder());
+            Nfsstat4::Ok
+        }
+        Err(status) => status,
+    }
+}
+
+fn destroy_session(ctx: &mut OpCtx, op: ArgOp, _: &mut CompoundReply) -> Nfsstat4 {
+    let ArgOp::DestroySession(args) = op else {
+        return Nfsstat4::Serverfault;
+    };
+    ctx.nfs4
+        .state
+        .destroy_session(&args.sessionid, ctx.conn, ctx.slot, ctx.last_op)
+}
+
+fn destroy_clientid(ctx: &mut OpCtx, op: ArgOp, _: &mut CompoundReply) -> Nfsstat4 {
+    let ArgOp::DestroyClientid(args) = op else {
+        return Nfsstat4::Serverfault;
+    };
+    ctx.nfs4.state.destroy_clientid(args.clientid, ctx.slot)
+}
+
+fn bind_conn_to_session(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 {
+    let ArgOp::BindConnToSession(args) = op else {
+        return Nfsstat4::Serverfault;
+    };
+    // It must be the only op (RFC 8881 section 18.34.3): after a
+    // SEQUENCE it is not.
+    if ctx.slot.is_some() {
+        return Nfsstat4::NotOnlyOp;
+    }
+    match ctx.nfs4.state.bind_conn(&args, ctx.conn) {
+        Ok(res) => {
+            res.encode(reply.encoder());
+            Nfsstat4::Ok
+        }
+        Err(status) => status,
+    }
+}
+
+fn backchannel_ctl(ctx: &mut OpCtx, op: ArgOp, _: &mut CompoundReply) -> Nfsstat4 {
+    let ArgOp::BackchannelCtl(args) = op else {
+        return Nfsstat4::Serverfault;
+    };
+    // Only a session's COMPOUND gets here (receive.rs).
+    match ctx.slot {
+        Some(slot) => ctx.nfs4.state.backchannel_ctl(slot, &args),
+        None => Nfsstat4::OpNotInSession,
+    }
+}
+
+fn reclaim_complete(ctx: &mut OpCtx, op: ArgOp, _: &mut CompoundReply) -> Nfsstat4 {
+    let ArgOp::ReclaimComplete(args) = op else {
+        return Nfsstat4::Serverfault;
+    };
+    // RFC 8881 section 18.51.3: one file system's reclaims are those of
+    // the current filehandle's.
+    if args.one_fs && ctx.current.is_none() {
+        return Nfsstat4::Nofilehandle;
+    }
+    match ctx.slot {
+        Some(slot) => ctx.nfs4.state.reclaim_complete(slot, &args),
+        None => Nfsstat4::OpNotInSession,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_is_indexed_by_opnum() {
+        for &op in Opnum4::ALL {
+            if op == Opnum4::Illegal {
+                assert!(PROGRAM.procedure(op.as_u32()).is_none());
+                continue;
+            }
+            let entry = PROGRAM
+                .procedure(op.as_u32())
+                .expect("every op has an entry");
+            assert_eq!(entry.args, op.max_args_len(), "{op:?} is at {}", entry.name);
+            let words: String = format!("{op:?}")
+                .chars()
+                .filter(|c| c.is_alphanumeric())
+                .collect();
+            assert_eq!(
+                entry.name.replace('_', "").to_lowercase(),
+                words.to_lowercase(),
+                "{op:?}"
+            );
+        }
+        assert_eq!(PROGRAM.procedure(0).map(|p| p.name), Some("NULL"));
+        assert_eq!(PROGRAM.procedure(1).map(|p| p.name), Some("COMPOUND"));
+        assert!(PROGRAM.procedure(2).is_none());
+        assert!(op_blocks(Opnum4::DestroyClientid.as_u32()));
+        assert!(!op_blocks(Opnum4::Putrootfh.as_u32()));
+        assert!(!op_blocks(1) && !op_blocks(10044));
+    }
+
+    #[test]
+    fn only_the_pseudo_root_handle_is_taken() {
+        let root = Fh4::PseudoRoot.handle();
+        assert_eq!(Fh4::from_handle(&root), Ok(Fh4::PseudoRoot));
+        let other = NfsFh4::new(vec![1; 32]).unwrap();
+        assert_eq!(Fh4::from_handle(&other), Err(Nfsstat4::Badhandle));
+    }
+}

@@ -1,0 +1,150 @@
+//! Running a received COMPOUND (RFC 8881 section 16.2.3; design section
+//! 3): its ops in order, each through the op table ([`super::PROGRAM`]),
+//! stopping at the first that fails; then the session's slot is completed
+//! with the reply, and the COMPOUND and each op are counted.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use dionfs_proto::nfs4::{
+    ArgOp, Nfsstat4, Opnum4, Utf8Str, NFS4_MAX_TAG_LEN, NFS4_PROGRAM, NFS_V4,
+};
+use dionfs_rpc::CallHeader;
+use dionfs_transport::{ConnInfo, Reply};
+
+use super::reply::{CompoundReply, ReplyLimits};
+use super::state::SlotGuard;
+use super::{Fh4, Nfs4};
+use crate::callstats::CallStats;
+use dionfs_core::exports::Exports;
+use dionfs_core::server::Server;
+
+/// A COMPOUND as [`super::receive`] read it, waiting to run.
+pub struct Compound {
+    /// The exports it runs against, taken when it was received.
+    pub exports: Arc<Exports>,
+    pub call: CallHeader,
+    pub tag: Utf8Str<NFS4_MAX_TAG_LEN>,
+    pub minor: u32,
+    /// How many ops the client sent.
+    pub numops: u32,
+    /// The slot its SEQUENCE took at receive; `None` for the one op a
+    /// COMPOUND without SEQUENCE may carry (EXCHANGE_ID, CREATE_SESSION...).
+    pub slot: Option<SlotGuard>,
+    /// The ops to run, after SEQUENCE.
+    pub ops: Vec<ArgOp>,
+    /// The op after them, refused while it was received (`BADXDR`,
+    /// `OP_ILLEGAL`, `NOTSUPP`, `SEQUENCE_POS`...): its opnum and status,
+    /// answered if the ops before it succeed.
+    pub refused: Option<(u32, Nfsstat4)>,
+}
+
+impl Compound {
+    /// Whether any op may block (file-system calls, fsync): then the
+    /// COMPOUND runs on a blocking thread, else as a task.
+    pub fn blocks(&self) -> bool {
+        self.ops.iter().any(|op| super::op_blocks(op.opnum()))
+    }
+}
+
+/// What an op knows of its COMPOUND: the server, the client, the session
+/// and the filehandles the ops before it left.
+pub struct OpCtx<'a> {
+    pub server: &'a Server,
+    pub nfs4: &'a Nfs4,
+    pub exports: &'a Exports,
+    pub conn: &'a ConnInfo,
+    pub call: &'a CallHeader,
+    pub minor: u32,
+    /// The SEQUENCE's slot (and through it the session and the client).
+    pub slot: Option<&'a SlotGuard>,
+    /// The current and saved filehandles.
+    pub current: Option<Fh4>,
+    pub saved: Option<Fh4>,
+    /// This op is the COMPOUND's last (DESTROY_SESSION of the session it
+    /// runs in must be).
+    pub last_op: bool,
+}
+
+/// Runs `compound` and returns its reply, counting it and its ops in
+/// `calls`.
+pub fn run(
+    server: &Server,
+    nfs4: &Nfs4,
+    conn: &ConnInfo,
+    compound: Compound,
+    calls: &CallStats,
+) -> Reply {
+    let Compound {
+        exports,
+        call,
+        tag,
+        minor,
+        numops,
+        slot,
+        ops,
+        refused,
+    } = compound;
+    let limits = slot.as_ref().map(|slot| ReplyLimits {
+        max: slot.max_response() as usize,
+        max_cached: slot
+            .cachethis()
+            .then_some(slot.max_response_cached() as usize),
+    });
+    let mut reply = CompoundReply::new(call.xid, &tag, limits);
+    let mut status = Nfsstat4::Ok;
+    // The ops' positions in the COMPOUND: SEQUENCE, when there is one,
+    // was the first.
+    let first = u32::from(slot.is_some());
+    if let Some(slot) = &slot {
+        // SEQUENCE ran at receive: its result is written, and it is
+        // counted, here.
+        let start = reply.start_op(Opnum4::Sequence.as_u32());
+        dionfs_xdr::Encode::encode(slot.result(), reply.encoder());
+        status = reply.finish_op(start, Nfsstat4::Ok);
+        let sequence = Opnum4::Sequence.as_u32();
+        calls.record(NFS4_PROGRAM, NFS_V4, sequence, std::time::Duration::ZERO);
+    }
+    let mut ctx = OpCtx {
+        server,
+        nfs4,
+        exports: &exports,
+        conn,
+        call: &call,
+        minor,
+        slot: slot.as_ref(),
+        current: None,
+        saved: None,
+        last_op: false,
+    };
+    for (i, op) in ops.into_iter().enumerate() {
+        if !status.is_ok() {
+            break;
+        }
+        let started = Instant::now();
+        let opnum = op.opnum();
+        ctx.last_op = first + i as u32 + 1 == numops;
+        let result_opnum = match op {
+            ArgOp::Illegal(_) => Opnum4::Illegal.as_u32(),
+            _ => opnum,
+        };
+        let start = reply.start_op(result_opnum);
+        let done = (super::op_fn(&op))(&mut ctx, op, &mut reply);
+        status = reply.finish_op(start, done);
+        calls.record(NFS4_PROGRAM, NFS_V4, opnum, started.elapsed());
+    }
+    if let (true, Some((opnum, refusal))) = (status.is_ok(), refused) {
+        status = reply.op_status(opnum, refusal);
+        calls.record(NFS4_PROGRAM, NFS_V4, opnum, std::time::Duration::ZERO);
+    }
+    let Some(slot) = slot else {
+        return reply.finish(status, false).0;
+    };
+    // Cached when asked, and a solo SEQUENCE always (as knfsd's
+    // nfsd4_is_solo_sequence): it is small, and a client retrying one
+    // finds its answer.
+    let cache = slot.cachethis() || numops == 1;
+    let (reply, cached) = reply.finish(status, cache);
+    slot.complete(cached);
+    reply
+}

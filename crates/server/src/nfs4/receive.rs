@@ -1,0 +1,271 @@
+//! Receiving a COMPOUND (design section 2): its head, then its ops one at
+//! a time, each read from the record only as far as its decoder asks, so
+//! nothing larger than an op's own bound ([`Opnum4::max_args_len`]) or
+//! the session's request size is ever read into memory. SEQUENCE runs
+//! here: a retransmission is answered from its slot at once, and a new
+//! request holds its slot from here until its reply is built.
+
+use std::sync::Arc;
+
+use dionfs_proto::nfs4::{decode_op, ArgOp, CompoundHead, Nfsstat4, Opnum4, NFS4_MAX_TAG_LEN};
+use dionfs_proto::ArgsLimit;
+use dionfs_rpc::{CallHeader, RecordError, RecordReader};
+use dionfs_transport::{CallStream, ConnInfo, Received};
+use dionfs_xdr::{pad_len, Decode, Decoder, XdrError};
+
+use super::compound::Compound;
+use super::reply;
+use super::state::Sequenced;
+use super::Nfs4;
+use crate::reply::garbage_args;
+use dionfs_core::exports::Exports;
+
+/// Reads COMPOUND call `call` from `body`, which is right after its call
+/// header. What is left of the record when this returns (the rest of a
+/// COMPOUND refused part-way) is skipped by the connection.
+pub async fn receive<R: CallStream>(
+    nfs4: &Nfs4,
+    exports: Arc<Exports>,
+    conn: &ConnInfo,
+    call: CallHeader,
+    body: &mut RecordReader<R>,
+) -> Result<Received<Box<Compound>>, RecordError> {
+    // 1. The head: the tag's length is checked before the tag is read.
+    let tag_len = body.read_u32().await?;
+    if tag_len > NFS4_MAX_TAG_LEN {
+        return Ok(Received::Reply(garbage_args(call.xid)));
+    }
+    let mut head = tag_len.to_be_bytes().to_vec();
+    head.resize(4 + tag_len as usize + pad_len(tag_len as usize) + 8, 0);
+    body.read_exact(&mut head[4..]).await?;
+    let Ok(head) = CompoundHead::decode(&mut Decoder::new(&head)) else {
+        return Ok(Received::Reply(garbage_args(call.xid)));
+    };
+    let xid = call.xid;
+    if !nfs4.serves_minor(head.minorversion) {
+        // RFC 8881 section 16.2.3: no results (pynfs COMP4a, COMP4b).
+        return Ok(Received::Reply(reply::without_results(
+            xid,
+            &head.tag,
+            Nfsstat4::MinorVersMismatch,
+        )));
+    }
+    if !is_utf8_text(head.tag.as_bytes()) {
+        // A tag is a utf8str_cs (RFC 8881 section 16.2.3; pynfs COMP3).
+        return Ok(Received::Reply(reply::without_results(
+            xid,
+            &head.tag,
+            Nfsstat4::Inval,
+        )));
+    }
+    if head.numops == 0 {
+        return Ok(Received::Reply(reply::without_results(
+            xid,
+            &head.tag,
+            Nfsstat4::Ok,
+        )));
+    }
+    let mut compound = Box::new(Compound {
+        exports,
+        call,
+        tag: head.tag,
+        minor: head.minorversion,
+        numops: head.numops,
+        slot: None,
+        ops: Vec::new(),
+        refused: None,
+    });
+    let mut ops = OpReader::new(body, head.minorversion);
+
+    // 2. The first op: without a session, the only one decoded.
+    let first = match ops.next().await? {
+        Next::Op(op) => op,
+        Next::Refused(opnum, status) => {
+            compound.refused = Some((opnum, status));
+            return Ok(Received::Run(compound));
+        }
+    };
+    let args = match first {
+        ArgOp::Sequence(args) => args,
+        ArgOp::ExchangeId(_)
+        | ArgOp::CreateSession(_)
+        | ArgOp::DestroySession(_)
+        | ArgOp::BindConnToSession(_)
+        | ArgOp::DestroyClientid(_)
+            if head.numops == 1 =>
+        {
+            compound.ops.push(first);
+            return Ok(Received::Run(compound));
+        }
+        ArgOp::ExchangeId(_)
+        | ArgOp::CreateSession(_)
+        | ArgOp::DestroySession(_)
+        | ArgOp::BindConnToSession(_)
+        | ArgOp::DestroyClientid(_) => {
+            compound.refused = Some((first.opnum(), Nfsstat4::NotOnlyOp));
+            return Ok(Received::Run(compound));
+        }
+        // An opnum outside the minor version is OP_ILLEGAL wherever it is
+        // (pynfs COMP5 sends it alone, without a session).
+        ArgOp::Illegal(_) => {
+            compound.ops.push(first);
+            return Ok(Received::Run(compound));
+        }
+        _ => {
+            compound.refused = Some((first.opnum(), Nfsstat4::OpNotInSession));
+            return Ok(Received::Run(compound));
+        }
+    };
+    // The record's length, when its last fragment has begun.
+    let request_len = ops
+        .body
+        .is_last_fragment()
+        .then(|| ops.body.record_len_so_far());
+    let slot = match nfs4.state.sequence(&args, conn, head.numops, request_len) {
+        Sequenced::New(slot) => slot,
+        Sequenced::Replay(res) => return Ok(Received::Reply(reply::replay(xid, &res))),
+        Sequenced::Error(status) => {
+            compound.refused = Some((Opnum4::Sequence.as_u32(), status));
+            return Ok(Received::Run(compound));
+        }
+    };
+
+    // 3. The later ops, within the session's bounds (SEQUENCE checked
+    // numops against them).
+    let max_request = u64::from(slot.max_request());
+    // SEQUENCE bounded numops by the session's ca_maxoperations (at most
+    // 64); the reservation is bounded whatever it let through.
+    compound.ops.reserve(head.numops.min(64) as usize);
+    for _ in 1..head.numops {
+        let next = ops.next().await?;
+        if ops.body.record_len_so_far() > max_request {
+            // Found only now, the record coming in several fragments
+            // (having read at most one op's bound past the size): SEQUENCE
+            // answers it, and the slot goes back as it was.
+            drop(slot);
+            compound.ops.clear();
+            compound.refused = Some((Opnum4::Sequence.as_u32(), Nfsstat4::ReqTooBig));
+            return Ok(Received::Run(compound));
+        }
+        let op = match next {
+            Next::Op(op) => op,
+            Next::Refused(opnum, status) => {
+                compound.refused = Some((opnum, status));
+                break;
+            }
+        };
+        let ends = ends_decoding(&op);
+        compound.ops.push(op);
+        if ends {
+            break;
+        }
+    }
+    compound.slot = Some(slot);
+    // 5. Whatever follows the ops is skipped by the connection.
+    Ok(Received::Run(compound))
+}
+
+/// Whether the ops after `op` are left unread: it fails whatever it
+/// finds, which ends the COMPOUND, and for all but SEQUENCE the bytes
+/// after its opnum are not known to be an op (NOTSUPP and OP_ILLEGAL
+/// consume only their opnum, and WRITE's payload is not received until
+/// WRITE is served, W7).
+fn ends_decoding(op: &ArgOp) -> bool {
+    matches!(
+        op,
+        ArgOp::Sequence(_) | ArgOp::Write(_) | ArgOp::NotSupp(_) | ArgOp::Illegal(_)
+    )
+}
+
+/// Whether `bytes` are UTF-8 text: valid UTF-8 without the
+/// noncharacters U+FFFE and U+FFFF.
+fn is_utf8_text(bytes: &[u8]) -> bool {
+    std::str::from_utf8(bytes).is_ok_and(|s| !s.contains(['\u{FFFE}', '\u{FFFF}']))
+}
+
+/// The next op of a COMPOUND, as read.
+enum Next {
+    Op(ArgOp),
+    /// The op cannot run: its opnum and why (`BADXDR`: its arguments do
+    /// not decode, are longer than the op's can be, or the record ends
+    /// inside them).
+    Refused(u32, Nfsstat4),
+}
+
+/// Reads a COMPOUND's ops from its record one at a time.
+struct OpReader<'a, R> {
+    body: &'a mut RecordReader<R>,
+    minor: u32,
+    /// Bytes read and not yet decoded.
+    buf: Vec<u8>,
+}
+
+impl<'a, R: CallStream> OpReader<'a, R> {
+    fn new(body: &'a mut RecordReader<R>, minor: u32) -> Self {
+        Self {
+            body,
+            minor,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Reads and decodes the next op, reading exactly the bytes its
+    /// decoder asks for (never the next op's) and never more than its
+    /// bound. A record
+    /// that ends before the op's opnum is an RPC-level error (GARBAGE_ARGS,
+    /// as knfsd answers), one that ends inside its arguments its `BADXDR`.
+    async fn next(&mut self) -> Result<Next, RecordError> {
+        if self.buf.len() < 4 {
+            let have = self.buf.len();
+            self.buf.resize(4, 0);
+            self.body.read_exact(&mut self.buf[have..]).await?;
+        }
+        let opnum = u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]);
+        let limit = match Opnum4::from_u32(opnum).map(Opnum4::max_args_len) {
+            Some(ArgsLimit::Whole(n) | ArgsLimit::HeadThenPayload(n)) => n,
+            None => 4,
+        };
+        loop {
+            match decode_op(&self.buf, self.minor) {
+                Ok((op, used)) => {
+                    self.buf.drain(..used);
+                    return Ok(Next::Op(op));
+                }
+                Err(XdrError::Truncated { needed, available }) => {
+                    let more = needed.saturating_sub(available).max(1);
+                    if self.buf.len() + more > limit {
+                        return Ok(Next::Refused(opnum, Nfsstat4::Badxdr));
+                    }
+                    let start = self.buf.len();
+                    self.buf.resize(start + more, 0);
+                    let got = self.body.read_up_to(&mut self.buf[start..]).await?;
+                    if got < more {
+                        return Ok(Next::Refused(opnum, Nfsstat4::Badxdr));
+                    }
+                }
+                // pynfs EID3: a malformed op is BADXDR, which ends the
+                // COMPOUND.
+                Err(_) => return Ok(Next::Refused(opnum, Nfsstat4::Badxdr)),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_must_be_utf8_text() {
+        assert!(is_utf8_text(b"") && is_utf8_text("mount \u{e9}".as_bytes()));
+        for bad in [
+            &b"\xc0\xaf"[..],
+            b"\xed\xa0\x80",
+            b"\xef\xbf\xbe",
+            b"\x80",
+            b"\xf0 ",
+        ] {
+            assert!(!is_utf8_text(bad), "{bad:?}");
+        }
+    }
+}
