@@ -1,0 +1,120 @@
+//! What the NFSv4 integration tests share: a raw COMPOUND client
+//! ([`client`]) and an in-process server on a temporary export.
+
+#![allow(dead_code)]
+
+pub mod client;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use dionfs_core::export::{Config, ExportConfig, NfsVersions, ServerSettings};
+use dionfs_core::server::Server;
+use dionfs_server::callstats::CallStats;
+use dionfs_server::dispatch::{counted_programs, Dispatcher};
+use dionfs_server::nfs4::Nfs4;
+use dionfs_transport::ConnLimits;
+
+/// A server on a temporary export, listening on a loopback port, wired as
+/// `dionfs serve` wires its NFS listener. Stops when dropped.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub server: Arc<Server>,
+    pub calls: Arc<CallStats>,
+    pub nfs4: Option<Arc<Nfs4>>,
+    runtime: Option<tokio::runtime::Runtime>,
+    _dir: tempfile::TempDir,
+}
+
+/// NFSv3, 4.1 and 4.2.
+pub fn all_versions() -> NfsVersions {
+    NfsVersions {
+        v3: true,
+        v4_1: true,
+        v4_2: true,
+    }
+}
+
+impl TestServer {
+    /// A server of `versions`.
+    pub fn start(versions: NfsVersions) -> TestServer {
+        Self::start_with(|s| s.versions = versions)
+    }
+
+    /// A server of every version, its settings changed by `settings`.
+    pub fn start_with(settings: impl FnOnce(&mut ServerSettings)) -> TestServer {
+        let dir = tempfile::tempdir().unwrap();
+        let export = dir.path().join("export");
+        std::fs::create_dir(&export).unwrap();
+        let mut export = ExportConfig::with_defaults(export);
+        export.secure = false;
+        let mut server = ServerSettings {
+            state_dir: dir.path().join("state"),
+            io_uring: false,
+            max_in_flight: 4,
+            nlm: false,
+            versions: all_versions(),
+            ..ServerSettings::default()
+        };
+        settings(&mut server);
+        let config = Config {
+            server,
+            exports: vec![export],
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let server = Arc::new(Server::open(&config).unwrap());
+        let calls = Arc::new(CallStats::new(counted_programs()));
+        let limits = ConnLimits {
+            max_record: server.max_args + 8192,
+            ..ConnLimits::default()
+        };
+        let settings = &config.server;
+        let nfs4 = settings.versions.v4().then(|| {
+            let _entered = runtime.enter();
+            let nfs4 = Arc::new(Nfs4::new(settings, limits.max_record).unwrap());
+            nfs4.start_laundromat();
+            nfs4
+        });
+        let dispatcher = Arc::new(Dispatcher::new(
+            server.clone(),
+            calls.clone(),
+            settings.versions,
+            nfs4.clone(),
+        ));
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        runtime.spawn(dionfs_transport::serve(
+            listener,
+            dispatcher,
+            limits,
+            std::future::pending::<()>(),
+        ));
+        TestServer {
+            addr,
+            server,
+            calls,
+            nfs4,
+            runtime: Some(runtime),
+            _dir: dir,
+        }
+    }
+
+    /// A new connection to it.
+    pub fn client(&self) -> client::Client {
+        client::Client::connect(self.addr)
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
