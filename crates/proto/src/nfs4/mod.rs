@@ -66,10 +66,14 @@
 //! those of delegations, pNFS, SSV and asynchronous copies (design
 //! section 8).
 //!
+//! The callback program's CB_COMPOUND is [`CbCompoundArgs4`] and
+//! [`CbCompoundRes4`] ([`decode_cb_compound_reply`]).
+//!
 //! [`Opnum4::max_args_len`] gives the longest arguments of each operation,
 //! so a server can refuse a longer one before reading it.
 
 mod attrs;
+mod callback;
 mod compound;
 mod limits;
 mod ops;
@@ -78,6 +82,7 @@ mod samples;
 mod types;
 
 pub use attrs::*;
+pub use callback::*;
 pub use compound::*;
 pub use ops::*;
 pub use types::*;
