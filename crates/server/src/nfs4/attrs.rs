@@ -157,6 +157,19 @@ pub fn supported_attrs(minor: u32) -> Bitmap4 {
     }
 }
 
+/// Room a COMPOUND needs beside the data of its one READ or WRITE (RPC
+/// and COMPOUND headers, SEQUENCE, PUTFH, GETATTR).
+const COMPOUND_ROOM: u32 = 1024;
+
+/// `maxread` and `maxwrite` of an export whose `max_transfer` is given,
+/// to a session whose fore channel takes requests of `max_request` and
+/// replies of `max_response` bytes: what one READ or WRITE may carry
+/// with the rest of its COMPOUND around it.
+pub fn max_read_write(max_transfer: u32, max_response: u32, max_request: u32) -> (u64, u64) {
+    let within = |channel: u32| u64::from(max_transfer.min(channel.saturating_sub(COMPOUND_ROOM)));
+    (within(max_response), within(max_request))
+}
+
 /// `change` from a ctime.
 pub fn change(ctime: Time) -> u64 {
     ((ctime.seconds as u64) << 30) | u64::from(ctime.nanos)
@@ -241,8 +254,7 @@ pub struct AttrSource<'a> {
     pub owner_group: Option<&'a str>,
     /// `lease_time`, in seconds.
     pub lease_time: u32,
-    /// `maxread` and `maxwrite`: the export's `max_transfer`, within what
-    /// the session's channel allows.
+    /// `maxread` and `maxwrite`: [`max_read_write`].
     pub maxread: u64,
     pub maxwrite: u64,
 }
@@ -838,6 +850,23 @@ mod tests {
                 nanos: 2
             })
         );
+    }
+
+    #[test]
+    fn reads_and_writes_fit_the_export_and_the_session() {
+        // A session as Linux asks for one on a 1 MiB export: the export
+        // bounds it.
+        let channel = (1 << 20) + 8 * 1024;
+        assert_eq!(
+            max_read_write(1 << 20, channel, channel),
+            (1 << 20, 1 << 20)
+        );
+        // Small channels bound it, with room for the rest of the COMPOUND.
+        assert_eq!(
+            max_read_write(1 << 20, 64 * 1024, 32 * 1024),
+            (63 * 1024, 31 * 1024)
+        );
+        assert_eq!(max_read_write(1 << 20, 512, 0), (0, 0));
     }
 
     #[test]
