@@ -471,6 +471,13 @@ impl ReloadState {
         &self.cache
     }
 
+    /// The key of every file handle the server issues: its exports'
+    /// (inside each `ExportFs`) and NFSv4's pseudo directories'
+    /// (`dionfs_fs::handle::encode_pseudo`).
+    pub fn handle_key(&self) -> &MacKey {
+        &self.key
+    }
+
     /// The checksum store, if it was opened at start.
     pub fn checksum_store(&self) -> Option<&Arc<Store>> {
         self.integrity.as_ref()

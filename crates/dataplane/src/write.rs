@@ -675,7 +675,7 @@ impl WritePath {
     /// each record's edges wait for the others' direct interiors and the
     /// other way round: bench/run's `ior-hard-write` (8 connections x
     /// qd 2) went from 275 to 709 MiB/s this way, the server's CPU from
-    /// 3.2 to 1.8 s per GiB (docs/bench/results-20261125-ior-*.md). Larger
+    /// 3.2 to 1.8 s per GiB (docs/bench/archive/results-20261125-ior-*.md). Larger
     /// writes keep the direct interior: the copy through the page cache
     /// would cost more than the lock.
     fn write_small_buffered(

@@ -81,10 +81,16 @@ pub struct Attr {
     pub mtime: Time,
     /// Last status change; the server's SETATTR guard compares this.
     pub ctime: Time,
+    /// Creation (NFSv4 `time_create`), where the filesystem records it.
+    pub btime: Option<Time>,
+    /// The filesystem's preferred I/O size for the file (`stx_blksize`).
+    pub blksize: u32,
 }
 
-/// The `statx` fields [`Attr`] needs.
-const ATTR_MASK: StatxFlags = StatxFlags::BASIC_STATS;
+/// The `statx` fields [`Attr`] asks for: the basic ones, and the birth
+/// time, which a filesystem that keeps none leaves out of the mask it
+/// returns (a request for it costs nothing there).
+const ATTR_MASK: StatxFlags = StatxFlags::BASIC_STATS.union(StatxFlags::BTIME);
 
 impl Attr {
     /// `statx(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)` of an open (or
@@ -116,6 +122,10 @@ impl Attr {
             atime: time(stx.stx_atime),
             mtime: time(stx.stx_mtime),
             ctime: time(stx.stx_ctime),
+            btime: StatxFlags::from_bits_retain(stx.stx_mask)
+                .contains(StatxFlags::BTIME)
+                .then(|| time(stx.stx_btime)),
+            blksize: stx.stx_blksize,
         })
     }
 }
@@ -151,5 +161,37 @@ impl SetAttrs {
     /// Whether nothing is to be set.
     pub fn is_empty(&self) -> bool {
         *self == SetAttrs::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn birth_time_and_block_size_come_from_statx() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("f");
+        let file = std::fs::File::create(&path).expect("create");
+        let attr = Attr::of_fd(&file).expect("statx");
+        assert!(attr.blksize > 0);
+        // std asks statx for the birth time too; it and we must agree on
+        // whether this filesystem keeps one, and on its value.
+        match std::fs::metadata(&path).expect("metadata").created() {
+            Ok(created) => {
+                let since = created
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .expect("after 1970");
+                assert_eq!(
+                    attr.btime,
+                    Some(Time {
+                        seconds: since.as_secs() as i64,
+                        nanos: since.subsec_nanos(),
+                    })
+                );
+                assert!(attr.btime <= Some(attr.ctime));
+            }
+            Err(_) => assert_eq!(attr.btime, None),
+        }
     }
 }

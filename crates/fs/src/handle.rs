@@ -1,6 +1,8 @@
-//! Authenticated NFSv3 file handles.
+//! Authenticated file handles: those of export files (NFSv3's, which
+//! NFSv4 uses too) and those of NFSv4's pseudo-filesystem directories.
 //!
-//! Layout (at most 64 bytes, RFC 1813 §2.5 `NFS3_FHSIZE`):
+//! An export file's handle (at most 64 bytes, RFC 1813 §2.5
+//! `NFS3_FHSIZE`):
 //!
 //! ```text
 //! offset  size  field
@@ -12,9 +14,22 @@
 //! 8+n     16    MAC: blake3 keyed hash of bytes [0, 8+n), truncated
 //! ```
 //!
+//! A pseudo-filesystem directory's handle (NFSv4's pseudo-root and the
+//! directories on the way to the exports, 25 bytes):
+//!
+//! ```text
+//! offset  size  field
+//! 0       1     version (FH_VERSION_PSEUDO)
+//! 1       8     path id: blake3 hash of the directory's path, truncated
+//! 9       16    MAC: blake3 keyed hash of bytes [0, 9), truncated
+//! ```
+//!
 //! The MAC key belongs to the server (32 random bytes in its state
 //! directory), so a client cannot forge a handle that names a file outside
-//! its export, and handles stay valid across server restarts.
+//! its export, and handles stay valid across server restarts. A pseudo
+//! handle names a path, not a tree: it stays valid across reloads that
+//! keep the path (the server looks the id up in its current tree; a path
+//! gone from it is stale).
 
 use std::fs;
 use std::io::{self, Read, Write};
@@ -25,8 +40,10 @@ use dionfs_sys::handle::KernelHandle;
 
 use crate::FsError;
 
-/// Current handle layout version.
+/// Current handle layout version of export files.
 pub const FH_VERSION: u8 = 1;
+/// Handle layout version of pseudo-filesystem directories.
+pub const FH_VERSION_PSEUDO: u8 = 2;
 /// NFSv3's maximum file handle size.
 pub const NFS3_FHSIZE: usize = 64;
 /// Bytes before the kernel handle.
@@ -35,6 +52,10 @@ const HEADER_LEN: usize = 8;
 const MAC_LEN: usize = 16;
 /// Largest kernel handle that fits beside our header and MAC.
 pub const MAX_KERNEL_HANDLE: usize = NFS3_FHSIZE - HEADER_LEN - MAC_LEN;
+/// Bytes of a pseudo directory's path id.
+const PATH_ID_LEN: usize = 8;
+/// Length of a pseudo directory's handle: version, path id, MAC.
+pub const PSEUDO_FH_LEN: usize = 1 + PATH_ID_LEN + MAC_LEN;
 /// File name of the key inside the state directory.
 const KEY_FILE: &str = "fh.key";
 
@@ -177,6 +198,61 @@ pub(crate) fn decode(key: &MacKey, export_id: u16, fh: &[u8]) -> Result<KernelHa
     })
 }
 
+/// A directory of the NFSv4 pseudo-filesystem, named by a hash of its
+/// path: the same in every run and in every reload that keeps the path,
+/// so its handle and fileid are too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PathId(pub [u8; PATH_ID_LEN]);
+
+impl PathId {
+    /// The id of the pseudo directory at `path` (absolute, components
+    /// joined by single `/`, as an export's canonical path; `/` for the
+    /// root): the first 8 bytes of its blake3 hash.
+    pub fn of(path: &[u8]) -> PathId {
+        let hash = blake3::hash(path);
+        let mut id = [0u8; PATH_ID_LEN];
+        id.copy_from_slice(&hash.as_bytes()[..PATH_ID_LEN]);
+        PathId(id)
+    }
+
+    /// The directory's fileid: the id read as a big-endian number.
+    pub fn fileid(self) -> u64 {
+        u64::from_be_bytes(self.0)
+    }
+}
+
+/// Whether `fh` claims to be a pseudo directory's handle (read without
+/// verifying it: [`decode_pseudo`] does).
+pub fn is_pseudo(fh: &[u8]) -> bool {
+    fh.first() == Some(&FH_VERSION_PSEUDO)
+}
+
+/// Builds the handle of the pseudo directory `path`.
+pub fn encode_pseudo(key: &MacKey, path: PathId) -> Vec<u8> {
+    let mut fh = Vec::with_capacity(PSEUDO_FH_LEN);
+    fh.push(FH_VERSION_PSEUDO);
+    fh.extend_from_slice(&path.0);
+    let mac = key.mac(&fh);
+    fh.extend_from_slice(&mac);
+    fh
+}
+
+/// Verifies a pseudo directory's handle and returns its path id. Anything
+/// we did not issue is `BadHandle`; whether the path is still in the tree
+/// is the namespace's question (stale if not).
+pub fn decode_pseudo(key: &MacKey, fh: &[u8]) -> Result<PathId, FsError> {
+    if fh.len() != PSEUDO_FH_LEN || fh[0] != FH_VERSION_PSEUDO {
+        return Err(FsError::BadHandle);
+    }
+    let (signed, mac) = fh.split_at(1 + PATH_ID_LEN);
+    if !constant_time_eq(&key.mac(signed), mac) {
+        return Err(FsError::BadHandle);
+    }
+    let mut id = [0u8; PATH_ID_LEN];
+    id.copy_from_slice(&signed[1..]);
+    Ok(PathId(id))
+}
+
 /// Compares two MACs without an early exit, so the time taken does not
 /// tell an attacker how many leading bytes of a guess were right.
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -258,6 +334,71 @@ mod tests {
             bytes: vec![0; MAX_KERNEL_HANDLE],
         };
         assert_eq!(encode(&key, 1, &max).map(|fh| fh.len()), Ok(NFS3_FHSIZE));
+    }
+
+    #[test]
+    fn pseudo_round_trip_and_layout() {
+        let key = MacKey::from_bytes([7; 32]);
+        let srv = PathId::of(b"/srv");
+        let fh = encode_pseudo(&key, srv);
+        assert_eq!(fh.len(), PSEUDO_FH_LEN);
+        assert_eq!(fh.len(), 25);
+        assert_eq!(fh[0], FH_VERSION_PSEUDO);
+        assert_eq!(&fh[1..9], &blake3::hash(b"/srv").as_bytes()[..8]);
+        assert!(is_pseudo(&fh));
+        assert_eq!(decode_pseudo(&key, &fh), Ok(srv));
+        // Stable: the same key and path give the same bytes (a restart
+        // loads the same key; a reload keeps the path).
+        assert_eq!(encode_pseudo(&key.clone(), PathId::of(b"/srv")), fh);
+        assert_ne!(PathId::of(b"/srv"), PathId::of(b"/srv/a"));
+        assert_eq!(srv.fileid(), u64::from_be_bytes(srv.0));
+    }
+
+    #[test]
+    fn pseudo_handles_belong_to_no_export() {
+        let key = MacKey::from_bytes([7; 32]);
+        let fh = encode_pseudo(&key, PathId::of(b"/"));
+        assert_eq!(export_id(&fh), None);
+        for id in [0, 1, 0x0200, u16::MAX] {
+            assert_eq!(decode(&key, id, &fh), Err(FsError::BadHandle));
+        }
+        // Nor is an export file's handle a pseudo one.
+        let file = encode(&key, 3, &kernel()).expect("encode");
+        assert!(!is_pseudo(&file));
+        assert_eq!(decode_pseudo(&key, &file), Err(FsError::BadHandle));
+    }
+
+    #[test]
+    fn forged_or_truncated_pseudo_handles_are_refused() {
+        let key = MacKey::from_bytes([7; 32]);
+        let fh = encode_pseudo(&key, PathId::of(b"/srv/b"));
+        for i in 0..fh.len() {
+            for bit in 0..8 {
+                let mut bad = fh.clone();
+                bad[i] ^= 1 << bit;
+                assert_eq!(
+                    decode_pseudo(&key, &bad),
+                    Err(FsError::BadHandle),
+                    "byte {i}"
+                );
+            }
+        }
+        for len in 0..fh.len() {
+            assert_eq!(decode_pseudo(&key, &fh[..len]), Err(FsError::BadHandle));
+        }
+        let mut long = fh.clone();
+        long.push(0);
+        assert_eq!(decode_pseudo(&key, &long), Err(FsError::BadHandle));
+        assert_eq!(
+            decode_pseudo(&MacKey::from_bytes([8; 32]), &fh),
+            Err(FsError::BadHandle)
+        );
+        // A client that knows the layout but not the key cannot make one.
+        let mut guess = vec![FH_VERSION_PSEUDO];
+        guess.extend_from_slice(&PathId::of(b"/etc").0);
+        guess.extend_from_slice(&[0; MAC_LEN]);
+        assert_eq!(decode_pseudo(&key, &guess), Err(FsError::BadHandle));
+        assert!(!is_pseudo(&[]));
     }
 
     #[test]

@@ -10,6 +10,10 @@
 //!   [`ExportFs::resolve`] verifies it and opens the file. Resolve before
 //!   switching credentials (it needs root for `open_by_handle_at` and
 //!   switches to root itself otherwise, which costs a few syscalls).
+//! - NFSv4's pseudo-filesystem directories (the pseudo-root and the
+//!   directories on the way to the exports) have handles of their own,
+//!   [`handle::encode_pseudo`] and [`handle::decode_pseudo`], under the
+//!   same key; they belong to no export ([`handle::export_id`] is `None`).
 //! - Every call blocks: run it on tokio's blocking pool, the metadata
 //!   operations inside `dionfs_sys::cred::with_creds(&caller, || ..)`
 //!   (which returns `io::Result`: a failed switch is a server fault).

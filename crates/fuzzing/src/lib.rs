@@ -41,7 +41,7 @@ mod xdr;
 
 pub use mount3::mount3;
 pub use nfs3::{nfs3_args, nfs3_readdir_reply, nfs3_results};
-pub use nfs4::{nfs4_compound, nfs4_fattr};
+pub use nfs4::{nfs4_callback, nfs4_compound, nfs4_fattr, nfs4_results};
 pub use nlm4::nlm4;
 pub use nsm::nsm;
 pub use portmap::portmap;
@@ -93,8 +93,16 @@ pub const TARGETS: &[Target] = &[
         run: nfs4_compound,
     },
     Target {
+        name: "nfs4_results",
+        run: nfs4_results,
+    },
+    Target {
         name: "nfs4_fattr",
         run: nfs4_fattr,
+    },
+    Target {
+        name: "nfs4_callback",
+        run: nfs4_callback,
     },
     Target {
         name: "mount3",

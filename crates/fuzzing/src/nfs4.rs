@@ -1,12 +1,15 @@
 //! NFSv4.1 and 4.2 (RFC 8881, RFC 7862): a COMPOUND's arguments as the
-//! server decodes them, one operation at a time, and the attributes a
-//! client sets (`fattr4` values against their bitmap).
+//! server decodes them, one operation at a time; its results as a client
+//! decodes them; the attributes a client sets (`fattr4` values against
+//! their bitmap); and a client's reply to the server's CB_COMPOUND.
 
 use dionfs_proto::nfs4::*;
-use dionfs_proto::ArgsLimit;
-use dionfs_xdr::{Decode, Decoder, Encode, XdrError};
+use dionfs_proto::{ArgsLimit, Void};
+use dionfs_xdr::{Decode, Decoder, Encode, Encoder, XdrError};
 
-use crate::{assert_same_but_padding, check_error, check_prefix};
+use crate::{
+    assert_same_but_padding, check_error, check_prefix, check_result, check_value, select, Message,
+};
 
 /// The most operations the check decodes from one input: enough to reach
 /// anything a longer COMPOUND could, and it keeps a huge `numops` from
@@ -157,4 +160,212 @@ fn settable(bit: u32) -> bool {
     ]
     .iter()
     .any(|a| a.bit() == bit)
+}
+
+/// Each result a client decodes, by the op whose result it is (one
+/// entry per result type; `status` stands for every op whose result is
+/// its status alone), then a whole COMPOUND reply.
+pub(crate) const RESULTS: &[Message] = &[
+    Message {
+        name: "COMPOUND",
+        check: compound_result,
+    },
+    Message {
+        name: "status",
+        check: check_result::<Nfsstat4>,
+    },
+    Message {
+        name: "ACCESS",
+        check: check_result::<Res4<AccessResOk4>>,
+    },
+    Message {
+        name: "BIND_CONN_TO_SESSION",
+        check: check_result::<Res4<BindConnToSessionResOk4>>,
+    },
+    Message {
+        name: "CLOSE",
+        check: check_result::<Res4<StateId4>>,
+    },
+    Message {
+        name: "COMMIT",
+        check: check_result::<Res4<CommitResOk4>>,
+    },
+    Message {
+        name: "COPY",
+        check: check_result::<CopyRes4>,
+    },
+    Message {
+        name: "CREATE",
+        check: check_result::<Res4<CreateResOk4>>,
+    },
+    Message {
+        name: "CREATE_SESSION",
+        check: check_result::<Res4<CreateSessionResOk4>>,
+    },
+    Message {
+        name: "EXCHANGE_ID",
+        check: check_result::<Res4<ExchangeIdResOk4>>,
+    },
+    Message {
+        name: "GETATTR",
+        check: check_result::<Res4<GetattrResOk4>>,
+    },
+    Message {
+        name: "GETFH",
+        check: check_result::<Res4<GetfhResOk4>>,
+    },
+    Message {
+        name: "GETXATTR",
+        check: check_result::<Res4<XattrValue4>>,
+    },
+    Message {
+        name: "LINK",
+        check: check_result::<Res4<ChangeInfo4>>,
+    },
+    Message {
+        name: "LISTXATTRS",
+        check: check_result::<Res4<ListxattrsResOk4>>,
+    },
+    Message {
+        name: "LOCK",
+        check: check_result::<LockRes4<StateId4>>,
+    },
+    Message {
+        name: "LOCKT",
+        check: check_result::<LockRes4<Void>>,
+    },
+    Message {
+        name: "OPEN",
+        check: check_result::<Res4<OpenResOk4>>,
+    },
+    Message {
+        name: "READ",
+        check: read_result,
+    },
+    Message {
+        name: "READ_PLUS",
+        check: read_plus_result,
+    },
+    Message {
+        name: "READDIR",
+        check: check_result::<Res4<ReaddirResOk4>>,
+    },
+    Message {
+        name: "READLINK",
+        check: check_result::<Res4<Linktext4>>,
+    },
+    Message {
+        name: "RENAME",
+        check: check_result::<Res4<RenameResOk4>>,
+    },
+    Message {
+        name: "SECINFO",
+        check: check_result::<Res4<SecinfoResOk4>>,
+    },
+    Message {
+        name: "SEEK",
+        check: check_result::<Res4<SeekResOk4>>,
+    },
+    Message {
+        name: "SEQUENCE",
+        check: check_result::<Res4<SequenceResOk4>>,
+    },
+    Message {
+        name: "SETATTR",
+        check: check_result::<SetattrRes4>,
+    },
+    Message {
+        name: "TEST_STATEID",
+        check: check_result::<Res4<TestStateidResOk4>>,
+    },
+    Message {
+        name: "WRITE",
+        check: check_result::<Res4<WriteResOk4>>,
+    },
+];
+
+/// Target `nfs4_results`: `data[0]` picks the result (see [`RESULTS`]),
+/// the rest is its encoding. Each is decoded as a client does, re-encoded
+/// and compared (but for padding). The server writes READ and READ_PLUS
+/// by their heads, so for those the heads and segments it writes must
+/// equal what the client decoded.
+pub fn nfs4_results(data: &[u8]) {
+    select(RESULTS, data);
+}
+
+/// A COMPOUND reply: its head, then each result ([`ResOp`]) in turn, as
+/// a client reads them.
+fn compound_result(bytes: &[u8]) {
+    let Some((head, used)) = check_prefix::<CompoundResHead>(bytes) else {
+        return;
+    };
+    let mut rest = &bytes[used..];
+    for _ in 0..head.numres.min(MAX_OPS) {
+        match check_prefix::<ResOp>(rest) {
+            Some((_, used)) => rest = &rest[used..],
+            None => return,
+        }
+    }
+}
+
+/// READ's result, and the server's way of writing it: the head, then the
+/// data and its padding.
+fn read_result(bytes: &[u8]) {
+    let Some((Res4::Ok(ok), used)) = check_prefix::<Res4<ReadResOk4>>(bytes) else {
+        return;
+    };
+    let mut enc = Encoder::new();
+    Nfsstat4::Ok.encode(&mut enc);
+    encode_read_ok_head(&mut enc, ok.eof, data_len(&ok.data));
+    enc.opaque_fixed(&ok.data);
+    assert_same_but_padding(enc.as_slice(), &bytes[..used]);
+}
+
+/// READ_PLUS's result, and the server's way of writing it: the head,
+/// then each segment, a data segment's payload written apart.
+fn read_plus_result(bytes: &[u8]) {
+    let Some((Res4::Ok(ok), used)) = check_prefix::<Res4<ReadPlusResOk4>>(bytes) else {
+        return;
+    };
+    let mut enc = Encoder::new();
+    Nfsstat4::Ok.encode(&mut enc);
+    let segments = u32::try_from(ok.contents.len()).expect("segments bounded when decoded");
+    encode_read_plus_head(&mut enc, ok.eof, segments);
+    for segment in &ok.contents {
+        match segment {
+            ReadPlusContent4::Hole(hole) => {
+                encode_read_plus_hole(&mut enc, hole.offset, hole.length)
+            }
+            ReadPlusContent4::Data(data) => {
+                encode_read_plus_data_head(&mut enc, data.offset, data_len(&data.data));
+                enc.opaque_fixed(&data.data);
+            }
+        }
+    }
+    assert_same_but_padding(enc.as_slice(), &bytes[..used]);
+}
+
+/// The length word of decoded data, which fits one: it came from one.
+fn data_len(data: &[u8]) -> u32 {
+    u32::try_from(data.len()).expect("decoded from a length word")
+}
+
+/// Target `nfs4_callback`: a client's reply to CB_COMPOUND, the body
+/// after the RPC reply header, as the server decodes it
+/// ([`decode_cb_compound_reply`]): a whole `CB_COMPOUND4res` of at most
+/// [`CB_MAX_REPLY`] bytes, which re-encodes to the same bytes (but for
+/// padding).
+pub fn nfs4_callback(data: &[u8]) {
+    match decode_cb_compound_reply(data) {
+        Ok(reply) => {
+            assert!(data.len() <= CB_MAX_REPLY, "a reply over the bound decoded");
+            assert!(
+                reply.results.len() <= NFS4_MAX_CB_OPS as usize,
+                "{} results decoded",
+                reply.results.len()
+            );
+            check_value(&reply, data);
+        }
+        Err(e) => check_error(&e, data.len()),
+    }
 }

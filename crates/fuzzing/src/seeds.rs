@@ -9,17 +9,7 @@ use dionfs_proto::mount3::{
     MountStat3,
 };
 use dionfs_proto::nfs3::*;
-use dionfs_proto::nfs4::{
-    AccessArgs4, ArgOp, Attr4, AttrList4, AuthSysParms, BackchannelCtlArgs4,
-    BindConnToSessionArgs4, Bitmap4, CallbackSecParms4, ChannelAttrs4, ChannelDirFromClient4,
-    ClientOwner4, Component4, CompoundHead, CreateArgs4, CreateSessionArgs4, CreateType4,
-    DestroyClientidArgs4, DestroySessionArgs4, ExchangeIdArgs4, Fattr4, FreeStateidArgs4,
-    GetattrArgs4, LinkArgs4, Linktext4, LookupArgs4, NfsFh4, NfsImplId4, NfsTime4, Opaque4, Opnum4,
-    Owner4, PutfhArgs4, ReaddirArgs4, ReclaimCompleteArgs4, RemoveArgs4, RenameArgs4, SecinfoArgs4,
-    SecinfoStyle4, SequenceArgs4, SessionId4, SetAttrs4, SetTime4, SetattrArgs4, StableHow4,
-    StateId4, StateProtect4A, StateProtectOps4, TestStateidArgs4, Utf8Str, Verifier4, VerifyArgs4,
-    WriteHead4, NFS4_FHSIZE, NFS4_MAX_COMPONENT_LEN,
-};
+use dionfs_proto::nfs4::*;
 use dionfs_proto::nlm4::*;
 use dionfs_proto::nsm::{Mon, MonId, MyId, Priv, SmName, SmRes, SmStatRes, StatChge};
 use dionfs_proto::portmap::{DumpResult, Mapping, Rpcb, RpcbDump, IPPROTO_TCP, IPPROTO_UDP};
@@ -51,7 +41,9 @@ pub fn all() -> Vec<Seed> {
     nfs3_results(&mut seeds);
     nfs3_readdir_reply(&mut seeds);
     nfs4_compound(&mut seeds);
+    nfs4_results(&mut seeds);
     nfs4_fattr(&mut seeds);
+    nfs4_callback(&mut seeds);
     mount3(&mut seeds);
     nlm4(&mut seeds);
     nsm(&mut seeds);
@@ -1214,12 +1206,715 @@ fn nfs4_compound(s: &mut Seeds) {
     );
     add("illegal", 1, &[sequence(), ArgOp::Illegal(2)]);
     add(
-        "not-supp-open",
+        "not-supp-layoutget",
         1,
-        &[sequence(), ArgOp::NotSupp(Opnum4::Open)],
+        &[sequence(), ArgOp::NotSupp(Opnum4::Layoutget)],
+    );
+    add(
+        "not-supp-write-same",
+        2,
+        &[sequence(), ArgOp::NotSupp(Opnum4::WriteSame)],
+    );
+    let putfh = || ArgOp::Putfh(PutfhArgs4 { object: fh4() });
+    add(
+        "open-create",
+        1,
+        &[
+            sequence(),
+            putfh(),
+            open4(
+                OpenFlag4::Create(CreateHow4::Unchecked(settable_all().to_fattr())),
+                OpenClaim4::Null(name4("new")),
+            ),
+            ArgOp::Getfh,
+            ArgOp::Getattr(GetattrArgs4 {
+                attr_request: Bitmap4::from_bits(&[Attr4::Change.bit(), Attr4::Size.bit()]),
+            }),
+        ],
+    );
+    add(
+        "open-exclusive",
+        1,
+        &[
+            sequence(),
+            putfh(),
+            open4(
+                OpenFlag4::Create(CreateHow4::Exclusive41(CreatVerfAttr {
+                    verf: Verifier4(*b"exclverf"),
+                    attrs: SetAttrs4 {
+                        mode: Some(0o600),
+                        ..SetAttrs4::default()
+                    }
+                    .to_fattr(),
+                })),
+                OpenClaim4::Null(name4("x")),
+            ),
+            putfh(),
+            open4(
+                OpenFlag4::Create(CreateHow4::Exclusive(Verifier4(*b"oldexcl!"))),
+                OpenClaim4::Null(name4("y")),
+            ),
+            putfh(),
+            open4(
+                OpenFlag4::Create(CreateHow4::Guarded(Fattr4::default())),
+                OpenClaim4::Null(name4("z")),
+            ),
+        ],
+    );
+    add(
+        "open-claims",
+        1,
+        &[
+            sequence(),
+            putfh(),
+            open4(OpenFlag4::NoCreate, OpenClaim4::Fh),
+            open4(
+                OpenFlag4::NoCreate,
+                OpenClaim4::Previous(OpenDelegationType4::Read),
+            ),
+            open4(
+                OpenFlag4::NoCreate,
+                OpenClaim4::DelegateCur(OpenClaimDelegateCur4 {
+                    delegate_stateid: stateid4(),
+                    file: name4("f"),
+                }),
+            ),
+            open4(OpenFlag4::NoCreate, OpenClaim4::DelegatePrev(name4("g"))),
+            open4(OpenFlag4::NoCreate, OpenClaim4::DelegCurFh(stateid4())),
+            open4(OpenFlag4::NoCreate, OpenClaim4::DelegPrevFh),
+        ],
+    );
+    add(
+        "read",
+        1,
+        &[
+            sequence(),
+            putfh(),
+            ArgOp::Read(ReadArgs4 {
+                stateid: stateid4(),
+                offset: 0,
+                count: 1 << 20,
+            }),
+        ],
+    );
+    add(
+        "locks",
+        1,
+        &[
+            sequence(),
+            putfh(),
+            ArgOp::Lock(LockArgs4 {
+                locktype: NfsLockType4::WriteW,
+                reclaim: false,
+                offset: 0,
+                length: u64::MAX,
+                locker: Locker4::OpenOwner(OpenToLockOwner4 {
+                    open_seqid: 0,
+                    open_stateid: stateid4(),
+                    lock_seqid: 0,
+                    lock_owner: owner4("lock"),
+                }),
+            }),
+            ArgOp::Lock(LockArgs4 {
+                locktype: NfsLockType4::Read,
+                reclaim: true,
+                offset: 10,
+                length: 20,
+                locker: Locker4::LockOwner(ExistLockOwner4 {
+                    lock_stateid: stateid4(),
+                    lock_seqid: 0,
+                }),
+            }),
+            ArgOp::Lockt(LocktArgs4 {
+                locktype: NfsLockType4::Write,
+                offset: 0,
+                length: 1,
+                owner: owner4("other"),
+            }),
+            ArgOp::Locku(LockuArgs4 {
+                locktype: NfsLockType4::Write,
+                seqid: 0,
+                lock_stateid: stateid4(),
+                offset: 0,
+                length: u64::MAX,
+            }),
+            ArgOp::OpenDowngrade(OpenDowngradeArgs4 {
+                open_stateid: stateid4(),
+                seqid: 0,
+                share_access: OPEN4_SHARE_ACCESS_READ,
+                share_deny: OPEN4_SHARE_DENY_NONE,
+            }),
+            ArgOp::Commit(CommitArgs4 {
+                offset: 0,
+                count: 0,
+            }),
+            ArgOp::Close(CloseArgs4 {
+                seqid: 0,
+                open_stateid: stateid4(),
+            }),
+            ArgOp::Delegreturn(DelegreturnArgs4 {
+                deleg_stateid: stateid4(),
+            }),
+        ],
+    );
+    let range = AllocateArgs4 {
+        stateid: stateid4(),
+        offset: 0,
+        length: 1 << 20,
+    };
+    add(
+        "v42-data",
+        2,
+        &[
+            sequence(),
+            putfh(),
+            ArgOp::Allocate(range.clone()),
+            ArgOp::Deallocate(range),
+            ArgOp::Seek(SeekArgs4 {
+                stateid: stateid4(),
+                offset: 0,
+                what: DataContent4::Data,
+            }),
+            ArgOp::ReadPlus(ReadArgs4 {
+                stateid: stateid4(),
+                offset: 0,
+                count: 65536,
+            }),
+            ArgOp::Savefh,
+            putfh(),
+            ArgOp::Copy(CopyArgs4 {
+                src_stateid: stateid4(),
+                dst_stateid: stateid4(),
+                src_offset: 0,
+                dst_offset: 0,
+                count: 0,
+                consecutive: true,
+                synchronous: true,
+                source_server: Vec::new(),
+            }),
+            ArgOp::Clone(CloneArgs4 {
+                src_stateid: stateid4(),
+                dst_stateid: stateid4(),
+                src_offset: 0,
+                dst_offset: 4096,
+                count: 4096,
+            }),
+        ],
+    );
+    add(
+        "copy-from-elsewhere",
+        2,
+        &[
+            sequence(),
+            putfh(),
+            ArgOp::Savefh,
+            putfh(),
+            ArgOp::Copy(CopyArgs4 {
+                src_stateid: stateid4(),
+                dst_stateid: stateid4(),
+                src_offset: 1,
+                dst_offset: 2,
+                count: 3,
+                consecutive: false,
+                synchronous: false,
+                source_server: vec![
+                    Netloc4::Name(Utf8Str::from("src.example.org")),
+                    Netloc4::Url(Utf8Str::from("nfs://src/e")),
+                    Netloc4::Netaddr(Netaddr4 {
+                        netid: Utf8Str::from("tcp"),
+                        addr: Utf8Str::from("192.0.2.1.8.1"),
+                    }),
+                ],
+            }),
+        ],
+    );
+    add(
+        "xattrs",
+        2,
+        &[
+            sequence(),
+            putfh(),
+            ArgOp::Setxattr(SetxattrArgs4 {
+                option: SetxattrOption4::Create,
+                key: name4("mime_type"),
+                value: XattrValue4::from("text/plain"),
+            }),
+            ArgOp::Getxattr(GetxattrArgs4 {
+                name: name4("mime_type"),
+            }),
+            ArgOp::Listxattrs(ListxattrsArgs4 {
+                cookie: 0,
+                maxcount: 4096,
+            }),
+            ArgOp::Removexattr(RemovexattrArgs4 {
+                name: name4("mime_type"),
+            }),
+        ],
+    );
+    add(
+        "largest-setxattr",
+        2,
+        &[ArgOp::Setxattr(SetxattrArgs4 {
+            option: SetxattrOption4::Either,
+            key: name4("big"),
+            value: XattrValue4(vec![b'v'; XATTR_SIZE_MAX as usize]),
+        })],
     );
     add("minor-0", 0, &[ArgOp::Putrootfh, getattr]);
     add("no-ops", 1, &[]);
+}
+
+fn owner4(name: &str) -> StateOwner4 {
+    StateOwner4 {
+        clientid: 0x6563_0000_0000_0001,
+        owner: Opaque4::from(name),
+    }
+}
+
+fn open4(openhow: OpenFlag4, claim: OpenClaim4) -> ArgOp {
+    ArgOp::Open(OpenArgs4 {
+        seqid: 0,
+        share_access: OPEN4_SHARE_ACCESS_BOTH,
+        share_deny: OPEN4_SHARE_DENY_NONE,
+        owner: owner4("open"),
+        openhow,
+        claim,
+    })
+}
+
+fn cinfo4() -> ChangeInfo4 {
+    ChangeInfo4 {
+        atomic: true,
+        before: 1_700_000_000 << 30,
+        after: (1_700_000_001 << 30) | 5,
+    }
+}
+
+fn nfs4_results(s: &mut Seeds) {
+    let mut res = |message: &str, name: &str, bytes: Vec<u8>| {
+        s.message("nfs4_results", crate::nfs4::RESULTS, message, name, bytes);
+    };
+    let verf = Verifier4(*b"writever");
+    let sequence = SequenceResOk4 {
+        sessionid: SessionId4([7; 16]),
+        sequenceid: 2,
+        slotid: 0,
+        highest_slotid: 63,
+        target_highest_slotid: 63,
+        status_flags: 0,
+    };
+    let mut compound = Encoder::new();
+    CompoundResHead {
+        status: Nfsstat4::Ok,
+        tag: Utf8Str::from("seed"),
+        numres: 4,
+    }
+    .encode(&mut compound);
+    for result in [
+        ResOp::Sequence(Res4::Ok(sequence.clone())),
+        ResOp::Putfh(Nfsstat4::Ok),
+        ResOp::Read(Res4::Ok(ReadResOk4 {
+            eof: false,
+            data: b"hello".to_vec(),
+        })),
+        ResOp::Getattr(Res4::Ok(GetattrResOk4 {
+            obj_attributes: settable_all().to_fattr(),
+        })),
+    ] {
+        result.encode(&mut compound);
+    }
+    res("COMPOUND", "read", compound.into_vec());
+    let mut failed = Encoder::new();
+    CompoundResHead {
+        status: Nfsstat4::Denied,
+        tag: Utf8Str::default(),
+        numres: 3,
+    }
+    .encode(&mut failed);
+    for result in [
+        ResOp::Sequence(Res4::Ok(sequence.clone())),
+        ResOp::Putfh(Nfsstat4::Ok),
+        ResOp::Lock(LockRes4::Denied(Lock4Denied {
+            offset: 0,
+            length: u64::MAX,
+            locktype: NfsLockType4::Write,
+            owner: owner4("holder"),
+        })),
+    ] {
+        result.encode(&mut failed);
+    }
+    res("COMPOUND", "lock-denied", failed.into_vec());
+    res("status", "ok", Nfsstat4::Ok.to_xdr());
+    res("status", "bad-stateid", Nfsstat4::BadStateid.to_xdr());
+    res(
+        "ACCESS",
+        "ok",
+        Res4::Ok(AccessResOk4 {
+            supported: 0x3f,
+            access: 0x1f,
+        })
+        .to_xdr(),
+    );
+    res(
+        "BIND_CONN_TO_SESSION",
+        "ok",
+        Res4::Ok(BindConnToSessionResOk4 {
+            sessid: SessionId4([7; 16]),
+            dir: ChannelDirFromServer4::Both,
+            use_conn_in_rdma_mode: false,
+        })
+        .to_xdr(),
+    );
+    res("CLOSE", "ok", Res4::Ok(stateid4()).to_xdr());
+    res(
+        "CLOSE",
+        "old-stateid",
+        Res4::<StateId4>::Fail(Nfsstat4::OldStateid).to_xdr(),
+    );
+    res(
+        "COMMIT",
+        "ok",
+        Res4::Ok(CommitResOk4 { writeverf: verf }).to_xdr(),
+    );
+    let response = WriteResponse4 {
+        callback_id: None,
+        count: 4 << 20,
+        committed: StableHow4::Unstable,
+        writeverf: verf,
+    };
+    let sync = CopyRequirements4 {
+        consecutive: true,
+        synchronous: true,
+    };
+    res(
+        "COPY",
+        "ok",
+        CopyRes4::Ok(CopyResOk4 {
+            response: response.clone(),
+            requirements: sync,
+        })
+        .to_xdr(),
+    );
+    res(
+        "COPY",
+        "async",
+        CopyRes4::Ok(CopyResOk4 {
+            response: WriteResponse4 {
+                callback_id: Some(stateid4()),
+                ..response
+            },
+            requirements: CopyRequirements4 {
+                consecutive: true,
+                synchronous: false,
+            },
+        })
+        .to_xdr(),
+    );
+    res("COPY", "no-reqs", CopyRes4::OffloadNoReqs(sync).to_xdr());
+    res(
+        "CREATE",
+        "ok",
+        Res4::Ok(CreateResOk4 {
+            cinfo: cinfo4(),
+            attrset: Bitmap4::from_bits(&[Attr4::Mode.bit()]),
+        })
+        .to_xdr(),
+    );
+    res(
+        "CREATE_SESSION",
+        "ok",
+        Res4::Ok(CreateSessionResOk4 {
+            sessionid: SessionId4([7; 16]),
+            sequence: 1,
+            flags: 2,
+            fore_chan_attrs: channel4(),
+            back_chan_attrs: channel4(),
+        })
+        .to_xdr(),
+    );
+    res(
+        "EXCHANGE_ID",
+        "ok",
+        Res4::Ok(ExchangeIdResOk4 {
+            clientid: 0x6563_0000_0000_0001,
+            sequenceid: 1,
+            flags: EXCHGID4_FLAG_USE_NON_PNFS | EXCHGID4_FLAG_CONFIRMED_R,
+            state_protect: StateProtect4R::None,
+            server_owner: ServerOwner4 {
+                minor_id: 0,
+                major_id: Opaque4(vec![0x5a; 16]),
+            },
+            server_scope: Opaque4(vec![0x5a; 16]),
+            server_impl_id: Some(NfsImplId4 {
+                domain: Utf8Str::from("dionfs.org"),
+                name: Utf8Str::from("dionfs"),
+                date: NfsTime4::default(),
+            }),
+        })
+        .to_xdr(),
+    );
+    res(
+        "GETATTR",
+        "ok",
+        Res4::Ok(GetattrResOk4 {
+            obj_attributes: settable_all().to_fattr(),
+        })
+        .to_xdr(),
+    );
+    res(
+        "GETFH",
+        "ok",
+        Res4::Ok(GetfhResOk4 { object: fh4() }).to_xdr(),
+    );
+    res(
+        "GETXATTR",
+        "ok",
+        Res4::Ok(XattrValue4::from("text/plain")).to_xdr(),
+    );
+    res(
+        "GETXATTR",
+        "noxattr",
+        Res4::<XattrValue4>::Fail(Nfsstat4::Noxattr).to_xdr(),
+    );
+    res("LINK", "ok", Res4::Ok(cinfo4()).to_xdr());
+    res(
+        "LISTXATTRS",
+        "ok",
+        Res4::Ok(ListxattrsResOk4 {
+            cookie: 2,
+            names: vec![Component4::from("a"), Component4::from("mime_type")],
+            eof: true,
+        })
+        .to_xdr(),
+    );
+    res("LOCK", "ok", LockRes4::Ok(stateid4()).to_xdr());
+    res(
+        "LOCK",
+        "denied",
+        LockRes4::<StateId4>::Denied(Lock4Denied {
+            offset: 0,
+            length: u64::MAX,
+            locktype: NfsLockType4::Read,
+            owner: owner4("nlm:client 1234"),
+        })
+        .to_xdr(),
+    );
+    res("LOCKT", "ok", LockRes4::Ok(dionfs_proto::Void).to_xdr());
+    res(
+        "LOCKT",
+        "grace",
+        LockRes4::<dionfs_proto::Void>::Fail(Nfsstat4::Grace).to_xdr(),
+    );
+    let open_ok = |delegation| {
+        Res4::Ok(OpenResOk4 {
+            stateid: stateid4(),
+            cinfo: cinfo4(),
+            rflags: OPEN4_RESULT_LOCKTYPE_POSIX,
+            attrset: Bitmap4::default(),
+            delegation,
+        })
+        .to_xdr()
+    };
+    res("OPEN", "no-delegation", open_ok(OpenDelegation4::None));
+    res(
+        "OPEN",
+        "none-ext",
+        open_ok(OpenDelegation4::NoneExt(OpenNoneDelegation4::Why(
+            WhyNoDelegation4::NotSuppFtype,
+        ))),
+    );
+    let ace = Nfsace4 {
+        acetype: 0,
+        flag: 0,
+        access_mask: 0x1,
+        who: Utf8Str::from("EVERYONE@"),
+    };
+    res(
+        "OPEN",
+        "read-delegation",
+        open_ok(OpenDelegation4::Read(OpenReadDelegation4 {
+            stateid: stateid4(),
+            recall: false,
+            permissions: ace.clone(),
+        })),
+    );
+    res(
+        "OPEN",
+        "write-delegation",
+        open_ok(OpenDelegation4::Write(OpenWriteDelegation4 {
+            stateid: stateid4(),
+            recall: false,
+            space_limit: NfsSpaceLimit4::Size(u64::MAX),
+            permissions: ace,
+        })),
+    );
+    res(
+        "READ",
+        "ok",
+        Res4::Ok(ReadResOk4 {
+            eof: true,
+            data: b"hello".to_vec(),
+        })
+        .to_xdr(),
+    );
+    res(
+        "READ_PLUS",
+        "segments",
+        Res4::Ok(ReadPlusResOk4 {
+            eof: false,
+            contents: vec![
+                ReadPlusContent4::Hole(DataInfo4 {
+                    offset: 0,
+                    length: 4096,
+                }),
+                ReadPlusContent4::Data(Data4 {
+                    offset: 4096,
+                    data: b"hello".to_vec(),
+                }),
+            ],
+        })
+        .to_xdr(),
+    );
+    res(
+        "READDIR",
+        "ok",
+        Res4::Ok(ReaddirResOk4 {
+            cookieverf: Verifier4::default(),
+            reply: DirList4 {
+                entries: vec![Entry4 {
+                    cookie: 3,
+                    name: name4("a"),
+                    attrs: settable_all().to_fattr(),
+                }],
+                eof: true,
+            },
+        })
+        .to_xdr(),
+    );
+    res(
+        "READLINK",
+        "ok",
+        Res4::Ok(Linktext4::from("../target")).to_xdr(),
+    );
+    res(
+        "RENAME",
+        "ok",
+        Res4::Ok(RenameResOk4 {
+            source_cinfo: cinfo4(),
+            target_cinfo: cinfo4(),
+        })
+        .to_xdr(),
+    );
+    res(
+        "SECINFO",
+        "ok",
+        Res4::Ok(SecinfoResOk4(vec![
+            Secinfo4::Flavor(1),
+            Secinfo4::Flavor(0),
+        ]))
+        .to_xdr(),
+    );
+    res(
+        "SEEK",
+        "ok",
+        Res4::Ok(SeekResOk4 {
+            eof: false,
+            offset: 8192,
+        })
+        .to_xdr(),
+    );
+    res("SEQUENCE", "ok", Res4::Ok(sequence).to_xdr());
+    res(
+        "SETATTR",
+        "ok",
+        SetattrRes4 {
+            status: Nfsstat4::Ok,
+            attrsset: Bitmap4::from_bits(&[Attr4::Size.bit()]),
+        }
+        .to_xdr(),
+    );
+    res(
+        "TEST_STATEID",
+        "ok",
+        Res4::Ok(TestStateidResOk4 {
+            status_codes: vec![Nfsstat4::Ok, Nfsstat4::BadStateid],
+        })
+        .to_xdr(),
+    );
+    res(
+        "WRITE",
+        "ok",
+        Res4::Ok(WriteResOk4 {
+            count: 5,
+            committed: StableHow4::FileSync,
+            writeverf: verf,
+        })
+        .to_xdr(),
+    );
+}
+
+fn nfs4_callback(s: &mut Seeds) {
+    let sequence = CbResOp::Sequence(Res4::Ok(CbSequenceResOk4 {
+        sessionid: SessionId4([7; 16]),
+        sequenceid: 1,
+        slotid: 0,
+        highest_slotid: 0,
+        target_highest_slotid: 0,
+    }));
+    let reply = |status, results: Vec<CbResOp>| {
+        CbCompoundRes4 {
+            status,
+            tag: Utf8Str::default(),
+            results,
+        }
+        .to_xdr()
+    };
+    s.add(
+        "nfs4_callback",
+        "sequence",
+        reply(Nfsstat4::Ok, vec![sequence.clone()]),
+    );
+    s.add(
+        "nfs4_callback",
+        "recall",
+        reply(
+            Nfsstat4::Ok,
+            vec![
+                sequence.clone(),
+                CbResOp::Status {
+                    opnum: CbOpnum4::Recall,
+                    status: Nfsstat4::Ok,
+                },
+            ],
+        ),
+    );
+    s.add(
+        "nfs4_callback",
+        "getattr",
+        reply(
+            Nfsstat4::Ok,
+            vec![
+                sequence,
+                CbResOp::Getattr(Res4::Ok(settable_all().to_fattr())),
+            ],
+        ),
+    );
+    s.add(
+        "nfs4_callback",
+        "bad-session",
+        reply(
+            Nfsstat4::Badsession,
+            vec![CbResOp::Sequence(Res4::Fail(Nfsstat4::Badsession))],
+        ),
+    );
+    s.add(
+        "nfs4_callback",
+        "illegal",
+        reply(
+            Nfsstat4::OpIllegal,
+            vec![CbResOp::Illegal(Nfsstat4::OpIllegal)],
+        ),
+    );
 }
 
 fn nfs4_fattr(s: &mut Seeds) {

@@ -32,7 +32,7 @@
 //! while a 1 MiB payload received whole has partly left the cache by the
 //! time it is checksummed (`crcspeed`'s `copied` lines: 0.018-0.021 s per
 //! GiB against 0.015 in pieces; in the server, twelve 4 GiB writes each
-//! way, 0.019 s per GiB less user time, README "What it costs").
+//! way, 0.019 s per GiB less user time, docs/bench/archive/integrity-cost.md).
 //! The blocks are the server's own buffer as soon as they are copied, so
 //! a client cannot change them afterwards either. Payloads that do not
 //! start and end on block boundaries (their edge blocks need bytes from

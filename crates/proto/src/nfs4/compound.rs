@@ -7,17 +7,22 @@ use dionfs_xdr::{Decode, Decoder, Encode, Encoder, Result, XdrError};
 
 use crate::codec::xdr_struct;
 use crate::nfs4::ops::{
-    AccessArgs4, AccessResOk4, BackchannelCtlArgs4, BindConnToSessionArgs4,
-    BindConnToSessionResOk4, CreateArgs4, CreateResOk4, CreateSessionArgs4, CreateSessionResOk4,
+    AccessArgs4, AccessResOk4, AllocateArgs4, BackchannelCtlArgs4, BindConnToSessionArgs4,
+    BindConnToSessionResOk4, CloneArgs4, CloseArgs4, CommitArgs4, CommitResOk4, CopyArgs4,
+    CopyRes4, CreateArgs4, CreateResOk4, CreateSessionArgs4, CreateSessionResOk4, DelegreturnArgs4,
     DestroyClientidArgs4, DestroySessionArgs4, ExchangeIdArgs4, ExchangeIdResOk4, FreeStateidArgs4,
-    GetattrArgs4, GetattrResOk4, GetfhResOk4, LinkArgs4, LookupArgs4, PutfhArgs4, ReaddirArgs4,
-    ReaddirResOk4, ReclaimCompleteArgs4, RemoveArgs4, RenameArgs4, RenameResOk4, SecinfoArgs4,
-    SecinfoResOk4, SecinfoStyle4, SequenceArgs4, SequenceResOk4, SetattrArgs4, SetattrRes4,
-    TestStateidArgs4, TestStateidResOk4, VerifyArgs4, WriteHead4, WriteResOk4,
+    GetattrArgs4, GetattrResOk4, GetfhResOk4, GetxattrArgs4, LinkArgs4, ListxattrsArgs4,
+    ListxattrsResOk4, LockArgs4, LockRes4, LocktArgs4, LockuArgs4, LookupArgs4, OpenArgs4,
+    OpenDowngradeArgs4, OpenResOk4, PutfhArgs4, ReadArgs4, ReadPlusResOk4, ReadResOk4,
+    ReaddirArgs4, ReaddirResOk4, ReclaimCompleteArgs4, RemoveArgs4, RemovexattrArgs4, RenameArgs4,
+    RenameResOk4, SecinfoArgs4, SecinfoResOk4, SecinfoStyle4, SeekArgs4, SeekResOk4, SequenceArgs4,
+    SequenceResOk4, SetattrArgs4, SetattrRes4, SetxattrArgs4, TestStateidArgs4, TestStateidResOk4,
+    VerifyArgs4, WriteHead4, WriteResOk4, XattrValue4,
 };
 use crate::nfs4::types::{
-    ChangeInfo4, Linktext4, Nfsstat4, Opnum4, Res4, Utf8Str, NFS4_MAX_TAG_LEN,
+    ChangeInfo4, Linktext4, Nfsstat4, Opnum4, Res4, StateId4, Utf8Str, NFS4_MAX_TAG_LEN,
 };
+use crate::Void;
 
 xdr_struct! {
     /// The head of `COMPOUND4args`: the tag, the minor version, and the
@@ -78,11 +83,32 @@ pub enum ArgOp {
     /// WRITE up to its data's length word: the payload stays in the
     /// record ([`WriteHead4::payload_len`] bytes after the head).
     Write(WriteHead4),
+    Read(ReadArgs4),
+    Commit(CommitArgs4),
+    Open(OpenArgs4),
+    Close(CloseArgs4),
+    OpenDowngrade(OpenDowngradeArgs4),
+    Lock(LockArgs4),
+    Lockt(LocktArgs4),
+    Locku(LockuArgs4),
+    Delegreturn(DelegreturnArgs4),
+    Allocate(AllocateArgs4),
+    Deallocate(AllocateArgs4),
+    Seek(SeekArgs4),
+    ReadPlus(ReadArgs4),
+    Copy(CopyArgs4),
+    Clone(CloneArgs4),
+    Getxattr(GetxattrArgs4),
+    Setxattr(SetxattrArgs4),
+    Listxattrs(ListxattrsArgs4),
+    Removexattr(RemovexattrArgs4),
     /// An operation of the minor version that dionfs does not decode:
     /// the 4.0-only ones (OPEN_CONFIRM, RENEW, SETCLIENTID,
-    /// SETCLIENTID_CONFIRM, RELEASE_LOCKOWNER), pNFS and delegations, and
-    /// those whose codec has not landed yet. Only the opnum is consumed:
-    /// the server answers `NFS4ERR_NOTSUPP`, which ends the COMPOUND.
+    /// SETCLIENTID_CONFIRM, RELEASE_LOCKOWNER), OPENATTR, and those of
+    /// delegations (DELEGPURGE, GET_DIR_DELEGATION, WANT_DELEGATION),
+    /// pNFS, SSV and asynchronous copies (design section 8). Only the
+    /// opnum is consumed: the server answers `NFS4ERR_NOTSUPP`, which
+    /// ends the COMPOUND.
     NotSupp(Opnum4),
     /// An opnum outside the minor version (`NFS4ERR_OP_ILLEGAL`, answered
     /// as `OP_ILLEGAL`): only the opnum is consumed.
@@ -154,6 +180,25 @@ impl ArgOp {
             ArgOp::DestroyClientid(_) => Opnum4::DestroyClientid,
             ArgOp::ReclaimComplete(_) => Opnum4::ReclaimComplete,
             ArgOp::Write(_) => Opnum4::Write,
+            ArgOp::Read(_) => Opnum4::Read,
+            ArgOp::Commit(_) => Opnum4::Commit,
+            ArgOp::Open(_) => Opnum4::Open,
+            ArgOp::Close(_) => Opnum4::Close,
+            ArgOp::OpenDowngrade(_) => Opnum4::OpenDowngrade,
+            ArgOp::Lock(_) => Opnum4::Lock,
+            ArgOp::Lockt(_) => Opnum4::Lockt,
+            ArgOp::Locku(_) => Opnum4::Locku,
+            ArgOp::Delegreturn(_) => Opnum4::Delegreturn,
+            ArgOp::Allocate(_) => Opnum4::Allocate,
+            ArgOp::Deallocate(_) => Opnum4::Deallocate,
+            ArgOp::Seek(_) => Opnum4::Seek,
+            ArgOp::ReadPlus(_) => Opnum4::ReadPlus,
+            ArgOp::Copy(_) => Opnum4::Copy,
+            ArgOp::Clone(_) => Opnum4::Clone,
+            ArgOp::Getxattr(_) => Opnum4::Getxattr,
+            ArgOp::Setxattr(_) => Opnum4::Setxattr,
+            ArgOp::Listxattrs(_) => Opnum4::Listxattrs,
+            ArgOp::Removexattr(_) => Opnum4::Removexattr,
             ArgOp::NotSupp(op) => *op,
             ArgOp::Illegal(opnum) => return *opnum,
         };
@@ -196,6 +241,25 @@ impl ArgOp {
             Opnum4::DestroyClientid => ArgOp::DestroyClientid(Decode::decode(dec)?),
             Opnum4::ReclaimComplete => ArgOp::ReclaimComplete(Decode::decode(dec)?),
             Opnum4::Write => ArgOp::Write(Decode::decode(dec)?),
+            Opnum4::Read => ArgOp::Read(Decode::decode(dec)?),
+            Opnum4::Commit => ArgOp::Commit(Decode::decode(dec)?),
+            Opnum4::Open => ArgOp::Open(Decode::decode(dec)?),
+            Opnum4::Close => ArgOp::Close(Decode::decode(dec)?),
+            Opnum4::OpenDowngrade => ArgOp::OpenDowngrade(Decode::decode(dec)?),
+            Opnum4::Lock => ArgOp::Lock(Decode::decode(dec)?),
+            Opnum4::Lockt => ArgOp::Lockt(Decode::decode(dec)?),
+            Opnum4::Locku => ArgOp::Locku(Decode::decode(dec)?),
+            Opnum4::Delegreturn => ArgOp::Delegreturn(Decode::decode(dec)?),
+            Opnum4::Allocate => ArgOp::Allocate(Decode::decode(dec)?),
+            Opnum4::Deallocate => ArgOp::Deallocate(Decode::decode(dec)?),
+            Opnum4::Seek => ArgOp::Seek(Decode::decode(dec)?),
+            Opnum4::ReadPlus => ArgOp::ReadPlus(Decode::decode(dec)?),
+            Opnum4::Copy => ArgOp::Copy(Decode::decode(dec)?),
+            Opnum4::Clone => ArgOp::Clone(Decode::decode(dec)?),
+            Opnum4::Getxattr => ArgOp::Getxattr(Decode::decode(dec)?),
+            Opnum4::Setxattr => ArgOp::Setxattr(Decode::decode(dec)?),
+            Opnum4::Listxattrs => ArgOp::Listxattrs(Decode::decode(dec)?),
+            Opnum4::Removexattr => ArgOp::Removexattr(Decode::decode(dec)?),
             _ => return Ok(None),
         }))
     }
@@ -229,6 +293,23 @@ impl Encode for ArgOp {
             ArgOp::DestroyClientid(a) => a.encode(enc),
             ArgOp::ReclaimComplete(a) => a.encode(enc),
             ArgOp::Write(a) => a.encode(enc),
+            ArgOp::Read(a) | ArgOp::ReadPlus(a) => a.encode(enc),
+            ArgOp::Commit(a) => a.encode(enc),
+            ArgOp::Open(a) => a.encode(enc),
+            ArgOp::Close(a) => a.encode(enc),
+            ArgOp::OpenDowngrade(a) => a.encode(enc),
+            ArgOp::Lock(a) => a.encode(enc),
+            ArgOp::Lockt(a) => a.encode(enc),
+            ArgOp::Locku(a) => a.encode(enc),
+            ArgOp::Delegreturn(a) => a.encode(enc),
+            ArgOp::Allocate(a) | ArgOp::Deallocate(a) => a.encode(enc),
+            ArgOp::Seek(a) => a.encode(enc),
+            ArgOp::Copy(a) => a.encode(enc),
+            ArgOp::Clone(a) => a.encode(enc),
+            ArgOp::Getxattr(a) => a.encode(enc),
+            ArgOp::Setxattr(a) => a.encode(enc),
+            ArgOp::Listxattrs(a) => a.encode(enc),
+            ArgOp::Removexattr(a) => a.encode(enc),
             ArgOp::Getfh
             | ArgOp::Lookupp
             | ArgOp::Putpubfh
@@ -283,9 +364,9 @@ macro_rules! res_ops {
             $( $(#[$meta])* $variant($ty), )*
             /// `OP_ILLEGAL`'s result.
             Illegal(Nfsstat4),
-            /// The result of an operation whose result type is not decoded
-            /// here: only a failure decodes (the status alone, which is all
-            /// such a result carries but for LOCK's and LOCKT's `DENIED`).
+            /// The result of an operation dionfs does not decode
+            /// ([`ArgOp::NotSupp`]): only a failure decodes, the status
+            /// alone.
             Other { opnum: Opnum4, status: Nfsstat4 },
         }
 
@@ -363,6 +444,25 @@ res_ops! {
     DestroyClientid(DestroyClientid, Nfsstat4),
     ReclaimComplete(ReclaimComplete, Nfsstat4),
     Write(Write, Res4<WriteResOk4>),
+    Read(Read, Res4<ReadResOk4>),
+    Commit(Commit, Res4<CommitResOk4>),
+    Open(Open, Res4<OpenResOk4>),
+    Close(Close, Res4<StateId4>),
+    OpenDowngrade(OpenDowngrade, Res4<StateId4>),
+    Lock(Lock, LockRes4<StateId4>),
+    Lockt(Lockt, LockRes4<Void>),
+    Locku(Locku, Res4<StateId4>),
+    Delegreturn(Delegreturn, Nfsstat4),
+    Allocate(Allocate, Nfsstat4),
+    Deallocate(Deallocate, Nfsstat4),
+    Seek(Seek, Res4<SeekResOk4>),
+    ReadPlus(ReadPlus, Res4<ReadPlusResOk4>),
+    Copy(Copy, CopyRes4),
+    Clone(Clone, Nfsstat4),
+    Getxattr(Getxattr, Res4<XattrValue4>),
+    Setxattr(Setxattr, Res4<ChangeInfo4>),
+    Listxattrs(Listxattrs, Res4<ListxattrsResOk4>),
+    Removexattr(Removexattr, Res4<ChangeInfo4>),
 }
 
 #[cfg(test)]
@@ -397,18 +497,22 @@ mod tests {
         let ops = typical_ops();
         for op in &ops {
             let bytes = op.to_xdr();
-            assert_eq!(
-                decode_op(&bytes, 1),
-                Ok((op.clone(), bytes.len())),
-                "{op:?}"
-            );
+            let opnum = op.opnum();
+            // NFSv4.2's ops are illegal in 4.1.
+            let in_41 = Opnum4::from_u32(opnum).is_some_and(|op| op.in_minor(1));
+            let as_41 = if in_41 {
+                Ok((op.clone(), bytes.len()))
+            } else {
+                Ok((ArgOp::Illegal(opnum), 4))
+            };
+            assert_eq!(decode_op(&bytes, 1), as_41, "{op:?}");
             assert_eq!(
                 decode_op(&bytes, 2),
                 Ok((op.clone(), bytes.len())),
                 "{op:?}"
             );
         }
-        assert_eq!(decode_all(&encoded(&ops), 1), ops);
+        assert_eq!(decode_all(&encoded(&ops), 2), ops);
     }
 
     #[test]
@@ -423,7 +527,7 @@ mod tests {
         for cut in 0..bytes.len() {
             let start = *starts.iter().rev().find(|&&s| s <= cut).unwrap();
             let end = *starts.iter().find(|&&s| s > cut).unwrap();
-            match decode_op(&bytes[start..cut], 1) {
+            match decode_op(&bytes[start..cut], 2) {
                 Err(XdrError::Truncated { needed, available }) => {
                     assert!(needed > available, "cut {cut}: asks for nothing more");
                     assert!(
@@ -443,9 +547,14 @@ mod tests {
             assert_eq!(decode_op(&bytes, 1), Ok((ArgOp::Illegal(opnum), 4)));
         }
         // NFSv4.2's ops are illegal in 4.1, and 4.1's in 4.0.
+        let write_same = Opnum4::WriteSame.as_u32().to_xdr();
+        assert_eq!(decode_op(&write_same, 1), Ok((ArgOp::Illegal(70), 4)));
+        assert_eq!(
+            decode_op(&write_same, 2),
+            Ok((ArgOp::NotSupp(Opnum4::WriteSame), 4))
+        );
         let seek = Opnum4::Seek.as_u32().to_xdr();
         assert_eq!(decode_op(&seek, 1), Ok((ArgOp::Illegal(69), 4)));
-        assert_eq!(decode_op(&seek, 2), Ok((ArgOp::NotSupp(Opnum4::Seek), 4)));
         let sequence = typical_ops().remove(0).to_xdr();
         assert_eq!(decode_op(&sequence, 0), Ok((ArgOp::Illegal(53), 4)));
         // A minor version past 2 is answered by the server before any op.
@@ -463,12 +572,98 @@ mod tests {
             Opnum4::OpenConfirm,
             Opnum4::ReleaseLockowner,
             Opnum4::Layoutget,
-            Opnum4::Open,
+            Opnum4::Openattr,
+            Opnum4::Delegpurge,
+            Opnum4::WantDelegation,
+            Opnum4::SetSsv,
         ] {
             let mut bytes = op.as_u32().to_xdr();
             bytes.extend_from_slice(&[0xff; 8]);
             assert_eq!(decode_op(&bytes, 1), Ok((ArgOp::NotSupp(op), 4)));
         }
+        for op in [
+            Opnum4::CopyNotify,
+            Opnum4::OffloadCancel,
+            Opnum4::OffloadStatus,
+            Opnum4::IoAdvise,
+            Opnum4::Layouterror,
+            Opnum4::Layoutstats,
+            Opnum4::WriteSame,
+        ] {
+            let mut bytes = op.as_u32().to_xdr();
+            bytes.extend_from_slice(&[0xff; 8]);
+            assert_eq!(decode_op(&bytes, 2), Ok((ArgOp::NotSupp(op), 4)));
+        }
+    }
+
+    /// The server's receive loop: on `Truncated`, read exactly the
+    /// missing bytes and decode again from the op's start. Starting from
+    /// any cut of a COMPOUND's ops, that reaches each op whole, never
+    /// reading past its end.
+    #[test]
+    fn refilling_what_truncated_asks_for_reaches_each_op_exactly() {
+        let ops = typical_ops();
+        for op in &ops {
+            let bytes = op.to_xdr();
+            for cut in 0..bytes.len() {
+                let mut have = bytes[..cut].to_vec();
+                let decoded = loop {
+                    match decode_op(&have, 2) {
+                        Ok(done) => break done,
+                        Err(XdrError::Truncated { needed, available }) => {
+                            let more = needed - available;
+                            assert!(more > 0);
+                            assert!(
+                                have.len() + more <= bytes.len(),
+                                "{op:?} cut at {cut}: asks for {more} past its end"
+                            );
+                            // Each refill adds at least a byte, so this ends.
+                            have.extend_from_slice(&bytes[have.len()..have.len() + more]);
+                        }
+                        Err(e) => panic!("{op:?} cut at {cut}: {e}"),
+                    }
+                };
+                assert_eq!(decoded, (op.clone(), bytes.len()), "cut at {cut}");
+            }
+        }
+    }
+
+    #[test]
+    fn bounds_inside_the_new_ops_are_errors_before_allocation() {
+        // SETXATTR with a value over 64 KiB claimed.
+        let mut setxattr = Opnum4::Setxattr.as_u32().to_xdr();
+        setxattr.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 1, b'k', 0, 0, 0]);
+        setxattr.extend_from_slice(&(64 * 1024 + 1u32).to_be_bytes());
+        assert_eq!(
+            decode_op(&setxattr, 2),
+            Err(XdrError::TooLong {
+                len: 64 * 1024 + 1,
+                max: 64 * 1024
+            })
+        );
+        // COPY with a billion source servers claimed.
+        let mut copy = Opnum4::Copy.as_u32().to_xdr();
+        copy.extend_from_slice(&[0; 16 + 16 + 24]);
+        copy.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 1]);
+        copy.extend_from_slice(&1_000_000_000u32.to_be_bytes());
+        assert!(matches!(decode_op(&copy, 2), Err(XdrError::TooLong { .. })));
+        // OPEN with an owner of 4 GiB.
+        let mut open = Opnum4::Open.as_u32().to_xdr();
+        open.extend_from_slice(&[0; 12 + 8]);
+        open.extend_from_slice(&u32::MAX.to_be_bytes());
+        assert!(matches!(decode_op(&open, 1), Err(XdrError::TooLong { .. })));
+        // An unknown claim is bad XDR.
+        let mut claim = typical_ops()
+            .into_iter()
+            .find(|op| matches!(op, ArgOp::Open(o) if o.claim == crate::nfs4::OpenClaim4::Fh))
+            .unwrap()
+            .to_xdr();
+        let at = claim.len() - 4;
+        claim[at..].copy_from_slice(&7u32.to_be_bytes());
+        assert!(matches!(
+            decode_op(&claim, 1),
+            Err(XdrError::BadDiscriminant { .. })
+        ));
     }
 
     #[test]
@@ -512,15 +707,27 @@ mod tests {
             ResOp::Remove(Res4::Ok(cinfo())),
             ResOp::Illegal(Nfsstat4::OpIllegal),
             ResOp::Other {
-                opnum: Opnum4::Open,
+                opnum: Opnum4::Layoutget,
                 status: Nfsstat4::Notsupp,
             },
+            ResOp::Open(Res4::Fail(Nfsstat4::Notsupp)),
+            ResOp::Close(Res4::Ok(stateid())),
+            ResOp::Lock(crate::nfs4::LockRes4::Ok(stateid())),
+            ResOp::Lockt(crate::nfs4::LockRes4::Ok(Void)),
+            ResOp::Delegreturn(Nfsstat4::BadStateid),
+            ResOp::Read(Res4::Ok(crate::nfs4::ReadResOk4 {
+                eof: true,
+                data: vec![1, 2, 3],
+            })),
+            ResOp::Copy(crate::nfs4::CopyRes4::Fail(Nfsstat4::Notsupp)),
+            ResOp::Clone(Nfsstat4::Xdev),
+            ResOp::Setxattr(Res4::Ok(cinfo())),
         ];
         for res in &results {
             assert_codec(res);
         }
         // A result not decoded here decodes only as a failure.
-        let mut ok = Opnum4::Open.as_u32().to_xdr();
+        let mut ok = Opnum4::Layoutget.as_u32().to_xdr();
         ok.extend_from_slice(&[0; 4]);
         assert!(ResOp::from_xdr(&ok).is_err());
     }

@@ -13,7 +13,10 @@
 
 use crate::codec::opaque_var_len;
 use crate::nfs4::attrs::FATTR4_MAX_LEN;
-use crate::nfs4::ops::WRITE_HEAD_LEN;
+use crate::nfs4::ops::{
+    NFS4_MAX_COPY_SOURCES, NFS4_MAX_NETID_LEN, NFS4_MAX_NETLOC_LEN, NFS4_MAX_UADDR_LEN,
+    WRITE_HEAD_LEN, XATTR_SIZE_MAX,
+};
 use crate::nfs4::types::{
     Bitmap4, Opnum4, AUTH_SYS_MAX_GIDS, AUTH_SYS_MAX_MACHINE_NAME, NFS4_FHSIZE,
     NFS4_MAX_ARRAY_ITEMS, NFS4_MAX_CB_SEC_PARMS, NFS4_MAX_COMPONENT_LEN, NFS4_MAX_LINKTEXT_LEN,
@@ -68,6 +71,24 @@ const CB_SEC_PARMS: usize =
     WORD + NFS4_MAX_CB_SEC_PARMS as usize * (WORD + max(AUTH_SYS, GSS_HANDLES));
 /// `createtype4`: a symlink's target is longer than device numbers.
 const CREATETYPE: usize = WORD + max(LINKTEXT, 2 * WORD);
+/// `state_owner4` (`open_owner4`, `lock_owner4`) at its largest.
+const OWNER: usize = HYPER + OPAQUE;
+/// `openflag4` with `createhow4` EXCLUSIVE4_1, its longest arm.
+const OPENHOW: usize = WORD + WORD + max(FATTR, VERIFIER + FATTR);
+/// `open_claim4` with CLAIM_DELEGATE_CUR, its longest arm.
+const CLAIM: usize = WORD + max(COMPONENT, STATEID + COMPONENT);
+/// `locker4` with `open_to_lock_owner4`, its longer arm.
+const LOCKER: usize = WORD + max(WORD + STATEID + WORD + OWNER, STATEID + WORD);
+/// `netloc4` at its largest: a name or URL, or a `netaddr4`.
+const NETLOC: usize = WORD
+    + max(
+        opaque_var_len(NFS4_MAX_NETLOC_LEN as usize),
+        opaque_var_len(NFS4_MAX_NETID_LEN as usize) + opaque_var_len(NFS4_MAX_UADDR_LEN as usize),
+    );
+/// The stateid, offset and length of ALLOCATE and DEALLOCATE.
+const RANGE: usize = STATEID + 2 * HYPER;
+/// The two stateids, two offsets and count of COPY and CLONE.
+const TWO_FILES: usize = 2 * STATEID + 3 * HYPER;
 
 const fn max(a: usize, b: usize) -> usize {
     if a > b {
@@ -112,7 +133,25 @@ impl Opnum4 {
                 Opnum4::BackchannelCtl => WORD + CB_SEC_PARMS,
                 Opnum4::TestStateid => WORD + NFS4_MAX_ARRAY_ITEMS as usize * STATEID,
                 Opnum4::FreeStateid => STATEID,
-                // Not decoded (yet): the opnum only.
+                Opnum4::Read | Opnum4::ReadPlus => STATEID + HYPER + WORD,
+                Opnum4::Commit => HYPER + WORD,
+                Opnum4::Open => 3 * WORD + OWNER + OPENHOW + CLAIM,
+                Opnum4::Close => WORD + STATEID,
+                Opnum4::OpenDowngrade => STATEID + 3 * WORD,
+                Opnum4::Lock => WORD + WORD + 2 * HYPER + LOCKER,
+                Opnum4::Lockt => WORD + 2 * HYPER + OWNER,
+                Opnum4::Locku => 2 * WORD + STATEID + 2 * HYPER,
+                Opnum4::Delegreturn => STATEID,
+                Opnum4::Allocate | Opnum4::Deallocate => RANGE,
+                Opnum4::Seek => STATEID + HYPER + WORD,
+                Opnum4::Copy => {
+                    TWO_FILES + 2 * WORD + WORD + NFS4_MAX_COPY_SOURCES as usize * NETLOC
+                }
+                Opnum4::Clone => TWO_FILES,
+                Opnum4::Getxattr | Opnum4::Removexattr => COMPONENT,
+                Opnum4::Setxattr => WORD + COMPONENT + opaque_var_len(XATTR_SIZE_MAX as usize),
+                Opnum4::Listxattrs => HYPER + WORD,
+                // Not decoded (ArgOp::NotSupp): the opnum only.
                 _ => 0,
             },
         )
@@ -245,7 +284,126 @@ mod tests {
             }),
             ArgOp::DestroyClientid(DestroyClientidArgs4 { clientid: 5 }),
             ArgOp::ReclaimComplete(ReclaimCompleteArgs4 { one_fs: true }),
+            ArgOp::Read(read()),
+            ArgOp::ReadPlus(read()),
+            ArgOp::Commit(CommitArgs4 {
+                offset: 1,
+                count: 2,
+            }),
+            ArgOp::Open(OpenArgs4 {
+                seqid: 1,
+                share_access: 2,
+                share_deny: 3,
+                owner: largest_owner(),
+                openhow: OpenFlag4::Create(CreateHow4::Exclusive41(CreatVerfAttr {
+                    verf: Verifier4([1; 8]),
+                    attrs: largest_fattr(),
+                })),
+                claim: OpenClaim4::DelegateCur(OpenClaimDelegateCur4 {
+                    delegate_stateid: stateid(),
+                    file: name(),
+                }),
+            }),
+            ArgOp::Close(CloseArgs4 {
+                seqid: 1,
+                open_stateid: stateid(),
+            }),
+            ArgOp::OpenDowngrade(OpenDowngradeArgs4 {
+                open_stateid: stateid(),
+                seqid: 1,
+                share_access: 2,
+                share_deny: 3,
+            }),
+            ArgOp::Lock(LockArgs4 {
+                locktype: NfsLockType4::Write,
+                reclaim: false,
+                offset: 1,
+                length: 2,
+                locker: Locker4::OpenOwner(OpenToLockOwner4 {
+                    open_seqid: 1,
+                    open_stateid: stateid(),
+                    lock_seqid: 2,
+                    lock_owner: largest_owner(),
+                }),
+            }),
+            ArgOp::Lockt(LocktArgs4 {
+                locktype: NfsLockType4::Read,
+                offset: 1,
+                length: 2,
+                owner: largest_owner(),
+            }),
+            ArgOp::Locku(LockuArgs4 {
+                locktype: NfsLockType4::Read,
+                seqid: 1,
+                lock_stateid: stateid(),
+                offset: 2,
+                length: 3,
+            }),
+            ArgOp::Delegreturn(DelegreturnArgs4 {
+                deleg_stateid: stateid(),
+            }),
+            ArgOp::Allocate(range()),
+            ArgOp::Deallocate(range()),
+            ArgOp::Seek(SeekArgs4 {
+                stateid: stateid(),
+                offset: 1,
+                what: DataContent4::Data,
+            }),
+            ArgOp::Copy(CopyArgs4 {
+                src_stateid: stateid(),
+                dst_stateid: stateid(),
+                src_offset: 1,
+                dst_offset: 2,
+                count: 3,
+                consecutive: true,
+                synchronous: true,
+                source_server: vec![
+                    Netloc4::Url(Utf8Str(filled(NFS4_MAX_NETLOC_LEN, b'u')));
+                    NFS4_MAX_COPY_SOURCES as usize
+                ],
+            }),
+            ArgOp::Clone(CloneArgs4 {
+                src_stateid: stateid(),
+                dst_stateid: stateid(),
+                src_offset: 1,
+                dst_offset: 2,
+                count: 3,
+            }),
+            ArgOp::Getxattr(GetxattrArgs4 { name: name() }),
+            ArgOp::Setxattr(SetxattrArgs4 {
+                option: SetxattrOption4::Either,
+                key: name(),
+                value: XattrValue4(filled(XATTR_SIZE_MAX, b'v')),
+            }),
+            ArgOp::Listxattrs(ListxattrsArgs4 {
+                cookie: 1,
+                maxcount: 2,
+            }),
+            ArgOp::Removexattr(RemovexattrArgs4 { name: name() }),
         ]
+    }
+
+    fn largest_owner() -> StateOwner4 {
+        StateOwner4 {
+            clientid: 1,
+            owner: Opaque4(filled(NFS4_OPAQUE_LIMIT, b'o')),
+        }
+    }
+
+    fn read() -> ReadArgs4 {
+        ReadArgs4 {
+            stateid: stateid(),
+            offset: 1,
+            count: 2,
+        }
+    }
+
+    fn range() -> AllocateArgs4 {
+        AllocateArgs4 {
+            stateid: stateid(),
+            offset: 1,
+            length: 2,
+        }
     }
 
     fn ops4_largest() -> StateProtectOps4 {
@@ -278,7 +436,7 @@ mod tests {
                 ArgsLimit::Whole(bytes.len()),
                 "{opnum:?}"
             );
-            assert_eq!(decode_op(&bytes, 1), Ok((op.clone(), bytes.len())));
+            assert_eq!(decode_op(&bytes, 2), Ok((op.clone(), bytes.len())));
         }
         // Every op decoded is covered above; the rest cost their opnum.
         for &opnum in Opnum4::ALL {
@@ -300,7 +458,16 @@ mod tests {
         assert_eq!(whole(Opnum4::Sequence), 4 + 32);
         assert_eq!(whole(Opnum4::Putfh), 4 + 132);
         assert_eq!(whole(Opnum4::Lookup), 4 + 4100);
-        assert_eq!(Opnum4::longest_args_len(), whole(Opnum4::Create));
-        assert!(Opnum4::longest_args_len() < 32 * 1024);
+        assert_eq!(whole(Opnum4::Read), 4 + 28);
+        assert_eq!(whole(Opnum4::Close), 4 + 20);
+        // SETXATTR's value (64 KiB) makes it the longest; every other op
+        // fits in 32 KiB.
+        assert_eq!(Opnum4::longest_args_len(), whole(Opnum4::Setxattr));
+        assert_eq!(whole(Opnum4::Setxattr), 4 + 4 + 4100 + 4 + 64 * 1024);
+        for &op in Opnum4::ALL {
+            if let (Some(n), false) = (op.max_args_len().whole(), op == Opnum4::Setxattr) {
+                assert!(n < 32 * 1024, "{op:?}: {n}");
+            }
+        }
     }
 }

@@ -247,4 +247,191 @@ pub fn typical_ops() -> Vec<ArgOp> {
             data_len: 4096,
         }),
     ]
+    .into_iter()
+    .chain(typical_state_ops())
+    .chain(typical_data_ops())
+    .collect()
+}
+
+pub fn open_owner() -> StateOwner4 {
+    StateOwner4 {
+        clientid: 0x0102_0304_0506_0708,
+        owner: Opaque4::from("open id:\x00\x01"),
+    }
+}
+
+/// An OPEN of `claim`, creating as `how` says if it is given.
+pub fn open(how: Option<CreateHow4>, claim: OpenClaim4) -> ArgOp {
+    ArgOp::Open(OpenArgs4 {
+        seqid: 0,
+        share_access: OPEN4_SHARE_ACCESS_BOTH | OPEN4_SHARE_ACCESS_WANT_NO_DELEG,
+        share_deny: OPEN4_SHARE_DENY_NONE,
+        owner: open_owner(),
+        openhow: match how {
+            None => OpenFlag4::NoCreate,
+            Some(how) => OpenFlag4::Create(how),
+        },
+        claim,
+    })
+}
+
+/// OPEN with every `createhow4` and every `open_claim4`, the other state
+/// operations, and LOCK with both `locker4` arms.
+pub fn typical_state_ops() -> Vec<ArgOp> {
+    let name = || OpenClaim4::Null(component(4));
+    let attrs = SetAttrs4 {
+        mode: Some(0o644),
+        ..SetAttrs4::default()
+    }
+    .to_fattr();
+    vec![
+        open(None, name()),
+        open(Some(CreateHow4::Unchecked(attrs.clone())), name()),
+        open(Some(CreateHow4::Guarded(Fattr4::default())), name()),
+        open(Some(CreateHow4::Exclusive(Verifier4([5; 8]))), name()),
+        open(
+            Some(CreateHow4::Exclusive41(CreatVerfAttr {
+                verf: Verifier4([6; 8]),
+                attrs,
+            })),
+            name(),
+        ),
+        open(None, OpenClaim4::Fh),
+        open(None, OpenClaim4::Previous(OpenDelegationType4::None)),
+        open(
+            None,
+            OpenClaim4::DelegateCur(OpenClaimDelegateCur4 {
+                delegate_stateid: stateid(),
+                file: component(5),
+            }),
+        ),
+        open(None, OpenClaim4::DelegatePrev(component(6))),
+        open(None, OpenClaim4::DelegCurFh(stateid())),
+        open(None, OpenClaim4::DelegPrevFh),
+        ArgOp::Close(CloseArgs4 {
+            seqid: 0,
+            open_stateid: stateid(),
+        }),
+        ArgOp::OpenDowngrade(OpenDowngradeArgs4 {
+            open_stateid: stateid(),
+            seqid: 0,
+            share_access: OPEN4_SHARE_ACCESS_READ,
+            share_deny: OPEN4_SHARE_DENY_NONE,
+        }),
+        ArgOp::Lock(LockArgs4 {
+            locktype: NfsLockType4::WriteW,
+            reclaim: false,
+            offset: 0,
+            length: u64::MAX,
+            locker: Locker4::OpenOwner(OpenToLockOwner4 {
+                open_seqid: 0,
+                open_stateid: stateid(),
+                lock_seqid: 0,
+                lock_owner: StateOwner4 {
+                    clientid: 9,
+                    owner: Opaque4::from("lock id"),
+                },
+            }),
+        }),
+        ArgOp::Lock(LockArgs4 {
+            locktype: NfsLockType4::Read,
+            reclaim: true,
+            offset: 100,
+            length: 1,
+            locker: Locker4::LockOwner(ExistLockOwner4 {
+                lock_stateid: stateid(),
+                lock_seqid: 0,
+            }),
+        }),
+        ArgOp::Lockt(LocktArgs4 {
+            locktype: NfsLockType4::Write,
+            offset: 5,
+            length: 10,
+            owner: open_owner(),
+        }),
+        ArgOp::Locku(LockuArgs4 {
+            locktype: NfsLockType4::Write,
+            seqid: 0,
+            lock_stateid: stateid(),
+            offset: 0,
+            length: u64::MAX,
+        }),
+        ArgOp::Delegreturn(DelegreturnArgs4 {
+            deleg_stateid: stateid(),
+        }),
+    ]
+}
+
+/// READ, COMMIT, and NFSv4.2's data and xattr operations.
+pub fn typical_data_ops() -> Vec<ArgOp> {
+    let range = AllocateArgs4 {
+        stateid: stateid(),
+        offset: 4096,
+        length: 1 << 20,
+    };
+    let read = ReadArgs4 {
+        stateid: stateid(),
+        offset: 1 << 33,
+        count: 1 << 20,
+    };
+    vec![
+        ArgOp::Read(read),
+        ArgOp::Commit(CommitArgs4 {
+            offset: 0,
+            count: 0,
+        }),
+        ArgOp::Allocate(range.clone()),
+        ArgOp::Deallocate(range),
+        ArgOp::Seek(SeekArgs4 {
+            stateid: stateid(),
+            offset: 0,
+            what: DataContent4::Hole,
+        }),
+        ArgOp::ReadPlus(read),
+        ArgOp::Copy(CopyArgs4 {
+            src_stateid: stateid(),
+            dst_stateid: StateId4::default(),
+            src_offset: 0,
+            dst_offset: 4096,
+            count: 0,
+            consecutive: true,
+            synchronous: false,
+            source_server: Vec::new(),
+        }),
+        ArgOp::Copy(CopyArgs4 {
+            src_stateid: stateid(),
+            dst_stateid: stateid(),
+            src_offset: 1,
+            dst_offset: 2,
+            count: 3,
+            consecutive: false,
+            synchronous: true,
+            source_server: vec![
+                Netloc4::Name(Utf8Str::from("src.example.org")),
+                Netloc4::Url(Utf8Str::from("nfs://src/x")),
+                Netloc4::Netaddr(Netaddr4 {
+                    netid: Utf8Str::from("tcp"),
+                    addr: Utf8Str::from("192.0.2.1.8.1"),
+                }),
+            ],
+        }),
+        ArgOp::Clone(CloneArgs4 {
+            src_stateid: stateid(),
+            dst_stateid: stateid(),
+            src_offset: 0,
+            dst_offset: 65536,
+            count: 65536,
+        }),
+        ArgOp::Getxattr(GetxattrArgs4 { name: component(8) }),
+        ArgOp::Setxattr(SetxattrArgs4 {
+            option: SetxattrOption4::Create,
+            key: component(3),
+            value: XattrValue4::from("a value"),
+        }),
+        ArgOp::Listxattrs(ListxattrsArgs4 {
+            cookie: 0,
+            maxcount: 4096,
+        }),
+        ArgOp::Removexattr(RemovexattrArgs4 { name: component(3) }),
+    ]
 }

@@ -11,7 +11,9 @@
 //! Every other op answers `NFS4ERR_NOTSUPP` until its piece lands; pNFS
 //! and delegation ops keep that answer.
 
+pub mod attrs;
 pub mod compound;
+pub mod namespace;
 pub mod receive;
 pub mod reply;
 pub mod state;

@@ -3,7 +3,11 @@
 mod data;
 mod files;
 mod session;
+mod state;
+mod xattr;
 
 pub use data::*;
 pub use files::*;
 pub use session::*;
+pub use state::*;
+pub use xattr::*;
