@@ -2,6 +2,7 @@
 //! calls, and the programs served on it (NFS v3, NFS v4.1 and v4.2,
 //! MOUNT v3, NLM v4 and NSM, portmap v2 and rpcbind).
 
+pub mod admit;
 pub mod callstats;
 pub mod dispatch;
 pub mod locks;

@@ -23,15 +23,15 @@ use dionfs_proto::Void;
 use dionfs_rpc::{CallHeader, ReplyStatus};
 use dionfs_sys::cred::{with_creds, Creds};
 use dionfs_xdr::{Decode, Decoder, Encode};
-use tracing::{error, warn};
+use tracing::error;
 
+use crate::admit::Refusal;
 use crate::program::{Io, Procedure, Program, ReplyCache};
 use crate::reply::{garbage_args, success};
 use dionfs_core::drc::{hash_args, DrcKey, Lookup};
 use dionfs_core::export::squash;
 use dionfs_core::exports::{Export, Exports};
 use dionfs_core::server::Server;
-use dionfs_logs::CLIENT_WARN_EVERY;
 use dionfs_transport::{ConnInfo, Reply};
 
 /// What a handler knows about its call: the server, the exports taken when
@@ -53,30 +53,10 @@ impl<'a> Ctx<'a> {
         // An export that is gone (a reload removed it) makes its handles
         // stale, as knfsd's do after `exportfs -r`.
         let export = self.exports.by_id(id).ok_or(NfsStat3::Stale)?;
-        if !export
-            .config
-            .admits_client(self.conn.peer.ip(), self.conn.names())
-        {
-            let client = self.conn.peer.ip();
-            if self.server.refused_call_warnings.should_warn(
-                client,
-                export.config.id,
-                std::time::Instant::now(),
-            ) {
-                warn!(
-                    client = %client,
-                    export = %export.config.path.display(),
-                    repeat_after_s = CLIENT_WARN_EVERY.as_secs(),
-                    "NFS call refused: client not in the export's client list"
-                );
-            }
-            return Err(NfsStat3::Acces);
-        }
-        // `secure`: knfsd checks the source port in fh_verify once the
-        // export is known, and answers PERM (nfsd_setuser_and_check_port).
-        if !self.server.port_allowed(export, self.conn.peer, "NFS call") {
-            return Err(NfsStat3::Perm);
-        }
+        crate::admit::admit(self.server, self.conn, export).map_err(|r| match r {
+            Refusal::NotAdmitted => NfsStat3::Acces,
+            Refusal::InsecurePort => NfsStat3::Perm,
+        })?;
         Ok(export)
     }
 

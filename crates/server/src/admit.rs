@@ -1,0 +1,46 @@
+//! Whether a client may use an export, as every NFS program checks it
+//! once it knows a handle's export: NFSv3 (`nfs/`) and NFSv4 (`nfs4/`)
+//! both call [`admit`], so they refuse the same clients with the same log
+//! lines, each mapping the refusal to its own status.
+
+use dionfs_core::exports::Export;
+use dionfs_core::server::Server;
+use dionfs_logs::CLIENT_WARN_EVERY;
+use dionfs_transport::ConnInfo;
+use tracing::warn;
+
+/// Why a client may not use an export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The client is not in the export's client list (v3 `ACCES`, v4
+    /// `ACCESS`).
+    NotAdmitted,
+    /// A `secure` export called from an unreserved port (`PERM`, as
+    /// knfsd's `nfsd_setuser_and_check_port`).
+    InsecurePort,
+}
+
+/// Checks that the client of `conn` may use `export`, logging a refusal
+/// (once per client and export every [`CLIENT_WARN_EVERY`]).
+pub fn admit(server: &Server, conn: &ConnInfo, export: &Export) -> Result<(), Refusal> {
+    let client = conn.peer.ip();
+    if !export.config.admits_client(client, conn.names()) {
+        if server.refused_call_warnings.should_warn(
+            client,
+            export.config.id,
+            std::time::Instant::now(),
+        ) {
+            warn!(
+                client = %client,
+                export = %export.config.path.display(),
+                repeat_after_s = CLIENT_WARN_EVERY.as_secs(),
+                "NFS call refused: client not in the export's client list"
+            );
+        }
+        return Err(Refusal::NotAdmitted);
+    }
+    if !server.port_allowed(export, conn.peer, "NFS call") {
+        return Err(Refusal::InsecurePort);
+    }
+    Ok(())
+}
