@@ -66,19 +66,19 @@ fn a_session_runs_putrootfh_and_getfh() {
     // GETFH without a current filehandle.
     let res = c.in_session(&mut session, 0, false, &[ArgOp::Getfh]);
     assert_eq!(res.status, Nfsstat4::Nofilehandle);
-    // An op not served yet ends the COMPOUND with NOTSUPP.
+    // An op not served ends the COMPOUND with NOTSUPP.
     let res = c.in_session(
         &mut session,
         0,
         false,
-        &[ArgOp::Putrootfh, ArgOp::Lookupp, ArgOp::Getfh],
+        &[ArgOp::Putrootfh, ArgOp::NotSupp(Opnum4::Openattr)],
     );
     assert_eq!(
         statuses(&res),
         [
             (Opnum4::Sequence, Nfsstat4::Ok),
             (Opnum4::Putrootfh, Nfsstat4::Ok),
-            (Opnum4::Lookupp, Nfsstat4::Notsupp)
+            (Opnum4::Openattr, Nfsstat4::Notsupp)
         ]
     );
 }

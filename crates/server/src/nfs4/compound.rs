@@ -12,9 +12,10 @@ use dionfs_proto::nfs4::{
 use dionfs_rpc::CallHeader;
 use dionfs_transport::{ConnInfo, Reply};
 
+use super::fh::Fh4;
 use super::reply::{CompoundReply, ReplyLimits};
 use super::state::SlotGuard;
-use super::{Fh4, Nfs4};
+use super::Nfs4;
 use crate::callstats::CallStats;
 use dionfs_core::exports::Exports;
 use dionfs_core::server::Server;
@@ -52,7 +53,9 @@ impl Compound {
 pub struct OpCtx<'a> {
     pub server: &'a Server,
     pub nfs4: &'a Nfs4,
-    pub exports: &'a Exports,
+    /// The export list the COMPOUND was received with (and so its
+    /// pseudo-filesystem).
+    pub exports: &'a Arc<Exports>,
     pub conn: &'a ConnInfo,
     pub call: &'a CallHeader,
     pub minor: u32,

@@ -6,13 +6,20 @@
 //! [`status`] maps backend errors to `nfsstat4`. This program never calls
 //! `nfs/` or `nlm/` (ARCHITECTURE.md).
 //!
-//! Served so far (W5 of docs/nfs4-design.md): the session ops, and
-//! PUTROOTFH, PUTPUBFH, PUTFH and GETFH on a pseudo-fs of its root alone.
+//! Served so far (W5 and W6 of docs/nfs4-design.md): the session ops;
+//! the filehandle ops ([`fh`]); LOOKUP, LOOKUPP and SECINFO(_NO_NAME)
+//! across the pseudo-filesystem ([`lookup`], [`namespace`]); GETATTR,
+//! SETATTR (but sizes), VERIFY, NVERIFY ([`attr_ops`], [`attrs`]); and
+//! ACCESS, READLINK, READDIR, CREATE, REMOVE, RENAME, LINK ([`dirs`]).
 //! Every other op answers `NFS4ERR_NOTSUPP` until its piece lands; pNFS
 //! and delegation ops keep that answer.
 
+pub mod attr_ops;
 pub mod attrs;
 pub mod compound;
+pub mod dirs;
+pub mod fh;
+pub mod lookup;
 pub mod namespace;
 pub mod receive;
 pub mod reply;
@@ -21,10 +28,12 @@ pub mod status;
 
 use std::sync::Arc;
 
-use dionfs_proto::nfs4::{ArgOp, GetfhResOk4, NfsFh4, Nfsstat4, Opnum4, NFS4_PROGRAM, NFS_V4};
+use dionfs_proto::nfs4::{ArgOp, Nfsstat4, Opnum4, NFS4_PROGRAM, NFS_V4};
 use dionfs_xdr::Encode;
 
 use self::compound::OpCtx;
+pub use self::fh::Fh4;
+use self::namespace::NamespaceCache;
 use self::reply::CompoundReply;
 use self::state::{Principal, State, StateConfig};
 use crate::program::{Io, Procedure, Program, ReplyCache};
@@ -34,6 +43,8 @@ use dionfs_core::export::ServerSettings;
 /// versions served.
 pub struct Nfs4 {
     pub state: Arc<State>,
+    /// The pseudo-filesystem of the export list served last.
+    pub namespace: NamespaceCache,
     minor1: bool,
     minor2: bool,
 }
@@ -58,6 +69,7 @@ impl Nfs4 {
         })?;
         Ok(Nfs4 {
             state: Arc::new(state),
+            namespace: NamespaceCache::default(),
             minor1: settings.versions.v4_1,
             minor2: settings.versions.v4_2,
         })
@@ -136,41 +148,41 @@ static PROCEDURES: [Option<Procedure<Op4>>; 76] = [
     procedure("NULL"),
     procedure("COMPOUND"),
     None,
-    op(O::Access, "ACCESS", notsupp, true),
+    op(O::Access, "ACCESS", dirs::access, true),
     op(O::Close, "CLOSE", notsupp, true),
     op(O::Commit, "COMMIT", notsupp, true),
-    op(O::Create, "CREATE", notsupp, true),
+    op(O::Create, "CREATE", dirs::create, true),
     op(O::Delegpurge, "DELEGPURGE", notsupp, false),
     op(O::Delegreturn, "DELEGRETURN", notsupp, false),
-    op(O::Getattr, "GETATTR", notsupp, true),
-    op(O::Getfh, "GETFH", getfh, false),
-    op(O::Link, "LINK", notsupp, true),
+    op(O::Getattr, "GETATTR", attr_ops::getattr, true),
+    op(O::Getfh, "GETFH", fh::getfh, false),
+    op(O::Link, "LINK", dirs::link, true),
     op(O::Lock, "LOCK", notsupp, true),
     op(O::Lockt, "LOCKT", notsupp, true),
     op(O::Locku, "LOCKU", notsupp, true),
-    op(O::Lookup, "LOOKUP", notsupp, true),
-    op(O::Lookupp, "LOOKUPP", notsupp, true),
-    op(O::Nverify, "NVERIFY", notsupp, true),
+    op(O::Lookup, "LOOKUP", lookup::lookup, true),
+    op(O::Lookupp, "LOOKUPP", lookup::lookupp, true),
+    op(O::Nverify, "NVERIFY", attr_ops::nverify, true),
     op(O::Open, "OPEN", notsupp, true),
     op(O::Openattr, "OPENATTR", notsupp, false),
     op(O::OpenConfirm, "OPEN_CONFIRM", notsupp, false),
     op(O::OpenDowngrade, "OPEN_DOWNGRADE", notsupp, true),
-    op(O::Putfh, "PUTFH", putfh, false),
-    op(O::Putpubfh, "PUTPUBFH", putrootfh, false),
-    op(O::Putrootfh, "PUTROOTFH", putrootfh, false),
+    op(O::Putfh, "PUTFH", fh::putfh, false),
+    op(O::Putpubfh, "PUTPUBFH", fh::putrootfh, false),
+    op(O::Putrootfh, "PUTROOTFH", fh::putrootfh, false),
     op(O::Read, "READ", notsupp, true),
-    op(O::Readdir, "READDIR", notsupp, true),
-    op(O::Readlink, "READLINK", notsupp, true),
-    op(O::Remove, "REMOVE", notsupp, true),
-    op(O::Rename, "RENAME", notsupp, true),
+    op(O::Readdir, "READDIR", dirs::readdir, true),
+    op(O::Readlink, "READLINK", dirs::readlink, true),
+    op(O::Remove, "REMOVE", dirs::remove, true),
+    op(O::Rename, "RENAME", dirs::rename, true),
     op(O::Renew, "RENEW", notsupp, false),
-    op(O::Restorefh, "RESTOREFH", notsupp, false),
-    op(O::Savefh, "SAVEFH", notsupp, false),
-    op(O::Secinfo, "SECINFO", notsupp, false),
-    op(O::Setattr, "SETATTR", notsupp, true),
+    op(O::Restorefh, "RESTOREFH", fh::restorefh, false),
+    op(O::Savefh, "SAVEFH", fh::savefh, false),
+    op(O::Secinfo, "SECINFO", lookup::secinfo, true),
+    op(O::Setattr, "SETATTR", attr_ops::setattr, true),
     op(O::Setclientid, "SETCLIENTID", notsupp, false),
     op(O::SetclientidConfirm, "SETCLIENTID_CONFIRM", notsupp, false),
-    op(O::Verify, "VERIFY", notsupp, true),
+    op(O::Verify, "VERIFY", attr_ops::verify, true),
     op(O::Write, "WRITE", notsupp, true),
     op(O::ReleaseLockowner, "RELEASE_LOCKOWNER", notsupp, false),
     op(O::BackchannelCtl, "BACKCHANNEL_CTL", backchannel_ctl, false),
@@ -190,7 +202,12 @@ static PROCEDURES: [Option<Procedure<Op4>>; 76] = [
     op(O::Layoutcommit, "LAYOUTCOMMIT", notsupp, false),
     op(O::Layoutget, "LAYOUTGET", notsupp, false),
     op(O::Layoutreturn, "LAYOUTRETURN", notsupp, false),
-    op(O::SecinfoNoName, "SECINFO_NO_NAME", notsupp, false),
+    op(
+        O::SecinfoNoName,
+        "SECINFO_NO_NAME",
+        lookup::secinfo_no_name,
+        true,
+    ),
     // Run at receive (receive.rs); a SEQUENCE after the first op is
     // refused there with SEQUENCE_POS.
     op(O::Sequence, "SEQUENCE", sequence_pos, false),
@@ -264,68 +281,6 @@ fn illegal(_: &mut OpCtx, _: ArgOp, _: &mut CompoundReply) -> Nfsstat4 {
 /// here).
 fn sequence_pos(_: &mut OpCtx, _: ArgOp, _: &mut CompoundReply) -> Nfsstat4 {
     Nfsstat4::SequencePos
-}
-
-/// A filehandle of the pseudo-fs. Until the namespace lands (W6,
-/// `nfs4/fh.rs` and `namespace.rs`) it has its root alone.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Fh4 {
-    PseudoRoot,
-}
-
-/// The pseudo-root's handle: a placeholder, replaced by the MAC'd pseudo
-/// handles of `namespace.rs` (design section 6) in W6. Its first byte is
-/// the pseudo handles' version, which no export file's handle has.
-const PSEUDO_ROOT_FH: [u8; 8] = [2, 0, 0, 0, 0, 0, 0, 0];
-
-impl Fh4 {
-    /// The handle a client holds for it.
-    pub fn handle(&self) -> NfsFh4 {
-        match self {
-            Fh4::PseudoRoot => NfsFh4::new(PSEUDO_ROOT_FH.to_vec())
-                .expect("an 8-byte handle is within NFS4_FHSIZE"),
-        }
-    }
-
-    /// The filehandle `fh` names: `BADHANDLE` for anything but one this
-    /// server made.
-    pub fn from_handle(fh: &NfsFh4) -> Result<Fh4, Nfsstat4> {
-        if fh.as_bytes() == PSEUDO_ROOT_FH {
-            Ok(Fh4::PseudoRoot)
-        } else {
-            Err(Nfsstat4::Badhandle)
-        }
-    }
-}
-
-/// PUTROOTFH, and PUTPUBFH (the same, as with knfsd).
-fn putrootfh(ctx: &mut OpCtx, _: ArgOp, _: &mut CompoundReply) -> Nfsstat4 {
-    ctx.current = Some(Fh4::PseudoRoot);
-    Nfsstat4::Ok
-}
-
-fn putfh(ctx: &mut OpCtx, op: ArgOp, _: &mut CompoundReply) -> Nfsstat4 {
-    let ArgOp::Putfh(args) = op else {
-        return Nfsstat4::Serverfault;
-    };
-    match Fh4::from_handle(&args.object) {
-        Ok(fh) => {
-            ctx.current = Some(fh);
-            Nfsstat4::Ok
-        }
-        Err(status) => status,
-    }
-}
-
-fn getfh(ctx: &mut OpCtx, _: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 {
-    let Some(fh) = &ctx.current else {
-        return Nfsstat4::Nofilehandle;
-    };
-    GetfhResOk4 {
-        object: fh.handle(),
-    }
-    .encode(reply.encoder());
-    Nfsstat4::Ok
 }
 
 fn exchange_id(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 {
@@ -447,13 +402,5 @@ mod tests {
         assert!(op_blocks(Opnum4::DestroyClientid.as_u32()));
         assert!(!op_blocks(Opnum4::Putrootfh.as_u32()));
         assert!(!op_blocks(1) && !op_blocks(10044));
-    }
-
-    #[test]
-    fn only_the_pseudo_root_handle_is_taken() {
-        let root = Fh4::PseudoRoot.handle();
-        assert_eq!(Fh4::from_handle(&root), Ok(Fh4::PseudoRoot));
-        let other = NfsFh4::new(vec![1; 32]).unwrap();
-        assert_eq!(Fh4::from_handle(&other), Err(Nfsstat4::Badhandle));
     }
 }

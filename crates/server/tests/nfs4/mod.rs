@@ -43,11 +43,24 @@ impl TestServer {
 
     /// A server of every version, its settings changed by `settings`.
     pub fn start_with(settings: impl FnOnce(&mut ServerSettings)) -> TestServer {
+        Self::start_exports(settings, |dir| {
+            let export = dir.join("export");
+            std::fs::create_dir(&export).unwrap();
+            let mut export = ExportConfig::with_defaults(export);
+            export.secure = false;
+            vec![export]
+        })
+    }
+
+    /// A server of every version, its settings changed by `settings`,
+    /// serving the exports `exports` makes in the temporary directory it
+    /// is given.
+    pub fn start_exports(
+        settings: impl FnOnce(&mut ServerSettings),
+        exports: impl FnOnce(&std::path::Path) -> Vec<ExportConfig>,
+    ) -> TestServer {
         let dir = tempfile::tempdir().unwrap();
-        let export = dir.path().join("export");
-        std::fs::create_dir(&export).unwrap();
-        let mut export = ExportConfig::with_defaults(export);
-        export.secure = false;
+        let exports = exports(&dir.path().canonicalize().unwrap());
         let mut server = ServerSettings {
             state_dir: dir.path().join("state"),
             io_uring: false,
@@ -57,10 +70,7 @@ impl TestServer {
             ..ServerSettings::default()
         };
         settings(&mut server);
-        let config = Config {
-            server,
-            exports: vec![export],
-        };
+        let config = Config { server, exports };
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()

@@ -1,0 +1,222 @@
+//! GETATTR, SETATTR, VERIFY and NVERIFY (RFC 8881 §18.7, §18.30, §18.31,
+//! §18.15), and the inputs of an object's `fattr4` ([`with_file`],
+//! [`with_pseudo`], which READDIR uses too). The encoding and the
+//! comparison are [`super::attrs`]'s.
+
+use dionfs_core::exports::Export;
+use dionfs_fs::handle::{self, PathId};
+use dionfs_fs::{ops, Attr, Node};
+use dionfs_proto::nfs4::{ArgOp, Bitmap4, GetattrResOk4, Nfsstat4, StateId4};
+use dionfs_xdr::Encode;
+
+use super::attrs::{
+    self, max_read_write, needs, AttrSource, FileSource, Object, PseudoSource, PSEUDO_OWNER,
+};
+use super::compound::OpCtx;
+use super::fh::{Current, File};
+use super::lookup::status;
+use super::namespace::MountedOn;
+use super::reply::CompoundReply;
+use super::status::from_fs;
+
+/// `maxread` and `maxwrite` for files of an export of `max_transfer`,
+/// in this COMPOUND's session.
+fn transfer_sizes(ctx: &OpCtx, max_transfer: u32) -> (u64, u64) {
+    match ctx.slot {
+        Some(slot) => max_read_write(max_transfer, slot.max_response(), slot.max_request()),
+        None => (u64::from(max_transfer), u64::from(max_transfer)),
+    }
+}
+
+/// The inputs every object shares.
+fn source<'s>(
+    ctx: &OpCtx,
+    object: Object<'s>,
+    fh: &'s [u8],
+    owners: &'s (String, String),
+    max_transfer: u32,
+) -> AttrSource<'s> {
+    let (maxread, maxwrite) = transfer_sizes(ctx, max_transfer);
+    AttrSource {
+        minor: ctx.minor,
+        object,
+        fh,
+        // Numeric owner strings, as knfsd's with idmapping off does for
+        // AUTH_SYS (design section 7; `idmap.rs` will map names).
+        owner: Some(&owners.0),
+        owner_group: Some(&owners.1),
+        lease_time: u32::try_from(ctx.nfs4.state.lease_time().as_secs()).unwrap_or(u32::MAX),
+        maxread,
+        maxwrite,
+    }
+}
+
+/// Runs `f` on the attribute source of a file of `export` whose statx is
+/// `attr`, for `request` (the export's statvfs is taken only if asked
+/// for). `mounted_on` is an export root's `mounted_on_fileid`.
+pub fn with_file<T>(
+    ctx: &OpCtx,
+    request: &Bitmap4,
+    export: &Export,
+    node: &Node,
+    attr: &Attr,
+    mounted_on: Option<u64>,
+    f: impl FnOnce(&AttrSource) -> Result<T, Nfsstat4>,
+) -> Result<T, Nfsstat4> {
+    let fs_stat = if needs(request).fs_stat {
+        Some(ops::fsstat(node).map_err(from_fs)?)
+    } else {
+        None
+    };
+    let owners = (attr.uid.to_string(), attr.gid.to_string());
+    let object = Object::File(FileSource {
+        attr,
+        export: export.config.id,
+        mounted_on_fileid: mounted_on,
+        fs_stat,
+        // Extended attributes are not served yet (W9).
+        xattr_support: false,
+    });
+    f(&source(
+        ctx,
+        object,
+        node.fh(),
+        &owners,
+        export.config.max_transfer,
+    ))
+}
+
+/// Runs `f` on the attribute source of the pseudo directory `id`
+/// (`STALE` if a reload took it away).
+pub fn with_pseudo<T>(
+    ctx: &OpCtx,
+    id: PathId,
+    f: impl FnOnce(&AttrSource) -> Result<T, Nfsstat4>,
+) -> Result<T, Nfsstat4> {
+    let ns = ctx.namespace();
+    ns.node(id).ok_or(Nfsstat4::Stale)?;
+    let fh = handle::encode_pseudo(ctx.handle_key(), id);
+    let owners = (PSEUDO_OWNER.0.to_string(), PSEUDO_OWNER.1.to_string());
+    let object = Object::Pseudo(PseudoSource {
+        fileid: id.fileid(),
+        stamp: ns.stamp(),
+    });
+    f(&source(ctx, object, &fh, &owners, ctx.server.max_args))
+}
+
+/// An export root's `mounted_on_fileid`: the pseudo directory's fileid
+/// it is reached from. Reached from an outer export, the entry there is
+/// the root's own directory (the same inode, unless the inner export is
+/// a mount of its own), so its own fileid stands for it.
+pub fn mounted_on(ctx: &OpCtx, file: &File) -> Option<u64> {
+    if !file.is_root() {
+        return None;
+    }
+    match ctx
+        .namespace()
+        .mounted_on(file.export.config.id, ctx.client())
+    {
+        Some(MountedOn::Pseudo(fileid)) => Some(fileid),
+        _ => None,
+    }
+}
+
+/// Runs `f` on the attribute source of the current filehandle.
+fn with_current<T>(
+    ctx: &mut OpCtx,
+    request: &Bitmap4,
+    f: impl FnOnce(&AttrSource) -> Result<T, Nfsstat4>,
+) -> Result<T, Nfsstat4> {
+    match ctx.current()? {
+        Current::Pseudo(id) => with_pseudo(ctx, id, f),
+        Current::File(file) => {
+            let attr = ops::getattr(&file.export.fs, &file.node).map_err(from_fs)?;
+            let on = mounted_on(ctx, &file);
+            with_file(ctx, request, file.export, &file.node, &attr, on, f)
+        }
+    }
+}
+
+pub fn getattr(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 {
+    let ArgOp::Getattr(args) = op else {
+        return Nfsstat4::Serverfault;
+    };
+    let request = &args.attr_request;
+    let result = with_current(ctx, request, |src| attrs::getattr(request, src));
+    status(result.map(|obj_attributes| {
+        GetattrResOk4 { obj_attributes }.encode(reply.encoder());
+    }))
+}
+
+/// VERIFY (`same` true) and NVERIFY (false): OK when the client's values
+/// are ours (VERIFY) or are not (NVERIFY).
+fn verify_as(ctx: &mut OpCtx, op: ArgOp, same: bool) -> Nfsstat4 {
+    let (ArgOp::Verify(args) | ArgOp::Nverify(args)) = op else {
+        return Nfsstat4::Serverfault;
+    };
+    let theirs = &args.obj_attributes;
+    match with_current(ctx, &theirs.attrmask, |src| attrs::same_attrs(theirs, src)) {
+        Ok(equal) if equal == same => Nfsstat4::Ok,
+        Ok(_) if same => Nfsstat4::NotSame,
+        Ok(_) => Nfsstat4::Same,
+        Err(status) => status,
+    }
+}
+
+pub fn verify(ctx: &mut OpCtx, op: ArgOp, _: &mut CompoundReply) -> Nfsstat4 {
+    verify_as(ctx, op, true)
+}
+
+pub fn nverify(ctx: &mut OpCtx, op: ArgOp, _: &mut CompoundReply) -> Nfsstat4 {
+    verify_as(ctx, op, false)
+}
+
+/// A numeric owner or group string (what GETATTR sends; `BADOWNER` for
+/// anything else until `idmap.rs` maps names).
+pub fn numeric_id(s: &[u8]) -> Result<u32, Nfsstat4> {
+    std::str::from_utf8(s)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or(Nfsstat4::Badowner)
+}
+
+/// The anonymous stateid (all zeros: RFC 8881 §8.2.3).
+const ANONYMOUS: StateId4 = StateId4 {
+    seqid: 0,
+    other: [0; 12],
+};
+
+/// SETATTR. A size change is made only with the anonymous stateid,
+/// which no share can deny while OPEN is not served (W7 checks open
+/// stateids and shares); any other stateid names no state of this
+/// server: `BAD_STATEID`. A pseudo directory and a read-only export are
+/// `ROFS`. `attrsset` is sent whatever the status.
+pub fn setattr(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 {
+    let ArgOp::Setattr(args) = op else {
+        return Nfsstat4::Serverfault;
+    };
+    let fattr = &args.obj_attributes;
+    let result = (|| {
+        let file = ctx.current_file(Nfsstat4::Rofs)?;
+        let set = attrs::set_attrs(ctx.minor, fattr, numeric_id, numeric_id)?;
+        ctx.writable(file.export)?;
+        if set.size.is_some() && args.stateid != ANONYMOUS {
+            return Err(Nfsstat4::BadStateid);
+        }
+        if set.is_empty() {
+            return Ok(());
+        }
+        let export = file.export;
+        ctx.as_user(export, || ops::setattr(&export.fs, &file.node, &set))?;
+        export
+            .metadata_sync
+            .attrs_changed(&file.node)
+            .map_err(from_fs)
+    })();
+    let attrsset = match result {
+        Ok(()) => fattr.attrmask.clone(),
+        Err(_) => Bitmap4::default(),
+    };
+    attrsset.encode(reply.encoder());
+    status(result)
+}
