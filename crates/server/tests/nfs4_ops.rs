@@ -258,6 +258,10 @@ fn the_pseudo_root_leads_to_the_exports_a_client_may_use() {
         let res = c.in_session(&mut s, 0, false, &[putfh(a_fh), lookup(&name)]);
         assert_eq!(last(&res), (Opnum4::Lookup, status));
     }
+    // `.` is the directory itself (nfs-rs looks it up).
+    let res = c.in_session(&mut s, 0, false, &[putfh(a_fh), lookup(b"."), ArgOp::Getfh]);
+    ok(&res);
+    assert_eq!(&handles(&res), std::slice::from_ref(a_fh));
     // A forged pseudo handle.
     let mut forged = up.as_bytes().to_vec();
     *forged.last_mut().unwrap() ^= 1;

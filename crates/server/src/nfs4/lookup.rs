@@ -51,6 +51,20 @@ fn find(ctx: &mut OpCtx, name: &Component4) -> Result<Fh4, Nfsstat4> {
         Current::Pseudo(_) => {}
         Current::File(file) => require_dir(file.node.kind())?,
     }
+    // `.` is the directory itself. knfsd answers BADNAME (and pynfs
+    // LOOK8 wants NOENT or BADNAME), but nfs-rs 0.8.7 looks up `.` for
+    // the root of what it mounted before every operation there, so a
+    // server that refuses it cannot be used by that client at all.
+    if name.as_bytes() == b"." {
+        return Ok(match current {
+            Current::Pseudo(id) => Fh4::Pseudo(id),
+            Current::File(File { export, node }) => Fh4::File {
+                export: export.config.id,
+                fh: node.fh().to_vec(),
+                node: Some(node),
+            },
+        });
+    }
     let name = check_name(name)?;
     match current {
         Current::Pseudo(id) => {
