@@ -34,13 +34,23 @@ pub fn check_name(name: &Component4) -> Result<&[u8], Nfsstat4> {
     if bytes.len() > NAME_MAX {
         return Err(Nfsstat4::Nametoolong);
     }
-    if std::str::from_utf8(bytes).is_err() {
-        return Err(Nfsstat4::Inval);
+    match std::str::from_utf8(bytes) {
+        // Noncharacters (U+FFFE, U+FDD0...) are not for interchange
+        // (pynfs RNM8 sends U+FFFE).
+        Ok(s) if !s.chars().any(is_noncharacter) => {}
+        _ => return Err(Nfsstat4::Inval),
     }
     if bytes == b"." || bytes == b".." || bytes.contains(&b'/') {
         return Err(Nfsstat4::Badname);
     }
     Ok(bytes)
+}
+
+/// Unicode's noncharacters: U+FDD0 to U+FDEF, and the last two code
+/// points of every plane.
+fn is_noncharacter(c: char) -> bool {
+    let c = u32::from(c);
+    (0xFDD0..=0xFDEF).contains(&c) || c & 0xFFFE == 0xFFFE
 }
 
 /// What `name` in the current directory is: a pseudo directory, an
@@ -199,6 +209,9 @@ mod tests {
         assert_eq!(check_name(&name(&[b'x'; 256])), Err(Nfsstat4::Nametoolong));
         assert_eq!(check_name(&name(&[b'x'; 255])).map(<[u8]>::len), Ok(255));
         assert_eq!(check_name(&name(b"\xff\xfe")), Err(Nfsstat4::Inval));
+        assert_eq!(check_name(&name(b"\xef\xbf\xbe")), Err(Nfsstat4::Inval));
+        assert_eq!(check_name(&name(b"\xed\xa0\x80")), Err(Nfsstat4::Inval));
+        assert_eq!(check_name(&name("é".as_bytes())), Ok("é".as_bytes()));
         assert_eq!(check_name(&name(b".")), Err(Nfsstat4::Badname));
         assert_eq!(check_name(&name(b"..")), Err(Nfsstat4::Badname));
         assert_eq!(check_name(&name(b"a/b")), Err(Nfsstat4::Badname));
