@@ -567,3 +567,109 @@ fn changes_apply_the_export_options() {
     assert_eq!(last(&res), (Opnum4::Rename, Nfsstat4::Xdev));
     assert!(b.join("sub").is_dir());
 }
+
+#[test]
+fn a_handle_of_an_export_the_client_may_not_use_is_access() {
+    let server = three_exports();
+    let (mut c, mut s) = session(&server);
+    let hidden = NfsFh4::new(server.server.exports()[2].fs.root_handle().to_vec()).unwrap();
+    let res = c.in_session(&mut s, 0, false, &[putfh(&hidden)]);
+    assert_eq!(last(&res), (Opnum4::Putfh, Nfsstat4::Access));
+    let shown = NfsFh4::new(server.server.exports()[0].fs.root_handle().to_vec()).unwrap();
+    let res = c.in_session(&mut s, 0, false, &[putfh(&shown), ArgOp::Getfh]);
+    ok(&res);
+    assert_eq!(handles(&res), [shown]);
+}
+
+/// `outer` and `outer/mid/inner`, both for loopback.
+fn nested_exports() -> TestServer {
+    TestServer::start_exports(
+        |_| {},
+        |dir| {
+            let outer = dir.join("outer");
+            let inner = outer.join("mid/inner");
+            std::fs::create_dir_all(&inner).unwrap();
+            [outer, inner]
+                .into_iter()
+                .map(|path| {
+                    let mut x = ExportConfig::with_defaults(path);
+                    x.secure = false;
+                    x
+                })
+                .collect()
+        },
+    )
+}
+
+#[test]
+fn lookup_crosses_into_a_nested_export_and_lookupp_comes_back() {
+    let server = nested_exports();
+    let (mut c, mut s) = session(&server);
+    let exports = server.server.exports();
+    let (outer, inner) = (&exports[0], &exports[1]);
+    let outer_root = NfsFh4::new(outer.fs.root_handle().to_vec()).unwrap();
+    let inner_root = NfsFh4::new(inner.fs.root_handle().to_vec()).unwrap();
+    let mid = outer.config.path.join("mid");
+
+    // Down from the outer export's root: `mid` is its directory, `inner`
+    // the inner export's root, with its own fsid; and back up.
+    let res = c.in_session(
+        &mut s,
+        0,
+        false,
+        &[
+            putfh(&outer_root),
+            lookup(b"mid"),
+            ArgOp::Getfh,
+            lookup(b"inner"),
+            ArgOp::Getfh,
+            getattr(&TFFM),
+            ArgOp::Lookupp,
+            ArgOp::Getfh,
+            ArgOp::Lookupp,
+            ArgOp::Getfh,
+        ],
+    );
+    ok(&res);
+    let fhs = handles(&res);
+    assert_eq!(fhs[1], inner_root, "crossed into the inner export");
+    assert_eq!(fhs[2], fhs[0], "LOOKUPP from the inner root is `mid`");
+    assert_eq!(fhs[3], outer_root);
+    let attrs = basic(&fattrs(&res)[0]);
+    assert_eq!(attrs.fsid, (1 + u64::from(inner.config.id), 0));
+    assert_eq!(
+        attrs.fileid,
+        std::fs::metadata(&inner.config.path).unwrap().ino()
+    );
+
+    // READDIR of `mid` lists the inner root with the inner export's
+    // attributes.
+    let res = c.in_session(
+        &mut s,
+        0,
+        false,
+        &[
+            ArgOp::Putfh(PutfhArgs4 {
+                object: fhs[0].clone(),
+            }),
+            ArgOp::Readdir(ReaddirArgs4 {
+                cookie: 0,
+                cookieverf: Verifier4::default(),
+                dircount: 0,
+                maxcount: 4096,
+                attr_request: bitmap(&TFFM),
+            }),
+        ],
+    );
+    let [_, _, ResOp::Readdir(Res4::Ok(list))] = &res.results[..] else {
+        panic!("{res:?}");
+    };
+    let [entry] = &list.reply.entries[..] else {
+        panic!("{list:?}");
+    };
+    assert_eq!(entry.name.as_bytes(), b"inner");
+    let listed = basic(&entry.attrs);
+    assert_eq!(listed.fsid, attrs.fsid);
+    assert_eq!(listed.fileid, attrs.fileid);
+    assert!(mid.is_dir());
+}
