@@ -227,9 +227,16 @@ fn rows(out: &mut String, what: &str, lines: &[&ProcLine]) {
         return;
     }
     let total: u64 = lines.iter().map(|l| l.count).sum();
+    // As wide as the longest name (NFSv4's run to 20 characters).
+    let width = lines
+        .iter()
+        .map(|l| l.procedure.len())
+        .max()
+        .unwrap_or(0)
+        .max(12);
     let _ = writeln!(
         out,
-        "  {:<12} {:>10} {:>6} {:>10} {:>10} {:>10}",
+        "  {:<width$} {:>10} {:>6} {:>10} {:>10} {:>10}",
         what, "calls", "%", "p50", "p90", "p99"
     );
     for l in lines {
@@ -237,7 +244,7 @@ fn rows(out: &mut String, what: &str, lines: &[&ProcLine]) {
         let q = |q| l.quantile(q).map_or("-".to_string(), human);
         let _ = writeln!(
             out,
-            "  {:<12} {:>10} {:>5.1}% {:>10} {:>10} {:>10}",
+            "  {:<width$} {:>10} {:>5.1}% {:>10} {:>10} {:>10}",
             l.procedure,
             l.count,
             pct,
@@ -316,6 +323,7 @@ mod tests {
         stats.record(NFS_PROGRAM, 4, 53, Duration::from_micros(2));
         stats.record(NFS_PROGRAM, 4, 53, Duration::from_micros(2));
         stats.record(NFS_PROGRAM, 4, 24, Duration::from_micros(1));
+        stats.record(NFS_PROGRAM, 4, 41, Duration::from_micros(1));
         let mut registry = Registry::with_prefix("dionfs");
         registry.register_collector(Box::new(crate::metrics::CallHistogram(Arc::new(stats))));
         let text = crate::metrics::render(&registry).unwrap();
@@ -324,7 +332,7 @@ mod tests {
         );
         let table = super::table(&parse(&text), &crate::dispatch::counted_programs());
         assert!(table.contains("NFS v4 calls: 2"), "{table}");
-        assert!(table.contains("NFS v4 operations: 3"), "{table}");
+        assert!(table.contains("NFS v4 operations: 4"), "{table}");
         let row = |name: &str| {
             table
                 .lines()
@@ -332,7 +340,29 @@ mod tests {
                 .map(str::to_string)
         };
         assert!(row("COMPOUND").unwrap().contains("100.0%"), "{table}");
-        assert!(row("SEQUENCE").unwrap().contains("66.7%"), "{table}");
+        assert!(row("SEQUENCE").unwrap().contains("50.0%"), "{table}");
         assert!(row("PUTROOTFH").is_some(), "{table}");
+        // Columns line up however long the names.
+        stats_aligned(&table);
+    }
+
+    /// Every row of each table of `table` ends its count where its
+    /// header ends `calls`.
+    fn stats_aligned(table: &str) {
+        let mut calls_end = None;
+        for line in table.lines().filter(|l| l.starts_with("  ")) {
+            if line.ends_with("p99") {
+                calls_end = line.find("calls").map(|i| i + "calls".len());
+                continue;
+            }
+            let name = line.split_whitespace().next().unwrap_or("");
+            let count = line[2 + name.len()..].trim_start();
+            let count_len = count.split_whitespace().next().unwrap_or("").len();
+            assert_eq!(
+                Some(line.len() - count.len() + count_len),
+                calls_end,
+                "{table}"
+            );
+        }
     }
 }

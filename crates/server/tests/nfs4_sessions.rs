@@ -434,3 +434,52 @@ fn compounds_and_their_ops_are_counted() {
     assert!(table.contains("NFS v4 calls: 5"), "{table}");
     assert!(table.contains("NFS v4 operations: 11"), "{table}");
 }
+
+#[test]
+fn any_fragmentation_reads_the_same_and_any_cut_is_answered() {
+    let server = TestServer::start(all_versions());
+    let mut c = server.client();
+    let mut session = c.session(b"fragments");
+    let ops = [ArgOp::Putrootfh, ArgOp::Getfh];
+    let args_len = Client::sequenced_args(&session, 0, 1, false, &ops).len();
+    // The same COMPOUND in two fragments, split at every byte of its
+    // arguments: read alike.
+    for split_at in 0..=args_len {
+        let seqid = session.next_seqid[0];
+        let args = Client::sequenced_args(&session, 0, seqid, false, &ops);
+        let xid = c.xid();
+        let record = c.call_record(xid, 4, 1, &args);
+        let msg = &record[4..];
+        let split = msg.len() - args_len + split_at;
+        let mut bytes = record_mark(split as u32, false).to_vec();
+        bytes.extend_from_slice(&msg[..split]);
+        bytes.extend_from_slice(&record_mark((msg.len() - split) as u32, true));
+        bytes.extend_from_slice(&msg[split..]);
+        c.send(&bytes);
+        let res = c.read_compound(xid);
+        assert_eq!(res.status, Nfsstat4::Ok, "split at {split_at}: {res:?}");
+        session.next_seqid[0] += 1;
+    }
+    // Cut short at every byte: answered (GARBAGE_ARGS before an op's
+    // opnum, BADXDR inside its arguments), and the connection goes on.
+    for cut in 0..args_len {
+        let seqid = session.next_seqid[0];
+        let args = Client::sequenced_args(&session, 0, seqid, false, &ops);
+        let xid = c.xid();
+        let record = c.call_record(xid, 4, 1, &args[..cut]);
+        c.send(&record);
+        let (header, raw) = c.read_reply();
+        assert_eq!(header.xid, xid);
+        if header.status == ReplyStatus::GarbageArgs {
+            continue;
+        }
+        assert_eq!(header.status, ReplyStatus::Success, "cut at {cut}");
+        let res = decode_compound(raw);
+        assert_eq!(res.status, Nfsstat4::Badxdr, "cut at {cut}: {res:?}");
+        if matches!(res.results.first(), Some(ResOp::Sequence(Res4::Ok(_)))) {
+            session.next_seqid[0] += 1;
+        }
+    }
+    let res = c.in_session(&mut session, 0, false, &ops);
+    assert_eq!(res.status, Nfsstat4::Ok, "{res:?}");
+}
