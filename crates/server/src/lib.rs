@@ -3,6 +3,7 @@
 
 pub mod callstats;
 pub mod dispatch;
+pub mod io;
 pub mod locks;
 pub mod metrics;
 pub mod mount;
