@@ -2,4 +2,5 @@
 //! its operations (docs/nfs4-design.md).
 
 pub mod attrs;
+pub mod idmap;
 pub mod namespace;
