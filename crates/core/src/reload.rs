@@ -317,6 +317,7 @@ pub fn changed_settings(running: &ServerSettings, new: &ServerSettings) -> Vec<&
         nlm_port,
         nsm_port,
         grace_period,
+        nfs4_id_domain,
     } = running;
     [
         ("listen", *listen == new.listen),
@@ -353,6 +354,7 @@ pub fn changed_settings(running: &ServerSettings, new: &ServerSettings) -> Vec<&
         ("nlm_port", *nlm_port == new.nlm_port),
         ("nsm_port", *nsm_port == new.nsm_port),
         ("grace_period", *grace_period == new.grace_period),
+        ("nfs4_id_domain", *nfs4_id_domain == new.nfs4_id_domain),
     ]
     .into_iter()
     .filter(|(_, same)| !same)

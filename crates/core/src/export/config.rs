@@ -97,6 +97,9 @@ pub struct ServerSettings {
     /// Where to write the server's process id while it runs (for
     /// `dionfs reload`), if set.
     pub pid_file: Option<PathBuf>,
+    /// NFSv4 owner strings are `name@` this domain, through the name
+    /// service, if set; numeric ids (`"1000"`) if not.
+    pub nfs4_id_domain: Option<String>,
 }
 
 impl Default for ServerSettings {
@@ -129,6 +132,8 @@ impl Default for ServerSettings {
             // As knfsd's lockd (nlm_grace_period follows the 90 s lease).
             grace_period: Duration::from_secs(90),
             pid_file: None,
+            // As knfsd for AUTH_SYS (`nfs4_disable_idmapping`).
+            nfs4_id_domain: None,
         }
     }
 }
@@ -346,6 +351,7 @@ struct RawServer {
     /// Seconds; 0 turns the grace period off.
     grace_period: Option<Spanned<f64>>,
     pid_file: Option<PathBuf>,
+    nfs4_id_domain: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -447,6 +453,10 @@ impl Config {
             }
             if s.pid_file.is_some() {
                 server.pid_file = s.pid_file;
+            }
+            if let Some(d) = s.nfs4_id_domain {
+                let domain = check_id_domain(d.get_ref()).map_err(|r| err(Some(d.span()), r))?;
+                server.nfs4_id_domain = Some(domain);
             }
             for (value, name, target) in [
                 (s.max_in_flight, "max_in_flight", &mut server.max_in_flight),
@@ -650,6 +660,21 @@ pub fn check_large_read_depth(mib: u64) -> Result<u64, String> {
     Ok(mib)
 }
 
+/// Checks `nfs4_id_domain`: the text after the `@` of an owner string, so
+/// neither empty nor holding an `@` or white space.
+pub fn check_id_domain(domain: &str) -> Result<String, String> {
+    if domain.is_empty() {
+        return Err("nfs4_id_domain: empty; leave it out for numeric owners".into());
+    }
+    if domain.contains('@') || domain.chars().any(char::is_whitespace) {
+        return Err(format!(
+            "nfs4_id_domain: `{domain}` must be a domain name (\"example.org\") \
+             without `@` or white space"
+        ));
+    }
+    Ok(domain.to_owned())
+}
+
 /// Resolves an export path: absolute, existing, a directory; symlinks in it
 /// are resolved once here so clients mount the real path.
 pub fn canonical_export_dir(path: &str) -> Result<PathBuf, String> {
@@ -757,6 +782,7 @@ path = "/tmp"
         assert_eq!(s.idle_timeout, Duration::from_secs(60));
         assert_eq!(s.idle_spin, Duration::ZERO);
         assert_eq!(s.large_read_depth_mib, 0);
+        assert_eq!(s.nfs4_id_domain, None, "numeric owners by default");
 
         let d = ServerSettings::default();
         assert_eq!((d.read_buffers(), d.write_buffers()), (32, 32));
@@ -781,6 +807,22 @@ path = "/tmp"
         assert_eq!(e.line, 2, "{e}");
         assert!(e.reason.contains("large_read_depth_mib"), "{e}");
         let e = parse("[server]\nmax_connections = 0\n[[export]]\npath = \"/tmp\"\n").unwrap_err();
+        assert_eq!(e.line, 2, "{e}");
+    }
+
+    #[test]
+    fn nfs4_id_domain_parses_and_bad_ones_are_refused() {
+        let c = parse("[server]\nnfs4_id_domain = \"example.org\"\n[[export]]\npath = \"/tmp\"\n")
+            .unwrap();
+        assert_eq!(c.server.nfs4_id_domain.as_deref(), Some("example.org"));
+        for bad in ["", "a@example.org", "example org", "example.org\\n", "\\t"] {
+            let text =
+                format!("[server]\nnfs4_id_domain = \"{bad}\"\n[[export]]\npath = \"/tmp\"\n");
+            let e = parse(&text).unwrap_err();
+            assert_eq!(e.line, 2, "{bad:?}: {e}");
+            assert!(e.reason.contains("nfs4_id_domain"), "{bad:?}: {e}");
+        }
+        let e = parse("[server]\nnfs4_id_domain = 7\n[[export]]\npath = \"/tmp\"\n").unwrap_err();
         assert_eq!(e.line, 2, "{e}");
     }
 
