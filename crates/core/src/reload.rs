@@ -320,6 +320,7 @@ pub fn changed_settings(running: &ServerSettings, new: &ServerSettings) -> Vec<&
         versions,
         lease_time,
         nfs4_reply_cache_mib,
+        nfs4_id_domain,
     } = running;
     [
         ("listen", *listen == new.listen),
@@ -362,6 +363,7 @@ pub fn changed_settings(running: &ServerSettings, new: &ServerSettings) -> Vec<&
             "nfs4_reply_cache_mib",
             *nfs4_reply_cache_mib == new.nfs4_reply_cache_mib,
         ),
+        ("nfs4_id_domain", *nfs4_id_domain == new.nfs4_id_domain),
     ]
     .into_iter()
     .filter(|(_, same)| !same)

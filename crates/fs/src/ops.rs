@@ -593,6 +593,43 @@ pub fn rmdir(dir: &Node, name: &[u8]) -> Result<(), FsError> {
     Ok(())
 }
 
+/// NFSv4 REMOVE (RFC 8881 section 18.25): removes `name` from `dir`
+/// whatever it is, a directory as RMDIR would (`NotEmpty` unless empty),
+/// anything else as REMOVE would, a symlink to a directory included (the
+/// link goes, not what it points to). Names are checked as for those two;
+/// a regular file whose last name this was is evicted from the open-file
+/// cache, as by [`remove`].
+///
+/// The kernel picks: `unlinkat` without flags first, which removes any
+/// non-directory and refuses a directory with `EISDIR` (Linux's answer,
+/// `may_delete` in fs/namei.c) before it has changed anything; only then
+/// `AT_REMOVEDIR`. So the type is decided under the directory's lock by
+/// the call that removes, not by a `stat` made before it that a rename in
+/// between could make wrong, and a file costs the one call `remove`
+/// makes. knfsd's `nfsd_unlink` looks the name up and picks from its
+/// inode's type, under the same lock, which a process outside the
+/// kernel cannot hold. `EPERM` (what POSIX lets unlink answer for a
+/// directory) is not retried as a directory: Linux answers it only for
+/// a sticky directory or an append-only or immutable file, checks
+/// `may_delete` makes for both calls before it looks at the type, so
+/// `rmdir` would refuse alike. If the directory is replaced by a file
+/// between the two calls (`ENOTDIR` from the second), the name is
+/// unlinked once more, the answer whatever that gives.
+pub fn remove_any(fs: &ExportFs, dir: &Node, name: &[u8]) -> Result<(), FsError> {
+    let name = entry_name(dir, name, FsError::Access)?;
+    let victim = open_beneath(dir.fd(), &name, OFlags::PATH | OFlags::NOFOLLOW)?;
+    let removed = match unlinkat(dir.fd(), name.as_c_str(), AtFlags::empty()) {
+        Err(Errno::ISDIR) => match unlinkat(dir.fd(), name.as_c_str(), AtFlags::REMOVEDIR) {
+            Err(Errno::NOTDIR) => unlinkat(dir.fd(), name.as_c_str(), AtFlags::empty()),
+            other => other,
+        },
+        other => other,
+    };
+    removed?;
+    evict_if_gone(fs, victim);
+    Ok(())
+}
+
 /// RENAME within this export (the server answers `Xdev` for handles of
 /// two exports). A regular file replaced by the rename is evicted from
 /// the open-file cache if that was its last name.
@@ -1118,6 +1155,71 @@ mod tests {
         remove(&exp, &d, b"moved").ok();
         rmdir(&root, b"d").expect("rmdir");
         assert_eq!(exp.lookup(&root, b"d").err(), Some(FsError::NoEnt));
+    }
+
+    #[test]
+    fn remove_any_removes_whatever_the_name_is() {
+        let Some(fs) = LoopFs::new("ext4", 64) else {
+            return;
+        };
+        let exp = setup(&fs);
+        let root = exp.resolve(exp.root_handle()).expect("root");
+        let gone = |name: &[u8]| exp.lookup(&root, name).err() == Some(FsError::NoEnt);
+
+        // A file.
+        create(&exp, &root, b"f", &guarded(0o644)).expect("create");
+        remove_any(&exp, &root, b"f").expect("remove a file");
+        assert!(gone(b"f"));
+
+        // An empty directory.
+        mkdir(&exp, &root, b"empty", &SetAttrs::default()).expect("mkdir");
+        remove_any(&exp, &root, b"empty").expect("remove an empty directory");
+        assert!(gone(b"empty"));
+
+        // A directory with something in it stays, and says so.
+        let (full, _) = mkdir(&exp, &root, b"full", &SetAttrs::default()).expect("mkdir");
+        create(&exp, &full, b"inside", &guarded(0o644)).expect("create");
+        assert_eq!(
+            remove_any(&exp, &root, b"full").err(),
+            Some(FsError::NotEmpty)
+        );
+        exp.lookup(&full, b"inside").expect("still there");
+
+        // A symlink to a directory goes as a link; the directory stays.
+        symlink(&exp, &root, b"link", b"full", &SetAttrs::default()).expect("symlink");
+        remove_any(&exp, &root, b"link").expect("remove a symlink to a directory");
+        assert!(gone(b"link"));
+        assert_eq!(
+            exp.lookup(&root, b"full").expect("target").1.kind,
+            FileKind::Directory
+        );
+
+        // Names as REMOVE and RMDIR check them.
+        assert_eq!(
+            remove_any(&exp, &root, b"missing").err(),
+            Some(FsError::NoEnt)
+        );
+        assert_eq!(remove_any(&exp, &root, b".").err(), Some(FsError::Access));
+        assert_eq!(remove_any(&exp, &root, b"..").err(), Some(FsError::Access));
+        assert_eq!(remove_any(&exp, &root, b"a/b").err(), Some(FsError::Access));
+        assert_eq!(
+            remove_any(&exp, &root, &[b'n'; 256]).err(),
+            Some(FsError::NameTooLong)
+        );
+        let (file, _) = create(&exp, &root, b"plain", &guarded(0o644)).expect("create");
+        assert_eq!(
+            remove_any(&exp, &file, b"x").err(),
+            Some(FsError::NotDir),
+            "a file is no directory to remove from"
+        );
+
+        // As another user: the kernel's permission check, for a directory
+        // too (root's 0755 export directory).
+        mkdir(&exp, &root, b"theirs", &SetAttrs::default()).expect("mkdir");
+        let refused = with_creds(&nobody(), || remove_any(&exp, &root, b"theirs")).expect("creds");
+        assert_eq!(refused.err(), Some(FsError::Access));
+        let refused = with_creds(&nobody(), || remove_any(&exp, &root, b"plain")).expect("creds");
+        assert_eq!(refused.err(), Some(FsError::Access));
     }
 
     #[test]

@@ -5,6 +5,7 @@
 pub mod admit;
 pub mod callstats;
 pub mod dispatch;
+pub mod io;
 pub mod locks;
 pub mod metrics;
 pub mod mount;

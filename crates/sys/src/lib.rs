@@ -2,8 +2,8 @@
 //! Linux system calls that neither `libc`'s safe surface nor `rustix` wraps
 //! (file handles, per-thread credentials, `RWF_*` flags that are too new,
 //! `SO_RCVLOWAT`, io_uring reads, byte-range OFD locks, `FICLONERANGE`),
-//! and handing a job that borrows the caller's data to a parked helper
-//! thread.
+//! the name service's reentrant user and group lookups (`nss`), and
+//! handing a job that borrows the caller's data to a parked helper thread.
 //! Every `unsafe` block carries a `SAFETY:` comment. Also the one way
 //! dionfs creates files of its own (`private`: owner-only, whatever the
 //! umask), which every crate above needs.
@@ -16,5 +16,6 @@ pub mod handle;
 pub mod io;
 pub mod lock;
 pub mod net;
+pub mod nss;
 pub mod private;
 pub mod uring;

@@ -104,6 +104,9 @@ pub struct ServerSettings {
     /// Memory for the replies NFSv4.1 sessions keep for retransmissions
     /// (their slots' reply caches), all sessions together, in MiB.
     pub nfs4_reply_cache_mib: u64,
+    /// NFSv4 owner strings are `name@` this domain, through the name
+    /// service, if set; numeric ids (`"1000"`) if not.
+    pub nfs4_id_domain: Option<String>,
 }
 
 /// Which NFS versions (and NFSv4 minor versions) are served.
@@ -212,6 +215,8 @@ impl Default for ServerSettings {
             // As knfsd's slot memory (nfsd_drc_max_mem is 1/128 of RAM,
             // a few tens of MiB on a small server).
             nfs4_reply_cache_mib: 64,
+            // As knfsd for AUTH_SYS (`nfs4_disable_idmapping`).
+            nfs4_id_domain: None,
         }
     }
 }
@@ -434,6 +439,7 @@ struct RawServer {
     /// Seconds.
     lease_time: Option<Spanned<u64>>,
     nfs4_reply_cache_mib: Option<Spanned<u64>>,
+    nfs4_id_domain: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -547,6 +553,10 @@ impl Config {
             if let Some(v) = s.nfs4_reply_cache_mib {
                 server.nfs4_reply_cache_mib =
                     check_reply_cache(*v.get_ref()).map_err(|r| err(Some(v.span()), r))?;
+            }
+            if let Some(d) = s.nfs4_id_domain {
+                let domain = check_id_domain(d.get_ref()).map_err(|r| err(Some(d.span()), r))?;
+                server.nfs4_id_domain = Some(domain);
             }
             for (value, name, target) in [
                 (s.max_in_flight, "max_in_flight", &mut server.max_in_flight),
@@ -779,6 +789,21 @@ pub fn check_reply_cache(mib: u64) -> Result<u64, String> {
     Ok(mib)
 }
 
+/// Checks `nfs4_id_domain`: the text after the `@` of an owner string, so
+/// neither empty nor holding an `@` or white space.
+pub fn check_id_domain(domain: &str) -> Result<String, String> {
+    if domain.is_empty() {
+        return Err("nfs4_id_domain: empty; leave it out for numeric owners".into());
+    }
+    if domain.contains('@') || domain.chars().any(char::is_whitespace) {
+        return Err(format!(
+            "nfs4_id_domain: `{domain}` must be a domain name (\"example.org\") \
+             without `@` or white space"
+        ));
+    }
+    Ok(domain.to_owned())
+}
+
 /// Resolves an export path: absolute, existing, a directory; symlinks in it
 /// are resolved once here so clients mount the real path.
 pub fn canonical_export_dir(path: &str) -> Result<PathBuf, String> {
@@ -886,6 +911,7 @@ path = "/tmp"
         assert_eq!(s.idle_timeout, Duration::from_secs(60));
         assert_eq!(s.idle_spin, Duration::ZERO);
         assert_eq!(s.large_read_depth_mib, 0);
+        assert_eq!(s.nfs4_id_domain, None, "numeric owners by default");
 
         let d = ServerSettings::default();
         assert_eq!((d.read_buffers(), d.write_buffers()), (32, 32));
@@ -958,6 +984,22 @@ path = "/tmp"
             assert_eq!(e.line, 2, "{e}");
             assert!(e.reason.contains(word), "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn nfs4_id_domain_parses_and_bad_ones_are_refused() {
+        let c = parse("[server]\nnfs4_id_domain = \"example.org\"\n[[export]]\npath = \"/tmp\"\n")
+            .unwrap();
+        assert_eq!(c.server.nfs4_id_domain.as_deref(), Some("example.org"));
+        for bad in ["", "a@example.org", "example org", "example.org\\n", "\\t"] {
+            let text =
+                format!("[server]\nnfs4_id_domain = \"{bad}\"\n[[export]]\npath = \"/tmp\"\n");
+            let e = parse(&text).unwrap_err();
+            assert_eq!(e.line, 2, "{bad:?}: {e}");
+            assert!(e.reason.contains("nfs4_id_domain"), "{bad:?}: {e}");
+        }
+        let e = parse("[server]\nnfs4_id_domain = 7\n[[export]]\npath = \"/tmp\"\n").unwrap_err();
+        assert_eq!(e.line, 2, "{e}");
     }
 
     #[test]

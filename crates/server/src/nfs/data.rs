@@ -6,6 +6,8 @@
 //! the socket; then the payload straight from the socket into a write-pool
 //! buffer, at the position the data plane's direct-I/O path wants. READ
 //! replies send the file data from the read-pool buffer it was read into.
+//! What NFSv4 shares of this (the payload's receipt, the permission check,
+//! readahead) is in `crate::io`.
 
 use std::sync::Arc;
 
@@ -22,21 +24,12 @@ use super::attrs::open_file_attr;
 use super::convert::{post_op, wcc};
 use super::status::{from_data, from_fs};
 use super::Ctx;
+use crate::io::{self, ReadPayload};
 use crate::reply::{garbage_args, success, success_encoder};
 use dionfs_core::exports::{Export, Exports};
 use dionfs_core::io_errors::IoProc;
 use dionfs_core::server::Server;
-use dionfs_transport::{stage_payload, CallStream, ConnInfo, Received, Reply, ReplyPayload};
-
-/// A READ's data as its reply's payload, sent from the pool buffer it was
-/// read into.
-struct ReadPayload(ReadData);
-
-impl ReplyPayload for ReadPayload {
-    fn bytes(&self) -> &[u8] {
-        self.0.data()
-    }
-}
+use dionfs_transport::{CallStream, ConnInfo, Received, Reply};
 
 /// A WRITE whose arguments have been received: either its payload sits in
 /// a data-plane buffer of its export ready to be written, or the call
@@ -113,38 +106,19 @@ pub async fn receive_write<R: CallStream>(
         call: &call,
     };
     let target = match write_target(&ctx, &args) {
-        Ok((export, file)) => {
-            // A client that sends the start of a WRITE and stalls must not
-            // hold a buffer meanwhile: the buffer is taken once the payload
-            // is there, its start staged if the client's window closed
-            // first (and a stall drops the connection).
-            let staged = stage_payload(body, args.data_len as usize, &server.staging).await?;
-            let buf = export
-                .data
-                .prepare_write(file.data(), args.offset, args.data_len as usize)
-                .await
-                .map_err(|e| from_data(&e));
-            match buf {
-                Ok(mut buf) => {
-                    let len = buf.len();
-                    let mut received = staged.bytes().len();
-                    buf.payload_mut()[..received].copy_from_slice(staged.bytes());
-                    drop(staged);
-                    // In pieces, so that an export with integrity checksums
-                    // each one while it is still in the CPU's cache.
-                    buf.arrived(received);
-                    while received < len {
-                        let end = len.min(received + buf.receive_piece());
-                        body.read_exact(&mut buf.payload_mut()[received..end])
-                            .await?;
-                        received = end;
-                        buf.arrived(received);
-                    }
-                    Ok((export.config.id, file, buf))
-                }
-                Err(s) => Err(s),
-            }
-        }
+        // The payload's padding, and all of it after a refusal, is left
+        // in the record, which skips what a call did not read.
+        Ok((export, file)) => io::receive_payload(
+            body,
+            export,
+            &file,
+            args.offset,
+            args.data_len as usize,
+            &server.staging,
+        )
+        .await?
+        .map(|buf| (export.config.id, file, buf))
+        .map_err(|refused| from_data(&refused.error)),
         Err(s) => Err(s),
     };
     Ok(Received::Run((
@@ -164,15 +138,7 @@ fn write_target<'a>(
 ) -> Result<(&'a Export, Arc<OpenFile>), NfsStat3> {
     let export = ctx.export(&args.file)?;
     ctx.writable(export)?;
-    // Usually a cache hit, which makes no syscall; a miss opens the file by
-    // handle (a short blocking syscall, kept off the other tasks of this
-    // worker: block_in_place hands the worker to another thread, which
-    // costs context switches, so only then).
-    let fh = args.file.as_bytes();
-    let file = match export.fs.cached_file(fh).map_err(from_fs)? {
-        Some(file) => file,
-        None => tokio::task::block_in_place(|| export.fs.open_file(fh)).map_err(from_fs)?,
-    };
+    let file = io::file_to_write(export, args.file.as_bytes()).map_err(from_fs)?;
     Ok((export, file))
 }
 
@@ -510,10 +476,8 @@ fn allowed_without_blocking(
     check_io_access(ctx, export, file, write, Some(attr)).is_ok()
 }
 
-/// The permission check of a READ (`write == false`) or WRITE: granted to
-/// the same credentials since the file last changed (`attr`, from a statx
-/// made for this call; no system call then), or asked of the kernel under
-/// the caller's credentials (and remembered if granted).
+/// The permission check of a READ (`write == false`) or WRITE, as the
+/// caller on `export` (`io::check_io_access`).
 fn check_io_access(
     ctx: &Ctx,
     export: &Export,
@@ -521,16 +485,7 @@ fn check_io_access(
     write: bool,
     attr: Option<&Attr>,
 ) -> Result<(), NfsStat3> {
-    if let Some(attr) = attr {
-        if ops::file_access_granted(file, &ctx.creds(export), write, attr) {
-            return Ok(());
-        }
-    }
-    ctx.run_as_user(export, || match attr {
-        Some(attr) => ops::check_file_access_remembered(file, write, attr),
-        None => ops::check_file_access(file, write),
-    })?
-    .map_err(from_fs)
+    io::check_io_access(ctx.server, &ctx.creds(export), file, write, attr).map_err(from_fs)
 }
 
 fn read_error(ctx: &Ctx, file: &OpenFile, a: &ReadArgs, e: &DataError) -> NfsStat3 {
@@ -551,10 +506,7 @@ fn read_reply(
 ) -> Reply {
     match data {
         Ok(mut data) => {
-            start_prefetch(file, data.take_prefetch());
-            if let Some(rebuild) = data.take_rebuild() {
-                start_rebuild(file, rebuild);
-            }
+            io::start_read_followups(file, &mut data);
             let mut enc = success_encoder(ctx.call.xid);
             let len = data.len() as u32;
             encode_read_ok_head(&mut enc, &post_op(attr.as_ref()), len, data.eof(), len);
@@ -574,36 +526,6 @@ fn read_failed(ctx: &Ctx, s: NfsStat3, attr: Option<&Attr>) -> Reply {
             },
         ),
     )
-}
-
-/// Starts the readahead a READ asked for, each chunk on tokio's blocking
-/// pool so that the reply goes out meanwhile. The prefetch runs with the
-/// server's own identity: it only reads the already-open descriptor, for
-/// data this client's READ of the file was just allowed to read. Without a
-/// runtime (unit tests) the chunks are dropped, which cancels them.
-fn start_prefetch(file: &Arc<OpenFile>, prefetch: Vec<dionfs_dataplane::Prefetch>) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    for chunk in prefetch {
-        let file = file.clone();
-        runtime.spawn_blocking(move || chunk.run(file.data()));
-    }
-}
-
-/// Starts the rebuild of a file's checksums a READ handed out, on a
-/// thread of its own: a pass over the whole file (minutes for a large
-/// one), which no NFS call waits for, nor a stop of the server (a rebuild
-/// cut short leaves the checksums stale, to be rebuilt after the next
-/// start). If no thread can be made, a later READ hands it out again.
-fn start_rebuild(file: &Arc<OpenFile>, rebuild: dionfs_dataplane::Rebuild) {
-    let file = file.clone();
-    let spawned = std::thread::Builder::new()
-        .name("dionfs-rebuild".into())
-        .spawn(move || rebuild.run(file.data()));
-    if let Err(e) = spawned {
-        tracing::warn!(error = %e, "cannot start a thread to rebuild a file's checksums; a later READ tries again");
-    }
 }
 
 pub fn commit(ctx: &Ctx, a: CommitArgs) -> CommitRes {

@@ -21,9 +21,8 @@ use dionfs_fs::{handle, FsError, Node};
 use dionfs_proto::nfs3::{NfsFh3, NfsProc3, NfsStat3, NFS3_FHSIZE, NFS_PROGRAM, NFS_V3};
 use dionfs_proto::Void;
 use dionfs_rpc::{CallHeader, ReplyStatus};
-use dionfs_sys::cred::{with_creds, Creds};
+use dionfs_sys::cred::Creds;
 use dionfs_xdr::{Decode, Decoder, Encode};
-use tracing::error;
 
 use crate::admit::Refusal;
 use crate::program::{Io, Procedure, Program, ReplyCache};
@@ -85,11 +84,7 @@ impl<'a> Ctx<'a> {
     /// returns what it returns, for work whose errors are not `FsError`
     /// (the data plane's); the error is a failed credential switch.
     pub fn run_as_user<T>(&self, export: &Export, f: impl FnOnce() -> T) -> Result<T, NfsStat3> {
-        with_creds(&self.creds(export), f).map_err(|e| {
-            error!(error = %e, "cannot switch to the client's credentials");
-            self.server.note_server_fault();
-            NfsStat3::ServerFault
-        })
+        crate::io::run_as(self.server, &self.creds(export), f).map_err(status::from_fs)
     }
 
     /// NFS3ERR_ROFS for a change to a read-only export.

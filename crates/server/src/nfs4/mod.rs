@@ -20,6 +20,7 @@ pub mod compound;
 pub mod dirs;
 pub mod fh;
 pub mod lookup;
+pub mod idmap;
 pub mod namespace;
 pub mod receive;
 pub mod reply;
