@@ -462,6 +462,29 @@ fn changes_apply_the_export_options() {
     let meta = std::fs::metadata(a.join("d")).unwrap();
     assert_eq!(meta.mode() & 0o7777, 0o700);
 
+    // Owners: a squashed root may not give a file away; a name the
+    // server cannot map is BADOWNER.
+    for (owner, status) in [("4242", Nfsstat4::Perm), ("who@where", Nfsstat4::Badowner)] {
+        let res = c.in_session(
+            &mut s,
+            0,
+            false,
+            &[
+                putfh(&d),
+                ArgOp::Setattr(SetattrArgs4 {
+                    stateid: StateId4::default(),
+                    obj_attributes: SetAttrs4 {
+                        owner: Some(owner.into()),
+                        ..SetAttrs4::default()
+                    }
+                    .to_fattr(),
+                }),
+            ],
+        );
+        assert_eq!(last(&res), (Opnum4::Setattr, status), "{owner}");
+    }
+    assert_eq!(std::fs::metadata(a.join("d")).unwrap().uid(), 65534);
+
     // A symbolic link and its target; a regular file is OPEN's.
     let res = c.in_session(
         &mut s,

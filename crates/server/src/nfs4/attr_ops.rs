@@ -28,12 +28,23 @@ fn transfer_sizes(ctx: &OpCtx, max_transfer: u32) -> (u64, u64) {
     }
 }
 
+/// The `owner` and `owner_group` strings of `uid` and `gid`, each only
+/// if `request` asks for it (a name-service lookup, with a domain).
+fn owners(ctx: &OpCtx, request: &Bitmap4, uid: u32, gid: u32) -> (Option<String>, Option<String>) {
+    let needs = needs(request);
+    let idmap = &ctx.nfs4.idmap;
+    (
+        needs.owner.then(|| idmap.owner(uid)),
+        needs.owner_group.then(|| idmap.owner_group(gid)),
+    )
+}
+
 /// The inputs every object shares.
 fn source<'s>(
     ctx: &OpCtx,
     object: Object<'s>,
     fh: &'s [u8],
-    owners: &'s (String, String),
+    owners: &'s (Option<String>, Option<String>),
     max_transfer: u32,
 ) -> AttrSource<'s> {
     let (maxread, maxwrite) = transfer_sizes(ctx, max_transfer);
@@ -41,10 +52,8 @@ fn source<'s>(
         minor: ctx.minor,
         object,
         fh,
-        // Numeric owner strings, as knfsd's with idmapping off does for
-        // AUTH_SYS (design section 7; `idmap.rs` will map names).
-        owner: Some(&owners.0),
-        owner_group: Some(&owners.1),
+        owner: owners.0.as_deref(),
+        owner_group: owners.1.as_deref(),
         lease_time: u32::try_from(ctx.nfs4.state.lease_time().as_secs()).unwrap_or(u32::MAX),
         maxread,
         maxwrite,
@@ -68,7 +77,7 @@ pub fn with_file<T>(
     } else {
         None
     };
-    let owners = (attr.uid.to_string(), attr.gid.to_string());
+    let owners = owners(ctx, request, attr.uid, attr.gid);
     let object = Object::File(FileSource {
         attr,
         export: export.config.id,
@@ -90,13 +99,14 @@ pub fn with_file<T>(
 /// (`STALE` if a reload took it away).
 pub fn with_pseudo<T>(
     ctx: &OpCtx,
+    request: &Bitmap4,
     id: PathId,
     f: impl FnOnce(&AttrSource) -> Result<T, Nfsstat4>,
 ) -> Result<T, Nfsstat4> {
     let ns = ctx.namespace();
     ns.node(id).ok_or(Nfsstat4::Stale)?;
     let fh = handle::encode_pseudo(ctx.handle_key(), id);
-    let owners = (PSEUDO_OWNER.0.to_string(), PSEUDO_OWNER.1.to_string());
+    let owners = owners(ctx, request, PSEUDO_OWNER.0, PSEUDO_OWNER.1);
     let object = Object::Pseudo(PseudoSource {
         fileid: id.fileid(),
         stamp: ns.stamp(),
@@ -128,7 +138,7 @@ fn with_current<T>(
     f: impl FnOnce(&AttrSource) -> Result<T, Nfsstat4>,
 ) -> Result<T, Nfsstat4> {
     match ctx.current()? {
-        Current::Pseudo(id) => with_pseudo(ctx, id, f),
+        Current::Pseudo(id) => with_pseudo(ctx, request, id, f),
         Current::File(file) => {
             let attr = ops::getattr(&file.export.fs, &file.node).map_err(from_fs)?;
             let on = mounted_on(ctx, &file);
@@ -171,13 +181,14 @@ pub fn nverify(ctx: &mut OpCtx, op: ArgOp, _: &mut CompoundReply) -> Nfsstat4 {
     verify_as(ctx, op, false)
 }
 
-/// A numeric owner or group string (what GETATTR sends; `BADOWNER` for
-/// anything else until `idmap.rs` maps names).
-pub fn numeric_id(s: &[u8]) -> Result<u32, Nfsstat4> {
-    std::str::from_utf8(s)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .ok_or(Nfsstat4::Badowner)
+/// The user an `owner` string names (`BADOWNER` for none).
+pub fn uid_of(ctx: &OpCtx, owner: &[u8]) -> Result<u32, Nfsstat4> {
+    ctx.nfs4.idmap.uid(owner).map_err(|_| Nfsstat4::Badowner)
+}
+
+/// The group an `owner_group` string names (`BADOWNER` for none).
+pub fn gid_of(ctx: &OpCtx, group: &[u8]) -> Result<u32, Nfsstat4> {
+    ctx.nfs4.idmap.gid(group).map_err(|_| Nfsstat4::Badowner)
 }
 
 /// The anonymous stateid (all zeros: RFC 8881 §8.2.3).
@@ -198,7 +209,7 @@ pub fn setattr(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat
     let fattr = &args.obj_attributes;
     let result = (|| {
         let file = ctx.current_file(Nfsstat4::Rofs)?;
-        let set = attrs::set_attrs(ctx.minor, fattr, numeric_id, numeric_id)?;
+        let set = attrs::set_attrs(ctx.minor, fattr, |o| uid_of(ctx, o), |g| gid_of(ctx, g))?;
         ctx.writable(file.export)?;
         if set.size.is_some() && args.stateid != ANONYMOUS {
             return Err(Nfsstat4::BadStateid);

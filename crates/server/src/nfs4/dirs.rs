@@ -17,7 +17,7 @@ use dionfs_proto::nfs4::{
 };
 use dionfs_xdr::{Encode, Encoder};
 
-use super::attr_ops::{numeric_id, with_file, with_pseudo};
+use super::attr_ops::{gid_of, uid_of, with_file, with_pseudo};
 use super::attrs::{self, change};
 use super::compound::OpCtx;
 use super::fh::{require_dir, Current, Fh4, File};
@@ -115,7 +115,12 @@ pub fn create(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4
             return Err(Nfsstat4::Badtype);
         }
         let name = check_name(&args.objname)?;
-        let set = attrs::set_attrs(ctx.minor, &args.createattrs, numeric_id, numeric_id)?;
+        let set = attrs::set_attrs(
+            ctx.minor,
+            &args.createattrs,
+            |o| uid_of(ctx, o),
+            |g| gid_of(ctx, g),
+        )?;
         if set.size.is_some() {
             // Only a regular file has a size to set.
             return Err(Nfsstat4::Inval);
@@ -167,8 +172,8 @@ fn make(
     }
 }
 
-/// REMOVE: unlinks a file, or removes an empty directory (rmdir), as
-/// `fs::ops::remove_any` will.
+/// REMOVE: unlinks a file, or removes an empty directory
+/// (`fs::ops::remove_any`).
 pub fn remove(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 {
     let ArgOp::Remove(args) = op else {
         return Nfsstat4::Serverfault;
@@ -178,10 +183,7 @@ pub fn remove(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4
         let name = check_name(&args.target)?;
         ctx.writable(export)?;
         changing(export, &dir, || {
-            ctx.as_user(export, || match ops::remove(&export.fs, &dir, name) {
-                Err(FsError::IsDir) => ops::rmdir(&dir, name),
-                other => other,
-            })?;
+            ctx.as_user(export, || ops::remove_any(&export.fs, &dir, name))?;
             export.metadata_sync.removed(&dir).map_err(from_fs)
         })
     })();
@@ -388,7 +390,9 @@ fn list_pseudo(
             continue;
         }
         let fattr = match entry.found {
-            Found::Pseudo(child) => with_pseudo(ctx, child, |src| attrs::getattr(request, src)),
+            Found::Pseudo(child) => {
+                with_pseudo(ctx, request, child, |src| attrs::getattr(request, src))
+            }
             Found::ExportRoot(export) => export_root_attrs(ctx, request, export, entry.fileid),
             Found::NotFound => continue,
         };

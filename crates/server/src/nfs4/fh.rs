@@ -17,7 +17,6 @@ use dionfs_core::exports::Export;
 use dionfs_fs::handle::{self, PathId};
 use dionfs_fs::{FileKind, FsError, Node, Time};
 use dionfs_proto::nfs4::{ArgOp, GetfhResOk4, NfsFh4, Nfsstat4};
-use dionfs_sys::cred::with_creds;
 use dionfs_xdr::Encode;
 
 use super::compound::OpCtx;
@@ -215,14 +214,9 @@ impl<'a> OpCtx<'a> {
         f: impl FnOnce() -> Result<T, FsError>,
     ) -> Result<T, Nfsstat4> {
         let creds = squash(&export.config, &self.call.cred);
-        match with_creds(&creds, f) {
-            Ok(result) => result.map_err(from_fs),
-            Err(e) => {
-                tracing::error!(error = %e, "cannot switch to the client's credentials");
-                self.server.note_server_fault();
-                Err(Nfsstat4::Serverfault)
-            }
-        }
+        crate::io::run_as(self.server, &creds, f)
+            .and_then(|result| result)
+            .map_err(from_fs)
     }
 
     /// `ROFS` for a change to a read-only export.

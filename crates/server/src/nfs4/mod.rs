@@ -19,8 +19,8 @@ pub mod attrs;
 pub mod compound;
 pub mod dirs;
 pub mod fh;
-pub mod lookup;
 pub mod idmap;
+pub mod lookup;
 pub mod namespace;
 pub mod receive;
 pub mod reply;
@@ -46,6 +46,8 @@ pub struct Nfs4 {
     pub state: Arc<State>,
     /// The pseudo-filesystem of the export list served last.
     pub namespace: NamespaceCache,
+    /// Owner strings (`nfs4_id_domain`).
+    pub idmap: self::idmap::Idmap,
     minor1: bool,
     minor2: bool,
 }
@@ -71,6 +73,7 @@ impl Nfs4 {
         Ok(Nfs4 {
             state: Arc::new(state),
             namespace: NamespaceCache::default(),
+            idmap: self::idmap::Idmap::new(settings.nfs4_id_domain.clone()),
             minor1: settings.versions.v4_1,
             minor2: settings.versions.v4_2,
         })
