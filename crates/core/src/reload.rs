@@ -318,6 +318,7 @@ pub fn changed_settings(running: &ServerSettings, new: &ServerSettings) -> Vec<&
         nsm_port,
         grace_period,
         nfs4_id_domain,
+        log_level,
     } = running;
     [
         ("listen", *listen == new.listen),
@@ -355,6 +356,7 @@ pub fn changed_settings(running: &ServerSettings, new: &ServerSettings) -> Vec<&
         ("nsm_port", *nsm_port == new.nsm_port),
         ("grace_period", *grace_period == new.grace_period),
         ("nfs4_id_domain", *nfs4_id_domain == new.nfs4_id_domain),
+        ("log_level", *log_level == new.log_level),
     ]
     .into_iter()
     .filter(|(_, same)| !same)

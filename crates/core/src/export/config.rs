@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use dionfs_dataplane::Mode;
+use dionfs_logs::LogFilter;
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -100,6 +101,9 @@ pub struct ServerSettings {
     /// NFSv4 owner strings are `name@` this domain, through the name
     /// service, if set; numeric ids (`"1000"`) if not.
     pub nfs4_id_domain: Option<String>,
+    /// Which log lines are written (`log_level`), if set: under
+    /// `--log-level` and `DIONFS_LOG`, which win over it.
+    pub log_level: Option<LogFilter>,
 }
 
 impl Default for ServerSettings {
@@ -134,6 +138,7 @@ impl Default for ServerSettings {
             pid_file: None,
             // As knfsd for AUTH_SYS (`nfs4_disable_idmapping`).
             nfs4_id_domain: None,
+            log_level: None,
         }
     }
 }
@@ -352,6 +357,8 @@ struct RawServer {
     grace_period: Option<Spanned<f64>>,
     pid_file: Option<PathBuf>,
     nfs4_id_domain: Option<Spanned<String>>,
+    /// A level word (`info`, `warning`, `debug`...), then `MODULE=LEVEL`s.
+    log_level: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -457,6 +464,12 @@ impl Config {
             if let Some(d) = s.nfs4_id_domain {
                 let domain = check_id_domain(d.get_ref()).map_err(|r| err(Some(d.span()), r))?;
                 server.nfs4_id_domain = Some(domain);
+            }
+            if let Some(l) = s.log_level {
+                server.log_level = Some(
+                    LogFilter::parse(l.get_ref())
+                        .map_err(|r| err(Some(l.span()), format!("log_level: {r}")))?,
+                );
             }
             for (value, name, target) in [
                 (s.max_in_flight, "max_in_flight", &mut server.max_in_flight),
@@ -745,6 +758,26 @@ durability = "async"
         assert!(!x.admits("192.168.1.1".parse().unwrap()));
         assert!(!x.secure);
         assert!(x.admits_port(40000));
+    }
+
+    #[test]
+    fn log_level_takes_level_words_and_refuses_others_with_the_line() {
+        let with = |level: &str| {
+            parse(&format!(
+                "[server]\nlog_level = \"{level}\"\n\n[[export]]\npath = \"/tmp\"\n"
+            ))
+        };
+        let c = with("warning,dionfs_transport=verbose").unwrap();
+        let level = c.server.log_level.unwrap();
+        assert_eq!(level.directives(), "warn,dionfs_transport=debug");
+        let e = with("loud").unwrap_err();
+        assert_eq!(e.line, 2, "{e}");
+        assert!(
+            e.reason.contains("log_level: `loud` is not a log level"),
+            "{e}"
+        );
+        let none = parse("[[export]]\npath = \"/tmp\"\n").unwrap();
+        assert_eq!(none.server.log_level, None);
     }
 
     #[test]
