@@ -211,6 +211,44 @@ pub enum Integrity {
     Crc32c,
 }
 
+// In the config's own words (`squash = "root_squash"`), for log lines.
+impl fmt::Display for Squash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Squash::RootSquash => "root_squash",
+            Squash::AllSquash => "all_squash",
+            Squash::NoRootSquash => "no_root_squash",
+        })
+    }
+}
+
+impl fmt::Display for Access {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Access::Rw => "rw",
+            Access::Ro => "ro",
+        })
+    }
+}
+
+impl fmt::Display for Durability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Durability::Sync => "sync",
+            Durability::Async => "async",
+        })
+    }
+}
+
+impl fmt::Display for Integrity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Integrity::Off => "off",
+            Integrity::Crc32c => "crc32c",
+        })
+    }
+}
+
 /// One exported directory and its options.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExportConfig {
@@ -758,6 +796,21 @@ durability = "async"
         assert!(!x.admits("192.168.1.1".parse().unwrap()));
         assert!(!x.secure);
         assert!(x.admits_port(40000));
+    }
+
+    #[test]
+    fn settings_are_shown_in_the_words_the_config_reads() {
+        let c = parse(
+            "[[export]]\npath = \"/tmp\"\nsquash = \"no_root_squash\"\naccess = \"ro\"\n\
+             durability = \"async\"\nintegrity = \"crc32c\"\nread_mode = \"dontcache\"\n",
+        )
+        .unwrap();
+        let x = &c.exports[0];
+        let shown = format!(
+            "{} {} {} {} {}",
+            x.squash, x.access, x.durability, x.integrity, x.read_mode
+        );
+        assert_eq!(shown, "no_root_squash ro async crc32c dontcache");
     }
 
     #[test]
