@@ -193,6 +193,10 @@ def test_bit_rot_fails_the_read_and_scrub_names_the_block(server, client, iorhar
     assert reads[4]["data"] == data[(bad + 1) * B:(bad + 6) * B]
     log = server.log_text()
     assert "data corruption" in log and f"block={bad}" in log, log[-3000:]
+    # The line names the file by its export and path, as an operator
+    # finds it (before: `file=export 1234 inode 5678`).
+    corrupt = next(line for line in log.splitlines() if "data corruption" in line)
+    assert f"export={server.export} " in corrupt and f"file={local} " in corrupt, corrupt
 
     server.close_clients()
     server.stop()

@@ -45,7 +45,9 @@ class ReloadServer(DionfsServer):
         super().__init__(next(iter(exports)))
         self.config = os.path.join(self.workdir, "dionfs.toml")
         self.pid_file = os.path.join(self.workdir, "dionfs.pid")
-        self.extra_args = ["--ports-file", self.ports_file, "--pid-file", self.pid_file]
+        # Debug: open_nfs_connections reads the connections' lines.
+        self.extra_args = ["--ports-file", self.ports_file, "--pid-file", self.pid_file,
+                           "--log-level", "debug"]
         self.write_config(exports)
 
     def write_config(self, exports: dict[str, dict], tail: str = "") -> None:
@@ -468,7 +470,7 @@ print(f"after: MNT b from 127.0.0.3: {{rawrpc.mnt(mnt3, {str(b)!r})[0]}}")
     script = tmp_path / "run.sh"
     script.write_text(f"""set -eu
 mount --bind {tmp_path}/hosts /etc/hosts
-{dionfs_bin()} serve --config {conf} > {tmp_path}/dionfs.log 2>&1 &
+{dionfs_bin()} serve --config {conf} --log-level debug > {tmp_path}/dionfs.log 2>&1 &
 D=$!
 for i in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/2049) 2>/dev/null && break; sleep 0.1; done
 DIONFS_PID=$D {sys.executable} {client}

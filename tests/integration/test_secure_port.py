@@ -113,6 +113,8 @@ def client_ports(srv) -> list[int]:
     return [int(p) for p in re.findall(r"connection opened .*?peer=127\.0\.0\.1:(\d+)", srv.log_text())]
 
 
+# The client ports are read from the connections' lines, debug lines.
+@pytest.mark.server_args("--log-level", "debug")
 def test_clients_running_as_root_bind_reserved_ports(secure_server, nfsproc_bin):
     """libnfs (nfs-ls, nfs-cp, nfsproc) and nfs-rs bind a reserved source port
     when run as root, as the Linux client does, so they work with the

@@ -29,6 +29,12 @@ use dionfs_dataplane::Mode;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Which log lines to write: off, error, warn, info, debug or trace
+    /// (also warning, verbose, quiet...), then any MODULE=LEVEL
+    /// (info,dionfs_transport=debug). Overrides DIONFS_LOG and the
+    /// config's log_level; default info.
+    #[arg(long, global = true, value_name = "LEVEL")]
+    log_level: Option<dionfs_logs::LogFilter>,
 }
 
 #[derive(Subcommand)]
@@ -462,8 +468,17 @@ impl ServeArgs {
 }
 
 fn main() -> ExitCode {
-    logs::init();
     let cli = Cli::parse();
+    // A word that is no log level would silence the logs it was meant to
+    // set: refused as a usage error, before anything runs.
+    let chosen = match logs::chosen_filter(cli.log_level) {
+        Ok(chosen) => chosen,
+        Err(e) => {
+            logs::fatal(format_args!("dionfs: {e}"));
+            return ExitCode::from(2);
+        }
+    };
+    let logs = logs::init(chosen.as_ref());
     match cli.command {
         Command::Serve(args) => {
             let ports_file = args.ports_file.clone();
@@ -474,6 +489,10 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
+            // The file's log_level, under the flag and DIONFS_LOG.
+            if let (None, Some(level)) = (&chosen, &config.server.log_level) {
+                logs.set_filter(level);
+            }
             match dionfs_server::run(config, ports_file, source) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

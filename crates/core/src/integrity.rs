@@ -68,7 +68,7 @@ pub fn open(config: &Config, filesystems: &mut [ExportFs]) -> Result<Option<Arc<
             "integrity: some files named by the intent log could not be recovered"
         );
     }
-    info!(store = %dir.display(), order = ?store.checksummer().order(), "integrity: CRC32C per 4 KiB block");
+    info!(store = %dir.display(), order = %store.checksummer().order(), "integrity: CRC32C per 4 KiB block");
     for (fs, on) in filesystems.iter_mut().zip(wanted) {
         if on {
             fs.set_integrity(store.clone());
@@ -187,7 +187,8 @@ pub fn settle(store: &Arc<Store>, exports: &Exports, idle: Option<Duration>) -> 
             Err(e) => {
                 static WARNED: LogEvery = LogEvery::new(Duration::from_secs(60));
                 if WARNED.due() {
-                    warn!(file = ?key, error = %e, "integrity: cannot make a file written without \
+                    warn!(export = %export.config.path.display(), file = %key, error = %e,
+                        "integrity: cannot make a file written without \
                         COMMIT durable with its checksums (a failed data sync moves the write \
                         verifier, so that clients send their uncommitted data again); tried again \
                         in a few seconds, repeats within a minute are not logged");

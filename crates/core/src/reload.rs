@@ -321,6 +321,7 @@ pub fn changed_settings(running: &ServerSettings, new: &ServerSettings) -> Vec<&
         lease_time,
         nfs4_reply_cache_mib,
         nfs4_id_domain,
+        log_level,
     } = running;
     [
         ("listen", *listen == new.listen),
@@ -364,6 +365,7 @@ pub fn changed_settings(running: &ServerSettings, new: &ServerSettings) -> Vec<&
             *nfs4_reply_cache_mib == new.nfs4_reply_cache_mib,
         ),
         ("nfs4_id_domain", *nfs4_id_domain == new.nfs4_id_domain),
+        ("log_level", *log_level == new.log_level),
     ]
     .into_iter()
     .filter(|(_, same)| !same)

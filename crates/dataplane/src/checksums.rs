@@ -249,6 +249,7 @@ impl Checksums {
         Counters::bump(&self.counters.integrity_errors);
         let offset = m.block * BLOCK;
         tracing::error!(
+            export = %file.export().map_or_else(|| "unknown".into(), |root| root.display().to_string()),
             file = %file.label(),
             block = m.block,
             offset,

@@ -20,6 +20,17 @@ pub enum Mode {
     Direct,
 }
 
+impl std::fmt::Display for Mode {
+    /// The mode in the config's words (`read_mode = "dontcache"`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Mode::Buffered => "buffered",
+            Mode::DontCache => "dontcache",
+            Mode::Direct => "direct",
+        })
+    }
+}
+
 impl Mode {
     /// Index into per-mode counter arrays.
     pub(crate) fn index(self) -> usize {

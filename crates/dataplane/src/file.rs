@@ -3,6 +3,7 @@
 use std::io;
 use std::ops::Range;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -53,7 +54,9 @@ pub struct DataFile {
     pub(crate) readahead: Arc<Readahead>,
     /// Small concurrent READs near each other (direct reads only).
     pub(crate) cluster: Arc<Cluster>,
-    label: Option<String>,
+    /// The root of the export the file was opened through, for log lines
+    /// ([`DataFile::label`]).
+    export: Option<PathBuf>,
     /// The file's block checksums, on exports with `integrity = "crc32c"`
     /// (see `checksums.rs`): the file's one state, shared with any other
     /// open of it (`dionfs_integrity::Store::open_file`).
@@ -137,7 +140,7 @@ impl DataFile {
             size: SizeTracker::default(),
             readahead: Arc::default(),
             cluster: Arc::default(),
-            label: None,
+            export: None,
             integrity: None,
             cold_below: AtomicU64::new(st.st_size.max(0) as u64),
             behind: Frontier::default(),
@@ -204,11 +207,18 @@ impl DataFile {
         self.integrity.as_ref()
     }
 
-    /// Names the file in log lines (e.g. "export:/path" or a handle), in
-    /// place of the `/proc/self/fd` link.
-    pub fn with_label(mut self, label: impl Into<String>) -> Self {
-        self.label = Some(label.into());
+    /// Records the root of the export the file was opened through, which
+    /// log lines name ([`DataFile::label`], [`DataFile::export`]).
+    pub fn with_export(mut self, root: impl Into<PathBuf>) -> Self {
+        self.export = Some(root.into());
         self
+    }
+
+    /// The root of the export the file was opened through, if the opener
+    /// said ([`DataFile::with_export`]). An open file is shared by the
+    /// exports of one filesystem: this is the first one's.
+    pub fn export(&self) -> Option<&Path> {
+        self.export.as_deref()
     }
 
     /// The direct-I/O alignment statx reported when the file was opened.
@@ -296,15 +306,66 @@ impl DataFile {
         round_down(io.start, self.lock_unit)..round_up(io.end, self.lock_unit)
     }
 
-    /// A name for log lines.
+    /// A name for log lines: the file's path as the kernel knows it now
+    /// (after renames too; a removed file's ends in ` (deleted)`), read
+    /// from its open descriptor when a line is written, so that opening a
+    /// file costs nothing for it. The kernel knows no path for a file
+    /// opened by handle that nothing has looked up since its dentry left
+    /// the cache (after a restart, say: the link then reads `/`), nor
+    /// under the export for one moved out of it: the export and the inode
+    /// number name it then (with the command that finds it).
     pub fn label(&self) -> String {
-        if let Some(label) = &self.label {
-            return label.clone();
-        }
         let fd = self.buffered.as_raw_fd();
-        match std::fs::read_link(format!("/proc/self/fd/{fd}")) {
-            Ok(path) => path.display().to_string(),
-            Err(_) => format!("fd {fd}"),
+        let path = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok();
+        let inode = self.identity.1;
+        match (&self.export, path) {
+            (Some(root), Some(path)) if path.starts_with(root) => path.display().to_string(),
+            (None, Some(path)) => path.display().to_string(),
+            (Some(root), path) => {
+                let root = root.display();
+                match path.filter(|p| p.as_os_str() != "/") {
+                    Some(path) => format!(
+                        "{} (inode {inode}, not under export {root})",
+                        path.display()
+                    ),
+                    None => format!("inode {inode} of export {root} (find {root} -inum {inode})"),
+                }
+            }
+            (None, None) => format!("inode {inode} (fd {fd})"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_is_named_by_its_path_now_or_by_its_export_and_inode() {
+        let dir = tempfile::tempdir().unwrap();
+        let export = std::fs::canonicalize(dir.path()).unwrap();
+        let path = export.join("a");
+        let file = std::fs::File::create(&path).unwrap();
+        let inode = std::os::unix::fs::MetadataExt::ino(&file.metadata().unwrap());
+        let data = DataFile::new(file.into(), None)
+            .unwrap()
+            .with_export(&export);
+        assert_eq!(data.label(), path.display().to_string());
+        assert_eq!(data.export(), Some(export.as_path()));
+        // The path is read when a line is written: a rename is followed.
+        std::fs::create_dir(export.join("d")).unwrap();
+        std::fs::rename(&path, export.join("d/b")).unwrap();
+        assert_eq!(data.label(), export.join("d/b").display().to_string());
+        // Not under the export any more (moved out of it).
+        let elsewhere = export.join("d").with_extension("other");
+        let data = data.with_export(&elsewhere);
+        assert_eq!(
+            data.label(),
+            format!(
+                "{} (inode {inode}, not under export {})",
+                export.join("d/b").display(),
+                elsewhere.display()
+            )
+        );
     }
 }

@@ -126,7 +126,7 @@ impl Paths {
         if !self.no_direct_logged.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 file = %file.label(),
-                dio = ?file.dio_align(),
+                dio_align = %file.dio_align(),
                 "file cannot do direct I/O (no O_DIRECT descriptor or no usable \
                  statx alignment); serving it buffered (logged once per export)"
             );
@@ -257,7 +257,7 @@ impl Paths {
             offset,
             len,
             align,
-            dio = ?file.dio_align(),
+            dio_align = %file.dio_align(),
             "direct I/O rejected with EINVAL although our alignment math allowed it; \
              failing the request with NFS3ERR_IO (not retrying buffered)"
         );

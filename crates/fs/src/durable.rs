@@ -42,7 +42,7 @@
 //! benchmark, but not the time: create, rename and remove together ran at
 //! the same rate with and without it on XFS and ext4, so it was dropped.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use dionfs_sys::cred;
@@ -252,11 +252,20 @@ fn commit_failed(errno: Errno, what: &str) -> FsError {
     FsError::Io
 }
 
-/// The kernel's path of `node`, for log lines.
+/// The kernel's path of `node`, for log lines: `directory /srv/a/d`.
 fn describe(node: &Node) -> String {
+    let kind = match node.kind {
+        FileKind::Regular => "file",
+        FileKind::Directory => "directory",
+        FileKind::BlockDevice => "block device",
+        FileKind::CharDevice => "character device",
+        FileKind::Symlink => "symlink",
+        FileKind::Socket => "socket",
+        FileKind::Fifo => "fifo",
+    };
     match readlinkat(CWD, proc_fd_path(node.fd()).as_c_str(), Vec::new()) {
-        Ok(path) => format!("{:?} {}", node.kind, path.to_string_lossy()),
-        Err(_) => format!("{:?} {:?}", node.kind, node.kernel),
+        Ok(path) => format!("{kind} {}", path.to_string_lossy()),
+        Err(_) => format!("{kind} (no path; fd {})", node.fd().as_raw_fd()),
     }
 }
 

@@ -23,7 +23,7 @@
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use dionfs_dataplane::DataFile;
@@ -95,6 +95,8 @@ impl std::fmt::Debug for Node {
 /// credentials so that the kernel checks permissions as that user.
 pub struct ExportFs {
     pub(crate) export_id: u16,
+    /// The root as the configuration names it, for log lines.
+    root_path: PathBuf,
     pub(crate) key: MacKey,
     pub(crate) root: Node,
     /// A normal (not `O_PATH`) descriptor of the root: `open_by_handle_at`
@@ -188,6 +190,7 @@ impl ExportFs {
         })?;
         Ok(ExportFs {
             export_id,
+            root_path: root.to_path_buf(),
             key,
             root: Node {
                 fd: root_fd,
@@ -497,11 +500,6 @@ impl ExportFs {
                 None
             }
         };
-        let label = format!(
-            "export {} inode {}",
-            self.export_id,
-            crate::attr::Attr::of_fd(&buffered)?.fileid
-        );
         let sums = match &self.integrity {
             Some(store) => {
                 match store.open_file(integrity_key(self.fs_id, kernel), buffered.as_fd()) {
@@ -527,7 +525,10 @@ impl ExportFs {
         if let Some(sums) = sums {
             data = data.with_integrity(sums);
         }
-        let file = Arc::new(OpenFile::new(key.clone(), data.with_label(label)));
+        let file = Arc::new(OpenFile::new(
+            key.clone(),
+            data.with_export(&self.root_path),
+        ));
         if self.integrity.is_some() && file.data().integrity().is_none() {
             // Without the checksums it must have: for this call only.
             return Ok(file);

@@ -5,7 +5,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::path::PathBuf;
 
 /// The extended attribute of a checksum file that names its file's key.
@@ -45,7 +45,7 @@ impl FileKey {
         v.extend_from_slice(&self.handle);
         if let Err(e) = rustix::fs::fsetxattr(file, KEY_XATTR, &v, rustix::fs::XattrFlags::empty())
         {
-            tracing::debug!(file = ?self, error = %e, "cannot name the file in its checksum file");
+            tracing::debug!(file = %self, error = %e, "cannot name the file in its checksum file");
         }
     }
 
@@ -74,6 +74,23 @@ impl FileKey {
             .join(&hex[..2])
             .join(format!("{hex}.crc"))
     }
+}
+
+/// For log lines where only the key is known (no open descriptor to read
+/// the file's path from, see [`path_of`]): the checksum file it names,
+/// under the store (`STATE_DIR/integrity`).
+impl std::fmt::Display for FileKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "checksums {}", self.relative_path().display())
+    }
+}
+
+/// For log lines: the kernel's current path of the open file `fd`, else
+/// its descriptor number.
+pub(crate) fn path_of(fd: BorrowedFd<'_>) -> String {
+    let fd = fd.as_raw_fd();
+    std::fs::read_link(format!("/proc/self/fd/{fd}"))
+        .map_or_else(|_| format!("fd {fd}"), |p| p.display().to_string())
 }
 
 /// What a file's data looked like after the server's last change of it.

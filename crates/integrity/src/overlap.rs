@@ -70,6 +70,17 @@ pub enum Order {
     Sequential,
 }
 
+impl std::fmt::Display for Order {
+    /// In `DIONFS_INTEGRITY_ORDER`'s words.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Order::Arrival => "arrival",
+            Order::Overlapped => "overlapped",
+            Order::Sequential => "sequential",
+        })
+    }
+}
+
 /// Computes write checksums alongside the data write (see the module
 /// documentation). One per [`crate::Store`].
 pub struct Checksummer {

@@ -8,9 +8,14 @@
 //! - [`ClientWarnings`]: one line per client and export per period (a
 //!   refused client calling as fast as it can).
 //! - [`LogEvery`]: one line per period for a condition that lasts.
+//!
+//! And which lines are written at all: [`LogFilter`], the level words an
+//! operator gives, checked at start.
 
 mod budget;
 mod every;
+mod filter;
 
 pub use budget::{ClientWarnings, LogBudget, More, Say, BURST, CLIENT_WARN_EVERY, WINDOW};
 pub use every::LogEvery;
+pub use filter::{LogFilter, LEVEL_WORDS};

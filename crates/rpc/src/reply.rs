@@ -93,6 +93,26 @@ pub enum ReplyStatus {
     AuthError(AuthStat),
 }
 
+/// In RFC 5531's words (`PROG_UNAVAIL`), for error messages and logs.
+impl std::fmt::Display for ReplyStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReplyStatus::Success => f.write_str("SUCCESS"),
+            ReplyStatus::ProgUnavail => f.write_str("PROG_UNAVAIL"),
+            ReplyStatus::ProgMismatch { low, high } => {
+                write!(f, "PROG_MISMATCH (versions {low} to {high})")
+            }
+            ReplyStatus::ProcUnavail => f.write_str("PROC_UNAVAIL"),
+            ReplyStatus::GarbageArgs => f.write_str("GARBAGE_ARGS"),
+            ReplyStatus::SystemErr => f.write_str("SYSTEM_ERR"),
+            ReplyStatus::RpcMismatch { low, high } => {
+                write!(f, "RPC_MISMATCH (versions {low} to {high})")
+            }
+            ReplyStatus::AuthError(stat) => write!(f, "AUTH_ERROR ({})", *stat as u32),
+        }
+    }
+}
+
 /// A decoded reply header. The verifier is only meaningful for accepted
 /// replies (denied replies carry none; it is then AUTH_NONE here).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -260,6 +280,15 @@ pub fn auth_error(enc: &mut Encoder, xid: u32, stat: AuthStat) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn statuses_read_as_the_rfc_names_them() {
+        assert_eq!(ReplyStatus::ProgUnavail.to_string(), "PROG_UNAVAIL");
+        let mismatch = ReplyStatus::ProgMismatch { low: 1, high: 3 };
+        assert_eq!(mismatch.to_string(), "PROG_MISMATCH (versions 1 to 3)");
+        let auth = ReplyStatus::AuthError(AuthStat::TooWeak);
+        assert_eq!(auth.to_string(), "AUTH_ERROR (5)");
+    }
 
     fn words(ws: &[u32]) -> Vec<u8> {
         ws.iter().flat_map(|w| w.to_be_bytes()).collect()

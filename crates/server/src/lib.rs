@@ -386,8 +386,11 @@ async fn serve(
     .into_iter()
     .filter_map(|(on, name)| on.then_some(name))
     .collect();
-    info!(%ip, nfs_port, mount_port, portmap_port = ?portmap_port, nlm_port = ?nlm_port,
-        nsm_udp_port = ?nsm_port, nfs_versions = %served.join(","), "dionfs serving NFSv3 over TCP");
+    // A service that is off is named as off, not as a missing number.
+    let port_or_off = |p: Option<u16>| p.map_or_else(|| "off".to_string(), |p| p.to_string());
+    info!(%ip, nfs_port, mount_port, portmap_port = %port_or_off(portmap_port),
+        nlm_port = %port_or_off(nlm_port), nsm_udp_port = %port_or_off(nsm_port),
+        nfs_versions = %served.join(","), "dionfs serving NFS over TCP");
     info!(
         read_buffers = settings.read_buffers(),
         write_buffers = settings.write_buffers(),
@@ -503,10 +506,10 @@ async fn serve(
 fn log_export(x: &dionfs_core::export::ExportConfig) {
     info!(
         export = %x.path.display(),
-        read_mode = ?x.read_mode,
-        write_mode = ?x.write_mode,
-        access = ?x.access,
-        squash = ?x.squash,
+        read_mode = %x.read_mode,
+        write_mode = %x.write_mode,
+        access = %x.access,
+        squash = %x.squash,
         secure = x.secure,
         clients = %x.clients.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(","),
         "exporting"

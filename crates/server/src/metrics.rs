@@ -551,7 +551,10 @@ pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
 /// holds a rendering of every counter) without bound.
 pub async fn serve(listener: TcpListener, registry: Registry) {
     let registry = Arc::new(registry);
-    info!(addr = ?listener.local_addr().ok(), "metrics endpoint listening");
+    match listener.local_addr() {
+        Ok(addr) => info!(%addr, "metrics endpoint listening"),
+        Err(_) => info!("metrics endpoint listening"),
+    }
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_SCRAPES));
     let refused = dionfs_logs::LogBudget::default();
     loop {

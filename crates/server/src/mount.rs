@@ -332,7 +332,7 @@ fn subdirectory(export: &Export, call: &CallHeader, rest: &[u8]) -> Result<Vec<u
         if WARNED.due() {
             error!(
                 export = %export.config.path.display(),
-                error = ?e,
+                error = %e,
                 "MNT failed: the export's root directory cannot be opened (removed or \
                  replaced since the server opened it?); a restart serves what is at the path now"
             );

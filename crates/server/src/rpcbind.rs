@@ -132,7 +132,7 @@ impl Rpcbind {
             .map_err(|e| io::Error::new(e.kind(), format!("rpcbind: {e}")))?;
         Decoder::new(&results)
             .bool()
-            .map_err(|e| io::Error::other(format!("bad reply from rpcbind: {e:?}")))
+            .map_err(|e| io::Error::other(format!("bad reply from rpcbind: {e}")))
     }
 }
 

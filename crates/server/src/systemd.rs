@@ -15,7 +15,8 @@ pub fn notify(state: &str) {
         return;
     };
     if let Err(e) = send(&path, state) {
-        warn!(socket = ?path, error = %e, "cannot notify systemd ({state:?})");
+        warn!(socket = %path.to_string_lossy(), error = %e,
+            state = %state.replace('\n', " "), "cannot notify systemd");
     }
 }
 

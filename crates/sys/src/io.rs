@@ -179,6 +179,24 @@ pub struct DioAlign {
     pub read_offset_align: u32,
 }
 
+impl std::fmt::Display for DioAlign {
+    /// For log lines: `memory 4, write 4096, read 512` (alignments in
+    /// bytes, 0 where the kernel reported none), or `none` where it
+    /// reported no direct I/O at all.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if *self == DioAlign::default() {
+            return f.write_str("none");
+        }
+        write!(
+            f,
+            "memory {}, write {}, read {}",
+            self.mem_align,
+            self.write_align(),
+            self.read_align()
+        )
+    }
+}
+
 impl DioAlign {
     /// Whether the file supports direct I/O at all. statx(2): "If direct
     /// I/O is not supported on the file, [the fields] will be 0".

@@ -113,7 +113,7 @@ impl fmt::Display for BackChannelError {
             BackChannelError::ArgsTooLarge => write!(f, "arguments over {MAX_ARGS} bytes"),
             BackChannelError::ReplyTooLarge => write!(f, "reply over {MAX_REPLY} bytes"),
             BackChannelError::Malformed => f.write_str("malformed reply"),
-            BackChannelError::Refused(status) => write!(f, "call answered {status:?}"),
+            BackChannelError::Refused(status) => write!(f, "call answered {status}"),
         }
     }
 }

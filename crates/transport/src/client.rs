@@ -223,10 +223,7 @@ fn results(reply: &[u8], xid: u32) -> io::Result<Vec<u8>> {
         ));
     }
     if header.status != ReplyStatus::Success {
-        return Err(io::Error::other(format!(
-            "call answered {:?}",
-            header.status
-        )));
+        return Err(io::Error::other(format!("call answered {}", header.status)));
     }
     Ok(dec.rest().to_vec())
 }

@@ -51,6 +51,10 @@ const MAX_IN_FLIGHT_CAP: usize = 1 << 16;
 pub enum ConnEnd {
     /// The peer closed its side between two calls.
     PeerClosed,
+    /// The peer reset the connection between two calls (ECONNRESET: a
+    /// client that closes without waiting, or whose host went away): as
+    /// ordinary an end as [`ConnEnd::PeerClosed`].
+    PeerReset(io::ErrorKind),
     /// The server is shutting down.
     Shutdown,
     /// The peer sent a record over the size limit.
@@ -74,10 +78,48 @@ pub enum ConnEnd {
     Evicted,
 }
 
+impl ConnEnd {
+    /// Whether the connection ended as connections do (the client closed
+    /// or reset it between calls, or went away while its replies were
+    /// sent, the server closed it idle, quiet or at shutdown), or for a
+    /// reason an operator is told of in a warning of its own: its closing
+    /// line is then a debug line. Any other end (a client gone half-way
+    /// through a call, a stream that is not RPC) is worth an info line.
+    pub fn is_unremarkable(&self) -> bool {
+        match self {
+            ConnEnd::PeerClosed
+            | ConnEnd::PeerReset(_)
+            | ConnEnd::Shutdown
+            | ConnEnd::Idle(_)
+            | ConnEnd::Evicted
+            | ConnEnd::Stalled(_)
+            | ConnEnd::RepliesUnread(_)
+            | ConnEnd::RecordTooLarge { .. } => true,
+            ConnEnd::WriteError(kind) => is_disconnect(*kind),
+            ConnEnd::Truncated | ConnEnd::NotACall | ConnEnd::ReadError(_) => false,
+        }
+    }
+}
+
+/// Whether a socket error only says the peer is gone (a reset, or a write
+/// after it closed).
+fn is_disconnect(kind: io::ErrorKind) -> bool {
+    matches!(
+        kind,
+        io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe
+    )
+}
+
 impl fmt::Display for ConnEnd {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ConnEnd::PeerClosed => f.write_str("peer closed"),
+            ConnEnd::PeerReset(io::ErrorKind::ConnectionReset) => {
+                f.write_str("peer reset the connection between calls")
+            }
+            ConnEnd::PeerReset(kind) => write!(f, "peer gone between calls ({kind})"),
             ConnEnd::Shutdown => f.write_str("server shutdown"),
             ConnEnd::RecordTooLarge { size, max } => {
                 write!(f, "record of {size} bytes over limit {max}")
@@ -147,8 +189,11 @@ pub(super) async fn run_connection<S: Service>(
     if service.resolves_names() {
         conn.look_up_names().await;
     }
-    info!(conn = conn.id, peer = %conn.peer, local = %conn.local, names = ?conn.names(),
-        "connection opened");
+    match conn.names() {
+        [] => debug!(conn = conn.id, peer = %conn.peer, local = %conn.local, "connection opened"),
+        names => debug!(conn = conn.id, peer = %conn.peer, local = %conn.local,
+            names = %names.join(" "), "connection opened"),
+    }
     // A fixed send buffer: replies are sent only into room reserved there
     // (`reserve_room`), before their calls run, so it must hold the replies
     // of every large call the connection may have in progress (its buffer
@@ -308,7 +353,11 @@ fn log_end(conn: &ConnInfo, end: &ConnEnd, limits: &ConnLimits, calls: u64) {
         ConnEnd::Idle(_) => NetCounters::bump(&counters.idle),
         _ => {}
     }
-    info!(conn = conn.id, peer = %conn.peer, reason = %end, calls, "connection closed");
+    if end.is_unremarkable() {
+        debug!(conn = conn.id, peer = %conn.peer, reason = %end, calls, "connection closed");
+    } else {
+        info!(conn = conn.id, peer = %conn.peer, reason = %end, calls, "connection closed");
+    }
 }
 
 /// What the socket of a connection dropped for a stalled record held: a
@@ -323,15 +372,20 @@ fn log_stalled_socket(conn: &ConnInfo, socket: &TcpStream, waiting: Waiting) {
     let window = receive_window(socket).ok();
     info!(
         conn = conn.id,
-        ?waiting,
-        ?queued,
-        ?mark,
-        ?charged,
-        ?limit,
-        advertised_window = ?window.and_then(|w| w.advertised),
-        mss = ?window.map(|w| w.mss),
+        waiting = %waiting,
+        queued = %or_unknown(queued),
+        mark = %or_unknown(mark),
+        charged = %or_unknown(charged),
+        limit = %or_unknown(limit),
+        advertised_window = %or_unknown(window.and_then(|w| w.advertised)),
+        mss = %or_unknown(window.map(|w| w.mss)),
         "stalled record: the socket's receive side"
     );
+}
+
+/// A value for a log line, or `unknown` where the kernel did not say.
+fn or_unknown<T: fmt::Display>(value: Option<T>) -> String {
+    value.map_or_else(|| "unknown".to_string(), |v| v.to_string())
 }
 
 /// What the reading loop and the watchdog share.
@@ -447,6 +501,11 @@ async fn read_calls<S: Service>(l: &Loop<'_, S>, reader: &mut RecordReader<CallR
         match next_record(l, reader, &mut most_in_flight).await {
             Ok(true) => {}
             Ok(false) => return ConnEnd::PeerClosed,
+            // Reset with no call started: the client went away between
+            // calls, as ordinary as a close.
+            Err(RecordError::Io(e)) if is_disconnect(e.kind()) => {
+                return ConnEnd::PeerReset(e.kind())
+            }
             Err(e) => return record_error_end(e),
         }
         most_in_flight = most_in_flight.max(l.permits_taken());

@@ -48,7 +48,10 @@ pub async fn serve<S: Service>(
     limits: ConnLimits,
     shutdown: impl Future<Output = ()>,
 ) {
-    let local = listener.local_addr().ok();
+    // For log lines: the address, or `unknown` if the kernel did not say.
+    let local = listener
+        .local_addr()
+        .map_or_else(|_| "unknown".to_string(), |a| a.to_string());
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut connections = JoinSet::new();
     let mut refusals = Refusals::default();
@@ -113,7 +116,7 @@ pub async fn serve<S: Service>(
                 Err(e) => {
                     // EMFILE lasts: ten tries a second, a line each 10 s.
                     if let Some(failed) = accept_failures.count() {
-                        warn!(listener = ?local, error = %e, failed,
+                        warn!(listener = %local, error = %e, failed,
                             "accept failed (count since the last such warning in `failed`); \
                              with EMFILE, raise the open-file limit (LimitNOFILE)");
                     }
@@ -124,7 +127,7 @@ pub async fn serve<S: Service>(
             Some(joined) = connections.join_next() => log_join(joined),
         }
     }
-    info!(listener = ?local, connections = connections.len(), "listener shutting down");
+    info!(listener = %local, connections = connections.len(), "listener shutting down");
     stop_tx.send_replace(true);
     while let Some(joined) = connections.join_next().await {
         log_join(joined);

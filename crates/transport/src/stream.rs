@@ -41,6 +41,16 @@ pub(super) enum Waiting {
     Payload = 2,
 }
 
+impl std::fmt::Display for Waiting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Waiting::Nothing => "nothing",
+            Waiting::Socket => "socket",
+            Waiting::Payload => "payload",
+        })
+    }
+}
+
 /// The reading side's progress, updated by [`CallReader`] and the reading
 /// loop, watched by the connection's watchdog.
 #[derive(Debug, Default)]

@@ -988,6 +988,58 @@ async fn serve_connection_reports_why_it_ended() {
     );
 }
 
+/// How a connection ends when its client, having sent `calls` and read
+/// the reply to the first, resets it (SO_LINGER 0, then close).
+async fn end_after_reset(calls: &[u8]) -> ConnEnd {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    let (stream, peer) = listener.accept().await.unwrap();
+    let conn = ConnInfo {
+        id: next_conn_id(),
+        peer,
+        local: addr,
+        datagram: false,
+        names: Default::default(),
+        back_channel: None,
+    };
+    let task = tokio::spawn(serve_connection(
+        Arc::new(Echo::default()),
+        stream,
+        conn,
+        ConnLimits::default(),
+    ));
+    // One small write: on loopback the server reads it whole, so once the
+    // first reply is back it holds whatever followed the first call.
+    client.write_all(calls).await.unwrap();
+    let mut reader = RecordReader::new(&mut client, 1 << 20);
+    assert!(reader.next_record().await.unwrap(), "a reply");
+    drop(reader);
+    rustix::net::sockopt::set_socket_linger(&client, Some(Duration::ZERO)).unwrap();
+    drop(client);
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("the connection ends")
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_reset_between_calls_is_an_ordinary_end_and_one_inside_a_call_is_not() {
+    let end = end_after_reset(&framed(&echo_call(1, b"x"))).await;
+    assert!(matches!(end, ConnEnd::PeerReset(_)), "{end}");
+    assert!(end.is_unremarkable(), "{end}");
+
+    let mut calls = framed(&echo_call(1, b"x"));
+    let second = framed(&echo_call(2, b"cut short"));
+    calls.extend_from_slice(&second[..second.len() / 2]);
+    let end = end_after_reset(&calls).await;
+    assert!(
+        matches!(end, ConnEnd::ReadError(_) | ConnEnd::Truncated),
+        "{end}"
+    );
+    assert!(!end.is_unremarkable(), "{end}");
+}
+
 #[test]
 fn reply_record_layout_survives_partial_writes() {
     // A writer that takes at most 3 bytes per call, and refuses (would

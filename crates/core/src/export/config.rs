@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use dionfs_dataplane::Mode;
+use dionfs_logs::LogFilter;
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -107,6 +108,9 @@ pub struct ServerSettings {
     /// NFSv4 owner strings are `name@` this domain, through the name
     /// service, if set; numeric ids (`"1000"`) if not.
     pub nfs4_id_domain: Option<String>,
+    /// Which log lines are written (`log_level`), if set: under
+    /// `--log-level` and `DIONFS_LOG`, which win over it.
+    pub log_level: Option<LogFilter>,
 }
 
 /// Which NFS versions (and NFSv4 minor versions) are served.
@@ -217,6 +221,7 @@ impl Default for ServerSettings {
             nfs4_reply_cache_mib: 64,
             // As knfsd for AUTH_SYS (`nfs4_disable_idmapping`).
             nfs4_id_domain: None,
+            log_level: None,
         }
     }
 }
@@ -287,6 +292,44 @@ pub enum Integrity {
     /// A CRC32C of every 4 KiB block, computed on every WRITE and verified
     /// on every READ.
     Crc32c,
+}
+
+// In the config's own words (`squash = "root_squash"`), for log lines.
+impl fmt::Display for Squash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Squash::RootSquash => "root_squash",
+            Squash::AllSquash => "all_squash",
+            Squash::NoRootSquash => "no_root_squash",
+        })
+    }
+}
+
+impl fmt::Display for Access {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Access::Rw => "rw",
+            Access::Ro => "ro",
+        })
+    }
+}
+
+impl fmt::Display for Durability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Durability::Sync => "sync",
+            Durability::Async => "async",
+        })
+    }
+}
+
+impl fmt::Display for Integrity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Integrity::Off => "off",
+            Integrity::Crc32c => "crc32c",
+        })
+    }
 }
 
 /// One exported directory and its options.
@@ -440,6 +483,8 @@ struct RawServer {
     lease_time: Option<Spanned<u64>>,
     nfs4_reply_cache_mib: Option<Spanned<u64>>,
     nfs4_id_domain: Option<Spanned<String>>,
+    /// A level word (`info`, `warning`, `debug`...), then `MODULE=LEVEL`s.
+    log_level: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -557,6 +602,12 @@ impl Config {
             if let Some(d) = s.nfs4_id_domain {
                 let domain = check_id_domain(d.get_ref()).map_err(|r| err(Some(d.span()), r))?;
                 server.nfs4_id_domain = Some(domain);
+            }
+            if let Some(l) = s.log_level {
+                server.log_level = Some(
+                    LogFilter::parse(l.get_ref())
+                        .map_err(|r| err(Some(l.span()), format!("log_level: {r}")))?,
+                );
             }
             for (value, name, target) in [
                 (s.max_in_flight, "max_in_flight", &mut server.max_in_flight),
@@ -874,6 +925,41 @@ durability = "async"
         assert!(!x.admits("192.168.1.1".parse().unwrap()));
         assert!(!x.secure);
         assert!(x.admits_port(40000));
+    }
+
+    #[test]
+    fn settings_are_shown_in_the_words_the_config_reads() {
+        let c = parse(
+            "[[export]]\npath = \"/tmp\"\nsquash = \"no_root_squash\"\naccess = \"ro\"\n\
+             durability = \"async\"\nintegrity = \"crc32c\"\nread_mode = \"dontcache\"\n",
+        )
+        .unwrap();
+        let x = &c.exports[0];
+        let shown = format!(
+            "{} {} {} {} {}",
+            x.squash, x.access, x.durability, x.integrity, x.read_mode
+        );
+        assert_eq!(shown, "no_root_squash ro async crc32c dontcache");
+    }
+
+    #[test]
+    fn log_level_takes_level_words_and_refuses_others_with_the_line() {
+        let with = |level: &str| {
+            parse(&format!(
+                "[server]\nlog_level = \"{level}\"\n\n[[export]]\npath = \"/tmp\"\n"
+            ))
+        };
+        let c = with("warning,dionfs_transport=verbose").unwrap();
+        let level = c.server.log_level.unwrap();
+        assert_eq!(level.directives(), "warn,dionfs_transport=debug");
+        let e = with("loud").unwrap_err();
+        assert_eq!(e.line, 2, "{e}");
+        assert!(
+            e.reason.contains("log_level: `loud` is not a log level"),
+            "{e}"
+        );
+        let none = parse("[[export]]\npath = \"/tmp\"\n").unwrap();
+        assert_eq!(none.server.log_level, None);
     }
 
     #[test]

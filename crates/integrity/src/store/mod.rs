@@ -228,9 +228,9 @@ impl Store {
             if self.sums_closed.wait_for(&mut open, CLOSE_WAIT).timed_out()
                 && open.get(&id).is_some_and(|s| s.strong_count() == 0)
             {
-                tracing::warn!(file = ?key, "a file's checksum state took over {CLOSE_WAIT:?} \
+                tracing::warn!(file = %key, "a file's checksum state took over {} s \
                     to close; opening it again without waiting (it may be taken for changed \
-                    behind the server's back)");
+                    behind the server's back)", CLOSE_WAIT.as_secs());
                 open.remove(&id);
             }
         }
@@ -309,7 +309,7 @@ impl Store {
         match crate::as_server(|| std::fs::remove_file(&path)) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => tracing::warn!(file = ?key, error = %e, "cannot remove a file's checksums"),
+            Err(e) => tracing::warn!(file = %key, error = %e, "cannot remove a file's checksums"),
         }
     }
 

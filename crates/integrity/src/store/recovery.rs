@@ -51,7 +51,7 @@ pub(super) fn recover(
                 continue;
             }
             Err(e) => {
-                tracing::warn!(file = ?key, error = %e,
+                tracing::warn!(file = %key, error = %e,
                     "integrity recovery: cannot open a file the intent log names; its checksums stay as they are");
                 report.failed += 1;
                 continue;
@@ -70,7 +70,8 @@ pub(super) fn recover(
                 report.gone += 1;
             }
             Err(e) => {
-                tracing::warn!(file = ?key, error = %e, "integrity recovery of a file failed");
+                tracing::warn!(file = %crate::key::path_of(data.as_fd()), error = %e,
+                    "integrity recovery of a file failed");
                 report.failed += 1;
             }
         }

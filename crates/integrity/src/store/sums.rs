@@ -21,6 +21,7 @@ use super::data::{
 use super::header::{read_header, Header, HEADER_LEN};
 use super::Store;
 use crate::cache::{Page, PAGE_ENTRIES};
+use crate::key::path_of;
 use crate::log::{CleanTicket, REGION_BLOCKS};
 use crate::{
     block_ceil, block_crc, block_crcs, block_floor, zero_block_crc, Checksummer, FileKey, Version,
@@ -173,7 +174,8 @@ impl FileSums {
             Some(h) => {
                 let stale = h.stale || h.version != now;
                 if stale && !h.stale {
-                    tracing::info!(file = ?key, "file changed behind the server's back since its \
+                    tracing::info!(file = %path_of(data), checksums = %key.relative_path().display(),
+                        "file changed behind the server's back since its \
                         checksums were recorded; they will be rebuilt from its data if a READ finds a mismatch");
                 }
                 (h.version, stale)
@@ -303,7 +305,7 @@ impl FileSums {
             // someone else changed it.
             let now = Version::of(data)?;
             if now != v.recorded {
-                tracing::info!(file = ?self.key, "file changed behind the server's back; \
+                tracing::info!(file = %path_of(data), "file changed behind the server's back; \
                     its checksums will be rebuilt from its data if a READ finds a mismatch");
                 v.stale = true;
             }
@@ -483,7 +485,7 @@ impl FileSums {
     /// reported, as for a file changed behind the server's back.
     pub fn distrust(&self) {
         if !std::mem::replace(&mut self.version.lock().stale, true) {
-            tracing::info!(file = ?self.key, "a write's checksums were not stored; \
+            tracing::info!(file = %self.key, "a write's checksums were not stored; \
                 the file's checksums will be rebuilt from its data if a READ finds a mismatch");
         }
     }
@@ -876,7 +878,7 @@ impl Drop for FileSums {
         let open = self.registered.then(|| self.store.open_sums.lock());
         // The version as of the server's last change, for the next open.
         if let Err(e) = self.write_header() {
-            tracing::debug!(file = ?self.key, error = %e, "cannot write a checksum header");
+            tracing::debug!(file = %self.key, error = %e, "cannot write a checksum header");
         }
         if let Some(mut open) = open {
             if open

@@ -105,7 +105,7 @@ fn getport(from: IpAddr, host: IpAddr, prog: u32, vers: u32, udp: bool) -> io::R
     let res = send(from, to, &Credential::None, call, udp)?;
     let port = Decoder::new(&res)
         .u32()
-        .map_err(|e| io::Error::other(format!("bad GETPORT reply: {e:?}")))?;
+        .map_err(|e| io::Error::other(format!("bad GETPORT reply: {e}")))?;
     match u16::try_from(port) {
         Ok(p) if p != 0 => Ok(p),
         _ => Err(io::Error::other(format!(

@@ -84,7 +84,9 @@ impl Granting {
         for (w, e) in retried.failed {
             match &w.owner {
                 Owner::Nlm(o) => warn!(error = %e, svid = o.svid, "NLM: a blocked lock failed"),
-                other => warn!(error = %e, owner = ?other, "a blocked lock failed"),
+                Owner::V4 { address, .. } => {
+                    warn!(error = %e, client = %address, "NFSv4: a blocked lock failed")
+                }
             }
         }
         let mut made = self.made.lock();
@@ -178,7 +180,7 @@ pub(super) fn call(g: &Grant) -> Heard {
         match r {
             Ok(Ok(res)) if res.stat == Nlm4Stat::Granted => return Heard::Taken,
             Ok(Ok(res)) => return Heard::Refused(res.stat),
-            Ok(Err(e)) => last = Some(std::io::Error::other(format!("{e:?}"))),
+            Ok(Err(e)) => last = Some(std::io::Error::other(format!("bad reply: {e}"))),
             Err(e) => last = Some(e),
         }
     }

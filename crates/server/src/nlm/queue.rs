@@ -163,7 +163,12 @@ fn run(service: &LockService, job: Job) {
                     .counters
                     .callbacks_failed
                     .fetch_add(1, Ordering::Relaxed);
-                warn!(client = %peer.client, error = %e, ?proc_, "NLM: cannot send a result to the client");
+                // Named as RFC 1813's NLM chapter names it (LOCK_RES...).
+                let procedure = super::procedures::NLM
+                    .procedure(proc_ as u32)
+                    .map_or("?", |p| p.name);
+                warn!(client = %peer.client, error = %e, procedure,
+                    "NLM: cannot send a result to the client");
             }
         }
         Job::Notify { host, state } => reboot::notify(&host, state),
