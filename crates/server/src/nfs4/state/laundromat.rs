@@ -4,42 +4,102 @@
 //! with a request running never expires: the lease runs from the
 //! request's end.
 //!
-//! W8 adds courtesy clients: an expired client that holds opens or locks
-//! keeps them (and its sessions) until a conflict, 24 hours, or more than
-//! 1,024 courtesy clients; see the hook in [`sweep`].
+//! A confirmed client whose lease runs out holding opens or locks becomes
+//! a **courtesy client**, as with knfsd since 5.19: its state and
+//! sessions are kept, and its next SEQUENCE makes it active again. It is
+//! expired (state dropped, record forgotten) on a conflict with its
+//! locks or reservations (the lock tables' expirer,
+//! `State::expire_courtesy`), after [`COURTESY_TIMEOUT`], or when more
+//! than [`COURTESY_CLIENTS`] exist (the oldest first).
 
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use tracing::{debug, info};
 
-use super::State;
+use super::clients::{ACTIVE, COURTESY, EXPIRED};
+use super::limits::{COURTESY_CLIENTS, COURTESY_TIMEOUT};
+use super::{Courtesy, State};
 
 /// The shortest period between sweeps, whatever the lease.
 const MIN_PERIOD: Duration = Duration::from_millis(100);
 
 /// One sweep at `now`: every client whose lease ran out is destroyed,
-/// sessions and all; every unconfirmed record older than a lease is
-/// dropped.
+/// sessions and all, unless it holds opens or locks (then it becomes a
+/// courtesy client); every unconfirmed record older than a lease is
+/// dropped, and so is every client a conflict expired. Courtesy clients
+/// past [`COURTESY_TIMEOUT`], and the oldest past [`COURTESY_CLIENTS`],
+/// are expired.
 pub fn sweep(state: &State, now: Instant) {
     let lease = state.lease_time();
     let mut table = state.table.lock();
     for (id, confirmed) in table.expired(now, lease) {
-        // W8: a confirmed client holding opens or locks becomes a
-        // courtesy client here instead of going.
-        if confirmed {
-            info!(
+        let Some(client) = table.client(id).cloned() else {
+            continue;
+        };
+        match client.life() {
+            COURTESY => continue,
+            EXPIRED => debug!(
                 clientid = id,
-                "NFSv4 client lease expired: its sessions and state are gone"
-            );
-        } else {
-            debug!(
+                "NFSv4 courtesy client expired: record dropped"
+            ),
+            ACTIVE if confirmed && client.holds_state() => {
+                if client.change_life(ACTIVE, COURTESY) {
+                    info!(
+                        clientid = id,
+                        "NFSv4 client lease expired holding state: a courtesy client now"
+                    );
+                    state
+                        .courtesy
+                        .lock()
+                        .insert(id, Courtesy { client, since: now });
+                }
+                continue;
+            }
+            _ if confirmed => info!(
+                clientid = id,
+                "NFSv4 client lease expired: its sessions are gone"
+            ),
+            _ => debug!(
                 clientid = id,
                 "NFSv4 client record not confirmed within a lease: dropped"
-            );
+            ),
         }
-        table.remove_client(id);
+        state.forget_client(&mut table, id);
     }
+    for id in courtesy_to_expire(state, now) {
+        let expired = table
+            .client(id)
+            .is_some_and(|c| c.change_life(COURTESY, EXPIRED));
+        if expired {
+            info!(
+                clientid = id,
+                "NFSv4 courtesy client expired: kept long enough, or too many of them"
+            );
+            state.forget_client(&mut table, id);
+        } else {
+            state.courtesy.lock().remove(&id);
+        }
+    }
+}
+
+/// The courtesy clients to expire at `now`: those older than
+/// [`COURTESY_TIMEOUT`], then the oldest of the rest past
+/// [`COURTESY_CLIENTS`].
+fn courtesy_to_expire(state: &State, now: Instant) -> Vec<u64> {
+    let courtesy = state.courtesy.lock();
+    let mut by_age: Vec<(Instant, u64)> = courtesy.iter().map(|(&id, c)| (c.since, id)).collect();
+    by_age.sort_unstable();
+    let timed_out = by_age
+        .iter()
+        .take_while(|(since, _)| now.saturating_duration_since(*since) >= COURTESY_TIMEOUT)
+        .count();
+    let too_many = by_age.len().saturating_sub(COURTESY_CLIENTS);
+    by_age
+        .into_iter()
+        .take(timed_out.max(too_many))
+        .map(|(_, id)| id)
+        .collect()
 }
 
 /// Spawns the task that sweeps every tenth of a lease (at most every
