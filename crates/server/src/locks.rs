@@ -174,7 +174,8 @@ impl Locks {
     /// client ([`Locks::expire`]) and tries once more (design section
     /// 5.3), as knfsd's `lm_expire_lock`: for NLM and v4 callers alike.
     /// The table is not held while the expirer runs (it drops the
-    /// client's locks).
+    /// client's locks). `open` may be called again to find the holder
+    /// (one that cannot leaves a conflict a conflict).
     #[allow(clippy::too_many_arguments)]
     pub fn lock(
         &self,
@@ -193,10 +194,15 @@ impl Locks {
         if first != Attempt::Conflict || self.expirer.get().is_none() {
             return Ok(first);
         }
-        let holder = self
+        // The holder, through the owner's description or a new one: an
+        // opener that gives only one (NLM's) leaves the conflict as it is.
+        let Ok(holder) = self
             .table
             .lock()
-            .test(fh, owner, span, exclusive, &mut *open)?;
+            .test(fh, owner, span, exclusive, &mut *open)
+        else {
+            return Ok(first);
+        };
         let courtesy = match holder.and_then(|h| h.owner) {
             Some((holder @ Owner::V4 { .. }, _)) => self.expire(&holder.client()),
             _ => false,
@@ -527,6 +533,46 @@ mod tests {
             .unwrap();
         assert_eq!(attempt, Attempt::Conflict);
         assert_eq!(calls.load(std::sync::atomic::Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn an_opener_of_one_description_leaves_the_conflict() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"data").unwrap();
+        let (locks, _released) = Locks::new();
+        let locks = Arc::new(locks);
+        let first = locks
+            .lock(
+                b"f",
+                &v4(1, b"a"),
+                b"",
+                span(0, 10),
+                true,
+                &mut opener(&path),
+                None,
+            )
+            .unwrap();
+        assert_eq!(first, Attempt::Granted);
+        let calls = courtesy_expirer(&locks, vec![ClientId(1)]);
+        let mut once = {
+            let mut fd = Some(
+                OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(&path)
+                    .map(|f| (OwnedFd::from(f), true)),
+            );
+            move || {
+                fd.take()
+                    .unwrap_or_else(|| Err(std::io::Error::other("opened twice")))
+            }
+        };
+        let attempt = locks
+            .lock(b"f", &nlm_owner(), b"", span(0, 1), true, &mut once, None)
+            .unwrap();
+        assert_eq!(attempt, Attempt::Conflict);
+        assert_eq!(calls.load(std::sync::atomic::Ordering::Relaxed), 0);
     }
 
     #[test]
