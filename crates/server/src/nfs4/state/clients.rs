@@ -1135,6 +1135,44 @@ mod tests {
     }
 
     #[test]
+    fn opens_keep_a_client_busy_and_its_record_taken() {
+        let (state, _released) = locking_state();
+        let (e, session) = confirmed(&state, "a", 1, 1);
+        let client = Arc::clone(state.table.lock().client(e.clientid).unwrap());
+        let open = state.open(&client, b"o", b"f", 1, 0).unwrap();
+        assert_eq!(
+            state.destroy_session(&session, &conn(1), None, true),
+            Nfsstat4::Ok
+        );
+        // No sessions, but an open: busy, and not another principal's.
+        assert_eq!(
+            state.destroy_clientid(e.clientid, None),
+            Nfsstat4::ClientidBusy
+        );
+        assert_eq!(eid(&state, "a", 1, 2, 0), Err(Nfsstat4::ClidInuse));
+        state.close(&client, &open, b"f").unwrap();
+        assert_eq!(state.destroy_clientid(e.clientid, None), Nfsstat4::Ok);
+    }
+
+    #[test]
+    fn a_rebooted_clients_opens_go_when_its_new_record_is_confirmed() {
+        let (state, _released) = locking_state();
+        let (old, _) = confirmed(&state, "a", 1, 1);
+        let client = Arc::clone(state.table.lock().client(old.clientid).unwrap());
+        // Reading, denying writers.
+        state.open(&client, b"o", b"f", 1, 2).unwrap();
+        let (b, _) = confirmed(&state, "b", 1, 1);
+        let other = Arc::clone(state.table.lock().client(b.clientid).unwrap());
+        assert_eq!(
+            state.open(&other, b"o", b"f", 2, 0),
+            Err(Nfsstat4::ShareDenied)
+        );
+        confirmed(&state, "a", 2, 1);
+        assert!(!client.holds_state());
+        state.open(&other, b"o", b"f", 2, 0).unwrap();
+    }
+
+    #[test]
     fn principals_compare_groups_in_any_order() {
         let a = dionfs_rpc::AuthSys {
             stamp: 1,

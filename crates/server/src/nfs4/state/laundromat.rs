@@ -184,6 +184,236 @@ mod tests {
         assert_eq!(guard_free_running(&state, session), 0);
     }
 
+    /// A client of `owner` made at `t0`, its session, and a file in a
+    /// fresh directory it has open for reading and writing (denying
+    /// writers) and a write lock on bytes 0 to 9 of.
+    struct Holding {
+        client: Arc<super::super::Client>,
+        session: dionfs_proto::nfs4::SessionId4,
+        _dir: tempfile::TempDir,
+        path: std::path::PathBuf,
+    }
+
+    const FH: &[u8] = b"f";
+
+    fn opener(
+        path: &std::path::Path,
+    ) -> impl FnMut() -> std::io::Result<(std::os::fd::OwnedFd, bool)> + '_ {
+        move || {
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(path)?;
+            Ok((f.into(), true))
+        }
+    }
+
+    fn holding(state: &State, owner: &str, t0: Instant) -> Holding {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"data").unwrap();
+        let (id, session) = session_at(state, owner, t0);
+        let client = Arc::clone(state.table.lock().client(id).unwrap());
+        let open = state.open(&client, b"o", FH, 3, 2).unwrap();
+        let locker = Locker::New {
+            open,
+            lock_owner: b"l",
+        };
+        state
+            .lock(&client, locker, FH, span(0, 10), true, &mut opener(&path))
+            .unwrap();
+        Holding {
+            client,
+            session,
+            _dir: dir,
+            path,
+        }
+    }
+
+    fn span(offset: u64, length: u64) -> dionfs_core::locks::Span {
+        lock_span(offset, length).unwrap()
+    }
+
+    /// Client `owner`'s write lock on bytes 5 of [`FH`], through an open
+    /// for reading and writing: the stateid, or the error.
+    fn lock_by(
+        state: &State,
+        client: &super::super::Client,
+        path: &std::path::Path,
+    ) -> Result<dionfs_proto::nfs4::StateId4, LockError> {
+        let open = state
+            .open(client, b"o", FH, 3, 0)
+            .map_err(LockError::Status)?;
+        let locker = Locker::New {
+            open,
+            lock_owner: b"m",
+        };
+        state.lock(client, locker, FH, span(5, 1), true, &mut opener(path))
+    }
+
+    use super::super::{lock_span, LockError, Locker};
+
+    #[test]
+    fn an_expired_client_holding_state_is_kept_as_a_courtesy_client() {
+        let (state, _released) = locking_state();
+        let t0 = Instant::now();
+        let a = holding(&state, "a", t0);
+        state.sweep(t0 + LEASE + Duration::from_secs(1));
+        assert_eq!(state.counts().courtesy, 1);
+        assert_eq!(state.counts().clients, 1);
+        assert_eq!(state.counts().sessions, 1);
+        assert_eq!(a.client.life(), COURTESY);
+        // Another sweep changes nothing.
+        state.sweep(t0 + 2 * LEASE);
+        assert_eq!(state.counts().courtesy, 1);
+        // Its next SEQUENCE makes it active again, its state intact.
+        match state.sequence(&seq(a.session, 0, 1), &conn(1), 1, None) {
+            Sequenced::New(guard) => guard.complete(None),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(a.client.life(), ACTIVE);
+        assert_eq!(state.counts().courtesy, 0);
+        // An active client's lock is in another's way: denied.
+        let b = client(&state, "b");
+        assert!(matches!(
+            lock_by(&state, &b, &a.path),
+            Err(LockError::Status(Nfsstat4::ShareDenied))
+        ));
+        assert_eq!(state.locks.table.lock().lock_count(), 1);
+    }
+
+    #[test]
+    fn a_conflicting_lock_expires_a_courtesy_client_and_is_granted() {
+        let (state, mut released) = locking_state();
+        let t0 = Instant::now();
+        let a = holding(&state, "a", t0);
+        state.sweep(t0 + LEASE + Duration::from_secs(1));
+        assert_eq!(a.client.life(), COURTESY);
+        // b's OPEN for writing meets a's DENY_WRITE, and its LOCK a's
+        // lock: a is expired, b granted.
+        let b = client(&state, "b");
+        let lock = lock_by(&state, &b, &a.path).unwrap();
+        assert_eq!(lock.seqid, 1);
+        assert_eq!(a.client.life(), EXPIRED);
+        assert_eq!(released.try_recv().unwrap(), FH);
+        assert_eq!(state.counts().courtesy, 0);
+        // a's sessions are unknown now, and the next sweep drops its
+        // record with its state.
+        assert!(matches!(
+            state.sequence(&seq(a.session, 0, 1), &conn(1), 1, None),
+            Sequenced::Error(Nfsstat4::Badsession)
+        ));
+        state.sweep(Instant::now());
+        assert_eq!(state.counts().clients, 1);
+        assert_eq!(state.counts().sessions, 1);
+        assert!(!a.client.holds_state());
+        assert_eq!(
+            state.destroy_clientid(a.client.id.0, None),
+            Nfsstat4::StaleClientid
+        );
+        assert_eq!(state.locks.table.lock().lock_count(), 1);
+    }
+
+    #[test]
+    fn an_nlm_lock_expires_a_courtesy_client() {
+        let (state, _released) = locking_state();
+        let t0 = Instant::now();
+        let a = holding(&state, "a", t0);
+        state.sweep(t0 + LEASE + Duration::from_secs(1));
+        let nlm = crate::locks::Owner::Nlm(crate::locks::NlmOwner {
+            host: crate::locks::NlmHost {
+                name: b"host".to_vec(),
+                ip: peer(),
+            },
+            svid: 1,
+        });
+        let attempt = state
+            .locks
+            .lock(
+                FH,
+                &nlm,
+                b"oh",
+                span(0, 1),
+                true,
+                &mut opener(&a.path),
+                None,
+            )
+            .unwrap();
+        assert_eq!(attempt, dionfs_core::locks::table::Attempt::Granted);
+        assert_eq!(a.client.life(), EXPIRED);
+    }
+
+    #[test]
+    fn courtesy_clients_go_after_a_day() {
+        let (state, _released) = locking_state();
+        let t0 = Instant::now();
+        let a = holding(&state, "a", t0);
+        let courtesy_from = t0 + LEASE + Duration::from_secs(1);
+        state.sweep(courtesy_from);
+        state.sweep(courtesy_from + COURTESY_TIMEOUT - Duration::from_secs(1));
+        assert_eq!(state.counts().courtesy, 1);
+        state.sweep(courtesy_from + COURTESY_TIMEOUT);
+        assert_eq!(state.counts(), Default::default());
+        assert_eq!(a.client.life(), EXPIRED);
+        assert_eq!(state.locks.table.lock().lock_count(), 0);
+        // Its reservation went too: another client may write.
+        let b = client(&state, "b");
+        lock_by(&state, &b, &a.path).unwrap();
+    }
+
+    #[test]
+    fn past_1024_courtesy_clients_the_oldest_go() {
+        let (state, _released) = locking_state();
+        let t0 = Instant::now();
+        let a = holding(&state, "a", t0);
+        let courtesy_from = t0 + LEASE + Duration::from_secs(1);
+        state.sweep(courtesy_from);
+        // 1,024 younger courtesy clients (stand-ins without records).
+        {
+            let mut courtesy = state.courtesy.lock();
+            for n in 0..COURTESY_CLIENTS as u64 {
+                courtesy.insert(
+                    u64::MAX - n,
+                    Courtesy {
+                        client: Arc::clone(&a.client),
+                        since: courtesy_from + Duration::from_secs(1 + n),
+                    },
+                );
+            }
+        }
+        state.sweep(courtesy_from + Duration::from_secs(1));
+        assert_eq!(a.client.life(), EXPIRED);
+        assert_eq!(state.counts().clients, 0);
+        assert_eq!(state.counts().courtesy, COURTESY_CLIENTS);
+        assert_eq!(state.locks.table.lock().lock_count(), 0);
+    }
+
+    #[test]
+    fn the_oldest_courtesy_clients_are_chosen() {
+        let (state, _released) = locking_state();
+        let t0 = Instant::now();
+        let a = holding(&state, "a", t0);
+        {
+            let mut courtesy = state.courtesy.lock();
+            for n in 0..(COURTESY_CLIENTS as u64 + 2) {
+                courtesy.insert(
+                    n,
+                    Courtesy {
+                        client: Arc::clone(&a.client),
+                        since: t0 + Duration::from_secs(10 * n),
+                    },
+                );
+            }
+        }
+        let mut doomed = courtesy_to_expire(&state, t0 + Duration::from_secs(10));
+        doomed.sort_unstable();
+        assert_eq!(doomed, [0, 1]);
+        // A day after the third: the first three, more than too many.
+        doomed = courtesy_to_expire(&state, t0 + Duration::from_secs(20) + COURTESY_TIMEOUT);
+        doomed.sort_unstable();
+        assert_eq!(doomed, [0, 1, 2]);
+    }
+
     fn guard_free_running(state: &State, session: dionfs_proto::nfs4::SessionId4) -> u32 {
         let table = state.table.lock();
         table.session(&session).unwrap().client.running()
