@@ -315,6 +315,27 @@ mod tests {
     }
 
     #[test]
+    fn lockt_expires_a_courtesy_client_in_the_way() {
+        let (state, _released) = locking_state();
+        let t0 = Instant::now();
+        let a = holding(&state, "a", t0);
+        let b = client(&state, "b");
+        // Active: LOCKT is denied.
+        let mut open = opener(&a.path);
+        assert!(matches!(
+            state.lockt(&b, b"m", FH, span(5, 1), true, &mut open),
+            Err(LockError::Denied(_))
+        ));
+        // (b's lease runs out too in this sweep; c is made after it.)
+        state.sweep(t0 + LEASE + Duration::from_secs(1));
+        let c = client(&state, "c");
+        state
+            .lockt(&c, b"m", FH, span(5, 1), true, &mut open)
+            .unwrap();
+        assert_eq!(a.client.life(), EXPIRED);
+    }
+
+    #[test]
     fn an_nlm_lock_expires_a_courtesy_client() {
         let (state, _released) = locking_state();
         let t0 = Instant::now();

@@ -14,7 +14,7 @@
 use std::io;
 
 use dionfs_core::locks::table::{Attempt, Holder, Opener};
-use dionfs_core::locks::Span;
+use dionfs_core::locks::{LockOwner, Span};
 use dionfs_proto::nfs4::{Nfsstat4, StateId4};
 
 use super::clients::Client;
@@ -240,7 +240,9 @@ impl State {
 
     /// LOCKT (RFC 8881 section 18.11) on `fh`: whether `client`'s
     /// lock-owner `lock_owner` could take `span`; `DENIED` with the
-    /// holder if not. No state is made.
+    /// holder if not. No state is made. A courtesy client holding the
+    /// lock is expired and the test made again, as the kernel's
+    /// `posix_test_lock` does for knfsd.
     pub fn lockt(
         &self,
         client: &Client,
@@ -251,12 +253,23 @@ impl State {
         open: Opener<'_>,
     ) -> Result<(), LockError> {
         let owner = v4_lock_owner(client, lock_owner);
-        let holder = self
-            .locks
-            .table
-            .lock()
-            .test(fh, &owner, span, exclusive, open)
-            .map_err(LockError::Io)?;
+        let mut test = || {
+            self.locks
+                .table
+                .lock()
+                .test(fh, &owner, span, exclusive, &mut *open)
+                .map_err(LockError::Io)
+        };
+        let mut holder = test()?;
+        if let Some(Holder {
+            owner: Some((holder_owner @ Owner::V4 { .. }, _)),
+            ..
+        }) = &holder
+        {
+            if self.locks.expire(&holder_owner.client()) {
+                holder = test()?;
+            }
+        }
         match holder {
             None => Ok(()),
             Some(holder) => Err(LockError::Denied(denied(holder))),

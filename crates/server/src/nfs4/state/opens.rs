@@ -36,7 +36,7 @@ fn share_owner(client: &Client, owner: &[u8]) -> ShareOwner {
 }
 
 /// `access` 1 to 3 and `deny` 0 to 3, else `INVAL` (knfsd's
-/// `nfs4_check_open_reclaim`... `nfsd4_decode_share_access` checks).
+/// `nfsd4_decode_share_access` and `_deny`).
 fn check_modes(access: u32, deny: u32) -> Result<(), Nfsstat4> {
     if access == 0 || access & !ACCESS_BOTH != 0 || deny & !DENY_BOTH != 0 {
         return Err(Nfsstat4::Inval);
