@@ -17,8 +17,8 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
-use dionfs_core::locks::shares::ShareTable;
-use dionfs_core::locks::table::LockTable;
+use dionfs_core::locks::shares::{Reservation, Reserve, ShareTable};
+use dionfs_core::locks::table::{Attempt, LockTable, Opener};
 use dionfs_core::locks::{LockOwner, Span};
 
 /// An NFSv4 client, by the id the server gave it at EXCHANGE_ID.
@@ -169,6 +169,74 @@ impl Locks {
         self.expirer.get().is_some_and(|expire| expire(client))
     }
 
+    /// Tries to take `span` of `fh` for `owner` ([`LockTable::lock`]). A
+    /// conflict with a lock of a courtesy NFSv4 client expires that
+    /// client ([`Locks::expire`]) and tries once more (design section
+    /// 5.3), as knfsd's `lm_expire_lock`: for NLM and v4 callers alike.
+    /// The table is not held while the expirer runs (it drops the
+    /// client's locks). `open` may be called again to find the holder
+    /// (one that cannot leaves a conflict a conflict).
+    #[allow(clippy::too_many_arguments)]
+    pub fn lock(
+        &self,
+        fh: &[u8],
+        owner: &Owner,
+        label: &[u8],
+        span: Span,
+        exclusive: bool,
+        open: Opener<'_>,
+        waiter: Option<Waiter>,
+    ) -> std::io::Result<Attempt> {
+        let first = self
+            .table
+            .lock()
+            .lock(fh, owner, label, span, exclusive, &mut *open, waiter)?;
+        if first != Attempt::Conflict || self.expirer.get().is_none() {
+            return Ok(first);
+        }
+        // The holder, through the owner's description or a new one: an
+        // opener that gives only one (NLM's) leaves the conflict as it is.
+        let Ok(holder) = self
+            .table
+            .lock()
+            .test(fh, owner, span, exclusive, &mut *open)
+        else {
+            return Ok(first);
+        };
+        let courtesy = match holder.and_then(|h| h.owner) {
+            Some((holder @ Owner::V4 { .. }, _)) => self.expire(&holder.client()),
+            _ => false,
+        };
+        if !courtesy {
+            return Ok(first);
+        }
+        // A waiter queued by the first try is dropped if this one is
+        // granted (the table's `lock` does that).
+        self.table
+            .lock()
+            .lock(fh, owner, label, span, exclusive, open, None)
+    }
+
+    /// Takes `reservation` of `fh` for `owner` ([`ShareTable::reserve`]).
+    /// If every reservation in the way is a courtesy NFSv4 client's, those
+    /// clients are expired and the reservation tried once more.
+    pub fn reserve(&self, fh: &[u8], owner: &ShareOwner, reservation: Reservation) -> Reserve {
+        let first = self.shares.lock().reserve(fh, owner, reservation);
+        if first != Reserve::Conflict || self.expirer.get().is_none() {
+            return first;
+        }
+        let holders = self.shares.lock().conflicting(fh, owner, reservation);
+        if !holders.iter().all(|c| matches!(c, Client::V4(_))) {
+            return first;
+        }
+        // Every one is asked, so that none stays in the way.
+        let expired = holders.iter().filter(|c| self.expire(c)).count();
+        if expired != holders.len() {
+            return first;
+        }
+        self.shares.lock().reserve(fh, owner, reservation)
+    }
+
     /// Releases `span` of `owner`'s locks on `fh`, and tells of the file.
     /// (NLM releases its own owners' locks on the table and grants their
     /// waiters under the same lock.)
@@ -217,9 +285,6 @@ mod tests {
     use std::fs::OpenOptions;
     use std::os::fd::OwnedFd;
     use std::path::Path;
-
-    use dionfs_core::locks::shares::{Reservation, Reserve};
-    use dionfs_core::locks::table::Attempt;
 
     use super::*;
 
@@ -376,6 +441,172 @@ mod tests {
         assert_eq!(shares.reserve(b"f", &v4, write_deny_read), Reserve::Granted);
         let read = Reservation::new(READ, 0);
         assert_eq!(shares.reserve(b"f", &nlm, read), Reserve::Conflict);
+    }
+
+    /// An expirer that expires the v4 clients in `courtesy` (dropping
+    /// their locks and reservations, as the v4 program's does) and counts
+    /// its calls.
+    fn courtesy_expirer(
+        locks: &Arc<Locks>,
+        courtesy: Vec<ClientId>,
+    ) -> Arc<std::sync::atomic::AtomicUsize> {
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = calls.clone();
+        let weak = Arc::downgrade(locks);
+        let courtesy = Mutex::new(courtesy);
+        let expirer: Expirer = Arc::new(move |c| {
+            counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Client::V4(id) = c else { return false };
+            let mut courtesy = courtesy.lock();
+            if !courtesy.contains(id) {
+                return false;
+            }
+            courtesy.retain(|x| x != id);
+            drop(courtesy);
+            if let Some(locks) = weak.upgrade() {
+                locks.drop_clients(|x| x == c);
+            }
+            true
+        });
+        assert!(locks.set_expirer(expirer));
+        calls
+    }
+
+    fn v4(client: u64, owner: &[u8]) -> Owner {
+        Owner::V4 {
+            client: ClientId(client),
+            owner: owner.to_vec(),
+            address: ip(),
+        }
+    }
+
+    #[test]
+    fn a_lock_in_the_way_of_a_courtesy_client_expires_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"data").unwrap();
+        let (locks, _released) = Locks::new();
+        let locks = Arc::new(locks);
+        let fh = b"fh".as_slice();
+        let mut open = opener(&path);
+        let mut lock = |o: &Owner, at: u64| {
+            locks
+                .lock(fh, o, b"", span(at, 10), true, &mut open, None)
+                .unwrap()
+        };
+        // No expirer yet: a plain conflict.
+        assert_eq!(lock(&v4(1, b"a"), 0), Attempt::Granted);
+        assert_eq!(lock(&nlm_owner(), 0), Attempt::Conflict);
+        let calls = courtesy_expirer(&locks, vec![ClientId(1)]);
+        assert_eq!(lock(&v4(2, b"b"), 100), Attempt::Granted);
+        // An NLM lock in the way of client 1 (courtesy) gets it; one in
+        // the way of client 2 (active) does not.
+        assert_eq!(lock(&nlm_owner(), 0), Attempt::Granted);
+        assert_eq!(lock(&nlm_owner(), 100), Attempt::Conflict);
+        assert_eq!(calls.load(std::sync::atomic::Ordering::Relaxed), 2);
+        assert_eq!(
+            locks.table.lock().clients(),
+            [Client::Nlm(host()), Client::V4(ClientId(2))]
+        );
+        // A process on the server's lock expires nobody.
+        let local = dir.path().join("g");
+        std::fs::write(&local, b"data").unwrap();
+        let held = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&local)
+            .unwrap();
+        let range = dionfs_sys::lock::LockRange { start: 0, len: 0 };
+        assert!(
+            dionfs_sys::lock::ofd_setlk(&held, dionfs_sys::lock::LockType::Write, range).unwrap()
+        );
+        let attempt = locks
+            .lock(
+                b"g",
+                &v4(2, b"b"),
+                b"",
+                span(0, 1),
+                true,
+                &mut opener(&local),
+                None,
+            )
+            .unwrap();
+        assert_eq!(attempt, Attempt::Conflict);
+        assert_eq!(calls.load(std::sync::atomic::Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn an_opener_of_one_description_leaves_the_conflict() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"data").unwrap();
+        let (locks, _released) = Locks::new();
+        let locks = Arc::new(locks);
+        let first = locks
+            .lock(
+                b"f",
+                &v4(1, b"a"),
+                b"",
+                span(0, 10),
+                true,
+                &mut opener(&path),
+                None,
+            )
+            .unwrap();
+        assert_eq!(first, Attempt::Granted);
+        let calls = courtesy_expirer(&locks, vec![ClientId(1)]);
+        let mut once = {
+            let mut fd = Some(
+                OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(&path)
+                    .map(|f| (OwnedFd::from(f), true)),
+            );
+            move || {
+                fd.take()
+                    .unwrap_or_else(|| Err(std::io::Error::other("opened twice")))
+            }
+        };
+        let attempt = locks
+            .lock(b"f", &nlm_owner(), b"", span(0, 1), true, &mut once, None)
+            .unwrap();
+        assert_eq!(attempt, Attempt::Conflict);
+        assert_eq!(calls.load(std::sync::atomic::Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn a_reservation_in_the_way_of_courtesy_clients_only_expires_them() {
+        const READ: u32 = 1;
+        const WRITE: u32 = 2;
+        let (locks, _released) = Locks::new();
+        let locks = Arc::new(locks);
+        let share = |client: u64| ShareOwner::V4 {
+            client: ClientId(client),
+            open_owner: b"o".to_vec(),
+            address: ip(),
+        };
+        let nlm = ShareOwner::Nlm(NlmShareOwner {
+            host: host(),
+            oh: b"oh".to_vec(),
+        });
+        let deny_write = Reservation::new(READ, WRITE);
+        let write = Reservation::new(WRITE, 0);
+        assert_eq!(locks.reserve(b"f", &share(1), deny_write), Reserve::Granted);
+        assert_eq!(locks.reserve(b"f", &share(3), deny_write), Reserve::Granted);
+        let calls = courtesy_expirer(&locks, vec![ClientId(1)]);
+        // Client 3 is active: nothing is retried (1 is asked, and expired).
+        assert_eq!(locks.reserve(b"f", &nlm, write), Reserve::Conflict);
+        locks.shares.lock().release(b"f", &share(3));
+        // Without client 3: client 1 went already; now granted at once.
+        assert_eq!(locks.reserve(b"f", &nlm, write), Reserve::Granted);
+        assert_eq!(calls.load(std::sync::atomic::Ordering::Relaxed), 2);
+        // An NLM reservation in the way is never expired.
+        assert_eq!(
+            locks.reserve(b"f", &share(4), deny_write),
+            Reserve::Conflict
+        );
+        assert_eq!(calls.load(std::sync::atomic::Ordering::Relaxed), 2);
     }
 
     #[test]

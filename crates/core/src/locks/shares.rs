@@ -98,6 +98,31 @@ impl<O: LockOwner> ShareTable<O> {
         Reserve::Granted
     }
 
+    /// The clients whose reservations of `fh` are in the way of `owner`
+    /// taking `reservation` (to expire courtesy clients among them).
+    pub fn conflicting(&self, fh: &[u8], owner: &O, reservation: Reservation) -> Vec<O::Client> {
+        let Some(list) = self.by_file.get(fh) else {
+            return Vec::new();
+        };
+        let mut clients: Vec<O::Client> = list
+            .iter()
+            .filter(|s| s.owner != *owner && s.reservation.conflicts(reservation))
+            .map(|s| s.owner.client())
+            .collect();
+        clients.sort();
+        clients.dedup();
+        clients
+    }
+
+    /// Whether a reservation of `fh` denies any of `access` (bits: 1
+    /// read, 2 write): what an I/O without an open (NFSv4's special
+    /// stateids) is checked against, as knfsd's `nfs4_share_conflict`.
+    pub fn denies(&self, fh: &[u8], access: u32) -> bool {
+        self.by_file
+            .get(fh)
+            .is_some_and(|list| list.iter().any(|s| s.reservation.deny & access != 0))
+    }
+
     /// Releases `owner`'s reservation of `fh`, if it holds one.
     pub fn release(&mut self, fh: &[u8], owner: &O) {
         let Some(list) = self.by_file.get_mut(fh) else {
@@ -197,6 +222,40 @@ mod tests {
         assert!(t.per_address.contains_key(&client_ip()));
         assert_eq!(t.drop_where(|fh| fh == b"f", |_| true), 1);
         assert!(t.by_file.is_empty() && t.per_address.is_empty());
+    }
+
+    #[test]
+    fn conflicting_clients_and_denied_access_are_told() {
+        let mut t: ShareTable<TestOwner> = ShareTable::default();
+        let (a, b) = (owner(1), other_client());
+        assert!(t
+            .conflicting(b"f", &a, Reservation::new(READ, 0))
+            .is_empty());
+        assert!(!t.denies(b"f", READ | WRITE));
+        assert_eq!(
+            t.reserve(b"f", &a, Reservation::new(READ, WRITE)),
+            Reserve::Granted
+        );
+        assert_eq!(
+            t.reserve(b"f", &b, Reservation::new(READ, 0)),
+            Reserve::Granted
+        );
+        // A writer is in a's way only; a's own reservation is never.
+        assert_eq!(
+            t.conflicting(b"f", &b, Reservation::new(WRITE, 0)),
+            [a.client()]
+        );
+        assert!(t
+            .conflicting(b"f", &a, Reservation::new(WRITE, 0))
+            .is_empty());
+        assert_eq!(
+            t.conflicting(b"f", &owner(2), Reservation::new(READ, READ))
+                .len(),
+            2
+        );
+        assert!(t.denies(b"f", WRITE));
+        assert!(!t.denies(b"f", READ));
+        assert!(!t.denies(b"g", WRITE));
     }
 
     #[test]

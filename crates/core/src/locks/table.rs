@@ -538,6 +538,15 @@ impl<O: LockOwner, T> LockTable<O, T> {
         dropped
     }
 
+    /// Whether `owner` holds a lock on `fh` (NFSv4's FREE_STATEID of a
+    /// lock stateid is refused while its owner does).
+    pub fn holds(&self, fh: &[u8], owner: &O) -> bool {
+        self.files
+            .get(fh)
+            .and_then(|f| f.owners.get(owner))
+            .is_some_and(|h| !h.ranges.is_empty())
+    }
+
     /// The clients holding at least one lock.
     pub fn clients(&self) -> Vec<O::Client> {
         let mut clients: Vec<O::Client> = self
@@ -734,6 +743,25 @@ mod tests {
         let now = Instant::now() + std::time::Duration::from_secs(1);
         assert!(granted(t.grant_all(now)).is_empty());
         assert_eq!(t.waiter_count(), 0);
+    }
+
+    #[test]
+    fn holds_tells_whether_an_owner_has_locks_on_a_file() {
+        let (_dir, path) = data_file();
+        let mut t: Table<()> = LockTable::default();
+        let mut open = opener(&path);
+        let a = owner(1);
+        assert!(!t.holds(b"fh", &a));
+        assert_eq!(
+            t.lock(b"fh", &a, b"", span(0, 10), true, &mut open, None)
+                .unwrap(),
+            Attempt::Granted
+        );
+        assert!(t.holds(b"fh", &a));
+        assert!(!t.holds(b"other", &a));
+        assert!(!t.holds(b"fh", &owner(2)));
+        t.unlock(b"fh", &a, span(0, 0)).unwrap();
+        assert!(!t.holds(b"fh", &a));
     }
 
     #[test]

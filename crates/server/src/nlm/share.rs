@@ -26,13 +26,14 @@ pub(super) fn share(svc: &LockService, conn: &ConnInfo, a: &Nlm4ShareArgs, take:
     }
     let owner = ShareOwner::Nlm(share_owner(conn, &a.share));
     let fh = &a.share.fh.0;
-    let mut shares = svc.locks.shares.lock();
     if !take {
-        shares.release(fh, &owner);
+        svc.locks.shares.lock().release(fh, &owner);
         return Nlm4Stat::Granted;
     }
     let reservation = Reservation::new(a.share.access as u32, a.share.mode as u32);
-    match shares.reserve(fh, &owner, reservation) {
+    // Through `Locks::reserve`: a reservation of a courtesy NFSv4 client
+    // in the way expires it (design section 5.3).
+    match svc.locks.reserve(fh, &owner, reservation) {
         Reserve::Granted => Nlm4Stat::Granted,
         Reserve::Conflict => Nlm4Stat::Denied,
         Reserve::NoRoom => {

@@ -18,14 +18,14 @@
 //! | yes | `C` | any | different | `PERM` (case 9) |
 //! | yes | none, or `U` only | – | – | `NOENT` (case 7) |
 //!
-//! "State" in case 3 is what knfsd's `client_has_state` counts: sessions
-//! (and, from W7, opens and locks). A live lease alone is not: pynfs
+//! "State" in case 3 is what knfsd's `client_has_state` counts: sessions,
+//! opens and locks. A live lease alone is not: pynfs
 //! EID5e destroys its session and expects a new principal to replace the
 //! record at once.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -44,6 +44,7 @@ use tracing::debug;
 use super::ids::{session_id, ClientId};
 use super::limits::{Bound, OWNERS_PER_ADDRESS, SESSIONS_PER_CLIENT};
 use super::sessions::{self, Session};
+use super::stateids::ClientState;
 use super::{Principal, State};
 
 /// The flags a client may send in `eia_flags` (knfsd's
@@ -76,7 +77,21 @@ pub struct Client {
     lease: Mutex<Lease>,
     /// RECLAIM_COMPLETE (`rca_one_fs` false) was sent.
     reclaim_complete: AtomicBool,
+    /// [`ACTIVE`], [`COURTESY`] or [`EXPIRED`] (design section 4.6).
+    life: AtomicU8,
+    /// Its opens and locks.
+    pub state: Mutex<ClientState>,
 }
+
+/// A client renewing its lease (or new).
+pub const ACTIVE: u8 = 0;
+/// A client whose lease ran out holding state: its state and sessions are
+/// kept until a conflict, [`super::limits::COURTESY_TIMEOUT`] or too many
+/// courtesy clients; its next SEQUENCE makes it active again.
+pub const COURTESY: u8 = 1;
+/// A courtesy client expired by a conflict: its locks and reservations
+/// are gone, its sessions unknown; the laundromat drops its record.
+pub const EXPIRED: u8 = 2;
 
 /// When a client last renewed its lease, and how many of its requests
 /// run now (a client with a request running never expires).
@@ -105,7 +120,28 @@ impl Client {
                 running: 0,
             }),
             reclaim_complete: AtomicBool::new(false),
+            life: AtomicU8::new(ACTIVE),
+            state: Mutex::default(),
         }
+    }
+
+    /// [`ACTIVE`], [`COURTESY`] or [`EXPIRED`].
+    pub fn life(&self) -> u8 {
+        self.life.load(Ordering::Acquire)
+    }
+
+    /// Moves the client from `from` to `to`; whether it was at `from`
+    /// (a SEQUENCE making a courtesy client active and a conflict
+    /// expiring it race: one wins).
+    pub(super) fn change_life(&self, from: u8, to: u8) -> bool {
+        self.life
+            .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Whether the client holds opens or locks.
+    pub fn holds_state(&self) -> bool {
+        self.state.lock().holds_state()
     }
 
     /// Renews the lease at `now` (never moving it back: a request that
@@ -212,9 +248,10 @@ struct CreateSessionSlot {
 
 impl Record {
     /// Whether the client holds state that a new principal may not take
-    /// over (case 3): sessions now; W7 adds opens and locks.
+    /// over (case 3), and that DESTROY_CLIENTID refuses to drop: sessions,
+    /// opens, locks.
     fn holds_state(&self) -> bool {
-        !self.sessions.is_empty()
+        !self.sessions.is_empty() || self.client.holds_state()
     }
 }
 
@@ -237,27 +274,32 @@ impl ClientTable {
         self.sessions.get(id)
     }
 
-    /// The ids of every client record whose lease ran out by `now`.
+    /// The ids of every client record whose lease ran out by `now`, or
+    /// which a conflict expired.
     pub(super) fn expired(&self, now: Instant, lease_time: Duration) -> Vec<(u64, bool)> {
         self.records
             .iter()
-            .filter(|(_, r)| r.client.expired(now, lease_time))
+            .filter(|(_, r)| r.client.life() == EXPIRED || r.client.expired(now, lease_time))
             .map(|(&id, r)| (id, r.confirmed))
             .collect()
     }
 
+    /// The client of record `id`.
+    pub(super) fn client(&self, id: u64) -> Option<&Arc<Client>> {
+        self.records.get(&id).map(|r| &r.client)
+    }
+
     /// Drops a client record with its sessions, giving their slot budget
-    /// back.
-    pub(super) fn remove_client(&mut self, id: u64) {
-        let Some(record) = self.records.remove(&id) else {
-            return;
-        };
+    /// back; the client, whose opens and locks are the caller's to drop
+    /// ([`State::forget_client`]).
+    pub(super) fn remove_client(&mut self, id: u64) -> Option<Arc<Client>> {
+        let record = self.records.remove(&id)?;
         for session in &record.sessions {
             self.remove_session_only(session);
         }
         let owner = &record.client.owner;
         let Some(entry) = self.owners.get_mut(owner) else {
-            return;
+            return Some(record.client);
         };
         if entry.confirmed == Some(id) {
             entry.confirmed = None;
@@ -275,6 +317,7 @@ impl ClientTable {
                 }
             }
         }
+        Some(record.client)
     }
 
     /// Drops a session from the table and its client's list, giving its
@@ -307,6 +350,7 @@ impl ClientTable {
     ) -> Result<u64, Bound> {
         let owner = args.clientowner.ownerid.as_bytes();
         if let Some(old) = self.owners.get(owner).and_then(|o| o.unconfirmed) {
+            // Never confirmed: no opens or locks.
             self.remove_client(old);
         }
         if !self.owners.contains_key(owner)
@@ -352,24 +396,20 @@ impl ClientTable {
     }
 
     /// Confirms `U` (CREATE_SESSION, case 5's second half): the owner's
-    /// confirmed record, if another, goes with all its state.
-    fn confirm(&mut self, id: u64) {
-        let Some(record) = self.records.get_mut(&id) else {
-            return;
-        };
+    /// confirmed record, if another, goes with all its state (the client
+    /// gone, whose opens and locks the caller drops).
+    fn confirm(&mut self, id: u64) -> Option<Arc<Client>> {
+        let record = self.records.get_mut(&id)?;
         record.confirmed = true;
         let owner = record.client.owner.clone();
-        let Some(entry) = self.owners.get_mut(&owner) else {
-            return;
-        };
+        let entry = self.owners.get_mut(&owner)?;
         let old = entry.confirmed.replace(id);
         if entry.unconfirmed == Some(id) {
             entry.unconfirmed = None;
         }
-        if let Some(old) = old.filter(|&old| old != id) {
-            debug!(clientid = old, "NFSv4 client rebooted: its old record goes");
-            self.remove_client(old);
-        }
+        let old = old.filter(|&old| old != id)?;
+        debug!(clientid = old, "NFSv4 client rebooted: its old record goes");
+        self.remove_client(old)
     }
 }
 
@@ -410,7 +450,14 @@ impl State {
         let update = args.flags & EXCHGID4_FLAG_UPD_CONFIRMED_REC_A != 0;
         let owner = args.clientowner.ownerid.as_bytes();
         let mut table = self.table.lock();
-        let confirmed = table.owners.get(owner).and_then(|o| o.confirmed);
+        let mut confirmed = table.owners.get(owner).and_then(|o| o.confirmed);
+        // A courtesy client a conflict expired is gone already.
+        if let Some(id) =
+            confirmed.filter(|id| table.client(*id).is_some_and(|c| c.life() == EXPIRED))
+        {
+            self.forget_client(&mut table, id);
+            confirmed = None;
+        }
         if let Some(id) = confirmed {
             let Some(record) = table.records.get_mut(&id) else {
                 return Err(Nfsstat4::Serverfault);
@@ -436,7 +483,7 @@ impl State {
                 if record.holds_state() {
                     return Err(Nfsstat4::ClidInuse);
                 }
-                table.remove_client(id);
+                self.forget_client(&mut table, id);
             } else if same_verifier {
                 // Case 2: a retry, or another mount of the same client.
                 record.client.renew(now);
@@ -515,8 +562,14 @@ impl State {
         let back = sessions::back_channel(&args.back_chan_attrs)?;
 
         let mut table = self.table.lock();
+        if table
+            .client(args.clientid)
+            .is_some_and(|c| c.life() == EXPIRED)
+        {
+            self.forget_client(&mut table, args.clientid);
+        }
         let Some(record) = table.records.get_mut(&args.clientid) else {
-            // Unknown, or another boot's.
+            // Unknown, or another boot's (or expired).
             return Err(Nfsstat4::StaleClientid);
         };
         // Phase 2: the sequence id.
@@ -551,7 +604,9 @@ impl State {
         let charge = per_slot * fore.maxrequests as usize;
 
         // Phase 4: the session.
-        table.confirm(args.clientid);
+        if let Some(old) = table.confirm(args.clientid) {
+            self.release_state(&old);
+        }
         let Some(record) = table.records.get(&args.clientid) else {
             return Err(Nfsstat4::Serverfault);
         };
@@ -610,6 +665,9 @@ impl State {
         current: Option<&sessions::SlotGuard>,
     ) -> Nfsstat4 {
         let mut table = self.table.lock();
+        if table.client(clientid).is_some_and(|c| c.life() == EXPIRED) {
+            self.forget_client(&mut table, clientid);
+        }
         let Some(record) = table.records.get(&clientid) else {
             return Nfsstat4::StaleClientid;
         };
@@ -619,7 +677,7 @@ impl State {
             return Nfsstat4::ClientidBusy;
         }
         // W8: the client leaves the recovery record here.
-        table.remove_client(clientid);
+        self.forget_client(&mut table, clientid);
         Nfsstat4::Ok
     }
 }
@@ -1074,6 +1132,44 @@ mod tests {
             eid(&state, "b", 1, 1, 0).unwrap().flags,
             EXCHGID4_FLAG_USE_NON_PNFS
         );
+    }
+
+    #[test]
+    fn opens_keep_a_client_busy_and_its_record_taken() {
+        let (state, _released) = locking_state();
+        let (e, session) = confirmed(&state, "a", 1, 1);
+        let client = Arc::clone(state.table.lock().client(e.clientid).unwrap());
+        let open = state.open(&client, b"o", b"f", 1, 0).unwrap();
+        assert_eq!(
+            state.destroy_session(&session, &conn(1), None, true),
+            Nfsstat4::Ok
+        );
+        // No sessions, but an open: busy, and not another principal's.
+        assert_eq!(
+            state.destroy_clientid(e.clientid, None),
+            Nfsstat4::ClientidBusy
+        );
+        assert_eq!(eid(&state, "a", 1, 2, 0), Err(Nfsstat4::ClidInuse));
+        state.close(&client, &open, b"f").unwrap();
+        assert_eq!(state.destroy_clientid(e.clientid, None), Nfsstat4::Ok);
+    }
+
+    #[test]
+    fn a_rebooted_clients_opens_go_when_its_new_record_is_confirmed() {
+        let (state, _released) = locking_state();
+        let (old, _) = confirmed(&state, "a", 1, 1);
+        let client = Arc::clone(state.table.lock().client(old.clientid).unwrap());
+        // Reading, denying writers.
+        state.open(&client, b"o", b"f", 1, 2).unwrap();
+        let (b, _) = confirmed(&state, "b", 1, 1);
+        let other = Arc::clone(state.table.lock().client(b.clientid).unwrap());
+        assert_eq!(
+            state.open(&other, b"o", b"f", 2, 0),
+            Err(Nfsstat4::ShareDenied)
+        );
+        confirmed(&state, "a", 2, 1);
+        assert!(!client.holds_state());
+        state.open(&other, b"o", b"f", 2, 0).unwrap();
     }
 
     #[test]

@@ -59,6 +59,22 @@ pub const BACK_MIN_RESPONSE: u32 = 256;
 /// more.
 pub const BACK_MIN_OPERATIONS: u32 = 2;
 
+/// Open-owners one client may have at once (OPEN under a new owner).
+pub const OPEN_OWNERS_PER_CLIENT: usize = 8192;
+
+/// Lock-owners one client may have at once (LOCK with a new owner).
+pub const LOCK_OWNERS_PER_CLIENT: usize = 8192;
+
+/// Stateids (open and lock) one client may have at once.
+pub const STATEIDS_PER_CLIENT: usize = 65536;
+
+/// Courtesy clients kept at once: past it the oldest are expired.
+pub const COURTESY_CLIENTS: usize = 1024;
+
+/// How long a courtesy client keeps its state at most (knfsd's
+/// `NFSD_COURTESY_CLIENT_TIMEOUT`).
+pub const COURTESY_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+
 /// How often each kind of refusal is logged at most.
 pub const LOG_EVERY: Duration = Duration::from_secs(10);
 
@@ -72,13 +88,26 @@ pub enum Bound {
     /// The slot-cache budget (`reply_cache_bytes`) has no room for one
     /// more slot: CREATE_SESSION.
     SlotBudget,
+    /// [`OPEN_OWNERS_PER_CLIENT`]: OPEN.
+    OpenOwners,
+    /// [`LOCK_OWNERS_PER_CLIENT`]: LOCK.
+    LockOwners,
+    /// [`STATEIDS_PER_CLIENT`]: OPEN, LOCK.
+    Stateids,
+    /// The lock tables' bounds per client address (share reservations,
+    /// lock descriptions: `dionfs_core::locks::limits`): OPEN, LOCK.
+    LockTables,
 }
 
 impl Bound {
-    const ALL: [Bound; 3] = [
+    pub(super) const ALL: [Bound; 7] = [
         Bound::OwnersPerAddress,
         Bound::SessionsPerClient,
         Bound::SlotBudget,
+        Bound::OpenOwners,
+        Bound::LockOwners,
+        Bound::Stateids,
+        Bound::LockTables,
     ];
 
     fn index(self) -> usize {
@@ -90,6 +119,10 @@ impl Bound {
             Bound::OwnersPerAddress => "NFSv4 client owners per address",
             Bound::SessionsPerClient => "NFSv4 sessions per client",
             Bound::SlotBudget => "NFSv4 slot-cache memory (nfs4_reply_cache_mib)",
+            Bound::OpenOwners => "NFSv4 open-owners per client",
+            Bound::LockOwners => "NFSv4 lock-owners per client",
+            Bound::Stateids => "NFSv4 stateids per client",
+            Bound::LockTables => "share reservations or lock descriptions per address",
         }
     }
 }
@@ -104,11 +137,7 @@ impl Default for Refusals {
     fn default() -> Self {
         Self {
             counts: Default::default(),
-            logs: [
-                LogEvery::new(LOG_EVERY),
-                LogEvery::new(LOG_EVERY),
-                LogEvery::new(LOG_EVERY),
-            ],
+            logs: std::array::from_fn(|_| LogEvery::new(LOG_EVERY)),
         }
     }
 }
@@ -162,5 +191,9 @@ mod tests {
         assert_eq!(CONNECTIONS_PER_DIRECTION, 16);
         assert_eq!(SLOTS_PER_SESSION, 64);
         assert_eq!(OPERATIONS_PER_COMPOUND, 64);
+        assert_eq!(OPEN_OWNERS_PER_CLIENT, 8192);
+        assert_eq!(LOCK_OWNERS_PER_CLIENT, 8192);
+        assert_eq!(STATEIDS_PER_CLIENT, 65536);
+        assert_eq!(COURTESY_CLIENTS, 1024);
     }
 }

@@ -9,15 +9,26 @@
 //! budget; held for lookups and for the rare operations that change the
 //! table), then one session's slot table, then the leaf locks (a
 //! session's bound connections, a client's lease), each held for a few
-//! lines with nothing else taken inside. Nothing here does I/O but
-//! [`State::new`].
+//! lines with nothing else taken inside. Opens and locks (design section
+//! 5): a client's opens and locks (`Client::state`, taken once per op)
+//! come after the client table and the slot table, then the courtesy
+//! clients, then the server's lock tables (`Locks`: table, then shares).
+//! The expirer the lock tables call on a conflict with a courtesy client
+//! runs with none of the lock tables' mutexes held and takes only the
+//! courtesy clients and the lock tables. Nothing here does I/O but
+//! [`State::new`] and the lock tables' descriptions (opened and closed
+//! by LOCK, CLOSE and expiry).
 
 pub mod clients;
 pub mod ids;
 pub mod laundromat;
 pub mod limits;
+pub mod lockowners;
+pub mod opens;
 pub mod sessions;
+pub mod stateids;
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -32,9 +43,12 @@ use dionfs_transport::ConnInfo;
 use parking_lot::Mutex;
 
 pub use clients::{Client, ClientInfo};
+pub use lockowners::{lock_span, Denied, LockError, Locker};
 pub use sessions::{Session, SlotGuard};
+pub use stateids::{resolve_current, Checked, Use};
 
-use clients::ClientTable;
+use crate::locks::{Client as LockClient, ClientId as LockClientId, Locks};
+use clients::{ClientTable, COURTESY, EXPIRED};
 use limits::{Bound, Refusals};
 
 /// Who sent a call, as knfsd's `same_creds` compares it: the flavor, and
@@ -103,6 +117,18 @@ pub struct State {
     /// Bytes of replies the slots of every session hold now.
     cached: Arc<AtomicUsize>,
     refusals: Refusals,
+    /// The server's lock tables, shared with NLM: opens' share
+    /// reservations and byte-range locks.
+    locks: Arc<Locks>,
+    /// The courtesy clients by id, with when each became one: what the
+    /// lock tables' expirer may expire (design section 4.6).
+    courtesy: Mutex<HashMap<u64, Courtesy>>,
+}
+
+/// A courtesy client, since when.
+struct Courtesy {
+    client: Arc<Client>,
+    since: Instant,
 }
 
 /// What SEQUENCE, run as a COMPOUND is received, decided.
@@ -136,12 +162,43 @@ pub struct StateCounts {
     pub slot_cache_used: usize,
     /// Requests refused at a bound (answered `NFS4ERR_DELAY`).
     pub refused: u64,
+    /// Courtesy clients (lease expired, state kept).
+    pub courtesy: usize,
 }
 
 impl State {
     /// The state of a server starting now: its boot verifier, and its
-    /// identity read from (or made in) `STATE_DIR/nfs4/server-id`.
+    /// identity read from (or made in) `STATE_DIR/nfs4/server-id`. Its
+    /// opens and locks go in lock tables of its own, which nobody else
+    /// sees and which expire no courtesy client: a server uses
+    /// [`State::with_locks`].
     pub fn new(config: StateConfig) -> std::io::Result<State> {
+        let (locks, _released) = Locks::new();
+        Self::made(config, Arc::new(locks))
+    }
+
+    /// The state of a server starting now, its opens and locks in the
+    /// server's lock tables `locks` (shared with NLM), on which it sets
+    /// the expirer of courtesy clients (design section 5.3).
+    pub fn with_locks(config: StateConfig, locks: Arc<Locks>) -> std::io::Result<Arc<State>> {
+        let state = Arc::new(Self::made(config, Arc::clone(&locks))?);
+        let weak = Arc::downgrade(&state);
+        let expirer: crate::locks::Expirer = Arc::new(move |client: &LockClient| match client {
+            LockClient::V4(id) => weak
+                .upgrade()
+                .is_some_and(|state| state.expire_courtesy(id.0)),
+            LockClient::Nlm(_) => false,
+        });
+        if !locks.set_expirer(expirer) {
+            tracing::warn!(
+                "the lock tables already have an expirer: NFSv4 courtesy clients \
+                will keep their locks against conflicts until they go"
+            );
+        }
+        Ok(state)
+    }
+
+    fn made(config: StateConfig, locks: Arc<Locks>) -> std::io::Result<State> {
         let server_id = ids::server_identity(config.state_dir.as_deref())?;
         let boot = u32::from_ne_bytes(ids::random_bytes()?);
         let session_key = u64::from_ne_bytes(ids::random_bytes()?);
@@ -153,7 +210,57 @@ impl State {
             table: Mutex::new(ClientTable::default()),
             cached: Arc::default(),
             refusals: Refusals::default(),
+            locks,
+            courtesy: Mutex::default(),
         })
+    }
+
+    /// Expires the courtesy client `id` whose lock or reservation is in
+    /// another's way (the lock tables' expirer): its locks and
+    /// reservations go now, its record at the next sweep; its sessions
+    /// are unknown from now. Whether it was a courtesy client (a SEQUENCE
+    /// making it active again wins or loses the race cleanly).
+    fn expire_courtesy(&self, id: u64) -> bool {
+        {
+            let mut courtesy = self.courtesy.lock();
+            let Some(entry) = courtesy.get(&id) else {
+                return false;
+            };
+            if !entry.client.change_life(COURTESY, EXPIRED) {
+                return false;
+            }
+            courtesy.remove(&id);
+        }
+        tracing::info!(
+            clientid = id,
+            "NFSv4 courtesy client expired: its state was in another client's way"
+        );
+        self.locks
+            .drop_clients(|c| *c == LockClient::V4(LockClientId(id)));
+        true
+    }
+
+    /// Drops client record `id` (its sessions) and its opens and locks.
+    fn forget_client(&self, table: &mut ClientTable, id: u64) {
+        if let Some(client) = table.remove_client(id) {
+            self.release_state(&client);
+        }
+    }
+
+    /// Drops `client`'s opens and locks, here and in the lock tables
+    /// (NLM is told of the files), as a client expires or goes.
+    fn release_state(&self, client: &Client) {
+        self.courtesy.lock().remove(&client.id.0);
+        let held = {
+            let mut state = client.state.lock();
+            let held = state.holds_state();
+            state.clear();
+            held
+        };
+        if held {
+            self.locks
+                .drop_clients(|c| *c == LockClient::V4(LockClientId(client.id.0)));
+        }
     }
 
     /// The lease every client is given.
@@ -259,14 +366,11 @@ impl State {
             sessions: table.session_count(),
             slot_cache_reserved: table.reserved(),
             slot_cache_used: self.cached.load(Ordering::Relaxed),
-            refused: [
-                Bound::OwnersPerAddress,
-                Bound::SessionsPerClient,
-                Bound::SlotBudget,
-            ]
-            .into_iter()
-            .map(|bound| self.refusals.count(bound))
-            .sum(),
+            refused: Bound::ALL
+                .into_iter()
+                .map(|bound| self.refusals.count(bound))
+                .sum(),
+            courtesy: self.courtesy.lock().len(),
         }
     }
 }
@@ -423,6 +527,36 @@ pub(crate) mod testing {
 
     pub fn session(state: &State, owner: &str) -> (u64, SessionId4) {
         session_at(state, owner, Instant::now())
+    }
+
+    /// The client of `owner` with a session (made now).
+    pub fn client(state: &State, owner: &str) -> Arc<super::Client> {
+        let (id, _) = session(state, owner);
+        Arc::clone(state.table.lock().client(id).unwrap())
+    }
+
+    /// A state on lock tables of its own, with their expirer set, and
+    /// what those tables tell NLM of.
+    pub fn locking_state() -> (Arc<State>, tokio::sync::mpsc::Receiver<Vec<u8>>) {
+        let (locks, released) = crate::locks::Locks::new();
+        let state = State::with_locks(
+            StateConfig {
+                lease_time: LEASE,
+                reply_cache_bytes: 64 << 20,
+                max_record: (1 << 20) + 8192,
+                state_dir: None,
+            },
+            Arc::new(locks),
+        )
+        .unwrap();
+        (state, released)
+    }
+
+    /// A locking state and the client of `owner`.
+    pub fn state_and_client(owner: &str) -> (Arc<State>, Arc<super::Client>) {
+        let (state, _) = locking_state();
+        let client = client(&state, owner);
+        (state, client)
     }
 
     /// SEQUENCE on connection 1 that must be a new request.

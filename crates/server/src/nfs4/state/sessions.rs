@@ -564,6 +564,25 @@ impl State {
     fn find_session(&self, id: &SessionId4, now: Instant) -> Option<Arc<Session>> {
         let table = self.table.lock();
         let session = table.session(id)?;
+        match session.client.life() {
+            super::clients::EXPIRED => return None,
+            // A courtesy client is active again (if a conflict did not
+            // expire it first).
+            super::clients::COURTESY => {
+                if !session
+                    .client
+                    .change_life(super::clients::COURTESY, super::clients::ACTIVE)
+                {
+                    return None;
+                }
+                self.courtesy.lock().remove(&session.client.id.0);
+                tracing::info!(
+                    clientid = session.client.id.0,
+                    "NFSv4 courtesy client is back: active again"
+                );
+            }
+            _ => {}
+        }
         session.client.renew(now);
         Some(Arc::clone(session))
     }
