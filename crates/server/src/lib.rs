@@ -390,7 +390,7 @@ async fn serve(
     let port_or_off = |p: Option<u16>| p.map_or_else(|| "off".to_string(), |p| p.to_string());
     info!(%ip, nfs_port, mount_port, portmap_port = %port_or_off(portmap_port),
         nlm_port = %port_or_off(nlm_port), nsm_udp_port = %port_or_off(nsm_port),
-        nfs_versions = %served.join(","), "dionfs serving NFS over TCP");
+        nfs_versions = %served.join(","), "dionfs serving NFSv3 over TCP");
     info!(
         read_buffers = settings.read_buffers(),
         write_buffers = settings.write_buffers(),
