@@ -7,6 +7,7 @@ pub mod locks;
 pub mod metrics;
 pub mod mount;
 pub mod nfs;
+pub mod nfs4;
 pub mod nlm;
 pub mod portmap;
 pub mod program;

@@ -185,6 +185,13 @@ impl BackChannel {
         results(&reply)
     }
 
+    /// Whether the connection has ended: every call now fails with
+    /// [`BackChannelError::Closed`]. (What holds channels of many
+    /// connections, as an NFSv4.1 session does, drops closed ones first.)
+    pub fn is_closed(&self) -> bool {
+        self.calls.state.lock().closed
+    }
+
     /// Calls waiting for their replies now.
     pub fn outstanding(&self) -> usize {
         self.calls.state.lock().waiting.len()

@@ -1,0 +1,3 @@
+//! NFSv4.1 and 4.2 (design: docs/nfs4-design.md).
+
+pub mod state;
