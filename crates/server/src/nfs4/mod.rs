@@ -16,6 +16,7 @@
 
 pub mod attr_ops;
 pub mod attrs;
+pub mod callback;
 pub mod compound;
 pub mod dirs;
 pub mod fh;

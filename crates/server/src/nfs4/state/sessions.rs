@@ -24,7 +24,7 @@
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -115,6 +115,25 @@ pub struct Session {
     charge: usize,
     slots: Mutex<SlotTable>,
     connections: Mutex<Connections>,
+    /// Back-channel slot 0, held by a callback (`callback.rs`) from its
+    /// first call to its last reply: one at a time per session. An async
+    /// lock, taken with no other lock held; the leaf locks are taken
+    /// under it for a few lines.
+    back_slot: tokio::sync::Mutex<BackSlot>,
+    /// Set when a callback failed on every back connection, cleared when
+    /// one succeeds: SEQUENCE then reports `CB_PATH_DOWN`.
+    callback_failed: AtomicBool,
+    /// Set while a probe of the back channel waits to start, so that the
+    /// requests that ask for one while it waits share it.
+    probe_queued: AtomicBool,
+}
+
+/// What the server keeps of back-channel slot 0, the only one it uses.
+#[derive(Debug)]
+pub struct BackSlot {
+    /// The sequence id of the next CB_SEQUENCE: 1 first, as the client's
+    /// slot starts at 0 (RFC 8881 section 2.10.6.1).
+    pub sequenceid: u32,
 }
 
 /// What [`Session::new`] is made of.
@@ -253,6 +272,9 @@ impl Session {
                 closed: false,
             }),
             connections: Mutex::new(connections),
+            back_slot: tokio::sync::Mutex::new(BackSlot { sequenceid: 1 }),
+            callback_failed: AtomicBool::new(false),
+            probe_queued: AtomicBool::new(false),
         }
     }
 
@@ -291,10 +313,41 @@ impl Session {
     }
 
     /// Whether the server has no way to call the client back on this
-    /// session: no back-channel slot, or no open connection bound to the
-    /// back channel. (W8 adds: every call on them failed.)
+    /// session: no back-channel slot, no open connection bound to the
+    /// back channel, or the last callback failed on every one.
     pub fn back_channel_down(&self) -> bool {
-        self.back.maxrequests == 0 || self.connections.lock().back.iter().all(Binding::closed)
+        self.back.maxrequests == 0
+            || self.callback_failed()
+            || self.connections.lock().back.iter().all(Binding::closed)
+    }
+
+    /// Back-channel slot 0, once no other callback of the session holds
+    /// it.
+    pub async fn back_slot(&self) -> tokio::sync::MutexGuard<'_, BackSlot> {
+        self.back_slot.lock().await
+    }
+
+    /// Whether the last callback (probe or CB_COMPOUND) failed on every
+    /// back connection.
+    pub fn callback_failed(&self) -> bool {
+        self.callback_failed.load(Ordering::Relaxed)
+    }
+
+    /// Records what the last callback found: `true` when it failed on
+    /// every back connection.
+    pub fn set_callback_failed(&self, failed: bool) {
+        self.callback_failed.store(failed, Ordering::Relaxed);
+    }
+
+    /// Asks for a probe of the back channel: `false` when one already
+    /// waits to start, which will do.
+    pub fn queue_probe(&self) -> bool {
+        !self.probe_queued.swap(true, Ordering::AcqRel)
+    }
+
+    /// The probe queued starts: a probe asked from now on is another one.
+    pub fn probe_started(&self) {
+        self.probe_queued.store(false, Ordering::Release);
     }
 
     /// BACKCHANNEL_CTL: a new callback program and security.
@@ -556,6 +609,11 @@ impl State {
             return Sequenced::Error(Nfsstat4::Badsession);
         };
         session.sequence(args, conn, numops, request_len, now)
+    }
+
+    /// The session `id`, if it exists (its client's lease untouched).
+    pub fn session(&self, id: &SessionId4) -> Option<Arc<Session>> {
+        self.table.lock().session(id).map(Arc::clone)
     }
 
     /// The session `id`, its client's lease renewed at `now`: renewed
