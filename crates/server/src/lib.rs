@@ -288,7 +288,11 @@ async fn serve(
     let mut tasks = tokio::task::JoinSet::new();
     // NFSv4's clients and sessions, when some minor version is served.
     let nfs4 = if settings.versions.v4() {
-        let nfs4 = Arc::new(nfs4::Nfs4::new(settings, limits.max_record)?);
+        let nfs4 = Arc::new(nfs4::Nfs4::new(
+            settings,
+            limits.max_record,
+            shared_locks.clone(),
+        )?);
         nfs4.start_laundromat();
         Some(nfs4)
     } else {

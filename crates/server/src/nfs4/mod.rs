@@ -57,14 +57,23 @@ impl Nfs4 {
     /// The program for `settings` (which serve some NFSv4 minor version),
     /// with records of `max_record` bytes at most: reads or makes the
     /// server's NFSv4 identity under the state directory.
-    pub fn new(settings: &ServerSettings, max_record: u32) -> Result<Nfs4, String> {
-        let state = State::new(StateConfig {
-            lease_time: settings.lease_time,
-            reply_cache_bytes: usize::try_from(settings.nfs4_reply_cache_mib << 20)
-                .unwrap_or(usize::MAX),
-            max_record,
-            state_dir: Some(settings.state_dir.clone()),
-        })
+    /// Its opens and locks go in `locks`, the tables NLM uses too, so
+    /// that the kernel and the tables decide conflicts between the two.
+    pub fn new(
+        settings: &ServerSettings,
+        max_record: u32,
+        locks: Arc<crate::locks::Locks>,
+    ) -> Result<Nfs4, String> {
+        let state = State::with_locks(
+            StateConfig {
+                lease_time: settings.lease_time,
+                reply_cache_bytes: usize::try_from(settings.nfs4_reply_cache_mib << 20)
+                    .unwrap_or(usize::MAX),
+                max_record,
+                state_dir: Some(settings.state_dir.clone()),
+            },
+            locks,
+        )
         .map_err(|e| {
             format!(
                 "cannot set up the NFSv4 state under {}: {e}",
@@ -72,7 +81,7 @@ impl Nfs4 {
             )
         })?;
         Ok(Nfs4 {
-            state: Arc::new(state),
+            state,
             namespace: NamespaceCache::default(),
             idmap: self::idmap::Idmap::new(settings.nfs4_id_domain.clone()),
             minor1: settings.versions.v4_1,
@@ -309,6 +318,9 @@ fn create_session(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfss
     let who = Principal::of(&ctx.call.cred);
     match ctx.nfs4.state.create_session(&args, &who, ctx.conn) {
         Ok(res) => {
+            // Whether the client's back channel answers (SEQUENCE reports
+            // it as CB_PATH_DOWN).
+            callback::probe(&ctx.nfs4.state, &res.sessionid);
             res.encode(reply.encoder());
             Nfsstat4::Ok
         }
@@ -343,6 +355,7 @@ fn bind_conn_to_session(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -
     }
     match ctx.nfs4.state.bind_conn(&args, ctx.conn) {
         Ok(res) => {
+            callback::probe(&ctx.nfs4.state, &res.sessid);
             res.encode(reply.encoder());
             Nfsstat4::Ok
         }
@@ -356,7 +369,14 @@ fn backchannel_ctl(ctx: &mut OpCtx, op: ArgOp, _: &mut CompoundReply) -> Nfsstat
     };
     // Only a session's COMPOUND gets here (receive.rs).
     match ctx.slot {
-        Some(slot) => ctx.nfs4.state.backchannel_ctl(slot, &args),
+        Some(slot) => {
+            let status = ctx.nfs4.state.backchannel_ctl(slot, &args);
+            // A new program or credential: probe with them (as knfsd).
+            if status.is_ok() {
+                callback::probe(&ctx.nfs4.state, slot.sessionid());
+            }
+            status
+        }
         None => Nfsstat4::OpNotInSession,
     }
 }

@@ -85,7 +85,8 @@ impl TestServer {
         let settings = &config.server;
         let nfs4 = settings.versions.v4().then(|| {
             let _entered = runtime.enter();
-            let nfs4 = Arc::new(Nfs4::new(settings, limits.max_record).unwrap());
+            let (locks, _released) = dionfs_server::locks::Locks::new();
+            let nfs4 = Arc::new(Nfs4::new(settings, limits.max_record, Arc::new(locks)).unwrap());
             nfs4.start_laundromat();
             nfs4
         });
