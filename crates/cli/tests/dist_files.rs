@@ -1,7 +1,7 @@
 //! The files under dist/ that the Debian package ships and that are made
 //! from something else cannot drift from it: the man pages and shell
 //! completions from the clap definitions (`dionfs dist-files dist`
-//! refreshes them).
+//! refreshes them), the package's unit from dist/dionfs.service.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -60,4 +60,25 @@ fn hand_written_page_names_this_version() {
     let version = format!("\"dionfs {}\"", env!("CARGO_PKG_VERSION"));
     let th = page.lines().find(|l| l.starts_with(".TH ")).unwrap();
     assert!(th.contains(&version), "dionfs.toml.5: {th}: not {version}");
+}
+
+/// Everything after the leading comment.
+fn unit_body(text: &str) -> &str {
+    &text[text.find("[Unit]").unwrap()..]
+}
+
+#[test]
+fn package_unit_is_the_shipped_unit_with_package_paths() {
+    let manual = read(&dist().join("dionfs.service"));
+    let package = read(&dist().join("debian/dionfs.service"));
+    let expected = unit_body(&manual)
+        .replace("/usr/local/bin/dionfs", "/usr/sbin/dionfs")
+        .replace(
+            "Documentation=https://",
+            "Documentation=man:dionfs(8) man:dionfs.toml(5) https://",
+        );
+    assert!(
+        unit_body(&package) == expected,
+        "dist/debian/dionfs.service differs from dist/dionfs.service beyond its paths"
+    );
 }
