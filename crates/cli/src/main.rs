@@ -1,6 +1,7 @@
 //! `dionfs`: serve directories over NFSv3, reload a running server's
 //! configuration, read the server's counters, scrub integrity exports.
 
+mod distfiles;
 mod logs;
 mod reload;
 mod scrub;
@@ -9,7 +10,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use dionfs_core::export::config::{
     canonical_export_dir, check_idle_spin, check_large_read_depth, check_max_transfer,
     check_timeout,
@@ -468,6 +469,12 @@ impl ServeArgs {
 }
 
 fn main() -> ExitCode {
+    // For packaging, outside the definitions it reads so that neither
+    // help nor the completions list it: see distfiles.
+    let args: Vec<_> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == distfiles::COMMAND) {
+        return distfiles::main(Cli::command(), &args[2..]);
+    }
     let cli = Cli::parse();
     // A word that is no log level would silence the logs it was meant to
     // set: refused as a usage error, before anything runs.
