@@ -351,6 +351,22 @@ impl State {
         }
     }
 
+    /// Whether `client` may be granted an OPEN or a LOCK now; `reclaim`
+    /// for OPEN's CLAIM_PREVIOUS and LOCK's `reclaim`. No recovery record
+    /// of v4 clients is kept yet (W8 of docs/nfs4-design.md), so no
+    /// client of a previous run is known and v4 has no grace period: a
+    /// reclaim is `NO_GRACE` (RFC 8881 section 9.11), anything else goes
+    /// on. The recovery record will make this answer `GRACE` and
+    /// `RECLAIM_BAD` as section 4.7 says; callers need not change.
+    pub fn grace_check(&self, client: &Client, reclaim: bool) -> Result<(), Nfsstat4> {
+        let _ = client;
+        if reclaim {
+            Err(Nfsstat4::NoGrace)
+        } else {
+            Ok(())
+        }
+    }
+
     /// One laundromat sweep at `now`: see [`laundromat::sweep`].
     pub fn sweep(&self, now: Instant) {
         laundromat::sweep(self, now);

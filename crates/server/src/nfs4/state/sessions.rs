@@ -1245,4 +1245,16 @@ mod tests {
             Nfsstat4::CompleteAlready
         );
     }
+
+    #[test]
+    fn without_a_recovery_record_reclaims_get_no_grace() {
+        let state = state();
+        let (_, session) = session(&state, "a");
+        let guard = new_request(&state, session, 0, 1);
+        assert_eq!(
+            state.grace_check(guard.client(), true),
+            Err(Nfsstat4::NoGrace)
+        );
+        assert_eq!(state.grace_check(guard.client(), false), Ok(()));
+    }
 }
