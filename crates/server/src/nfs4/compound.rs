@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use dionfs_proto::nfs4::{
-    ArgOp, Nfsstat4, Opnum4, Utf8Str, NFS4_MAX_TAG_LEN, NFS4_PROGRAM, NFS_V4,
+    ArgOp, Nfsstat4, Opnum4, StateId4, Utf8Str, NFS4_MAX_TAG_LEN, NFS4_PROGRAM, NFS_V4,
 };
 use dionfs_rpc::CallHeader;
 use dionfs_transport::{ConnInfo, Reply};
@@ -64,6 +64,9 @@ pub struct OpCtx<'a> {
     /// The current and saved filehandles.
     pub current: Option<Fh4>,
     pub saved: Option<Fh4>,
+    /// The current and saved stateids (RFC 8881 section 16.2.3.1.2).
+    pub current_stateid: Option<StateId4>,
+    pub saved_stateid: Option<StateId4>,
     /// This op is the COMPOUND's last (DESTROY_SESSION of the session it
     /// runs in must be).
     pub last_op: bool,
@@ -118,6 +121,8 @@ pub fn run(
         slot: slot.as_ref(),
         current: None,
         saved: None,
+        current_stateid: None,
+        saved_stateid: None,
         last_op: false,
     };
     for (i, op) in ops.into_iter().enumerate() {
