@@ -288,11 +288,14 @@ fn seek_allocate_deallocate(integrity: bool) {
     );
     assert_eq!(status(&res), Nfsstat4::BadStateid);
 
-    // ALLOCATE past the end extends the file with zeros.
+    // ALLOCATE past the end extends the file with zeros, durably (the
+    // export is `sync`).
+    let fsyncs = rw.metadata_sync.counters().file_fsyncs;
     assert_eq!(
         status(&c.on(&fh, &[allocate(size, 3 * 4096)])),
         Nfsstat4::Ok
     );
+    assert_eq!(rw.metadata_sync.counters().file_fsyncs, fsyncs + 1);
     let grown = size + 3 * 4096;
     assert_eq!(std::fs::metadata(&path).unwrap().len(), grown);
     assert_eq!(status(&c.on(&fh, &[allocate(0, 0)])), Nfsstat4::Inval);
@@ -503,10 +506,13 @@ fn xattrs_are_set_read_listed_and_removed() {
     let mut c = V42::new(&server);
     let (path, fh) = new_file(&mut c, &rw, "file");
     use SetxattrOption4::{Create, Either, Replace};
+    let fsyncs = rw.metadata_sync.counters().file_fsyncs;
     assert_eq!(
         status(&c.on(&fh, &[setxattr(Create, "a", "1")])),
         Nfsstat4::Ok
     );
+    // A change of metadata, durable on a `sync` export.
+    assert_eq!(rw.metadata_sync.counters().file_fsyncs, fsyncs + 1);
     assert_eq!(
         status(&c.on(&fh, &[setxattr(Create, "a", "2")])),
         Nfsstat4::Exist

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use dionfs_core::export::squash;
 use dionfs_core::exports::Export;
 use dionfs_dataplane::Seek;
-use dionfs_fs::{ops, FileKind, OpenFile};
+use dionfs_fs::{ops, FileKind, Node, OpenFile};
 use dionfs_proto::nfs4::{
     ArgOp, CopyRequirements4, CopyResOk4, DataContent4, Nfsstat4, SeekResOk4, StableHow4, StateId4,
     Verifier4, WriteResponse4,
@@ -36,8 +36,9 @@ use super::state::{resolve_current, Use};
 use super::status::{from_data, from_fs};
 
 /// A file of an op, checked for its I/O and opened for the data plane.
-struct DataFile<'a> {
+struct IoFile<'a> {
     export: &'a Export,
+    node: Arc<Node>,
     file: Arc<OpenFile>,
 }
 
@@ -52,7 +53,7 @@ fn data_file<'a>(
     current: Current<'a>,
     stateid: &StateId4,
     io: Use,
-) -> Result<DataFile<'a>, Nfsstat4> {
+) -> Result<IoFile<'a>, Nfsstat4> {
     let File { export, node } = match current {
         Current::File(file) => file,
         Current::Pseudo(_) => return Err(Nfsstat4::Isdir),
@@ -69,12 +70,18 @@ fn data_file<'a>(
     ctx.nfs4
         .state
         .check_stateid(client, stateid, node.fh(), io)?;
-    let file = export.fs.open_file(node.fh()).map_err(from_fs)?;
+    // A read needs no new checksums (as NFSv3's READ, it goes on where
+    // the store is full).
+    let file = match io {
+        Use::Read => export.fs.open_file_to_read(node.fh()),
+        Use::Write => export.fs.open_file(node.fh()),
+    }
+    .map_err(from_fs)?;
     let attr = ops::file_attr(&export.fs, &file).ok();
     let creds = squash(&export.config, &ctx.call.cred);
     crate::io::check_io_access(ctx.server, &creds, &file, io == Use::Write, attr.as_ref())
         .map_err(from_fs)?;
-    Ok(DataFile { export, file })
+    Ok(IoFile { export, node, file })
 }
 
 /// The current file for `io` with `stateid`, the current stateid
@@ -83,7 +90,7 @@ fn current_data<'a>(
     ctx: &mut OpCtx<'a>,
     stateid: &StateId4,
     io: Use,
-) -> Result<DataFile<'a>, Nfsstat4> {
+) -> Result<IoFile<'a>, Nfsstat4> {
     let stateid = resolve_current(stateid, ctx.current_stateid)?;
     let current = ctx.current()?;
     data_file(ctx, current, &stateid, io)
@@ -98,7 +105,7 @@ pub fn seek(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 {
         return Nfsstat4::Serverfault;
     };
     let result = (|| {
-        let DataFile { export, file } = current_data(ctx, &args.stateid, Use::Read)?;
+        let IoFile { export, file, .. } = current_data(ctx, &args.stateid, Use::Read)?;
         let what = match args.what {
             DataContent4::Data => Seek::Data,
             DataContent4::Hole => Seek::Hole,
@@ -124,32 +131,36 @@ pub fn seek(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 {
     status(result.map(|res| res.encode(reply.encoder())))
 }
 
-/// ALLOCATE: reserves the range's blocks, which may extend the file.
+/// ALLOCATE: reserves the range's blocks, which may extend the file; on
+/// a `sync` export the new size is made durable before the reply (as
+/// knfsd's `commit_metadata` after `vfs_fallocate`).
 pub fn allocate(ctx: &mut OpCtx, op: ArgOp, _: &mut CompoundReply) -> Nfsstat4 {
     let ArgOp::Allocate(args) = op else {
         return Nfsstat4::Serverfault;
     };
     status((|| {
-        let DataFile { export, file } = current_data(ctx, &args.stateid, Use::Write)?;
+        let IoFile { export, node, file } = current_data(ctx, &args.stateid, Use::Write)?;
         export
             .data
             .allocate(file.data(), args.offset, args.length)
-            .map_err(|e| from_data(&e))
+            .map_err(|e| from_data(&e))?;
+        export.metadata_sync.attrs_changed(&node).map_err(from_fs)
     })())
 }
 
 /// DEALLOCATE: frees the range's blocks; it then reads as zeros, and the
-/// size stays.
+/// size stays. Made durable on a `sync` export, as ALLOCATE.
 pub fn deallocate(ctx: &mut OpCtx, op: ArgOp, _: &mut CompoundReply) -> Nfsstat4 {
     let ArgOp::Deallocate(args) = op else {
         return Nfsstat4::Serverfault;
     };
     status((|| {
-        let DataFile { export, file } = current_data(ctx, &args.stateid, Use::Write)?;
+        let IoFile { export, node, file } = current_data(ctx, &args.stateid, Use::Write)?;
         export
             .data
             .deallocate(file.data(), args.offset, args.length)
-            .map_err(|e| from_data(&e))
+            .map_err(|e| from_data(&e))?;
+        export.metadata_sync.attrs_changed(&node).map_err(from_fs)
     })())
 }
 
@@ -160,7 +171,7 @@ fn source_and_destination<'a>(
     ctx: &mut OpCtx<'a>,
     src_stateid: &StateId4,
     dst_stateid: &StateId4,
-) -> Result<(DataFile<'a>, DataFile<'a>), Nfsstat4> {
+) -> Result<(IoFile<'a>, IoFile<'a>), Nfsstat4> {
     let src_stateid = resolve_current(src_stateid, ctx.saved_stateid)?;
     let dst_stateid = resolve_current(dst_stateid, ctx.current_stateid)?;
     let saved = ctx.saved()?;
