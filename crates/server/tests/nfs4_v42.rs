@@ -540,6 +540,19 @@ fn xattrs_are_set_read_listed_and_removed() {
     assert_eq!(status(&c.on(&fh, &[getxattr("zz")])), Nfsstat4::Noxattr);
     assert_eq!(status(&c.on(&fh, &[getxattr("")])), Nfsstat4::Inval);
 
+    // Only the user namespace is served.
+    rustix::fs::setxattr(
+        &path,
+        "trusted.hidden",
+        b"x",
+        rustix::fs::XattrFlags::empty(),
+    )
+    .unwrap();
+    assert_eq!(
+        status(&c.on(&fh, &[getxattr("trusted.hidden")])),
+        Nfsstat4::Noxattr
+    );
+
     // Listed whole, and a name a page (cookie, array count, eof, one
     // name of 4 + 4 bytes).
     let (all, cookie, eof) = names(c.on(&fh, &[listxattrs(0, 4096)]));
