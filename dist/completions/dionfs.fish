@@ -70,32 +70,32 @@ complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -l all-squash -d 'M
 complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -l no-root-squash -d 'Let root be root'
 complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -l async -d 'Reply to CREATE, REMOVE, RENAME, SETATTR... before the change is on disk (exports(5) `async`). Faster; UNSAFE: a crash or power loss can lose changes clients were told had been made'
 complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -l allow-devices -d 'Let MKNOD create character and block devices'
-complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -l insecure -d 'Serve NFS calls and MNT from any source port (exports(5) `insecure`). Default `secure`: only from ports below 1024, which only root binds. With --config, use `secure = false` in the export instead'
+complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -l insecure -d 'Serve NFS calls and MNT from any source port (exports(5) `insecure`). With --config, use `secure = false` in the export instead. [default: secure, only from ports below 1024, which only root binds]'
 complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -s h -l help -d 'Print help'
 complete -c dionfs -n "__fish_dionfs_using_subcommand reload" -l pid -d 'The server\'s process id' -r
 complete -c dionfs -n "__fish_dionfs_using_subcommand reload" -l pid-file -d 'The file the server wrote its pid to (its --pid-file / pid_file)' -r -F
 complete -c dionfs -n "__fish_dionfs_using_subcommand reload" -l log-level -d 'Which log lines to write: off, error, warn, info, debug or trace (also warning, verbose, quiet...), then any MODULE=LEVEL (info,dionfs_transport=debug). Overrides DIONFS_LOG and the config\'s log_level. [default: info]' -r
 complete -c dionfs -n "__fish_dionfs_using_subcommand reload" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c dionfs -n "__fish_dionfs_using_subcommand stats" -l count -d 'With an interval, stop after N reports' -r
-complete -c dionfs -n "__fish_dionfs_using_subcommand stats" -l metrics -d 'The server\'s metrics address (its --metrics / metrics_listen). Default: the metrics_listen of /etc/dionfs.toml if it sets one, else 127.0.0.1:9049, where `dionfs serve DIR` serves them' -r
+complete -c dionfs -n "__fish_dionfs_using_subcommand stats" -l metrics -d 'The server\'s metrics address (its --metrics / metrics_listen). [default: the metrics_listen of /etc/dionfs.toml if it sets one, else 127.0.0.1:9049, where `dionfs serve DIR` serves them]' -r
 complete -c dionfs -n "__fish_dionfs_using_subcommand stats" -l config -d 'Read the server\'s address from this config\'s metrics_listen' -r -F
 complete -c dionfs -n "__fish_dionfs_using_subcommand stats" -l log-level -d 'Which log lines to write: off, error, warn, info, debug or trace (also warning, verbose, quiet...), then any MODULE=LEVEL (info,dionfs_transport=debug). Overrides DIONFS_LOG and the config\'s log_level. [default: info]' -r
 complete -c dionfs -n "__fish_dionfs_using_subcommand stats" -l raw -d 'Print every counter as the server exports it (Prometheus text)'
 complete -c dionfs -n "__fish_dionfs_using_subcommand stats" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c dionfs -n "__fish_dionfs_using_subcommand exportfs" -l metrics -d 'The server\'s metrics address (its --metrics / metrics_listen). Default: the metrics_listen of /etc/dionfs.toml if it sets one, else 127.0.0.1:9049, where `dionfs serve DIR` serves them' -r
+complete -c dionfs -n "__fish_dionfs_using_subcommand exportfs" -l metrics -d 'The server\'s metrics address (its --metrics / metrics_listen). [default: the metrics_listen of /etc/dionfs.toml if it sets one, else 127.0.0.1:9049, where `dionfs serve DIR` serves them]' -r
 complete -c dionfs -n "__fish_dionfs_using_subcommand exportfs" -l config -d 'List the exports of this config file, not the running server\'s' -r -F
 complete -c dionfs -n "__fish_dionfs_using_subcommand exportfs" -l convert -d 'Print a dionfs config (TOML) for this /etc/exports file instead' -r -F
 complete -c dionfs -n "__fish_dionfs_using_subcommand exportfs" -l log-level -d 'Which log lines to write: off, error, warn, info, debug or trace (also warning, verbose, quiet...), then any MODULE=LEVEL (info,dionfs_transport=debug). Overrides DIONFS_LOG and the config\'s log_level. [default: info]' -r
 complete -c dionfs -n "__fish_dionfs_using_subcommand exportfs" -s v -l verbose -d 'Accepted for `exportfs -v` habits; the listing is always verbose'
 complete -c dionfs -n "__fish_dionfs_using_subcommand exportfs" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c dionfs -n "__fish_dionfs_using_subcommand clients" -l metrics -d 'The server\'s metrics address (its --metrics / metrics_listen). Default: the metrics_listen of /etc/dionfs.toml if it sets one, else 127.0.0.1:9049, where `dionfs serve DIR` serves them' -r
+complete -c dionfs -n "__fish_dionfs_using_subcommand clients" -l metrics -d 'The server\'s metrics address (its --metrics / metrics_listen). [default: the metrics_listen of /etc/dionfs.toml if it sets one, else 127.0.0.1:9049, where `dionfs serve DIR` serves them]' -r
 complete -c dionfs -n "__fish_dionfs_using_subcommand clients" -l config -d 'Read the server\'s address from this config\'s metrics_listen' -r -F
 complete -c dionfs -n "__fish_dionfs_using_subcommand clients" -l log-level -d 'Which log lines to write: off, error, warn, info, debug or trace (also warning, verbose, quiet...), then any MODULE=LEVEL (info,dionfs_transport=debug). Overrides DIONFS_LOG and the config\'s log_level. [default: info]' -r
 complete -c dionfs -n "__fish_dionfs_using_subcommand clients" -l json -d 'Print a JSON array of objects instead'
 complete -c dionfs -n "__fish_dionfs_using_subcommand clients" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c dionfs -n "__fish_dionfs_using_subcommand scrub" -l export -d 'An export directory to scrub (repeatable). With --config, limits the scrub to these of its integrity exports; default: all of them' -r -F
+complete -c dionfs -n "__fish_dionfs_using_subcommand scrub" -l export -d 'An export directory to scrub (repeatable). With --config, limits the scrub to these of its integrity exports. [default: all of them]' -r -F
 complete -c dionfs -n "__fish_dionfs_using_subcommand scrub" -l config -d 'The server\'s TOML config (its exports and state_dir)' -r -F
-complete -c dionfs -n "__fish_dionfs_using_subcommand scrub" -l state-dir -d 'The server\'s state directory (default: the config\'s, else /var/lib/dionfs)' -r -F
+complete -c dionfs -n "__fish_dionfs_using_subcommand scrub" -l state-dir -d 'The server\'s state directory. [default: the config\'s, else /var/lib/dionfs]' -r -F
 complete -c dionfs -n "__fish_dionfs_using_subcommand scrub" -l log-level -d 'Which log lines to write: off, error, warn, info, debug or trace (also warning, verbose, quiet...), then any MODULE=LEVEL (info,dionfs_transport=debug). Overrides DIONFS_LOG and the config\'s log_level. [default: info]' -r
 complete -c dionfs -n "__fish_dionfs_using_subcommand scrub" -l repair-metadata -d 'Rebuild the checksums of files changed behind the server\'s back (or never checksummed) from their data, instead of only listing them'
 complete -c dionfs -n "__fish_dionfs_using_subcommand scrub" -l allow-unchecked -d 'Exit 0 even if files with data have no checksums at all (files written only locally, never through an integrity export). Without it they make the exit status 3: a scrub pointed at the wrong state directory finds no checksum for anything'

@@ -47,8 +47,8 @@ struct Cli {
 #[derive(Args)]
 struct ServerAddress {
     /// The server's metrics address (its --metrics / metrics_listen).
-    /// Default: the metrics_listen of /etc/dionfs.toml if it sets one,
-    /// else 127.0.0.1:9049, where `dionfs serve DIR` serves them.
+    /// [default: the metrics_listen of /etc/dionfs.toml if it sets one,
+    /// else 127.0.0.1:9049, where `dionfs serve DIR` serves them]
     #[arg(long, value_name = "ADDR:PORT")]
     metrics: Option<String>,
 }
@@ -61,8 +61,9 @@ enum Command {
     ///
     /// Sends `dionfs serve --config FILE` SIGHUP, as `systemctl reload
     /// dionfs` does; it reads FILE again and applies its exports without
-    /// dropping connections. Default: the pid in /run/dionfs.pid if that
-    /// exists, else the only running `dionfs serve`.
+    /// dropping connections. Which server: --pid, --pid-file [default: the
+    /// pid in /run/dionfs.pid if that exists, else the only running `dionfs
+    /// serve`]
     Reload {
         /// The server's process id.
         #[arg(long, conflicts_with = "pid_file")]
@@ -141,14 +142,14 @@ enum Command {
 #[derive(Args)]
 struct ScrubArgs {
     /// An export directory to scrub (repeatable). With --config, limits the
-    /// scrub to these of its integrity exports; default: all of them.
+    /// scrub to these of its integrity exports. [default: all of them]
     #[arg(long = "export", value_name = "PATH")]
     exports: Vec<PathBuf>,
     /// The server's TOML config (its exports and state_dir).
     #[arg(long)]
     config: Option<PathBuf>,
-    /// The server's state directory (default: the config's, else
-    /// /var/lib/dionfs).
+    /// The server's state directory. [default: the config's, else
+    /// /var/lib/dionfs]
     #[arg(long)]
     state_dir: Option<PathBuf>,
     /// Rebuild the checksums of files changed behind the server's back (or
@@ -283,8 +284,8 @@ struct ServeArgs {
     #[arg(help_heading = EXPORT, long, default_value = "off", value_parser = parse_integrity)]
     integrity: Integrity,
     /// Serve NFS calls and MNT from any source port (exports(5) `insecure`).
-    /// Default `secure`: only from ports below 1024, which only root binds.
     /// With --config, use `secure = false` in the export instead.
+    /// [default: secure, only from ports below 1024, which only root binds]
     #[arg(help_heading = EXPORT, long, conflicts_with = "config")]
     insecure: bool,
 }
