@@ -104,32 +104,38 @@ fn bind(ip: std::net::IpAddr, port: u16, what: &str) -> Result<TcpListener, Stri
         TcpListener::from_std(s.into())
     };
     listen().map_err(|e| {
-        let (flag, holder) = match (what, port) {
-            ("NFS", 2049) => (
-                "--nfs-port N (nfs_port)",
-                "the kernel's NFS server (nfs-kernel-server) or another dionfs",
-            ),
-            ("NFS", _) => ("--nfs-port N (nfs_port)", "another NFS server or dionfs"),
-            ("MOUNT", 20048) => (
-                "--mount-port N (mount_port)",
-                "the kernel NFS server's rpc.mountd (nfs-kernel-server) or another dionfs",
-            ),
-            ("MOUNT", _) => ("--mount-port N (mount_port)", "another dionfs or mountd"),
-            ("portmap", _) => (
-                "--portmap-port N or --no-portmap (portmap_port)",
-                "rpcbind or another dionfs",
-            ),
-            ("NLM", _) => (
-                "--nlm-port N (nlm_port), or 0 for any free port",
-                "another dionfs or the kernel's lockd",
-            ),
-            _ => ("its port flag", "another program"),
-        };
+        let (flag, holder) = port_holder(what, port);
         format!(
             "cannot listen for {what} on {ip}:{port}: {e}{}",
             taken_hint(&e, flag, holder)
         )
     })
+}
+
+/// For `what`'s `port` taken: the flag that moves dionfs elsewhere and
+/// what probably holds the port.
+fn port_holder(what: &str, port: u16) -> (&'static str, &'static str) {
+    match (what, port) {
+        ("NFS", 2049) => (
+            "--nfs-port N (nfs_port)",
+            "the kernel's NFS server (nfs-kernel-server, knfsd) or another dionfs",
+        ),
+        ("NFS", _) => ("--nfs-port N (nfs_port)", "another NFS server or dionfs"),
+        ("MOUNT", 20048) => (
+            "--mount-port N (mount_port)",
+            "the kernel NFS server's rpc.mountd (nfs-kernel-server) or another dionfs",
+        ),
+        ("MOUNT", _) => ("--mount-port N (mount_port)", "another dionfs or mountd"),
+        ("portmap", _) => (
+            "--portmap-port N or --no-portmap (portmap_port)",
+            "rpcbind or another dionfs",
+        ),
+        ("NLM", _) => (
+            "--nlm-port N (nlm_port), or 0 for any free port",
+            "another dionfs or the kernel's lockd",
+        ),
+        _ => ("its port flag", "another program"),
+    }
 }
 
 /// For an address already in use: what probably holds it and the flag
@@ -731,3 +737,30 @@ async fn expire_readahead(server: Arc<Server>) {
 /// How often the open-file cache is searched for files deleted behind the
 /// server's back ([`dionfs_fs::OpenFileCache::close_unlinked`]).
 const UNLINKED_SWEEP: std::time::Duration = std::time::Duration::from_secs(1);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A taken port names what probably holds it and the flag that moves
+    /// dionfs elsewhere; other errors get no such guess.
+    #[tokio::test]
+    async fn a_taken_port_names_its_probable_holder_and_the_flag() {
+        assert!(port_holder("NFS", 2049).1.contains("nfs-kernel-server"));
+        assert!(port_holder("portmap", 111).1.contains("rpcbind"));
+        let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = held.local_addr().unwrap().port();
+        let e = bind("127.0.0.1".parse().unwrap(), port, "MOUNT").unwrap_err();
+        assert!(
+            e.starts_with(&format!("cannot listen for MOUNT on 127.0.0.1:{port}: ")),
+            "{e}"
+        );
+        assert!(
+            e.contains("probably held by another dionfs or mountd"),
+            "{e}"
+        );
+        assert!(e.contains("--mount-port N"), "{e}");
+        let other = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        assert_eq!(taken_hint(&other, "--nfs-port N", "knfsd"), "");
+    }
+}
