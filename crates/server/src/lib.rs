@@ -338,6 +338,7 @@ async fn serve(
             settings,
             limits.max_record,
             shared_locks.clone(),
+            server.grace.clone(),
         )?);
         nfs4.start_laundromat();
         Some(nfs4)
