@@ -102,6 +102,13 @@ impl Nfs4 {
         }
     }
 
+    /// Drops the opens and locks of NFSv4 clients on files of the exports
+    /// `ids`, which a reload removed (as [`crate::locks::Locks::release_exports`]
+    /// does NLM's). How many opens went.
+    pub fn release_exports(&self, ids: &[u16]) -> usize {
+        self.state.release_exports(ids)
+    }
+
     /// Starts the laundromat: leases expired and unconfirmed clients
     /// forgotten every tenth of a lease (design section 4.6), while the
     /// state lives. Call it within the runtime.

@@ -292,6 +292,14 @@ impl ClientTable {
             .collect()
     }
 
+    /// Every client record now.
+    pub(super) fn clients_now(&self) -> Vec<Arc<Client>> {
+        self.records
+            .values()
+            .map(|r| Arc::clone(&r.client))
+            .collect()
+    }
+
     /// Whether a client record of `owner` exists.
     pub(super) fn has_owner(&self, owner: &[u8]) -> bool {
         self.owners.contains_key(owner)

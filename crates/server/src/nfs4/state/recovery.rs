@@ -29,6 +29,8 @@ use parking_lot::Mutex;
 use tracing::{info, warn};
 
 use super::limits::OWNERS_PER_ADDRESS;
+use super::stateids::{Other, StateRef};
+use super::State;
 
 /// The record's file, under the state directory.
 pub const RECORD_FILE: &str = "nfs4/clients";
@@ -223,6 +225,34 @@ impl Recovery {
     /// Clients in the record now.
     pub fn recorded(&self) -> usize {
         self.record.as_ref().map_or(0, Record::len)
+    }
+}
+
+impl State {
+    /// Drops every open (with its lock stateids, locks and reservation)
+    /// of a file of the exports `ids`, which a reload removed: their
+    /// clients can no longer reach those files to close them (design
+    /// section 5.3, next to NLM's [`crate::locks::Locks::release_exports`]).
+    /// How many opens were dropped.
+    pub fn release_exports(&self, ids: &[u16]) -> usize {
+        let removed =
+            |fh: &[u8]| dionfs_fs::handle::export_id(fh).is_some_and(|id| ids.contains(&id));
+        let clients = self.table.lock().clients_now();
+        let mut released = 0;
+        for client in clients {
+            let mut state = client.state.lock();
+            let opens: Vec<Other> = state
+                .stateids
+                .iter()
+                .filter(|(_, s)| matches!(s, StateRef::Open(open) if removed(&open.fh)))
+                .map(|(other, _)| *other)
+                .collect();
+            for other in &opens {
+                self.release_open(&client, &mut state, other);
+            }
+            released += opens.len();
+        }
+        released
     }
 }
 
@@ -441,5 +471,72 @@ mod tests {
         let before = recovery.recorded();
         assert!(recovery.record(b"x", other, |_| false));
         assert_eq!(recovery.recorded(), before + 1);
+    }
+
+    /// A filehandle of export `export` (the layout `dionfs_fs::handle`
+    /// reads the export from), told apart by `n`.
+    fn fh_in(export: u16, n: u8) -> Vec<u8> {
+        let mut fh = vec![dionfs_fs::handle::FH_VERSION];
+        fh.extend_from_slice(&export.to_be_bytes());
+        fh.resize(28, n);
+        fh
+    }
+
+    #[test]
+    fn a_reload_removing_an_export_drops_the_opens_and_locks_on_it() {
+        use super::super::lockowners::lock_span;
+        use super::super::stateids::ACCESS_BOTH;
+        use super::super::testing::{client, state_and_client};
+        use super::super::Locker;
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"data").unwrap();
+        let mut open = || {
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&path)?;
+            Ok((f.into(), true))
+        };
+        let (state, a) = state_and_client("a");
+        let (gone, kept) = (fh_in(7, 1), fh_in(8, 1));
+        let open_gone = state.open(&a, b"o", &gone, ACCESS_BOTH, 0).unwrap();
+        let open_kept = state.open(&a, b"o", &kept, ACCESS_BOTH, 0).unwrap();
+        let lock = state
+            .lock(
+                &a,
+                Locker::New {
+                    open: open_gone,
+                    lock_owner: b"l",
+                },
+                &gone,
+                lock_span(0, 10).unwrap(),
+                true,
+                &mut open,
+            )
+            .unwrap();
+        assert_eq!(state.release_exports(&[7]), 1);
+        assert_eq!(
+            state.test_stateids(&a, &[open_gone, lock, open_kept]),
+            [Nfsstat4::BadStateid, Nfsstat4::BadStateid, Nfsstat4::Ok]
+        );
+        // Its lock and share reservation went too.
+        let b = client(&state, "b");
+        let open_b = state.open(&b, b"o", &gone, ACCESS_BOTH, 3).unwrap();
+        state
+            .lock(
+                &b,
+                Locker::New {
+                    open: open_b,
+                    lock_owner: b"l",
+                },
+                &gone,
+                lock_span(0, 10).unwrap(),
+                true,
+                &mut open,
+            )
+            .unwrap();
+        assert_eq!(state.release_exports(&[9]), 0);
     }
 }
