@@ -539,4 +539,30 @@ mod tests {
             .unwrap();
         assert_eq!(state.release_exports(&[9]), 0);
     }
+
+    #[test]
+    fn a_courtesy_client_expired_by_a_conflict_leaves_the_record() {
+        use super::super::stateids::ACCESS_BOTH;
+        use super::super::testing::client;
+
+        let dir = tempfile::tempdir().unwrap();
+        let state = start(dir.path(), Duration::from_secs(90));
+        let (_, sid) = session(&state, "a");
+        let slot = new_request(&state, sid, 0, 1);
+        let a = Arc::clone(slot.client());
+        drop(slot);
+        let fh = fh_in(7, 1);
+        assert_eq!(state.grace_check(&a, false), Ok(()));
+        state.open(&a, b"o", &fh, ACCESS_BOTH, 3).unwrap();
+        assert_eq!(on_disk(dir.path()), vec![b"a".to_vec()]);
+        // Its lease runs out holding an open: a courtesy client, still
+        // recorded.
+        state.sweep(Instant::now() + 2 * LEASE);
+        assert_eq!(state.counts().courtesy, 1);
+        assert_eq!(on_disk(dir.path()), vec![b"a".to_vec()]);
+        // Another client's open conflicts with it: expired, forgotten.
+        let b = client(&state, "b");
+        state.open(&b, b"o", &fh, ACCESS_BOTH, 0).unwrap();
+        assert!(on_disk(dir.path()).is_empty());
+    }
 }
