@@ -227,8 +227,15 @@ impl Service for Dispatcher {
                         Ok(Received::Reply(success(call.xid, &Void)))
                     }
                     1 => {
-                        let received =
-                            nfs4::receive::receive(program, exports, conn, call, body).await?;
+                        let received = nfs4::receive::receive(
+                            &self.server,
+                            program,
+                            exports,
+                            conn,
+                            call,
+                            body,
+                        )
+                        .await?;
                         if !matches!(received, Received::Run(_)) {
                             // Answered at once (a retransmission, an empty
                             // COMPOUND): counted as the others.
@@ -261,6 +268,9 @@ impl Service for Dispatcher {
     /// a 6,000-entry directory in flight each, unread, took 480 MB (and both
     /// CPUs) before READDIRs reserved room too.
     fn reply_room(&self, pending: &Pending) -> usize {
+        if let Pending::Nfs4(compound) = pending {
+            return compound.reply_room(self.server.max_args);
+        }
         let Pending::Nfs { call, args, .. } = pending else {
             return 0;
         };
@@ -276,6 +286,10 @@ impl Service for Dispatcher {
     }
 
     async fn prepare(&self, conn: &ConnInfo, pending: &mut Pending) {
+        if let Pending::Nfs4(compound) = pending {
+            compound.take_read_buffer(conn).await;
+            return;
+        }
         if let Pending::Nfs {
             exports,
             call,
@@ -299,15 +313,23 @@ impl Service for Dispatcher {
     /// [`dionfs_dataplane::SMALL_IO`] bytes of data (it then takes a small
     /// buffer, bounded by the calls a connection may have in flight). A
     /// READ's count is in its arguments: see below.
+    /// An NFSv4 COMPOUND, which may carry a WRITE, likewise unless its
+    /// record is too short for more than `SMALL_IO` bytes of data and
+    /// 1 KiB of other ops (design section 2).
     fn holds_buffer(&self, call: &CallHeader, args_len: Option<u32>) -> bool {
-        matches!(nfs_io(call), Io::Write)
-            && args_len.is_none_or(|n| !dionfs_dataplane::is_small(n as usize))
+        let small =
+            |n: u32, slack: usize| dionfs_dataplane::is_small((n as usize).saturating_sub(slack));
+        match (call.prog, call.vers, call.proc_) {
+            (NFS_PROGRAM, NFS_V4, 1) => args_len.is_none_or(|n| !small(n, COMPOUND_SLACK)),
+            _ => matches!(nfs_io(call), Io::Write) && args_len.is_none_or(|n| !small(n, 0)),
+        }
     }
 
     /// A READ of more than [`dionfs_dataplane::SMALL_IO`] bytes holds a
     /// large pool buffer until its reply is out.
     fn holds_buffer_after_receive(&self, pending: &Pending) -> bool {
         match pending {
+            Pending::Nfs4(compound) => compound.reads_large(),
             Pending::Nfs { call, args, .. } => match nfs_io(call) {
                 Io::Read { count } => {
                     count(args).is_some_and(|n| !dionfs_dataplane::is_small(n as usize))
@@ -391,6 +413,10 @@ async fn read_buffer(exports: &Exports, conn: &ConnInfo, args: &[u8]) -> Option<
     // report, when it finds no buffer.
     export.data.read_buffer_for(args.count).await.ok()
 }
+
+/// What a COMPOUND's record holds besides a WRITE's data when it is
+/// still "small" (SEQUENCE, PUTFH, the WRITE's head, GETATTR).
+const COMPOUND_SLACK: usize = 1024;
 
 /// Room for a READ reply's RPC and NFS headers and post-op attributes.
 const READ_REPLY_OVERHEAD: usize = 512;

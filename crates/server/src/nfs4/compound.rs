@@ -7,11 +7,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use dionfs_proto::nfs4::{
-    ArgOp, Nfsstat4, Opnum4, Utf8Str, NFS4_MAX_TAG_LEN, NFS4_PROGRAM, NFS_V4,
+    ArgOp, Nfsstat4, Opnum4, StateId4, Utf8Str, NFS4_MAX_TAG_LEN, NFS4_PROGRAM, NFS_V4,
 };
 use dionfs_rpc::CallHeader;
 use dionfs_transport::{ConnInfo, Reply};
 
+use super::data::DataIo;
 use super::fh::Fh4;
 use super::reply::{CompoundReply, ReplyLimits};
 use super::state::SlotGuard;
@@ -38,6 +39,8 @@ pub struct Compound {
     /// `OP_ILLEGAL`, `NOTSUPP`, `SEQUENCE_POS`...): its opnum and status,
     /// answered if the ops before it succeed.
     pub refused: Option<(u32, Nfsstat4)>,
+    /// Its WRITEs' payloads and its first READ's buffer.
+    pub data: DataIo,
 }
 
 impl Compound {
@@ -64,6 +67,11 @@ pub struct OpCtx<'a> {
     /// The current and saved filehandles.
     pub current: Option<Fh4>,
     pub saved: Option<Fh4>,
+    /// The current and saved stateids (RFC 8881 section 16.2.3.1.2).
+    pub current_stateid: Option<StateId4>,
+    pub saved_stateid: Option<StateId4>,
+    /// What the data ops were given at receive.
+    pub data: DataIo,
     /// This op is the COMPOUND's last (DESTROY_SESSION of the session it
     /// runs in must be).
     pub last_op: bool,
@@ -87,6 +95,7 @@ pub fn run(
         slot,
         ops,
         refused,
+        data,
     } = compound;
     let limits = slot.as_ref().map(|slot| ReplyLimits {
         max: slot.max_response() as usize,
@@ -118,6 +127,9 @@ pub fn run(
         slot: slot.as_ref(),
         current: None,
         saved: None,
+        current_stateid: None,
+        saved_stateid: None,
+        data,
         last_op: false,
     };
     for (i, op) in ops.into_iter().enumerate() {

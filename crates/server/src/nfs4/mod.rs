@@ -10,7 +10,8 @@
 //! the filehandle ops ([`fh`]); LOOKUP, LOOKUPP and SECINFO(_NO_NAME)
 //! across the pseudo-filesystem ([`lookup`], [`namespace`]); GETATTR,
 //! SETATTR (but sizes), VERIFY, NVERIFY ([`attr_ops`], [`attrs`]); and
-//! ACCESS, READLINK, READDIR, CREATE, REMOVE, RENAME, LINK ([`dirs`]).
+//! ACCESS, READLINK, READDIR, CREATE, REMOVE, RENAME, LINK ([`dirs`]);
+//! READ, WRITE and COMMIT through v3's data plane ([`data`]).
 //! Every other op answers `NFS4ERR_NOTSUPP` until its piece lands; pNFS
 //! and delegation ops keep that answer.
 
@@ -18,6 +19,7 @@ pub mod attr_ops;
 pub mod attrs;
 pub mod callback;
 pub mod compound;
+pub mod data;
 pub mod dirs;
 pub mod fh;
 pub mod idmap;
@@ -164,7 +166,7 @@ static PROCEDURES: [Option<Procedure<Op4>>; 76] = [
     None,
     op(O::Access, "ACCESS", dirs::access, true),
     op(O::Close, "CLOSE", notsupp, true),
-    op(O::Commit, "COMMIT", notsupp, true),
+    op(O::Commit, "COMMIT", data::commit, true),
     op(O::Create, "CREATE", dirs::create, true),
     op(O::Delegpurge, "DELEGPURGE", notsupp, false),
     op(O::Delegreturn, "DELEGRETURN", notsupp, false),
@@ -184,7 +186,7 @@ static PROCEDURES: [Option<Procedure<Op4>>; 76] = [
     op(O::Putfh, "PUTFH", fh::putfh, false),
     op(O::Putpubfh, "PUTPUBFH", fh::putrootfh, false),
     op(O::Putrootfh, "PUTROOTFH", fh::putrootfh, false),
-    op(O::Read, "READ", notsupp, true),
+    op(O::Read, "READ", data::read, true),
     op(O::Readdir, "READDIR", dirs::readdir, true),
     op(O::Readlink, "READLINK", dirs::readlink, true),
     op(O::Remove, "REMOVE", dirs::remove, true),
@@ -197,7 +199,7 @@ static PROCEDURES: [Option<Procedure<Op4>>; 76] = [
     op(O::Setclientid, "SETCLIENTID", notsupp, false),
     op(O::SetclientidConfirm, "SETCLIENTID_CONFIRM", notsupp, false),
     op(O::Verify, "VERIFY", attr_ops::verify, true),
-    op(O::Write, "WRITE", notsupp, true),
+    op(O::Write, "WRITE", data::write, true),
     op(O::ReleaseLockowner, "RELEASE_LOCKOWNER", notsupp, false),
     op(O::BackchannelCtl, "BACKCHANNEL_CTL", backchannel_ctl, false),
     op(
