@@ -317,11 +317,12 @@ impl Service for Dispatcher {
     /// record is too short for more than `SMALL_IO` bytes of data and
     /// 1 KiB of other ops (design section 2).
     fn holds_buffer(&self, call: &CallHeader, args_len: Option<u32>) -> bool {
-        let small =
-            |n: u32, slack: usize| dionfs_dataplane::is_small((n as usize).saturating_sub(slack));
         match (call.prog, call.vers, call.proc_) {
-            (NFS_PROGRAM, NFS_V4, 1) => args_len.is_none_or(|n| !small(n, COMPOUND_SLACK)),
-            _ => matches!(nfs_io(call), Io::Write) && args_len.is_none_or(|n| !small(n, 0)),
+            (NFS_PROGRAM, NFS_V4, 1) => args_len.is_none_or(|n| !nfs4::data::is_small_compound(n)),
+            _ => {
+                matches!(nfs_io(call), Io::Write)
+                    && args_len.is_none_or(|n| !dionfs_dataplane::is_small(n as usize))
+            }
         }
     }
 
@@ -329,7 +330,7 @@ impl Service for Dispatcher {
     /// large pool buffer until its reply is out.
     fn holds_buffer_after_receive(&self, pending: &Pending) -> bool {
         match pending {
-            Pending::Nfs4(compound) => compound.reads_large(),
+            Pending::Nfs4(compound) => compound.holds_buffer_after_receive(),
             Pending::Nfs { call, args, .. } => match nfs_io(call) {
                 Io::Read { count } => {
                     count(args).is_some_and(|n| !dionfs_dataplane::is_small(n as usize))
@@ -413,10 +414,6 @@ async fn read_buffer(exports: &Exports, conn: &ConnInfo, args: &[u8]) -> Option<
     // report, when it finds no buffer.
     export.data.read_buffer_for(args.count).await.ok()
 }
-
-/// What a COMPOUND's record holds besides a WRITE's data when it is
-/// still "small" (SEQUENCE, PUTFH, the WRITE's head, GETATTR).
-const COMPOUND_SLACK: usize = 1024;
 
 /// Room for a READ reply's RPC and NFS headers and post-op attributes.
 const READ_REPLY_OVERHEAD: usize = 512;

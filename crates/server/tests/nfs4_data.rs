@@ -522,3 +522,24 @@ fn v4_writes_use_pool_buffers_not_staging() {
     assert_eq!(written(plane.snapshot()) - before, 32 * chunk.len() as u64);
     assert_eq!(server.server.staging.staged().0, staged);
 }
+
+/// A COMPOUND short enough to be received as small (no share of the
+/// connection's buffers) whose WRITE carries a little more than
+/// `SMALL_IO` has its payload staged, not placed in a large buffer, and
+/// it lands as any other.
+#[test]
+fn a_payload_just_over_small_io_in_a_small_compound_is_staged() {
+    let server = two_exports();
+    let fh = handle(&server, 0, b"f");
+    let (mut c, mut s) = session(&server);
+    let data = pattern(dionfs_dataplane::SMALL_IO + 500, 6);
+    let (staged, _) = server.server.staging.staged();
+    let res = call(
+        &mut c,
+        &mut s,
+        &[putfh(&fh), write(0, &data, StableHow4::Unstable), getattr_size()],
+    );
+    ok(&res);
+    assert_eq!(server.server.staging.staged().0, staged + 1);
+    assert_eq!(std::fs::read(path_of(&server, 0)).unwrap(), data);
+}

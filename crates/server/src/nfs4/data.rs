@@ -99,10 +99,26 @@ impl KnownFh {
     }
 }
 
+/// What a COMPOUND's record holds besides a WRITE's data when it is
+/// still "small" (SEQUENCE, PUTFH, the WRITE's head, GETATTR).
+const COMPOUND_SLACK: usize = 1024;
+
+/// Whether a COMPOUND whose arguments are `args_len` bytes (after the
+/// call header, in one fragment) is "small": it then holds no share of
+/// the connection's buffers while it is received (the transport's
+/// `holds_buffer`), as a v3 WRITE of at most `SMALL_IO` bytes.
+pub fn is_small_compound(args_len: u32) -> bool {
+    dionfs_dataplane::is_small((args_len as usize).saturating_sub(COMPOUND_SLACK))
+}
+
 /// Receives the payload of WRITE `head` from `body` (right after its
 /// head), the padding included, and says where it went (design section
 /// 2, step 4). `first`: no WRITE came before it in the COMPOUND; `fh`:
-/// the current handle, if known. The caller has bounded `data_len`.
+/// the current handle, if known. A COMPOUND received as small
+/// ([`is_small_compound`]) holds no share of the connection's buffers,
+/// so a payload larger than `SMALL_IO` in it (at most 1 KiB more) is
+/// staged, not placed in a large buffer. The caller has bounded
+/// `data_len`.
 #[allow(clippy::too_many_arguments)]
 pub async fn receive_payload<R: CallStream>(
     server: &Server,
@@ -110,13 +126,16 @@ pub async fn receive_payload<R: CallStream>(
     conn: &ConnInfo,
     fh: Option<&[u8]>,
     first: bool,
+    small: bool,
     head: &WriteHead4,
     body: &mut RecordReader<R>,
 ) -> Result<Payload, RecordError> {
     let len = head.data_len as usize;
     let payload = match fh {
-        Some(fh) => place(server, exports, conn, fh, first, head, body).await?,
-        None => stage(server, len, body).await?,
+        Some(fh) if !small || dionfs_dataplane::is_small(len) => {
+            place(server, exports, conn, fh, first, head, body).await?
+        }
+        _ => stage(server, len, body).await?,
     };
     io::skip(body, pad_len(len)).await?;
     Ok(payload)
@@ -462,11 +481,18 @@ impl Compound {
     }
 
     /// Whether it holds a large pool buffer once received: a READ of
-    /// more than `SMALL_IO` bytes.
-    pub fn reads_large(&self) -> bool {
+    /// more than `SMALL_IO` bytes, or a WRITE whose payload that large
+    /// was staged (it takes its buffer when it runs).
+    pub fn holds_buffer_after_receive(&self) -> bool {
+        let large = |len: usize| !dionfs_dataplane::is_small(len);
         self.ops
             .iter()
-            .any(|op| matches!(op, ArgOp::Read(a) if !dionfs_dataplane::is_small(a.count as usize)))
+            .any(|op| matches!(op, ArgOp::Read(a) if large(a.count as usize)))
+            || self
+                .data
+                .payloads
+                .iter()
+                .any(|p| matches!(p, Payload::Staged(s) if large(s.bytes().len())))
     }
 
     /// Takes the buffer of its first READ, from the export of the handle

@@ -33,6 +33,9 @@ pub async fn receive<R: CallStream>(
     call: CallHeader,
     body: &mut RecordReader<R>,
 ) -> Result<Received<Box<Compound>>, RecordError> {
+    // Whether the transport took no buffer share for it (`holds_buffer`):
+    // nothing of the arguments is read yet.
+    let small = body.is_last_fragment() && data::is_small_compound(body.fragment_remaining());
     // 1. The head: the tag's length is checked before the tag is read.
     let tag_len = body.read_u32().await?;
     if tag_len > NFS4_MAX_TAG_LEN {
@@ -185,8 +188,17 @@ pub async fn receive<R: CallStream>(
                 Payload::Skipped(Some(Nfsstat4::Inval))
             } else {
                 let fh = known.current.as_deref();
-                data::receive_payload(server, &exports, conn, fh, writes == 0, write, ops.body)
-                    .await?
+                data::receive_payload(
+                    server,
+                    &exports,
+                    conn,
+                    fh,
+                    writes == 0,
+                    small,
+                    write,
+                    ops.body,
+                )
+                .await?
             };
             compound.data.payloads.push_back(payload);
             writes += 1;
