@@ -134,7 +134,7 @@ impl Dispatcher {
             } if matches!(nfs_io(call), Io::Read { .. }) => {
                 nfs::data::read_may_use_ring(&self.server, exports, args)
             }
-            Pending::Nfs4(compound) => !compound.blocks(),
+            Pending::Nfs4(compound) => !compound.blocks() || compound.starts_on_task(),
             _ => false,
         }
     }
@@ -391,7 +391,8 @@ impl Service for Dispatcher {
                 &args,
             )),
             // Received only while NFSv4 is served.
-            Pending::Nfs4(compound) => self.nfs4.as_ref().map(|program| {
+            Pending::Nfs4(mut compound) => self.nfs4.as_ref().map(|program| {
+                compound.data.on_task = on_task;
                 nfs4::compound::run(&server, program, &conn, *compound, &self.calls)
             }),
         };

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use dionfs_core::exports::Export;
 use dionfs_core::server::Server;
-use dionfs_dataplane::{DataError, Prefetch, ReadData, Rebuild, WriteBuffer};
+use dionfs_dataplane::{DataError, Prefetch, ReadData, Rebuild, Stable, WriteBuffer};
 use dionfs_fs::{ops, Attr, FsError, OpenFile};
 use dionfs_rpc::{RecordError, RecordReader};
 use dionfs_sys::cred::{with_creds, Creds};
@@ -110,6 +110,21 @@ pub async fn skip<R: CallStream>(
         left -= n;
     }
     Ok(())
+}
+
+/// Whether a WRITE of `buf` to `file` may be written on the connection's
+/// task, into the page cache (`DataPlane::may_write_on_task`: a small
+/// UNSTABLE write without integrity to a file with no range locked). No
+/// syscall: what NFSv3 and NFSv4 ask before starting a WRITE on a task.
+pub fn may_write_on_task(
+    export: &Export,
+    file: &OpenFile,
+    buf: &WriteBuffer,
+    stable: Stable,
+) -> bool {
+    export
+        .data
+        .may_write_on_task(file.data(), buf.len(), stable)
 }
 
 /// Runs `f` as `creds` (see `dionfs_sys::cred::with_creds`). A switch the

@@ -537,9 +537,43 @@ fn a_payload_just_over_small_io_in_a_small_compound_is_staged() {
     let res = call(
         &mut c,
         &mut s,
-        &[putfh(&fh), write(0, &data, StableHow4::Unstable), getattr_size()],
+        &[
+            putfh(&fh),
+            write(0, &data, StableHow4::Unstable),
+            getattr_size(),
+        ],
     );
     ok(&res);
     assert_eq!(server.server.staging.staged().0, staged + 1);
     assert_eq!(std::fs::read(path_of(&server, 0)).unwrap(), data);
+}
+
+/// `[SEQUENCE, PUTFH, WRITE, GETATTR]` (what Linux sends) starts on the
+/// connection's task when v3's test says the write may be made there: a
+/// small UNSTABLE overwrite of cached pages is written from the task; a
+/// write that extends the file leaves the task for a blocking thread.
+#[test]
+fn a_small_unstable_overwrite_is_written_on_the_task() {
+    let server = two_exports();
+    let fh = handle(&server, 0, b"f");
+    let (mut c, mut s) = session(&server);
+    let exports = server.server.exports();
+    let plane = &exports[0].data;
+    let first = pattern(8192, 1);
+    let again = pattern(4096, 2);
+    let before = plane.snapshot().task_writes;
+    for (offset, data) in [(0, &first), (0, &again), (4096, &again)] {
+        let res = call(
+            &mut c,
+            &mut s,
+            &[putfh(&fh), write(offset, data, StableHow4::Unstable), getattr_size()],
+        );
+        ok(&res);
+        assert_eq!(sizes(&res), [8192]);
+    }
+    // The first extended the file: not on the task.
+    assert_eq!(plane.snapshot().task_writes - before, 2);
+    let mut expected = again.clone();
+    expected.extend_from_slice(&again);
+    assert_eq!(std::fs::read(path_of(&server, 0)).unwrap(), expected);
 }

@@ -16,10 +16,10 @@ use std::sync::Arc;
 
 use dionfs_core::exports::{Export, Exports};
 use dionfs_core::io_errors::IoProc;
-use dionfs_dataplane::{DataError, PooledBuf, Stable, WriteBuffer};
+use dionfs_dataplane::{DataError, PooledBuf, Stable, WriteAttempt, WriteBuffer, WriteDone};
 use dionfs_fs::{ops, FileKind, FsError, OpenFile};
 use dionfs_proto::nfs4::{
-    ArgOp, CommitResOk4, Nfsstat4, StableHow4, Verifier4, WriteHead4, WriteResOk4,
+    ArgOp, Attr4, CommitResOk4, Nfsstat4, StableHow4, Verifier4, WriteHead4, WriteResOk4,
 };
 use dionfs_rpc::{RecordError, RecordReader};
 use dionfs_transport::{stage_whole, CallStream, ConnInfo, Staged};
@@ -61,6 +61,9 @@ pub enum Payload {
 pub struct DataIo {
     pub payloads: VecDeque<Payload>,
     pub read_buf: Option<PooledBuf>,
+    /// The COMPOUND runs on the connection's task
+    /// ([`Compound::starts_on_task`]).
+    pub on_task: bool,
 }
 
 /// The current and saved filehandles as far as the ops received so far
@@ -380,24 +383,82 @@ fn write_file(
         Err(FsError::Stale) => return Err(Nfsstat4::Stale),
         other => other.ok(),
     };
+    let how = stable(head.stable);
+    // On the connection's task, a small overwrite of cached pages is
+    // written from here (as v3's `write_without_blocking`); anything else
+    // first hands the worker to another thread (`block_in_place`).
+    let buf = if ctx.data.on_task {
+        let attempt = ctx.as_user(export, || {
+            Ok(check_access(ctx, export, &file, true, before.as_ref())
+                .map(|()| export.data.write_on_task(file.data(), buf, how)))
+        })??;
+        match attempt {
+            WriteAttempt::Done(done) => {
+                let done = done.map_err(|e| io_error(ctx, IoProc::Write, &file, None, &e))?;
+                return Ok(write_res(ctx, done));
+            }
+            WriteAttempt::Blocking(buf) => buf,
+        }
+    } else {
+        buf
+    };
     // The write itself runs as the client too, as v3's: set-id bits
     // cleared, quotas enforced.
-    let done = ctx.as_user(export, || {
-        Ok(
-            check_access(ctx, export, &file, true, before.as_ref()).and_then(|()| {
-                export
-                    .data
-                    .write(file.data(), buf, stable(head.stable))
-                    .map_err(|e| io_error(ctx, IoProc::Write, &file, None, &e))
-            }),
-        )
-    })??;
-    Ok(WriteResOk4 {
+    let blocking = || {
+        ctx.as_user(export, || {
+            Ok(
+                check_access(ctx, export, &file, true, before.as_ref()).and_then(|()| {
+                    export
+                        .data
+                        .write(file.data(), buf, how)
+                        .map_err(|e| io_error(ctx, IoProc::Write, &file, None, &e))
+                }),
+            )
+        })
+    };
+    let done = if ctx.data.on_task {
+        tokio::task::block_in_place(blocking)
+    } else {
+        blocking()
+    }??;
+    Ok(write_res(ctx, done))
+}
+
+fn write_res(ctx: &OpCtx, done: WriteDone) -> WriteResOk4 {
+    WriteResOk4 {
         count: done.count as u32,
         committed: stable_how(done.committed),
         writeverf: Verifier4(ctx.server.write_verifier()),
-    })
+    }
 }
+
+/// The fast shape of a WRITE COMPOUND (what Linux sends): SEQUENCE, PUTFH,
+/// WRITE, and maybe GETATTR.
+/// The GETATTR may ask only attributes a statx gives (no owner names,
+/// which may ask a name service, no file-system statistics).
+fn is_write_shape(ops: &[ArgOp]) -> bool {
+    match ops {
+        [ArgOp::Putfh(_), ArgOp::Write(_)] => true,
+        [ArgOp::Putfh(_), ArgOp::Write(_), ArgOp::Getattr(a)] => {
+            a.attr_request.bits().all(|bit| STATX_ATTRS.contains(&bit))
+        }
+        _ => false,
+    }
+}
+
+/// What a GETATTR after a WRITE on the task may ask: what Linux asks
+/// there, all from one statx of the open file.
+const STATX_ATTRS: [u32; 9] = [
+    Attr4::Type.bit(),
+    Attr4::Change.bit(),
+    Attr4::Size.bit(),
+    Attr4::Fileid.bit(),
+    Attr4::Mode.bit(),
+    Attr4::Numlinks.bit(),
+    Attr4::SpaceUsed.bit(),
+    Attr4::TimeMetadata.bit(),
+    Attr4::TimeModify.bit(),
+];
 
 fn stable(s: StableHow4) -> Stable {
     match s {
@@ -456,6 +517,28 @@ fn file_to_write(export: &Export, fh: &[u8]) -> Result<Arc<OpenFile>, FsError> {
 }
 
 impl Compound {
+    /// Whether it starts on the connection's task: the WRITE shape
+    /// ([`is_write_shape`]) whose payload was placed and may be written
+    /// there (`io::may_write_on_task`, v3's test). Decided without a
+    /// syscall.
+    pub fn starts_on_task(&self) -> bool {
+        if self.slot.is_none() || self.refused.is_some() || !is_write_shape(&self.ops) {
+            return false;
+        }
+        let (
+            Some(ArgOp::Write(head)),
+            Some(Payload::Placed {
+                export, file, buf, ..
+            }),
+        ) = (self.ops.get(1), self.data.payloads.front())
+        else {
+            return false;
+        };
+        self.exports
+            .by_id(*export)
+            .is_some_and(|x| io::may_write_on_task(x, file, buf, stable(head.stable)))
+    }
+
     /// The reply room a COMPOUND reserves before it runs (the transport's
     /// `reply_room`): what its READs and READDIRs may return, each at most
     /// `max_transfer`, all within the session's reply size, and 1 KiB for
