@@ -338,6 +338,7 @@ async fn serve(
             settings,
             limits.max_record,
             shared_locks.clone(),
+            server.grace.clone(),
         )?);
         nfs4.start_laundromat();
         Some(nfs4)
@@ -345,6 +346,8 @@ async fn serve(
         None
     };
     let nfs4_state = nfs4.as_ref().map(|n| n.state.clone());
+    // A reload drops NFSv4 state on removed exports too.
+    let nfs4_reload = nfs4.clone();
     let dispatcher = Arc::new(dispatch::Dispatcher::new(
         server.clone(),
         calls.clone(),
@@ -540,7 +543,7 @@ async fn serve(
                 };
                 record(reload::Phase::Running, String::new());
                 systemd::notify(&format!("RELOADING=1\nMONOTONIC_USEC={}", monotonic_usec()));
-                let (ok, text) = reload(&server, source.as_ref(), &shared_locks).await;
+                let (ok, text) = reload(&server, source.as_ref(), &shared_locks, nfs4_reload.as_deref()).await;
                 systemd::notify(&ready(&server));
                 let phase = if ok { reload::Phase::Applied } else { reload::Phase::Failed };
                 record(phase, text);
@@ -603,6 +606,7 @@ async fn reload(
     server: &Arc<Server>,
     source: Option<&Arc<ConfigSource>>,
     locks: &locks::Locks,
+    nfs4: Option<&nfs4::Nfs4>,
 ) -> (bool, String) {
     let Some(source) = source else {
         let why = "the server was started without --config; there is nothing to reload \
@@ -630,6 +634,16 @@ async fn reload(
                 }
             }
             info!(exports = exports.len(), "reloaded: {}", report.summary());
+            // NFSv4's opens first: they release their locks and
+            // reservations through the tables, then NLM's go.
+            let opens = nfs4.map_or(0, |n| n.release_exports(&report.removed_ids));
+            if opens > 0 {
+                warn!(
+                    opens,
+                    "reload: released the NFSv4 opens and locks held on files of the removed \
+                     exports (their clients can no longer reach the files to close them)"
+                );
+            }
             let released = locks.release_exports(&report.removed_ids);
             if released != (0, 0) {
                 warn!(

@@ -180,6 +180,10 @@ pub fn remove(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4
     };
     let result = (|| {
         let File { export, node: dir } = dir_to_change(ctx)?;
+        // No file a client may reclaim goes away in the grace period.
+        if ctx.nfs4.state.in_grace() {
+            return Err(Nfsstat4::Grace);
+        }
         let name = check_name(&args.target)?;
         ctx.writable(export)?;
         changing(export, &dir, || {
@@ -217,6 +221,9 @@ pub fn rename(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4
         let (from, to) = saved_and_current(ctx)?;
         require_dir(from.node.kind())?;
         require_dir(to.node.kind())?;
+        if ctx.nfs4.state.in_grace() {
+            return Err(Nfsstat4::Grace);
+        }
         let old = check_name(&args.oldname)?;
         let new = check_name(&args.newname)?;
         let export = from.export;

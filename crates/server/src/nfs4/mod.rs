@@ -60,13 +60,16 @@ impl Nfs4 {
     /// with records of `max_record` bytes at most: reads or makes the
     /// server's NFSv4 identity under the state directory.
     /// Its opens and locks go in `locks`, the tables NLM uses too, so
-    /// that the kernel and the tables decide conflicts between the two.
+    /// that the kernel and the tables decide conflicts between the two;
+    /// its clients of the previous run reclaim in `grace`, the period NLM
+    /// holds too.
     pub fn new(
         settings: &ServerSettings,
         max_record: u32,
         locks: Arc<crate::locks::Locks>,
+        grace: Arc<dionfs_core::grace::Grace>,
     ) -> Result<Nfs4, String> {
-        let state = State::with_locks(
+        let state = State::with_grace(
             StateConfig {
                 lease_time: settings.lease_time,
                 reply_cache_bytes: usize::try_from(settings.nfs4_reply_cache_mib << 20)
@@ -75,6 +78,7 @@ impl Nfs4 {
                 state_dir: Some(settings.state_dir.clone()),
             },
             locks,
+            grace,
         )
         .map_err(|e| {
             format!(
@@ -98,6 +102,13 @@ impl Nfs4 {
             2 => self.minor2,
             _ => false,
         }
+    }
+
+    /// Drops the opens and locks of NFSv4 clients on files of the exports
+    /// `ids`, which a reload removed (as [`crate::locks::Locks::release_exports`]
+    /// does NLM's). How many opens went.
+    pub fn release_exports(&self, ids: &[u16]) -> usize {
+        self.state.release_exports(ids)
     }
 
     /// Starts the laundromat: leases expired and unconfirmed clients
