@@ -11,6 +11,7 @@
 //! across the pseudo-filesystem ([`lookup`], [`namespace`]); GETATTR,
 //! SETATTR (but sizes), VERIFY, NVERIFY ([`attr_ops`], [`attrs`]); and
 //! ACCESS, READLINK, READDIR, CREATE, REMOVE, RENAME, LINK ([`dirs`]);
+//! READ, WRITE and COMMIT through v3's data plane ([`data`]);
 //! and of NFSv4.2 (W9), SEEK, ALLOCATE, DEALLOCATE, COPY and CLONE
 //! ([`data42`]) and the extended-attribute ops ([`xattr`]). A minor
 //! version 1 COMPOUND never reaches those: the codec decodes a 4.2 op
@@ -22,6 +23,7 @@ pub mod attr_ops;
 pub mod attrs;
 pub mod callback;
 pub mod compound;
+pub mod data;
 pub mod data42;
 pub mod dirs;
 pub mod fh;
@@ -181,7 +183,7 @@ static PROCEDURES: [Option<Procedure<Op4>>; 76] = [
     None,
     op(O::Access, "ACCESS", dirs::access, true),
     op(O::Close, "CLOSE", notsupp, true),
-    op(O::Commit, "COMMIT", notsupp, true),
+    op(O::Commit, "COMMIT", data::commit, true),
     op(O::Create, "CREATE", dirs::create, true),
     op(O::Delegpurge, "DELEGPURGE", notsupp, false),
     op(O::Delegreturn, "DELEGRETURN", notsupp, false),
@@ -201,7 +203,7 @@ static PROCEDURES: [Option<Procedure<Op4>>; 76] = [
     op(O::Putfh, "PUTFH", fh::putfh, false),
     op(O::Putpubfh, "PUTPUBFH", fh::putrootfh, false),
     op(O::Putrootfh, "PUTROOTFH", fh::putrootfh, false),
-    op(O::Read, "READ", notsupp, true),
+    op(O::Read, "READ", data::read, true),
     op(O::Readdir, "READDIR", dirs::readdir, true),
     op(O::Readlink, "READLINK", dirs::readlink, true),
     op(O::Remove, "REMOVE", dirs::remove, true),
@@ -214,7 +216,7 @@ static PROCEDURES: [Option<Procedure<Op4>>; 76] = [
     op(O::Setclientid, "SETCLIENTID", notsupp, false),
     op(O::SetclientidConfirm, "SETCLIENTID_CONFIRM", notsupp, false),
     op(O::Verify, "VERIFY", attr_ops::verify, true),
-    op(O::Write, "WRITE", notsupp, true),
+    op(O::Write, "WRITE", data::write, true),
     op(O::ReleaseLockowner, "RELEASE_LOCKOWNER", notsupp, false),
     op(O::BackchannelCtl, "BACKCHANNEL_CTL", backchannel_ctl, false),
     op(
