@@ -18,8 +18,8 @@ use dionfs_core::export::config::{
     check_timeout,
 };
 use dionfs_core::export::{
-    Access, ClientMatch, Config, Durability, ExportConfig, Integrity, ServerSettings, Squash,
-    STATS_ADDRESS,
+    Access, ClientMatch, Config, Durability, ExportConfig, Integrity, NfsVersions, ServerSettings,
+    Squash, STATS_ADDRESS,
 };
 use dionfs_core::reload::{ConfigSource, Phase};
 use dionfs_dataplane::Mode;
@@ -351,6 +351,11 @@ fn parse_grace(s: &str) -> Result<std::time::Duration, String> {
     Ok(std::time::Duration::from_secs_f64(v))
 }
 
+fn parse_versions(s: &str) -> Result<NfsVersions, String> {
+    NfsVersions::parse(s.split(',').map(str::trim))
+        .map_err(|e| e.replace("versions:", "--nfs-versions:"))
+}
+
 fn parse_max_transfer(s: &str) -> Result<u32, String> {
     let v: u32 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
     check_max_transfer(v)
@@ -396,6 +401,11 @@ struct SettingsFlags {
     /// `grace_period`. [default: 90]
     #[arg(help_heading = SERVER, long, value_name = "SECS", value_parser = parse_grace)]
     grace_period: Option<std::time::Duration>,
+    /// The NFS versions served, comma-separated from "3", "4.1" and "4.2"
+    /// (NFSv4 needs no port mapper, MOUNT or NLM: one TCP port). With
+    /// --config, overrides `versions`. [default: 3]
+    #[arg(help_heading = SERVER, long, value_name = "LIST", value_parser = parse_versions)]
+    nfs_versions: Option<NfsVersions>,
     /// Drop a connection whose call stops arriving half-way for SECS
     /// seconds. With --config, overrides its `stall_timeout`. [default: 5]
     #[arg(help_heading = SERVER, long, value_name = "SECS", value_parser = parse_stall_timeout)]
@@ -472,6 +482,9 @@ impl SettingsFlags {
         }
         if let Some(g) = self.grace_period {
             settings.grace_period = g;
+        }
+        if let Some(v) = self.nfs_versions {
+            settings.versions = v;
         }
     }
 }
@@ -706,5 +719,21 @@ fn exportfs_file(config: &std::path::Path) -> ExitCode {
             eprintln!("dionfs exportfs: {e}");
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_versions;
+
+    #[test]
+    fn nfs_versions_are_a_comma_separated_list() {
+        let v = parse_versions("3, 4.1,4.2").unwrap();
+        assert!(v.v3 && v.v4_1 && v.v4_2);
+        let v = parse_versions("4.1").unwrap();
+        assert!(!v.v3 && v.v4_1 && !v.v4_2);
+        let e = parse_versions("3,4.0").unwrap_err();
+        assert!(e.starts_with("--nfs-versions:"), "{e}");
+        assert!(parse_versions("5").is_err());
     }
 }
