@@ -3,7 +3,12 @@
 # NFSv3 client), mounts dionfs through its portmapper, runs workload.sh and
 # then concurrency.sh in it (one boot).
 #
-#   tests/realclient/run.sh [--timeout SECS] [--keep-out] [--only workload|concurrency]   (root)
+#   tests/realclient/run.sh [--timeout SECS] [--keep-out] [--only workload|concurrency]
+#                           [--vers 3|4.1|4.2]   (root)
+#
+# With --vers 4.1 or 4.2 the server serves NFSv3, 4.1 and 4.2
+# (--nfs-versions) and the guest mounts that version (one TCP port, no
+# MOUNT, no NLM); out/mount.line must show it.
 #
 # 1. XFS on a 4096-byte-sector loop device; export = <mnt>/export (mode 1777:
 #    the guest's root is squashed to nobody by default).
@@ -26,6 +31,7 @@ BIN=${DIONFS_BIN:-$REPO/target/debug/dionfs}
 TIMEOUT=900
 KEEP_OUT=0
 PARTS="workload concurrency"
+VERS=3
 SERVER_IP=192.168.77.1
 GUEST_IP=192.168.77.2
 while [ $# -gt 0 ]; do
@@ -33,9 +39,16 @@ while [ $# -gt 0 ]; do
         --timeout) TIMEOUT=$2; shift 2 ;;
         --keep-out) KEEP_OUT=1; shift ;;
         --only) PARTS=$2; shift 2 ;;
-        *) echo "usage: $0 [--timeout SECS] [--keep-out] [--only workload|concurrency]" >&2; exit 2 ;;
+        --vers) VERS=$2; shift 2 ;;
+        *) echo "usage: $0 [--timeout SECS] [--keep-out] [--only workload|concurrency] [--vers 3|4.1|4.2]" >&2; exit 2 ;;
     esac
 done
+
+case "$VERS" in
+    3) VERSIONS_FLAG=() ;;
+    4.1|4.2) VERSIONS_FLAG=(--nfs-versions 3,4.1,4.2) ;;
+    *) echo "--vers must be 3, 4.1 or 4.2" >&2; exit 2 ;;
+esac
 
 log() { echo "[realclient $(date +%H:%M:%S)] $*" >&2; }
 die() { log "FAIL: $*"; exit 1; }
@@ -87,7 +100,7 @@ log "XFS on $LOOPFS_DEV (4096-byte sectors) at $LOOPFS_MNT"
 "$RC/netns.sh" up >/dev/null || die "netns up failed"
 mkdir -p "$WORK/state"
 "$RC/netns.sh" exec "$BIN" serve "$EXPORT" --listen "$SERVER_IP" --allow "$GUEST_IP" \
-    --state-dir "$WORK/state" </dev/null >"$WORK/server.log" 2>&1 &
+    --state-dir "$WORK/state" "${VERSIONS_FLAG[@]}" </dev/null >"$WORK/server.log" 2>&1 &
 SERVER_PID=$!
 log "started $BIN (pid $SERVER_PID) in netns $NETNS"
 
@@ -120,10 +133,14 @@ SCRIPT="$WORK/guest-script.sh"
         echo "sh /tmp/$part.sh || exit 1"
     done
 } >"$SCRIPT"
-log "guest: mount $SERVER_IP:$EXPORT via portmapper, run: $PARTS (timeout ${TIMEOUT}s)"
+log "guest: mount $SERVER_IP:$EXPORT (NFSv$VERS) via portmapper, run: $PARTS (timeout ${TIMEOUT}s)"
 "$RC/guest-run.sh" --server "$SERVER_IP" --nfs-port 0 --mount-port 0 --export "$EXPORT" \
-    --script "$SCRIPT" --timeout "$TIMEOUT" --out "$WORK/guest" --quiet
+    --vers "$VERS" --script "$SCRIPT" --timeout "$TIMEOUT" --out "$WORK/guest" --quiet
 GRC=$?
+if [ $GRC = 0 ] && [ "$VERS" != 3 ]; then
+    grep -q "vers=$VERS" "$WORK/guest/out/mount.line" 2>/dev/null ||
+        die "the guest mounted $(cat "$WORK/guest/out/mount.line" 2>/dev/null), not vers=$VERS"
+fi
 
 alive=1
 kill -0 "$SERVER_PID" 2>/dev/null || alive=0
