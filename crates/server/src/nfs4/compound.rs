@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use dionfs_proto::nfs4::{
-    ArgOp, Nfsstat4, Opnum4, Utf8Str, NFS4_MAX_TAG_LEN, NFS4_PROGRAM, NFS_V4,
+    ArgOp, Nfsstat4, Opnum4, StateId4, Utf8Str, NFS4_MAX_TAG_LEN, NFS4_PROGRAM, NFS_V4,
 };
 use dionfs_rpc::CallHeader;
 use dionfs_transport::{ConnInfo, Reply};
@@ -64,6 +64,12 @@ pub struct OpCtx<'a> {
     /// The current and saved filehandles.
     pub current: Option<Fh4>,
     pub saved: Option<Fh4>,
+    /// The current and saved stateids (RFC 8881 section 16.2.3.1.2):
+    /// set by the ops that make or change a stateid, kept with the
+    /// filehandles by SAVEFH and RESTOREFH, cleared by the ops that set
+    /// a filehandle without one ([`follow_filehandle`]).
+    pub current_stateid: Option<StateId4>,
+    pub saved_stateid: Option<StateId4>,
     /// This op is the COMPOUND's last (DESTROY_SESSION of the session it
     /// runs in must be).
     pub last_op: bool,
@@ -118,6 +124,8 @@ pub fn run(
         slot: slot.as_ref(),
         current: None,
         saved: None,
+        current_stateid: None,
+        saved_stateid: None,
         last_op: false,
     };
     for (i, op) in ops.into_iter().enumerate() {
@@ -134,6 +142,9 @@ pub fn run(
         let start = reply.start_op(result_opnum);
         let done = (super::op_fn(&op))(&mut ctx, op, &mut reply);
         status = reply.finish_op(start, done);
+        if status.is_ok() {
+            follow_filehandle(&mut ctx, opnum);
+        }
         calls.record(NFS4_PROGRAM, NFS_V4, opnum, started.elapsed());
     }
     if let (true, Some((opnum, refusal))) = (status.is_ok(), refused) {
@@ -150,4 +161,26 @@ pub fn run(
     let (reply, cached) = reply.finish(status, cache);
     slot.complete(cached);
     reply
+}
+
+/// The current stateid after op `opnum` succeeded, as knfsd's
+/// `OP_CLEAR_STATEID`, `SAVES_CURRENT_STATEID` and
+/// `RESTORES_CURRENT_STATEID` flags: an op that sets the current
+/// filehandle without a stateid leaves no current stateid (a later
+/// use of it is `BAD_STATEID`); SAVEFH and RESTOREFH carry it along
+/// with the filehandle. The ops that make a stateid set it themselves.
+fn follow_filehandle(ctx: &mut OpCtx, opnum: u32) {
+    match Opnum4::from_u32(opnum) {
+        Some(
+            Opnum4::Putfh
+            | Opnum4::Putrootfh
+            | Opnum4::Putpubfh
+            | Opnum4::Lookup
+            | Opnum4::Lookupp
+            | Opnum4::Create,
+        ) => ctx.current_stateid = None,
+        Some(Opnum4::Savefh) => ctx.saved_stateid = ctx.current_stateid,
+        Some(Opnum4::Restorefh) => ctx.current_stateid = ctx.saved_stateid,
+        _ => {}
+    }
 }
