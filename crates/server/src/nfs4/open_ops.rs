@@ -16,7 +16,7 @@ use dionfs_fs::{access3, ops, FileKind, FsError, Node, SetAttrs};
 use dionfs_proto::nfs4::{
     ArgOp, Attr4, Bitmap4, ChangeInfo4, CreateHow4, Fattr4, Nfsstat4, OpenArgs4, OpenClaim4,
     OpenDelegation4, OpenDelegationType4, OpenFlag4, OpenNoneDelegation4, OpenResOk4, StateId4,
-    TestStateidResOk4, WhyNoDelegation4, OPEN4_RESULT_LOCKTYPE_POSIX,
+    TestStateidResOk4, WhyNoDelegation4, OPEN4_RESULT_LOCKTYPE_POSIX, OPEN4_SHARE_ACCESS_READ,
     OPEN4_SHARE_ACCESS_WANT_CANCEL, OPEN4_SHARE_ACCESS_WANT_DELEG_MASK,
     OPEN4_SHARE_ACCESS_WANT_NO_DELEG, OPEN4_SHARE_ACCESS_WANT_NO_PREFERENCE,
     OPEN4_SHARE_ACCESS_WANT_PUSH_DELEG_WHEN_UNCONTENDED,
@@ -80,18 +80,18 @@ fn split_access(share_access: u32) -> Result<(u32, u32), Nfsstat4> {
 
 /// The delegation an OPEN answers: none. A client that said what it
 /// wants (4.1) is told why not with `OPEN_DELEGATE_NONE_EXT`: not
-/// wanted, cancelled, or (for a wanted one) `WND4_RESOURCE` without a
-/// signal, as knfsd answers when it cannot set a lease.
+/// wanted, cancelled, or for a wanted one `WND4_NOT_SUPP_FTYPE` (design
+/// section 8: dionfs grants no delegation on any file type, so none
+/// will come later either; knfsd, whose leases can fail, answers
+/// `WND4_RESOURCE` or `WND4_CONTENTION`).
 fn no_delegation(want: u32) -> OpenDelegation4 {
     let why = match want {
         OPEN4_SHARE_ACCESS_WANT_NO_PREFERENCE => return OpenDelegation4::None,
-        OPEN4_SHARE_ACCESS_WANT_NO_DELEG => OpenNoneDelegation4::Why(WhyNoDelegation4::NotWanted),
-        OPEN4_SHARE_ACCESS_WANT_CANCEL => OpenNoneDelegation4::Why(WhyNoDelegation4::Cancelled),
-        _ => OpenNoneDelegation4::Resource {
-            server_will_signal_avail: false,
-        },
+        OPEN4_SHARE_ACCESS_WANT_NO_DELEG => WhyNoDelegation4::NotWanted,
+        OPEN4_SHARE_ACCESS_WANT_CANCEL => WhyNoDelegation4::Cancelled,
+        _ => WhyNoDelegation4::NotSuppFtype,
     };
-    OpenDelegation4::NoneExt(why)
+    OpenDelegation4::NoneExt(OpenNoneDelegation4::Why(why))
 }
 
 /// The `change` of directory `dir` (0 if it cannot be read).
@@ -199,14 +199,15 @@ fn open_file(ctx: &mut OpCtx, args: &OpenArgs4) -> Result<OpenResOk4, Nfsstat4> 
 /// `NFSD_MAY_READ_IF_EXEC`), writing. `ACCESS` if refused.
 fn check_access(ctx: &OpCtx, file: &File, access: u32) -> Result<(), Nfsstat4> {
     let mut wanted = 0;
-    if access & 1 != 0 {
+    if access & OPEN4_SHARE_ACCESS_READ != 0 {
         wanted |= access3::READ | access3::EXECUTE;
     }
     if access & OPEN4_SHARE_ACCESS_WRITE != 0 {
         wanted |= access3::MODIFY;
     }
     let granted = ctx.as_user(file.export, || ops::access(&file.node, wanted))?;
-    let read_ok = access & 1 == 0 || granted & (access3::READ | access3::EXECUTE) != 0;
+    let read_ok =
+        access & OPEN4_SHARE_ACCESS_READ == 0 || granted & (access3::READ | access3::EXECUTE) != 0;
     let write_ok = access & OPEN4_SHARE_ACCESS_WRITE == 0 || granted & access3::MODIFY != 0;
     if read_ok && write_ok {
         Ok(())
@@ -450,6 +451,7 @@ pub(super) fn from_io(e: &std::io::Error) -> Nfsstat4 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dionfs_proto::nfs4::OPEN4_SHARE_ACCESS_WANT_READ_DELEG;
 
     #[test]
     fn share_access_splits_into_access_and_want() {
@@ -461,9 +463,14 @@ mod tests {
         assert_eq!(split_access(2 | 0x10_0000), Err(Nfsstat4::Inval));
         assert_eq!(split_access(2 | 0x0600), Err(Nfsstat4::Inval));
         assert_eq!(no_delegation(0), OpenDelegation4::None);
+        let why = |w| OpenDelegation4::NoneExt(OpenNoneDelegation4::Why(w));
         assert_eq!(
             no_delegation(OPEN4_SHARE_ACCESS_WANT_NO_DELEG),
-            OpenDelegation4::NoneExt(OpenNoneDelegation4::Why(WhyNoDelegation4::NotWanted))
+            why(WhyNoDelegation4::NotWanted)
+        );
+        assert_eq!(
+            no_delegation(OPEN4_SHARE_ACCESS_WANT_READ_DELEG),
+            why(WhyNoDelegation4::NotSuppFtype)
         );
     }
 }
