@@ -964,3 +964,60 @@ fn setattr_of_a_size_needs_an_open_for_writing() {
     assert_eq!(last(&res), (Opnum4::Setattr, Nfsstat4::Locked));
     assert_eq!(std::fs::metadata(cpath.join("h")).unwrap().len(), 1);
 }
+
+/// A lock taken on the file outside NFSv4 (a process on the server;
+/// NLM's locks are OFD locks in the same kernel table) denies a v4 LOCK,
+/// shown as client 0, owner `local`; once it goes, the LOCK is granted.
+#[test]
+fn a_lock_outside_nfs4_denies_a_v4_lock() {
+    use dionfs_sys::lock::{ofd_setlk, LockRange, LockType};
+
+    let server = three_exports();
+    let mut c = server.client();
+    let mut s = c.session(b"local");
+    let cpath = path_of(&server, 2);
+    let root = export_root(&mut c, &mut s, &cpath);
+    std::fs::write(cpath.join("f"), b"0123456789").unwrap();
+    let local = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(cpath.join("f"))
+        .unwrap();
+    let range = LockRange { start: 2, len: 3 };
+    assert!(ofd_setlk(&local, LockType::Write, range).unwrap());
+
+    let res = open(
+        &mut c,
+        &mut s,
+        &root,
+        b"o",
+        (OPEN4_SHARE_ACCESS_BOTH, 0),
+        OpenFlag4::NoCreate,
+        "f",
+    );
+    ok(&res);
+    let stateid = opened(&res).stateid;
+    let f = file_fh(&res);
+    let res = c.in_session(
+        &mut s,
+        0,
+        false,
+        &[putfh(&f), new_lock(stateid, b"l", NfsLockType4::Read, 0, 4)],
+    );
+    let LockRes4::Denied(denied) = locked(&res) else {
+        panic!("{res:?}");
+    };
+    assert_eq!((denied.offset, denied.length), (2, 3));
+    assert_eq!(denied.locktype, NfsLockType4::Write);
+    assert_eq!(denied.owner.clientid, 0);
+    assert_eq!(denied.owner.owner.as_bytes(), b"local");
+
+    assert!(ofd_setlk(&local, LockType::Unlock, range).unwrap());
+    let res = c.in_session(
+        &mut s,
+        0,
+        false,
+        &[putfh(&f), new_lock(stateid, b"l", NfsLockType4::Read, 0, 4)],
+    );
+    ok(&res);
+}
