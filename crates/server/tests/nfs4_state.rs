@@ -1021,3 +1021,55 @@ fn a_lock_outside_nfs4_denies_a_v4_lock() {
     );
     ok(&res);
 }
+
+/// A file removed while open is still closed (and its locks released):
+/// CLOSE and LOCKU need the state, not the file (pynfs RNM21).
+#[test]
+fn a_file_removed_while_open_is_closed() {
+    let server = three_exports();
+    let mut c = server.client();
+    let mut s = c.session(b"removed");
+    let cpath = path_of(&server, 2);
+    let root = export_root(&mut c, &mut s, &cpath);
+    let res = c.in_session(
+        &mut s,
+        0,
+        false,
+        &[
+            putfh(&root),
+            open_args(
+                b"o",
+                OPEN4_SHARE_ACCESS_BOTH,
+                0,
+                unchecked(None),
+                by_name("f"),
+            ),
+            ArgOp::Getfh,
+            new_lock(CURRENT, b"l", NfsLockType4::Write, 0, 1),
+        ],
+    );
+    ok(&res);
+    let stateid = opened(&res).stateid;
+    let f = file_fh(&res);
+    let LockRes4::Ok(lock) = locked(&res) else {
+        panic!("{res:?}");
+    };
+    std::fs::remove_file(cpath.join("f")).unwrap();
+    let res = c.in_session(
+        &mut s,
+        0,
+        false,
+        &[
+            putfh(&f),
+            ArgOp::Locku(LockuArgs4 {
+                locktype: NfsLockType4::Write,
+                seqid: 0,
+                lock_stateid: lock,
+                offset: 0,
+                length: 1,
+            }),
+            close(stateid),
+        ],
+    );
+    ok(&res);
+}

@@ -10,7 +10,7 @@ use dionfs_xdr::Encode;
 
 use super::compound::OpCtx;
 use super::lookup::status;
-use super::open_ops::{current_regular, from_io, session_client, set_stateid};
+use super::open_ops::{current_fh, current_regular, from_io, session_client, set_stateid};
 use super::reply::CompoundReply;
 use super::state::{lock_span, resolve_current, Denied, LockError, Locker};
 
@@ -133,10 +133,8 @@ pub fn locku(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 
         let client = session_client(ctx)?;
         let stateid = resolve_current(&args.lock_stateid, ctx.current_stateid)?;
         let span = lock_span(args.offset, args.length)?;
-        let file = current_regular(ctx)?;
-        ctx.nfs4
-            .state
-            .locku(&client, &stateid, file.node.fh(), span)
+        let fh = current_fh(ctx)?;
+        ctx.nfs4.state.locku(&client, &stateid, &fh, span)
     })();
     status(result.map(|stateid| set_stateid(ctx, stateid, reply)))
 }

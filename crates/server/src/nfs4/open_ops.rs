@@ -53,6 +53,18 @@ pub(super) fn current_regular<'a>(ctx: &mut OpCtx<'a>) -> Result<File<'a>, Nfsst
     Ok(file)
 }
 
+/// The current filehandle's bytes, for the ops that name state of a
+/// file already opened (CLOSE, OPEN_DOWNGRADE, LOCKU): the file is not
+/// looked at, so a file removed while open can still be closed and
+/// unlocked (pynfs RNM21). A pseudo directory has no state: its handle
+/// matches no stateid.
+pub(super) fn current_fh(ctx: &OpCtx) -> Result<Vec<u8>, Nfsstat4> {
+    match ctx.current.as_ref().ok_or(Nfsstat4::Nofilehandle)? {
+        Fh4::File { fh, .. } => Ok(fh.clone()),
+        Fh4::Pseudo(_) => Err(Nfsstat4::BadStateid),
+    }
+}
+
 fn require_regular(kind: FileKind) -> Result<(), Nfsstat4> {
     match kind {
         FileKind::Regular => Ok(()),
@@ -379,8 +391,8 @@ pub fn close(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 
     let result = (|| {
         let client = session_client(ctx)?;
         let stateid = resolve_current(&args.open_stateid, ctx.current_stateid)?;
-        let file = current_regular(ctx)?;
-        ctx.nfs4.state.close(&client, &stateid, file.node.fh())
+        let fh = current_fh(ctx)?;
+        ctx.nfs4.state.close(&client, &stateid, &fh)
     })();
     status(result.map(|stateid| {
         ctx.current_stateid = Some(stateid);
@@ -397,10 +409,10 @@ pub fn open_downgrade(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> 
         let client = session_client(ctx)?;
         let stateid = resolve_current(&args.open_stateid, ctx.current_stateid)?;
         let (access, _) = split_access(args.share_access)?;
-        let file = current_regular(ctx)?;
+        let fh = current_fh(ctx)?;
         ctx.nfs4
             .state
-            .open_downgrade(&client, &stateid, file.node.fh(), access, args.share_deny)
+            .open_downgrade(&client, &stateid, &fh, access, args.share_deny)
     })();
     status(result.map(|stateid| set_stateid(ctx, stateid, reply)))
 }
