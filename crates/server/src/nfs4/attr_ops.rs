@@ -207,11 +207,12 @@ pub fn setattr(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat
         let set = attrs::set_attrs(ctx.minor, fattr, |o| uid_of(ctx, o), |g| gid_of(ctx, g))?;
         ctx.writable(file.export)?;
         if set.size.is_some() {
-            let client = super::open_ops::session_client(ctx)?;
+            // A COMPOUND without SEQUENCE carries no SETATTR (receive.rs).
+            let slot = ctx.slot.ok_or(Nfsstat4::OpNotInSession)?;
             let stateid = resolve_current(&args.stateid, ctx.current_stateid)?;
             ctx.nfs4
                 .state
-                .check_stateid(&client, &stateid, file.node.fh(), Use::Write)?;
+                .check_stateid(slot.client(), &stateid, file.node.fh(), Use::Write)?;
         }
         if set.is_empty() {
             return Ok(());
