@@ -117,6 +117,17 @@ fn unchecked(mode: Option<u32>) -> OpenFlag4 {
     ))
 }
 
+/// UNCHECKED4 with a size of 0: a truncating open of an existing file.
+fn truncating() -> OpenFlag4 {
+    OpenFlag4::Create(CreateHow4::Unchecked(
+        SetAttrs4 {
+            size: Some(0),
+            ..SetAttrs4::default()
+        }
+        .to_fattr(),
+    ))
+}
+
 /// The OPEN result of `res` (the op after SEQUENCE and PUTFH).
 fn opened(res: &CompoundRes) -> OpenResOk4 {
     res.results
@@ -607,6 +618,19 @@ fn shares_deny_other_clients_and_close_downgrade_and_test_stateids() {
         "f",
     );
     assert_eq!(last(&res), (Opnum4::Open, Nfsstat4::ShareDenied));
+    // Nor truncate it: the size is set only once the open is had.
+    std::fs::write(cpath.join("f"), b"data").unwrap();
+    let res = open(
+        &mut c2,
+        &mut s2,
+        &root,
+        b"o",
+        (OPEN4_SHARE_ACCESS_WRITE, 0),
+        truncating(),
+        "f",
+    );
+    assert_eq!(last(&res), (Opnum4::Open, Nfsstat4::ShareDenied));
+    assert_eq!(std::fs::metadata(cpath.join("f")).unwrap().len(), 4);
     let res = open(
         &mut c2,
         &mut s2,
@@ -962,6 +986,54 @@ fn setattr_of_a_size_needs_an_open_for_writing() {
         &[putfh(&h), set_size(StateId4::default(), 0)],
     );
     assert_eq!(last(&res), (Opnum4::Setattr, Nfsstat4::Locked));
+
+    // UNCHECKED4 with a size of 0 truncates what is there, by name or
+    // by handle (CLAIM_FH: a create there makes nothing); only an open
+    // for writing may (INVAL).
+    let res = open(
+        &mut c,
+        &mut s,
+        &root,
+        b"t",
+        (OPEN4_SHARE_ACCESS_READ, 0),
+        truncating(),
+        "f",
+    );
+    assert_eq!(last(&res), (Opnum4::Open, Nfsstat4::Inval));
+    assert_eq!(std::fs::metadata(cpath.join("f")).unwrap().len(), 2);
+    let res = open(
+        &mut c,
+        &mut s,
+        &root,
+        b"t",
+        (OPEN4_SHARE_ACCESS_BOTH, 0),
+        truncating(),
+        "f",
+    );
+    ok(&res);
+    assert_eq!(
+        opened(&res).attrset,
+        Bitmap4::from_bits(&[Attr4::Size.bit()])
+    );
+    assert_eq!(std::fs::metadata(cpath.join("f")).unwrap().len(), 0);
+    std::fs::write(cpath.join("f"), b"again").unwrap();
+    let res = c.in_session(
+        &mut s,
+        0,
+        false,
+        &[
+            putfh(&f),
+            open_args(
+                b"t2",
+                OPEN4_SHARE_ACCESS_WRITE,
+                0,
+                truncating(),
+                OpenClaim4::Fh,
+            ),
+        ],
+    );
+    ok(&res);
+    assert_eq!(std::fs::metadata(cpath.join("f")).unwrap().len(), 0);
     assert_eq!(std::fs::metadata(cpath.join("h")).unwrap().len(), 1);
 }
 

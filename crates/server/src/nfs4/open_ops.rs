@@ -119,6 +119,23 @@ struct Opened<'a> {
     created: bool,
     cinfo: ChangeInfo4,
     attrset: Bitmap4,
+    /// To be truncated once opened (an existing file opened with a size
+    /// of 0 to set: knfsd's `op_truncate`, never before the share
+    /// reservation is had).
+    truncate: bool,
+}
+
+/// Whether an OPEN of an existing file with `openhow` truncates it: a
+/// size of 0 among UNCHECKED4's or GUARDED4's attributes (another size
+/// is ignored, RFC 8881 section 18.16.4, as knfsd does).
+fn truncates(ctx: &OpCtx, openhow: &OpenFlag4) -> Result<bool, Nfsstat4> {
+    match openhow {
+        OpenFlag4::Create(how @ (CreateHow4::Unchecked(_) | CreateHow4::Guarded(_))) => {
+            let (_, set, _, _) = create_how(ctx, how)?;
+            Ok(set.size == Some(0))
+        }
+        _ => Ok(false),
+    }
 }
 
 /// OPEN (RFC 8881 section 18.16): CLAIM_NULL (a name in the current
@@ -153,11 +170,11 @@ fn open_file(ctx: &mut OpCtx, args: &OpenArgs4) -> Result<OpenResOk4, Nfsstat4> 
     ctx.nfs4.state.grace_check(&client, reclaim)?;
     let opened = match &args.claim {
         OpenClaim4::Null(name) => open_by_name(ctx, args, name)?,
+        // The current file: a create there makes nothing (knfsd's
+        // `do_open_fhandle`), but may truncate; the directory is not
+        // known, so neither is its change.
         _ => {
-            if let OpenFlag4::Create(_) = args.openhow {
-                // Only CLAIM_NULL names a file to make.
-                return Err(Nfsstat4::Inval);
-            }
+            let truncate = truncates(ctx, &args.openhow)?;
             let file = current_regular(ctx)?;
             Opened {
                 file,
@@ -167,7 +184,8 @@ fn open_file(ctx: &mut OpCtx, args: &OpenArgs4) -> Result<OpenResOk4, Nfsstat4> 
                     before: 0,
                     after: 0,
                 },
-                attrset: Bitmap4::default(),
+                attrset: size_set(truncate),
+                truncate,
             }
         }
     };
@@ -176,21 +194,43 @@ fn open_file(ctx: &mut OpCtx, args: &OpenArgs4) -> Result<OpenResOk4, Nfsstat4> 
         created,
         cinfo,
         attrset,
+        truncate,
     } = opened;
     let export = file.export;
+    if truncate && access & OPEN4_SHARE_ACCESS_WRITE == 0 {
+        // A truncating OPEN must open for writing (knfsd's
+        // `do_open_permission`).
+        return Err(Nfsstat4::Inval);
+    }
     if access & OPEN4_SHARE_ACCESS_WRITE != 0 {
         ctx.writable(export)?;
     }
     if !created {
         check_access(ctx, &file, access)?;
     }
-    let stateid = ctx.nfs4.state.open(
-        &client,
-        args.owner.owner.as_bytes(),
-        file.node.fh(),
-        access,
-        args.share_deny,
-    )?;
+    let fh = file.node.fh();
+    let owner = args.owner.owner.as_bytes();
+    let stateid = ctx
+        .nfs4
+        .state
+        .open(&client, owner, fh, access, args.share_deny)?;
+    if truncate {
+        let truncated = ctx
+            .as_user(export, || ops::set_size(&export.fs, &file.node, 0))
+            .and_then(|()| {
+                let synced = export.metadata_sync.attrs_changed(&file.node);
+                synced.map_err(from_fs)
+            });
+        if let Err(status) = truncated {
+            // Not opened after all: a new open goes (an upgraded one
+            // keeps what it had before, knfsd's
+            // `nfs4_get_vfs_file` undoes no more either).
+            if stateid.seqid == 1 {
+                let _ = ctx.nfs4.state.close(&client, &stateid, fh);
+            }
+            return Err(status);
+        }
+    }
     ctx.current = Some(Fh4::File {
         export: export.config.id,
         fh: file.node.fh().to_vec(),
@@ -268,27 +308,39 @@ fn open_by_name<'a>(
                 after: before,
             },
             attrset: Bitmap4::default(),
+            truncate: false,
         });
     };
     ctx.writable(export)?;
-    let (fs_how, set, mut attrset, verified) = create_how(ctx, how)?;
-    if set.size.is_some() && args.share_access & OPEN4_SHARE_ACCESS_WRITE == 0 {
-        // A truncating OPEN must open for writing (knfsd's
-        // `do_open_permission`).
-        return Err(Nfsstat4::Inval);
-    }
+    let (fs_how, set, attrset, verified) = create_how(ctx, how)?;
     let existed = ctx
         .as_user(export, || export.fs.lookup(&dir.node, name))
         .ok();
-    if let Some((_, attr)) = &existed {
-        if matches!(how, CreateHow4::Unchecked(_)) && attr.kind != FileKind::Regular {
-            // UNCHECKED4 opens what is there: only a regular file can be.
-            require_regular(attr.kind)?;
-        }
+    let found = existed.is_some();
+    if let (Some((node, attr)), CreateHow4::Unchecked(_)) = (existed, how) {
+        // UNCHECKED4 opens what is there: only a regular file can be,
+        // truncated once opened if asked.
+        require_regular(attr.kind)?;
+        let truncate = set.size == Some(0);
+        return Ok(Opened {
+            file: File {
+                export,
+                node: Arc::new(node),
+            },
+            created: false,
+            cinfo: ChangeInfo4 {
+                atomic: false,
+                before,
+                after: before,
+            },
+            attrset: size_set(truncate),
+            truncate,
+        });
     }
+    // Made now, or (an exclusive create's retry) before: GUARDED4 over
+    // a file that was there fails here.
     let (node, _) = ctx.as_user(export, || ops::create(&export.fs, &dir.node, name, &fs_how))?;
-    let created = existed.is_none() || matches!(fs_how, ops::CreateHow::Exclusive(_));
-    if let (true, Some(rest)) = (existed.is_none(), verified) {
+    if let (false, Some(rest)) = (found, verified) {
         // EXCLUSIVE4_1's attributes, on the file it made (a retry found
         // it made, with them).
         if !rest.is_empty() {
@@ -299,28 +351,29 @@ fn open_by_name<'a>(
         .metadata_sync
         .created(&dir.node, &node, &set)
         .map_err(from_fs)?;
-    if !created {
-        // UNCHECKED4 found the file: only what was applied to it is set
-        // (its size, if asked).
-        attrset = if set.size.is_some() {
-            Bitmap4::from_bits(&[Attr4::Size.as_u32()])
-        } else {
-            Bitmap4::default()
-        };
-    }
     Ok(Opened {
         file: File {
             export,
             node: Arc::new(node),
         },
-        created,
+        created: true,
         cinfo: ChangeInfo4 {
             atomic: false,
             before,
             after: change_of(export, &dir.node),
         },
         attrset,
+        truncate: false,
     })
+}
+
+/// `attrset` of an OPEN that truncates (or not).
+fn size_set(truncate: bool) -> Bitmap4 {
+    if truncate {
+        Bitmap4::from_bits(&[Attr4::Size.as_u32()])
+    } else {
+        Bitmap4::default()
+    }
 }
 
 /// The `fs` create of `how`, the attributes it sets, the `attrset`
