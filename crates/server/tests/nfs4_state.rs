@@ -544,6 +544,27 @@ fn open_applies_the_export_options() {
         ],
     );
     assert_eq!(last(&res), (Opnum4::Open, Nfsstat4::Rofs));
+    let parent = a.parent().unwrap().to_path_buf();
+    let mut ops = vec![ArgOp::Putrootfh];
+    for part in parent.components() {
+        if let Component::Normal(name) = part {
+            ops.push(ArgOp::Lookup(LookupArgs4 {
+                objname: Component4::from(name.as_encoded_bytes().to_vec()),
+            }));
+        }
+    }
+    for (name, status) in [("a", Nfsstat4::Isdir), ("none", Nfsstat4::Noent)] {
+        let mut ops = ops.clone();
+        ops.push(open_args(
+            b"o",
+            OPEN4_SHARE_ACCESS_READ,
+            0,
+            OpenFlag4::NoCreate,
+            by_name(name),
+        ));
+        let res = c.in_session(&mut s, 0, false, &ops);
+        assert_eq!(last(&res), (Opnum4::Open, status), "{name}");
+    }
 
     // Root squashed may read root's 0644 file, not write it.
     let aroot = export_root(&mut c, &mut s, &a);

@@ -29,6 +29,7 @@ use super::attrs::{self, change};
 use super::compound::OpCtx;
 use super::fh::{require_dir, Current, Fh4, File};
 use super::lookup::{check_name, status};
+use super::namespace::Found;
 use super::reply::CompoundReply;
 use super::state::{resolve_current, Client};
 use super::status::from_fs;
@@ -280,9 +281,14 @@ fn open_by_name<'a>(
         Current::File(dir) => dir,
         // The pseudo-filesystem holds directories only, and is read-only.
         Current::Pseudo(_) if creating => return Err(Nfsstat4::Rofs),
-        Current::Pseudo(_) => {
-            check_name(name)?;
-            return Err(Nfsstat4::Isdir);
+        Current::Pseudo(id) => {
+            let name = check_name(name)?;
+            let ns = ctx.namespace();
+            let dir = ns.node(id).ok_or(Nfsstat4::Stale)?;
+            return Err(match dir.lookup(name, ctx.client()) {
+                Found::NotFound => Nfsstat4::Noent,
+                _ => Nfsstat4::Isdir,
+            });
         }
     };
     require_dir(dir.node.kind())?;
