@@ -83,7 +83,7 @@ def _serve(tmp_path, listen: str = "127.0.0.1", allow: str = "") -> str:
     export.mkdir()
     (export / "hello").write_text("hi\n")
     return f"""
-{dionfs_bin()} serve {export} --listen {listen} --state-dir {tmp_path}/state \\
+{dionfs_bin()} serve {export} --listen {listen} --state-dir {tmp_path}/state --log-level debug \\
     --insecure {allow} > {tmp_path}/dionfs.log 2>&1 &
 DIONFS=$!
 for i in $(seq 100); do
@@ -170,7 +170,8 @@ def _check_both_families(out: str, tmp_path) -> None:
         assert f"{tmp_path}/export 127.0.0.1/32,::1/128" in listing, listing
     assert "hello" in out.split("== nfs-ls")[1], out
     log = open(tmp_path / "dionfs.log").read()
-    # IPv4 clients are seen as themselves, not as ::ffff:127.0.0.1.
+    # IPv4 clients are seen as themselves, not as ::ffff:127.0.0.1 (in
+    # the connection lines, at debug).
     assert "peer=127.0.0.1:" in log and "::ffff:" not in log, log
 
 
