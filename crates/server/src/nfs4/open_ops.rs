@@ -162,13 +162,13 @@ fn open_file(ctx: &mut OpCtx, args: &OpenArgs4) -> Result<OpenResOk4, Nfsstat4> 
         | OpenClaim4::DelegCurFh(_)
         | OpenClaim4::DelegPrevFh => return Err(Nfsstat4::Notsupp),
     };
+    ctx.nfs4.state.grace_check(&client, reclaim)?;
     if let OpenClaim4::Previous(delegation) = &args.claim {
         // No delegation was ever granted, so none can be reclaimed.
         if *delegation != OpenDelegationType4::None {
             return Err(Nfsstat4::ReclaimBad);
         }
     }
-    ctx.nfs4.state.grace_check(&client, reclaim)?;
     let opened = match &args.claim {
         OpenClaim4::Null(name) => open_by_name(ctx, args, name)?,
         // The current file: a create there makes nothing (knfsd's
@@ -297,10 +297,6 @@ fn open_by_name<'a>(
     let before = change_of(export, &dir.node);
     let OpenFlag4::Create(how) = &args.openhow else {
         let (node, attr) = ctx.as_user(export, || export.fs.lookup(&dir.node, name))?;
-        if attr.kind == FileKind::Directory && ctx.namespace().has_nested(export.config.id) {
-            // An export mounted there is a directory too.
-            return Err(Nfsstat4::Isdir);
-        }
         require_regular(attr.kind)?;
         return Ok(Opened {
             file: File {
