@@ -16,6 +16,9 @@ _dionfs() {
             ",$1")
                 cmd="dionfs"
                 ;;
+            dionfs,clients)
+                cmd="dionfs__subcmd__clients"
+                ;;
             dionfs,exportfs)
                 cmd="dionfs__subcmd__exportfs"
                 ;;
@@ -33,6 +36,9 @@ _dionfs() {
                 ;;
             dionfs,stats)
                 cmd="dionfs__subcmd__stats"
+                ;;
+            dionfs__subcmd__help,clients)
+                cmd="dionfs__subcmd__help__subcmd__clients"
                 ;;
             dionfs__subcmd__help,exportfs)
                 cmd="dionfs__subcmd__help__subcmd__exportfs"
@@ -59,7 +65,7 @@ _dionfs() {
 
     case "${cmd}" in
         dionfs)
-            opts="-h -V --log-level --help --version serve reload stats exportfs scrub help"
+            opts="-h -V --log-level --help --version serve reload stats exportfs clients scrub help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -76,13 +82,43 @@ _dionfs() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        dionfs__subcmd__exportfs)
-            opts="-v -h --config --verbose --convert --log-level --help"
+        dionfs__subcmd__clients)
+            opts="-h --metrics --config --json --log-level --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --metrics)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-level)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dionfs__subcmd__exportfs)
+            opts="-v -h --metrics --config --verbose --convert --log-level --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --metrics)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -103,8 +139,22 @@ _dionfs() {
             return 0
             ;;
         dionfs__subcmd__help)
-            opts="serve reload stats exportfs scrub help"
+            opts="serve reload stats exportfs clients scrub help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dionfs__subcmd__help__subcmd__clients)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -257,7 +307,7 @@ _dionfs() {
             return 0
             ;;
         dionfs__subcmd__serve)
-            opts="-h --config --allow --listen --nfs-port --mount-port --portmap-port --no-portmap --state-dir --ports-file --metrics --pid-file --no-io-uring --no-nlm --nlm-port --nsm-port --grace-period --stall-timeout --reply-timeout --idle-timeout --idle-spin-us --large-read-depth-mib --max-connections --ro --all-squash --no-root-squash --anonuid --anongid --read-mode --write-mode --async --max-transfer --allow-devices --open-files --integrity --insecure --log-level --help"
+            opts="-h --config --allow --listen --nfs-port --mount-port --portmap-port --no-portmap --state-dir --ports-file --metrics --no-metrics --pid-file --no-io-uring --no-nlm --nlm-port --nsm-port --grace-period --stall-timeout --reply-timeout --idle-timeout --idle-spin-us --large-read-depth-mib --max-connections --ro --all-squash --no-root-squash --anonuid --anongid --read-mode --write-mode --async --max-transfer --allow-devices --open-files --integrity --insecure --log-level --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -379,13 +429,21 @@ _dionfs() {
             return 0
             ;;
         dionfs__subcmd__stats)
-            opts="-h --metrics --raw --log-level --help"
+            opts="-h --count --metrics --config --raw --log-level --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --count)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --metrics)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -122,7 +122,7 @@ def test_the_package_ships_a_stripped_binary_pages_and_completions(debs, unpacke
 
     pages = sorted(glob.glob(os.path.join(unpacked, "usr/share/man/man*/*")))
     names = [os.path.basename(p) for p in pages]
-    subcommands = ["exportfs", "reload", "scrub", "serve", "stats"]
+    subcommands = ["clients", "exportfs", "reload", "scrub", "serve", "stats"]
     assert sorted(names) == sorted(["dionfs.toml.5.gz", "dionfs.8.gz"]
                                    + [f"dionfs-{s}.8.gz" for s in subcommands]), names
     env = dict(os.environ, MANWIDTH="80", LC_ALL="C.UTF-8")

@@ -1,10 +1,12 @@
-//! `dionfs`: serve directories over NFSv3, reload a running server's
-//! configuration, read the server's counters, scrub integrity exports.
+//! `dionfs`: serve directories over NFS, reload a running server's
+//! configuration, ask it what it exports, to whom and how fast, scrub
+//! integrity exports.
 
 mod distfiles;
 mod logs;
 mod reload;
 mod scrub;
+mod tools;
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -17,6 +19,7 @@ use dionfs_core::export::config::{
 };
 use dionfs_core::export::{
     Access, ClientMatch, Config, Durability, ExportConfig, Integrity, ServerSettings, Squash,
+    STATS_ADDRESS,
 };
 use dionfs_core::reload::{ConfigSource, Phase};
 use dionfs_dataplane::Mode;
@@ -25,7 +28,9 @@ use dionfs_dataplane::Mode;
 #[command(
     name = "dionfs",
     version,
-    about = "A userspace NFSv3 server that serves files at device speed without the page cache"
+    about = "A userspace NFS server that serves files at device speed without the page cache",
+    after_help = "Exit status: 0 on success, 1 when the command fails at run time, 2 for a usage \
+                  or configuration error (scrub: see `dionfs scrub --help`)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -33,20 +38,32 @@ struct Cli {
     /// Which log lines to write: off, error, warn, info, debug or trace
     /// (also warning, verbose, quiet...), then any MODULE=LEVEL
     /// (info,dionfs_transport=debug). Overrides DIONFS_LOG and the
-    /// config's log_level; default info.
+    /// config's log_level. [default: info]
     #[arg(long, global = true, value_name = "LEVEL")]
     log_level: Option<dionfs_logs::LogFilter>,
 }
 
+/// Where the tools find the running server: its metrics listener.
+#[derive(Args)]
+struct ServerAddress {
+    /// The server's metrics address (its --metrics / metrics_listen).
+    /// [default: the metrics_listen of /etc/dionfs.toml if it sets one,
+    /// else 127.0.0.1:9049, where `dionfs serve DIR` serves them]
+    #[arg(long, value_name = "ADDR:PORT")]
+    metrics: Option<String>,
+}
+
 #[derive(Subcommand)]
 enum Command {
-    /// Serve DIR (or the exports of --config) over NFSv3/TCP.
+    /// Serve DIR, or the exports of --config, over NFS.
     Serve(Box<ServeArgs>),
-    /// Make a running `dionfs serve --config FILE` read FILE again and
-    /// apply its exports, without dropping connections (sends it SIGHUP,
-    /// as `systemctl reload dionfs` does). Default: the pid in
-    /// /run/dionfs.pid if that exists, else the only running `dionfs
-    /// serve`.
+    /// Make a running server read its --config again, keeping connections.
+    ///
+    /// Sends `dionfs serve --config FILE` SIGHUP, as `systemctl reload
+    /// dionfs` does; it reads FILE again and applies its exports without
+    /// dropping connections. Which server: --pid, --pid-file [default: the
+    /// pid in /run/dionfs.pid if that exists, else the only running `dionfs
+    /// serve`]
     Reload {
         /// The server's process id.
         #[arg(long, conflicts_with = "pid_file")]
@@ -55,31 +72,67 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         pid_file: Option<PathBuf>,
     },
-    /// Per-procedure call counts and service-time percentiles of a running
-    /// server (like `nfsstat -s`); --raw: every counter, Prometheus text.
+    /// Call counts and service times of the running server (like `nfsstat -s`).
+    ///
+    /// Per-procedure call counts and service-time percentiles since the
+    /// server started; with INTERVAL, those of the last INTERVAL seconds,
+    /// every INTERVAL seconds until interrupted (or --count reports);
+    /// --raw: every counter, Prometheus text.
     Stats {
-        /// The server's metrics address (its `--metrics` / `metrics_listen`).
-        #[arg(long, default_value = dionfs_server::metrics::STATS_ADDRESS)]
-        metrics: String,
+        /// Report every SECS seconds the calls since the report before.
+        #[arg(value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+        interval: Option<u64>,
+        /// With an interval, stop after N reports.
+        #[arg(long, value_name = "N", requires = "interval",
+              value_parser = clap::value_parser!(u64).range(1..))]
+        count: Option<u64>,
+        #[command(flatten)]
+        address: ServerAddress,
+        /// Read the server's address from this config's metrics_listen.
+        #[arg(long, value_name = "FILE", conflicts_with = "metrics")]
+        config: Option<PathBuf>,
         /// Print every counter as the server exports it (Prometheus text).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "interval")]
         raw: bool,
     },
-    /// The exports of a config in /etc/exports words (like `exportfs -v`),
-    /// or, with --convert, a dionfs config from an /etc/exports file.
+    /// What the running server exports now, with every option it applies.
+    ///
+    /// Asks the running server (like `exportfs -v`) and prints its exports
+    /// as config sections, options in the config's words, defaults
+    /// included. With --config FILE: the exports of FILE instead, in
+    /// /etc/exports words, no server needed. With --convert: a dionfs
+    /// config from an /etc/exports file.
     Exportfs {
-        /// The config whose exports to list.
-        #[arg(long, default_value = "/etc/dionfs.toml")]
-        config: PathBuf,
+        #[command(flatten)]
+        address: ServerAddress,
+        /// List the exports of this config file, not the running server's.
+        #[arg(long, value_name = "FILE", conflicts_with = "metrics")]
+        config: Option<PathBuf>,
         /// Accepted for `exportfs -v` habits; the listing is always verbose.
         #[arg(short, long)]
         verbose: bool,
         /// Print a dionfs config (TOML) for this /etc/exports file instead.
-        #[arg(long, value_name = "EXPORTS_FILE")]
+        #[arg(long, value_name = "EXPORTS_FILE", conflicts_with_all = ["config", "metrics"])]
         convert: Option<PathBuf>,
     },
-    /// Verify every block of integrity exports against its CRC32C, offline
-    /// (the server using the state directory must be stopped). Exit status
+    /// The clients of the running server: NLM hosts and NFSv4 clients.
+    ///
+    /// One line each (like `showmount -a`): the address, the protocol
+    /// (nlm: a host holding locks, by the name its lock manager gives;
+    /// nfs4: a client record, its clientid, sessions and owner).
+    Clients {
+        #[command(flatten)]
+        address: ServerAddress,
+        /// Read the server's address from this config's metrics_listen.
+        #[arg(long, value_name = "FILE", conflicts_with = "metrics")]
+        config: Option<PathBuf>,
+        /// Print a JSON array of objects instead.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Verify integrity exports' blocks against their CRC32C, offline.
+    ///
+    /// The server using the state directory must be stopped. Exit status
     /// 1 if a block is bad, 2 on an error (a state directory with no
     /// checksum store included), 3 if a file with data has no checksums
     /// (unless --allow-unchecked), else 0.
@@ -89,14 +142,14 @@ enum Command {
 #[derive(Args)]
 struct ScrubArgs {
     /// An export directory to scrub (repeatable). With --config, limits the
-    /// scrub to these of its integrity exports; default: all of them.
+    /// scrub to these of its integrity exports. [default: all of them]
     #[arg(long = "export", value_name = "PATH")]
     exports: Vec<PathBuf>,
     /// The server's TOML config (its exports and state_dir).
     #[arg(long)]
     config: Option<PathBuf>,
-    /// The server's state directory (default: the config's, else
-    /// /var/lib/dionfs).
+    /// The server's state directory. [default: the config's, else
+    /// /var/lib/dionfs]
     #[arg(long)]
     state_dir: Option<PathBuf>,
     /// Rebuild the checksums of files changed behind the server's back (or
@@ -152,84 +205,88 @@ impl ScrubArgs {
     }
 }
 
+/// `dionfs serve --help` groups its options under these.
+const SERVER: &str = "Server options";
+const EXPORT: &str = "Export options (without --config)";
+
 #[derive(Args)]
 struct ServeArgs {
     /// Directory to export; clients mount it by its absolute path.
     #[arg(required_unless_present = "config", conflicts_with = "config")]
     dir: Option<PathBuf>,
     /// A TOML file with [server] settings and [[export]] sections.
-    #[arg(long)]
+    #[arg(help_heading = SERVER, long)]
     config: Option<PathBuf>,
     /// Clients allowed to mount (address, CIDR, host name or wildcard such
-    /// as *.example.com; repeatable). Default: loopback only.
-    #[arg(long = "allow", value_name = "ADDR|CIDR|NAME")]
+    /// as *.example.com; repeatable). [default: loopback only]
+    #[arg(help_heading = EXPORT, long = "allow", value_name = "ADDR|CIDR|NAME")]
     allow: Vec<ClientMatch>,
     /// Address to listen on.
-    #[arg(long, default_value = "0.0.0.0")]
+    #[arg(help_heading = SERVER, long, default_value = "0.0.0.0")]
     listen: IpAddr,
     /// NFS port (0: any free port).
-    #[arg(long, default_value_t = 2049)]
+    #[arg(help_heading = SERVER, long, default_value_t = 2049)]
     nfs_port: u16,
     /// MOUNT port (0: any free port).
-    #[arg(long, default_value_t = 20048)]
+    #[arg(help_heading = SERVER, long, default_value_t = 20048)]
     mount_port: u16,
     /// Portmapper port (0: any free port). If it is taken, dionfs runs without one.
-    #[arg(long, default_value_t = 111)]
+    #[arg(help_heading = SERVER, long, default_value_t = 111)]
     portmap_port: u16,
     /// Run without a portmapper (clients then need port= and mountport=).
-    #[arg(long)]
+    #[arg(help_heading = SERVER, long)]
     no_portmap: bool,
     /// Where the file-handle key is kept (handles survive restarts with it).
-    #[arg(long, default_value = "/var/lib/dionfs")]
+    #[arg(help_heading = SERVER, long, default_value = "/var/lib/dionfs")]
     state_dir: PathBuf,
     /// After binding, write the ports in use as JSON to this file.
-    #[arg(long)]
+    #[arg(help_heading = SERVER, long)]
     ports_file: Option<PathBuf>,
     #[command(flatten)]
     settings: SettingsFlags,
     /// Export read-only.
-    #[arg(long)]
+    #[arg(help_heading = EXPORT, long)]
     ro: bool,
     /// Map every user to the anonymous ids.
-    #[arg(long, conflicts_with = "no_root_squash")]
+    #[arg(help_heading = EXPORT, long, conflicts_with = "no_root_squash")]
     all_squash: bool,
     /// Let root be root.
-    #[arg(long)]
+    #[arg(help_heading = EXPORT, long)]
     no_root_squash: bool,
     /// The anonymous user (not 4294967295: no user on Linux).
-    #[arg(long, default_value_t = 65534, value_parser = clap::value_parser!(u32).range(..4_294_967_295))]
+    #[arg(help_heading = EXPORT, long, default_value_t = 65534, value_parser = clap::value_parser!(u32).range(..4_294_967_295))]
     anonuid: u32,
     /// The anonymous group (not 4294967295).
-    #[arg(long, default_value_t = 65534, value_parser = clap::value_parser!(u32).range(..4_294_967_295))]
+    #[arg(help_heading = EXPORT, long, default_value_t = 65534, value_parser = clap::value_parser!(u32).range(..4_294_967_295))]
     anongid: u32,
     /// How READs touch the file: buffered, dontcache or direct.
-    #[arg(long, default_value = "direct", value_parser = parse_mode)]
+    #[arg(help_heading = EXPORT, long, default_value = "direct", value_parser = parse_mode)]
     read_mode: Mode,
     /// How WRITEs touch the file: buffered, dontcache or direct.
-    #[arg(long, default_value = "direct", value_parser = parse_mode)]
+    #[arg(help_heading = EXPORT, long, default_value = "direct", value_parser = parse_mode)]
     write_mode: Mode,
     /// Reply to CREATE, REMOVE, RENAME, SETATTR... before the change is on
     /// disk (exports(5) `async`). Faster; UNSAFE: a crash or power loss can
     /// lose changes clients were told had been made.
-    #[arg(long = "async")]
+    #[arg(help_heading = EXPORT, long = "async")]
     async_: bool,
     /// Largest READ/WRITE (rtmax/wtmax) in bytes.
-    #[arg(long, default_value_t = 1 << 20, value_parser = parse_max_transfer)]
+    #[arg(help_heading = EXPORT, long, default_value_t = 1 << 20, value_parser = parse_max_transfer)]
     max_transfer: u32,
     /// Let MKNOD create character and block devices.
-    #[arg(long)]
+    #[arg(help_heading = EXPORT, long)]
     allow_devices: bool,
     /// Files kept open while unused (the open-file cache; at least 1).
-    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(help_heading = SERVER, long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
     open_files: u32,
     /// Keep a CRC32C of every 4 KiB block of every file (under --state-dir),
     /// verified on every READ: `crc32c` or `off`.
-    #[arg(long, default_value = "off", value_parser = parse_integrity)]
+    #[arg(help_heading = EXPORT, long, default_value = "off", value_parser = parse_integrity)]
     integrity: Integrity,
     /// Serve NFS calls and MNT from any source port (exports(5) `insecure`).
-    /// Default `secure`: only from ports below 1024, which only root binds.
     /// With --config, use `secure = false` in the export instead.
-    #[arg(long, conflicts_with = "config")]
+    /// [default: secure, only from ports below 1024, which only root binds]
+    #[arg(help_heading = EXPORT, long, conflicts_with = "config")]
     insecure: bool,
 }
 
@@ -303,64 +360,71 @@ fn parse_max_transfer(s: &str) -> Result<u32, String> {
 /// settings (at start, and again at each reload).
 #[derive(Args, Clone)]
 struct SettingsFlags {
-    /// Serve Prometheus metrics over HTTP on ADDR:PORT (read by `dionfs stats`).
-    #[arg(long)]
+    /// Serve Prometheus metrics, and what `dionfs stats`, `exportfs` and
+    /// `clients` ask, over HTTP on ADDR:PORT. With --config, overrides
+    /// its `metrics_listen`. [default: 127.0.0.1:9049 for `serve DIR`;
+    /// the config's metrics_listen with --config]
+    #[arg(help_heading = SERVER, long, value_name = "ADDR:PORT")]
     metrics: Option<std::net::SocketAddr>,
+    /// Serve no metrics (`dionfs stats`, `exportfs -v` and `clients` then
+    /// cannot ask this server anything).
+    #[arg(help_heading = SERVER, long, conflicts_with = "metrics")]
+    no_metrics: bool,
     /// Write the server's process id to FILE while it runs (for `dionfs
     /// reload`; with --config, overrides its `pid_file`).
-    #[arg(long, value_name = "FILE")]
+    #[arg(help_heading = SERVER, long, value_name = "FILE")]
     pid_file: Option<PathBuf>,
-    /// Run every call on blocking threads, without io_uring (default: direct
-    /// READs and aligned direct WRITEs go through io_uring where the kernel
-    /// allows it; with --config, overrides its `io_uring`).
-    #[arg(long)]
+    /// Run every call on blocking threads, without io_uring (otherwise
+    /// direct READs and aligned direct WRITEs go through io_uring where the
+    /// kernel allows it). With --config, overrides its `io_uring`.
+    #[arg(help_heading = SERVER, long)]
     no_io_uring: bool,
     /// Serve no NLM/NSM lock service (clients must then mount with
-    /// `nolock`; with --config, overrides its `nlm`).
-    #[arg(long)]
+    /// `nolock`). With --config, overrides its `nlm`.
+    #[arg(help_heading = SERVER, long)]
     no_nlm: bool,
-    /// NLM's TCP port (default 0: any free port, found by clients through
-    /// the port mapper; with --config, overrides `nlm_port`).
-    #[arg(long, value_name = "N")]
+    /// NLM's TCP port (0: any free port, found by clients through the port
+    /// mapper). With --config, overrides `nlm_port`. [default: 0]
+    #[arg(help_heading = SERVER, long, value_name = "N")]
     nlm_port: Option<u16>,
-    /// NSM's UDP port for reboot notifications (default 0: any free port;
-    /// with --config, overrides `nsm_port`).
-    #[arg(long, value_name = "N")]
+    /// NSM's UDP port for reboot notifications (0: any free port). With
+    /// --config, overrides `nsm_port`. [default: 0]
+    #[arg(help_heading = SERVER, long, value_name = "N")]
     nsm_port: Option<u16>,
     /// After a restart with clients that held locks, grant only their
-    /// reclaims for SECS seconds (default 90, 0 for none; with --config,
-    /// overrides `grace_period`).
-    #[arg(long, value_name = "SECS", value_parser = parse_grace)]
+    /// reclaims for SECS seconds (0: none). With --config, overrides
+    /// `grace_period`. [default: 90]
+    #[arg(help_heading = SERVER, long, value_name = "SECS", value_parser = parse_grace)]
     grace_period: Option<std::time::Duration>,
-    /// Drop a connection whose call stops arriving half-way for SECS seconds
-    /// (default 5; with --config, overrides its `stall_timeout`).
-    #[arg(long, value_name = "SECS", value_parser = parse_stall_timeout)]
+    /// Drop a connection whose call stops arriving half-way for SECS
+    /// seconds. With --config, overrides its `stall_timeout`. [default: 5]
+    #[arg(help_heading = SERVER, long, value_name = "SECS", value_parser = parse_stall_timeout)]
     stall_timeout: Option<std::time::Duration>,
     /// Close a connection whose client reads none of its replies for SECS
-    /// seconds (default 30; with --config, overrides `reply_timeout`).
-    #[arg(long, value_name = "SECS", value_parser = parse_reply_timeout)]
+    /// seconds. With --config, overrides `reply_timeout`. [default: 30]
+    #[arg(help_heading = SERVER, long, value_name = "SECS", value_parser = parse_reply_timeout)]
     reply_timeout: Option<std::time::Duration>,
-    /// Close a connection without calls for SECS seconds (default 360; with
-    /// --config, overrides `idle_timeout`).
-    #[arg(long, value_name = "SECS", value_parser = parse_idle_timeout)]
+    /// Close a connection without calls for SECS seconds. With --config,
+    /// overrides `idle_timeout`. [default: 360]
+    #[arg(help_heading = SERVER, long, value_name = "SECS", value_parser = parse_idle_timeout)]
     idle_timeout: Option<std::time::Duration>,
     /// While no call is in flight, a connection sending one call at a time
-    /// looks for its next one for up to N microseconds before sleeping
-    /// (default 100, 0 never, at most 1000; with --config, overrides
-    /// `idle_spin_us`).
-    #[arg(long, value_name = "N", value_parser = parse_idle_spin)]
+    /// looks for its next one for up to N microseconds before sleeping (0
+    /// never, at most 1000). With --config, overrides `idle_spin_us`.
+    /// [default: 100]
+    #[arg(help_heading = SERVER, long, value_name = "N", value_parser = parse_idle_spin)]
     idle_spin_us: Option<std::time::Duration>,
     /// While a small direct READ is at an export's device, large direct
     /// reads start only while less than N MiB of them are there: less
     /// favours random READs beside sequential readers, more the sequential
-    /// readers (default 4, 0 no limit; with --config, overrides
-    /// `large_read_depth_mib`).
-    #[arg(long, value_name = "N", value_parser = parse_large_read_depth)]
+    /// readers (0: no limit). With --config, overrides
+    /// `large_read_depth_mib`. [default: 4]
+    #[arg(help_heading = SERVER, long, value_name = "N", value_parser = parse_large_read_depth)]
     large_read_depth_mib: Option<u64>,
     /// Connections open at once; a new one past it closes the connection
-    /// quiet longest (5 s at least), else is closed at once (default 4096;
-    /// with --config, overrides `max_connections`).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    /// quiet longest (5 s at least), else is closed at once. With --config,
+    /// overrides `max_connections`. [default: 4096]
+    #[arg(help_heading = SERVER, long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     max_connections: Option<u32>,
 }
 
@@ -369,6 +433,9 @@ impl SettingsFlags {
     fn apply(&self, settings: &mut ServerSettings) {
         if self.metrics.is_some() {
             settings.metrics_listen = self.metrics;
+        }
+        if self.no_metrics {
+            settings.metrics_listen = None;
         }
         if self.pid_file.is_some() {
             settings.pid_file = self.pid_file.clone();
@@ -429,6 +496,9 @@ impl ServeArgs {
             portmap_port: (!self.no_portmap).then_some(self.portmap_port),
             state_dir: self.state_dir.clone(),
             open_files: self.open_files as usize,
+            // Where `dionfs stats`, `exportfs -v` and `clients` look
+            // first; --metrics moves it, --no-metrics turns it off.
+            metrics_listen: STATS_ADDRESS.parse().ok(),
             ..ServerSettings::default()
         };
         self.settings.apply(&mut server);
@@ -557,51 +627,76 @@ fn main() -> ExitCode {
             }
         },
         Command::Exportfs {
+            address,
             config,
             verbose: _,
             convert,
-        } => exportfs(&config, convert.as_deref()),
-        Command::Stats { metrics, raw } => match dionfs_server::metrics::fetch(&metrics) {
-            Ok(text) if raw => {
-                print!("{text}");
-                ExitCode::SUCCESS
-            }
-            Ok(text) => {
-                use dionfs_server::callstats;
-                let programs = dionfs_server::dispatch::counted_programs();
-                print!("{}", callstats::table(&callstats::parse(&text), &programs));
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("dionfs stats: cannot read {metrics}: {e}");
-                ExitCode::FAILURE
-            }
+        } => match (config, convert) {
+            (_, Some(file)) => exportfs_convert(&file),
+            (Some(config), None) => exportfs_file(&config),
+            (None, None) => match tools::server_address(address.metrics.as_deref(), None) {
+                Ok(addr) => tools::exportfs(&addr),
+                Err(e) => usage_error("exportfs", &e),
+            },
+        },
+        Command::Stats {
+            interval,
+            count,
+            address,
+            config,
+            raw,
+        } => match tools::server_address(address.metrics.as_deref(), config.as_deref()) {
+            Ok(addr) => tools::stats(tools::StatsArgs {
+                addr,
+                raw,
+                interval,
+                count,
+            }),
+            Err(e) => usage_error("stats", &e),
+        },
+        Command::Clients {
+            address,
+            config,
+            json,
+        } => match tools::server_address(address.metrics.as_deref(), config.as_deref()) {
+            Ok(addr) => tools::clients(&addr, json),
+            Err(e) => usage_error("clients", &e),
         },
     }
 }
 
-/// `dionfs exportfs`: see [`Command::Exportfs`].
-fn exportfs(config: &std::path::Path, convert: Option<&std::path::Path>) -> ExitCode {
+/// A configuration the command cannot use: exit status 2, as for a
+/// usage error.
+fn usage_error(command: &str, e: &str) -> ExitCode {
+    eprintln!("dionfs {command}: {e}");
+    ExitCode::from(2)
+}
+
+/// `dionfs exportfs --convert FILE`: see [`Command::Exportfs`].
+fn exportfs_convert(file: &std::path::Path) -> ExitCode {
     use dionfs_core::export::exports5;
-    if let Some(file) = convert {
-        let text = match std::fs::read_to_string(file) {
-            Ok(t) => t,
-            Err(e) => {
-                eprintln!("dionfs exportfs: cannot read {}: {e}", file.display());
-                return ExitCode::from(2);
-            }
-        };
-        return match exports5::convert(&text) {
-            Ok(toml) => {
-                print!("{toml}");
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("dionfs exportfs: {}: {e}", file.display());
-                ExitCode::FAILURE
-            }
-        };
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("dionfs exportfs: cannot read {}: {e}", file.display());
+            return ExitCode::from(2);
+        }
+    };
+    match exports5::convert(&text) {
+        Ok(toml) => {
+            print!("{toml}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("dionfs exportfs: {}: {e}", file.display());
+            ExitCode::FAILURE
+        }
     }
+}
+
+/// `dionfs exportfs --config FILE`: see [`Command::Exportfs`].
+fn exportfs_file(config: &std::path::Path) -> ExitCode {
+    use dionfs_core::export::exports5;
     match Config::from_file(config) {
         Ok(c) => {
             print!("{}", exports5::listing(&c.exports));

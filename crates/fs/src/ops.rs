@@ -742,6 +742,123 @@ fn evict_if_gone(fs: &ExportFs, victim: OwnedFd) {
     }
 }
 
+/// The namespace of the extended attributes NFSv4.2 serves (RFC 8276
+/// section 6: a client's names are the `user.` namespace's, without the
+/// prefix).
+const USER_XATTR: &[u8] = b"user.";
+
+/// The largest value and the longest name list Linux keeps
+/// (`XATTR_SIZE_MAX`, `XATTR_LIST_MAX`).
+const XATTR_MAX: usize = 64 * 1024;
+
+/// Whether SETXATTR may create the attribute, replace it, or both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XattrSet {
+    Either,
+    /// `XATTR_CREATE`: `Exist` if it is there.
+    Create,
+    /// `XATTR_REPLACE`: [`XattrError::NoAttr`] if it is not.
+    Replace,
+}
+
+/// Why an extended-attribute call failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XattrError {
+    /// The file has no attribute of that name (`ENODATA`).
+    NoAttr,
+    /// Any other failure. A value or list past what Linux keeps is
+    /// `FBig` (`E2BIG`, `ERANGE`).
+    Fs(FsError),
+}
+
+impl From<Errno> for XattrError {
+    fn from(e: Errno) -> XattrError {
+        match e {
+            Errno::NODATA => XattrError::NoAttr,
+            Errno::RANGE => XattrError::Fs(FsError::FBig),
+            e => XattrError::Fs(FsError::from_errno(e)),
+        }
+    }
+}
+
+/// `user.` and `name`, refusing a name with a NUL byte (`Inval`).
+fn user_xattr(name: &[u8]) -> Result<CString, XattrError> {
+    CString::new([USER_XATTR, name].concat()).map_err(|_| XattrError::Fs(FsError::Inval))
+}
+
+/// The value of the user attribute `name` of `node` (without its
+/// `user.` prefix), read as the caller through `/proc/thread-self/fd`
+/// (an `O_PATH` descriptor refuses `fgetxattr`): the kernel checks the
+/// caller may read the file.
+pub fn getxattr(node: &Node, name: &[u8]) -> Result<Vec<u8>, XattrError> {
+    let name = user_xattr(name)?;
+    let mut value = vec![0; XATTR_MAX];
+    let len = rustix::fs::getxattr(
+        proc_fd_path(node.fd()).as_c_str(),
+        name.as_c_str(),
+        &mut value[..],
+    )?;
+    value.truncate(len);
+    Ok(value)
+}
+
+/// Sets the user attribute `name` of `node` to `value`, as the caller
+/// (who must be able to write the file), creating or replacing it as
+/// `how` allows.
+pub fn setxattr(node: &Node, name: &[u8], value: &[u8], how: XattrSet) -> Result<(), XattrError> {
+    let name = user_xattr(name)?;
+    let flags = match how {
+        XattrSet::Either => rustix::fs::XattrFlags::empty(),
+        XattrSet::Create => rustix::fs::XattrFlags::CREATE,
+        XattrSet::Replace => rustix::fs::XattrFlags::REPLACE,
+    };
+    rustix::fs::setxattr(
+        proc_fd_path(node.fd()).as_c_str(),
+        name.as_c_str(),
+        value,
+        flags,
+    )?;
+    Ok(())
+}
+
+/// The names of `node`'s user attributes, without their prefix, in the
+/// kernel's order (which a file keeps while its attributes do not
+/// change: LISTXATTRS pages by position in it).
+pub fn listxattrs(node: &Node) -> Result<Vec<Vec<u8>>, XattrError> {
+    let mut list = vec![0; XATTR_MAX];
+    let len = rustix::fs::listxattr(proc_fd_path(node.fd()).as_c_str(), &mut list[..])?;
+    Ok(list[..len]
+        .split(|&b| b == 0)
+        .filter_map(|name| name.strip_prefix(USER_XATTR))
+        .filter(|name| !name.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect())
+}
+
+/// Removes the user attribute `name` of `node`, as the caller.
+pub fn removexattr(node: &Node, name: &[u8]) -> Result<(), XattrError> {
+    let name = user_xattr(name)?;
+    rustix::fs::removexattr(proc_fd_path(node.fd()).as_c_str(), name.as_c_str())?;
+    Ok(())
+}
+
+/// Whether `node`'s filesystem keeps user attributes: a read of one
+/// that is not there answers `ENODATA` there, `EOPNOTSUPP` where the
+/// namespace is refused (a mount with `nouser_xattr`, old tmpfs).
+pub fn user_xattrs_supported(node: &Node) -> bool {
+    let Ok(name) = user_xattr(b"dionfs.probe") else {
+        return false;
+    };
+    !matches!(
+        rustix::fs::getxattr(
+            proc_fd_path(node.fd()).as_c_str(),
+            name.as_c_str(),
+            &mut [0u8; 0][..]
+        ),
+        Err(Errno::OPNOTSUPP | Errno::NOSYS)
+    )
+}
+
 /// `attr` with the size the data plane reports for `file`.
 fn with_data_size(mut attr: Attr, probe: SizeProbe, file: &OpenFile) -> Attr {
     if let Ok(size) = file.data().size_given(probe, attr.size) {

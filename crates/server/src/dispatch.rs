@@ -134,7 +134,7 @@ impl Dispatcher {
             } if matches!(nfs_io(call), Io::Read { .. }) => {
                 nfs::data::read_may_use_ring(&self.server, exports, args)
             }
-            Pending::Nfs4(compound) => !compound.blocks(),
+            Pending::Nfs4(compound) => !compound.blocks() || compound.starts_on_task(),
             _ => false,
         }
     }
@@ -227,8 +227,15 @@ impl Service for Dispatcher {
                         Ok(Received::Reply(success(call.xid, &Void)))
                     }
                     1 => {
-                        let received =
-                            nfs4::receive::receive(program, exports, conn, call, body).await?;
+                        let received = nfs4::receive::receive(
+                            &self.server,
+                            program,
+                            exports,
+                            conn,
+                            call,
+                            body,
+                        )
+                        .await?;
                         if !matches!(received, Received::Run(_)) {
                             // Answered at once (a retransmission, an empty
                             // COMPOUND): counted as the others.
@@ -261,6 +268,9 @@ impl Service for Dispatcher {
     /// a 6,000-entry directory in flight each, unread, took 480 MB (and both
     /// CPUs) before READDIRs reserved room too.
     fn reply_room(&self, pending: &Pending) -> usize {
+        if let Pending::Nfs4(compound) = pending {
+            return compound.reply_room(self.server.max_args);
+        }
         let Pending::Nfs { call, args, .. } = pending else {
             return 0;
         };
@@ -276,6 +286,10 @@ impl Service for Dispatcher {
     }
 
     async fn prepare(&self, conn: &ConnInfo, pending: &mut Pending) {
+        if let Pending::Nfs4(compound) = pending {
+            compound.take_read_buffer(conn).await;
+            return;
+        }
         if let Pending::Nfs {
             exports,
             call,
@@ -299,15 +313,24 @@ impl Service for Dispatcher {
     /// [`dionfs_dataplane::SMALL_IO`] bytes of data (it then takes a small
     /// buffer, bounded by the calls a connection may have in flight). A
     /// READ's count is in its arguments: see below.
+    /// An NFSv4 COMPOUND, which may carry a WRITE, likewise unless its
+    /// record is too short for more than `SMALL_IO` bytes of data and
+    /// 1 KiB of other ops (design section 2).
     fn holds_buffer(&self, call: &CallHeader, args_len: Option<u32>) -> bool {
-        matches!(nfs_io(call), Io::Write)
-            && args_len.is_none_or(|n| !dionfs_dataplane::is_small(n as usize))
+        match (call.prog, call.vers, call.proc_) {
+            (NFS_PROGRAM, NFS_V4, 1) => args_len.is_none_or(|n| !nfs4::data::is_small_compound(n)),
+            _ => {
+                matches!(nfs_io(call), Io::Write)
+                    && args_len.is_none_or(|n| !dionfs_dataplane::is_small(n as usize))
+            }
+        }
     }
 
     /// A READ of more than [`dionfs_dataplane::SMALL_IO`] bytes holds a
     /// large pool buffer until its reply is out.
     fn holds_buffer_after_receive(&self, pending: &Pending) -> bool {
         match pending {
+            Pending::Nfs4(compound) => compound.holds_buffer_after_receive(),
             Pending::Nfs { call, args, .. } => match nfs_io(call) {
                 Io::Read { count } => {
                     count(args).is_some_and(|n| !dionfs_dataplane::is_small(n as usize))
@@ -368,7 +391,8 @@ impl Service for Dispatcher {
                 &args,
             )),
             // Received only while NFSv4 is served.
-            Pending::Nfs4(compound) => self.nfs4.as_ref().map(|program| {
+            Pending::Nfs4(mut compound) => self.nfs4.as_ref().map(|program| {
+                compound.data.on_task = on_task;
                 nfs4::compound::run(&server, program, &conn, *compound, &self.calls)
             }),
         };

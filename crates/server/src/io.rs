@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use dionfs_core::exports::Export;
 use dionfs_core::server::Server;
-use dionfs_dataplane::{DataError, Prefetch, ReadData, Rebuild, WriteBuffer};
+use dionfs_dataplane::{DataError, Prefetch, ReadData, Rebuild, Stable, WriteBuffer};
 use dionfs_fs::{ops, Attr, FsError, OpenFile};
 use dionfs_rpc::{RecordError, RecordReader};
 use dionfs_sys::cred::{with_creds, Creds};
@@ -70,11 +70,22 @@ pub async fn receive_payload<R: CallStream>(
             }))
         }
     };
-    let len = buf.len();
-    let mut received = staged.bytes().len();
+    let received = staged.bytes().len();
     buf.payload_mut()[..received].copy_from_slice(staged.bytes());
     drop(staged);
     buf.arrived(received);
+    receive_rest(body, &mut buf, received).await?;
+    Ok(Ok(buf))
+}
+
+/// Reads the rest of `buf`'s payload, from byte `received` on, from
+/// `body`, in the pieces [`WriteBuffer::receive_piece`] asks for.
+pub async fn receive_rest<R: CallStream>(
+    body: &mut RecordReader<R>,
+    buf: &mut WriteBuffer,
+    mut received: usize,
+) -> Result<(), RecordError> {
+    let len = buf.len();
     while received < len {
         let end = len.min(received + buf.receive_piece());
         body.read_exact(&mut buf.payload_mut()[received..end])
@@ -82,7 +93,38 @@ pub async fn receive_payload<R: CallStream>(
         received = end;
         buf.arrived(received);
     }
-    Ok(Ok(buf))
+    Ok(())
+}
+
+/// Reads and drops the next `len` bytes of the record (a payload refused,
+/// its padding), through a small stack buffer.
+pub async fn skip<R: CallStream>(
+    body: &mut RecordReader<R>,
+    len: usize,
+) -> Result<(), RecordError> {
+    let mut scratch = [0u8; 4096];
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(scratch.len());
+        body.read_exact(&mut scratch[..n]).await?;
+        left -= n;
+    }
+    Ok(())
+}
+
+/// Whether a WRITE of `buf` to `file` may be written on the connection's
+/// task, into the page cache (`DataPlane::may_write_on_task`: a small
+/// UNSTABLE write without integrity to a file with no range locked). No
+/// syscall: what NFSv3 and NFSv4 ask before starting a WRITE on a task.
+pub fn may_write_on_task(
+    export: &Export,
+    file: &OpenFile,
+    buf: &WriteBuffer,
+    stable: Stable,
+) -> bool {
+    export
+        .data
+        .may_write_on_task(file.data(), buf.len(), stable)
 }
 
 /// Runs `f` as `creds` (see `dionfs_sys::cred::with_creds`). A switch the

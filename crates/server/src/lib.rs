@@ -12,6 +12,7 @@ pub mod mount;
 pub mod nfs;
 pub mod nfs4;
 pub mod nlm;
+pub mod operator;
 pub mod portmap;
 pub mod program;
 mod reply;
@@ -102,7 +103,52 @@ fn bind(ip: std::net::IpAddr, port: u16, what: &str) -> Result<TcpListener, Stri
         s.listen(1024)?;
         TcpListener::from_std(s.into())
     };
-    listen().map_err(|e| format!("cannot listen for {what} on {ip}:{port}: {e}"))
+    listen().map_err(|e| {
+        let (flag, holder) = port_holder(what, port);
+        format!(
+            "cannot listen for {what} on {ip}:{port}: {e}{}",
+            taken_hint(&e, flag, holder)
+        )
+    })
+}
+
+/// For `what`'s `port` taken: the flag that moves dionfs elsewhere and
+/// what probably holds the port.
+fn port_holder(what: &str, port: u16) -> (&'static str, &'static str) {
+    match (what, port) {
+        ("NFS", 2049) => (
+            "--nfs-port N (nfs_port)",
+            "the kernel's NFS server (nfs-kernel-server, knfsd) or another dionfs",
+        ),
+        ("NFS", _) => ("--nfs-port N (nfs_port)", "another NFS server or dionfs"),
+        ("MOUNT", 20048) => (
+            "--mount-port N (mount_port)",
+            "the kernel NFS server's rpc.mountd (nfs-kernel-server) or another dionfs",
+        ),
+        ("MOUNT", _) => ("--mount-port N (mount_port)", "another dionfs or mountd"),
+        ("portmap", _) => (
+            "--portmap-port N or --no-portmap (portmap_port)",
+            "rpcbind or another dionfs",
+        ),
+        ("NLM", _) => (
+            "--nlm-port N (nlm_port), or 0 for any free port",
+            "another dionfs or the kernel's lockd",
+        ),
+        _ => ("its port flag", "another program"),
+    }
+}
+
+/// For an address already in use: what probably holds it and the flag
+/// that moves dionfs elsewhere (empty for other errors).
+fn taken_hint(e: &std::io::Error, flag: &str, holder: &str) -> String {
+    if e.kind() == std::io::ErrorKind::AddrInUse {
+        format!(
+            " (probably held by {holder}: stop it, or move dionfs with {flag}; \
+             `ss -ltnp` shows the holder)"
+        )
+    } else {
+        String::new()
+    }
 }
 
 /// A UDP socket on `ip`, `port`.
@@ -292,12 +338,16 @@ async fn serve(
             settings,
             limits.max_record,
             shared_locks.clone(),
+            server.grace.clone(),
         )?);
         nfs4.start_laundromat();
         Some(nfs4)
     } else {
         None
     };
+    let nfs4_state = nfs4.as_ref().map(|n| n.state.clone());
+    // A reload drops NFSv4 state on removed exports too.
+    let nfs4_reload = nfs4.clone();
     let dispatcher = Arc::new(dispatch::Dispatcher::new(
         server.clone(),
         calls.clone(),
@@ -372,11 +422,38 @@ async fn serve(
         tokio::spawn(drive_ring(ring.clone()));
     }
     if let Some(addr) = settings.metrics_listen {
-        let l = TcpListener::bind(addr)
-            .await
-            .map_err(|e| format!("cannot listen for metrics on {addr}: {e}"))?;
-        let registry = metrics::registry(server.clone(), lock_service.clone(), calls.clone());
-        tokio::spawn(metrics::serve(l, registry));
+        match TcpListener::bind(addr).await {
+            Ok(l) => {
+                let endpoints = metrics::Endpoints {
+                    registry: metrics::registry(
+                        server.clone(),
+                        lock_service.clone(),
+                        calls.clone(),
+                    ),
+                    server: server.clone(),
+                    locks: lock_service.clone(),
+                    nfs4: nfs4_state,
+                };
+                tokio::spawn(metrics::serve(l, endpoints));
+            }
+            // The default address taken: another dionfs has it, most
+            // likely; serving without metrics beats not serving.
+            Err(e)
+                if e.kind() == std::io::ErrorKind::AddrInUse
+                    && addr.to_string() == metrics::STATS_ADDRESS =>
+            {
+                warn!(%addr, "cannot listen for metrics: the address is taken (another dionfs \
+                    serve?); serving without metrics, so `dionfs stats`, `exportfs -v` and \
+                    `clients` do not reach this server: give it --metrics ADDR:PORT \
+                    (metrics_listen) of its own");
+            }
+            Err(e) => {
+                return Err(format!(
+                    "cannot listen for metrics on {addr}: {e}{}",
+                    taken_hint(&e, "--metrics ADDR:PORT (metrics_listen)", "another dionfs")
+                ))
+            }
+        }
     }
     for x in server.exports().iter() {
         log_export(&x.config);
@@ -466,7 +543,7 @@ async fn serve(
                 };
                 record(reload::Phase::Running, String::new());
                 systemd::notify(&format!("RELOADING=1\nMONOTONIC_USEC={}", monotonic_usec()));
-                let (ok, text) = reload(&server, source.as_ref(), &shared_locks).await;
+                let (ok, text) = reload(&server, source.as_ref(), &shared_locks, nfs4_reload.as_deref()).await;
                 systemd::notify(&ready(&server));
                 let phase = if ok { reload::Phase::Applied } else { reload::Phase::Failed };
                 record(phase, text);
@@ -529,6 +606,7 @@ async fn reload(
     server: &Arc<Server>,
     source: Option<&Arc<ConfigSource>>,
     locks: &locks::Locks,
+    nfs4: Option<&nfs4::Nfs4>,
 ) -> (bool, String) {
     let Some(source) = source else {
         let why = "the server was started without --config; there is nothing to reload \
@@ -556,6 +634,16 @@ async fn reload(
                 }
             }
             info!(exports = exports.len(), "reloaded: {}", report.summary());
+            // NFSv4's opens first: they release their locks and
+            // reservations through the tables, then NLM's go.
+            let opens = nfs4.map_or(0, |n| n.release_exports(&report.removed_ids));
+            if opens > 0 {
+                warn!(
+                    opens,
+                    "reload: released the NFSv4 opens and locks held on files of the removed \
+                     exports (their clients can no longer reach the files to close them)"
+                );
+            }
             let released = locks.release_exports(&report.removed_ids);
             if released != (0, 0) {
                 warn!(
@@ -663,3 +751,30 @@ async fn expire_readahead(server: Arc<Server>) {
 /// How often the open-file cache is searched for files deleted behind the
 /// server's back ([`dionfs_fs::OpenFileCache::close_unlinked`]).
 const UNLINKED_SWEEP: std::time::Duration = std::time::Duration::from_secs(1);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A taken port names what probably holds it and the flag that moves
+    /// dionfs elsewhere; other errors get no such guess.
+    #[tokio::test]
+    async fn a_taken_port_names_its_probable_holder_and_the_flag() {
+        assert!(port_holder("NFS", 2049).1.contains("nfs-kernel-server"));
+        assert!(port_holder("portmap", 111).1.contains("rpcbind"));
+        let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = held.local_addr().unwrap().port();
+        let e = bind("127.0.0.1".parse().unwrap(), port, "MOUNT").unwrap_err();
+        assert!(
+            e.starts_with(&format!("cannot listen for MOUNT on 127.0.0.1:{port}: ")),
+            "{e}"
+        );
+        assert!(
+            e.contains("probably held by another dionfs or mountd"),
+            "{e}"
+        );
+        assert!(e.contains("--mount-port N"), "{e}");
+        let other = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        assert_eq!(taken_hint(&other, "--nfs-port N", "knfsd"), "");
+    }
+}

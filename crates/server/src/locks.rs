@@ -187,15 +187,41 @@ impl Locks {
         open: Opener<'_>,
         waiter: Option<Waiter>,
     ) -> std::io::Result<Attempt> {
-        let first = self
-            .table
-            .lock()
-            .lock(fh, owner, label, span, exclusive, &mut *open, waiter)?;
+        self.lock_then(fh, owner, label, span, exclusive, open, waiter, |_| {})
+    }
+
+    /// [`Locks::lock`], running `granted` on the table, still locked, if
+    /// the lock is granted (NLM marks there a GRANTED callback of the
+    /// owner answered, which must not release what was just granted).
+    #[allow(clippy::too_many_arguments)]
+    pub fn lock_then(
+        &self,
+        fh: &[u8],
+        owner: &Owner,
+        label: &[u8],
+        span: Span,
+        exclusive: bool,
+        open: Opener<'_>,
+        waiter: Option<Waiter>,
+        granted: impl FnOnce(&LockTable<Owner, Waiter>),
+    ) -> std::io::Result<Attempt> {
+        let mut granted = Some(granted);
+        let mut attempt = |open: Opener<'_>, waiter: Option<Waiter>| {
+            let mut table = self.table.lock();
+            let attempt = table.lock(fh, owner, label, span, exclusive, open, waiter)?;
+            if attempt == Attempt::Granted {
+                if let Some(granted) = granted.take() {
+                    granted(&table);
+                }
+            }
+            Ok(attempt)
+        };
+        let first = attempt(&mut *open, waiter)?;
         if first != Attempt::Conflict || self.expirer.get().is_none() {
             return Ok(first);
         }
         // The holder, through the owner's description or a new one: an
-        // opener that gives only one (NLM's) leaves the conflict as it is.
+        // opener that gives only one leaves the conflict as it is.
         let Ok(holder) = self
             .table
             .lock()
@@ -212,9 +238,7 @@ impl Locks {
         }
         // A waiter queued by the first try is dropped if this one is
         // granted (the table's `lock` does that).
-        self.table
-            .lock()
-            .lock(fh, owner, label, span, exclusive, open, None)
+        attempt(open, None)
     }
 
     /// Takes `reservation` of `fh` for `owner` ([`ShareTable::reserve`]).

@@ -545,12 +545,88 @@ static SCRAPES_REFUSED: AtomicU64 = AtomicU64::new(0);
 /// longer.
 pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Serves `/metrics` until the process ends: at most [`MAX_SCRAPES`] at
-/// once, each for at most [`SCRAPE_TIMEOUT`], so that connections that
-/// send nothing or read nothing cannot pile up tasks and responses (each
-/// holds a rendering of every counter) without bound.
-pub async fn serve(listener: TcpListener, registry: Registry) {
-    let registry = Arc::new(registry);
+/// What the metrics listener serves: the counters, and what the
+/// operator tools ask of the running server (see [`crate::operator`]).
+pub struct Endpoints {
+    pub registry: Registry,
+    pub server: Arc<Server>,
+    /// The NLM lock service, when it runs: its hosts holding locks.
+    pub locks: Option<Arc<LockService>>,
+    /// NFSv4's state, when some minor version is served: its clients.
+    pub nfs4: Option<Arc<crate::nfs4::state::State>>,
+}
+
+impl Endpoints {
+    /// The response to a request whose first line is `request_line`:
+    /// `GET /exports`, `GET /clients`, `GET /clients.json`, any other path
+    /// the metrics (as before, when every path got them).
+    fn respond(&self, request_line: &str) -> String {
+        let path = request_line.split(' ').nth(1).unwrap_or("/metrics");
+        let text = |body: String| {
+            format!(
+                "HTTP/1.0 200 OK\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+        };
+        match path {
+            "/exports" => {
+                let exports = self.server.exports();
+                let configs: Vec<_> = exports.iter().map(|x| &x.config).collect();
+                text(crate::operator::exports_toml(&configs))
+            }
+            "/clients" => text(crate::operator::clients_text(&self.clients())),
+            "/clients.json" => text(crate::operator::clients_json(&self.clients())),
+            _ => match render(&self.registry) {
+                Ok(body) => format!(
+                    "HTTP/1.0 200 OK\r\nContent-Type: {CONTENT_TYPE}\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                ),
+                Err(_) => {
+                    warn!("metrics could not be encoded (a value out of range)");
+                    "HTTP/1.0 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n".to_string()
+                }
+            },
+        }
+    }
+
+    /// The NLM hosts holding locks, then the NFSv4 clients.
+    fn clients(&self) -> Vec<crate::operator::ClientLine> {
+        use crate::operator::{printable, ClientLine};
+        let mut lines = Vec::new();
+        if let Some(locks) = &self.locks {
+            let mut hosts = locks.hosts();
+            hosts.sort();
+            hosts.dedup();
+            lines.extend(hosts.into_iter().map(|h| ClientLine::Nlm {
+                name: printable(&h.name),
+                address: h.ip,
+            }));
+        }
+        if let Some(state) = &self.nfs4 {
+            lines.extend(state.clients().into_iter().map(|c| {
+                ClientLine::V4 {
+                    clientid: c.clientid,
+                    address: c.address,
+                    owner: printable(&c.owner),
+                    confirmed: c.confirmed,
+                    sessions: c.sessions,
+                    implementation: c
+                        .implementation
+                        .map(|i| format!("{} {}", printable(&i.domain.0), printable(&i.name.0))),
+                }
+            }));
+        }
+        lines
+    }
+}
+
+/// Serves `/metrics` (and the [`Endpoints`] beside it) until the process
+/// ends: at most [`MAX_SCRAPES`] at once, each for at most
+/// [`SCRAPE_TIMEOUT`], so that connections that send nothing or read
+/// nothing cannot pile up tasks and responses (each holds a rendering of
+/// every counter) without bound.
+pub async fn serve(listener: TcpListener, endpoints: Endpoints) {
+    let endpoints = Arc::new(endpoints);
     match listener.local_addr() {
         Ok(addr) => info!(%addr, "metrics endpoint listening"),
         Err(_) => info!("metrics endpoint listening"),
@@ -578,26 +654,20 @@ pub async fn serve(listener: TcpListener, registry: Registry) {
             drop(stream);
             continue;
         };
-        let registry = registry.clone();
+        let endpoints = endpoints.clone();
         tokio::spawn(async move {
             let _slot = slot;
             let scrape = async {
-                // The request itself does not matter: every path gets the
-                // metrics.
+                // Only the request line's path matters (a request that
+                // does not come in time gets the metrics).
                 let mut request = [0u8; 1024];
-                let _ =
-                    tokio::time::timeout(Duration::from_secs(5), stream.read(&mut request)).await;
-                let response = match render(&registry) {
-                    Ok(body) => format!(
-                        "HTTP/1.0 200 OK\r\nContent-Type: {CONTENT_TYPE}\r\nContent-Length: {}\r\n\r\n{body}",
-                        body.len()
-                    ),
-                    Err(_) => {
-                        warn!("metrics could not be encoded (a value out of range)");
-                        "HTTP/1.0 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n"
-                            .to_string()
-                    }
-                };
+                let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut request))
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .unwrap_or(0);
+                let head = String::from_utf8_lossy(&request[..n]);
+                let response = endpoints.respond(head.lines().next().unwrap_or(""));
                 let _ = stream.write_all(response.as_bytes()).await;
             };
             let _ = tokio::time::timeout(SCRAPE_TIMEOUT, scrape).await;
@@ -609,12 +679,18 @@ pub use dionfs_core::export::STATS_ADDRESS;
 
 /// Reads the metrics of a running server (`dionfs stats`).
 pub fn fetch(addr: &str) -> io::Result<String> {
+    fetch_path(addr, "/metrics")
+}
+
+/// Reads `path` (`/metrics`, `/exports`, `/clients`...) from the metrics
+/// listener of a running server at `addr`.
+pub fn fetch_path(addr: &str, path: &str) -> io::Result<String> {
     let addr: SocketAddr = addr
         .parse()
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "expected ADDR:PORT"))?;
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())?;
     let mut response = String::new();
     s.read_to_string(&mut response)?;
     let Some((head, body)) = response.split_once("\r\n\r\n") else {
@@ -658,6 +734,44 @@ mod tests {
         let e = failed.unwrap_err().to_string();
         assert!(e.contains("500 Internal Server Error"), "{e}");
         assert!(fetch_answered("nonsense").is_err());
+    }
+
+    /// The request line's path picks the page: `/exports` and `/clients`
+    /// for the operator tools, anything else the metrics.
+    #[test]
+    fn the_request_path_picks_the_page() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let server = crate::testing::server(&root, &root);
+        let calls = Arc::new(CallStats::new(crate::dispatch::counted_programs()));
+        let endpoints = Endpoints {
+            registry: registry(server.clone(), None, calls),
+            server,
+            locks: None,
+            nfs4: None,
+        };
+        let exports = endpoints.respond("GET /exports HTTP/1.0");
+        assert!(exports.starts_with("HTTP/1.0 200 OK\r\n"), "{exports}");
+        assert!(
+            exports.contains(&format!(
+                "\r\n\r\n[[export]]\npath = \"{}\"\n",
+                root.display()
+            )),
+            "{exports}"
+        );
+        assert!(exports.contains("\nread_mode = \"direct\"\n"), "{exports}");
+        let clients = endpoints.respond("GET /clients HTTP/1.0");
+        assert!(clients.ends_with("Content-Length: 0\r\n\r\n"), "{clients}");
+        assert_eq!(
+            endpoints
+                .respond("GET /clients.json HTTP/1.0")
+                .split("\r\n\r\n")
+                .nth(1),
+            Some("[]\n")
+        );
+        for line in ["GET /metrics HTTP/1.0", "GET / HTTP/1.0", ""] {
+            assert!(endpoints.respond(line).ends_with("# EOF\n"), "{line}");
+        }
     }
 
     /// An export's path is the administrator's text: a `"`, a `\` or a

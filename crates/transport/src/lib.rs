@@ -306,6 +306,31 @@ pub async fn stage_payload<R: CallStream>(
     }
 }
 
+/// Reads the next `len` bytes of the record whole into memory charged to
+/// `budget` (a payload with no pool buffer to go to yet: NFSv4 WRITEs
+/// whose file is not known while they are received). `None`, nothing
+/// read, when the budget has no room for them.
+pub async fn stage_whole<R: CallStream>(
+    body: &mut RecordReader<R>,
+    len: usize,
+    budget: &StagingBudget,
+) -> Result<Option<Staged>, RecordError> {
+    let Some(held) = u32::try_from(len)
+        .ok()
+        .and_then(|n| budget.free.clone().try_acquire_many_owned(n).ok())
+    else {
+        return Ok(None);
+    };
+    budget.payloads.fetch_add(1, Ordering::Relaxed);
+    budget.bytes.fetch_add(len as u64, Ordering::Relaxed);
+    let mut bytes = vec![0; len];
+    body.read_exact(&mut bytes).await?;
+    Ok(Some(Staged {
+        bytes,
+        held: Some(held),
+    }))
+}
+
 /// What [`Service::receive`] decided about a call.
 pub enum Received<P> {
     /// Run the call: `execute` is spawned with this value.

@@ -509,6 +509,40 @@ struct RawExport {
     options: Option<Spanned<String>>,
 }
 
+/// `metrics_listen`: ADDR:PORT, or "" or "off" for no metrics listener
+/// (as without the key).
+fn parse_metrics_listen(text: &str) -> Result<Option<std::net::SocketAddr>, String> {
+    match text {
+        "" | "off" => Ok(None),
+        _ => text
+            .parse()
+            .map(Some)
+            .map_err(|_| format!("metrics_listen: `{text}` is not ADDR:PORT, \"\" or \"off\"")),
+    }
+}
+
+/// The `[server] metrics_listen` of the config `file`, read without the
+/// rest: the operator tools find the server by it in a config that may
+/// export nothing yet (the package's /etc/dionfs.toml, until edited).
+pub fn metrics_listen_of(file: &Path) -> Result<Option<std::net::SocketAddr>, ConfigError> {
+    let error = |line: usize, reason: String| ConfigError {
+        file: file.to_path_buf(),
+        line,
+        reason,
+    };
+    let text = std::fs::read_to_string(file).map_err(|e| error(0, format!("cannot read: {e}")))?;
+    let raw: RawFile = toml::from_str(&text).map_err(|e| {
+        let line = e.span().map_or(0, |s| line_of(&text, s.start));
+        error(line, e.message().to_string())
+    })?;
+    match raw.server.and_then(|s| s.metrics_listen) {
+        None => Ok(None),
+        Some(m) => {
+            parse_metrics_listen(m.get_ref()).map_err(|r| error(line_of(&text, m.span().start), r))
+        }
+    }
+}
+
 impl Config {
     /// Reads and checks a TOML config file.
     pub fn from_file(file: &Path) -> Result<Config, ConfigError> {
@@ -666,12 +700,8 @@ impl Config {
                     check_large_read_depth(*v.get_ref()).map_err(|r| err(Some(v.span()), r))?;
             }
             if let Some(m) = s.metrics_listen {
-                server.metrics_listen = Some(m.get_ref().parse().map_err(|_| {
-                    err(
-                        Some(m.span()),
-                        format!("metrics_listen: `{}` is not ADDR:PORT", m.get_ref()),
-                    )
-                })?);
+                server.metrics_listen =
+                    parse_metrics_listen(m.get_ref()).map_err(|r| err(Some(m.span()), r))?;
             }
         }
 
@@ -883,6 +913,30 @@ mod tests {
 
     fn parse(text: &str) -> Result<Config, ConfigError> {
         Config::from_toml(Path::new("test.toml"), text)
+    }
+
+    #[test]
+    fn metrics_listen_off_or_empty_is_no_listener() {
+        // Read alone, from configs that export nothing yet.
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        let read = |value: &str| {
+            std::fs::write(&file, format!("[server]\n\nmetrics_listen = {value}\n")).unwrap();
+            metrics_listen_of(&file)
+        };
+        assert_eq!(read("\"\"").unwrap(), None);
+        assert_eq!(read("\"off\"").unwrap(), None);
+        assert_eq!(
+            read("\"127.0.0.1:9100\"").unwrap(),
+            Some("127.0.0.1:9100".parse().unwrap())
+        );
+        assert_eq!(read("\"on\"").unwrap_err().line, 3);
+        // The same words in a whole config.
+        let text = format!(
+            "[server]\nmetrics_listen = \"off\"\n[[export]]\npath = \"{}\"\n",
+            dir.path().display()
+        );
+        assert_eq!(parse(&text).unwrap().server.metrics_listen, None);
     }
 
     #[test]

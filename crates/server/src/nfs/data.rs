@@ -56,9 +56,7 @@ impl ReceivedWrite {
         let Some(export) = self.exports.by_id(*export_id) else {
             return false;
         };
-        export
-            .data
-            .may_write_on_task(file.data(), buf.len(), stable(self.head.stable))
+        io::may_write_on_task(export, file, buf, stable(self.head.stable))
             || server.io_ring.is_some() && export.data.ring_may_write(file.data(), buf)
     }
 }

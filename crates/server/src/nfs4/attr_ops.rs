@@ -6,7 +6,7 @@
 use dionfs_core::exports::Export;
 use dionfs_fs::handle::{self, PathId};
 use dionfs_fs::{ops, Attr, Node};
-use dionfs_proto::nfs4::{ArgOp, Bitmap4, GetattrResOk4, Nfsstat4};
+use dionfs_proto::nfs4::{ArgOp, Attr4, Bitmap4, GetattrResOk4, Nfsstat4};
 use dionfs_xdr::Encode;
 
 use super::attrs::{
@@ -84,8 +84,9 @@ pub fn with_file<T>(
         export: export.config.id,
         mounted_on_fileid: mounted_on,
         fs_stat,
-        // Extended attributes are not served yet (W9).
-        xattr_support: false,
+        // Probed (one getxattr) only when asked for.
+        xattr_support: request.contains(Attr4::XattrSupport.bit())
+            && ops::user_xattrs_supported(node),
     });
     f(&source(
         ctx,

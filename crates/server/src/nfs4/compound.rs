@@ -12,6 +12,7 @@ use dionfs_proto::nfs4::{
 use dionfs_rpc::CallHeader;
 use dionfs_transport::{ConnInfo, Reply};
 
+use super::data::DataIo;
 use super::fh::Fh4;
 use super::reply::{CompoundReply, ReplyLimits};
 use super::state::SlotGuard;
@@ -38,6 +39,8 @@ pub struct Compound {
     /// `OP_ILLEGAL`, `NOTSUPP`, `SEQUENCE_POS`...): its opnum and status,
     /// answered if the ops before it succeed.
     pub refused: Option<(u32, Nfsstat4)>,
+    /// Its WRITEs' payloads and its first READ's buffer.
+    pub data: DataIo,
 }
 
 impl Compound {
@@ -70,6 +73,8 @@ pub struct OpCtx<'a> {
     /// a filehandle without one ([`follow_filehandle`]).
     pub current_stateid: Option<StateId4>,
     pub saved_stateid: Option<StateId4>,
+    /// What the data ops were given at receive.
+    pub data: DataIo,
     /// This op is the COMPOUND's last (DESTROY_SESSION of the session it
     /// runs in must be).
     pub last_op: bool,
@@ -93,6 +98,7 @@ pub fn run(
         slot,
         ops,
         refused,
+        data,
     } = compound;
     let limits = slot.as_ref().map(|slot| ReplyLimits {
         max: slot.max_response() as usize,
@@ -126,6 +132,7 @@ pub fn run(
         saved: None,
         current_stateid: None,
         saved_stateid: None,
+        data,
         last_op: false,
     };
     for (i, op) in ops.into_iter().enumerate() {

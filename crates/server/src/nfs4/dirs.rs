@@ -14,6 +14,7 @@ use dionfs_proto::nfs4::{
     AccessResOk4, ArgOp, Bitmap4, ChangeInfo4, Component4, CreateResOk4, CreateType4, DirList4,
     Entry4, Fattr4, Linktext4, Nfsstat4, ReaddirArgs4, ReaddirResOk4, RenameResOk4, Verifier4,
     ACCESS4_DELETE, ACCESS4_EXECUTE, ACCESS4_EXTEND, ACCESS4_LOOKUP, ACCESS4_MODIFY, ACCESS4_READ,
+    ACCESS4_XALIST, ACCESS4_XAREAD, ACCESS4_XAWRITE,
 };
 use dionfs_xdr::{Encode, Encoder};
 
@@ -34,27 +35,54 @@ const ACCESS4_ALL: u32 = ACCESS4_READ
     | ACCESS4_DELETE
     | ACCESS4_EXECUTE;
 
+/// The extended-attribute bits of NFSv4.2 (RFC 8276 section 8.4.1.1).
+const ACCESS4_XATTRS: u32 = ACCESS4_XAREAD | ACCESS4_XAWRITE | ACCESS4_XALIST;
+
 /// ACCESS: v3's `ops::access` under the client's credentials, the
 /// changing bits taken away on a read-only export; a pseudo directory
-/// grants READ and LOOKUP only. The extended-attribute bits of 4.2 are
-/// not supported while xattrs are not served.
+/// grants READ and LOOKUP only. In 4.2 the extended-attribute bits are
+/// the file's: XAREAD and XALIST are READ's, XAWRITE is MODIFY's (the
+/// kernel asks the same of `user.` attributes).
 pub fn access(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 {
     let ArgOp::Access(args) = op else {
         return Nfsstat4::Serverfault;
     };
-    let supported = args.access & ACCESS4_ALL;
+    let served = if ctx.minor >= 2 {
+        ACCESS4_ALL | ACCESS4_XATTRS
+    } else {
+        ACCESS4_ALL
+    };
+    let supported = args.access & served;
     let granted = match ctx.current() {
         Err(status) => Err(status),
         Ok(Current::Pseudo(_)) => Ok(supported & (ACCESS4_READ | ACCESS4_LOOKUP)),
-        Ok(Current::File(File { export, node })) => ctx
-            .as_user(export, || ops::access(&node, supported))
-            .map(|granted| {
-                if export.config.read_only() {
-                    granted & !(access3::MODIFY | access3::EXTEND | access3::DELETE)
-                } else {
-                    granted
-                }
-            }),
+        Ok(Current::File(File { export, node })) => {
+            let mut asked = supported & ACCESS4_ALL;
+            if supported & (ACCESS4_XAREAD | ACCESS4_XALIST) != 0 {
+                asked |= ACCESS4_READ;
+            }
+            if supported & ACCESS4_XAWRITE != 0 {
+                asked |= ACCESS4_MODIFY;
+            }
+            ctx.as_user(export, || ops::access(&node, asked))
+                .map(|granted| {
+                    if export.config.read_only() {
+                        granted & !(access3::MODIFY | access3::EXTEND | access3::DELETE)
+                    } else {
+                        granted
+                    }
+                })
+                .map(|granted| {
+                    let mut xattrs = 0;
+                    if granted & ACCESS4_READ != 0 {
+                        xattrs |= ACCESS4_XAREAD | ACCESS4_XALIST;
+                    }
+                    if granted & ACCESS4_MODIFY != 0 {
+                        xattrs |= ACCESS4_XAWRITE;
+                    }
+                    (granted & supported) | (xattrs & supported)
+                })
+        }
     };
     status(granted.map(|access| {
         AccessResOk4 { supported, access }.encode(reply.encoder());
@@ -180,6 +208,10 @@ pub fn remove(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4
     };
     let result = (|| {
         let File { export, node: dir } = dir_to_change(ctx)?;
+        // No file a client may reclaim goes away in the grace period.
+        if ctx.nfs4.state.in_grace() {
+            return Err(Nfsstat4::Grace);
+        }
         let name = check_name(&args.target)?;
         ctx.writable(export)?;
         changing(export, &dir, || {
@@ -217,6 +249,9 @@ pub fn rename(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4
         let (from, to) = saved_and_current(ctx)?;
         require_dir(from.node.kind())?;
         require_dir(to.node.kind())?;
+        if ctx.nfs4.state.in_grace() {
+            return Err(Nfsstat4::Grace);
+        }
         let old = check_name(&args.oldname)?;
         let new = check_name(&args.newname)?;
         let export = from.export;

@@ -11,8 +11,13 @@
 //! across the pseudo-filesystem ([`lookup`], [`namespace`]); GETATTR,
 //! SETATTR, VERIFY, NVERIFY ([`attr_ops`], [`attrs`]); OPEN, CLOSE,
 //! OPEN_DOWNGRADE, TEST_STATEID, FREE_STATEID ([`open_ops`]) and LOCK,
-//! LOCKT, LOCKU ([`lock_ops`]); and
-//! ACCESS, READLINK, READDIR, CREATE, REMOVE, RENAME, LINK ([`dirs`]).
+//! LOCKT, LOCKU ([`lock_ops`]); ACCESS, READLINK, READDIR, CREATE,
+//! REMOVE, RENAME, LINK ([`dirs`]);
+//! READ, WRITE and COMMIT through v3's data plane ([`data`]);
+//! and of NFSv4.2 (W9), SEEK, ALLOCATE, DEALLOCATE, COPY and CLONE
+//! ([`data42`]) and the extended-attribute ops ([`xattr`]). A minor
+//! version 1 COMPOUND never reaches those: the codec decodes a 4.2 op
+//! there as `OP_ILLEGAL`.
 //! Every other op answers `NFS4ERR_NOTSUPP` until its piece lands; pNFS
 //! and delegation ops keep that answer.
 
@@ -20,6 +25,8 @@ pub mod attr_ops;
 pub mod attrs;
 pub mod callback;
 pub mod compound;
+pub mod data;
+pub mod data42;
 pub mod dirs;
 pub mod fh;
 pub mod idmap;
@@ -31,6 +38,7 @@ pub mod receive;
 pub mod reply;
 pub mod state;
 pub mod status;
+pub mod xattr;
 
 use std::sync::Arc;
 
@@ -62,13 +70,16 @@ impl Nfs4 {
     /// with records of `max_record` bytes at most: reads or makes the
     /// server's NFSv4 identity under the state directory.
     /// Its opens and locks go in `locks`, the tables NLM uses too, so
-    /// that the kernel and the tables decide conflicts between the two.
+    /// that the kernel and the tables decide conflicts between the two;
+    /// its clients of the previous run reclaim in `grace`, the period NLM
+    /// holds too.
     pub fn new(
         settings: &ServerSettings,
         max_record: u32,
         locks: Arc<crate::locks::Locks>,
+        grace: Arc<dionfs_core::grace::Grace>,
     ) -> Result<Nfs4, String> {
-        let state = State::with_locks(
+        let state = State::with_grace(
             StateConfig {
                 lease_time: settings.lease_time,
                 reply_cache_bytes: usize::try_from(settings.nfs4_reply_cache_mib << 20)
@@ -77,6 +88,7 @@ impl Nfs4 {
                 state_dir: Some(settings.state_dir.clone()),
             },
             locks,
+            grace,
         )
         .map_err(|e| {
             format!(
@@ -100,6 +112,13 @@ impl Nfs4 {
             2 => self.minor2,
             _ => false,
         }
+    }
+
+    /// Drops the opens and locks of NFSv4 clients on files of the exports
+    /// `ids`, which a reload removed (as [`crate::locks::Locks::release_exports`]
+    /// does NLM's). How many opens went.
+    pub fn release_exports(&self, ids: &[u16]) -> usize {
+        self.state.release_exports(ids)
     }
 
     /// Starts the laundromat: leases expired and unconfirmed clients
@@ -168,7 +187,7 @@ static PROCEDURES: [Option<Procedure<Op4>>; 76] = [
     None,
     op(O::Access, "ACCESS", dirs::access, true),
     op(O::Close, "CLOSE", open_ops::close, true),
-    op(O::Commit, "COMMIT", notsupp, true),
+    op(O::Commit, "COMMIT", data::commit, true),
     op(O::Create, "CREATE", dirs::create, true),
     op(O::Delegpurge, "DELEGPURGE", notsupp, false),
     op(O::Delegreturn, "DELEGRETURN", notsupp, false),
@@ -193,7 +212,7 @@ static PROCEDURES: [Option<Procedure<Op4>>; 76] = [
     op(O::Putfh, "PUTFH", fh::putfh, false),
     op(O::Putpubfh, "PUTPUBFH", fh::putrootfh, false),
     op(O::Putrootfh, "PUTROOTFH", fh::putrootfh, false),
-    op(O::Read, "READ", notsupp, true),
+    op(O::Read, "READ", data::read, true),
     op(O::Readdir, "READDIR", dirs::readdir, true),
     op(O::Readlink, "READLINK", dirs::readlink, true),
     op(O::Remove, "REMOVE", dirs::remove, true),
@@ -206,7 +225,7 @@ static PROCEDURES: [Option<Procedure<Op4>>; 76] = [
     op(O::Setclientid, "SETCLIENTID", notsupp, false),
     op(O::SetclientidConfirm, "SETCLIENTID_CONFIRM", notsupp, false),
     op(O::Verify, "VERIFY", attr_ops::verify, true),
-    op(O::Write, "WRITE", notsupp, true),
+    op(O::Write, "WRITE", data::write, true),
     op(O::ReleaseLockowner, "RELEASE_LOCKOWNER", notsupp, false),
     op(O::BackchannelCtl, "BACKCHANNEL_CTL", backchannel_ctl, false),
     op(
@@ -254,23 +273,24 @@ static PROCEDURES: [Option<Procedure<Op4>>; 76] = [
         reclaim_complete,
         true,
     ),
-    op(O::Allocate, "ALLOCATE", notsupp, true),
-    op(O::Copy, "COPY", notsupp, true),
+    op(O::Allocate, "ALLOCATE", data42::allocate, true),
+    op(O::Copy, "COPY", data42::copy, true),
     op(O::CopyNotify, "COPY_NOTIFY", notsupp, false),
-    op(O::Deallocate, "DEALLOCATE", notsupp, true),
+    op(O::Deallocate, "DEALLOCATE", data42::deallocate, true),
     op(O::IoAdvise, "IO_ADVISE", notsupp, false),
     op(O::Layouterror, "LAYOUTERROR", notsupp, false),
     op(O::Layoutstats, "LAYOUTSTATS", notsupp, false),
     op(O::OffloadCancel, "OFFLOAD_CANCEL", notsupp, false),
     op(O::OffloadStatus, "OFFLOAD_STATUS", notsupp, false),
+    // Not served: a client reads with READ instead.
     op(O::ReadPlus, "READ_PLUS", notsupp, true),
-    op(O::Seek, "SEEK", notsupp, true),
+    op(O::Seek, "SEEK", data42::seek, true),
     op(O::WriteSame, "WRITE_SAME", notsupp, false),
-    op(O::Clone, "CLONE", notsupp, true),
-    op(O::Getxattr, "GETXATTR", notsupp, true),
-    op(O::Setxattr, "SETXATTR", notsupp, true),
-    op(O::Listxattrs, "LISTXATTRS", notsupp, true),
-    op(O::Removexattr, "REMOVEXATTR", notsupp, true),
+    op(O::Clone, "CLONE", data42::clone, true),
+    op(O::Getxattr, "GETXATTR", xattr::getxattr, true),
+    op(O::Setxattr, "SETXATTR", xattr::setxattr, true),
+    op(O::Listxattrs, "LISTXATTRS", xattr::listxattrs, true),
+    op(O::Removexattr, "REMOVEXATTR", xattr::removexattr, true),
 ];
 
 /// The function that runs `op`: its table entry's, or ILLEGAL's for an

@@ -14,22 +14,28 @@ use dionfs_transport::{CallStream, ConnInfo, Received};
 use dionfs_xdr::{pad_len, Decode, Decoder, XdrError};
 
 use super::compound::Compound;
+use super::data::{self, DataIo, KnownFh, Payload};
 use super::reply;
 use super::state::Sequenced;
 use super::Nfs4;
 use crate::reply::garbage_args;
 use dionfs_core::exports::Exports;
+use dionfs_core::server::Server;
 
 /// Reads COMPOUND call `call` from `body`, which is right after its call
 /// header. What is left of the record when this returns (the rest of a
 /// COMPOUND refused part-way) is skipped by the connection.
 pub async fn receive<R: CallStream>(
+    server: &Server,
     nfs4: &Nfs4,
     exports: Arc<Exports>,
     conn: &ConnInfo,
     call: CallHeader,
     body: &mut RecordReader<R>,
 ) -> Result<Received<Box<Compound>>, RecordError> {
+    // Whether the transport took no buffer share for it (`holds_buffer`):
+    // nothing of the arguments is read yet.
+    let small = body.is_last_fragment() && data::is_small_compound(body.fragment_remaining());
     // 1. The head: the tag's length is checked before the tag is read.
     let tag_len = body.read_u32().await?;
     if tag_len > NFS4_MAX_TAG_LEN {
@@ -74,6 +80,7 @@ pub async fn receive<R: CallStream>(
         slot: None,
         ops: Vec::new(),
         refused: None,
+        data: DataIo::default(),
     });
     let mut ops = OpReader::new(body, head.minorversion);
 
@@ -136,6 +143,10 @@ pub async fn receive<R: CallStream>(
     // SEQUENCE bounded numops by the session's ca_maxoperations (at most
     // 64); the reservation is bounded whatever it let through.
     compound.ops.reserve(head.numops.min(64) as usize);
+    let exports = compound.exports.clone();
+    // The current filehandle as far as the ops say, for WRITE payloads.
+    let mut known = KnownFh::default();
+    let mut writes = 0;
     for _ in 1..head.numops {
         let next = ops.next().await?;
         if ops.body.record_len_so_far() > max_request {
@@ -154,6 +165,45 @@ pub async fn receive<R: CallStream>(
                 break;
             }
         };
+        if let ArgOp::Write(write) = &op {
+            // 4. The payload, bounded before anything is allocated for it.
+            let body = &ops.body;
+            let read = body.record_len_so_far() - u64::from(body.fragment_remaining());
+            if read + write.payload_len() as u64 > max_request {
+                drop(slot);
+                compound.ops.clear();
+                compound.data = DataIo::default();
+                compound.refused = Some((Opnum4::Sequence.as_u32(), Nfsstat4::ReqTooBig));
+                return Ok(Received::Run(compound));
+            }
+            if !ops.buf.is_empty() {
+                // The decoder read into the payload: never so, but then
+                // the bytes after it are not known to be the next op.
+                compound.refused = Some((op.opnum(), Nfsstat4::Badxdr));
+                break;
+            }
+            let payload = if write.data_len > server.max_args {
+                // Larger than any transfer the server offers.
+                crate::io::skip(ops.body, write.payload_len()).await?;
+                Payload::Skipped(Some(Nfsstat4::Inval))
+            } else {
+                let fh = known.current.as_deref();
+                data::receive_payload(
+                    server,
+                    &exports,
+                    conn,
+                    fh,
+                    writes == 0,
+                    small,
+                    write,
+                    ops.body,
+                )
+                .await?
+            };
+            compound.data.payloads.push_back(payload);
+            writes += 1;
+        }
+        known.follow(&op);
         let ends = ends_decoding(&op);
         compound.ops.push(op);
         if ends {
@@ -168,12 +218,11 @@ pub async fn receive<R: CallStream>(
 /// Whether the ops after `op` are left unread: it fails whatever it
 /// finds, which ends the COMPOUND, and for all but SEQUENCE the bytes
 /// after its opnum are not known to be an op (NOTSUPP and OP_ILLEGAL
-/// consume only their opnum, and WRITE's payload is not received until
-/// WRITE is served, W7).
+/// consume only their opnum).
 fn ends_decoding(op: &ArgOp) -> bool {
     matches!(
         op,
-        ArgOp::Sequence(_) | ArgOp::Write(_) | ArgOp::NotSupp(_) | ArgOp::Illegal(_)
+        ArgOp::Sequence(_) | ArgOp::NotSupp(_) | ArgOp::Illegal(_)
     )
 }
 

@@ -3,17 +3,21 @@
 //! each op's result, checked against the session's reply sizes as it is
 //! written (RFC 8881 section 2.10.6.4; design section 3).
 //!
-//! A READ's data (W7) will go in a zero-copy payload with the results
-//! after it in the reply's trailer; until READ is served every result is
-//! in the header.
+//! The first READ's data goes out as the reply's zero-copy payload, from
+//! the pool buffer it was read into; the results after it go in the
+//! reply's trailer. A later READ's data is copied into the results.
 
 use std::sync::Arc;
 
+use dionfs_dataplane::ReadData;
+use dionfs_proto::nfs4::encode_read_ok_head;
 use dionfs_proto::nfs4::{
     encode_result_head, CompoundResHead, Nfsstat4, Utf8Str, NFS4_MAX_TAG_LEN,
 };
-use dionfs_transport::Reply;
-use dionfs_xdr::{Encode, Encoder};
+use dionfs_transport::{Reply, ReplyPayload};
+use dionfs_xdr::{pad_len, Encode, Encoder};
+
+use crate::io::ReadPayload;
 
 use crate::reply::success_encoder;
 
@@ -43,6 +47,23 @@ pub struct CompoundReply {
     numres_at: usize,
     numres: u32,
     limits: Option<ReplyLimits>,
+    /// The first READ's data, sent after the bytes of `enc` before `at`
+    /// (and its padding before the rest of `enc`, the trailer).
+    payload: Option<Placed>,
+}
+
+/// A READ's data placed in the reply.
+struct Placed {
+    at: usize,
+    data: Box<dyn ReplyPayload>,
+}
+
+impl Placed {
+    /// Its bytes on the wire, padding included.
+    fn wire_len(&self) -> usize {
+        let len = self.data.bytes().len();
+        len + pad_len(len)
+    }
 }
 
 impl CompoundReply {
@@ -66,6 +87,7 @@ impl CompoundReply {
             numres_at,
             numres: 0,
             limits,
+            payload: None,
         }
     }
 
@@ -92,11 +114,11 @@ impl CompoundReply {
     /// which ends the COMPOUND. Returns the op's status as sent.
     pub fn finish_op(&mut self, start: OpStart, status: Nfsstat4) -> Nfsstat4 {
         let refused = match self.limits {
-            Some(l) if self.enc.len() > l.max => Some(Nfsstat4::RepTooBig),
+            Some(l) if self.size() > l.max => Some(Nfsstat4::RepTooBig),
             Some(ReplyLimits {
                 max_cached: Some(cached),
                 ..
-            }) if self.enc.len() > cached => Some(Nfsstat4::RepTooBigToCache),
+            }) if self.size() > cached => Some(Nfsstat4::RepTooBigToCache),
             _ => None,
         };
         let status = match refused {
@@ -131,16 +153,62 @@ impl CompoundReply {
     /// bytes when `cache` (what a slot keeps for a retransmission).
     pub fn finish(mut self, status: Nfsstat4, cache: bool) -> (Reply, Option<Arc<[u8]>>) {
         self.seal(status);
-        let cached = cache.then(|| Arc::from(&self.enc.as_slice()[self.res_start..]));
-        (Reply::new(self.enc.into_vec()), cached)
+        let Some(placed) = self.payload.take() else {
+            let cached = cache.then(|| Arc::from(&self.enc.as_slice()[self.res_start..]));
+            return (Reply::new(self.enc.into_vec()), cached);
+        };
+        // A cached reply holds the data too: bounded, as the whole reply,
+        // by the session's cached reply size.
+        let cached = cache.then(|| {
+            let bytes = self.enc.as_slice();
+            let data = placed.data.bytes();
+            let mut res = Vec::with_capacity(self.size() - self.res_start);
+            res.extend_from_slice(&bytes[self.res_start..placed.at]);
+            res.extend_from_slice(data);
+            res.resize(res.len() + pad_len(data.len()), 0);
+            res.extend_from_slice(&bytes[placed.at..]);
+            Arc::from(res)
+        });
+        let mut header = self.enc.into_vec();
+        let trailer = header.split_off(placed.at);
+        let reply = Reply::with_data(header, placed.data).with_trailer(trailer);
+        (reply, cached)
     }
 
     /// The bytes of the reply so far, RPC header included.
     pub fn size(&self) -> usize {
-        self.enc.len()
+        self.enc.len() + self.payload.as_ref().map_or(0, Placed::wire_len)
+    }
+
+    /// How many bytes of data a READ's result may carry and stay within
+    /// the session's reply size (its head and a little more for the
+    /// results after it left out).
+    pub fn data_room(&self) -> usize {
+        match self.limits {
+            Some(l) => l.max.saturating_sub(self.size() + 512),
+            None => usize::MAX,
+        }
+    }
+
+    /// Writes a READ's result after its status: `eof`, then the data. The
+    /// first READ's data is sent from its buffer; a later one's is copied.
+    pub fn read_data(&mut self, data: ReadData) {
+        let len = data.len();
+        encode_read_ok_head(&mut self.enc, data.eof(), len as u32);
+        if self.payload.is_some() {
+            self.enc.opaque_fixed(data.data());
+            return;
+        }
+        self.payload = Some(Placed {
+            at: self.enc.len(),
+            data: Box::new(ReadPayload(data)),
+        });
     }
 
     fn truncate(&mut self, len: usize) {
+        if self.payload.as_ref().is_some_and(|p| p.at > len) {
+            self.payload = None;
+        }
         let mut bytes = std::mem::take(&mut self.enc).into_vec();
         bytes.truncate(len);
         self.enc = Encoder::from_vec(bytes);

@@ -74,15 +74,19 @@ fn try_lock(
         return Nlm4Stat::Fbig;
     };
     let fh = &a.alock.fh.0;
+    // Checked once here for the answer; opened again (and checked) if
+    // the tables must see who holds a conflicting lock.
     let mut open = match open_checked(&export, call, fh, a.exclusive) {
-        Ok(o) => once(o),
+        Ok(o) => first_then(o, || {
+            open_checked(&export, call, fh, a.exclusive)
+                .map_err(|s| std::io::Error::other(format!("{s:?}")))
+        }),
         Err(s) => return s,
     };
     let nlm = lock_owner(conn, &a.alock);
     let owner = Owner::Nlm(nlm.clone());
     let max_open = max_descriptions();
-    let mut table = svc.locks.table.lock();
-    table.set_max_open(max_open);
+    svc.locks.table.lock().set_max_open(max_open);
     let callback = a.block.then(|| -> Waiter {
         Box::new(Callback {
             peer: Peer {
@@ -97,7 +101,11 @@ fn try_lock(
             monitor,
         })
     });
-    let attempt = table.lock(
+    // Through the shared tables, so that a conflict with a courtesy
+    // NFSv4 client expires it (design section 5.3). A LOCK asked again
+    // while its GRANTED callback is being made: the client has its
+    // answer (marked with the table still locked).
+    let attempt = svc.locks.lock_then(
         fh,
         &owner,
         &a.alock.oh.0,
@@ -105,13 +113,14 @@ fn try_lock(
         a.exclusive,
         &mut open,
         callback,
+        |_table| svc.granting.answer(fh, &nlm, span),
     );
     let stat = match attempt {
         Ok(Attempt::Granted) => Nlm4Stat::Granted,
         Ok(Attempt::ReadOnly) => Nlm4Stat::Rofs,
         Ok(Attempt::NoLocks(limit)) => {
             if svc.nolocks_warning.due() {
-                let why = no_locks_reason(limit, table.open_count());
+                let why = no_locks_reason(limit, svc.locks.table.lock().open_count());
                 warn!(client = %conn.peer, name = %String::from_utf8_lossy(&a.alock.caller_name.0),
                     "NLM LOCK refused (DENIED_NOLOCKS): {why} (repeats are not logged for 10 s)");
             }
@@ -125,12 +134,6 @@ fn try_lock(
             Nlm4Stat::Failed
         }
     };
-    if stat == Nlm4Stat::Granted {
-        // A LOCK asked again while its GRANTED callback is being made:
-        // the client has its answer.
-        svc.granting.answer(fh, &nlm, span);
-    }
-    drop(table);
     if stat == Nlm4Stat::Granted && monitor {
         svc.monitor(&nlm.host, conn.local.ip());
     }
@@ -344,6 +347,19 @@ fn max_descriptions() -> usize {
     usize::try_from(limit / 4).unwrap_or(usize::MAX).max(64)
 }
 
+/// The lock table's opener for a description opened (and checked)
+/// already: gives it the first time, then what `again` opens.
+fn first_then(
+    opened: (OwnedFd, bool),
+    mut again: impl FnMut() -> std::io::Result<(OwnedFd, bool)>,
+) -> impl FnMut() -> std::io::Result<(OwnedFd, bool)> {
+    let mut opened = Some(opened);
+    move || match opened.take() {
+        Some(o) => Ok(o),
+        None => again(),
+    }
+}
+
 /// The lock table's opener for a description opened (and checked) already:
 /// gives it the first time, an error after.
 fn once(opened: (OwnedFd, bool)) -> impl FnMut() -> std::io::Result<(OwnedFd, bool)> {
@@ -382,5 +398,122 @@ mod tests {
         let (_, oh) = holder((v4(vec![b'x'; 1024]), Vec::new()));
         assert_eq!(oh.len(), MAXNETOBJ_SZ as usize);
         assert_eq!(&oh[..8], &[1, 2, 3, 4, 5, 6, 7, 8]);
+    }
+
+    /// An NLM LOCK in the way of a courtesy NFSv4 client's lock expires
+    /// that client and is granted (design section 5.3), through the
+    /// service's own LOCK procedure.
+    #[test]
+    fn an_nlm_lock_expires_a_courtesy_v4_client_in_its_way() {
+        use std::os::unix::fs::PermissionsExt;
+        use std::sync::Weak;
+
+        use dionfs_proto::nlm4::{CallerName, NetObj, Nlm4Lock, Nlm4LockArgs};
+        use dionfs_rpc::{AuthSys, Credential, OpaqueAuth};
+
+        use crate::callstats::CallStats;
+        use crate::locks::{Client, Locks};
+
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let export_dir = root.join("export");
+        std::fs::create_dir(&export_dir).unwrap();
+        let file = export_dir.join("f");
+        std::fs::write(&file, b"data").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let server = crate::testing::server(&root, &export_dir);
+        let export = server.exports().iter().next().unwrap().clone();
+        let top = export.fs.resolve(export.fs.root_handle()).unwrap();
+        let fh = export.fs.lookup(&top, b"f").unwrap().0.fh().to_vec();
+        let ip: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+        let (locks, released) = Locks::new();
+        let locks = Arc::new(locks);
+        // Client 1 is a courtesy client: expiring it drops its locks.
+        let weak: Weak<Locks> = Arc::downgrade(&locks);
+        let courtesy = Client::V4(ClientId(1));
+        locks.set_expirer(Arc::new(move |c: &Client| {
+            *c == courtesy
+                && weak
+                    .upgrade()
+                    .is_some_and(|l| l.drop_clients(|x| *x == courtesy) > 0)
+        }));
+        let v4 = Owner::V4 {
+            client: ClientId(1),
+            owner: b"lock-owner".to_vec(),
+            address: ip,
+        };
+        let span = Span::from_nlm(0, 10).unwrap();
+        let mut open = || export.fs.open_for_locks(&fh).map_err(std::io::Error::other);
+        let held = locks
+            .lock(&fh, &v4, b"", span, true, &mut open, None)
+            .unwrap();
+        assert_eq!(held, Attempt::Granted);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let calls = Arc::new(CallStats::new(Vec::new()));
+            let service = LockService::start(
+                server.clone(),
+                locks.clone(),
+                released,
+                &root.join("state"),
+                calls,
+            )
+            .unwrap();
+            let conn = ConnInfo {
+                id: 1,
+                peer: std::net::SocketAddr::new(ip, 800),
+                local: std::net::SocketAddr::new(ip, 2049),
+                datagram: false,
+                names: Default::default(),
+                back_channel: None,
+            };
+            let call = CallHeader {
+                xid: 1,
+                prog: 100021,
+                vers: 4,
+                proc_: 2,
+                cred: Credential::Sys(AuthSys {
+                    stamp: 1,
+                    machine_name: b"client".to_vec(),
+                    uid: 1000,
+                    gid: 1000,
+                    gids: Vec::new(),
+                }),
+                verf: OpaqueAuth {
+                    flavor: 0,
+                    body: Vec::new(),
+                },
+            };
+            let args = Nlm4LockArgs {
+                cookie: NetObj(Vec::new()),
+                block: false,
+                exclusive: true,
+                alock: Nlm4Lock {
+                    caller_name: CallerName(b"client".to_vec()),
+                    fh: NetObj(fh.clone()),
+                    oh: NetObj(b"oh".to_vec()),
+                    svid: 1,
+                    l_offset: 0,
+                    l_len: 10,
+                },
+                reclaim: false,
+                state: 0,
+            };
+            assert_eq!(
+                lock(&service, &conn, &call, &args, false),
+                Nlm4Stat::Granted
+            );
+            assert_eq!(
+                service.locks.table.lock().clients(),
+                [Client::Nlm(NlmHost {
+                    name: b"client".to_vec(),
+                    ip
+                })]
+            );
+        });
+        runtime.shutdown_background();
     }
 }

@@ -143,7 +143,7 @@ impl LockService {
     }
 
     /// The NLM hosts holding at least one lock.
-    pub(super) fn hosts(&self) -> Vec<NlmHost> {
+    pub fn hosts(&self) -> Vec<NlmHost> {
         let clients = self.locks.table.lock().clients();
         clients
             .into_iter()

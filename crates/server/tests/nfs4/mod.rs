@@ -86,7 +86,15 @@ impl TestServer {
         let nfs4 = settings.versions.v4().then(|| {
             let _entered = runtime.enter();
             let (locks, _released) = dionfs_server::locks::Locks::new();
-            let nfs4 = Arc::new(Nfs4::new(settings, limits.max_record, Arc::new(locks)).unwrap());
+            let nfs4 = Arc::new(
+                Nfs4::new(
+                    settings,
+                    limits.max_record,
+                    Arc::new(locks),
+                    server.grace.clone(),
+                )
+                .unwrap(),
+            );
             nfs4.start_laundromat();
             nfs4
         });

@@ -77,6 +77,8 @@ pub struct Client {
     lease: Mutex<Lease>,
     /// RECLAIM_COMPLETE (`rca_one_fs` false) was sent.
     reclaim_complete: AtomicBool,
+    /// It is in the recovery record (`recovery.rs`).
+    pub(super) recorded: AtomicBool,
     /// [`ACTIVE`], [`COURTESY`] or [`EXPIRED`] (design section 4.6).
     life: AtomicU8,
     /// Its opens and locks.
@@ -120,6 +122,7 @@ impl Client {
                 running: 0,
             }),
             reclaim_complete: AtomicBool::new(false),
+            recorded: AtomicBool::new(false),
             life: AtomicU8::new(ACTIVE),
             state: Mutex::default(),
         }
@@ -181,6 +184,11 @@ impl Client {
     /// (`NFS4ERR_COMPLETE_ALREADY`).
     pub(super) fn mark_reclaim_complete(&self) -> bool {
         !self.reclaim_complete.swap(true, Ordering::AcqRel)
+    }
+
+    /// Whether RECLAIM_COMPLETE (`rca_one_fs` false) was sent.
+    pub fn reclaim_completed(&self) -> bool {
+        self.reclaim_complete.load(Ordering::Acquire)
     }
 }
 
@@ -282,6 +290,19 @@ impl ClientTable {
             .filter(|(_, r)| r.client.life() == EXPIRED || r.client.expired(now, lease_time))
             .map(|(&id, r)| (id, r.confirmed))
             .collect()
+    }
+
+    /// Every client record now.
+    pub(super) fn clients_now(&self) -> Vec<Arc<Client>> {
+        self.records
+            .values()
+            .map(|r| Arc::clone(&r.client))
+            .collect()
+    }
+
+    /// Whether a client record of `owner` exists.
+    pub(super) fn has_owner(&self, owner: &[u8]) -> bool {
+        self.owners.contains_key(owner)
     }
 
     /// The client of record `id`.
@@ -676,8 +697,11 @@ impl State {
         if record.holds_state() || current.is_some_and(|slot| slot.clientid() == clientid) {
             return Nfsstat4::ClientidBusy;
         }
-        // W8: the client leaves the recovery record here.
+        let owner = record.client.owner.clone();
         self.forget_client(&mut table, clientid);
+        // The recovery record is written with the table free.
+        drop(table);
+        self.recovery.forget(&owner);
         Nfsstat4::Ok
     }
 }

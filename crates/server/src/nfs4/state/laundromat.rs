@@ -115,7 +115,9 @@ pub fn spawn(state: &Arc<State>) -> tokio::task::JoinHandle<()> {
             let Some(state) = state.upgrade() else {
                 return;
             };
-            state.sweep(Instant::now());
+            // A sweep may close lock descriptions and rewrite the
+            // recovery record (fsync): off the runtime's workers.
+            let _ = tokio::task::spawn_blocking(move || state.sweep(Instant::now())).await;
         }
     })
 }

@@ -25,6 +25,7 @@ pub mod laundromat;
 pub mod limits;
 pub mod lockowners;
 pub mod opens;
+pub mod recovery;
 pub mod sessions;
 pub mod stateids;
 
@@ -34,6 +35,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use dionfs_core::grace::Grace;
 use dionfs_proto::nfs4::{
     BackchannelCtlArgs4, BindConnToSessionArgs4, CreateSessionArgs4, CreateSessionResOk4,
     ExchangeIdArgs4, ExchangeIdResOk4, Nfsstat4, ReclaimCompleteArgs4, SequenceArgs4, SessionId4,
@@ -123,6 +125,13 @@ pub struct State {
     /// The courtesy clients by id, with when each became one: what the
     /// lock tables' expirer may expire (design section 4.6).
     courtesy: Mutex<HashMap<u64, Courtesy>>,
+    /// The recovery record and the grace period (design section 4.7).
+    recovery: recovery::Recovery,
+}
+
+/// A grace period never held, for a state without the server's.
+fn no_grace() -> Arc<Grace> {
+    Arc::new(Grace::new(Duration::ZERO))
 }
 
 /// A courtesy client, since when.
@@ -174,14 +183,26 @@ impl State {
     /// [`State::with_locks`].
     pub fn new(config: StateConfig) -> std::io::Result<State> {
         let (locks, _released) = Locks::new();
-        Self::made(config, Arc::new(locks))
+        Self::made(config, Arc::new(locks), no_grace())
     }
 
     /// The state of a server starting now, its opens and locks in the
     /// server's lock tables `locks` (shared with NLM), on which it sets
-    /// the expirer of courtesy clients (design section 5.3).
+    /// the expirer of courtesy clients (design section 5.3). It holds no
+    /// grace period: a server uses [`State::with_grace`].
     pub fn with_locks(config: StateConfig, locks: Arc<Locks>) -> std::io::Result<Arc<State>> {
-        let state = Arc::new(Self::made(config, Arc::clone(&locks))?);
+        Self::with_grace(config, locks, no_grace())
+    }
+
+    /// [`State::with_locks`], and the server's grace period `grace`
+    /// (shared with NLM), held if the recovery record under the state
+    /// directory names clients of the previous run (design section 4.7).
+    pub fn with_grace(
+        config: StateConfig,
+        locks: Arc<Locks>,
+        grace: Arc<Grace>,
+    ) -> std::io::Result<Arc<State>> {
+        let state = Arc::new(Self::made(config, Arc::clone(&locks), grace)?);
         let weak = Arc::downgrade(&state);
         let expirer: crate::locks::Expirer = Arc::new(move |client: &LockClient| match client {
             LockClient::V4(id) => weak
@@ -198,8 +219,9 @@ impl State {
         Ok(state)
     }
 
-    fn made(config: StateConfig, locks: Arc<Locks>) -> std::io::Result<State> {
+    fn made(config: StateConfig, locks: Arc<Locks>, grace: Arc<Grace>) -> std::io::Result<State> {
         let server_id = ids::server_identity(config.state_dir.as_deref())?;
+        let recovery = recovery::Recovery::open(config.state_dir.as_deref(), grace)?;
         let boot = u32::from_ne_bytes(ids::random_bytes()?);
         let session_key = u64::from_ne_bytes(ids::random_bytes()?);
         Ok(State {
@@ -212,6 +234,7 @@ impl State {
             refusals: Refusals::default(),
             locks,
             courtesy: Mutex::default(),
+            recovery,
         })
     }
 
@@ -221,7 +244,7 @@ impl State {
     /// are unknown from now. Whether it was a courtesy client (a SEQUENCE
     /// making it active again wins or loses the race cleanly).
     fn expire_courtesy(&self, id: u64) -> bool {
-        {
+        let expired = {
             let mut courtesy = self.courtesy.lock();
             let Some(entry) = courtesy.get(&id) else {
                 return false;
@@ -229,14 +252,17 @@ impl State {
             if !entry.client.change_life(COURTESY, EXPIRED) {
                 return false;
             }
-            courtesy.remove(&id);
-        }
+            courtesy.remove(&id)
+        };
         tracing::info!(
             clientid = id,
             "NFSv4 courtesy client expired: its state was in another client's way"
         );
         self.locks
             .drop_clients(|c| *c == LockClient::V4(LockClientId(id)));
+        if let Some(expired) = expired {
+            self.recovery.forget(&expired.client.owner);
+        }
         true
     }
 
@@ -339,37 +365,63 @@ impl State {
     /// RECLAIM_COMPLETE (RFC 8881 section 18.51) of the client of `slot`.
     /// With `rca_one_fs` the caller has checked there is a current
     /// filehandle (`NFS4ERR_NOFILEHANDLE`); the file system is not
-    /// reclaiming anything then. The recovery record comes with W8.
+    /// reclaiming anything then. Otherwise the client is recorded in the
+    /// recovery record, durably, before the reply (as knfsd does).
     pub fn reclaim_complete(&self, slot: &SlotGuard, args: &ReclaimCompleteArgs4) -> Nfsstat4 {
         if args.one_fs {
             return Nfsstat4::Ok;
         }
-        if slot.client().mark_reclaim_complete() {
-            Nfsstat4::Ok
-        } else {
-            Nfsstat4::CompleteAlready
+        let client = slot.client();
+        if !client.mark_reclaim_complete() {
+            return Nfsstat4::CompleteAlready;
         }
+        self.record(client);
+        Nfsstat4::Ok
     }
 
     /// Whether `client` may be granted an OPEN or a LOCK now; `reclaim`
-    /// for OPEN's CLAIM_PREVIOUS and LOCK's `reclaim`. No recovery record
-    /// of v4 clients is kept yet (W8 of docs/nfs4-design.md), so no
-    /// client of a previous run is known and v4 has no grace period: a
-    /// reclaim is `NO_GRACE` (RFC 8881 section 9.11), anything else goes
-    /// on. The recovery record will make this answer `GRACE` and
-    /// `RECLAIM_BAD` as section 4.7 says; callers need not change.
+    /// for OPEN's CLAIM_PREVIOUS and LOCK's `reclaim` (RFC 8881 section
+    /// 9.11, design section 4.7). In the grace period a reclaim is
+    /// granted only to a client of the previous run (`NO_GRACE` to
+    /// another) that has not sent RECLAIM_COMPLETE (`RECLAIM_BAD`), and
+    /// anything else is `GRACE`; after it a reclaim is `NO_GRACE`. When
+    /// the answer is yes the client is in the recovery record, durably,
+    /// before this returns (and so before the reply).
     pub fn grace_check(&self, client: &Client, reclaim: bool) -> Result<(), Nfsstat4> {
-        let _ = client;
-        if reclaim {
-            Err(Nfsstat4::NoGrace)
+        let claim = if reclaim {
+            recovery::Claim::Reclaim
         } else {
-            Ok(())
+            recovery::Claim::New
+        };
+        self.recovery
+            .check(&client.owner, client.reclaim_completed(), claim)?;
+        self.record(client);
+        Ok(())
+    }
+
+    /// Whether the server's grace period is on: REMOVE and RENAME answer
+    /// `GRACE` then (as knfsd's), so that no file a client may reclaim
+    /// goes away under it.
+    pub fn in_grace(&self) -> bool {
+        self.recovery.in_grace()
+    }
+
+    /// Puts `client` in the recovery record, durably, unless it is there.
+    fn record(&self, client: &Client) {
+        if client.recorded.load(Ordering::Acquire) {
+            return;
+        }
+        let present = |owner: &[u8]| self.table.lock().has_owner(owner);
+        if self.recovery.record(&client.owner, client.address, present) {
+            client.recorded.store(true, Ordering::Release);
         }
     }
 
     /// One laundromat sweep at `now`: see [`laundromat::sweep`].
     pub fn sweep(&self, now: Instant) {
         laundromat::sweep(self, now);
+        self.recovery
+            .sweep(|owner| self.table.lock().has_owner(owner));
     }
 
     /// Counts for metrics and tests.

@@ -207,7 +207,7 @@ impl State {
 
     /// Drops the open `other` of `state`: its lock stateids and their
     /// locks, its reservation, its owner if it has no other open.
-    fn release_open(&self, client: &Client, state: &mut ClientState, other: &Other) {
+    pub(super) fn release_open(&self, client: &Client, state: &mut ClientState, other: &Other) {
         let Some(StateRef::Open(open)) = state.stateids.get(other).cloned() else {
             return;
         };

@@ -1,0 +1,602 @@
+//! READ, WRITE and COMMIT (RFC 8881 sections 18.22, 18.32, 18.3; design
+//! sections 2 and 8): the same data plane NFSv3 uses, through the same
+//! calls (`DataPlane::read`, `write`, `commit`) and the helpers in
+//! `crate::io`. There is no second data path.
+//!
+//! A WRITE's payload is placed while the COMPOUND is received
+//! ([`receive_payload`]): the first WRITE of a COMPOUND whose current
+//! handle is known goes straight from the socket into a write-pool buffer
+//! as v3's does; a later one takes a buffer only if one is free at once;
+//! a WRITE to a handle not known at receive has its payload staged
+//! (charged to the staging budget). A READ's data is the reply's
+//! zero-copy payload ([`CompoundReply::read_data`]).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use dionfs_core::exports::{Export, Exports};
+use dionfs_core::io_errors::IoProc;
+use dionfs_dataplane::{DataError, PooledBuf, Stable, WriteAttempt, WriteBuffer, WriteDone};
+use dionfs_fs::{ops, FileKind, FsError, OpenFile};
+use dionfs_proto::nfs4::{
+    ArgOp, Attr4, CommitResOk4, Nfsstat4, StableHow4, Verifier4, WriteHead4, WriteResOk4,
+};
+use dionfs_rpc::{RecordError, RecordReader};
+use dionfs_transport::{stage_whole, CallStream, ConnInfo, Staged};
+use dionfs_xdr::{pad_len, Encode};
+
+use super::compound::{Compound, OpCtx};
+use super::fh::File;
+use super::reply::CompoundReply;
+use super::state::{resolve_current, Use};
+use super::status::{from_data, from_fs};
+use crate::io;
+use dionfs_core::export::squash;
+use dionfs_core::server::Server;
+
+/// Where a WRITE's payload went while it was received.
+pub enum Payload {
+    /// Into a write-pool buffer of export `export`, for the file whose
+    /// handle is `fh` (v3's path).
+    Placed {
+        export: u16,
+        fh: Vec<u8>,
+        file: Arc<OpenFile>,
+        buf: WriteBuffer,
+    },
+    /// Into memory charged to the staging budget, for a file not known
+    /// while it was received: copied into a buffer when the WRITE runs.
+    Staged(Staged),
+    /// Skipped: no buffer and no staging room (`DELAY`), or refused while
+    /// it was received (read-only export, stale handle...). The WRITE
+    /// answers this status unless its own checks fail first; `None` when
+    /// they are certain to (an export the client may not use).
+    Skipped(Option<Nfsstat4>),
+}
+
+/// What the data ops of a COMPOUND were given at receive: the WRITE
+/// payloads, in the order of the WRITEs, and the buffer for the first
+/// READ (taken in `prepare`).
+#[derive(Default)]
+pub struct DataIo {
+    pub payloads: VecDeque<Payload>,
+    pub read_buf: Option<PooledBuf>,
+    /// The COMPOUND runs on the connection's task
+    /// ([`Compound::starts_on_task`]).
+    pub on_task: bool,
+}
+
+/// The current and saved filehandles as far as the ops received so far
+/// tell (PUTFH, SAVEFH, RESTOREFH, and the ops that keep them): `None`
+/// when unknown. Enough to place a WRITE's payload and take a READ's
+/// buffer before the COMPOUND runs.
+#[derive(Default)]
+pub struct KnownFh {
+    pub current: Option<Vec<u8>>,
+    saved: Option<Vec<u8>>,
+}
+
+impl KnownFh {
+    /// Follows `op`, received after the ones before.
+    pub fn follow(&mut self, op: &ArgOp) {
+        match op {
+            ArgOp::Putfh(a) => self.current = Some(a.object.as_bytes().to_vec()),
+            ArgOp::Savefh => self.saved = self.current.clone(),
+            ArgOp::Restorefh => self.current = self.saved.clone(),
+            // Ops that never change the current filehandle.
+            ArgOp::Sequence(_)
+            | ArgOp::Read(_)
+            | ArgOp::Write(_)
+            | ArgOp::Commit(_)
+            | ArgOp::Getattr(_)
+            | ArgOp::Getfh
+            | ArgOp::Access(_)
+            | ArgOp::Verify(_)
+            | ArgOp::Nverify(_)
+            | ArgOp::Setattr(_) => {}
+            _ => {
+                self.current = None;
+                self.saved = None;
+            }
+        }
+    }
+}
+
+/// What a COMPOUND's record holds besides a WRITE's data when it is
+/// still "small" (SEQUENCE, PUTFH, the WRITE's head, GETATTR).
+const COMPOUND_SLACK: usize = 1024;
+
+/// Whether a COMPOUND whose arguments are `args_len` bytes (after the
+/// call header, in one fragment) is "small": it then holds no share of
+/// the connection's buffers while it is received (the transport's
+/// `holds_buffer`), as a v3 WRITE of at most `SMALL_IO` bytes.
+pub fn is_small_compound(args_len: u32) -> bool {
+    dionfs_dataplane::is_small((args_len as usize).saturating_sub(COMPOUND_SLACK))
+}
+
+/// Receives the payload of WRITE `head` from `body` (right after its
+/// head), the padding included, and says where it went (design section
+/// 2, step 4). `first`: no WRITE came before it in the COMPOUND; `fh`:
+/// the current handle, if known. A COMPOUND received as small
+/// ([`is_small_compound`]) holds no share of the connection's buffers,
+/// so a payload larger than `SMALL_IO` in it (at most 1 KiB more) is
+/// staged, not placed in a large buffer. The caller has bounded
+/// `data_len`.
+#[allow(clippy::too_many_arguments)]
+pub async fn receive_payload<R: CallStream>(
+    server: &Server,
+    exports: &Exports,
+    conn: &ConnInfo,
+    fh: Option<&[u8]>,
+    first: bool,
+    small: bool,
+    head: &WriteHead4,
+    body: &mut RecordReader<R>,
+) -> Result<Payload, RecordError> {
+    let len = head.data_len as usize;
+    let payload = match fh {
+        Some(fh) if !small || dionfs_dataplane::is_small(len) => {
+            place(server, exports, conn, fh, first, head, body).await?
+        }
+        _ => stage(server, len, body).await?,
+    };
+    io::skip(body, pad_len(len)).await?;
+    Ok(payload)
+}
+
+/// The payload of a WRITE to the file `fh`, into a write-pool buffer of
+/// its export: waiting for one if `first`, else only if one is free.
+async fn place<R: CallStream>(
+    server: &Server,
+    exports: &Exports,
+    conn: &ConnInfo,
+    fh: &[u8],
+    first: bool,
+    head: &WriteHead4,
+    body: &mut RecordReader<R>,
+) -> Result<Payload, RecordError> {
+    let len = head.data_len as usize;
+    let target = match exports.for_client(conn, fh) {
+        None => Err(None),
+        Some(export) if export.config.read_only() => Err(Some(Nfsstat4::Rofs)),
+        Some(export) => io::file_to_write(export, fh)
+            .map(|file| (export, file))
+            .map_err(|e| Some(from_fs(e))),
+    };
+    let (export, file) = match target {
+        Ok(target) => target,
+        Err(status) => {
+            io::skip(body, len).await?;
+            return Ok(Payload::Skipped(status));
+        }
+    };
+    let placed = |buf| Payload::Placed {
+        export: export.config.id,
+        fh: fh.to_vec(),
+        file: file.clone(),
+        buf,
+    };
+    if first {
+        return Ok(
+            match io::receive_payload(body, export, &file, head.offset, len, &server.staging)
+                .await?
+            {
+                Ok(buf) => placed(buf),
+                Err(refused) => {
+                    io::skip(body, len - refused.received).await?;
+                    Payload::Skipped(Some(from_data(&refused.error)))
+                }
+            },
+        );
+    }
+    // A call holding one buffer never waits for another.
+    let pooled = export.data.write_pool_for(len).try_get().ok().flatten();
+    match pooled.map(|b| export.data.write_buffer(file.data(), b, head.offset, len)) {
+        Some(Ok(mut buf)) => {
+            io::receive_rest(body, &mut buf, 0).await?;
+            Ok(placed(buf))
+        }
+        Some(Err(e)) => {
+            io::skip(body, len).await?;
+            Ok(Payload::Skipped(Some(from_data(&e))))
+        }
+        None => stage(server, len, body).await,
+    }
+}
+
+/// The payload staged whole, or skipped (`DELAY`) without room for it.
+async fn stage<R: CallStream>(
+    server: &Server,
+    len: usize,
+    body: &mut RecordReader<R>,
+) -> Result<Payload, RecordError> {
+    match stage_whole(body, len, &server.staging).await? {
+        Some(staged) => Ok(Payload::Staged(staged)),
+        None => {
+            io::skip(body, len).await?;
+            Ok(Payload::Skipped(Some(Nfsstat4::Delay)))
+        }
+    }
+}
+
+/// The current filehandle as a regular file for I/O: a directory is
+/// `ISDIR`, any other type `INVAL` (as knfsd's `nfs4_check_file`).
+fn regular_file<'a>(ctx: &mut OpCtx<'a>) -> Result<File<'a>, Nfsstat4> {
+    let file = ctx.current_file(Nfsstat4::Isdir)?;
+    match file.node.kind() {
+        FileKind::Regular => Ok(file),
+        FileKind::Directory => Err(Nfsstat4::Isdir),
+        _ => Err(Nfsstat4::Inval),
+    }
+}
+
+/// Checks the stateid an I/O op carries (the current stateid resolved)
+/// for `io` on `file`.
+fn check_stateid(
+    ctx: &OpCtx,
+    stateid: &dionfs_proto::nfs4::StateId4,
+    file: &File,
+    io: Use,
+) -> Result<(), Nfsstat4> {
+    let slot = ctx.slot.ok_or(Nfsstat4::OpNotInSession)?;
+    let stateid = resolve_current(stateid, ctx.current_stateid)?;
+    ctx.nfs4
+        .state
+        .check_stateid(slot.client(), &stateid, file.node.fh(), io)
+        .map(|_| ())
+}
+
+/// The permission check of a READ or WRITE as the client (squashed as
+/// the export says): `io::check_io_access`.
+fn check_access(
+    ctx: &OpCtx,
+    export: &Export,
+    file: &OpenFile,
+    write: bool,
+    attr: Option<&dionfs_fs::Attr>,
+) -> Result<(), Nfsstat4> {
+    let creds = squash(&export.config, &ctx.call.cred);
+    io::check_io_access(ctx.server, &creds, file, write, attr).map_err(from_fs)
+}
+
+fn status_of(result: Result<(), Nfsstat4>) -> Nfsstat4 {
+    result.err().unwrap_or(Nfsstat4::Ok)
+}
+
+pub fn read(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 {
+    let ArgOp::Read(args) = op else {
+        return Nfsstat4::Serverfault;
+    };
+    status_of(read_file(ctx, args, reply))
+}
+
+fn read_file(
+    ctx: &mut OpCtx,
+    args: dionfs_proto::nfs4::ReadArgs4,
+    reply: &mut CompoundReply,
+) -> Result<(), Nfsstat4> {
+    let current = regular_file(ctx)?;
+    check_stateid(ctx, &args.stateid, &current, Use::Read)?;
+    let export = current.export;
+    // (A file new to a full checksum store is read unchecked.)
+    let file = export
+        .fs
+        .open_file_to_read(current.node.fh())
+        .map_err(from_fs)?;
+    let attr = match ops::file_attr(&export.fs, &file) {
+        // Deleted behind our back: its data is not sent.
+        Err(FsError::Stale) => return Err(Nfsstat4::Stale),
+        other => other.ok(),
+    };
+    check_access(ctx, export, &file, false, attr.as_ref())?;
+    // As much as the reply has room for (RFC 8881 section 18.22.3 lets a
+    // READ return less than asked).
+    let count = args
+        .count
+        .min(u32::try_from(reply.data_room()).unwrap_or(u32::MAX));
+    let buf = match ctx.data.read_buf.take() {
+        Some(buf) => buf,
+        // A later READ, or one whose export was not known at receive:
+        // a buffer only if one is free now.
+        None => export
+            .data
+            .read_pool_for(count as usize)
+            .try_get()
+            .ok()
+            .flatten()
+            .ok_or(Nfsstat4::Delay)?,
+    };
+    let mut data = export
+        .data
+        .read(file.data(), buf, args.offset, count)
+        .map_err(|e| io_error(ctx, IoProc::Read, &file, Some((args.offset, count)), &e))?;
+    io::start_read_followups(&file, &mut data);
+    reply.read_data(data);
+    Ok(())
+}
+
+fn io_error(
+    ctx: &OpCtx,
+    proc: IoProc,
+    file: &OpenFile,
+    range: Option<(u64, u32)>,
+    e: &DataError,
+) -> Nfsstat4 {
+    ctx.server.io_error_logs.log(proc, file, range, e);
+    from_data(e)
+}
+
+pub fn write(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 {
+    let ArgOp::Write(head) = op else {
+        return Nfsstat4::Serverfault;
+    };
+    // Taken whatever happens, so the next WRITE finds its own.
+    let payload = ctx.data.payloads.pop_front();
+    match write_file(ctx, &head, payload) {
+        Ok(res) => {
+            res.encode(reply.encoder());
+            Nfsstat4::Ok
+        }
+        Err(status) => status,
+    }
+}
+
+fn write_file(
+    ctx: &mut OpCtx,
+    head: &WriteHead4,
+    payload: Option<Payload>,
+) -> Result<WriteResOk4, Nfsstat4> {
+    let current = regular_file(ctx)?;
+    let export = current.export;
+    ctx.writable(export)?;
+    check_stateid(ctx, &head.stateid, &current, Use::Write)?;
+    let len = head.data_len as usize;
+    let (file, buf) = match payload.ok_or(Nfsstat4::Serverfault)? {
+        Payload::Placed {
+            export: id,
+            fh,
+            file,
+            buf,
+        } if id == export.config.id && fh == current.node.fh() => (file, buf),
+        // Receive followed the current handle exactly.
+        Payload::Placed { .. } => return Err(Nfsstat4::Serverfault),
+        Payload::Skipped(status) => return Err(status.unwrap_or(Nfsstat4::Serverfault)),
+        Payload::Staged(staged) => {
+            let file = file_to_write(export, current.node.fh()).map_err(from_fs)?;
+            let pooled = export
+                .data
+                .write_pool_for(len)
+                .try_get()
+                .ok()
+                .flatten()
+                .ok_or(Nfsstat4::Delay)?;
+            let mut buf = export
+                .data
+                .write_buffer(file.data(), pooled, head.offset, len)
+                .map_err(|e| from_data(&e))?;
+            buf.payload_mut().copy_from_slice(staged.bytes());
+            buf.arrived(len);
+            (file, buf)
+        }
+    };
+    let before = match ops::file_attr(&export.fs, &file) {
+        Err(FsError::Stale) => return Err(Nfsstat4::Stale),
+        other => other.ok(),
+    };
+    let how = stable(head.stable);
+    // On the connection's task, a small overwrite of cached pages is
+    // written from here (as v3's `write_without_blocking`); anything else
+    // first hands the worker to another thread (`block_in_place`).
+    let buf = if ctx.data.on_task {
+        let attempt = ctx.as_user(export, || {
+            Ok(check_access(ctx, export, &file, true, before.as_ref())
+                .map(|()| export.data.write_on_task(file.data(), buf, how)))
+        })??;
+        match attempt {
+            WriteAttempt::Done(done) => {
+                let done = done.map_err(|e| io_error(ctx, IoProc::Write, &file, None, &e))?;
+                return Ok(write_res(ctx, done));
+            }
+            WriteAttempt::Blocking(buf) => buf,
+        }
+    } else {
+        buf
+    };
+    // The write itself runs as the client too, as v3's: set-id bits
+    // cleared, quotas enforced.
+    let blocking = || {
+        ctx.as_user(export, || {
+            Ok(
+                check_access(ctx, export, &file, true, before.as_ref()).and_then(|()| {
+                    export
+                        .data
+                        .write(file.data(), buf, how)
+                        .map_err(|e| io_error(ctx, IoProc::Write, &file, None, &e))
+                }),
+            )
+        })
+    };
+    let done = if ctx.data.on_task {
+        tokio::task::block_in_place(blocking)
+    } else {
+        blocking()
+    }??;
+    Ok(write_res(ctx, done))
+}
+
+fn write_res(ctx: &OpCtx, done: WriteDone) -> WriteResOk4 {
+    WriteResOk4 {
+        count: done.count as u32,
+        committed: stable_how(done.committed),
+        writeverf: Verifier4(ctx.server.write_verifier()),
+    }
+}
+
+/// The fast shape of a WRITE COMPOUND (what Linux sends): SEQUENCE, PUTFH,
+/// WRITE, and maybe GETATTR.
+/// The GETATTR may ask only attributes a statx gives (no owner names,
+/// which may ask a name service, no file-system statistics).
+fn is_write_shape(ops: &[ArgOp]) -> bool {
+    match ops {
+        [ArgOp::Putfh(_), ArgOp::Write(_)] => true,
+        [ArgOp::Putfh(_), ArgOp::Write(_), ArgOp::Getattr(a)] => {
+            a.attr_request.bits().all(|bit| STATX_ATTRS.contains(&bit))
+        }
+        _ => false,
+    }
+}
+
+/// What a GETATTR after a WRITE on the task may ask: what Linux asks
+/// there, all from one statx of the open file.
+const STATX_ATTRS: [u32; 9] = [
+    Attr4::Type.bit(),
+    Attr4::Change.bit(),
+    Attr4::Size.bit(),
+    Attr4::Fileid.bit(),
+    Attr4::Mode.bit(),
+    Attr4::Numlinks.bit(),
+    Attr4::SpaceUsed.bit(),
+    Attr4::TimeMetadata.bit(),
+    Attr4::TimeModify.bit(),
+];
+
+fn stable(s: StableHow4) -> Stable {
+    match s {
+        StableHow4::Unstable => Stable::Unstable,
+        StableHow4::DataSync => Stable::DataSync,
+        StableHow4::FileSync => Stable::FileSync,
+    }
+}
+
+fn stable_how(s: Stable) -> StableHow4 {
+    match s {
+        Stable::Unstable => StableHow4::Unstable,
+        Stable::DataSync => StableHow4::DataSync,
+        Stable::FileSync => StableHow4::FileSync,
+    }
+}
+
+pub fn commit(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 {
+    let ArgOp::Commit(args) = op else {
+        return Nfsstat4::Serverfault;
+    };
+    match commit_file(ctx, args.offset, args.count) {
+        Ok(res) => {
+            res.encode(reply.encoder());
+            Nfsstat4::Ok
+        }
+        Err(status) => status,
+    }
+}
+
+fn commit_file(ctx: &mut OpCtx, offset: u64, count: u32) -> Result<CommitResOk4, Nfsstat4> {
+    let current = regular_file(ctx)?;
+    let export = current.export;
+    let file = export
+        .fs
+        .open_file_to_read(current.node.fh())
+        .map_err(from_fs)?;
+    ctx.as_user(export, || {
+        Ok(export
+            .data
+            .commit(file.data(), offset, count)
+            .map_err(|e| io_error(ctx, IoProc::Commit, &file, None, &e)))
+    })??;
+    Ok(CommitResOk4 {
+        writeverf: Verifier4(ctx.server.write_verifier()),
+    })
+}
+
+/// The open file a staged WRITE goes to, on the COMPOUND's blocking
+/// thread: the cached one, else opened by handle.
+fn file_to_write(export: &Export, fh: &[u8]) -> Result<Arc<OpenFile>, FsError> {
+    match export.fs.cached_file(fh)? {
+        Some(file) => Ok(file),
+        None => export.fs.open_file(fh),
+    }
+}
+
+impl Compound {
+    /// Whether it starts on the connection's task: the WRITE shape
+    /// ([`is_write_shape`]) whose payload was placed and may be written
+    /// there (`io::may_write_on_task`, v3's test). Decided without a
+    /// syscall.
+    pub fn starts_on_task(&self) -> bool {
+        if self.slot.is_none() || self.refused.is_some() || !is_write_shape(&self.ops) {
+            return false;
+        }
+        let (
+            Some(ArgOp::Write(head)),
+            Some(Payload::Placed {
+                export, file, buf, ..
+            }),
+        ) = (self.ops.get(1), self.data.payloads.front())
+        else {
+            return false;
+        };
+        self.exports
+            .by_id(*export)
+            .is_some_and(|x| io::may_write_on_task(x, file, buf, stable(head.stable)))
+    }
+
+    /// The reply room a COMPOUND reserves before it runs (the transport's
+    /// `reply_room`): what its READs and READDIRs may return, each at most
+    /// `max_transfer`, all within the session's reply size, and 1 KiB for
+    /// the rest; 0 when it has none.
+    pub fn reply_room(&self, max_transfer: u32) -> usize {
+        let asked: usize = self
+            .ops
+            .iter()
+            .map(|op| match op {
+                ArgOp::Read(a) => a.count.min(max_transfer) as usize,
+                ArgOp::Readdir(a) => a.maxcount.min(max_transfer) as usize,
+                _ => 0,
+            })
+            .sum();
+        if asked == 0 {
+            return 0;
+        }
+        let max = self
+            .slot
+            .as_ref()
+            .map_or(usize::MAX, |slot| slot.max_response() as usize);
+        asked.min(max) + 1024
+    }
+
+    /// Whether it holds a large pool buffer once received: a READ of
+    /// more than `SMALL_IO` bytes, or a WRITE whose payload that large
+    /// was staged (it takes its buffer when it runs).
+    pub fn holds_buffer_after_receive(&self) -> bool {
+        let large = |len: usize| !dionfs_dataplane::is_small(len);
+        self.ops
+            .iter()
+            .any(|op| matches!(op, ArgOp::Read(a) if large(a.count as usize)))
+            || self
+                .data
+                .payloads
+                .iter()
+                .any(|p| matches!(p, Payload::Staged(s) if large(s.bytes().len())))
+    }
+
+    /// Takes the buffer of its first READ, from the export of the handle
+    /// the PUTFH before it gave (as v3's READ does in `prepare`), waiting
+    /// while that pool is empty. None when that export is not known or
+    /// not the client's: the READ then tries at execution.
+    pub async fn take_read_buffer(&mut self, conn: &ConnInfo) {
+        let mut known = KnownFh::default();
+        for op in &self.ops {
+            if let ArgOp::Read(a) = op {
+                let Some(export) = known
+                    .current
+                    .as_deref()
+                    .and_then(|fh| self.exports.for_client(conn, fh))
+                else {
+                    return;
+                };
+                self.data.read_buf = export.data.read_buffer_for(a.count).await.ok();
+                return;
+            }
+            known.follow(op);
+        }
+    }
+}

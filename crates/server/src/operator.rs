@@ -1,0 +1,244 @@
+//! What the operator tools ask a running server, served beside
+//! `/metrics`: `/exports` (`dionfs exportfs -v`), `/clients` and
+//! `/clients.json` (`dionfs clients`). Each is text made here from the
+//! server's state as it is now, so that the tools print what the server
+//! applies, not what a file says.
+
+use std::fmt::Write as _;
+use std::net::IpAddr;
+
+use dionfs_core::export::ExportConfig;
+
+/// The exports `exports` as `[[export]]` sections of a config, every
+/// option written out in the config's words (`read_mode = "direct"`),
+/// defaults included: what the server applies.
+pub fn exports_toml(exports: &[&ExportConfig]) -> String {
+    let mut out = String::new();
+    for x in exports {
+        let clients: Vec<String> = x
+            .clients
+            .iter()
+            .map(|c| toml_string(&c.to_string()))
+            .collect();
+        let _ = write!(
+            out,
+            "[[export]]\n\
+             path = {}\n\
+             id = {}\n\
+             clients = [{}]\n\
+             access = \"{}\"\n\
+             squash = \"{}\"\n\
+             anonuid = {}\n\
+             anongid = {}\n\
+             secure = {}\n\
+             durability = \"{}\"\n\
+             read_mode = \"{}\"\n\
+             write_mode = \"{}\"\n\
+             integrity = \"{}\"\n\
+             max_transfer = {}\n\
+             allow_devices = {}\n\n",
+            toml_string(&x.path.to_string_lossy()),
+            x.id,
+            clients.join(", "),
+            x.access,
+            x.squash,
+            x.anonuid,
+            x.anongid,
+            x.secure,
+            x.durability,
+            x.read_mode,
+            x.write_mode,
+            x.integrity,
+            x.max_transfer,
+            x.allow_devices,
+        );
+    }
+    out
+}
+
+/// A TOML basic string: `"` and `\` escaped, control characters as
+/// `\uXXXX` (a path may hold any byte but `/` and NUL).
+fn toml_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => {
+                let _ = write!(out, "\\u{:04X}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// A client of the running server as `dionfs clients` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientLine {
+    /// An NLM host holding locks: the name its lock manager gives
+    /// (`caller_name`) and the address its calls come from.
+    Nlm { name: String, address: IpAddr },
+    /// An NFSv4 client record.
+    V4 {
+        clientid: u64,
+        address: IpAddr,
+        /// `co_ownerid`, printable bytes as they are, others as `\xNN`.
+        owner: String,
+        confirmed: bool,
+        sessions: usize,
+        /// The implementation it named (`eia_client_impl_id`), if any.
+        implementation: Option<String>,
+    },
+}
+
+/// `bytes` with printable ASCII as it is, anything else as `\xNN`, and
+/// `\` as `\\`: owner strings and host names are the client's bytes.
+pub fn printable(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for &b in bytes {
+        match b {
+            b'\\' => out.push_str("\\\\"),
+            0x20..=0x7e => out.push(b as char),
+            _ => {
+                let _ = write!(out, "\\x{b:02x}");
+            }
+        }
+    }
+    out
+}
+
+/// One line per client, like `showmount -a`: address, protocol, then
+/// what is known of it.
+pub fn clients_text(clients: &[ClientLine]) -> String {
+    let mut out = String::new();
+    for c in clients {
+        let _ = match c {
+            ClientLine::Nlm { name, address } => {
+                writeln!(out, "{:<24}\tnlm\tname={name}", address.to_string())
+            }
+            ClientLine::V4 {
+                clientid,
+                address,
+                owner,
+                confirmed,
+                sessions,
+                implementation,
+            } => {
+                let confirmed = if *confirmed { "" } else { " unconfirmed" };
+                let implementation = implementation
+                    .as_deref()
+                    .map(|i| format!(" implementation={i}"))
+                    .unwrap_or_default();
+                writeln!(
+                    out,
+                    "{:<24}\tnfs4\tclientid={clientid:016x} sessions={sessions}{confirmed} \
+                     owner={owner}{implementation}",
+                    address.to_string()
+                )
+            }
+        };
+    }
+    out
+}
+
+/// The clients as a JSON array of objects (`dionfs clients --json`).
+pub fn clients_json(clients: &[ClientLine]) -> String {
+    let items: Vec<String> = clients
+        .iter()
+        .map(|c| match c {
+            ClientLine::Nlm { name, address } => format!(
+                "{{\"protocol\": \"nlm\", \"address\": \"{address}\", \"name\": {}}}",
+                json_string(name)
+            ),
+            ClientLine::V4 {
+                clientid,
+                address,
+                owner,
+                confirmed,
+                sessions,
+                implementation,
+            } => format!(
+                "{{\"protocol\": \"nfs4\", \"address\": \"{address}\", \"clientid\": \"{clientid:016x}\", \
+                 \"owner\": {}, \"confirmed\": {confirmed}, \"sessions\": {sessions}, \
+                 \"implementation\": {}}}",
+                json_string(owner),
+                implementation
+                    .as_deref()
+                    .map_or_else(|| "null".to_string(), json_string)
+            ),
+        })
+        .collect();
+    format!("[{}]\n", items.join(",\n "))
+}
+
+/// A JSON string of `s` (already printable, see [`printable`]).
+fn json_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exports_are_written_in_the_configs_words_and_parse_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = std::fs::canonicalize(dir.path())
+            .unwrap()
+            .join("a \"b\" \\");
+        std::fs::create_dir(&path).unwrap();
+        let mut x = ExportConfig::with_defaults(path);
+        x.read_mode = dionfs_dataplane::Mode::DontCache;
+        let text = exports_toml(&[&x]);
+        assert!(text.contains("read_mode = \"dontcache\"\n"), "{text}");
+        assert!(text.contains("squash = \"root_squash\"\n"), "{text}");
+        let back =
+            dionfs_core::export::Config::from_toml(std::path::Path::new("x"), &text).unwrap();
+        assert_eq!(back.exports[0].path, x.path);
+        assert_eq!(back.exports[0].read_mode, x.read_mode);
+        assert_eq!(back.exports[0].clients, x.clients);
+    }
+
+    #[test]
+    fn clients_are_one_line_each_and_json_escapes_owners() {
+        let clients = [
+            ClientLine::Nlm {
+                name: "host1".into(),
+                address: "10.0.0.1".parse().unwrap(),
+            },
+            ClientLine::V4 {
+                clientid: 7,
+                address: "10.0.0.2".parse().unwrap(),
+                owner: printable(b"Linux \"x\"\n"),
+                confirmed: true,
+                sessions: 1,
+                implementation: None,
+            },
+        ];
+        let text = clients_text(&clients);
+        assert_eq!(text.lines().count(), 2, "{text}");
+        assert!(text.contains("nlm\tname=host1"), "{text}");
+        assert!(text.contains("owner=Linux \"x\"\\x0a"), "{text}");
+        let json = clients_json(&clients);
+        assert!(
+            json.contains("\"owner\": \"Linux \\\"x\\\"\\\\x0a\""),
+            "{json}"
+        );
+        assert!(json.contains("\"implementation\": null"), "{json}");
+    }
+}
