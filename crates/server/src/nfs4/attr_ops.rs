@@ -6,7 +6,7 @@
 use dionfs_core::exports::Export;
 use dionfs_fs::handle::{self, PathId};
 use dionfs_fs::{ops, Attr, Node};
-use dionfs_proto::nfs4::{ArgOp, Attr4, Bitmap4, GetattrResOk4, Nfsstat4, StateId4};
+use dionfs_proto::nfs4::{ArgOp, Attr4, Bitmap4, GetattrResOk4, Nfsstat4};
 use dionfs_xdr::Encode;
 
 use super::attrs::{
@@ -17,6 +17,7 @@ use super::fh::{Current, File};
 use super::lookup::status;
 use super::namespace::MountedOn;
 use super::reply::CompoundReply;
+use super::state::{resolve_current, Use};
 use super::status::from_fs;
 
 /// `maxread` and `maxwrite` for files of an export of `max_transfer`,
@@ -192,17 +193,11 @@ pub fn gid_of(ctx: &OpCtx, group: &[u8]) -> Result<u32, Nfsstat4> {
     ctx.nfs4.idmap.gid(group).map_err(|_| Nfsstat4::Badowner)
 }
 
-/// The anonymous stateid (all zeros: RFC 8881 §8.2.3).
-const ANONYMOUS: StateId4 = StateId4 {
-    seqid: 0,
-    other: [0; 12],
-};
-
-/// SETATTR. A size change is made only with the anonymous stateid,
-/// which no share can deny while OPEN is not served (W7 checks open
-/// stateids and shares); any other stateid names no state of this
-/// server: `BAD_STATEID`. A pseudo directory and a read-only export are
-/// `ROFS`. `attrsset` is sent whatever the status.
+/// SETATTR. A size change needs a stateid that allows writing the
+/// file (RFC 8881 §18.30.3): an open (or lock) stateid of an open for
+/// writing (else `OPENMODE`), or a special stateid no share reservation
+/// denies writing (else `LOCKED`). A pseudo directory and a read-only
+/// export are `ROFS`. `attrsset` is sent whatever the status.
 pub fn setattr(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 {
     let ArgOp::Setattr(args) = op else {
         return Nfsstat4::Serverfault;
@@ -212,8 +207,13 @@ pub fn setattr(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat
         let file = ctx.current_file(Nfsstat4::Rofs)?;
         let set = attrs::set_attrs(ctx.minor, fattr, |o| uid_of(ctx, o), |g| gid_of(ctx, g))?;
         ctx.writable(file.export)?;
-        if set.size.is_some() && args.stateid != ANONYMOUS {
-            return Err(Nfsstat4::BadStateid);
+        if set.size.is_some() {
+            // A COMPOUND without SEQUENCE carries no SETATTR (receive.rs).
+            let slot = ctx.slot.ok_or(Nfsstat4::OpNotInSession)?;
+            let stateid = resolve_current(&args.stateid, ctx.current_stateid)?;
+            ctx.nfs4
+                .state
+                .check_stateid(slot.client(), &stateid, file.node.fh(), Use::Write)?;
         }
         if set.is_empty() {
             return Ok(());

@@ -67,7 +67,10 @@ pub struct OpCtx<'a> {
     /// The current and saved filehandles.
     pub current: Option<Fh4>,
     pub saved: Option<Fh4>,
-    /// The current and saved stateids (RFC 8881 section 16.2.3.1.2).
+    /// The current and saved stateids (RFC 8881 section 16.2.3.1.2):
+    /// set by the ops that make or change a stateid, kept with the
+    /// filehandles by SAVEFH and RESTOREFH, cleared by the ops that set
+    /// a filehandle without one ([`follow_filehandle`]).
     pub current_stateid: Option<StateId4>,
     pub saved_stateid: Option<StateId4>,
     /// What the data ops were given at receive.
@@ -146,6 +149,9 @@ pub fn run(
         let start = reply.start_op(result_opnum);
         let done = (super::op_fn(&op))(&mut ctx, op, &mut reply);
         status = reply.finish_op(start, done);
+        if status.is_ok() {
+            follow_filehandle(&mut ctx, opnum);
+        }
         calls.record(NFS4_PROGRAM, NFS_V4, opnum, started.elapsed());
     }
     if let (true, Some((opnum, refusal))) = (status.is_ok(), refused) {
@@ -162,4 +168,26 @@ pub fn run(
     let (reply, cached) = reply.finish(status, cache);
     slot.complete(cached);
     reply
+}
+
+/// The current stateid after op `opnum` succeeded, as knfsd's
+/// `OP_CLEAR_STATEID`, `SAVES_CURRENT_STATEID` and
+/// `RESTORES_CURRENT_STATEID` flags: an op that sets the current
+/// filehandle without a stateid leaves no current stateid (a later
+/// use of it is `BAD_STATEID`); SAVEFH and RESTOREFH carry it along
+/// with the filehandle. The ops that make a stateid set it themselves.
+fn follow_filehandle(ctx: &mut OpCtx, opnum: u32) {
+    match Opnum4::from_u32(opnum) {
+        Some(
+            Opnum4::Putfh
+            | Opnum4::Putrootfh
+            | Opnum4::Putpubfh
+            | Opnum4::Lookup
+            | Opnum4::Lookupp
+            | Opnum4::Create,
+        ) => ctx.current_stateid = None,
+        Some(Opnum4::Savefh) => ctx.saved_stateid = ctx.current_stateid,
+        Some(Opnum4::Restorefh) => ctx.current_stateid = ctx.saved_stateid,
+        _ => {}
+    }
 }

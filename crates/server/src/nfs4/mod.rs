@@ -9,8 +9,10 @@
 //! Served so far (W5 and W6 of docs/nfs4-design.md): the session ops;
 //! the filehandle ops ([`fh`]); LOOKUP, LOOKUPP and SECINFO(_NO_NAME)
 //! across the pseudo-filesystem ([`lookup`], [`namespace`]); GETATTR,
-//! SETATTR (but sizes), VERIFY, NVERIFY ([`attr_ops`], [`attrs`]); and
-//! ACCESS, READLINK, READDIR, CREATE, REMOVE, RENAME, LINK ([`dirs`]);
+//! SETATTR, VERIFY, NVERIFY ([`attr_ops`], [`attrs`]); OPEN, CLOSE,
+//! OPEN_DOWNGRADE, TEST_STATEID, FREE_STATEID ([`open_ops`]) and LOCK,
+//! LOCKT, LOCKU ([`lock_ops`]); ACCESS, READLINK, READDIR, CREATE,
+//! REMOVE, RENAME, LINK ([`dirs`]);
 //! READ, WRITE and COMMIT through v3's data plane ([`data`]);
 //! and of NFSv4.2 (W9), SEEK, ALLOCATE, DEALLOCATE, COPY and CLONE
 //! ([`data42`]) and the extended-attribute ops ([`xattr`]). A minor
@@ -28,8 +30,10 @@ pub mod data42;
 pub mod dirs;
 pub mod fh;
 pub mod idmap;
+pub mod lock_ops;
 pub mod lookup;
 pub mod namespace;
+pub mod open_ops;
 pub mod receive;
 pub mod reply;
 pub mod state;
@@ -182,7 +186,7 @@ static PROCEDURES: [Option<Procedure<Op4>>; 76] = [
     procedure("COMPOUND"),
     None,
     op(O::Access, "ACCESS", dirs::access, true),
-    op(O::Close, "CLOSE", notsupp, true),
+    op(O::Close, "CLOSE", open_ops::close, true),
     op(O::Commit, "COMMIT", data::commit, true),
     op(O::Create, "CREATE", dirs::create, true),
     op(O::Delegpurge, "DELEGPURGE", notsupp, false),
@@ -190,16 +194,21 @@ static PROCEDURES: [Option<Procedure<Op4>>; 76] = [
     op(O::Getattr, "GETATTR", attr_ops::getattr, true),
     op(O::Getfh, "GETFH", fh::getfh, false),
     op(O::Link, "LINK", dirs::link, true),
-    op(O::Lock, "LOCK", notsupp, true),
-    op(O::Lockt, "LOCKT", notsupp, true),
-    op(O::Locku, "LOCKU", notsupp, true),
+    op(O::Lock, "LOCK", lock_ops::lock, true),
+    op(O::Lockt, "LOCKT", lock_ops::lockt, true),
+    op(O::Locku, "LOCKU", lock_ops::locku, true),
     op(O::Lookup, "LOOKUP", lookup::lookup, true),
     op(O::Lookupp, "LOOKUPP", lookup::lookupp, true),
     op(O::Nverify, "NVERIFY", attr_ops::nverify, true),
-    op(O::Open, "OPEN", notsupp, true),
+    op(O::Open, "OPEN", open_ops::open, true),
     op(O::Openattr, "OPENATTR", notsupp, false),
     op(O::OpenConfirm, "OPEN_CONFIRM", notsupp, false),
-    op(O::OpenDowngrade, "OPEN_DOWNGRADE", notsupp, true),
+    op(
+        O::OpenDowngrade,
+        "OPEN_DOWNGRADE",
+        open_ops::open_downgrade,
+        true,
+    ),
     op(O::Putfh, "PUTFH", fh::putfh, false),
     op(O::Putpubfh, "PUTPUBFH", fh::putrootfh, false),
     op(O::Putrootfh, "PUTROOTFH", fh::putrootfh, false),
@@ -228,7 +237,7 @@ static PROCEDURES: [Option<Procedure<Op4>>; 76] = [
     op(O::ExchangeId, "EXCHANGE_ID", exchange_id, false),
     op(O::CreateSession, "CREATE_SESSION", create_session, false),
     op(O::DestroySession, "DESTROY_SESSION", destroy_session, false),
-    op(O::FreeStateid, "FREE_STATEID", notsupp, true),
+    op(O::FreeStateid, "FREE_STATEID", open_ops::free_stateid, true),
     op(O::GetDirDelegation, "GET_DIR_DELEGATION", notsupp, false),
     op(O::Getdeviceinfo, "GETDEVICEINFO", notsupp, false),
     op(O::Getdevicelist, "GETDEVICELIST", notsupp, false),
@@ -245,7 +254,12 @@ static PROCEDURES: [Option<Procedure<Op4>>; 76] = [
     // refused there with SEQUENCE_POS.
     op(O::Sequence, "SEQUENCE", sequence_pos, false),
     op(O::SetSsv, "SET_SSV", notsupp, false),
-    op(O::TestStateid, "TEST_STATEID", notsupp, false),
+    op(
+        O::TestStateid,
+        "TEST_STATEID",
+        open_ops::test_stateid,
+        false,
+    ),
     op(O::WantDelegation, "WANT_DELEGATION", notsupp, false),
     op(
         O::DestroyClientid,
