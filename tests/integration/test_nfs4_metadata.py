@@ -2,7 +2,7 @@
 pseudo-root leading to the exports a client may use, and stat, mkdir,
 readdir, rename, symlink/readlink, chmod, remove and rmdir on an export,
 with root squash and read-only exports applied as over NFSv3. Files'
-data (OPEN, READ, WRITE) is not served over v4 yet.
+data: test_nfs4_data.py.
 
 The server runs from a config file (`versions` has no flag) on a
 temporary directory: no loop devices."""
