@@ -14,10 +14,11 @@ use dionfs_proto::nfs4::{
     ArgOp, Attr4, Bitmap4, CloseArgs4, Component4, CreatVerfAttr, CreateHow4, ExistLockOwner4,
     Fattr4, FreeStateidArgs4, LockArgs4, LockRes4, Locker4, LocktArgs4, LockuArgs4, LookupArgs4,
     NfsFh4, NfsLockType4, Nfsstat4, Opaque4, OpenArgs4, OpenClaim4, OpenDelegation4,
-    OpenDowngradeArgs4, OpenFlag4, OpenResOk4, OpenToLockOwner4, Opnum4, PutfhArgs4, Res4, ResOp,
-    SetAttrs4, SetattrArgs4, StateId4, StateOwner4, TestStateidArgs4, Verifier4,
-    OPEN4_RESULT_LOCKTYPE_POSIX, OPEN4_SHARE_ACCESS_BOTH, OPEN4_SHARE_ACCESS_READ,
-    OPEN4_SHARE_ACCESS_WRITE, OPEN4_SHARE_DENY_NONE, OPEN4_SHARE_DENY_WRITE,
+    OpenDowngradeArgs4, OpenFlag4, OpenResOk4, OpenToLockOwner4, Opnum4, PutfhArgs4,
+    ReclaimCompleteArgs4, Res4, ResOp, SetAttrs4, SetattrArgs4, StateId4, StateOwner4,
+    TestStateidArgs4, Verifier4, OPEN4_RESULT_LOCKTYPE_POSIX, OPEN4_SHARE_ACCESS_BOTH,
+    OPEN4_SHARE_ACCESS_READ, OPEN4_SHARE_ACCESS_WRITE, OPEN4_SHARE_DENY_NONE,
+    OPEN4_SHARE_DENY_WRITE,
 };
 
 use nfs4::client::{CompoundRes, Session};
@@ -246,7 +247,7 @@ fn set_size(stateid: StateId4, size: u64) -> ArgOp {
 fn open_creates_in_each_mode() {
     let server = three_exports();
     let mut c = server.client();
-    let mut s = c.session(b"creates");
+    let mut s = c.session_ready(b"creates");
     let a = path_of(&server, 0);
     let root = export_root(&mut c, &mut s, &a);
 
@@ -486,7 +487,7 @@ fn open_creates_in_each_mode() {
 fn open_applies_the_export_options() {
     let server = three_exports();
     let mut c = server.client();
-    let mut s = c.session(b"options");
+    let mut s = c.session_ready(b"options");
     let a = path_of(&server, 0);
     let b = path_of(&server, 1);
     let cpath = path_of(&server, 2);
@@ -608,9 +609,9 @@ fn open_applies_the_export_options() {
 fn shares_deny_other_clients_and_close_downgrade_and_test_stateids() {
     let server = three_exports();
     let mut c1 = server.client();
-    let mut s1 = c1.session(b"one");
+    let mut s1 = c1.session_ready(b"one");
     let mut c2 = server.client();
-    let mut s2 = c2.session(b"two");
+    let mut s2 = c2.session_ready(b"two");
     let cpath = path_of(&server, 2);
     let root = export_root(&mut c1, &mut s1, &cpath);
 
@@ -743,9 +744,9 @@ fn shares_deny_other_clients_and_close_downgrade_and_test_stateids() {
 fn locks_with_the_current_stateid_conflict_and_free() {
     let server = three_exports();
     let mut c1 = server.client();
-    let mut s1 = c1.session(b"one");
+    let mut s1 = c1.session_ready(b"one");
     let mut c2 = server.client();
-    let mut s2 = c2.session(b"two");
+    let mut s2 = c2.session_ready(b"two");
     let cpath = path_of(&server, 2);
     let root = export_root(&mut c1, &mut s1, &cpath);
 
@@ -918,7 +919,7 @@ fn locks_with_the_current_stateid_conflict_and_free() {
 fn setattr_of_a_size_needs_an_open_for_writing() {
     let server = three_exports();
     let mut c = server.client();
-    let mut s = c.session(b"sizes");
+    let mut s = c.session_ready(b"sizes");
     let cpath = path_of(&server, 2);
     let root = export_root(&mut c, &mut s, &cpath);
     std::fs::write(cpath.join("f"), b"0123456789").unwrap();
@@ -1067,7 +1068,7 @@ fn a_lock_outside_nfs4_denies_a_v4_lock() {
 
     let server = three_exports();
     let mut c = server.client();
-    let mut s = c.session(b"local");
+    let mut s = c.session_ready(b"local");
     let cpath = path_of(&server, 2);
     let root = export_root(&mut c, &mut s, &cpath);
     std::fs::write(cpath.join("f"), b"0123456789").unwrap();
@@ -1121,7 +1122,7 @@ fn a_lock_outside_nfs4_denies_a_v4_lock() {
 fn a_file_removed_while_open_is_closed() {
     let server = three_exports();
     let mut c = server.client();
-    let mut s = c.session(b"removed");
+    let mut s = c.session_ready(b"removed");
     let cpath = path_of(&server, 2);
     let root = export_root(&mut c, &mut s, &cpath);
     let res = c.in_session(
@@ -1164,5 +1165,24 @@ fn a_file_removed_while_open_is_closed() {
             close(stateid),
         ],
     );
+    ok(&res);
+}
+
+#[test]
+fn a_new_open_before_reclaim_complete_is_grace() {
+    let server = three_exports();
+    let mut c = server.client();
+    // RFC 8881 section 18.51.3 (pynfs RECC3): a client opens nothing new
+    // before it has said its reclaims are done.
+    let mut s = c.session(b"early");
+    let a = path_of(&server, 0);
+    let root = export_root(&mut c, &mut s, &a);
+    let args = (OPEN4_SHARE_ACCESS_BOTH, 0);
+    let res = open(&mut c, &mut s, &root, b"o", args, unchecked(None), "f");
+    assert_eq!(last(&res), (Opnum4::Open, Nfsstat4::Grace));
+    assert!(!a.join("f").exists(), "the refused OPEN made the file");
+    let done = ArgOp::ReclaimComplete(ReclaimCompleteArgs4 { one_fs: false });
+    ok(&c.in_session(&mut s, 0, false, &[done]));
+    let res = open(&mut c, &mut s, &root, b"o", args, unchecked(None), "f");
     ok(&res);
 }

@@ -162,6 +162,11 @@ fn open_file(ctx: &mut OpCtx, args: &OpenArgs4) -> Result<OpenResOk4, Nfsstat4> 
         | OpenClaim4::DelegCurFh(_)
         | OpenClaim4::DelegPrevFh => return Err(Nfsstat4::Notsupp),
     };
+    // A client opens nothing new before it says its reclaims are done
+    // (RFC 8881 section 18.51.3: GRACE, as knfsd's nfsd4_open answers).
+    if !reclaim && !client.reclaim_completed() {
+        return Err(Nfsstat4::Grace);
+    }
     ctx.nfs4.state.grace_check(&client, reclaim)?;
     if let OpenClaim4::Previous(delegation) = &args.claim {
         // No delegation was ever granted, so none can be reclaimed.

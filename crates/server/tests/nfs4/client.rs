@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use dionfs_proto::nfs4::{
     ArgOp, ChannelAttrs4, ClientOwner4, CompoundHead, CompoundResHead, CreateSessionArgs4,
-    CreateSessionResOk4, ExchangeIdArgs4, ExchangeIdResOk4, Nfsstat4, Opaque4, Res4, ResOp,
-    SequenceArgs4, SessionId4, StateProtect4A, Utf8Str, Verifier4, EXCHGID4_FLAG_USE_NON_PNFS,
-    NFS4_PROGRAM, NFS_V4,
+    CreateSessionResOk4, ExchangeIdArgs4, ExchangeIdResOk4, Nfsstat4, Opaque4,
+    ReclaimCompleteArgs4, Res4, ResOp, SequenceArgs4, SessionId4, StateProtect4A, Utf8Str,
+    Verifier4, EXCHGID4_FLAG_USE_NON_PNFS, NFS4_PROGRAM, NFS_V4,
 };
 use dionfs_rpc::ReplyStatus;
 use dionfs_rpc::{encode_call, framed, read_record_blocking, AuthSys, Credential, ReplyHeader};
@@ -234,6 +234,17 @@ impl Client {
     /// A session with [`fore_attrs`].
     pub fn session(&mut self, owner: &[u8]) -> Session {
         self.session_with(owner, fore_attrs())
+    }
+
+    /// A session of a client that has said its reclaims are done
+    /// (RECLAIM_COMPLETE), as the Linux client does before its first
+    /// OPEN: a new OPEN before it is GRACE (RFC 8881 section 18.51.3).
+    pub fn session_ready(&mut self, owner: &[u8]) -> Session {
+        let mut session = self.session(owner);
+        let done = ArgOp::ReclaimComplete(ReclaimCompleteArgs4 { one_fs: false });
+        let res = self.in_session(&mut session, 0, false, &[done]);
+        assert_eq!(res.status, Nfsstat4::Ok, "RECLAIM_COMPLETE");
+        session
     }
 
     /// The arguments of SEQUENCE on `slot` with `seqid`, then `ops`.
