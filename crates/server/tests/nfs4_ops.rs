@@ -7,7 +7,7 @@
 
 mod nfs4;
 
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
 use dionfs_core::export::{Access, ExportConfig};
@@ -22,6 +22,7 @@ use dionfs_xdr::Decoder;
 
 use nfs4::client::{CompoundRes, Session};
 use nfs4::TestServer;
+use nfs4::{export_dir, last, ok, path_of, putfh, statuses};
 
 /// `a` (read-write, root_squash, loopback), `b` (read-only, loopback)
 /// and `hidden` (10.0.0.0/8 only), side by side in one directory.
@@ -29,15 +30,7 @@ fn three_exports() -> TestServer {
     TestServer::start_exports(
         |_| {},
         |dir| {
-            let export = |name: &str, f: &dyn Fn(&mut ExportConfig)| {
-                let path = dir.join(name);
-                std::fs::create_dir(&path).unwrap();
-                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).unwrap();
-                let mut x = ExportConfig::with_defaults(path);
-                x.secure = false;
-                f(&mut x);
-                x
-            };
+            let export = |name: &str, f: &dyn Fn(&mut ExportConfig)| export_dir(dir, name, f);
             vec![
                 export("a", &|_| {}),
                 export("b", &|x| x.access = Access::Ro),
@@ -47,10 +40,6 @@ fn three_exports() -> TestServer {
             ]
         },
     )
-}
-
-fn path_of(server: &TestServer, index: usize) -> PathBuf {
-    server.server.exports()[index].config.path.clone()
 }
 
 fn lookup(name: &[u8]) -> ArgOp {
@@ -78,26 +67,6 @@ fn getattr(attrs: &[Attr4]) -> ArgOp {
 
 fn bitmap(attrs: &[Attr4]) -> Bitmap4 {
     Bitmap4::from_bits(&attrs.iter().map(|a| a.bit()).collect::<Vec<_>>())
-}
-
-fn putfh(fh: &NfsFh4) -> ArgOp {
-    ArgOp::Putfh(PutfhArgs4 { object: fh.clone() })
-}
-
-fn statuses(res: &CompoundRes) -> Vec<(Opnum4, Nfsstat4)> {
-    res.statuses()
-        .into_iter()
-        .map(|(op, s)| (Opnum4::from_u32(op).unwrap(), s))
-        .collect()
-}
-
-/// The last op's status.
-fn last(res: &CompoundRes) -> (Opnum4, Nfsstat4) {
-    *statuses(res).last().unwrap()
-}
-
-fn ok(res: &CompoundRes) {
-    assert_eq!(res.status, Nfsstat4::Ok, "{:?}", statuses(res));
 }
 
 /// The handles the COMPOUND's GETFHs returned.

@@ -16,6 +16,7 @@ use dionfs_proto::nfs4::{
 };
 
 use nfs4::client::{CompoundRes, Session};
+use nfs4::statuses;
 use nfs4::TestServer;
 
 /// A server whose state directory is `state` and grace periods `grace`
@@ -33,13 +34,6 @@ fn start(state: &Path, grace: Duration) -> TestServer {
 
 fn export(server: &TestServer) -> PathBuf {
     server.server.exports()[0].config.path.clone()
-}
-
-fn statuses(res: &CompoundRes) -> Vec<(Opnum4, Nfsstat4)> {
-    res.statuses()
-        .into_iter()
-        .map(|(op, status)| (Opnum4::from_u32(op).unwrap(), status))
-        .collect()
 }
 
 fn last(res: &CompoundRes) -> Nfsstat4 {

@@ -13,14 +13,8 @@ use dionfs_rpc::{record_mark, ReplyStatus};
 use dionfs_xdr::Encode;
 
 use nfs4::client::{decode_compound, fore_attrs, sequence_op, Client};
+use nfs4::statuses;
 use nfs4::{all_versions, TestServer};
-
-fn statuses(res: &nfs4::client::CompoundRes) -> Vec<(Opnum4, Nfsstat4)> {
-    res.statuses()
-        .into_iter()
-        .map(|(op, s)| (Opnum4::from_u32(op).unwrap(), s))
-        .collect()
-}
 
 #[test]
 fn a_session_runs_putrootfh_and_getfh() {

@@ -7,22 +7,22 @@
 mod nfs4;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Component, Path};
 
 use dionfs_core::export::{Access, ExportConfig, Squash};
 use dionfs_proto::nfs4::{
     ArgOp, Attr4, Bitmap4, CloseArgs4, Component4, CreatVerfAttr, CreateHow4, ExistLockOwner4,
     Fattr4, FreeStateidArgs4, LockArgs4, LockRes4, Locker4, LocktArgs4, LockuArgs4, LookupArgs4,
     NfsFh4, NfsLockType4, Nfsstat4, Opaque4, OpenArgs4, OpenClaim4, OpenDelegation4,
-    OpenDowngradeArgs4, OpenFlag4, OpenResOk4, OpenToLockOwner4, Opnum4, PutfhArgs4,
-    ReclaimCompleteArgs4, Res4, ResOp, SetAttrs4, SetattrArgs4, StateId4, StateOwner4,
-    TestStateidArgs4, Verifier4, OPEN4_RESULT_LOCKTYPE_POSIX, OPEN4_SHARE_ACCESS_BOTH,
-    OPEN4_SHARE_ACCESS_READ, OPEN4_SHARE_ACCESS_WRITE, OPEN4_SHARE_DENY_NONE,
-    OPEN4_SHARE_DENY_WRITE,
+    OpenDowngradeArgs4, OpenFlag4, OpenResOk4, OpenToLockOwner4, Opnum4, ReclaimCompleteArgs4,
+    Res4, ResOp, SetAttrs4, SetattrArgs4, StateId4, StateOwner4, TestStateidArgs4, Verifier4,
+    OPEN4_RESULT_LOCKTYPE_POSIX, OPEN4_SHARE_ACCESS_BOTH, OPEN4_SHARE_ACCESS_READ,
+    OPEN4_SHARE_ACCESS_WRITE, OPEN4_SHARE_DENY_NONE, OPEN4_SHARE_DENY_WRITE,
 };
 
 use nfs4::client::{CompoundRes, Session};
 use nfs4::TestServer;
+use nfs4::{export_dir, last, ok, path_of, putfh, statuses};
 
 /// `a` (read-write, root_squash), `b` (read-only) and `c` (read-write,
 /// no_root_squash), side by side in one directory.
@@ -30,15 +30,7 @@ fn three_exports() -> TestServer {
     TestServer::start_exports(
         |_| {},
         |dir| {
-            let export = |name: &str, f: &dyn Fn(&mut ExportConfig)| {
-                let path = dir.join(name);
-                std::fs::create_dir(&path).unwrap();
-                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).unwrap();
-                let mut x = ExportConfig::with_defaults(path);
-                x.secure = false;
-                f(&mut x);
-                x
-            };
+            let export = |name: &str, f: &dyn Fn(&mut ExportConfig)| export_dir(dir, name, f);
             vec![
                 export("a", &|_| {}),
                 export("b", &|x| x.access = Access::Ro),
@@ -46,29 +38,6 @@ fn three_exports() -> TestServer {
             ]
         },
     )
-}
-
-fn path_of(server: &TestServer, index: usize) -> PathBuf {
-    server.server.exports()[index].config.path.clone()
-}
-
-fn putfh(fh: &NfsFh4) -> ArgOp {
-    ArgOp::Putfh(PutfhArgs4 { object: fh.clone() })
-}
-
-fn statuses(res: &CompoundRes) -> Vec<(Opnum4, Nfsstat4)> {
-    res.statuses()
-        .into_iter()
-        .map(|(op, s)| (Opnum4::from_u32(op).unwrap(), s))
-        .collect()
-}
-
-fn last(res: &CompoundRes) -> (Opnum4, Nfsstat4) {
-    *statuses(res).last().unwrap()
-}
-
-fn ok(res: &CompoundRes) {
-    assert_eq!(res.status, Nfsstat4::Ok, "{:?}", statuses(res));
 }
 
 /// The root of the export at `path`.

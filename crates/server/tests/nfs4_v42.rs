@@ -26,13 +26,14 @@ use dionfs_integrity::FileKey;
 use dionfs_proto::nfs4::{
     AccessArgs4, AllocateArgs4, ArgOp, Attr4, Bitmap4, CloneArgs4, Component4, CopyArgs4, CopyRes4,
     DataContent4, GetattrArgs4, GetxattrArgs4, ListxattrsArgs4, LookupArgs4, Netloc4, NfsFh4,
-    Nfsstat4, Opnum4, PutfhArgs4, RemovexattrArgs4, Res4, ResOp, SeekArgs4, SeekResOk4,
-    SetxattrArgs4, SetxattrOption4, StableHow4, StateId4, Utf8Str, XattrValue4, ACCESS4_MODIFY,
-    ACCESS4_READ, ACCESS4_XALIST, ACCESS4_XAREAD, ACCESS4_XAWRITE,
+    Nfsstat4, Opnum4, RemovexattrArgs4, Res4, ResOp, SeekArgs4, SeekResOk4, SetxattrArgs4,
+    SetxattrOption4, StableHow4, StateId4, Utf8Str, XattrValue4, ACCESS4_MODIFY, ACCESS4_READ,
+    ACCESS4_XALIST, ACCESS4_XAREAD, ACCESS4_XAWRITE,
 };
 
 use nfs4::client::{sequence_op, Client, CompoundRes, Session};
 use nfs4::TestServer;
+use nfs4::{export_dir, putfh};
 
 /// The anonymous stateid: no OPEN is needed (none is served yet).
 const ANON: StateId4 = StateId4 {
@@ -53,17 +54,13 @@ fn server(integrity: bool) -> TestServer {
         |_| {},
         |dir| {
             let export = |name: &str, f: &dyn Fn(&mut ExportConfig)| {
-                let path = dir.join(name);
-                std::fs::create_dir(&path).unwrap();
-                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).unwrap();
-                let mut x = ExportConfig::with_defaults(path);
-                x.secure = false;
-                x.squash = Squash::NoRootSquash;
-                if integrity {
-                    x.integrity = Integrity::Crc32c;
-                }
-                f(&mut x);
-                x
+                export_dir(dir, name, &|x| {
+                    x.squash = Squash::NoRootSquash;
+                    if integrity {
+                        x.integrity = Integrity::Crc32c;
+                    }
+                    f(x);
+                })
             };
             vec![
                 export("rw", &|_| {}),
@@ -144,10 +141,6 @@ fn lookup(name: &[u8]) -> ArgOp {
     ArgOp::Lookup(LookupArgs4 {
         objname: Component4::from(name.to_vec()),
     })
-}
-
-fn putfh(fh: &NfsFh4) -> ArgOp {
-    ArgOp::Putfh(PutfhArgs4 { object: fh.clone() })
 }
 
 fn status(r: &ResOp) -> Nfsstat4 {

@@ -137,3 +137,57 @@ impl Drop for TestServer {
         }
     }
 }
+
+/// A directory `name` under `dir` (mode 0777, so that squashed callers
+/// can write in it) exported with the defaults, `insecure`, then `f`.
+pub fn export_dir(
+    dir: &std::path::Path,
+    name: &str,
+    f: &dyn Fn(&mut ExportConfig),
+) -> ExportConfig {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::create_dir(&path).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let mut x = ExportConfig::with_defaults(path);
+    x.secure = false;
+    f(&mut x);
+    x
+}
+
+/// The directory of the server's export number `index`.
+pub fn path_of(server: &TestServer, index: usize) -> std::path::PathBuf {
+    server.server.exports()[index].config.path.clone()
+}
+
+/// PUTFH of `fh`.
+pub fn putfh(fh: &dionfs_proto::nfs4::NfsFh4) -> dionfs_proto::nfs4::ArgOp {
+    dionfs_proto::nfs4::ArgOp::Putfh(dionfs_proto::nfs4::PutfhArgs4 { object: fh.clone() })
+}
+
+/// Each result's op and status, in order.
+pub fn statuses(
+    res: &client::CompoundRes,
+) -> Vec<(dionfs_proto::nfs4::Opnum4, dionfs_proto::nfs4::Nfsstat4)> {
+    res.statuses()
+        .into_iter()
+        .map(|(op, s)| (dionfs_proto::nfs4::Opnum4::from_u32(op).unwrap(), s))
+        .collect()
+}
+
+/// The last result's op and status.
+pub fn last(
+    res: &client::CompoundRes,
+) -> (dionfs_proto::nfs4::Opnum4, dionfs_proto::nfs4::Nfsstat4) {
+    *statuses(res).last().unwrap()
+}
+
+/// Asserts that the COMPOUND succeeded, showing every op's status if not.
+pub fn ok(res: &client::CompoundRes) {
+    assert_eq!(
+        res.status,
+        dionfs_proto::nfs4::Nfsstat4::Ok,
+        "{:?}",
+        statuses(res)
+    );
+}
