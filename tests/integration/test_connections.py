@@ -191,7 +191,7 @@ def test_rpc_errors(server, prog, vers, proc, accept_stat):
     xid, mtype, stat, _flavor, _len, accept = struct.unpack(">IIIIII", reply[:24])
     assert (xid, mtype, stat, accept) == (5, 1, 0, accept_stat)
     if accept_stat == 2:
-        assert struct.unpack(">II", reply[24:32]) == (3, 3)
+        assert struct.unpack(">II", reply[24:32]) == (3, 4)
 
 
 @pytest.mark.dionfs_only

@@ -34,6 +34,7 @@ from servers import dionfs_bin  # noqa: E402
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 CONFIG_DOC = REPO / "docs" / "configuration.md"
+CONFIG_MAN = REPO / "dist" / "man" / "dionfs.toml.5"
 PROBE = "zz_undocumented_probe"
 NOT_REQUIRED = ("docs/bench/archive/", "docs/nfs4-design.md")
 
@@ -156,6 +157,26 @@ def test_every_config_key_is_documented(tmp_path):
     assert "nfs_port" in tables["server"] and "path" in tables["export"], tables
     missing = undocumented_keys(tables, CONFIG_DOC.read_text())
     assert not missing, f"config keys missing from docs/configuration.md: {missing}"
+
+
+def keys_not_in_man_page(tables: dict[str, list[str]], page: str) -> list[str]:
+    """Keys not shown in bold in the roff `page` (`.B key`, `.BR key ...`,
+    `" key "` inside a .BR line, or `\\fBkey`)."""
+    return [f"{table}.{key}".lstrip(".")
+            for table, keys in tables.items() for key in keys
+            if f"{table}.{key}".lstrip(".") not in tables
+            and not re.search(rf'(^\.BR? |\\fB|" ){re.escape(key)}\b', page, re.M)]
+
+
+@pytest.mark.dionfs_only
+def test_every_config_key_is_in_the_man_page(tmp_path):
+    """dionfs.toml(5) is written by hand: it names every key all the same."""
+    tables = config_keys(tmp_path)
+    assert "nfs_port" in tables["server"], tables
+    missing = keys_not_in_man_page(tables, CONFIG_MAN.read_text())
+    assert not missing, f"config keys missing from dist/man/dionfs.toml.5: {missing}"
+    # and the check can fail
+    assert keys_not_in_man_page({"server": ["zz_not_there"]}, CONFIG_MAN.read_text())
 
 
 @pytest.mark.dionfs_only

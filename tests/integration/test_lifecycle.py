@@ -94,7 +94,8 @@ def test_portmap_getport(server, nfsproc):
 
     assert getport(100003, 3) == server.nfs_port
     assert getport(100005, 3) == server.mount_port
-    assert getport(100003, 4) == 0  # not served
+    assert getport(100003, 4) == server.nfs_port  # NFSv4, on the same port
+    assert getport(100003, 2) == 0  # not served
     ports = json.load(open(server.ports_file))
     assert getport(100021, 4) == ports["nlm"] > 0
     assert getport(100024, 1) == ports["nlm"]  # NSM over TCP shares NLM's port
@@ -129,9 +130,9 @@ def test_systemd_notify_and_plain_logs(loopfs, tmp_path, monkeypatch):
         assert srv.stop(timeout=10) == 0
         assert listener.recv(4096) == b"STOPPING=1"
         log = srv.log_text()
-        assert "dionfs serving NFSv3" in log
+        assert "dionfs serving NFS over TCP" in log
         assert "\x1b[" not in log, "colour codes in a log that is not a terminal"
-        first = next(line for line in log.splitlines() if "dionfs serving NFSv3" in line)
+        first = next(line for line in log.splitlines() if "dionfs serving NFS over TCP" in line)
         assert re.match(r"\d{4}-\d\d-\d\dT", first), f"no timestamp off the journal: {first!r}"
         assert not first.startswith("<"), first
     finally:
@@ -167,9 +168,9 @@ def test_logs_into_the_journal_carry_their_priority(tmp_path):
     # A MNT of a path not exported is a warning.
     log = run(["serve", str(exp), "--state-dir", str(tmp_path / "state"), "--nfs-port", "0",
                "--mount-port", "0", "--no-portmap", "--no-nlm", "--ports-file", str(tmp_path / "ports")],
-              wait_for="dionfs serving NFSv3")
+              wait_for="dionfs serving NFS over TCP")
     lines = log.splitlines()
-    serving = next(line for line in lines if "dionfs serving NFSv3" in line)
+    serving = next(line for line in lines if "dionfs serving NFS over TCP" in line)
     assert serving.startswith("<6> INFO "), serving
     assert all(re.match(r"<[3467]>", line) for line in lines), log
     assert not re.search(r"\d{4}-\d\d-\d\dT", log), log

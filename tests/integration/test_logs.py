@@ -84,7 +84,7 @@ def test_one_nfs_ls_writes_no_info_line(start):
     and its disconnects between calls (nfs-ls resets its connections),
     write nothing; at debug they are there, as debug lines."""
     srv = start()
-    assert "dionfs serving NFSv3" in srv.log_text()
+    assert "dionfs serving NFS over TCP" in srv.log_text()
     new = log_after(srv, lambda: ls(srv))
     assert levels(new) == [], new
 
@@ -108,7 +108,7 @@ def test_warning_keeps_the_warnings_and_drops_the_rest(start):
     ls(srv, expect_ok=False)
     text = wait_for_line(srv, "WARN", since)
     assert all(lvl in ("WARN", "ERROR") for lvl, _ in levels(text)), text
-    assert "dionfs serving NFSv3" not in srv.log_text()
+    assert "dionfs serving NFS over TCP" not in srv.log_text()
 
 
 def test_log_level_wins_over_dionfs_log_which_wins_over_the_config(start):
@@ -174,6 +174,6 @@ def test_settings_are_logged_in_the_configs_words(start):
     exporting = next(line for line in log.splitlines() if "exporting" in line)
     assert "squash=root_squash" in exporting and "read_mode=dontcache" in exporting, exporting
     assert "access=rw" in exporting and "write_mode=direct" in exporting, exporting
-    serving = next(line for line in log.splitlines() if "dionfs serving NFSv3" in line)
+    serving = next(line for line in log.splitlines() if "dionfs serving NFS over TCP" in line)
     assert "portmap_port=off" in serving, serving
     assert not re.search(r"Some\(|None\b|[A-Z][a-z]+[A-Z]\w*\b|\{ ", log), log

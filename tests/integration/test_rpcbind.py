@@ -107,7 +107,8 @@ kill $DIONFS; wait $DIONFS
 """, tmp_path)
     v2 = out.split("== rpcinfo -p")[1].split("== rpcinfo\n")[0]
     for line in ("100000    2   tcp    111  portmapper", "100005    3   tcp  20048  mountd",
-                 "100003    3   tcp   2049  nfs", "100000    2   udp    111  portmapper"):
+                 "100003    3   tcp   2049  nfs", "100003    4   tcp   2049  nfs",
+                 "100000    2   udp    111  portmapper"):
         assert line in v2, v2
     # The lock service, on ports of its own.
     assert re.search(r"100021    4   tcp  +\d+  nlockmgr", v2), v2
@@ -136,6 +137,7 @@ kill $RPCBIND; wait $RPCBIND || true
 """, tmp_path)
     serving = out.split("== while serving")[1].split("== showmount")[0]
     assert "100003    3   tcp   2049  nfs" in serving, serving
+    assert "100003    4   tcp   2049  nfs" in serving, serving
     assert "100005    3   tcp  20048  mountd" in serving, serving
     assert "100000    4   udp    111  portmapper" in serving, "not the real rpcbind answering"
     assert re.search(r"100021    4   tcp  +\d+  nlockmgr", serving), serving

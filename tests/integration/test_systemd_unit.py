@@ -351,6 +351,6 @@ def test_stop_leaves_rpcbind_and_the_journal_plain(box):
         assert prog not in rpcinfo, rpcinfo
     journal = box.journal()
     assert "\x1b[" not in journal, "colour codes in the journal"
-    serving = [line for line in journal.splitlines() if "dionfs serving NFSv3" in line]
+    serving = [line for line in journal.splitlines() if "dionfs serving NFS over TCP" in line]
     assert len(serving) == 2, journal  # the first start and systemd's restart
     assert all(line.lstrip().startswith("INFO") for line in serving), serving

@@ -403,7 +403,7 @@ struct SettingsFlags {
     grace_period: Option<std::time::Duration>,
     /// The NFS versions served, comma-separated from "3", "4.1" and "4.2"
     /// (NFSv4 needs no port mapper, MOUNT or NLM: one TCP port). With
-    /// --config, overrides `versions`. [default: 3]
+    /// --config, overrides `versions`. [default: 3,4.1,4.2]
     #[arg(help_heading = SERVER, long, value_name = "LIST", value_parser = parse_versions)]
     nfs_versions: Option<NfsVersions>,
     /// Drop a connection whose call stops arriving half-way for SECS

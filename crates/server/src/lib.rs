@@ -255,7 +255,7 @@ async fn serve(
         ),
         None => (None, None),
     };
-    let mut programs = PortmapTable::programs(nfs_port, mount_port);
+    let mut programs = PortmapTable::programs(nfs_port, mount_port, settings.versions);
     if let (Some(nlm_port), Some(nsm_port)) = (nlm_port, nsm_port) {
         programs.extend(nlm::mappings(nlm_port, nsm_port));
     }
@@ -471,7 +471,7 @@ async fn serve(
     let port_or_off = |p: Option<u16>| p.map_or_else(|| "off".to_string(), |p| p.to_string());
     info!(%ip, nfs_port, mount_port, portmap_port = %port_or_off(portmap_port),
         nlm_port = %port_or_off(nlm_port), nsm_udp_port = %port_or_off(nsm_port),
-        nfs_versions = %served.join(","), "dionfs serving NFSv3 over TCP");
+        nfs_versions = %served.join(","), "dionfs serving NFS over TCP");
     info!(
         read_buffers = settings.read_buffers(),
         write_buffers = settings.write_buffers(),

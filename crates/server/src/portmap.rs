@@ -12,6 +12,7 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
+use dionfs_core::export::NfsVersions;
 use dionfs_proto::mount3::MOUNT_PROGRAM;
 use dionfs_proto::nfs3::NFS_PROGRAM;
 use dionfs_proto::portmap::{
@@ -56,19 +57,24 @@ impl PortmapTable {
     }
 
     /// The programs a dionfs server serves besides the port mapper (what
-    /// it registers with the host's rpcbind), all over TCP: MOUNT v3 and
-    /// NFS v3.
-    pub fn programs(nfs_port: u16, mount_port: u16) -> Vec<Mapping> {
+    /// it registers with the host's rpcbind), all over TCP: MOUNT v3, and
+    /// NFS v3 and v4 as `versions` serves them (v4 needs no portmapper,
+    /// but `rpcinfo -p` should still show it, as it does for knfsd).
+    pub fn programs(nfs_port: u16, mount_port: u16, versions: NfsVersions) -> Vec<Mapping> {
         let tcp = |prog, vers, port: u16| Mapping {
             prog,
             vers,
             prot: IPPROTO_TCP,
             port: u32::from(port),
         };
-        vec![
-            tcp(MOUNT_PROGRAM, 3, mount_port),
-            tcp(NFS_PROGRAM, 3, nfs_port),
-        ]
+        let mut programs = vec![tcp(MOUNT_PROGRAM, 3, mount_port)];
+        if versions.v3 {
+            programs.push(tcp(NFS_PROGRAM, 3, nfs_port));
+        }
+        if versions.v4() {
+            programs.push(tcp(NFS_PROGRAM, 4, nfs_port));
+        }
+        programs
     }
 
     /// The table as rpcbind registrations, with universal addresses on
@@ -380,7 +386,11 @@ mod tests {
     use tokio::net::{TcpListener, TcpStream};
 
     fn table() -> PortmapTable {
-        PortmapTable::dionfs(111, false, PortmapTable::programs(2049, 20048))
+        PortmapTable::dionfs(
+            111,
+            false,
+            PortmapTable::programs(2049, 20048, NfsVersions::default()),
+        )
     }
 
     fn call(xid: u32, vers: u32, proc_: u32, args: &[u8]) -> Vec<u8> {
@@ -408,8 +418,29 @@ mod tests {
         assert_eq!(t.port_of(MOUNT_PROGRAM, 3, IPPROTO_TCP), 20048);
         assert_eq!(t.port_of(PROGRAM, VERSION, IPPROTO_TCP), 111);
         assert_eq!(t.port_of(NFS_PROGRAM, 3, IPPROTO_UDP), 0);
-        assert_eq!(t.port_of(NFS_PROGRAM, 4, IPPROTO_TCP), 0);
+        assert_eq!(t.port_of(NFS_PROGRAM, 4, IPPROTO_TCP), 2049);
+        assert_eq!(t.port_of(NFS_PROGRAM, 2, IPPROTO_TCP), 0);
         assert_eq!(t.port_of(MOUNT_PROGRAM, 1, IPPROTO_TCP), 0);
+    }
+
+    #[test]
+    fn only_the_versions_served_are_registered() {
+        let only3 = NfsVersions {
+            v3: true,
+            v4_1: false,
+            v4_2: false,
+        };
+        let t = PortmapTable::dionfs(111, false, PortmapTable::programs(2049, 20048, only3));
+        assert_eq!(t.port_of(NFS_PROGRAM, 3, IPPROTO_TCP), 2049);
+        assert_eq!(t.port_of(NFS_PROGRAM, 4, IPPROTO_TCP), 0);
+        let only42 = NfsVersions {
+            v3: false,
+            v4_1: false,
+            v4_2: true,
+        };
+        let t = PortmapTable::dionfs(111, false, PortmapTable::programs(2049, 20048, only42));
+        assert_eq!(t.port_of(NFS_PROGRAM, 3, IPPROTO_TCP), 0);
+        assert_eq!(t.port_of(NFS_PROGRAM, 4, IPPROTO_TCP), 2049);
     }
 
     /// Sends each call on one connection served by `serve_connection` and
@@ -472,8 +503,8 @@ mod tests {
             call(2, 3, 3, &rpcb_args(MOUNT_PROGRAM, 3, "tcp")),
             call(3, 4, 3, &rpcb_args(NFS_PROGRAM, 3, "udp")),
             // GETADDR may name another version; GETVERSADDR may not.
-            call(4, 4, 3, &rpcb_args(NFS_PROGRAM, 4, "tcp")),
-            call(5, 4, 9, &rpcb_args(NFS_PROGRAM, 4, "tcp")),
+            call(4, 4, 3, &rpcb_args(NFS_PROGRAM, 2, "tcp")),
+            call(5, 4, 9, &rpcb_args(NFS_PROGRAM, 2, "tcp")),
             call(6, 4, 4, &[]),
             call(7, 4, 1, &rpcb_args(NFS_PROGRAM, 3, "tcp")),
             call(8, 3, 9, &[]),

@@ -219,7 +219,11 @@ fn only_minor_versions_served_are_answered() {
 
 #[test]
 fn versions_not_served_get_prog_mismatch() {
-    let server = TestServer::start(dionfs_core::export::NfsVersions::default());
+    let server = TestServer::start(dionfs_core::export::NfsVersions {
+        v3: true,
+        v4_1: false,
+        v4_2: false,
+    });
     let mut c = server.client();
     for (vers, proc_) in [(4, 0), (4, 1), (2, 0)] {
         let (status, _) = c.call(vers, proc_, &[]);

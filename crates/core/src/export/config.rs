@@ -166,15 +166,14 @@ impl NfsVersions {
 }
 
 impl Default for NfsVersions {
-    /// NFSv3 only, for now: until NFSv4's namespace and opens are served,
-    /// a kernel client mounting with `vers=auto` would get a v4 mount that
-    /// fails instead of falling back to v3, which it does on
-    /// PROG_MISMATCH.
+    /// NFSv3, 4.1 and 4.2, as knfsd serves them: a Linux client's plain
+    /// `mount server:/export` then gets 4.2, and one asking for `vers=3`
+    /// or `vers=4.1` gets what it asks for.
     fn default() -> Self {
         NfsVersions {
             v3: true,
-            v4_1: false,
-            v4_2: false,
+            v4_1: true,
+            v4_2: true,
         }
     }
 }
@@ -1083,13 +1082,13 @@ path = "/tmp"
     fn nfs4_settings_parse_default_and_refuse_what_is_not_served() {
         let d = ServerSettings::default();
         assert_eq!(d.versions, NfsVersions::default());
-        assert!(d.versions.v3 && !d.versions.v4());
+        assert!(d.versions.v3 && d.versions.v4_1 && d.versions.v4_2);
         assert_eq!(d.lease_time, Duration::from_secs(90));
         assert_eq!(d.nfs4_reply_cache_mib, 64);
         let c = parse(
             r#"
 [server]
-versions = ["3", "4.1", "4.2"]
+versions = ["3", "4.1"]
 lease_time = 15
 nfs4_reply_cache_mib = 8
 
@@ -1104,7 +1103,7 @@ path = "/tmp"
             NfsVersions {
                 v3: true,
                 v4_1: true,
-                v4_2: true
+                v4_2: false
             }
         );
         assert_eq!(s.lease_time, Duration::from_secs(15));
