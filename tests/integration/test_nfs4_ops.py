@@ -715,28 +715,31 @@ def test_a_retransmission_is_answered_from_the_reply_cache(server):
     c = V41(server, b"retransmit")
     export = c.fh(server.export)
     # Cached: REMOVE again on the same slot and seqid is not done again
-    # (not NOENT): the first reply, byte for byte, even on another
-    # connection.
+    # (not NOENT, and "a" made again stays): the first reply, byte for
+    # byte, even on another connection.
     args = c.args([c.sequence(cachethis=True), putfh(export), op(OP_REMOVE, opaque(b"a"))])
     first = c.send_raw(args)
     assert first.status == OK, first.ops
     c.seqid += 1
+    os.mkdir(local(server, "/a"))
     with Sent(server) as s:
         again = c.send_raw(args)
         other = Conn(server.host, server.nfs_port)
         on_other = c.send_raw(args, conn=other)
     assert again.raw == first.raw and on_other.raw == first.raw
     assert "REMOVE" not in s.ops, s.ops
-    assert not os.path.exists(local(server, "/a"))
+    assert os.path.isdir(local(server, "/a")), "the REMOVE ran again"
     # Not cached: RETRY_UNCACHED_REP from SEQUENCE, the REMOVE not run
     # again (it would be NOENT).
     args = c.args([c.sequence(cachethis=False), putfh(export), op(OP_REMOVE, opaque(b"b"))])
     assert c.send_raw(args).status == OK
     c.seqid += 1
+    os.mkdir(local(server, "/b"))
     with Sent(server) as s:
         res = c.send_raw(args)
     assert [r[:2] for r in res.ops] == [(OP_SEQUENCE, RETRY_UNCACHED_REP)], res.ops
     assert "REMOVE" not in s.ops, s.ops
+    assert os.path.isdir(local(server, "/b")), "the REMOVE ran again"
     # A seqid ahead of the slot's next one is misordered, and nothing runs.
     res = c.compound([c.sequence(seqid=c.seqid + 1), putfh(export), op(OP_REMOVE, opaque(b"c"))])
     assert res.ops[0][:2] == (OP_SEQUENCE, SEQ_MISORDERED), res.ops
