@@ -12,7 +12,8 @@ that needs the real server: an NLM (v3) lock against a v4 lock, lease
 expiry with and without a conflicting client, the session reply cache
 for a retransmitted non-idempotent COMPOUND, bad stateids, PUTPUBFH,
 RESTOREFH, SECINFO, BIND_CONN_TO_SESSION, BACKCHANNEL_CTL and
-DELEGRETURN. The other ops (LOOKUPP, VERIFY, NVERIFY, OPEN_DOWNGRADE,
+DELEGRETURN (crates/server/tests/nfs4_rare_ops.rs sends those and the
+retransmission to an in-process server as well). The other ops (LOOKUPP, VERIFY, NVERIFY, OPEN_DOWNGRADE,
 LOCK/LOCKT/LOCKU in depth, the OPEN create modes, SECINFO_NO_NAME, the
 4.2 ops) are tested with the raw Rust client in crates/server/tests/.
 
@@ -647,7 +648,7 @@ def status(res: Results) -> int:
     return res.last()[1]
 
 
-def test_raw_client_sanity_putpubfh_savefh_restorefh(server):
+def test_putpubfh_savefh_and_restorefh(server):
     c = V41(server, b"fh-ops")
     root = c.call([op(OP_PUTROOTFH), op(OP_GETFH)]).of(OP_GETFH)["fh"]
     # PUTPUBFH: the public filehandle is the root (RFC 8881 section 18.20).
