@@ -190,6 +190,7 @@ step "2. a process on the server holds [0,100) of shared.dat"
 sync server-holds
 expect "$($B/locktest try /mnt/nfs/shared.dat 0 10)" denied "a range a server process holds is denied"
 expect "$($B/locktest tryr /mnt/nfs/shared.dat 50 10)" denied "and a read lock in it too"
+expect "$($B/locktest getlk /mnt/nfs/shared.dat 50 10)" "write 0 100" "F_GETLK (LOCKT) names the server process's lock"
 expect "$($B/locktest try /mnt/nfs/shared.dat 200 10)" granted "the rest of the file is not"
 echo go > /job/out/req.guest-waits
 # The client polls a blocked v4 lock (1 s, 2 s, 4 s ... apart): bounded.
@@ -270,10 +271,13 @@ cross() {
   if [ $3 = hold ]; then
     expect "$($B/locktest try $2/mixed.dat 50 10)" denied "a write lock through $1 excludes a write lock through $2"
     expect "$($B/locktest tryr $2/mixed.dat 0 10)" denied "and a read lock"
+    expect "$($B/locktest getlk $2/mixed.dat 50 10)" "write 0 100" "F_GETLK through $2 names it"
   else
     expect "$($B/locktest tryr $2/mixed.dat 50 10)" granted "a read lock through $1 is shared by a read lock through $2"
     expect "$($B/locktest try $2/mixed.dat 0 10)" denied "and excludes a write lock"
+    expect "$($B/locktest getlk $2/mixed.dat 50 10)" "read 0 100" "F_GETLK through $2 names it"
   fi
+  expect "$($B/locktest getlk $2/mixed.dat 100 10)" unlocked "F_GETLK through $2 past it: unlocked"
   expect "$($B/locktest try $2/mixed.dat 100 10)" granted "the range past it is free through $2"
   touch /tmp/release-x$n; wait $X
   expect "$($B/locktest try $2/mixed.dat 0 10)" granted "released through $1, free through $2"

@@ -12,6 +12,10 @@
  *   locktest try FILE START LEN  non-blocking write lock: prints
  *                                "granted" or "denied", exit 0
  *   locktest tryr FILE START LEN the same with a read lock
+ *   locktest getlk FILE START LEN
+ *                                F_GETLK for a write lock: prints
+ *                                "unlocked", or the lock in the way as
+ *                                "read|write START LEN" (LEN 0: to EOF)
  *   locktest wait FILE START LEN blocking write lock; prints "granted
  *                                after N ms" once held, then exits
  *   locktest hold FILE START LEN SIGNALFILE [GOFILE]
@@ -206,6 +210,17 @@ int main(int argc, char **argv)
         off_t start = atoll(argv[3]), len = atoll(argv[4]);
         if (!strcmp(cmd, "try") && argc == 5) {
             printf("%s\n", try_lock(fd, type, start, len) ? "granted" : "denied");
+            return 0;
+        }
+        if (!strcmp(cmd, "getlk") && argc == 5) {
+            struct flock q = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = start, .l_len = len};
+            if (fcntl(fd, F_GETLK, &q) != 0)
+                fail("F_GETLK");
+            if (q.l_type == F_UNLCK)
+                printf("unlocked\n");
+            else
+                printf("%s %lld %lld\n", q.l_type == F_WRLCK ? "write" : "read",
+                       (long long)q.l_start, (long long)q.l_len);
             return 0;
         }
         if (!strcmp(cmd, "wait") && argc == 5) {
