@@ -1,8 +1,9 @@
 /*
  * locktest: fcntl byte-range lock cases, modelled on Connectathon's lock
  * tests, run on an NFS mount by the Linux client (so every call below is
- * an NLM call to the server). Built static on the host and run in the
- * realclient guest from the export.
+ * a call to the server: NLM over NFSv3, LOCK, LOCKT and LOCKU over
+ * NFSv4). Built static on the host and run in the realclient guest from
+ * the export.
  *
  *   locktest cthon FILE          two processes (parent, child) contend:
  *                                conflicts, TEST (F_GETLK) results,
