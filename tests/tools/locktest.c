@@ -1,8 +1,9 @@
 /*
  * locktest: fcntl byte-range lock cases, modelled on Connectathon's lock
  * tests, run on an NFS mount by the Linux client (so every call below is
- * an NLM call to the server). Built static on the host and run in the
- * realclient guest from the export.
+ * a call to the server: NLM over NFSv3, LOCK, LOCKT and LOCKU over
+ * NFSv4). Built static on the host and run in the realclient guest from
+ * the export.
  *
  *   locktest cthon FILE          two processes (parent, child) contend:
  *                                conflicts, TEST (F_GETLK) results,
@@ -11,12 +12,22 @@
  *                                lock granted after release (GRANTED)
  *   locktest try FILE START LEN  non-blocking write lock: prints
  *                                "granted" or "denied", exit 0
+ *   locktest tryr FILE START LEN the same with a read lock
+ *   locktest getlk FILE START LEN
+ *                                F_GETLK for a write lock: prints
+ *                                "unlocked", or the lock in the way as
+ *                                "read|write START LEN" (LEN 0: to EOF)
  *   locktest wait FILE START LEN blocking write lock; prints "granted
  *                                after N ms" once held, then exits
- *   locktest hold FILE START LEN SIGNALFILE
+ *   locktest hold FILE START LEN SIGNALFILE [GOFILE]
  *                                takes a write lock (blocking), prints
  *                                "held", holds it until SIGNALFILE exists,
- *                                then exits (which releases it)
+ *                                then exits (which releases it). With
+ *                                GOFILE: opens FILE at once, asks for the
+ *                                lock once GOFILE exists and prints "held
+ *                                after N ms" (from then)
+ *   locktest holdr FILE START LEN SIGNALFILE [GOFILE]
+ *                                the same with a read lock
  *
  * Any failed expectation prints "FAIL: ..." and exits 1.
  */
@@ -188,26 +199,50 @@ int main(int argc, char **argv)
     if (argc == 3 && !strcmp(argv[1], "cthon"))
         return cthon(argv[2]);
     if (argc >= 5) {
-        int fd = open(argv[2], O_RDWR | O_CREAT, 0666);
+        const char *cmd = argv[1];
+        short type = F_WRLCK;
+        if (!strcmp(cmd, "tryr") || !strcmp(cmd, "holdr")) {
+            type = F_RDLCK;
+            cmd = !strcmp(cmd, "tryr") ? "try" : "hold";
+        }
+        int fd = open(argv[2], (type == F_RDLCK ? O_RDONLY : O_RDWR) | O_CREAT, 0666);
         if (fd < 0)
             fail("open");
         off_t start = atoll(argv[3]), len = atoll(argv[4]);
-        if (!strcmp(argv[1], "try") && argc == 5) {
-            printf("%s\n", try_lock(fd, F_WRLCK, start, len) ? "granted" : "denied");
+        if (!strcmp(cmd, "try") && argc == 5) {
+            printf("%s\n", try_lock(fd, type, start, len) ? "granted" : "denied");
             return 0;
         }
-        if (!strcmp(argv[1], "wait") && argc == 5) {
+        if (!strcmp(cmd, "getlk") && argc == 5) {
+            struct flock q = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = start, .l_len = len};
+            if (fcntl(fd, F_GETLK, &q) != 0)
+                fail("F_GETLK");
+            if (q.l_type == F_UNLCK)
+                printf("unlocked\n");
+            else
+                printf("%s %lld %lld\n", q.l_type == F_WRLCK ? "write" : "read",
+                       (long long)q.l_start, (long long)q.l_len);
+            return 0;
+        }
+        if (!strcmp(cmd, "wait") && argc == 5) {
             long long t0 = now_ms();
             if (setlk(fd, F_SETLKW, F_WRLCK, start, len) != 0)
                 fail("F_SETLKW");
             printf("granted after %lld ms\n", now_ms() - t0);
             return 0;
         }
-        if (!strcmp(argv[1], "hold") && argc == 6) {
-            if (setlk(fd, F_SETLKW, F_WRLCK, start, len) != 0)
-                fail("F_SETLKW");
-            printf("held\n");
+        if (!strcmp(cmd, "hold") && (argc == 6 || argc == 7)) {
             struct stat st;
+            if (argc == 7)
+                while (stat(argv[6], &st) != 0)
+                    usleep(100000);
+            long long t0 = now_ms();
+            if (setlk(fd, F_SETLKW, type, start, len) != 0)
+                fail("F_SETLKW");
+            if (argc == 7)
+                printf("held after %lld ms\n", now_ms() - t0);
+            else
+                printf("held\n");
             while (stat(argv[5], &st) != 0)
                 usleep(200000);
             return 0;
