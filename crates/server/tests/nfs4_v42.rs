@@ -973,3 +973,24 @@ fn read_plus_refuses_what_read_refuses() {
         Ok((Vec::new(), true, String::new()))
     );
 }
+
+/// `dionfs clients` shows the minor version of a client's EXCHANGE_ID.
+#[test]
+fn a_client_of_minor_version_2_is_listed_as_such() {
+    let server = server(false);
+    let mut c = server.client();
+    let res = c.compound(2, &[nfs4::client::exchange_id_op(b"minor two")]);
+    let [ResOp::ExchangeId(Res4::Ok(eid))] = &res.results[..] else {
+        panic!("{res:?}");
+    };
+    let mut one = server.client();
+    let eid1 = one.exchange_id(b"minor one");
+    let state = &server.nfs4.as_ref().unwrap().state;
+    let minors: Vec<_> = state
+        .clients()
+        .iter()
+        .map(|c| (c.clientid, c.minor))
+        .collect();
+    assert!(minors.contains(&(eid.clientid, 2)), "{minors:?}");
+    assert!(minors.contains(&(eid1.clientid, 1)), "{minors:?}");
+}

@@ -337,6 +337,7 @@ fn exchange_id(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat
     let who = Principal::of(&ctx.call.cred);
     match ctx.nfs4.state.exchange_id(&args, &who, ctx.conn.peer.ip()) {
         Ok(res) => {
+            ctx.nfs4.state.exchanged_in_minor(res.clientid, ctx.minor);
             res.encode(reply.encoder());
             Nfsstat4::Ok
         }
