@@ -585,8 +585,8 @@ impl Compound {
     }
 
     /// Whether it holds a large pool buffer once received: a READ or
-    /// READ_PLUS of more than `SMALL_IO` bytes, or a WRITE whose payload that large
-    /// was staged (it takes its buffer when it runs).
+    /// READ_PLUS of more than `SMALL_IO` bytes, or a WRITE whose payload
+    /// that large was staged (it takes its buffer when it runs).
     pub fn holds_buffer_after_receive(&self) -> bool {
         let large = |len: usize| !dionfs_dataplane::is_small(len);
         self.ops
@@ -599,9 +599,9 @@ impl Compound {
                 .any(|p| matches!(p, Payload::Staged(s) if large(s.bytes().len())))
     }
 
-    /// Takes the buffer of its first READ or READ_PLUS, from the export of the handle
-    /// the PUTFH before it gave (as v3's READ does in `prepare`), waiting
-    /// while that pool is empty. None when that export is not known or
+    /// Takes the buffer of its first READ or READ_PLUS, from the export
+    /// of the handle the PUTFH before it gave (as v3's READ does in
+    /// `prepare`), waiting while that pool is empty. None when that export is not known or
     /// not the client's: the READ then tries at execution.
     pub async fn take_read_buffer(&mut self, conn: &ConnInfo) {
         let mut known = KnownFh::default();
