@@ -3,7 +3,9 @@ running server over its metrics listener: `dionfs exportfs -v` (the
 exports as the server applies them, in the config's words, and again
 after a reload), `dionfs stats` (with no flags against `dionfs serve DIR`,
 from a config's `metrics_listen`, and every N seconds like `nfsstat -s
-N`), `dionfs clients` (NLM hosts holding locks, NFSv4 clients); exit
+N`, NFSv4's operations in a table of their own), `dionfs clients` (NLM
+hosts holding locks, NFSv4 clients with their lease, sessions, opens and
+locks) and NFSv4's state gauges; exit
 status 1 for failures at run time and 2 for usage errors; the start-up
 error for a taken port.
 
@@ -19,7 +21,7 @@ import time
 
 import nfs_rs
 import pytest
-from metrics import free_port
+from metrics import free_port, value
 from rawrpc import Conn
 from servers import DionfsServer, dionfs_bin
 from test_nlm import S_GRANTED, Nlm, file_fh
@@ -179,21 +181,49 @@ def test_clients_lists_nlm_hosts_and_nfs4_clients(config_server):
         v4 = nfs_rs.Client.connect(url, uid=0, gid=0, connect_timeout=10, operation_timeout=60)
         srv._clients.append(v4)
         v4.stat(srv.export)
+        # An open the client holds (nfs-rs keeps its OPEN until close).
+        with v4.open(os.path.join(srv.export, "held"), "wb") as held:
+            held.write(b"x")
+            held.flush()
 
-        def listed() -> list[str] | None:
-            out = dionfs("clients", "--metrics", srv.metrics).stdout.splitlines()
-            return out if len(out) == 2 else None
+            def listed() -> list[str] | None:
+                out = dionfs("clients", "--metrics", srv.metrics).stdout.splitlines()
+                return out if len(out) == 2 and " opens=1 " in "".join(out) else None
 
-        lines = wait_until(listed, 30, "an NLM host and an NFSv4 client listed")
-        nlm_line = next(line for line in lines if "\tnlm\t" in line)
-        assert nlm_line.startswith("127.0.0.1") and "name=host-a" in nlm_line, lines
-        v4_line = next(line for line in lines if "\tnfs4\t" in line)
-        assert v4_line.startswith("127.0.0.1") and "sessions=1" in v4_line, lines
+            lines = wait_until(listed, 30, "an NLM host and an NFSv4 client with its open")
+            nlm_line = next(line for line in lines if "\tnlm\t" in line)
+            assert nlm_line.startswith("127.0.0.1") and "name=host-a" in nlm_line, lines
+            v4_line = next(line for line in lines if "\tnfs4\t" in line)
+            assert v4_line.startswith("127.0.0.1"), lines
+            for field in ("vers=4.1", "sessions=1", "opens=1", "locks=0"):
+                assert f" {field} " in v4_line, (field, v4_line)
+            lease = v4_line.split(" lease=")[1].split()[0]
+            assert lease.endswith("s") and 0 < int(lease[:-1]) <= 90, v4_line
 
-        r = dionfs("clients", "--json", "--config", srv.config)
+            r = dionfs("clients", "--json", "--config", srv.config)
+            assert r.returncode == 0, r.stderr
+            clients = json.loads(r.stdout)
+            assert {c["protocol"] for c in clients} == {"nlm", "nfs4"}, clients
+            v4_client = next(c for c in clients if c["protocol"] == "nfs4")
+            assert v4_client["minor_version"] == 1, v4_client
+            assert (v4_client["sessions"], v4_client["opens"], v4_client["locks"]) == (1, 1, 0)
+            assert v4_client["state"] == "active" and v4_client["lease_remaining"] > 0, v4_client
+
+            # The same state as gauges.
+            assert value(srv.metrics, "nfs4_clients") == 1
+            assert value(srv.metrics, "nfs4_sessions") == 1
+            assert value(srv.metrics, "nfs4_open_stateids") == 1
+            assert value(srv.metrics, "nfs4_lock_stateids") == 0
+        # Closed: the open is gone.
+        wait_until(lambda: value(srv.metrics, "nfs4_open_stateids") == 0 or None, 30,
+                   "the open closed")
+        # `dionfs stats` shows NFSv4's operations, OPEN among them.
+        r = dionfs("stats", "--metrics", srv.metrics)
         assert r.returncode == 0, r.stderr
-        clients = json.loads(r.stdout)
-        assert {c["protocol"] for c in clients} == {"nlm", "nfs4"}, clients
+        assert "NFS v4 operations:" in r.stdout, r.stdout
+        ops = r.stdout.split("NFS v4 operations:")[1].splitlines()
+        for op in ("OPEN", "CLOSE", "WRITE", "SEQUENCE"):
+            assert any(line.split()[:1] == [op] for line in ops), (op, r.stdout)
         nlm_client = next(c for c in clients if c["protocol"] == "nlm")
         assert nlm_client == {"protocol": "nlm", "address": "127.0.0.1", "name": "host-a"}
     finally:

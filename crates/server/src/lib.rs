@@ -424,12 +424,13 @@ async fn serve(
     if let Some(addr) = settings.metrics_listen {
         match TcpListener::bind(addr).await {
             Ok(l) => {
+                let mut registry =
+                    metrics::registry(server.clone(), lock_service.clone(), calls.clone());
+                if let Some(state) = &nfs4_state {
+                    metrics::register_nfs4(&mut registry, state.clone());
+                }
                 let endpoints = metrics::Endpoints {
-                    registry: metrics::registry(
-                        server.clone(),
-                        lock_service.clone(),
-                        calls.clone(),
-                    ),
+                    registry,
                     server: server.clone(),
                     locks: lock_service.clone(),
                     nfs4: nfs4_state,

@@ -52,6 +52,75 @@ pub fn registry(
     registry
 }
 
+/// Adds NFSv4's state to `registry`: its clients, sessions, open and lock
+/// stateids and slot cache, read at each scrape.
+pub fn register_nfs4(registry: &mut Registry, state: Arc<crate::nfs4::state::State>) {
+    registry.register_collector(Box::new(Nfs4Metrics(state)));
+}
+
+/// NFSv4's state as gauges (`dionfs_nfs4_*`).
+struct Nfs4Metrics(Arc<crate::nfs4::state::State>);
+
+impl fmt::Debug for Nfs4Metrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Nfs4Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Collector for Nfs4Metrics {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        let c = self.0.counts();
+        let n = |x: usize| x as u64;
+        let gauges = [
+            (
+                "nfs4_clients",
+                "Confirmed NFSv4 client records now, courtesy ones included.",
+                n(c.clients),
+            ),
+            (
+                "nfs4_clients_unconfirmed",
+                "NFSv4 client records not confirmed by a CREATE_SESSION yet.",
+                n(c.unconfirmed),
+            ),
+            (
+                "nfs4_clients_courtesy",
+                "NFSv4 clients whose lease ran out holding state, kept until a conflict.",
+                n(c.courtesy),
+            ),
+            ("nfs4_sessions", "NFSv4.1 sessions now.", n(c.sessions)),
+            (
+                "nfs4_open_stateids",
+                "Open stateids of NFSv4 clients now (one per open owner and file).",
+                n(c.opens),
+            ),
+            (
+                "nfs4_lock_stateids",
+                "Lock stateids of NFSv4 clients now (one per lock owner and file).",
+                n(c.locks),
+            ),
+            (
+                "nfs4_slot_cache_reserved_bytes",
+                "Bytes of the NFSv4 reply-cache budget the sessions' slots reserve.",
+                n(c.slot_cache_reserved),
+            ),
+            (
+                "nfs4_slot_cache_bytes",
+                "Bytes of replies the sessions' slots cache now.",
+                n(c.slot_cache_used),
+            ),
+        ];
+        for (name, help, value) in gauges {
+            gauge(&mut encoder, name, help, value)?;
+        }
+        counter(
+            &mut encoder,
+            "nfs4_refused",
+            "NFSv4 requests refused at a bound of the state (clients, sessions, owners...), answered NFS4ERR_DELAY.",
+            c.refused,
+        )
+    }
+}
+
 /// The exposition of `registry`: its metrics as they are now, then `# EOF`.
 /// Fails only if a value cannot be written (a gauge past `i64::MAX`).
 pub fn render(registry: &Registry) -> Result<String, fmt::Error> {
@@ -613,6 +682,11 @@ impl Endpoints {
                     implementation: c
                         .implementation
                         .map(|i| format!("{} {}", printable(&i.domain.0), printable(&i.name.0))),
+                    minor: c.minor,
+                    lease_left: c.lease_left.map(|d| d.as_secs()),
+                    life: c.life.as_str(),
+                    opens: c.opens,
+                    locks: c.locks,
                 }
             }));
         }

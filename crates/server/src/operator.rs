@@ -91,7 +91,27 @@ pub enum ClientLine {
         sessions: usize,
         /// The implementation it named (`eia_client_impl_id`), if any.
         implementation: Option<String>,
+        /// The minor version of its EXCHANGE_ID.
+        minor: u32,
+        /// Whole seconds left of its lease; `None` when it ran out.
+        lease_left: Option<u64>,
+        /// `active`, `courtesy` (lease run out, state kept) or `expired`
+        /// (a courtesy client a conflict expired).
+        life: &'static str,
+        /// Its open stateids and lock stateids.
+        opens: usize,
+        locks: usize,
     },
+}
+
+/// A lease as `dionfs clients` shows it: the seconds left, or the
+/// client's life when it ran out.
+fn lease_text(lease_left: Option<u64>, life: &str) -> String {
+    match lease_left {
+        Some(secs) => format!("{secs}s"),
+        None if life == "active" => "expired".to_string(),
+        None => life.to_string(),
+    }
 }
 
 /// `bytes` with printable ASCII as it is, anything else as `\xNN`, and
@@ -126,15 +146,22 @@ pub fn clients_text(clients: &[ClientLine]) -> String {
                 confirmed,
                 sessions,
                 implementation,
+                minor,
+                lease_left,
+                life,
+                opens,
+                locks,
             } => {
                 let confirmed = if *confirmed { "" } else { " unconfirmed" };
                 let implementation = implementation
                     .as_deref()
                     .map(|i| format!(" implementation={i}"))
                     .unwrap_or_default();
+                let lease = lease_text(*lease_left, life);
                 writeln!(
                     out,
-                    "{:<24}\tnfs4\tclientid={clientid:016x} sessions={sessions}{confirmed} \
+                    "{:<24}\tnfs4\tclientid={clientid:016x} vers=4.{minor} lease={lease} \
+                     sessions={sessions} opens={opens} locks={locks}{confirmed} \
                      owner={owner}{implementation}",
                     address.to_string()
                 )
@@ -160,10 +187,17 @@ pub fn clients_json(clients: &[ClientLine]) -> String {
                 confirmed,
                 sessions,
                 implementation,
+                minor,
+                lease_left,
+                life,
+                opens,
+                locks,
             } => format!(
                 "{{\"protocol\": \"nfs4\", \"address\": \"{address}\", \"clientid\": \"{clientid:016x}\", \
+                 \"minor_version\": {minor}, \"lease_remaining\": {}, \"state\": \"{life}\", \
                  \"owner\": {}, \"confirmed\": {confirmed}, \"sessions\": {sessions}, \
-                 \"implementation\": {}}}",
+                 \"opens\": {opens}, \"locks\": {locks}, \"implementation\": {}}}",
+                lease_left.map_or_else(|| "null".to_string(), |s| s.to_string()),
                 json_string(owner),
                 implementation
                     .as_deref()
@@ -228,11 +262,39 @@ mod tests {
                 confirmed: true,
                 sessions: 1,
                 implementation: None,
+                minor: 2,
+                lease_left: Some(57),
+                life: "active",
+                opens: 3,
+                locks: 1,
+            },
+            ClientLine::V4 {
+                clientid: 8,
+                address: "10.0.0.3".parse().unwrap(),
+                owner: "b".into(),
+                confirmed: true,
+                sessions: 1,
+                implementation: None,
+                minor: 1,
+                lease_left: None,
+                life: "courtesy",
+                opens: 1,
+                locks: 0,
             },
         ];
         let text = clients_text(&clients);
-        assert_eq!(text.lines().count(), 2, "{text}");
+        assert_eq!(text.lines().count(), 3, "{text}");
         assert!(text.contains("nlm\tname=host1"), "{text}");
+        assert!(
+            text.contains(
+                "\tclientid=0000000000000007 vers=4.2 lease=57s sessions=1 opens=3 locks=1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("\tclientid=0000000000000008 vers=4.1 lease=courtesy"),
+            "{text}"
+        );
         assert!(text.contains("owner=Linux \"x\"\\x0a"), "{text}");
         let json = clients_json(&clients);
         assert!(
@@ -240,5 +302,14 @@ mod tests {
             "{json}"
         );
         assert!(json.contains("\"implementation\": null"), "{json}");
+        assert!(
+            json.contains("\"minor_version\": 2, \"lease_remaining\": 57, \"state\": \"active\""),
+            "{json}"
+        );
+        assert!(json.contains("\"opens\": 3, \"locks\": 1"), "{json}");
+        assert!(
+            json.contains("\"lease_remaining\": null, \"state\": \"courtesy\""),
+            "{json}"
+        );
     }
 }

@@ -413,9 +413,23 @@ fn compounds_and_their_ops_are_counted() {
         assert_eq!(res.status, Nfsstat4::Ok);
     }
     // What `dionfs stats` prints, from what the metrics endpoint exports.
-    let registry =
+    let mut registry =
         dionfs_server::metrics::registry(server.server.clone(), None, server.calls.clone());
+    let state = server.nfs4.as_ref().unwrap().state.clone();
+    dionfs_server::metrics::register_nfs4(&mut registry, state);
     let text = dionfs_server::metrics::render(&registry).unwrap();
+    // The state's gauges: one client, its session, no opens or locks.
+    for gauge in [
+        "dionfs_nfs4_clients 1\n",
+        "dionfs_nfs4_clients_unconfirmed 0\n",
+        "dionfs_nfs4_clients_courtesy 0\n",
+        "dionfs_nfs4_sessions 1\n",
+        "dionfs_nfs4_open_stateids 0\n",
+        "dionfs_nfs4_lock_stateids 0\n",
+        "dionfs_nfs4_refused_total 0\n",
+    ] {
+        assert!(text.contains(gauge), "{gauge}: {text}");
+    }
     let lines = dionfs_server::callstats::parse(&text);
     let count = |name: &str| {
         lines

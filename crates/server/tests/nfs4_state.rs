@@ -767,6 +767,17 @@ fn locks_with_the_current_stateid_conflict_and_free() {
         ],
     );
     assert_eq!(last(&res), (Opnum4::Lock, Nfsstat4::Denied));
+    // `dionfs clients` and the metrics count them: client one holds an
+    // open and a lock, client two an open.
+    let state = &server.nfs4.as_ref().unwrap().state;
+    let held: Vec<_> = state
+        .clients()
+        .iter()
+        .map(|c| (c.clientid, c.opens, c.locks, c.sessions, c.minor))
+        .collect();
+    assert!(held.contains(&(s1.clientid, 1, 1, 1, 1)), "{held:?}");
+    assert!(held.contains(&(s2.clientid, 1, 0, 1, 1)), "{held:?}");
+    assert_eq!((state.counts().opens, state.counts().locks), (2, 1));
     let LockRes4::Denied(denied) = locked(&res) else {
         panic!("{res:?}");
     };

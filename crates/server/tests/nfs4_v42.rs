@@ -1,6 +1,6 @@
 //! NFSv4.2's data and extended-attribute ops (RFC 7862, RFC 8276)
 //! against an in-process server, through the raw client
-//! (tests/nfs4/client.rs): SEEK, ALLOCATE, DEALLOCATE, COPY and CLONE on
+//! (tests/nfs4/client.rs): SEEK, READ_PLUS (in each I/O mode), ALLOCATE, DEALLOCATE, COPY and CLONE on
 //! exports with and without `integrity = "crc32c"` (each followed by the
 //! check `dionfs scrub` makes, which must find every checksum right), the
 //! xattr ops with their create/replace flags and paging, the export
@@ -20,15 +20,15 @@ use std::sync::Arc;
 
 use dionfs_core::export::{Access, ExportConfig, Integrity, Squash};
 use dionfs_core::exports::Export;
-use dionfs_dataplane::Stable;
+use dionfs_dataplane::{Mode, Stable};
 use dionfs_integrity::scrub::{scrub_file, FileResult};
 use dionfs_integrity::FileKey;
 use dionfs_proto::nfs4::{
     AccessArgs4, AllocateArgs4, ArgOp, Attr4, Bitmap4, CloneArgs4, Component4, CopyArgs4, CopyRes4,
     DataContent4, GetattrArgs4, GetxattrArgs4, ListxattrsArgs4, LookupArgs4, Netloc4, NfsFh4,
-    Nfsstat4, Opnum4, RemovexattrArgs4, Res4, ResOp, SeekArgs4, SeekResOk4, SetxattrArgs4,
-    SetxattrOption4, StableHow4, StateId4, Utf8Str, XattrValue4, ACCESS4_MODIFY, ACCESS4_READ,
-    ACCESS4_XALIST, ACCESS4_XAREAD, ACCESS4_XAWRITE,
+    Nfsstat4, Opnum4, ReadArgs4, ReadPlusContent4, RemovexattrArgs4, Res4, ResOp, SeekArgs4,
+    SeekResOk4, SetxattrArgs4, SetxattrOption4, StableHow4, StateId4, Utf8Str, XattrValue4,
+    ACCESS4_MODIFY, ACCESS4_READ, ACCESS4_XALIST, ACCESS4_XAREAD, ACCESS4_XAWRITE,
 };
 
 use nfs4::client::{sequence_op, Client, CompoundRes, Session};
@@ -677,4 +677,320 @@ fn minor_version_1_refuses_the_42_ops() {
         );
         assert_eq!(res.status, Nfsstat4::OpIllegal);
     }
+}
+
+/// Exports `buffered`, `dontcache` and `direct` (their read and write
+/// modes), with integrity as asked.
+fn mode_server(integrity: bool) -> TestServer {
+    TestServer::start_exports(
+        |_| {},
+        |dir| {
+            [
+                ("buffered", Mode::Buffered),
+                ("dontcache", Mode::DontCache),
+                ("direct", Mode::Direct),
+            ]
+            .into_iter()
+            .map(|(name, mode)| {
+                export_dir(dir, name, &|x| {
+                    x.squash = Squash::NoRootSquash;
+                    x.read_mode = mode;
+                    x.write_mode = mode;
+                    if integrity {
+                        x.integrity = Integrity::Crc32c;
+                    }
+                })
+            })
+            .collect()
+        },
+    )
+}
+
+fn read_plus_with(stateid: StateId4, offset: u64, count: u32) -> ArgOp {
+    ArgOp::ReadPlus(ReadArgs4 {
+        stateid,
+        offset,
+        count,
+    })
+}
+
+fn read_plus(offset: u64, count: u32) -> ArgOp {
+    read_plus_with(ANON, offset, count)
+}
+
+/// What a READ_PLUS result says, checked: its segments lie in order, one
+/// after the other from `offset`, none empty, no two data segments
+/// adjacent. Returns the bytes (holes as zeros), `eof`, and the kinds of
+/// the segments (`'d'` or `'h'`).
+fn read_plus_bytes(offset: u64, r: ResOp) -> Result<(Vec<u8>, bool, String), Nfsstat4> {
+    let ok = match r {
+        ResOp::ReadPlus(Res4::Ok(ok)) => ok,
+        other => return Err(status(&other)),
+    };
+    let mut bytes = Vec::new();
+    let mut kinds = String::new();
+    for segment in &ok.contents {
+        let at = offset + bytes.len() as u64;
+        match segment {
+            ReadPlusContent4::Data(d) => {
+                assert_eq!(d.offset, at, "{kinds}");
+                assert!(!d.data.is_empty() && !kinds.ends_with('d'), "{kinds}");
+                bytes.extend_from_slice(&d.data);
+                kinds.push('d');
+            }
+            ReadPlusContent4::Hole(h) => {
+                assert_eq!(h.offset, at, "{kinds}");
+                assert!(h.length > 0 && h.length <= 1 << 30, "{kinds}");
+                bytes.resize(bytes.len() + h.length as usize, 0);
+                kinds.push('h');
+            }
+        }
+    }
+    Ok((bytes, ok.eof, kinds))
+}
+
+/// What the file at `path` holds in `count` bytes from `offset`, and
+/// whether that reaches its end.
+fn expected(path: &Path, offset: u64, count: u32) -> (Vec<u8>, bool) {
+    let data = std::fs::read(path).unwrap();
+    let from = (offset as usize).min(data.len());
+    let to = (offset as usize + count as usize).min(data.len());
+    (data[from..to].to_vec(), to == data.len())
+}
+
+const KIB: u64 = 1024;
+
+/// READ_PLUS of `count` bytes at `offset` of the file `fh` (at `path`):
+/// byte for byte what the file holds there, `eof` right. Returns the
+/// kinds of its segments.
+fn read_plus_checked(c: &mut V42, fh: &NfsFh4, path: &Path, offset: u64, count: u32) -> String {
+    let got = read_plus_bytes(offset, c.on(fh, &[read_plus(offset, count)]))
+        .unwrap_or_else(|s| panic!("{path:?} {offset}+{count}: {s:?}"));
+    // A READ may return fewer bytes than asked (the session's reply
+    // size, max_transfer): all of them up to 512 KiB.
+    let len = got.0.len() as u32;
+    assert!(len <= count, "{path:?} {offset}+{count}: {len} bytes");
+    let (bytes, eof) = expected(path, offset, len);
+    let want = expected(path, offset, count.min(512 << 10)).0.len() as u32;
+    assert!(len >= want, "{path:?} {offset}+{count}: {len} bytes");
+    assert!(
+        got.0 == bytes,
+        "{path:?} {offset}+{count}: bytes differ ({})",
+        got.2
+    );
+    assert_eq!(got.1, eof, "{path:?} {offset}+{count}: eof");
+    got.2
+}
+
+/// READ_PLUS on a sparse file in each mode: byte for byte the file's
+/// content, holes sent as holes where the file has them.
+fn read_plus_in_each_mode(integrity: bool) {
+    let server = mode_server(integrity);
+    for index in 0..3 {
+        let x = export(&server, index);
+        let mut c = V42::new(&server);
+        // 1 MiB and 5000 bytes: holes at [0, 64K), [256K, 320K) and
+        // from 960K to the end, data elsewhere.
+        let (path, fh) = new_file(&mut c, &x, "sparse");
+        let size = MIB + 5000;
+        write(&x, &fh, 0, &pattern(size as usize, index as u8 + 1));
+        for (from, len) in [
+            (0, 64 * KIB),
+            (256 * KIB, 64 * KIB),
+            (960 * KIB, size - 960 * KIB),
+        ] {
+            assert_eq!(status(&c.on(&fh, &[deallocate(from, len)])), Nfsstat4::Ok);
+        }
+        let check = |c: &mut V42, offset, count| read_plus_checked(c, &fh, &path, offset, count);
+        // Hole at the start, exactly; then data.
+        assert_eq!(check(&mut c, 0, 64 << 10), "h");
+        assert_eq!(check(&mut c, 0, 128 << 10), "hd");
+        // A hole in the middle, unaligned edges.
+        assert_eq!(check(&mut c, 200 * KIB + 3, 200 << 10), "dhd");
+        // The hole at the end, the count past it (the last block, part
+        // of which is past the end, was zeroed, not freed: data).
+        assert_eq!(check(&mut c, 900 * KIB, 1 << 20), "dhd");
+        assert_eq!(check(&mut c, 900 * KIB, 124 << 10), "dh");
+        assert_eq!(check(&mut c, 0, 2 << 20), "hdhdh");
+        assert_eq!(check(&mut c, 64 * KIB, 2 << 20), "dhdhd");
+        // Unaligned offsets and counts anywhere.
+        for (offset, count) in [
+            (1, 1),
+            (4095, 2),
+            (65535, 3),
+            (65537, 4097),
+            (300 * KIB - 1, 40_001),
+            (size - 1, 10),
+            (size - 4097, 4096),
+            (size, 1),
+            (size + 100_000, 4096),
+            (12_345, 0),
+        ] {
+            check(&mut c, offset, count);
+        }
+        // A READ of 0 bytes at an unaligned offset (with integrity, its
+        // blocks are not read around it).
+        let res = c.on(
+            &fh,
+            &[ArgOp::Read(ReadArgs4 {
+                stateid: ANON,
+                offset: 12_345,
+                count: 0,
+            })],
+        );
+        assert_eq!(status(&res), Nfsstat4::Ok);
+        // A READ of the same range reads the same bytes.
+        let res = c.on(
+            &fh,
+            &[ArgOp::Read(ReadArgs4 {
+                stateid: ANON,
+                offset: 0,
+                count: 1 << 20,
+            })],
+        );
+        match res {
+            ResOp::Read(Res4::Ok(ok)) => {
+                let len = ok.data.len() as u32;
+                assert!(len >= 512 << 10 && ok.data == expected(&path, 0, len).0);
+            }
+            other => panic!("READ: {other:?}"),
+        }
+        // Two in one COMPOUND: the second's data is copied into the
+        // results, the first's sent from its buffer.
+        let res = c.compound(&[
+            putfh(&fh),
+            read_plus(200 * KIB, 200 << 10),
+            read_plus(0, 128 << 10),
+        ]);
+        let (first, _) = expected(&path, 200 * KIB, 200 << 10);
+        let (second, _) = expected(&path, 0, 128 << 10);
+        assert!(
+            read_plus_bytes(200 * KIB, res.results[2].clone())
+                .unwrap()
+                .0
+                == first
+        );
+        assert!(read_plus_bytes(0, res.results[3].clone()).unwrap().0 == second);
+
+        scrub_clean(&server, &x, &path);
+
+        // A file that is all hole.
+        let (path, fh) = new_file(&mut c, &x, "empty");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(3 * MIB)
+            .unwrap();
+        let check = |c: &mut V42, offset, count| read_plus_checked(c, &fh, &path, offset, count);
+        assert_eq!(check(&mut c, 0, 1 << 20), "h");
+        assert_eq!(check(&mut c, 3 * MIB - 10, 1 << 20), "h");
+        assert_eq!(check(&mut c, 4097, 3), "h");
+
+        // Blocks never written, before data written at 1 MiB.
+        let (path, fh) = new_file(&mut c, &x, "gap");
+        write(&x, &fh, MIB, &pattern(CHUNK, 5));
+        let check = |c: &mut V42, offset, count| read_plus_checked(c, &fh, &path, offset, count);
+        assert_eq!(check(&mut c, 0, 512 << 10), "h");
+        assert_eq!(check(&mut c, MIB - 4096, 8192), "hd");
+        scrub_clean(&server, &x, &path);
+    }
+}
+
+#[test]
+fn read_plus_sends_holes_as_holes() {
+    read_plus_in_each_mode(false);
+}
+
+#[test]
+fn read_plus_with_integrity_verifies_and_finds_no_corruption() {
+    read_plus_in_each_mode(true);
+}
+
+/// A file of alternating 4 KiB data and holes: the segments of a reply
+/// are bounded, the rest is sent as data, zeros and all.
+#[test]
+fn read_plus_bounds_its_segments() {
+    let server = mode_server(true);
+    let x = export(&server, 2);
+    let mut c = V42::new(&server);
+    let (path, fh) = new_file(&mut c, &x, "striped");
+    let size = 512 * KIB;
+    write(&x, &fh, 0, &pattern(size as usize, 9));
+    for block in (0..size / 4096).step_by(2) {
+        assert_eq!(
+            status(&c.on(&fh, &[deallocate(block * 4096, 4096)])),
+            Nfsstat4::Ok
+        );
+    }
+    let (bytes, eof, kinds) = read_plus_bytes(0, c.on(&fh, &[read_plus(0, 1 << 20)])).unwrap();
+    assert_eq!((bytes, eof), expected(&path, 0, 1 << 20));
+    assert_eq!(kinds.len(), 16, "{kinds}");
+    assert_eq!(&kinds[..15], "hdhdhdhdhdhdhdh", "{kinds}");
+    scrub_clean(&server, &x, &path);
+}
+
+#[test]
+fn read_plus_refuses_what_read_refuses() {
+    let server = server(false);
+    let rw = export(&server, 0);
+    let mut c = V42::new(&server);
+    let (_, fh) = new_file(&mut c, &rw, "file");
+    write(&rw, &fh, 0, b"some data");
+    // A stateid the server never gave, and the current stateid when the
+    // COMPOUND has none.
+    let made_up = StateId4 {
+        seqid: 1,
+        other: [7; 12],
+    };
+    for stateid in [made_up, CURRENT] {
+        let read = ArgOp::Read(ReadArgs4 {
+            stateid,
+            offset: 0,
+            count: 10,
+        });
+        let refused = status(&c.on(&fh, &[read]));
+        assert!(refused == Nfsstat4::BadStateid || refused == Nfsstat4::StaleStateid);
+        let res = c.on(&fh, &[read_plus_with(stateid, 0, 10)]);
+        assert_eq!(status(&res), refused, "{stateid:?}");
+    }
+    // A directory has no data.
+    let root = c.handle(&rw.config.path, None);
+    assert_eq!(status(&c.on(&root, &[read_plus(0, 10)])), Nfsstat4::Isdir);
+    // Minor version 1 has no READ_PLUS.
+    let res = c.compound_of(1, &[putfh(&fh), read_plus(0, 10)]);
+    assert_eq!(res.status, Nfsstat4::OpIllegal);
+    // A file without holes: one data segment, as READ's.
+    let res = c.on(&fh, &[read_plus(0, 100)]);
+    assert_eq!(
+        read_plus_bytes(0, res),
+        Ok((b"some data".to_vec(), true, "d".to_string()))
+    );
+    // Past the end: no segments, eof.
+    let res = c.on(&fh, &[read_plus(100, 10)]);
+    assert_eq!(
+        read_plus_bytes(100, res),
+        Ok((Vec::new(), true, String::new()))
+    );
+}
+
+/// `dionfs clients` shows the minor version of a client's EXCHANGE_ID.
+#[test]
+fn a_client_of_minor_version_2_is_listed_as_such() {
+    let server = server(false);
+    let mut c = server.client();
+    let res = c.compound(2, &[nfs4::client::exchange_id_op(b"minor two")]);
+    let [ResOp::ExchangeId(Res4::Ok(eid))] = &res.results[..] else {
+        panic!("{res:?}");
+    };
+    let mut one = server.client();
+    let eid1 = one.exchange_id(b"minor one");
+    let state = &server.nfs4.as_ref().unwrap().state;
+    let minors: Vec<_> = state
+        .clients()
+        .iter()
+        .map(|c| (c.clientid, c.minor))
+        .collect();
+    assert!(minors.contains(&(eid.clientid, 2)), "{minors:?}");
+    assert!(minors.contains(&(eid1.clientid, 1)), "{minors:?}");
 }

@@ -16,7 +16,9 @@ use std::sync::Arc;
 
 use dionfs_core::exports::{Export, Exports};
 use dionfs_core::io_errors::IoProc;
-use dionfs_dataplane::{DataError, PooledBuf, Stable, WriteAttempt, WriteBuffer, WriteDone};
+use dionfs_dataplane::{
+    DataError, PooledBuf, ReadData, Stable, WriteAttempt, WriteBuffer, WriteDone,
+};
 use dionfs_fs::{ops, FileKind, FsError, OpenFile};
 use dionfs_proto::nfs4::{
     ArgOp, Attr4, CommitResOk4, Nfsstat4, StableHow4, Verifier4, WriteHead4, WriteResOk4,
@@ -56,7 +58,7 @@ pub enum Payload {
 
 /// What the data ops of a COMPOUND were given at receive: the WRITE
 /// payloads, in the order of the WRITEs, and the buffer for the first
-/// READ (taken in `prepare`).
+/// READ or READ_PLUS (taken in `prepare`).
 #[derive(Default)]
 pub struct DataIo {
     pub payloads: VecDeque<Payload>,
@@ -86,6 +88,7 @@ impl KnownFh {
             // Ops that never change the current filehandle.
             ArgOp::Sequence(_)
             | ArgOp::Read(_)
+            | ArgOp::ReadPlus(_)
             | ArgOp::Write(_)
             | ArgOp::Commit(_)
             | ArgOp::Getattr(_)
@@ -267,14 +270,31 @@ pub fn read(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 {
     let ArgOp::Read(args) = op else {
         return Nfsstat4::Serverfault;
     };
-    status_of(read_file(ctx, args, reply))
+    // As much as the reply has room for (RFC 8881 section 18.22.3 lets a
+    // READ return less than asked).
+    status_of(read_range(ctx, &args, reply.data_room()).map(|read| reply.read_data(read.data)))
 }
 
-fn read_file(
-    ctx: &mut OpCtx,
-    args: dionfs_proto::nfs4::ReadArgs4,
-    reply: &mut CompoundReply,
-) -> Result<(), Nfsstat4> {
+/// What [`read_range`] read, and from which file.
+pub struct ReadRange<'a> {
+    pub export: &'a Export,
+    pub file: Arc<OpenFile>,
+    pub data: ReadData,
+    /// Whether the file may have holes: it uses fewer bytes than its
+    /// size (or its attributes were not read).
+    pub sparse: bool,
+}
+
+/// The data of READ or READ_PLUS `args` (their arguments are the same),
+/// at most `room` bytes: the checks (a regular file, the stateid, the
+/// permission as the client), then one `DataPlane::read` into the buffer
+/// taken at receive (or a free one now), its readahead and checksum
+/// rebuild started.
+pub fn read_range<'a>(
+    ctx: &mut OpCtx<'a>,
+    args: &dionfs_proto::nfs4::ReadArgs4,
+    room: usize,
+) -> Result<ReadRange<'a>, Nfsstat4> {
     let current = regular_file(ctx)?;
     check_stateid(ctx, &args.stateid, &current, Use::Read)?;
     let export = current.export;
@@ -289,11 +309,7 @@ fn read_file(
         other => other.ok(),
     };
     check_access(ctx, export, &file, false, attr.as_ref())?;
-    // As much as the reply has room for (RFC 8881 section 18.22.3 lets a
-    // READ return less than asked).
-    let count = args
-        .count
-        .min(u32::try_from(reply.data_room()).unwrap_or(u32::MAX));
+    let count = args.count.min(u32::try_from(room).unwrap_or(u32::MAX));
     let buf = match ctx.data.read_buf.take() {
         Some(buf) => buf,
         // A later READ, or one whose export was not known at receive:
@@ -311,8 +327,13 @@ fn read_file(
         .read(file.data(), buf, args.offset, count)
         .map_err(|e| io_error(ctx, IoProc::Read, &file, Some((args.offset, count)), &e))?;
     io::start_read_followups(&file, &mut data);
-    reply.read_data(data);
-    Ok(())
+    let sparse = attr.is_none_or(|a| a.used < a.size);
+    Ok(ReadRange {
+        export,
+        file,
+        data,
+        sparse,
+    })
 }
 
 fn io_error(
@@ -548,7 +569,7 @@ impl Compound {
             .ops
             .iter()
             .map(|op| match op {
-                ArgOp::Read(a) => a.count.min(max_transfer) as usize,
+                ArgOp::Read(a) | ArgOp::ReadPlus(a) => a.count.min(max_transfer) as usize,
                 ArgOp::Readdir(a) => a.maxcount.min(max_transfer) as usize,
                 _ => 0,
             })
@@ -563,14 +584,14 @@ impl Compound {
         asked.min(max) + 1024
     }
 
-    /// Whether it holds a large pool buffer once received: a READ of
-    /// more than `SMALL_IO` bytes, or a WRITE whose payload that large
-    /// was staged (it takes its buffer when it runs).
+    /// Whether it holds a large pool buffer once received: a READ or
+    /// READ_PLUS of more than `SMALL_IO` bytes, or a WRITE whose payload
+    /// that large was staged (it takes its buffer when it runs).
     pub fn holds_buffer_after_receive(&self) -> bool {
         let large = |len: usize| !dionfs_dataplane::is_small(len);
         self.ops
             .iter()
-            .any(|op| matches!(op, ArgOp::Read(a) if large(a.count as usize)))
+            .any(|op| matches!(op, ArgOp::Read(a) | ArgOp::ReadPlus(a) if large(a.count as usize)))
             || self
                 .data
                 .payloads
@@ -578,14 +599,14 @@ impl Compound {
                 .any(|p| matches!(p, Payload::Staged(s) if large(s.bytes().len())))
     }
 
-    /// Takes the buffer of its first READ, from the export of the handle
-    /// the PUTFH before it gave (as v3's READ does in `prepare`), waiting
-    /// while that pool is empty. None when that export is not known or
+    /// Takes the buffer of its first READ or READ_PLUS, from the export
+    /// of the handle the PUTFH before it gave (as v3's READ does in
+    /// `prepare`), waiting while that pool is empty. None when that export is not known or
     /// not the client's: the READ then tries at execution.
     pub async fn take_read_buffer(&mut self, conn: &ConnInfo) {
         let mut known = KnownFh::default();
         for op in &self.ops {
-            if let ArgOp::Read(a) = op {
+            if let ArgOp::Read(a) | ArgOp::ReadPlus(a) = op {
                 let Some(export) = known
                     .current
                     .as_deref()

@@ -13,14 +13,20 @@
 //! client to go on. Its data is UNSTABLE, under the server's write
 //! verifier, for a COMMIT of the destination to make durable.
 //!
-//! READ_PLUS is not served (`NOTSUPP`): a Linux client then reads with
-//! READ.
+//! READ_PLUS is READ (the same checks, one `DataPlane::read` of the
+//! range, so the same modes, alignment, checksum verification and
+//! readahead) whose bytes are then cut into data and holes by SEEK's
+//! `lseek(SEEK_DATA/SEEK_HOLE)` ([`segments`]), when the file uses fewer
+//! bytes than its size (a dense one is one data segment, as READ). The
+//! holes' bytes were read and verified as the data's: a hole whose
+//! blocks the integrity store has a checksum of non-zero data for is
+//! corruption (`IO`), never-written blocks have none (zeros).
 
 use std::sync::Arc;
 
 use dionfs_core::export::squash;
 use dionfs_core::exports::Export;
-use dionfs_dataplane::Seek;
+use dionfs_dataplane::{DataFile, DataPlane, Seek};
 use dionfs_fs::{ops, FileKind, Node, OpenFile};
 use dionfs_proto::nfs4::{
     ArgOp, CopyRequirements4, CopyResOk4, DataContent4, Nfsstat4, SeekResOk4, StableHow4, StateId4,
@@ -29,9 +35,10 @@ use dionfs_proto::nfs4::{
 use dionfs_xdr::Encode;
 
 use super::compound::OpCtx;
+use super::data::{read_range, ReadRange};
 use super::fh::{Current, File};
 use super::lookup::status;
-use super::reply::CompoundReply;
+use super::reply::{CompoundReply, Segment};
 use super::state::{resolve_current, Use};
 use super::status::{from_data, from_fs};
 
@@ -129,6 +136,119 @@ pub fn seek(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 {
         })
     })();
     status(result.map(|res| res.encode(reply.encoder())))
+}
+
+/// The most segments of a READ_PLUS result: past them, the rest of the
+/// range goes as one data segment, its zeros included (as knfsd, which
+/// sends one data segment). A file of alternating small holes and data
+/// then costs at most this many segments and twice as many `lseek`s.
+pub const READ_PLUS_MAX_SEGMENTS: usize = 16;
+
+/// The wire bytes of a READ_PLUS segment besides its data: its
+/// discriminant, offset and length (a hole's length is 8 bytes, a data
+/// segment's 4 and padding up to 3).
+const SEGMENT_OVERHEAD: usize = 4 + 8 + 8;
+
+/// READ_PLUS (RFC 7862 section 15.10): READ's data, with the holes in it
+/// sent as holes. `eof` as READ's.
+pub fn read_plus(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 {
+    let ArgOp::ReadPlus(args) = op else {
+        return Nfsstat4::Serverfault;
+    };
+    // The segments' heads within the room too.
+    let room = reply
+        .data_room()
+        .saturating_sub(READ_PLUS_MAX_SEGMENTS * SEGMENT_OVERHEAD);
+    match read_range(ctx, &args, room) {
+        Ok(ReadRange {
+            export,
+            file,
+            data,
+            sparse,
+        }) => {
+            // A file using as many bytes as its size has no holes to look
+            // for: its data goes as one segment, as READ's.
+            let segments = match sparse {
+                true => segments(&export.data, file.data(), args.offset, data.data()),
+                false if data.is_empty() => Vec::new(),
+                false => vec![Segment::Data(0..data.len())],
+            };
+            reply.read_plus_data(data, args.offset, &segments);
+            Nfsstat4::Ok
+        }
+        Err(status) => status,
+    }
+}
+
+/// The segments of `bytes`, read at `offset` of `file`: where SEEK finds
+/// a hole and the bytes read there are zeros (so a write between the
+/// read and the `lseek`s changes nothing the client gets), a hole; the
+/// rest data, adjacent data merged. At most [`READ_PLUS_MAX_SEGMENTS`];
+/// an `lseek` that fails (the file shrank meanwhile...) makes the rest
+/// data. Blocking.
+pub fn segments(plane: &DataPlane, file: &DataFile, offset: u64, bytes: &[u8]) -> Vec<Segment> {
+    let mut out = Segments(Vec::new());
+    let end = bytes.len();
+    // Positions in `bytes`; `at(p)` the file offset.
+    let at = |p: usize| offset + p as u64;
+    let within = |found: u64| found.saturating_sub(offset).min(end as u64) as usize;
+    let mut p = 0;
+    while p < end {
+        // A hole and a data segment may follow: room for both, else the
+        // rest is data.
+        if out.0.len() + 2 > READ_PLUS_MAX_SEGMENTS {
+            out.data(p..end);
+            break;
+        }
+        let data = match plane.seek(file, at(p), Seek::Data) {
+            Ok(Some(found)) => within(found).max(p),
+            Ok(None) => end,
+            Err(_) => {
+                out.data(p..end);
+                break;
+            }
+        };
+        if data > p {
+            out.hole(p..data, bytes);
+        }
+        if data == end {
+            break;
+        }
+        let hole = match plane.seek(file, at(data), Seek::Hole) {
+            Ok(Some(found)) => within(found),
+            Ok(None) | Err(_) => end,
+        };
+        // SEEK_HOLE from data finds a later offset; an earlier one (the
+        // file changed meanwhile) is taken as data to the end.
+        let hole = if hole > data { hole } else { end };
+        out.data(data..hole);
+        p = hole;
+    }
+    out.0
+}
+
+/// Segments being cut, in order.
+struct Segments(Vec<Segment>);
+
+impl Segments {
+    fn data(&mut self, range: std::ops::Range<usize>) {
+        if let Some(Segment::Data(last)) = self.0.last_mut() {
+            if last.end == range.start {
+                last.end = range.end;
+                return;
+            }
+        }
+        self.0.push(Segment::Data(range));
+    }
+
+    /// A hole if `bytes` are zeros there, else data.
+    fn hole(&mut self, range: std::ops::Range<usize>, bytes: &[u8]) {
+        if bytes[range.clone()].iter().all(|&b| b == 0) {
+            self.0.push(Segment::Hole(range));
+        } else {
+            self.data(range);
+        }
+    }
 }
 
 /// ALLOCATE: reserves the range's blocks, which may extend the file; on

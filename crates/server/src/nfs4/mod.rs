@@ -14,8 +14,8 @@
 //! LOCKT, LOCKU ([`lock_ops`]); ACCESS, READLINK, READDIR, CREATE,
 //! REMOVE, RENAME, LINK ([`dirs`]);
 //! READ, WRITE and COMMIT through v3's data plane ([`data`]);
-//! and of NFSv4.2 (W9), SEEK, ALLOCATE, DEALLOCATE, COPY and CLONE
-//! ([`data42`]) and the extended-attribute ops ([`xattr`]). A minor
+//! and of NFSv4.2 (W9), SEEK, READ_PLUS, ALLOCATE, DEALLOCATE, COPY and
+//! CLONE ([`data42`]) and the extended-attribute ops ([`xattr`]). A minor
 //! version 1 COMPOUND never reaches those: the codec decodes a 4.2 op
 //! there as `OP_ILLEGAL`.
 //! Every other op answers `NFS4ERR_NOTSUPP` until its piece lands; pNFS
@@ -282,8 +282,7 @@ static PROCEDURES: [Option<Procedure<Op4>>; 76] = [
     op(O::Layoutstats, "LAYOUTSTATS", notsupp, false),
     op(O::OffloadCancel, "OFFLOAD_CANCEL", notsupp, false),
     op(O::OffloadStatus, "OFFLOAD_STATUS", notsupp, false),
-    // Not served: a client reads with READ instead.
-    op(O::ReadPlus, "READ_PLUS", notsupp, true),
+    op(O::ReadPlus, "READ_PLUS", data42::read_plus, true),
     op(O::Seek, "SEEK", data42::seek, true),
     op(O::WriteSame, "WRITE_SAME", notsupp, false),
     op(O::Clone, "CLONE", data42::clone, true),
@@ -338,6 +337,7 @@ fn exchange_id(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat
     let who = Principal::of(&ctx.call.cred);
     match ctx.nfs4.state.exchange_id(&args, &who, ctx.conn.peer.ip()) {
         Ok(res) => {
+            ctx.nfs4.state.exchanged_in_minor(res.clientid, ctx.minor);
             res.encode(reply.encoder());
             Nfsstat4::Ok
         }

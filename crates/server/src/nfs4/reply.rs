@@ -5,12 +5,17 @@
 //!
 //! The first READ's data goes out as the reply's zero-copy payload, from
 //! the pool buffer it was read into; the results after it go in the
-//! reply's trailer. A later READ's data is copied into the results.
+//! reply's trailer. A later READ's data is copied into the results. A
+//! READ_PLUS is a READ here: its first data segment is the payload (if no
+//! READ's data is), the others are copied.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use dionfs_dataplane::ReadData;
-use dionfs_proto::nfs4::encode_read_ok_head;
+use dionfs_proto::nfs4::{
+    encode_read_ok_head, encode_read_plus_data_head, encode_read_plus_head, encode_read_plus_hole,
+};
 use dionfs_proto::nfs4::{
     encode_result_head, CompoundResHead, Nfsstat4, Utf8Str, NFS4_MAX_TAG_LEN,
 };
@@ -205,6 +210,37 @@ impl CompoundReply {
         });
     }
 
+    /// Writes a READ_PLUS result after its status: `eof`, then
+    /// `segments` of `data` (read at file offset `offset`), in order.
+    /// The first data segment is sent from the read buffer when no READ's
+    /// data is already; the others are copied.
+    pub fn read_plus_data(&mut self, data: ReadData, offset: u64, segments: &[Segment]) {
+        encode_read_plus_head(&mut self.enc, data.eof(), segments.len() as u32);
+        let mut placed = None;
+        for segment in segments {
+            let at = |range: &Range<usize>| offset + range.start as u64;
+            match segment {
+                Segment::Hole(range) => {
+                    encode_read_plus_hole(&mut self.enc, at(range), range.len() as u64);
+                }
+                Segment::Data(range) => {
+                    encode_read_plus_data_head(&mut self.enc, at(range), range.len() as u32);
+                    if self.payload.is_none() && placed.is_none() {
+                        placed = Some((self.enc.len(), range.clone()));
+                    } else {
+                        self.enc.opaque_fixed(&data.data()[range.clone()]);
+                    }
+                }
+            }
+        }
+        if let Some((at, range)) = placed {
+            self.payload = Some(Placed {
+                at,
+                data: Box::new(ReadSlice { data, range }),
+            });
+        }
+    }
+
     fn truncate(&mut self, len: usize) {
         if self.payload.as_ref().is_some_and(|p| p.at > len) {
             self.payload = None;
@@ -212,6 +248,27 @@ impl CompoundReply {
         let mut bytes = std::mem::take(&mut self.enc).into_vec();
         bytes.truncate(len);
         self.enc = Encoder::from_vec(bytes);
+    }
+}
+
+/// A segment of a READ_PLUS result: a range of the bytes read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Segment {
+    /// Sent as `NFS4_CONTENT_DATA`, with its bytes.
+    Data(Range<usize>),
+    /// Sent as `NFS4_CONTENT_HOLE`: its bytes are zeros.
+    Hole(Range<usize>),
+}
+
+/// A part of a READ's data, sent from its buffer.
+struct ReadSlice {
+    data: ReadData,
+    range: Range<usize>,
+}
+
+impl ReplyPayload for ReadSlice {
+    fn bytes(&self) -> &[u8] {
+        &self.data.data()[self.range.clone()]
     }
 }
 

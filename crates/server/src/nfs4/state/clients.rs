@@ -25,7 +25,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -81,6 +81,8 @@ pub struct Client {
     pub(super) recorded: AtomicBool,
     /// [`ACTIVE`], [`COURTESY`] or [`EXPIRED`] (design section 4.6).
     life: AtomicU8,
+    /// The minor version of the COMPOUND of its last EXCHANGE_ID.
+    minor: AtomicU32,
     /// Its opens and locks.
     pub state: Mutex<ClientState>,
 }
@@ -124,6 +126,7 @@ impl Client {
             reclaim_complete: AtomicBool::new(false),
             recorded: AtomicBool::new(false),
             life: AtomicU8::new(ACTIVE),
+            minor: AtomicU32::new(1),
             state: Mutex::default(),
         }
     }
@@ -175,6 +178,26 @@ impl Client {
         lease.running == 0 && now.saturating_duration_since(lease.renewed) > lease_time
     }
 
+    /// What is left of the lease at `now`: the whole of it while a
+    /// request runs, `None` once it ran out.
+    pub fn lease_left(&self, now: Instant, lease_time: Duration) -> Option<Duration> {
+        let lease = self.lease.lock();
+        if lease.running > 0 {
+            return Some(lease_time);
+        }
+        lease_time.checked_sub(now.saturating_duration_since(lease.renewed))
+    }
+
+    /// The minor version of its last EXCHANGE_ID.
+    pub fn minor(&self) -> u32 {
+        self.minor.load(Ordering::Relaxed)
+    }
+
+    /// Records the minor version of an EXCHANGE_ID that gave it.
+    pub(super) fn set_minor(&self, minor: u32) {
+        self.minor.store(minor, Ordering::Relaxed);
+    }
+
     /// Requests of the client running now.
     pub fn running(&self) -> u32 {
         self.lease.lock().running
@@ -205,6 +228,38 @@ pub struct ClientInfo {
     /// `eia_client_impl_id` as last sent.
     pub implementation: Option<NfsImplId4>,
     pub sessions: usize,
+    /// The minor version of its last EXCHANGE_ID.
+    pub minor: u32,
+    /// What is left of its lease; `None` when it ran out.
+    pub lease_left: Option<Duration>,
+    /// Whether it is a courtesy client: its lease ran out, its state
+    /// is kept (or it expired by a conflict, and goes soon).
+    pub life: ClientLife,
+    /// Its open stateids.
+    pub opens: usize,
+    /// Its lock stateids.
+    pub locks: usize,
+}
+
+/// A client's life as `dionfs clients` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientLife {
+    /// Renewing its lease (or a new one).
+    Active,
+    /// Its lease ran out with state held: kept until a conflict.
+    Courtesy,
+    /// A courtesy client a conflict expired: dropped at the next sweep.
+    Expired,
+}
+
+impl ClientLife {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClientLife::Active => "active",
+            ClientLife::Courtesy => "courtesy",
+            ClientLife::Expired => "expired",
+        }
+    }
 }
 
 /// Every client record and session of the server.
@@ -547,18 +602,41 @@ impl State {
 
     /// Every client record, by client id.
     pub fn clients(&self) -> Vec<ClientInfo> {
+        let now = Instant::now();
+        let lease_time = self.lease_time();
         let table = self.table.lock();
         let mut clients: Vec<ClientInfo> = table
             .records
             .iter()
-            .map(|(&clientid, record)| ClientInfo {
-                clientid,
-                owner: record.client.owner.clone(),
-                address: record.client.address,
-                confirmed: record.confirmed,
-                flags: record.flags,
-                implementation: record.impl_id.clone(),
-                sessions: record.sessions.len(),
+            .map(|(&clientid, record)| {
+                let client = &record.client;
+                // (The table, then a client's state: the order
+                // `Record::holds_state` takes them in.)
+                let (opens, locks) = client.state.lock().counts();
+                let life = match client.life() {
+                    ACTIVE => ClientLife::Active,
+                    COURTESY => ClientLife::Courtesy,
+                    _ => ClientLife::Expired,
+                };
+                ClientInfo {
+                    clientid,
+                    owner: client.owner.clone(),
+                    address: client.address,
+                    confirmed: record.confirmed,
+                    flags: record.flags,
+                    implementation: record.impl_id.clone(),
+                    sessions: record.sessions.len(),
+                    minor: client.minor(),
+                    // A courtesy client's lease ran out, whatever a
+                    // request of it that is running says.
+                    lease_left: match life {
+                        ClientLife::Active => client.lease_left(now, lease_time),
+                        _ => None,
+                    },
+                    life,
+                    opens,
+                    locks,
+                }
             })
             .collect();
         clients.sort_by_key(|c| c.clientid);
@@ -846,8 +924,12 @@ mod tests {
         let updated = state.exchange_id(&args, &sys(1), peer()).unwrap();
         assert_eq!(updated.clientid, first.clientid);
         assert_ne!(updated.flags & EXCHGID4_FLAG_CONFIRMED_R, 0);
+        let mut clients = state.clients();
+        // A lease just renewed, of the whole lease time at most.
+        let left = clients[0].lease_left.take().unwrap();
+        assert!(left <= state.lease_time() && left * 2 > state.lease_time());
         assert_eq!(
-            state.clients(),
+            clients,
             vec![ClientInfo {
                 clientid: first.clientid,
                 owner: b"a".to_vec(),
@@ -856,6 +938,11 @@ mod tests {
                 flags: EXCHGID4_FLAG_SUPP_MOVED_REFER,
                 implementation: Some(implementation),
                 sessions: 1,
+                minor: 1,
+                lease_left: None,
+                life: ClientLife::Active,
+                opens: 0,
+                locks: 0,
             }]
         );
     }

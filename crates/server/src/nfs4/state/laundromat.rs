@@ -260,11 +260,20 @@ mod tests {
         let (state, _released) = locking_state();
         let t0 = Instant::now();
         let a = holding(&state, "a", t0);
+        let info = &state.clients()[0];
+        assert_eq!((info.opens, info.locks), (1, 1));
+        assert_eq!(info.life, super::super::ClientLife::Active);
+        assert!(info.lease_left.is_some());
         state.sweep(t0 + LEASE + Duration::from_secs(1));
         assert_eq!(state.counts().courtesy, 1);
         assert_eq!(state.counts().clients, 1);
         assert_eq!(state.counts().sessions, 1);
+        assert_eq!((state.counts().opens, state.counts().locks), (1, 1));
         assert_eq!(a.client.life(), COURTESY);
+        // `dionfs clients` shows it as such, its state counted.
+        let info = &state.clients()[0];
+        assert_eq!(info.life, super::super::ClientLife::Courtesy);
+        assert_eq!((info.lease_left, info.opens, info.locks), (None, 1, 1));
         // Another sweep changes nothing.
         state.sweep(t0 + 2 * LEASE);
         assert_eq!(state.counts().courtesy, 1);

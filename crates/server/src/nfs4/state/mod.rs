@@ -44,7 +44,7 @@ use dionfs_rpc::Credential;
 use dionfs_transport::ConnInfo;
 use parking_lot::Mutex;
 
-pub use clients::{Client, ClientInfo};
+pub use clients::{Client, ClientInfo, ClientLife};
 pub use lockowners::{lock_span, Denied, LockError, Locker};
 pub use sessions::{Session, SlotGuard};
 pub use stateids::{resolve_current, Checked, Use};
@@ -173,6 +173,10 @@ pub struct StateCounts {
     pub refused: u64,
     /// Courtesy clients (lease expired, state kept).
     pub courtesy: usize,
+    /// Open stateids of every client.
+    pub opens: usize,
+    /// Lock stateids of every client.
+    pub locks: usize,
 }
 
 impl State {
@@ -304,6 +308,14 @@ impl State {
         self.exchange_id_at(args, who, peer, Instant::now())
     }
 
+    /// Records that the EXCHANGE_ID which gave `clientid` came in a
+    /// COMPOUND of minor version `minor` (`dionfs clients`).
+    pub fn exchanged_in_minor(&self, clientid: u64, minor: u32) {
+        if let Some(client) = self.table.lock().client(clientid) {
+            client.set_minor(minor);
+        }
+    }
+
     /// CREATE_SESSION (RFC 8881 section 18.36) on connection `conn`.
     pub fn create_session(
         &self,
@@ -428,7 +440,15 @@ impl State {
     pub fn counts(&self) -> StateCounts {
         let table = self.table.lock();
         let (clients, unconfirmed) = table.client_counts();
+        // (The table, then each client's state: `clients`' order.)
+        let (opens, locks) = table
+            .clients_now()
+            .iter()
+            .map(|c| c.state.lock().counts())
+            .fold((0, 0), |(o, l), (a, b)| (o + a, l + b));
         StateCounts {
+            opens,
+            locks,
             clients,
             unconfirmed,
             sessions: table.session_count(),

@@ -123,6 +123,16 @@ impl ClientState {
         !self.stateids.is_empty()
     }
 
+    /// Its open stateids and lock stateids (`dionfs clients`, metrics).
+    pub fn counts(&self) -> (usize, usize) {
+        let opens = self
+            .stateids
+            .values()
+            .filter(|s| matches!(s, StateRef::Open(_)))
+            .count();
+        (opens, self.stateids.len() - opens)
+    }
+
     /// A new `other` for `client`'s state, made at `boot`: a counter no
     /// state of the client has now, never 0 nor all ones (so never a
     /// special stateid's).
