@@ -7,7 +7,8 @@
 //! - a READ of `[off, off+len)` reads the expanded range
 //!   `[round_down(off, A), round_up(off+len, A))` and replies with the
 //!   requested sub-range of that buffer ([`expand_to_alignment`],
-//!   [`read_reply`]);
+//!   [`read_reply`]), never past the unit that holds the end of the file
+//!   ([`within_size`]);
 //! - a misaligned WRITE places its payload at `off mod A` in the buffer
 //!   ([`payload_offset`]), so its aligned interior
 //!   `[round_up(off, A), round_down(off+len, A))` sits at an aligned buffer
@@ -46,6 +47,20 @@ pub fn is_aligned(offset: u64, len: u64, align: u64) -> bool {
 /// offset+len)`: `[round_down(offset, A), round_up(offset+len, A))`.
 pub fn expand_to_alignment(offset: u64, len: u64, align: u64) -> Range<u64> {
     round_down(offset, align)..round_up(offset + len, align)
+}
+
+/// The part of a direct read's expanded range `io` the kernel is asked
+/// for on a file of `size` bytes: cut at the end of the `align` unit that
+/// holds the last byte (empty when the file ends before `io`). What lies
+/// past that unit is past the end, and asking for it can fail the whole
+/// read: XFS maps a direct read's full range, past `i_size` too, and
+/// fails it with `EIO` ("Direct I/O collision with buffered writes!" in
+/// the kernel log, `iomap_dio_iter`) when that finds delayed-allocation
+/// blocks, which a buffered write's speculative preallocation leaves past
+/// the end when the block before them was written back through the
+/// copy-on-write fork (a shared, cloned block).
+pub fn within_size(io: Range<u64>, size: u64, align: u64) -> Range<u64> {
+    io.start..io.end.min(round_up(size, align)).max(io.start)
 }
 
 /// Where a WRITE payload for `offset` must sit in an aligned buffer so that
@@ -161,6 +176,18 @@ mod tests {
     }
 
     #[test]
+    fn within_size_examples() {
+        // Inside the file: unchanged.
+        assert_eq!(within_size(0..8192, 10_000, 4096), 0..8192);
+        // Across the end: up to the unit holding the last byte.
+        assert_eq!(within_size(4096..65536, 10_000, 4096), 4096..12288);
+        assert_eq!(within_size(0..65536, 8192, 4096), 0..8192);
+        // Starting past the end, or an empty file: nothing.
+        assert_eq!(within_size(12288..16384, 10_000, 4096), 12288..12288);
+        assert_eq!(within_size(0..4096, 0, 4096), 0..0);
+    }
+
+    #[test]
     fn read_reply_examples() {
         // Misaligned read in the middle of a big file.
         assert_eq!(read_reply(100, 50, 0, 4096, 1 << 20), (100..150, false));
@@ -249,6 +276,23 @@ mod tests {
             prop_assert!(r.end - r.start <= len + 2 * align);
             prop_assert_eq!(is_aligned(offset, len, align), r.start == offset && r.end == offset + len);
             prop_assert_eq!(payload_offset(offset, align) as u64, offset - r.start);
+        }
+
+        /// The cut read is an aligned prefix of the expanded range that
+        /// still holds every byte of it below the size (so the reply is
+        /// the same), and reaches less than one unit past the size.
+        #[test]
+        fn cut_read_keeps_every_byte_below_the_size(
+            offset in offset_strategy(), count in 0u64..(1 << 17),
+            align in align_strategy(), size in 0u64..(1 << 24)
+        ) {
+            let io = expand_to_alignment(offset, count, align);
+            let r = within_size(io.clone(), size, align);
+            prop_assert_eq!(r.start, io.start);
+            prop_assert!(r.start <= r.end && r.end <= io.end);
+            prop_assert_eq!(r.end % align, 0);
+            prop_assert!(r.end >= io.end.min(size));
+            prop_assert!(r.is_empty() || r.end < size + align);
         }
 
         /// Model: a file of `size` bytes whose byte at `p` is `p % 251`.

@@ -15,7 +15,7 @@ use std::time::Instant;
 use dionfs_sys::io::{preadv2, RwFlags};
 use parking_lot::Mutex;
 
-use crate::align::{expand_to_alignment, read_reply, round_down, MAX_FILE_OFFSET};
+use crate::align::{expand_to_alignment, read_reply, round_down, within_size, MAX_FILE_OFFSET};
 use crate::checksums::{ReadEpoch, Rebuild};
 use crate::cluster::{drop_pages, Cluster, MAX_CLUSTERS};
 use crate::config::SMALL_IO;
@@ -28,6 +28,7 @@ use crate::pool::{BufferPool, IoRing, PooledBuf, BUF_SLACK};
 use crate::prefetch::Prefetch;
 use crate::range_lock::LockKind;
 use crate::readahead::{Lookup, Planning, Readahead, Reading, Served};
+use crate::size::fstat_size;
 use crate::{is_small, DataConfig, DataError, Mode};
 
 /// The result of a READ: the buffer the data was read into and the part of
@@ -297,7 +298,10 @@ impl ReadPath {
             return ReadAttempt::Blocking(buf);
         };
         let epoch = paths.sums.read_epoch(file);
-        let io_len = (io.end - io.start) as usize;
+        let io_len = match read_len(file, &io, align) {
+            Ok(len) => len,
+            Err(e) => return ReadAttempt::Done(Err(self.read_failed(e))),
+        };
         let filled = if io_len == 0 {
             0
         } else {
@@ -504,8 +508,9 @@ impl ReadPath {
     }
 
     /// Direct read: expand `[offset, offset+count)` to the read alignment,
-    /// read the expanded range into the buffer under a shared range lock,
-    /// and reply with the requested sub-range of that same buffer.
+    /// read the expanded range (up to the end of the file) into the buffer
+    /// under a shared range lock, and reply with the requested sub-range
+    /// of that same buffer.
     fn read_direct(
         &self,
         paths: &Paths,
@@ -524,10 +529,11 @@ impl ReadPath {
             .read_blocking(count, io_len as u64, &self.counters);
         let _lock = paths.lock(file, io.clone(), LockKind::Shared);
         let epoch = paths.sums.read_epoch(file);
-        let filled = if io_len == 0 {
+        let read_len = read_len(file, &io, align)?;
+        let filled = if read_len == 0 {
             0
         } else {
-            paths.direct_pread(file, direct, &mut buf[..io_len], io.start, align)?
+            paths.direct_pread(file, direct, &mut buf[..read_len], io.start, align)?
         };
         let asked = offset..offset + count as u64;
         self.direct_read_reply(paths, file, buf, asked, io, filled, epoch)
@@ -597,6 +603,18 @@ impl ReadPath {
             mode,
         ))
     }
+}
+
+/// How many bytes of the expanded range `io` a direct read asks the kernel
+/// for, with `io`'s range lock held: the file's size taken now cannot
+/// shrink under it (a truncate locks the whole file), and the read stops
+/// at the unit that holds its end ([`within_size`] says why). A write
+/// extending the file past `io` meanwhile makes the READ short, which the
+/// reply allows for ([`read_reply`]).
+fn read_len(file: &DataFile, io: &Range<u64>, align: u64) -> Result<usize, DataError> {
+    let read = within_size(io.clone(), fstat_size(file.buffered_fd())?, align);
+    // At most the expanded range, which fits a pool buffer.
+    Ok((read.end - read.start) as usize)
 }
 
 /// The entries of a sweep list still alive; the dead ones are removed.

@@ -9,11 +9,14 @@
 
 mod common;
 
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::Arc;
 
 use common::*;
-use dionfs_dataplane::{DataError, DataFile, DataPlane, Mode, Seek, Stable, COPY_MAX};
+use dionfs_dataplane::{
+    DataError, DataFile, DataPlane, IoRing, Mode, ReadAttempt, Seek, Stable, COPY_MAX,
+};
 use dionfs_integrity::{FileKey, Order, Store, BLOCK};
 
 test_each_fs!(run_fs: xfs, ext4, btrfs);
@@ -136,6 +139,93 @@ fn racing_calls(fs: &LoopFs, store: &Arc<Store>, clones: bool) {
         assert_eq!(sums.verify(0, &disk).unwrap(), None);
         assert_eq!(read_all(&plane, file), disk);
     }
+}
+
+/// A direct READ across the end of a file on XFS whose last block went to
+/// disk through the copy-on-write fork (a block a CLONE shared, written
+/// again buffered) after the buffered write that extended the file had
+/// left speculative delayed-allocation blocks past the end: XFS fails an
+/// `O_DIRECT` read that reaches those blocks with `EIO` (and logs "Direct
+/// I/O collision with buffered writes!"), which `racing_calls` met now
+/// and then. The READ stops at the block holding the end, blocking and
+/// through io_uring, and answers the bytes with eof.
+#[test]
+fn direct_read_across_an_end_written_through_cow() {
+    let Some(fs) = LoopFs::new("xfs", 256) else {
+        return;
+    };
+    const END: u64 = 0x108000;
+    let plane = plane(Mode::Direct, Mode::Direct);
+    let pwrite = |file: &DataFile, offset: u64, data: &[u8]| {
+        let n = rustix::io::pwrite(file.buffered_fd(), data, offset).unwrap();
+        assert_eq!(n, data.len());
+    };
+    let source = open_data_file(&fs.path("cow-end-source"));
+    pwrite(&source, 0, &pattern_bytes(0, 8 * BLOCK as usize, 2));
+    rustix::fs::fdatasync(source.buffered_fd()).unwrap();
+    let path = fs.path("cow-end");
+    let file = open_data_file(&path);
+    let mut model = pattern_bytes(0, END as usize, 1);
+    pwrite(&file, 0, &model);
+    // On disk, without the blocks the writeback allocated past the end.
+    rustix::fs::fdatasync(file.buffered_fd()).unwrap();
+    let beyond = rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE;
+    rustix::fs::fallocate(file.buffered_fd(), beyond, END, 16 << 20).unwrap();
+    // Extending, buffered: delayed allocation, with speculative blocks past
+    // the new end.
+    let tail = pattern_bytes(END, 3000, 3);
+    pwrite(&file, END, &tail);
+    put(&mut model, END, &tail);
+    // The 8 blocks before it shared with the source; one written again,
+    // buffered: XFS reserves copy-on-write blocks around it (its cowextsize
+    // hint, 32 blocks), over the dirty block past them too, so writeback
+    // writes both through the copy-on-write fork and leaves the
+    // speculative blocks past the end as they were.
+    plane
+        .clone_range(&source, 0, &file, END - 8 * BLOCK, 8 * BLOCK)
+        .unwrap();
+    put(
+        &mut model,
+        END - 8 * BLOCK,
+        &pattern_bytes(0, 8 * BLOCK as usize, 2),
+    );
+    pwrite(&file, END - BLOCK, &[0xee; 100]);
+    put(&mut model, END - BLOCK, &[0xee; 100]);
+
+    // The kernel's own answer to a direct read past the end's block (its
+    // flush writes the two dirty blocks back).
+    let direct = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&path)
+        .unwrap();
+    let mut raw = vec![0u8; (2 << 20) + 4096];
+    let at = raw.as_ptr().align_offset(4096);
+    match direct.read_at(&mut raw[at..at + (1 << 20)], END - 8 * BLOCK) {
+        Err(e) if e.raw_os_error() == Some(libc::EIO) => {}
+        other => println!("a direct read past the end's block gave {other:?}, not EIO"),
+    }
+
+    let want = &model[(END - 8 * BLOCK) as usize..];
+    let read = read_at(&plane, &file, END - 8 * BLOCK, 1 << 20).unwrap();
+    assert_eq!(read.data(), want);
+    assert!(read.eof());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let ring = Arc::new(IoRing::new(8).unwrap());
+    rt.spawn(dionfs_sys::uring::drive(ring.clone()));
+    let buf = plane.read_pool().get_blocking().unwrap();
+    let attempt =
+        rt.block_on(plane.read_without_blocking(&ring, &file, buf, END - 8 * BLOCK, 1 << 20));
+    let ReadAttempt::Done(read) = attempt else {
+        panic!("not read through the ring");
+    };
+    let read = read.unwrap();
+    assert_eq!(read.data(), want);
+    assert!(read.eof());
 }
 
 /// One filesystem, mode and integrity setting.
@@ -576,7 +666,6 @@ fn copy_model_from(model: &mut Vec<u8>, from: &[u8], src: u64, dst: u64, n: u64)
 
 /// Bit rot: a byte flips on disk while the file's mtime and size do not.
 fn rot(path: &Path, offset: u64) {
-    use std::os::unix::fs::FileExt;
     let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
