@@ -4,7 +4,8 @@ host wins whatever the order, as with rpc.mountd), converted by
 `dionfs exportfs --convert` and served as it is. Two clients on one
 machine: 127.0.0.1 (the host's entry: read-write, root is root) and
 127.0.0.2 (everyone's: read-only, root squashed), each over NFSv3 and
-NFSv4.1 with nfs-rs, as root.
+NFSv4.1 with nfs-rs, as root. A reload that makes everyone's entry
+read-write lets 127.0.0.2 write.
 
 The server and its clients run in a private network namespace where
 127.0.0.2 is an address of its own on lo, so that a connection to it comes
@@ -71,6 +72,21 @@ def write(c, path):
     with c.open(path, "wb") as f:
         f.write(b"written")
 
+if sys.argv[2] == "after-reload":
+    # The reload made everyone's entry read-write: 127.0.0.2 may write
+    # once the server has read the new config (SIGHUP was just sent).
+    import time
+    clients = {v: connect("127.0.0.2", v) for v in ("3", "4.1")}
+    deadline = time.monotonic() + 20
+    for version, c in clients.items():
+        while True:
+            result = outcome(lambda: write(c, f"/after-reload-v{version}"))
+            if result == "ok" or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        print(f"after reload v{version} 127.0.0.2 write: {result}")
+    sys.exit(0)
+
 for version in ("3", "4.1"):
     for host in ("127.0.0.1", "127.0.0.2"):
         c = connect(host, version)
@@ -101,6 +117,10 @@ def test_each_client_gets_its_entrys_options_over_v3_and_v41(tmp_path):
     assert "0.0.0.0/0(ro,sync,insecure,root_squash," in lines, lines
     assert 'read_mode = "direct"' in lines and "Direct" not in lines, lines
 
+    # What a reload then reads: everyone's entry read-write.
+    rw = config.read_text().replace('options = "ro,insecure"', 'options = "rw,insecure"')
+    assert rw != config.read_text()
+    (tmp_path / "dionfs.toml.rw").write_text(rw)
     client = tmp_path / "client.py"
     client.write_text(CLIENT)
     script = tmp_path / "run.sh"
@@ -109,9 +129,13 @@ ip addr add 127.0.0.2/32 dev lo
 {dionfs_bin()} serve --config {config} > {tmp_path}/dionfs.log 2>&1 &
 D=$!
 for i in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/2049) 2>/dev/null && break; sleep 0.1; done
-{sys.executable} {client} {export}
+{sys.executable} {client} {export} before
 echo "--- exportfs -v"
 {dionfs_bin()} exportfs -v
+echo "--- reload"
+cp {config}.rw {config}
+kill -HUP $D
+{sys.executable} {client} {export} after-reload
 kill $D; wait $D || true
 """)
     r = run_in_private_namespaces(script)
@@ -128,8 +152,12 @@ kill $D; wait $D || true
         assert not (export / f"by-127.0.0.2-v{v}").exists()
         assert f"v{v} 127.0.0.2 read root-only: EACCES" in out, out
         assert f"v{v} 127.0.0.2 read public: ok" in out, out
+    # A reload applies a changed entry.
+    for v in ("3", "4.1"):
+        assert f"after reload v{v} 127.0.0.2 write: ok" in out, out
+        assert (export / f"after-reload-v{v}").exists()
     # The running server lists both entries in the config's words.
-    running = out.split("--- exportfs -v", 1)[1]
+    running = out.split("--- exportfs -v", 1)[1].split("--- reload", 1)[0]
     assert running.count("[[export.client]]") == 2, running
     assert ('match = ["127.0.0.1/32"]\naccess = "rw"\nsquash = "no_root_squash"'
             in running), running
