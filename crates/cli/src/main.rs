@@ -18,8 +18,8 @@ use dionfs_core::export::config::{
     check_timeout,
 };
 use dionfs_core::export::{
-    Access, ClientMatch, Config, Durability, ExportConfig, Integrity, NfsVersions, ServerSettings,
-    Squash, STATS_ADDRESS,
+    Access, ClientMatch, ClientOptions, Config, Durability, ExportConfig, Integrity, NfsVersions,
+    ServerSettings, Squash, STATS_ADDRESS,
 };
 use dionfs_core::reload::{ConfigSource, Phase};
 use dionfs_dataplane::Mode;
@@ -521,19 +521,24 @@ impl ServeArgs {
             canonical_export_dir(&abs.to_string_lossy())
         })?;
         let mut export = ExportConfig::with_defaults(path);
+        // One client entry: the flags give one set of options.
+        let entry = &mut export.entries[0];
         if !self.allow.is_empty() {
-            export.clients = self.allow;
+            entry.clients = self.allow;
         }
-        export.access = if self.ro { Access::Ro } else { Access::Rw };
-        export.squash = if self.all_squash {
-            Squash::AllSquash
-        } else if self.no_root_squash {
-            Squash::NoRootSquash
-        } else {
-            Squash::RootSquash
+        entry.options = ClientOptions {
+            access: if self.ro { Access::Ro } else { Access::Rw },
+            squash: if self.all_squash {
+                Squash::AllSquash
+            } else if self.no_root_squash {
+                Squash::NoRootSquash
+            } else {
+                Squash::RootSquash
+            },
+            anonuid: self.anonuid,
+            anongid: self.anongid,
+            secure: !self.insecure,
         };
-        export.anonuid = self.anonuid;
-        export.anongid = self.anongid;
         export.read_mode = self.read_mode;
         export.write_mode = self.write_mode;
         if self.async_ {
@@ -541,7 +546,6 @@ impl ServeArgs {
         }
         export.max_transfer = self.max_transfer;
         export.allow_devices = self.allow_devices;
-        export.secure = !self.insecure;
         export.integrity = self.integrity;
         let config = Config {
             server,

@@ -8,7 +8,7 @@ use dionfs_dataplane::{DataConfig, DataPlane};
 use dionfs_fs::{handle, ExportFs, MetadataSync};
 use dionfs_transport::ConnInfo;
 
-use crate::export::{Durability, ExportConfig, ServerSettings};
+use crate::export::{ClientOptions, Durability, ExportConfig, ServerSettings};
 
 /// One export as served: its options, its file system, its data plane.
 /// A reload that changes only an export's options makes a new `Export`
@@ -19,6 +19,19 @@ pub struct Export {
     pub data: Arc<DataPlane>,
     /// Makes metadata changes durable before replies (`sync`), or not.
     pub metadata_sync: Arc<MetadataSync>,
+}
+
+impl Export {
+    /// The options this export gives the client of `conn`: those of its
+    /// entry that matches the client best
+    /// ([`ExportConfig::options_for`]), or, for a client it does not
+    /// admit, [`ClientOptions::NOBODY`] (read-only, everyone squashed):
+    /// every caller refuses such a client first.
+    pub fn options_for(&self, conn: &ConnInfo) -> &ClientOptions {
+        self.config
+            .options_for(conn.peer.ip(), conn.names())
+            .unwrap_or(&ClientOptions::NOBODY)
+    }
 }
 
 /// The exports served at one moment, in the config's order. A reload
@@ -52,9 +65,8 @@ impl Exports {
     /// (see `nfs::Ctx::export`).
     pub fn for_client(&self, conn: &ConnInfo, fh: &[u8]) -> Option<&Arc<Export>> {
         let export = self.by_id(handle::export_id(fh)?)?;
-        (export.config.admits_client(conn.peer.ip(), conn.names())
-            && export.config.admits_port(conn.peer.port()))
-        .then_some(export)
+        let options = export.config.options_for(conn.peer.ip(), conn.names())?;
+        options.admits_port(conn.peer.port()).then_some(export)
     }
 
     /// Whether a client list names hosts or wildcards, so that clients'

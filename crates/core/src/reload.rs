@@ -41,7 +41,10 @@ use dionfs_fs::{ExportFs, MacKey, MetadataSync, OpenFileCache};
 use dionfs_integrity::Store;
 use parking_lot::Mutex;
 
-use crate::export::{Config, Durability, ExportConfig, Integrity, ServerSettings};
+use crate::export::{
+    ClientEntry, ClientMatch, ClientOptions, Config, Durability, ExportConfig, Integrity,
+    ServerSettings,
+};
 use crate::exports::{data_config, open_export, Export, Exports};
 
 /// The outcome of a reload, as the server records it beside its pid file
@@ -251,33 +254,49 @@ pub fn changed_options(a: &ExportConfig, b: &ExportConfig) -> Vec<&'static str> 
     let ExportConfig {
         id,
         path,
-        clients,
-        access,
-        squash,
-        anonuid,
-        anongid,
+        entries,
         max_transfer,
         read_mode,
         write_mode,
         durability,
         allow_devices,
-        secure,
         integrity,
     } = a;
+    let clients = |x: &[ClientEntry]| -> Vec<Vec<ClientMatch>> {
+        x.iter().map(|e| e.clients.clone()).collect()
+    };
+    // Each option of the client entries, by its config name: entry by
+    // entry, so that a change in any one is named; when entries were
+    // added or removed (named as `clients`), the values given at all,
+    // so that an entry added for other clients with other access names
+    // `access` and nothing else.
+    let option = |x: &[ClientEntry], pick: fn(&ClientOptions) -> u64| -> Vec<u64> {
+        x.iter().map(|e| pick(&e.options)).collect()
+    };
+    let same = |pick: fn(&ClientOptions) -> u64| {
+        let (mut a, mut b) = (option(entries, pick), option(&b.entries, pick));
+        if a.len() != b.len() {
+            for values in [&mut a, &mut b] {
+                values.sort_unstable();
+                values.dedup();
+            }
+        }
+        a == b
+    };
     [
         ("id", *id == b.id),
         ("path", *path == b.path),
-        ("clients", *clients == b.clients),
-        ("access", *access == b.access),
-        ("squash", *squash == b.squash),
-        ("anonuid", *anonuid == b.anonuid),
-        ("anongid", *anongid == b.anongid),
+        ("clients", clients(entries) == clients(&b.entries)),
+        ("access", same(|o| o.access as u64)),
+        ("squash", same(|o| o.squash as u64)),
+        ("anonuid", same(|o| u64::from(o.anonuid))),
+        ("anongid", same(|o| u64::from(o.anongid))),
+        ("secure", same(|o| u64::from(o.secure))),
         ("max_transfer", *max_transfer == b.max_transfer),
         ("read_mode", *read_mode == b.read_mode),
         ("write_mode", *write_mode == b.write_mode),
         ("durability", *durability == b.durability),
         ("allow_devices", *allow_devices == b.allow_devices),
-        ("secure", *secure == b.secure),
         ("integrity", *integrity == b.integrity),
     ]
     .into_iter()
@@ -717,7 +736,7 @@ mod tests {
 
     fn export(path: &str) -> ExportConfig {
         let mut x = ExportConfig::with_defaults(PathBuf::from(path));
-        x.secure = false;
+        x.entries[0].options.secure = false;
         x
     }
 
@@ -779,21 +798,55 @@ mod tests {
     fn option_changes_are_named() {
         let running = vec![export("/a")];
         let mut a = export("/a");
-        a.access = Access::Ro;
-        a.squash = Squash::AllSquash;
-        a.clients = vec!["10.0.0.0/8".parse::<ClientMatch>().unwrap()];
+        let o = &mut a.entries[0].options;
+        o.access = Access::Ro;
+        o.squash = Squash::AllSquash;
+        o.secure = true;
+        a.entries[0].clients = vec!["10.0.0.0/8".parse::<ClientMatch>().unwrap()];
         a.read_mode = Mode::Buffered;
-        a.secure = true;
         let p = plan(&running, vec![a.clone()], 1 << 20);
         assert_eq!(
             p.exports[0].1,
             Step::Changed {
                 old: 0,
-                options: vec!["clients", "access", "squash", "read_mode", "secure"]
+                options: vec!["clients", "access", "squash", "secure", "read_mode"]
             }
         );
         assert_eq!(p.exports[0].0, a, "the new options are the ones applied");
         assert!(p.removed.is_empty());
+    }
+
+    #[test]
+    fn a_change_in_any_client_entry_is_named() {
+        let mut two = export("/a");
+        let mut second = two.entries[0].clone();
+        second.clients = vec!["10.0.0.0/8".parse::<ClientMatch>().unwrap()];
+        second.options.access = Access::Ro;
+        two.entries.push(second);
+        // An entry added.
+        let p = plan(&[export("/a")], vec![two.clone()], 1 << 20);
+        assert_eq!(
+            p.exports[0].1,
+            Step::Changed {
+                old: 0,
+                options: vec!["clients", "access"]
+            }
+        );
+        // The second entry's squash and anonuid changed.
+        let mut changed = two.clone();
+        changed.entries[1].options.squash = Squash::NoRootSquash;
+        changed.entries[1].options.anonuid = 1000;
+        let p = plan(std::slice::from_ref(&two), vec![changed.clone()], 1 << 20);
+        assert_eq!(
+            p.exports[0].1,
+            Step::Changed {
+                old: 0,
+                options: vec!["squash", "anonuid"]
+            }
+        );
+        assert_eq!(p.exports[0].0, changed);
+        let p = plan(std::slice::from_ref(&two), vec![two.clone()], 1 << 20);
+        assert_eq!(p.exports[0].1, Step::Same(0));
     }
 
     #[test]
@@ -825,7 +878,7 @@ mod tests {
         let running = vec![export("/a")];
         let mut a = export("/a");
         a.integrity = Integrity::Crc32c;
-        a.access = Access::Ro;
+        a.entries[0].options.access = Access::Ro;
         let p = plan(&running, vec![a], 1 << 20);
         assert_eq!(
             p.exports[0].1,
@@ -949,7 +1002,7 @@ mod tests {
 
         // b becomes read-only, c is added.
         let mut b_ro = b.clone();
-        b_ro.access = Access::Ro;
+        b_ro.entries[0].options.access = Access::Ro;
         let report = server
             .reload(f.config(vec![a.clone(), b_ro.clone(), c.clone()]))
             .unwrap();
@@ -964,7 +1017,8 @@ mod tests {
             "a is the very same export"
         );
         let (old_b, new_b) = (&before[1], after.by_id(b.id).unwrap());
-        assert!(new_b.config.read_only() && !old_b.config.read_only());
+        let read_only = |x: &Export| x.config.entries[0].options.read_only();
+        assert!(read_only(new_b) && !read_only(&before[1]));
         assert!(Arc::ptr_eq(&old_b.fs, &new_b.fs), "b keeps its file system");
         assert!(Arc::ptr_eq(&old_b.data, &new_b.data), "and its data plane");
         assert!(Arc::ptr_eq(&old_b.metadata_sync, &new_b.metadata_sync));
@@ -1021,7 +1075,7 @@ mod tests {
         let server = Server::open(&f.config(vec![a.clone()])).unwrap();
         let before = server.exports();
         let mut a_ro = a.clone();
-        a_ro.access = Access::Ro;
+        a_ro.entries[0].options.access = Access::Ro;
         let gone = f.export("gone");
         std::fs::remove_dir(&gone.path).unwrap();
         let e = server.reload(f.config(vec![a_ro, gone])).unwrap_err();

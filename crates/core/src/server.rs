@@ -4,7 +4,6 @@
 //! (`dispatch.rs`) hands calls to them.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -20,7 +19,7 @@ use crate::drc::DuplicateRequestCache;
 use crate::export::Config;
 use crate::exports::{open_export, Export, Exports};
 use dionfs_logs::{ClientWarnings, CLIENT_WARN_EVERY};
-use dionfs_transport::NetCounters;
+use dionfs_transport::{ConnInfo, NetCounters};
 
 /// Everything the NFS and MOUNT programs share.
 pub struct Server {
@@ -324,13 +323,14 @@ impl Server {
         self.oversized_args.load(Ordering::Relaxed)
     }
 
-    /// The `secure` export option: whether a client calling from `peer`
-    /// may use `export` from that source port (see
-    /// [`crate::export::port`]). A refusal is logged once per client and
+    /// The `secure` export option: whether the client of `conn` may use
+    /// `export` from its source port, per the options of its client entry
+    /// (see [`crate::export::port`]). A refusal is logged once per client and
     /// export every [`CLIENT_WARN_EVERY`], naming what to change; `what` says what
     /// was refused ("NFS call", "MNT").
-    pub fn port_allowed(&self, export: &Export, peer: SocketAddr, what: &str) -> bool {
-        if export.config.admits_port(peer.port()) {
+    pub fn port_allowed(&self, export: &Export, conn: &ConnInfo, what: &str) -> bool {
+        let peer = conn.peer;
+        if export.options_for(conn).admits_port(peer.port()) {
             return true;
         }
         let now = Instant::now();

@@ -39,7 +39,7 @@ pub fn admit(server: &Server, conn: &ConnInfo, export: &Export) -> Result<(), Re
         }
         return Err(Refusal::NotAdmitted);
     }
-    if !server.port_allowed(export, conn.peer, "NFS call") {
+    if !server.port_allowed(export, conn, "NFS call") {
         return Err(Refusal::InsecurePort);
     }
     Ok(())

@@ -584,18 +584,21 @@ async fn serve(
 }
 
 /// Logs an export's main options (at start, and as a reload adds or
-/// changes it).
+/// changes it): one line per client entry.
 fn log_export(x: &dionfs_core::export::ExportConfig) {
-    info!(
-        export = %x.path.display(),
-        read_mode = %x.read_mode,
-        write_mode = %x.write_mode,
-        access = %x.access,
-        squash = %x.squash,
-        secure = x.secure,
-        clients = %x.clients.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(","),
-        "exporting"
-    );
+    for entry in &x.entries {
+        let o = &entry.options;
+        info!(
+            export = %x.path.display(),
+            read_mode = %x.read_mode,
+            write_mode = %x.write_mode,
+            access = %o.access,
+            squash = %o.squash,
+            secure = o.secure,
+            clients = %entry.clients.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(","),
+            "exporting"
+        );
+    }
 }
 
 /// SIGHUP: reads the configuration again from `source` and applies its

@@ -26,7 +26,7 @@ use dionfs_core::server::Server;
 use dionfs_fs::{FileKind, FsError};
 use dionfs_logs::LogEvery;
 use dionfs_logs::CLIENT_WARN_EVERY;
-use dionfs_sys::cred::with_creds;
+use dionfs_sys::cred::{with_creds, Creds};
 use dionfs_transport::{ConnInfo, Reply};
 
 /// Who has mounted which export, as clients told us (MNT adds, UMNT
@@ -254,8 +254,7 @@ fn export_list(ctx: &MountCtx, _args: &[u8]) -> Reply {
             dir: DirPath(x.config.path.as_os_str().as_encoded_bytes().to_vec()),
             groups: x
                 .config
-                .clients
-                .iter()
+                .all_clients()
                 .map(|c| MountName(c.to_string().into_bytes()))
                 .collect(),
         })
@@ -304,10 +303,11 @@ fn mnt(ctx: &MountCtx, path: Vec<u8>) -> MountRes3 {
     }
     // `secure`: rpc.mountd refuses MNT from an unreserved port with ACCES
     // ("illegal port"), after the export and the client matched.
-    if !server.port_allowed(export, peer, "MNT") {
+    if !server.port_allowed(export, conn, "MNT") {
         return MountRes3::Fail(MountStat3::Acces);
     }
-    let handle = match subdirectory(export, call, rest) {
+    let creds = squash(export.options_for(conn), &call.cred);
+    let handle = match subdirectory(export, &creds, rest) {
         Ok(fh) => fh,
         Err(status) => return MountRes3::Fail(status),
     };
@@ -324,7 +324,7 @@ fn mnt(ctx: &MountCtx, path: Vec<u8>) -> MountRes3 {
 
 /// The handle of `rest` (`/a/b`, or empty for the export root), looked up
 /// one name at a time as the caller, never following symlinks.
-fn subdirectory(export: &Export, call: &CallHeader, rest: &[u8]) -> Result<Vec<u8>, MountStat3> {
+fn subdirectory(export: &Export, creds: &Creds, rest: &[u8]) -> Result<Vec<u8>, MountStat3> {
     let mut node = export.fs.resolve(export.fs.root_handle()).map_err(|e| {
         // The directory opened at start (or by the reload that added the
         // export) is gone, or replaced by another of the same name.
@@ -339,9 +339,8 @@ fn subdirectory(export: &Export, call: &CallHeader, rest: &[u8]) -> Result<Vec<u
         }
         MountStat3::ServerFault
     })?;
-    let creds = squash(&export.config, &call.cred);
     for name in rest.split(|&b| b == b'/').filter(|n| !n.is_empty()) {
-        let next = with_creds(&creds, || export.fs.lookup(&node, name))
+        let next = with_creds(creds, || export.fs.lookup(&node, name))
             .map_err(|_| MountStat3::ServerFault)?;
         node = match next {
             Ok((n, _)) => n,

@@ -7,53 +7,75 @@
 use std::fmt::Write as _;
 use std::net::IpAddr;
 
-use dionfs_core::export::ExportConfig;
+use dionfs_core::export::{ClientEntry, ClientOptions, ExportConfig};
 
 /// The exports `exports` as `[[export]]` sections of a config, every
 /// option written out in the config's words (`read_mode = "direct"`),
-/// defaults included: what the server applies.
+/// defaults included: what the server applies. An export with one client
+/// entry has its clients and their options in the section itself; one
+/// with several has an `[[export.client]]` per entry, in the config's
+/// order.
 pub fn exports_toml(exports: &[&ExportConfig]) -> String {
     let mut out = String::new();
     for x in exports {
-        let clients: Vec<String> = x
-            .clients
-            .iter()
-            .map(|c| toml_string(&c.to_string()))
-            .collect();
         let _ = write!(
             out,
             "[[export]]\n\
              path = {}\n\
-             id = {}\n\
-             clients = [{}]\n\
-             access = \"{}\"\n\
-             squash = \"{}\"\n\
-             anonuid = {}\n\
-             anongid = {}\n\
-             secure = {}\n\
-             durability = \"{}\"\n\
+             id = {}\n",
+            toml_string(&x.path.to_string_lossy()),
+            x.id,
+        );
+        if let [only] = x.entries.as_slice() {
+            let _ = writeln!(out, "clients = [{}]", clients_list(only));
+            client_options(&mut out, &only.options);
+        }
+        let _ = write!(
+            out,
+            "durability = \"{}\"\n\
              read_mode = \"{}\"\n\
              write_mode = \"{}\"\n\
              integrity = \"{}\"\n\
              max_transfer = {}\n\
              allow_devices = {}\n\n",
-            toml_string(&x.path.to_string_lossy()),
-            x.id,
-            clients.join(", "),
-            x.access,
-            x.squash,
-            x.anonuid,
-            x.anongid,
-            x.secure,
-            x.durability,
-            x.read_mode,
-            x.write_mode,
-            x.integrity,
-            x.max_transfer,
-            x.allow_devices,
+            x.durability, x.read_mode, x.write_mode, x.integrity, x.max_transfer, x.allow_devices,
         );
+        if x.entries.len() > 1 {
+            for entry in &x.entries {
+                let _ = write!(
+                    out,
+                    "[[export.client]]\nmatch = [{}]\n",
+                    clients_list(entry)
+                );
+                client_options(&mut out, &entry.options);
+                out.push('\n');
+            }
+        }
     }
     out
+}
+
+/// The clients of `entry` as the items of a TOML list.
+fn clients_list(entry: &ClientEntry) -> String {
+    let clients: Vec<String> = entry
+        .clients
+        .iter()
+        .map(|c| toml_string(&c.to_string()))
+        .collect();
+    clients.join(", ")
+}
+
+/// The keys of a client entry's options, one a line.
+fn client_options(out: &mut String, o: &ClientOptions) {
+    let _ = write!(
+        out,
+        "access = \"{}\"\n\
+         squash = \"{}\"\n\
+         anonuid = {}\n\
+         anongid = {}\n\
+         secure = {}\n",
+        o.access, o.squash, o.anonuid, o.anongid, o.secure,
+    );
 }
 
 /// A TOML basic string: `"` and `\` escaped, control characters as
@@ -245,7 +267,29 @@ mod tests {
             dionfs_core::export::Config::from_toml(std::path::Path::new("x"), &text).unwrap();
         assert_eq!(back.exports[0].path, x.path);
         assert_eq!(back.exports[0].read_mode, x.read_mode);
-        assert_eq!(back.exports[0].clients, x.clients);
+        assert_eq!(back.exports[0].entries, x.entries);
+        assert_eq!(back.exports[0], x, "every option reads back the same");
+        assert!(!text.contains("[[export.client]]"), "{text}");
+
+        // Several client entries: one section each, in order.
+        let mut second = x.entries[0].clone();
+        second.clients = vec!["10.0.0.0/8".parse().unwrap()];
+        second.options.access = dionfs_core::export::Access::Ro;
+        second.options.squash = dionfs_core::export::Squash::NoRootSquash;
+        second.options.anonuid = 1000;
+        x.entries.push(second);
+        let text = exports_toml(&[&x]);
+        assert_eq!(text.matches("[[export.client]]").count(), 2, "{text}");
+        assert!(
+            text.contains(
+                "[[export.client]]\nmatch = [\"10.0.0.0/8\"]\naccess = \"ro\"\n\
+                 squash = \"no_root_squash\"\nanonuid = 1000\n"
+            ),
+            "{text}"
+        );
+        let back =
+            dionfs_core::export::Config::from_toml(std::path::Path::new("x"), &text).unwrap();
+        assert_eq!(back.exports[0], x, "{text}");
     }
 
     #[test]

@@ -10,7 +10,7 @@ use dionfs_core::server::Server;
 /// `root/state`, without io_uring.
 pub fn server(root: &Path, export: &Path) -> Arc<Server> {
     let mut export = ExportConfig::with_defaults(export.to_owned());
-    export.secure = false;
+    export.entries[0].options.secure = false;
     let config = Config {
         server: ServerSettings {
             state_dir: root.join("state"),

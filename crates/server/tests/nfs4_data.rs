@@ -44,9 +44,9 @@ fn two_exports() -> TestServer {
                     let mode = std::fs::Permissions::from_mode(0o666);
                     std::fs::set_permissions(path.join("f"), mode).unwrap();
                     let mut x = ExportConfig::with_defaults(path);
-                    x.secure = false;
+                    x.entries[0].options.secure = false;
                     if *name == "ro" {
-                        x.access = Access::Ro;
+                        x.entries[0].options.access = Access::Ro;
                     }
                     x
                 })

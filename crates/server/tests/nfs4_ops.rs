@@ -33,9 +33,9 @@ fn three_exports() -> TestServer {
             let export = |name: &str, f: &dyn Fn(&mut ExportConfig)| export_dir(dir, name, f);
             vec![
                 export("a", &|_| {}),
-                export("b", &|x| x.access = Access::Ro),
+                export("b", &|x| x.entries[0].options.access = Access::Ro),
                 export("hidden", &|x| {
-                    x.clients = vec!["10.0.0.0/8".parse().unwrap()]
+                    x.entries[0].clients = vec!["10.0.0.0/8".parse().unwrap()]
                 }),
             ]
         },
@@ -585,7 +585,7 @@ fn nested_exports() -> TestServer {
                 .into_iter()
                 .map(|path| {
                     let mut x = ExportConfig::with_defaults(path);
-                    x.secure = false;
+                    x.entries[0].options.secure = false;
                     x
                 })
                 .collect()

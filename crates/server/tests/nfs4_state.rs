@@ -33,8 +33,8 @@ fn three_exports() -> TestServer {
             let export = |name: &str, f: &dyn Fn(&mut ExportConfig)| export_dir(dir, name, f);
             vec![
                 export("a", &|_| {}),
-                export("b", &|x| x.access = Access::Ro),
-                export("c", &|x| x.squash = Squash::NoRootSquash),
+                export("b", &|x| x.entries[0].options.access = Access::Ro),
+                export("c", &|x| x.entries[0].options.squash = Squash::NoRootSquash),
             ]
         },
     )

@@ -55,7 +55,7 @@ fn server(integrity: bool) -> TestServer {
         |dir| {
             let export = |name: &str, f: &dyn Fn(&mut ExportConfig)| {
                 export_dir(dir, name, &|x| {
-                    x.squash = Squash::NoRootSquash;
+                    x.entries[0].options.squash = Squash::NoRootSquash;
                     if integrity {
                         x.integrity = Integrity::Crc32c;
                     }
@@ -64,8 +64,10 @@ fn server(integrity: bool) -> TestServer {
             };
             vec![
                 export("rw", &|_| {}),
-                export("ro", &|x| x.access = Access::Ro),
-                export("squashed", &|x| x.squash = Squash::RootSquash),
+                export("ro", &|x| x.entries[0].options.access = Access::Ro),
+                export("squashed", &|x| {
+                    x.entries[0].options.squash = Squash::RootSquash
+                }),
             ]
         },
     )

@@ -43,6 +43,25 @@ impl ClientMatch {
         self.matches_client(addr, &[])
     }
 
+    /// How specific this entry is, for choosing among the entries of one
+    /// export that match a client (see [`Precedence`]).
+    pub fn precedence(&self) -> Precedence {
+        match self {
+            ClientMatch::Net { prefix: 0, .. } => Precedence::Everyone,
+            ClientMatch::Net { net, prefix } => {
+                let host = if net.is_ipv4() { 32 } else { 128 };
+                if *prefix == host {
+                    Precedence::Host
+                } else {
+                    Precedence::Network
+                }
+            }
+            ClientMatch::Name(p) if p.bytes().all(|b| b == b'*') => Precedence::Everyone,
+            ClientMatch::Name(p) if p.contains(['*', '?']) => Precedence::Wildcard,
+            ClientMatch::Name(_) => Precedence::Host,
+        }
+    }
+
     /// Whether this entry needs the client's host name.
     pub fn needs_name(&self) -> bool {
         matches!(self, ClientMatch::Name(_))
@@ -61,6 +80,22 @@ impl ClientMatch {
             },
         ]
     }
+}
+
+/// The kinds of client entries, most specific first: the order in which
+/// rpc.mountd tries an export's entries for a client (nfs-utils' client
+/// types `MCL_FQDN`, `MCL_SUBNETWORK`, `MCL_WILDCARD`, `MCL_ANONYMOUS`;
+/// netgroups, between the last two there, are not supported here).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Precedence {
+    /// One host: a host name, or one address (`10.0.0.1`, `10.0.0.1/32`).
+    Host,
+    /// A network (`10.0.0.0/8`).
+    Network,
+    /// A wildcard on host names (`*.example.com`, `node?.lab`).
+    Wildcard,
+    /// Everyone: `*`, `0.0.0.0/0`, `::/0`.
+    Everyone,
 }
 
 fn normalize(addr: IpAddr) -> IpAddr {
@@ -226,6 +261,25 @@ mod tests {
         assert_eq!(m("Host.Example").to_string(), "host.example");
         assert!(wildcard_match(b"a*b*c", b"axxbyyc"));
         assert!(!wildcard_match(b"a*b*c", b"axxbyy"));
+    }
+
+    #[test]
+    fn precedence_is_host_then_network_then_wildcard_then_everyone() {
+        assert_eq!(m("10.0.0.1").precedence(), Precedence::Host);
+        assert_eq!(m("10.0.0.1/32").precedence(), Precedence::Host);
+        assert_eq!(m("::1").precedence(), Precedence::Host);
+        assert_eq!(m("::ffff:10.0.0.1").precedence(), Precedence::Host);
+        assert_eq!(m("build1.example.com").precedence(), Precedence::Host);
+        assert_eq!(m("10.0.0.0/8").precedence(), Precedence::Network);
+        assert_eq!(m("fd00::/8").precedence(), Precedence::Network);
+        assert_eq!(m("*.example.com").precedence(), Precedence::Wildcard);
+        assert_eq!(m("node?").precedence(), Precedence::Wildcard);
+        assert_eq!(m("*").precedence(), Precedence::Everyone);
+        assert_eq!(m("0.0.0.0/0").precedence(), Precedence::Everyone);
+        assert_eq!(m("::/0").precedence(), Precedence::Everyone);
+        assert!(Precedence::Host < Precedence::Network);
+        assert!(Precedence::Network < Precedence::Wildcard);
+        assert!(Precedence::Wildcard < Precedence::Everyone);
     }
 
     #[test]

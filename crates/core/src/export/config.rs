@@ -331,6 +331,63 @@ impl fmt::Display for Integrity {
     }
 }
 
+/// What one client entry of an export gives the clients it matches:
+/// the exports(5) options that are about who calls, not about the data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientOptions {
+    pub access: Access,
+    pub squash: Squash,
+    pub anonuid: u32,
+    pub anongid: u32,
+    /// `secure` (exports(5), the default): NFS calls and MNT only from a
+    /// reserved source port (below 1024); `false` is `insecure`.
+    pub secure: bool,
+}
+
+impl ClientOptions {
+    /// What `dionfs serve DIR` gives its clients: read-write,
+    /// root_squash, anonymous ids 65534, secure.
+    pub const DEFAULT: ClientOptions = ClientOptions {
+        access: Access::Rw,
+        squash: Squash::RootSquash,
+        anonuid: 65534,
+        anongid: 65534,
+        secure: true,
+    };
+
+    /// What a call gets from an export whose client list does not match
+    /// it. Every caller refuses such a call first; this is only what a
+    /// lookup without a match answers, and it allows nothing.
+    pub const NOBODY: ClientOptions = ClientOptions {
+        access: Access::Ro,
+        squash: Squash::AllSquash,
+        anonuid: 65534,
+        anongid: 65534,
+        secure: true,
+    };
+
+    pub fn read_only(&self) -> bool {
+        self.access == Access::Ro
+    }
+
+    /// Whether a client calling from source port `port` may use the
+    /// export: any port if it is `insecure`, else only a reserved one (see
+    /// [`super::port`]).
+    pub fn admits_port(&self, port: u16) -> bool {
+        !self.secure || is_reserved(port)
+    }
+}
+
+/// One client entry of an export: the clients it matches and the options
+/// they get. An export has one (its `clients` and options) or several
+/// (`[[export.client]]`), as an /etc/exports line has one
+/// `client(options)` per client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientEntry {
+    pub clients: Vec<ClientMatch>,
+    pub options: ClientOptions,
+}
+
 /// One exported directory and its options.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExportConfig {
@@ -338,20 +395,15 @@ pub struct ExportConfig {
     pub id: u16,
     /// Canonical absolute path; also the path clients mount.
     pub path: PathBuf,
-    pub clients: Vec<ClientMatch>,
-    pub access: Access,
-    pub squash: Squash,
-    pub anonuid: u32,
-    pub anongid: u32,
+    /// Who may use it, and with which options: a caller gets the entry
+    /// that matches it best ([`ExportConfig::options_for`]).
+    pub entries: Vec<ClientEntry>,
     pub max_transfer: u32,
     pub read_mode: Mode,
     pub write_mode: Mode,
     pub durability: Durability,
     /// Whether MKNOD may create character and block devices.
     pub allow_devices: bool,
-    /// `secure` (exports(5), the default): NFS calls and MNT only from a
-    /// reserved source port (below 1024); `false` is `insecure`.
-    pub secure: bool,
     /// Block checksums (`integrity = "crc32c"`).
     pub integrity: Integrity,
 }
@@ -363,46 +415,61 @@ impl ExportConfig {
         ExportConfig {
             id: export_id_for(&path),
             path,
-            clients: ClientMatch::loopback(),
-            access: Access::Rw,
-            squash: Squash::RootSquash,
-            anonuid: 65534,
-            anongid: 65534,
+            entries: vec![ClientEntry {
+                clients: ClientMatch::loopback(),
+                options: ClientOptions::DEFAULT,
+            }],
             max_transfer: DEFAULT_MAX_TRANSFER,
             read_mode: Mode::Direct,
             write_mode: Mode::Direct,
             durability: Durability::Sync,
             allow_devices: false,
-            secure: true,
             integrity: Integrity::Off,
         }
     }
 
+    /// The options of the entry that matches a client at `addr` with the
+    /// confirmed host names `names`, or `None` if none does. As rpc.mountd
+    /// picks among the entries of one path (`lookup_export` in nfs-utils,
+    /// by client type): a single host (a name or one address) first, then
+    /// a network, then a wildcard, then everyone (`*`, a `/0` network);
+    /// among entries of the same kind, the first in the config.
+    pub fn options_for(&self, addr: IpAddr, names: &[String]) -> Option<&ClientOptions> {
+        self.entries
+            .iter()
+            .filter_map(|e| {
+                let best = e
+                    .clients
+                    .iter()
+                    .filter(|c| c.matches_client(addr, names))
+                    .map(ClientMatch::precedence)
+                    .min()?;
+                Some((best, &e.options))
+            })
+            // `min_by_key` keeps the first of equal keys: config order.
+            .min_by_key(|&(precedence, _)| precedence)
+            .map(|(_, options)| options)
+    }
+
     /// Whether a client at `addr` may use this export.
     pub fn admits(&self, addr: IpAddr) -> bool {
-        self.clients.iter().any(|c| c.matches(addr))
+        self.options_for(addr, &[]).is_some()
     }
 
     /// Whether a client at `addr` with the confirmed host names `names`
     /// may use this export (names match host and wildcard entries).
     pub fn admits_client(&self, addr: IpAddr, names: &[String]) -> bool {
-        self.clients.iter().any(|c| c.matches_client(addr, names))
+        self.options_for(addr, names).is_some()
+    }
+
+    /// Every client of every entry, in the config's order.
+    pub fn all_clients(&self) -> impl Iterator<Item = &ClientMatch> {
+        self.entries.iter().flat_map(|e| &e.clients)
     }
 
     /// Whether the client list names hosts or wildcards.
     pub fn needs_names(&self) -> bool {
-        self.clients.iter().any(ClientMatch::needs_name)
-    }
-
-    pub fn read_only(&self) -> bool {
-        self.access == Access::Ro
-    }
-
-    /// Whether a client calling from source port `port` may use this
-    /// export: any port if it is `insecure`, else only a reserved one (see
-    /// [`super::port`]).
-    pub fn admits_port(&self, port: u16) -> bool {
-        !self.secure || is_reserved(port)
+        self.all_clients().any(ClientMatch::needs_name)
     }
 }
 
@@ -506,6 +573,184 @@ struct RawExport {
     /// exports(5) options ("rw,sync,no_root_squash"): exports(5)'s
     /// defaults first (read-only), then these, then the keys above.
     options: Option<Spanned<String>>,
+    /// `[[export.client]]`: client entries, each with its own options.
+    #[serde(default)]
+    client: Vec<Spanned<RawClient>>,
+}
+
+/// One `[[export.client]]` entry. The keys about the data (and the
+/// export's identity) are read only to be refused with a reason: they are
+/// the path's, the same for every client.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawClient {
+    /// A client, or a list of them (as `clients`).
+    #[serde(rename = "match")]
+    matches: Option<Spanned<toml::Value>>,
+    access: Option<Access>,
+    squash: Option<Squash>,
+    anonuid: Option<u32>,
+    anongid: Option<u32>,
+    secure: Option<bool>,
+    options: Option<Spanned<String>>,
+    path: Option<Spanned<toml::Value>>,
+    id: Option<Spanned<toml::Value>>,
+    clients: Option<Spanned<toml::Value>>,
+    max_transfer: Option<Spanned<toml::Value>>,
+    read_mode: Option<Spanned<toml::Value>>,
+    write_mode: Option<Spanned<toml::Value>>,
+    durability: Option<Spanned<toml::Value>>,
+    allow_devices: Option<Spanned<toml::Value>>,
+    integrity: Option<Spanned<toml::Value>>,
+}
+
+/// Checks the anonymous ids of a set of client options.
+fn check_anon_ids(o: &ClientOptions) -> Result<(), String> {
+    if o.anonuid == u32::MAX || o.anongid == u32::MAX {
+        // As knfsd refuses it: the calls mapped to it would fail.
+        return Err(
+            "anonuid/anongid 4294967295 (-1) is no user or group on Linux; \
+                    give an id (default 65534)"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+/// The client entry `raw` of the export `x`, starting from the export's
+/// own client options `own`; an error is where it is and why.
+fn client_entry(
+    x: &ExportConfig,
+    own: ClientOptions,
+    raw: Spanned<RawClient>,
+) -> Result<ClientEntry, (Range<usize>, String)> {
+    let span = raw.span();
+    let c = raw.into_inner();
+    if let Some(v) = &c.clients {
+        return Err((
+            v.span(),
+            "clients: in [[export.client]], `match` names the clients".into(),
+        ));
+    }
+    for (key, value) in [
+        ("path", &c.path),
+        ("id", &c.id),
+        ("max_transfer", &c.max_transfer),
+        ("read_mode", &c.read_mode),
+        ("write_mode", &c.write_mode),
+        ("durability", &c.durability),
+        ("allow_devices", &c.allow_devices),
+        ("integrity", &c.integrity),
+    ] {
+        if let Some(v) = value {
+            return Err((
+                v.span(),
+                format!(
+                    "{key} is the export's, the same for all its clients, not one client \
+                     entry's; set it in the [[export]] of {}",
+                    x.path.display()
+                ),
+            ));
+        }
+    }
+    let Some(matches) = c.matches else {
+        return Err((
+            span,
+            "[[export.client]] without `match`: say which clients it is for \
+             (\"10.0.0.0/8\", [\"host1\", \"host2\"], \"*\" for everyone)"
+                .into(),
+        ));
+    };
+    let words: Vec<&str> = match matches.get_ref() {
+        toml::Value::String(s) => vec![s.as_str()],
+        toml::Value::Array(list) => list
+            .iter()
+            .map(toml::Value::as_str)
+            .collect::<Option<_>>()
+            .ok_or_else(|| {
+                (
+                    matches.span(),
+                    "match: a client or a list of clients, as strings".to_string(),
+                )
+            })?,
+        _ => {
+            return Err((
+                matches.span(),
+                "match: a client or a list of clients, as strings".into(),
+            ))
+        }
+    };
+    if words.is_empty() {
+        return Err((
+            matches.span(),
+            "match: the list is empty; this entry would match nobody".into(),
+        ));
+    }
+    let mut clients = Vec::new();
+    for w in words {
+        // exports(5)'s `*` is every client, named or not.
+        if w == "*" {
+            clients.extend(everyone());
+            continue;
+        }
+        clients.push(
+            w.parse::<ClientMatch>()
+                .map_err(|r| (matches.span(), format!("match: {r}")))?,
+        );
+    }
+    let mut options = own;
+    if let Some(text) = &c.options {
+        // The export's data options may be said again, the same; a
+        // different one would be one client's, which they cannot be.
+        let mut path_level = x.clone();
+        super::exports5::exports5_defaults(&mut options);
+        super::exports5::apply_options(&mut path_level, &mut options, text.get_ref())
+            .map_err(|r| (text.span(), format!("options: {r}")))?;
+        if path_level.durability != x.durability {
+            return Err((
+                text.span(),
+                format!(
+                    "options: `{}` is the export's, the same for all its clients; \
+                     set durability = \"{}\" in the [[export]] of {}",
+                    path_level.durability,
+                    path_level.durability,
+                    x.path.display()
+                ),
+            ));
+        }
+        if path_level.id != x.id {
+            return Err((
+                text.span(),
+                format!(
+                    "options: fsid is the export's, the same for all its clients; \
+                     set id = {} in the [[export]] of {}",
+                    path_level.id,
+                    x.path.display()
+                ),
+            ));
+        }
+    }
+    options.access = c.access.unwrap_or(options.access);
+    options.squash = c.squash.unwrap_or(options.squash);
+    options.anonuid = c.anonuid.unwrap_or(options.anonuid);
+    options.anongid = c.anongid.unwrap_or(options.anongid);
+    options.secure = c.secure.unwrap_or(options.secure);
+    check_anon_ids(&options).map_err(|r| (span, r))?;
+    Ok(ClientEntry { clients, options })
+}
+
+/// Every client, IPv4 and IPv6, named or not: exports(5)'s `*`.
+pub fn everyone() -> Vec<ClientMatch> {
+    vec![
+        ClientMatch::Net {
+            net: IpAddr::from([0, 0, 0, 0]),
+            prefix: 0,
+        },
+        ClientMatch::Net {
+            net: IpAddr::from([0u16; 8]),
+            prefix: 0,
+        },
+    ]
 }
 
 /// `metrics_listen`: ADDR:PORT, or "" or "off" for no metrics listener
@@ -711,9 +956,12 @@ impl Config {
             let path = canonical_export_dir(e.path.get_ref())
                 .map_err(|reason| err(Some(e.path.span()), reason))?;
             let mut x = ExportConfig::with_defaults(path);
+            // The options of the export's own clients, and the defaults of
+            // its `[[export.client]]` entries.
+            let mut own = ClientOptions::DEFAULT;
             if let Some(options) = &e.options {
-                super::exports5::exports5_defaults(&mut x);
-                let notes = super::exports5::apply_options(&mut x, options.get_ref())
+                super::exports5::exports5_defaults(&mut own);
+                let notes = super::exports5::apply_options(&mut x, &mut own, options.get_ref())
                     .map_err(|r| err(Some(options.span()), format!("options: {r}")))?;
                 for note in notes {
                     tracing::info!(export = %x.path.display(), "options: {note}");
@@ -722,35 +970,12 @@ impl Config {
             if let Some(id) = e.id {
                 x.id = id;
             }
-            if let Some(clients) = e.clients {
-                if clients.is_empty() {
-                    return Err(err(
-                        Some(span),
-                        "clients: the list is empty; nobody could mount this export".into(),
-                    ));
-                }
-                x.clients = clients
-                    .iter()
-                    .map(|c| {
-                        c.get_ref()
-                            .parse()
-                            .map_err(|r| err(Some(c.span()), format!("clients: {r}")))
-                    })
-                    .collect::<Result<_, _>>()?;
-            }
-            x.access = e.access.unwrap_or(x.access);
-            x.squash = e.squash.unwrap_or(x.squash);
-            x.anonuid = e.anonuid.unwrap_or(x.anonuid);
-            x.anongid = e.anongid.unwrap_or(x.anongid);
-            if x.anonuid == u32::MAX || x.anongid == u32::MAX {
-                // As knfsd refuses it: the calls mapped to it would fail.
-                return Err(err(
-                    Some(span),
-                    "anonuid/anongid 4294967295 (-1) is no user or group on Linux; \
-                     give an id (default 65534)"
-                        .into(),
-                ));
-            }
+            own.access = e.access.unwrap_or(own.access);
+            own.squash = e.squash.unwrap_or(own.squash);
+            own.anonuid = e.anonuid.unwrap_or(own.anonuid);
+            own.anongid = e.anongid.unwrap_or(own.anongid);
+            own.secure = e.secure.unwrap_or(own.secure);
+            check_anon_ids(&own).map_err(|r| err(Some(span.clone()), r))?;
             if let Some(m) = e.max_transfer {
                 x.max_transfer =
                     check_max_transfer(*m.get_ref()).map_err(|r| err(Some(m.span()), r))?;
@@ -759,8 +984,44 @@ impl Config {
             x.write_mode = e.write_mode.unwrap_or(x.write_mode);
             x.durability = e.durability.unwrap_or(x.durability);
             x.allow_devices = e.allow_devices.unwrap_or(false);
-            x.secure = e.secure.unwrap_or(x.secure);
             x.integrity = e.integrity.unwrap_or(x.integrity);
+            if e.client.is_empty() {
+                let mut clients = ClientMatch::loopback();
+                if let Some(list) = e.clients {
+                    if list.is_empty() {
+                        return Err(err(
+                            Some(span),
+                            "clients: the list is empty; nobody could mount this export".into(),
+                        ));
+                    }
+                    clients = list
+                        .iter()
+                        .map(|c| {
+                            c.get_ref()
+                                .parse()
+                                .map_err(|r| err(Some(c.span()), format!("clients: {r}")))
+                        })
+                        .collect::<Result<_, _>>()?;
+                }
+                x.entries = vec![ClientEntry {
+                    clients,
+                    options: own,
+                }];
+            } else {
+                if let Some(list) = e.clients {
+                    return Err(err(
+                        list.first().map(Spanned::span).or(Some(span)),
+                        "clients: this export has [[export.client]] entries; name the \
+                         clients in their `match` instead"
+                            .into(),
+                    ));
+                }
+                x.entries = e
+                    .client
+                    .into_iter()
+                    .map(|c| client_entry(&x, own, c).map_err(|(s, r)| err(Some(s), r)))
+                    .collect::<Result<_, _>>()?;
+            }
             exports.push((span, x));
         }
         if exports.is_empty() {
@@ -967,17 +1228,18 @@ durability = "async"
         assert_eq!(c.server.portmap_port, None);
         let x = &c.exports[0];
         assert_eq!(x.path, std::fs::canonicalize("/tmp").unwrap());
-        assert!(x.read_only());
-        assert_eq!(x.squash, Squash::AllSquash);
-        assert_eq!((x.anonuid, x.anongid, x.max_transfer), (1000, 1000, 65536));
+        let o = &x.entries[0].options;
+        assert!(o.read_only());
+        assert_eq!(o.squash, Squash::AllSquash);
+        assert_eq!((o.anonuid, o.anongid, x.max_transfer), (1000, 1000, 65536));
         assert_eq!(x.read_mode, Mode::Buffered);
         assert_eq!(x.integrity, Integrity::Crc32c);
         assert_eq!(x.write_mode, Mode::DontCache);
         assert_eq!(x.durability, Durability::Async);
         assert!(x.admits("10.9.9.9".parse().unwrap()));
         assert!(!x.admits("192.168.1.1".parse().unwrap()));
-        assert!(!x.secure);
-        assert!(x.admits_port(40000));
+        assert!(!o.secure);
+        assert!(o.admits_port(40000));
     }
 
     #[test]
@@ -988,9 +1250,10 @@ durability = "async"
         )
         .unwrap();
         let x = &c.exports[0];
+        let o = &x.entries[0].options;
         let shown = format!(
             "{} {} {} {} {}",
-            x.squash, x.access, x.durability, x.integrity, x.read_mode
+            o.squash, o.access, x.durability, x.integrity, x.read_mode
         );
         assert_eq!(shown, "no_root_squash ro async crc32c dontcache");
     }
@@ -1186,19 +1449,214 @@ path = "/tmp"
     }
 
     #[test]
+    fn client_entries_give_each_its_options() {
+        let c = parse(
+            r#"
+[[export]]
+path = "/tmp"
+anonuid = 1000
+read_mode = "buffered"
+
+[[export.client]]
+match = "10.1.2.3"
+access = "rw"
+squash = "no_root_squash"
+secure = false
+
+[[export.client]]
+match = ["10.0.0.0/8", "fd00::/8"]
+options = "rw,all_squash"
+
+[[export.client]]
+match = "*"
+"#,
+        )
+        .unwrap();
+        let x = &c.exports[0];
+        assert_eq!(x.entries.len(), 3);
+        assert_eq!(x.read_mode, Mode::Buffered);
+        let of = |a: &str| *x.options_for(a.parse().unwrap(), &[]).unwrap();
+        let host = of("10.1.2.3");
+        assert_eq!(
+            (host.access, host.squash, host.secure, host.anonuid),
+            (Access::Rw, Squash::NoRootSquash, false, 1000)
+        );
+        // `options` starts from exports(5)'s defaults, over the export's.
+        let net = of("fd12::1");
+        assert_eq!(
+            (net.access, net.squash, net.secure, net.anonuid),
+            (Access::Rw, Squash::AllSquash, true, 1000)
+        );
+        // Without `options` or keys, the export's own: `dionfs serve`'s
+        // defaults here, with its anonuid.
+        let anyone = of("192.168.1.1");
+        assert_eq!(
+            anyone,
+            ClientOptions {
+                anonuid: 1000,
+                ..ClientOptions::DEFAULT
+            }
+        );
+        assert!(x.admits("8.8.8.8".parse().unwrap()), "`*` is everyone");
+        // Today's form is one entry.
+        let one =
+            parse("[[export]]\npath = \"/tmp\"\nclients = [\"10.0.0.0/8\"]\naccess = \"ro\"\n")
+                .unwrap();
+        assert_eq!(one.exports[0].entries.len(), 1);
+        assert!(one.exports[0].entries[0].options.read_only());
+    }
+
+    #[test]
+    fn the_most_specific_matching_entry_wins_as_in_mountd() {
+        let c = parse(
+            r#"
+[[export]]
+path = "/tmp"
+
+[[export.client]]
+match = "*"
+access = "ro"
+anonuid = 1
+
+[[export.client]]
+match = "*.example.com"
+anonuid = 2
+
+[[export.client]]
+match = "10.0.0.0/8"
+anonuid = 3
+
+[[export.client]]
+match = "10.0.0.0/16"
+anonuid = 4
+
+[[export.client]]
+match = ["192.168.0.0/16", "10.0.0.7"]
+anonuid = 5
+
+[[export.client]]
+match = "build1.example.com"
+anonuid = 6
+"#,
+        )
+        .unwrap();
+        let x = &c.exports[0];
+        let anonuid = |ip: &str, names: &[&str]| {
+            let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+            x.options_for(ip.parse().unwrap(), &names)
+                .map(|o| o.anonuid)
+        };
+        // A single host over the network it lies in, though listed later
+        // and in an entry that also names a network.
+        assert_eq!(anonuid("10.0.0.7", &[]), Some(5));
+        // A network over a wildcard and everyone; of two networks, the
+        // first listed (as mountd: by kind, then in order).
+        assert_eq!(anonuid("10.0.9.9", &["x.example.com"]), Some(3));
+        // A host name over a wildcard.
+        assert_eq!(anonuid("172.16.0.1", &["build1.example.com"]), Some(6));
+        // A wildcard over everyone.
+        assert_eq!(anonuid("172.16.0.1", &["build2.example.com"]), Some(2));
+        // Everyone, last.
+        assert_eq!(anonuid("172.16.0.1", &[]), Some(1));
+        assert_eq!(anonuid("::ffff:10.0.0.7", &[]), Some(5));
+
+        // Nobody else, when no entry is for everyone.
+        let c = parse(
+            "[[export]]\npath = \"/tmp\"\n[[export.client]]\nmatch = \"10.0.0.1\"\n\
+             [[export.client]]\nmatch = \"10.0.0.2\"\naccess = \"ro\"\n",
+        )
+        .unwrap();
+        let x = &c.exports[0];
+        assert!(x.options_for("10.0.0.3".parse().unwrap(), &[]).is_none());
+        assert!(!x.admits("10.0.0.3".parse().unwrap()));
+        assert!(x
+            .options_for("10.0.0.2".parse().unwrap(), &[])
+            .unwrap()
+            .read_only());
+    }
+
+    #[test]
+    fn client_entries_refuse_what_is_not_one_clients() {
+        let entry = |body: &str| {
+            parse(&format!(
+                "[[export]]\npath = \"/tmp\"\n\n[[export.client]]\nmatch = \"10.0.0.1\"\n{body}\n"
+            ))
+        };
+        for key in [
+            "read_mode = \"buffered\"",
+            "write_mode = \"buffered\"",
+            "integrity = \"crc32c\"",
+            "durability = \"async\"",
+            "max_transfer = 65536",
+            "allow_devices = true",
+            "id = 7",
+        ] {
+            let e = entry(key).unwrap_err();
+            let name = key.split(' ').next().unwrap();
+            assert_eq!(e.line, 6, "{key}: {e}");
+            assert!(
+                e.reason.contains(&format!(
+                    "{name} is the export's, the same for all its clients"
+                )),
+                "{key}: {e}"
+            );
+        }
+        let e = entry("options = \"rw,async\"").unwrap_err();
+        assert_eq!(e.line, 6, "{e}");
+        assert!(e.reason.contains("durability = \"async\""), "{e}");
+        let e = entry("options = \"rw,fsid=9\"").unwrap_err();
+        assert!(e.reason.contains("fsid is the export's"), "{e}");
+        // The export's own, said again, is accepted.
+        assert!(entry("options = \"rw,sync\"").is_ok());
+        let e = entry("options = \"rw,crossmnt\"").unwrap_err();
+        assert!(e.reason.contains("crossmnt"), "{e}");
+        let e = entry("clients = [\"10.0.0.2\"]").unwrap_err();
+        assert!(e.reason.contains("`match`"), "{e}");
+        let e = entry("anonuid = 4294967295").unwrap_err();
+        assert!(e.reason.contains("no user"), "{e}");
+        let e = entry("frobnicate = 1").unwrap_err();
+        assert!(e.reason.contains("frobnicate"), "{e}");
+
+        let e =
+            parse("[[export]]\npath = \"/tmp\"\n[[export.client]]\naccess = \"ro\"\n").unwrap_err();
+        assert_eq!(e.line, 3, "{e}");
+        assert!(e.reason.contains("without `match`"), "{e}");
+        for (value, word) in [
+            ("[]", "empty"),
+            ("7", "strings"),
+            ("[\"10.0.0.0/40\"]", "prefix"),
+            ("\"@group\"", "netgroups"),
+        ] {
+            let text = format!("[[export]]\npath = \"/tmp\"\n[[export.client]]\nmatch = {value}\n");
+            let e = parse(&text).unwrap_err();
+            assert_eq!(e.line, 4, "{value}: {e}");
+            assert!(e.reason.contains(word), "{value}: {e}");
+        }
+        // Clients are named in one place: the entries, or `clients`.
+        let e = parse(
+            "[[export]]\npath = \"/tmp\"\nclients = [\"10.0.0.1\"]\n\
+             [[export.client]]\nmatch = \"10.0.0.2\"\n",
+        )
+        .unwrap_err();
+        assert_eq!(e.line, 3, "{e}");
+        assert!(e.reason.contains("[[export.client]]"), "{e}");
+    }
+
+    #[test]
     fn defaults_are_rw_root_squash_loopback_direct_sync() {
         let x = ExportConfig::with_defaults(PathBuf::from("/srv/x"));
-        assert!(!x.read_only());
-        assert_eq!(x.squash, Squash::RootSquash);
+        let o = &x.entries[0].options;
+        assert!(!o.read_only());
+        assert_eq!(o.squash, Squash::RootSquash);
         assert!(x.admits("127.0.0.1".parse().unwrap()));
         assert!(!x.admits("10.0.0.1".parse().unwrap()));
         assert_eq!((x.read_mode, x.write_mode), (Mode::Direct, Mode::Direct));
         assert_eq!(x.integrity, Integrity::Off);
         assert_eq!(x.max_transfer, DEFAULT_MAX_TRANSFER);
         // `secure`, as in exports(5): reserved source ports only.
-        assert!(x.secure);
-        assert!(x.admits_port(1023));
-        assert!(!x.admits_port(1024));
+        assert!(o.secure);
+        assert!(o.admits_port(1023));
+        assert!(!o.admits_port(1024));
         assert_eq!(x.durability, Durability::Sync);
         let x = parse("[[export]]\npath = \"/tmp\"\n")
             .unwrap()

@@ -9,21 +9,27 @@
 
 use std::fmt::Write as _;
 
-use super::config::{Access, Durability, ExportConfig, Squash};
+use super::config::{Access, ClientOptions, Durability, ExportConfig, Squash};
 
 /// exports(5) defaults, where they differ from `dionfs serve DIR`'s: an
 /// export given as exports(5) options is read-only unless it says `rw`.
-pub fn exports5_defaults(x: &mut ExportConfig) {
-    x.access = Access::Ro;
-    x.durability = Durability::Sync;
-    x.squash = Squash::RootSquash;
-    x.secure = true;
+/// (`sync`, the other default, is already the export's.)
+pub fn exports5_defaults(o: &mut ClientOptions) {
+    o.access = Access::Ro;
+    o.squash = Squash::RootSquash;
+    o.secure = true;
 }
 
-/// Applies comma-separated exports(5) options to `x`. Returns notes on
-/// options accepted without effect, for the log; an option dionfs cannot
-/// honour, or an unknown one, is an error naming it.
-pub fn apply_options(x: &mut ExportConfig, options: &str) -> Result<Vec<String>, String> {
+/// Applies comma-separated exports(5) options: those about the data and
+/// the export's identity (`sync`, `async`, `fsid`) to `x`, those about
+/// the clients to `o`. Returns notes on options accepted without effect,
+/// for the log; an option dionfs cannot honour, or an unknown one, is an
+/// error naming it.
+pub fn apply_options(
+    x: &mut ExportConfig,
+    o: &mut ClientOptions,
+    options: &str,
+) -> Result<Vec<String>, String> {
     let mut notes = Vec::new();
     // knfsd keeps root_squash and all_squash as two flags, each set and
     // cleared by its own words (nfs-utils' parseopts), and squashes
@@ -32,8 +38,8 @@ pub fn apply_options(x: &mut ExportConfig, options: &str) -> Result<Vec<String>,
     // squashes everyone in either order, as configs copied from
     // /etc/exports expect. An export that is all_squash already counts as
     // root_squash too, knfsd's default.
-    let mut all_squash = x.squash == Squash::AllSquash;
-    let mut root_squash = x.squash != Squash::NoRootSquash;
+    let mut all_squash = o.squash == Squash::AllSquash;
+    let mut root_squash = o.squash != Squash::NoRootSquash;
     for opt in options.split(',').map(str::trim).filter(|o| !o.is_empty()) {
         let (key, value) = match opt.split_once('=') {
             Some((k, v)) => (k, Some(v)),
@@ -45,18 +51,18 @@ pub fn apply_options(x: &mut ExportConfig, options: &str) -> Result<Vec<String>,
                 .ok_or_else(|| format!("`{opt}`: {what} must be a number"))
         };
         match (key, value) {
-            ("rw", None) => x.access = Access::Rw,
-            ("ro", None) => x.access = Access::Ro,
+            ("rw", None) => o.access = Access::Rw,
+            ("ro", None) => o.access = Access::Ro,
             ("sync", None) => x.durability = Durability::Sync,
             ("async", None) => x.durability = Durability::Async,
-            ("secure", None) => x.secure = true,
-            ("insecure", None) => x.secure = false,
+            ("secure", None) => o.secure = true,
+            ("insecure", None) => o.secure = false,
             ("root_squash", None) => root_squash = true,
             ("no_root_squash", None) => root_squash = false,
             ("all_squash", None) => all_squash = true,
             ("no_all_squash", None) => all_squash = false,
-            ("anonuid", Some(_)) => x.anonuid = number("anonuid")?,
-            ("anongid", Some(_)) => x.anongid = number("anongid")?,
+            ("anonuid", Some(_)) => o.anonuid = number("anonuid")?,
+            ("anongid", Some(_)) => o.anongid = number("anongid")?,
             ("fsid", Some("0" | "root")) => {
                 return Err(format!(
                     "`{opt}`: the NFSv4 pseudo-root; dionfs serves NFSv3 only, leave it out"
@@ -126,7 +132,7 @@ pub fn apply_options(x: &mut ExportConfig, options: &str) -> Result<Vec<String>,
             _ => return Err(format!("`{opt}`: not an exports(5) option dionfs knows")),
         }
     }
-    x.squash = match (all_squash, root_squash) {
+    o.squash = match (all_squash, root_squash) {
         (true, _) => Squash::AllSquash,
         (false, true) => Squash::RootSquash,
         (false, false) => Squash::NoRootSquash,
@@ -134,17 +140,18 @@ pub fn apply_options(x: &mut ExportConfig, options: &str) -> Result<Vec<String>,
     Ok(notes)
 }
 
-/// The options of `x` in exports(5) words, as `exportfs -v` prints them.
-pub fn options_of(x: &ExportConfig) -> String {
+/// The options the client entry `c` of `x` gives, in exports(5) words,
+/// as `exportfs -v` prints them.
+pub fn options_of(x: &ExportConfig, c: &ClientOptions) -> String {
     let mut o = vec![
-        if x.read_only() { "ro" } else { "rw" }.to_string(),
+        if c.read_only() { "ro" } else { "rw" }.to_string(),
         match x.durability {
             Durability::Sync => "sync",
             Durability::Async => "async",
         }
         .to_string(),
-        if x.secure { "secure" } else { "insecure" }.to_string(),
-        match x.squash {
+        if c.secure { "secure" } else { "insecure" }.to_string(),
+        match c.squash {
             Squash::RootSquash => "root_squash",
             Squash::NoRootSquash => "no_root_squash",
             Squash::AllSquash => "all_squash",
@@ -152,24 +159,29 @@ pub fn options_of(x: &ExportConfig) -> String {
         .to_string(),
         "no_subtree_check".to_string(),
         format!("fsid={}", x.id),
-        format!("anonuid={}", x.anonuid),
-        format!("anongid={}", x.anongid),
+        format!("anonuid={}", c.anonuid),
+        format!("anongid={}", c.anongid),
     ];
     o.push("sec=sys".to_string());
     o.join(",")
 }
 
-/// `exportfs -v` for a configuration: one line per export and client.
+/// `exportfs -v` for a configuration: one line per export and client,
+/// each with the options of its entry, then the export's data options in
+/// the config's words.
 pub fn listing(exports: &[ExportConfig]) -> String {
     let mut out = String::new();
     for x in exports {
-        let options = options_of(x);
-        for c in &x.clients {
-            let _ = writeln!(out, "{:<24}\t{}({})", x.path.display(), c, options);
+        for entry in &x.entries {
+            let options = options_of(x, &entry.options);
+            for c in &entry.clients {
+                let _ = writeln!(out, "{:<24}\t{}({})", x.path.display(), c, options);
+            }
         }
         let _ = writeln!(
             out,
-            "{:<24}\t# dionfs: read_mode={:?} write_mode={:?} integrity={:?} max_transfer={}",
+            "{:<24}\t# dionfs: read_mode = \"{}\" write_mode = \"{}\" integrity = \"{}\" \
+             max_transfer = {}",
             "", x.read_mode, x.write_mode, x.integrity, x.max_transfer
         );
     }
@@ -177,13 +189,17 @@ pub fn listing(exports: &[ExportConfig]) -> String {
 }
 
 /// A dionfs config (TOML) for an /etc/exports text: one `[[export]]` per
-/// path, its clients, its options as `options = "..."` (exports(5)
-/// semantics: read-only unless `rw`). The text is read as exportfs reads
-/// it (see [`entries`]), and a client's options start from its line's
-/// `-options`, as in nfs-utils. Errors name the line: clients dionfs
-/// cannot match (netgroups), one path with different options for
-/// different clients, option lists exportfs refuses or only warns about
-/// (see [`client_word`]).
+/// path. A path whose clients all get the same options has them as its
+/// `clients` and `options = "..."` (exports(5) semantics: read-only
+/// unless `rw`); one whose clients get different options has an
+/// `[[export.client]]` entry per option set, each with its `match` and
+/// its `options`, as the line gives them (dionfs picks among them as
+/// rpc.mountd does, see [`ExportConfig::options_for`]). The text is read
+/// as exportfs reads it (see [`entries`]), and a client's options start
+/// from its line's `-options`, as in nfs-utils. Errors name the line:
+/// clients dionfs cannot match (netgroups), clients of one path that
+/// differ in what dionfs keeps per path (`sync`/`async`, `fsid`), option
+/// lists exportfs refuses or only warns about (see [`client_word`]).
 pub fn convert(text: &str) -> Result<String, String> {
     let mut exports: Vec<Converted> = Vec::new();
     for (n, words) in entries(text)? {
@@ -215,25 +231,47 @@ pub fn convert(text: &str) -> Result<String, String> {
             clients.push((everyone(), defaults));
         }
         for (matches, options) in clients {
-            let mut effective = ExportConfig::with_defaults(path.clone().into());
+            let mut path_level = ExportConfig::with_defaults(path.clone().into());
+            let mut effective = ClientOptions::DEFAULT;
             exports5_defaults(&mut effective);
-            apply_options(&mut effective, &options).map_err(at_line)?;
+            apply_options(&mut path_level, &mut effective, &options).map_err(at_line)?;
+            let entry = ConvertedEntry {
+                clients: matches,
+                options,
+                effective,
+            };
             // A path on several lines is one export, as exportfs merges
             // them.
-            match exports.iter_mut().find(|x| x.path == path) {
-                Some(x) if x.effective == effective => x.clients.extend(matches),
-                Some(_) => {
-                    return Err(at_line(format!(
-                        "{path} gives its clients different options; dionfs has one set \
-                         per export"
-                    )))
-                }
-                None => exports.push(Converted {
+            let Some(x) = exports.iter_mut().find(|x| x.path == path) else {
+                exports.push(Converted {
                     path: path.clone(),
-                    clients: matches,
-                    options,
-                    effective,
-                }),
+                    path_level,
+                    entries: vec![entry],
+                });
+                continue;
+            };
+            for (what, differs) in [
+                (
+                    "sync/async",
+                    x.path_level.durability != path_level.durability,
+                ),
+                ("fsid", x.path_level.id != path_level.id),
+            ] {
+                if differs {
+                    return Err(at_line(format!(
+                        "{path} gives its clients different {what}; dionfs keeps it per \
+                         path, the same for all clients"
+                    )));
+                }
+            }
+            // Clients one after the other with the same options share an
+            // entry (only neighbours: which entry wins for a client that
+            // two match stays as written).
+            match x.entries.last_mut() {
+                Some(last) if last.effective == entry.effective => {
+                    last.clients.extend(entry.clients)
+                }
+                _ => x.entries.push(entry),
             }
         }
     }
@@ -245,26 +283,54 @@ pub fn convert(text: &str) -> Result<String, String> {
         crate::export::STATS_ADDRESS
     );
     for x in exports {
-        let clients: Vec<String> = x.clients.iter().map(|c| toml_string(c)).collect();
-        let _ = write!(
-            out,
-            "\n[[export]]\npath = {}\nclients = [{}]\noptions = {}\n",
-            toml_string(&x.path),
-            clients.join(", "),
-            toml_string(&x.options)
-        );
+        let list = |clients: &[String]| -> String {
+            let quoted: Vec<String> = clients.iter().map(|c| toml_string(c)).collect();
+            quoted.join(", ")
+        };
+        let _ = write!(out, "\n[[export]]\npath = {}\n", toml_string(&x.path));
+        if let [only] = x.entries.as_slice() {
+            let _ = write!(
+                out,
+                "clients = [{}]\noptions = {}\n",
+                list(&only.clients),
+                toml_string(&only.options)
+            );
+            continue;
+        }
+        // The options of each entry say the path's again; the export
+        // must say them first for the entries to agree with it.
+        if x.path_level.durability == Durability::Async {
+            out.push_str("durability = \"async\"\n");
+        }
+        if x.path_level.id != super::config::export_id_for(std::path::Path::new(&x.path)) {
+            let _ = writeln!(out, "id = {}", x.path_level.id);
+        }
+        for e in &x.entries {
+            let _ = write!(
+                out,
+                "\n[[export.client]]\nmatch = [{}]\noptions = {}\n",
+                list(&e.clients),
+                toml_string(&e.options)
+            );
+        }
     }
     Ok(out)
 }
 
-/// One export of a converted file: its clients, the options of the first
-/// of them as written, and what those come to (clients whose options come
-/// to the same export share it).
+/// One export of a converted file: its path, what its options say about
+/// the path (the same for all its clients), its client entries.
 struct Converted {
     path: String,
+    path_level: ExportConfig,
+    entries: Vec<ConvertedEntry>,
+}
+
+/// One client entry of a converted export: its clients, the options of
+/// the first of them as written, and what those come to for them.
+struct ConvertedEntry {
     clients: Vec<String>,
     options: String,
-    effective: ExportConfig,
+    effective: ClientOptions,
 }
 
 /// The client list exports(5) means by `*` or no client at all.
@@ -410,46 +476,65 @@ fn octal_escape(s: &[u8]) -> Option<u8> {
 mod tests {
     use super::*;
 
-    fn export() -> ExportConfig {
-        let mut x = ExportConfig::with_defaults("/srv/a".into());
-        exports5_defaults(&mut x);
-        x
+    /// An export and the options of its clients, with exports(5)'s
+    /// defaults.
+    struct Export {
+        x: ExportConfig,
+        o: ClientOptions,
+    }
+
+    fn export() -> Export {
+        let mut o = ClientOptions::DEFAULT;
+        exports5_defaults(&mut o);
+        Export {
+            x: ExportConfig::with_defaults("/srv/a".into()),
+            o,
+        }
+    }
+
+    impl Export {
+        fn apply(&mut self, options: &str) -> Result<Vec<String>, String> {
+            apply_options(&mut self.x, &mut self.o, options)
+        }
+
+        fn printed(&self) -> String {
+            options_of(&self.x, &self.o)
+        }
     }
 
     #[test]
     fn options_apply_and_print_back() {
-        let mut x = export();
-        let notes = apply_options(
-            &mut x,
+        let mut e = export();
+        let notes = e.apply(
             "rw,async,insecure,no_root_squash,anonuid=1000,anongid=100,fsid=77,subtree_check,no_wdelay",
         )
         .unwrap();
-        assert_eq!(x.access, Access::Rw);
-        assert_eq!(x.durability, Durability::Async);
-        assert!(!x.secure);
-        assert_eq!(x.squash, Squash::NoRootSquash);
-        assert_eq!((x.anonuid, x.anongid, x.id), (1000, 100, 77));
+        assert_eq!(e.o.access, Access::Rw);
+        assert_eq!(e.x.durability, Durability::Async);
+        assert!(!e.o.secure);
+        assert_eq!(e.o.squash, Squash::NoRootSquash);
+        assert_eq!((e.o.anonuid, e.o.anongid, e.x.id), (1000, 100, 77));
         assert_eq!(notes.len(), 2, "{notes:?}");
         assert!(notes[0].starts_with("subtree_check: not needed"));
-        let printed = options_of(&x);
+        let printed = e.printed();
         assert_eq!(
             printed,
             "rw,async,insecure,no_root_squash,no_subtree_check,fsid=77,anonuid=1000,anongid=100,sec=sys"
         );
         // What it prints reads back the same.
         let mut y = export();
-        apply_options(&mut y, &printed).unwrap();
-        assert_eq!(options_of(&y), printed);
+        y.apply(&printed).unwrap();
+        assert_eq!(y.printed(), printed);
         // exports(5) defaults: read-only, sync, secure, root_squash.
-        assert!(options_of(&export()).starts_with("ro,sync,secure,root_squash"));
+        assert!(export().printed().starts_with("ro,sync,secure,root_squash"));
     }
 
     #[test]
     fn all_squash_wins_over_root_squash_in_any_order() {
         let squash_of = |options: &str| {
-            let mut x = export();
-            apply_options(&mut x, options).unwrap();
-            x.squash
+            let mut e = export();
+            e.apply(options).unwrap();
+            e.o.squash
         };
         // knfsd's two flags: all_squash, once set, squashes everyone
         // whatever root_squash says (nfsd_setuser tests it first).
@@ -472,13 +557,10 @@ mod tests {
             squash_of("all_squash,no_root_squash,no_all_squash"),
             Squash::NoRootSquash
         );
-        let mut x = export();
-        apply_options(&mut x, "rw,all_squash,no_root_squash,anonuid=1000").unwrap();
-        assert!(
-            options_of(&x).contains(",all_squash,"),
-            "{}",
-            options_of(&x)
-        );
+        let mut e = export();
+        e.apply("rw,all_squash,no_root_squash,anonuid=1000")
+            .unwrap();
+        assert!(e.printed().contains(",all_squash,"), "{}", e.printed());
     }
 
     #[test]
@@ -486,7 +568,7 @@ mod tests {
         // dionfs serves NLM, and checks each lock's caller as knfsd does
         // with auth_nlm (its default).
         for key in ["secure_locks", "auth_nlm", "insecure_locks", "no_auth_nlm"] {
-            let notes = apply_options(&mut export(), key).unwrap();
+            let notes = export().apply(key).unwrap();
             assert_eq!(notes.len(), 1, "{key}: {notes:?}");
             let note = &notes[0];
             assert!(note.starts_with(&format!("{key}: ")), "{note}");
@@ -496,7 +578,7 @@ mod tests {
                 "{note}"
             );
         }
-        let notes = apply_options(&mut export(), "insecure_locks").unwrap();
+        let notes = export().apply("insecure_locks").unwrap();
         assert!(notes[0].contains("not honoured"), "{notes:?}");
     }
 
@@ -541,7 +623,7 @@ mod tests {
             "fsid=70000",
             "frobnicate",
         ] {
-            let e = apply_options(&mut export(), bad).unwrap_err();
+            let e = export().apply(bad).unwrap_err();
             assert!(e.contains(bad.split('=').next().unwrap()), "{bad}: {e}");
         }
     }
@@ -566,9 +648,17 @@ mod tests {
             toml.contains("clients = [\"10.0.0.1\", \"10.0.0.2\", \"10.0.0.3\"]\noptions = \"rw\""),
             "{toml}"
         );
-        // exports(5)'s example: `@external(ro)` is sync,ro beside sync,rw.
-        let e = convert("/srv/www -sync,rw server 10.0.0.0/8(ro)\n").unwrap_err();
-        assert!(e.contains("different options"), "{e}");
+        // exports(5)'s example: `@external(ro)` is sync,ro beside sync,rw:
+        // one entry per option set.
+        let toml = convert("/srv/www -sync,rw server 10.0.0.0/8(ro)\n").unwrap();
+        assert!(
+            toml.ends_with(
+                "path = \"/srv/www\"\n\n\
+                 [[export.client]]\nmatch = [\"server\"]\noptions = \"sync,rw\"\n\n\
+                 [[export.client]]\nmatch = [\"10.0.0.0/8\"]\noptions = \"sync,rw,ro\"\n"
+            ),
+            "{toml}"
+        );
         // A path on two lines is one export, as exportfs merges them.
         let toml = convert("/srv/a 10.0.0.1(rw)\n/srv/a 10.0.0.2(rw)\n").unwrap();
         assert_eq!(toml.matches("[[export]]").count(), 1, "{toml}");
@@ -576,11 +666,14 @@ mod tests {
             toml.contains("clients = [\"10.0.0.1\", \"10.0.0.2\"]"),
             "{toml}"
         );
-        let e = convert("/srv/a 10.0.0.1(rw)\n/srv/a 10.0.0.2(ro)\n").unwrap_err();
-        assert!(
-            e.starts_with("line 2:") && e.contains("different options"),
-            "{e}"
-        );
+        let toml = convert("/srv/a 10.0.0.1(rw)\n/srv/a 10.0.0.2(ro)\n").unwrap();
+        assert_eq!(toml.matches("[[export]]").count(), 1, "{toml}");
+        assert_eq!(toml.matches("[[export.client]]").count(), 2, "{toml}");
+        // What dionfs keeps per path must be the same for every client.
+        let e = convert("/srv/a 10.0.0.1(rw)\n/srv/a 10.0.0.2(ro,async)\n").unwrap_err();
+        assert!(e.starts_with("line 2:") && e.contains("sync/async"), "{e}");
+        let e = convert("/srv/a 10.0.0.1(rw,fsid=7) 10.0.0.2(ro,fsid=8)\n").unwrap_err();
+        assert!(e.starts_with("line 1:") && e.contains("fsid"), "{e}");
     }
 
     #[test]
@@ -654,6 +747,84 @@ mod tests {
         assert!(e.starts_with("line 1:") && e.contains("quote"), "{e}");
     }
 
+    /// `text` converted, with its paths replaced by `dir`, read as a
+    /// config.
+    fn converted_config(text: &str, dir: &std::path::Path) -> super::super::Config {
+        let toml = convert(text).unwrap();
+        let toml = toml.replace("\"/srv/a\"", &toml_string(&dir.display().to_string()));
+        super::super::Config::from_toml(std::path::Path::new("x"), &toml)
+            .unwrap_or_else(|e| panic!("{e}\n{toml}"))
+    }
+
+    #[test]
+    fn one_path_with_options_per_client_converts_as_it_is() {
+        // The most common line of all: one host may write as root,
+        // everyone else reads.
+        let text = "/srv/a host1(rw,no_root_squash) *(ro)\n";
+        let toml = convert(text).unwrap();
+        assert!(
+            toml.ends_with(
+                "\n[[export]]\npath = \"/srv/a\"\n\n\
+                 [[export.client]]\nmatch = [\"host1\"]\noptions = \"rw,no_root_squash\"\n\n\
+                 [[export.client]]\nmatch = [\"0.0.0.0/0\", \"::/0\"]\noptions = \"ro\"\n"
+            ),
+            "{toml}"
+        );
+        // And it serves what the line says: host1 (by name) writes as
+        // root, others read, squashed.
+        let dir = tempfile::tempdir().unwrap();
+        let c = converted_config(text, dir.path());
+        let x = &c.exports[0];
+        let ip = "10.0.0.9".parse().unwrap();
+        let host1 = x.options_for(ip, &["host1".to_string()]).unwrap();
+        assert_eq!(
+            (host1.access, host1.squash),
+            (Access::Rw, Squash::NoRootSquash)
+        );
+        let other = x.options_for(ip, &[]).unwrap();
+        assert_eq!(
+            (other.access, other.squash),
+            (Access::Ro, Squash::RootSquash)
+        );
+
+        // Addresses, a network and everyone, with `async` and `fsid`
+        // given alike to all (kept per path) and the line's `-options`.
+        let text = "/srv/a -async,fsid=12 10.0.0.0/8(rw) 10.1.2.3(rw,no_root_squash,insecure) \
+                    *(ro,all_squash,anonuid=1000)\n";
+        let toml = convert(text).unwrap();
+        assert!(toml.contains("durability = \"async\"\nid = 12\n"), "{toml}");
+        let c = converted_config(text, dir.path());
+        let x = &c.exports[0];
+        assert_eq!((x.durability, x.id), (Durability::Async, 12));
+        let of = |a: &str| *x.options_for(a.parse().unwrap(), &[]).unwrap();
+        let host = of("10.1.2.3");
+        assert_eq!(
+            (host.access, host.squash, host.secure),
+            (Access::Rw, Squash::NoRootSquash, false)
+        );
+        let net = of("10.9.9.9");
+        assert_eq!((net.access, net.squash), (Access::Rw, Squash::RootSquash));
+        let anyone = of("192.168.1.1");
+        assert_eq!(
+            (anyone.access, anyone.squash, anyone.anonuid),
+            (Access::Ro, Squash::AllSquash, 1000)
+        );
+        // The listing shows each entry's options.
+        let listing = listing(&c.exports);
+        assert!(
+            listing.contains("10.1.2.3/32(rw,async,insecure,no_root_squash,"),
+            "{listing}"
+        );
+        assert!(
+            listing.contains("0.0.0.0/0(ro,async,secure,all_squash,"),
+            "{listing}"
+        );
+        assert!(
+            listing.contains("read_mode = \"direct\" write_mode = \"direct\""),
+            "{listing}"
+        );
+    }
+
     #[test]
     fn an_exports_file_converts_to_a_config() {
         let text = "# comment\n\
@@ -674,8 +845,6 @@ mod tests {
         );
         let e = convert("/srv/a @trusted(rw)\n").unwrap_err();
         assert!(e.starts_with("line 1:") && e.contains("netgroups"), "{e}");
-        let e = convert("/srv/a 10.0.0.1(rw) 10.0.0.2(ro)\n").unwrap_err();
-        assert!(e.contains("different options"), "{e}");
         let e = convert("/srv/a 10.0.0.1(rw,crossmnt)\n").unwrap_err();
         assert!(e.contains("crossmnt"), "{e}");
     }

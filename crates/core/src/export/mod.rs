@@ -6,10 +6,10 @@ pub mod config;
 pub mod exports5;
 pub mod port;
 
-pub use clients::ClientMatch;
+pub use clients::{ClientMatch, Precedence};
 pub use config::{
-    Access, Config, ConfigError, Durability, ExportConfig, Integrity, NfsVersions, ServerSettings,
-    Squash,
+    Access, ClientEntry, ClientOptions, Config, ConfigError, Durability, ExportConfig, Integrity,
+    NfsVersions, ServerSettings, Squash,
 };
 
 use dionfs_rpc::message::Credential;
@@ -20,12 +20,12 @@ use dionfs_sys::cred::Creds;
 pub const STATS_ADDRESS: &str = "127.0.0.1:9049";
 
 /// Maps a call's credential to the identity its file-system work runs with,
-/// per the export's squash option (exports(5)).
+/// per the squash option of the caller's client entry (exports(5)).
 ///
 /// AUTH_NONE and unsupported flavors are anonymous. Under `root_squash`,
 /// uid 0 and gid 0 (also in the supplementary groups) become the anonymous
 /// ids, as knfsd does.
-pub fn squash(export: &ExportConfig, cred: &Credential) -> Creds {
+pub fn squash(export: &ClientOptions, cred: &Credential) -> Creds {
     let anon = || Creds {
         uid: export.anonuid,
         gid: export.anongid,

@@ -90,7 +90,7 @@ pub fn access(ctx: &Ctx, a: AccessArgs) -> AccessRes {
     let attr = attr_of(export, &node);
     match ctx.as_user(export, || ops::access(&node, a.access)) {
         Ok(mut granted) => {
-            if export.config.read_only() {
+            if ctx.options(export).read_only() {
                 granted &= !(access3::MODIFY | access3::EXTEND | access3::DELETE);
             }
             NfsRes::Ok(AccessResOk {

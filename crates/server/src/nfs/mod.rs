@@ -28,7 +28,7 @@ use crate::admit::Refusal;
 use crate::program::{Io, Procedure, Program, ReplyCache};
 use crate::reply::{garbage_args, success};
 use dionfs_core::drc::{hash_args, DrcKey, Lookup};
-use dionfs_core::export::squash;
+use dionfs_core::export::{squash, ClientOptions};
 use dionfs_core::exports::{Export, Exports};
 use dionfs_core::server::Server;
 use dionfs_transport::{ConnInfo, Reply};
@@ -66,9 +66,14 @@ impl<'a> Ctx<'a> {
         Ok((export, node))
     }
 
+    /// The options `export` gives this call's client (its client entry).
+    pub fn options(&self, export: &'a Export) -> &'a ClientOptions {
+        export.options_for(self.conn)
+    }
+
     /// The identity this call's file-system work runs as on `export`.
     pub fn creds(&self, export: &Export) -> Creds {
-        squash(&export.config, &self.call.cred)
+        squash(export.options_for(self.conn), &self.call.cred)
     }
 
     /// Runs `f` with this client's squashed credentials on `export`.
@@ -87,9 +92,9 @@ impl<'a> Ctx<'a> {
         crate::io::run_as(self.server, &self.creds(export), f).map_err(status::from_fs)
     }
 
-    /// NFS3ERR_ROFS for a change to a read-only export.
+    /// NFS3ERR_ROFS for a change to an export read-only for this client.
     pub fn writable(&self, export: &Export) -> Result<(), NfsStat3> {
-        if export.config.read_only() {
+        if export.options_for(self.conn).read_only() {
             Err(NfsStat3::Rofs)
         } else {
             Ok(())

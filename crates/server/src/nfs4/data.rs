@@ -33,7 +33,6 @@ use super::reply::CompoundReply;
 use super::state::{resolve_current, Use};
 use super::status::{from_data, from_fs};
 use crate::io;
-use dionfs_core::export::squash;
 use dionfs_core::server::Server;
 
 /// Where a WRITE's payload went while it was received.
@@ -161,7 +160,7 @@ async fn place<R: CallStream>(
     let len = head.data_len as usize;
     let target = match exports.for_client(conn, fh) {
         None => Err(None),
-        Some(export) if export.config.read_only() => Err(Some(Nfsstat4::Rofs)),
+        Some(export) if export.options_for(conn).read_only() => Err(Some(Nfsstat4::Rofs)),
         Some(export) => io::file_to_write(export, fh)
             .map(|file| (export, file))
             .map_err(|e| Some(from_fs(e))),
@@ -258,7 +257,7 @@ fn check_access(
     write: bool,
     attr: Option<&dionfs_fs::Attr>,
 ) -> Result<(), Nfsstat4> {
-    let creds = squash(&export.config, &ctx.call.cred);
+    let creds = ctx.creds(export);
     io::check_io_access(ctx.server, &creds, file, write, attr).map_err(from_fs)
 }
 

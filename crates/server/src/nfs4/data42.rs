@@ -24,7 +24,6 @@
 
 use std::sync::Arc;
 
-use dionfs_core::export::squash;
 use dionfs_core::exports::Export;
 use dionfs_dataplane::{DataFile, DataPlane, Seek};
 use dionfs_fs::{ops, FileKind, Node, OpenFile};
@@ -85,7 +84,7 @@ fn data_file<'a>(
     }
     .map_err(from_fs)?;
     let attr = ops::file_attr(&export.fs, &file).ok();
-    let creds = squash(&export.config, &ctx.call.cred);
+    let creds = ctx.creds(export);
     crate::io::check_io_access(ctx.server, &creds, &file, io == Use::Write, attr.as_ref())
         .map_err(from_fs)?;
     Ok(IoFile { export, node, file })

@@ -66,7 +66,7 @@ pub fn access(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4
             }
             ctx.as_user(export, || ops::access(&node, asked))
                 .map(|granted| {
-                    if export.config.read_only() {
+                    if ctx.options(export).read_only() {
                         granted & !(access3::MODIFY | access3::EXTEND | access3::DELETE)
                     } else {
                         granted

@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use dionfs_core::export::squash;
+use dionfs_core::export::{squash, ClientOptions};
 use dionfs_core::exports::Export;
 use dionfs_fs::handle::{self, PathId};
 use dionfs_fs::{FileKind, FsError, Node, Time};
@@ -207,21 +207,32 @@ impl<'a> OpCtx<'a> {
         }
     }
 
-    /// Runs `f` as the client, squashed as `export` says, as NFSv3 does.
+    /// The options `export` gives this call's client (its client entry).
+    pub fn options<'e>(&self, export: &'e Export) -> &'e ClientOptions {
+        export.options_for(self.conn)
+    }
+
+    /// The identity this call's file-system work runs as on `export`.
+    pub fn creds(&self, export: &Export) -> dionfs_sys::cred::Creds {
+        squash(self.options(export), &self.call.cred)
+    }
+
+    /// Runs `f` as the client, squashed as its entry of `export` says, as
+    /// NFSv3 does.
     pub fn as_user<T>(
         &self,
         export: &Export,
         f: impl FnOnce() -> Result<T, FsError>,
     ) -> Result<T, Nfsstat4> {
-        let creds = squash(&export.config, &self.call.cred);
+        let creds = self.creds(export);
         crate::io::run_as(self.server, &creds, f)
             .and_then(|result| result)
             .map_err(from_fs)
     }
 
-    /// `ROFS` for a change to a read-only export.
+    /// `ROFS` for a change to an export read-only for this client.
     pub fn writable(&self, export: &Export) -> Result<(), Nfsstat4> {
-        if export.config.read_only() {
+        if self.options(export).read_only() {
             Err(Nfsstat4::Rofs)
         } else {
             Ok(())

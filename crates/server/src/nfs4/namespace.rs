@@ -62,6 +62,8 @@ pub struct ExportEntry {
     pub id: u16,
     /// Its canonical absolute path, as clients mount it.
     pub path: std::path::PathBuf,
+    /// The clients of all its client entries: who may see it (which
+    /// options each gets is the export's business once a client is in).
     pub clients: Vec<ClientMatch>,
     /// `(Attr::fsid, Attr::fileid)` of its root, for an export inside
     /// another one: what a LOOKUP inside the outer export finds when it
@@ -76,7 +78,7 @@ impl ExportEntry {
         ExportEntry {
             id: config.id,
             path: config.path.clone(),
-            clients: config.clients.clone(),
+            clients: config.all_clients().cloned().collect(),
             root: None,
         }
     }
@@ -848,7 +850,7 @@ mod tests {
                 let path = dir.join(p.trim_start_matches('/'));
                 std::fs::create_dir_all(&path).expect("mkdir");
                 let mut x = ExportConfig::with_defaults(path.canonicalize().expect("canonical"));
-                x.secure = false;
+                x.entries[0].options.secure = false;
                 x
             })
             .collect();

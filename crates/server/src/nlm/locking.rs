@@ -21,7 +21,7 @@ use super::granted::Callback;
 use super::owner::lock_owner;
 use super::LockService;
 use crate::locks::{Owner, Waiter};
-use dionfs_core::export::{squash, Access};
+use dionfs_core::export::squash;
 use dionfs_core::exports::Export;
 use dionfs_core::locks::limits::{
     Limit, MAX_DESCRIPTIONS_PER_CLIENT, MAX_NAMES_PER_CLIENT, MAX_WAITERS_PER_CLIENT,
@@ -67,7 +67,7 @@ fn try_lock(
         Ok(x) => x,
         Err(s) => return s,
     };
-    if a.exclusive && export.config.access == Access::Ro {
+    if a.exclusive && export.options_for(conn).read_only() {
         return Nlm4Stat::Rofs;
     }
     let Some(span) = Span::from_nlm(a.alock.l_offset, a.alock.l_len) else {
@@ -76,9 +76,9 @@ fn try_lock(
     let fh = &a.alock.fh.0;
     // Checked once here for the answer; opened again (and checked) if
     // the tables must see who holds a conflicting lock.
-    let mut open = match open_checked(&export, call, fh, a.exclusive) {
+    let mut open = match open_checked(&export, conn, call, fh, a.exclusive) {
         Ok(o) => first_then(o, || {
-            open_checked(&export, call, fh, a.exclusive)
+            open_checked(&export, conn, call, fh, a.exclusive)
                 .map_err(|s| std::io::Error::other(format!("{s:?}")))
         }),
         Err(s) => return s,
@@ -191,7 +191,7 @@ pub(super) fn test(
     };
     let fh = &a.alock.fh.0;
     // A TEST needs only read access, whatever lock it asks about.
-    let mut open = match open_checked(&export, call, fh, false) {
+    let mut open = match open_checked(&export, conn, call, fh, false) {
         Ok(o) => once(o),
         Err(s) => return res(s, None),
     };
@@ -305,6 +305,7 @@ pub(super) fn export_for(
 /// owner override).
 fn open_checked(
     export: &Export,
+    conn: &ConnInfo,
     call: &CallHeader,
     fh: &[u8],
     exclusive: bool,
@@ -313,7 +314,7 @@ fn open_checked(
         dionfs_fs::FsError::Stale | dionfs_fs::FsError::BadHandle => Nlm4Stat::StaleFh,
         _ => Nlm4Stat::Failed,
     })?;
-    let creds = squash(&export.config, &call.cred);
+    let creds = squash(export.options_for(conn), &call.cred);
     if creds.uid != 0 {
         let owner = rustix::fs::fstat(&fd).map(|s| s.st_uid).unwrap_or(u32::MAX);
         if owner != creds.uid {

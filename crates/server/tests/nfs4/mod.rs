@@ -47,7 +47,7 @@ impl TestServer {
             let export = dir.join("export");
             std::fs::create_dir(&export).unwrap();
             let mut export = ExportConfig::with_defaults(export);
-            export.secure = false;
+            export.entries[0].options.secure = false;
             vec![export]
         })
     }
@@ -150,7 +150,7 @@ pub fn export_dir(
     std::fs::create_dir(&path).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).unwrap();
     let mut x = ExportConfig::with_defaults(path);
-    x.secure = false;
+    x.entries[0].options.secure = false;
     f(&mut x);
     x
 }
