@@ -695,7 +695,7 @@ fn mode_server(integrity: bool) -> TestServer {
             .into_iter()
             .map(|(name, mode)| {
                 export_dir(dir, name, &|x| {
-                    x.squash = Squash::NoRootSquash;
+                    x.entries[0].options.squash = Squash::NoRootSquash;
                     x.read_mode = mode;
                     x.write_mode = mode;
                     if integrity {
