@@ -581,3 +581,43 @@ fn a_small_unstable_overwrite_is_written_on_the_task() {
     expected.extend_from_slice(&again);
     assert_eq!(std::fs::read(path_of(&server, 0)).unwrap(), expected);
 }
+
+/// A READ or WRITE takes a file the open-file cache holds without
+/// resolving its handle again, as NFSv3's do: one deleted behind the
+/// server's back (not through REMOVE, which evicts it) is still STALE,
+/// found by the statx of its attributes.
+#[test]
+fn a_cached_file_deleted_behind_our_back_is_stale() {
+    let server = two_exports();
+    let (mut c, mut s) = session(&server);
+    let fh = handle(&server, 0, b"f");
+    ok(&call(
+        &mut c,
+        &mut s,
+        &[putfh(&fh), write(0, b"hello", StableHow4::Unstable)],
+    ));
+    let res = call(&mut c, &mut s, &[putfh(&fh), read(0, 5)]);
+    ok(&res);
+    assert_eq!(reads(&res)[0].data, b"hello");
+    assert!(server.server.exports()[0]
+        .fs
+        .cached_file(fh.as_bytes())
+        .unwrap()
+        .is_some());
+
+    std::fs::remove_file(path_of(&server, 0)).unwrap();
+    let res = call(&mut c, &mut s, &[putfh(&fh), read(0, 5)]);
+    assert_eq!(
+        statuses(&res).last(),
+        Some(&(Opnum4::Read, Nfsstat4::Stale))
+    );
+    let res = call(
+        &mut c,
+        &mut s,
+        &[putfh(&fh), write(0, b"x", StableHow4::Unstable)],
+    );
+    assert_eq!(
+        statuses(&res).last(),
+        Some(&(Opnum4::Write, Nfsstat4::Stale))
+    );
+}

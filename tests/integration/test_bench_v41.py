@@ -1,0 +1,73 @@
+"""bench/run's NFSv4.1 comparison: the rows driven by dionfs-loadgen run
+the data and per-call jobs only, and results.md's table gives per job the
+v4.1/v3 and v4.1/Ganesha speed-ups with the issue's goals marked (latency
+inverted; a READ's system calls as a difference), the libnfs cross-check
+ratio, and the read-back of the v4.1 writes by libnfs."""
+
+from __future__ import annotations
+
+from benchrun import load_bench_run
+
+
+def entry(v):
+    return {"reps": 1, "failed": [], "mib_s": {"median": v}, "p50": {"median": v},
+            "syscalls_per_call": {"median": v}}
+
+
+def test_v41_rows_run_the_data_and_per_call_jobs_only():
+    b = load_bench_run()
+    p = dict(b.SMOKE, seq_size=32 << 20, ior_size=8 << 20, ior_records=10)
+    jobs = {j.name: j for j in b.job_list(p)}
+    for s in b.V41_SYSTEMS:
+        ran = {n for n, j in jobs.items() if j.runs_on(s)}
+        assert {"seq-write", "seq-read", "rand-write-qd64", "ior-hard-rewrite", "overwrite-1k",
+                "mixed-16", "lm-rand-read-qd64", "calls-read-4k"} <= ran
+        assert not any(n.startswith(("fair-", "meta-")) for n in ran), ran
+    # and nobody else's selection changed
+    assert not jobs["mixed-16"].runs_on("fio-direct")
+    assert jobs["meta-create"].runs_on("dionfs-direct")
+
+
+def test_table_marks_the_goals():
+    b = load_bench_run()
+    jobs = [b.Job("seq-read", "tput", "Sequential read", "-"),
+            b.Job("rand-read-qd16", "tput", "Random read", "-"),
+            b.Job("overwrite-1k", "lat", "Overwrite", "-"),
+            b.Job("calls-read-4k", "calls", "READ cost", "-", b.NFS_SYSTEMS)]
+    summ = {
+        # v4.1 0.96x v3 and above Ganesha; libnfs agrees within 2%
+        "seq-read": {"dionfs-direct-v3": entry(1000), "dionfs-direct-v41": entry(960),
+                     "ganesha-v41": entry(900), "dionfs-direct": entry(980)},
+        # v4.1 below 0.95x v3 and below Ganesha
+        "rand-read-qd16": {"dionfs-direct-v3": entry(100), "dionfs-direct-v41": entry(90),
+                           "ganesha-v41": entry(95)},
+        # latency: 50 us against 40 over v3 is 0.8x
+        "overwrite-1k": {"dionfs-direct-v3": entry(40), "dionfs-direct-v41": entry(50),
+                         "ganesha-v41": entry(60)},
+        # 1.5 system calls more per READ over v4.1
+        "calls-read-4k": {"dionfs-direct-v3": entry(10), "dionfs-direct-v41": entry(11.5),
+                          "ganesha-v41": entry(9)},
+    }
+    systems = ["dionfs-direct", "dionfs-direct-v3", "dionfs-direct-v41", "ganesha-v41"]
+    labels = {s: s for s in systems}
+    checks = [{"job": "_crosscheck", "system": "dionfs-direct-v41", "rep": 1,
+               "verified_bytes": 32 << 20, "mismatch_bytes": 0},
+              {"job": "_crosscheck", "system": "ganesha-v41", "rep": 1,
+               "verified_bytes": 32 << 20, "mismatch_bytes": 4096}]
+    md = b.v41_table(summ, jobs, systems, labels, checks)
+
+    def row(job):
+        line = next(x for x in md.splitlines() if x.startswith(f"| `{job}`"))
+        return [c.strip() for c in line.strip("|").split("|")]
+    assert row("seq-read")[4:] == ["0.96", "900", "1.07", "v3 ok, Ganesha ok", "980", "1.02"]
+    assert row("rand-read-qd16")[4:8] == ["0.90", "95.0", "0.95", "v3 MISSED, Ganesha MISSED"]
+    assert row("overwrite-1k")[4:8] == ["0.80", "60.0", "1.20", "v3 MISSED, Ganesha ok"]
+    assert row("calls-read-4k")[7] == "+1.50 (MISSED: ≤ +1)"
+    assert "32 MiB verified, all right" in md
+    assert "**4,096 WRONG BYTES**" in md
+
+
+def test_no_table_without_the_v41_row():
+    b = load_bench_run()
+    jobs = [b.Job("seq-read", "tput", "Sequential read", "-")]
+    assert b.v41_table({"seq-read": {}}, jobs, ["dionfs-direct", "ganesha"], {}, []) == ""
