@@ -369,3 +369,79 @@ pub fn nfs4_callback(data: &[u8]) {
         Err(e) => check_error(&e, data.len()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use crate::seeds;
+
+    /// The opnums whose ops `decode_op` decodes at `minor`: those that
+    /// ask for arguments after their opnum, and those without arguments,
+    /// not those it answers `NOTSUPP` or `OP_ILLEGAL`.
+    fn decoded_ops(minor: u32) -> BTreeSet<u32> {
+        (0..=u32::from(u8::MAX))
+            .filter(|op| match decode_op(&op.to_be_bytes(), minor) {
+                Err(XdrError::Truncated { .. }) => true,
+                Ok((ArgOp::NotSupp(_) | ArgOp::Illegal(_), _)) => false,
+                Ok(_) => true,
+                Err(_) => false,
+            })
+            .collect()
+    }
+
+    /// The opnums of each op in the COMPOUND `data`, as the target reads
+    /// them.
+    fn ops_of(data: &[u8]) -> Vec<u32> {
+        let Some((head, used)) = check_prefix::<CompoundHead>(data) else {
+            return Vec::new();
+        };
+        let mut rest = &data[used..];
+        let mut found = Vec::new();
+        for _ in 0..head.numops.min(MAX_OPS) {
+            let Ok((op, used)) = decode_op(rest, head.minorversion) else {
+                break;
+            };
+            found.push(op.opnum());
+            rest = &rest[used..];
+            if let ArgOp::Write(head) = op {
+                match rest.get(head.payload_len()..) {
+                    Some(after) => rest = after,
+                    None => break,
+                }
+            }
+        }
+        found
+    }
+
+    /// Every op the server decodes has a seed that reaches it, so that
+    /// the fuzzer starts from each one's arguments.
+    #[test]
+    fn every_decoded_op_has_a_compound_seed() {
+        let seeded: BTreeSet<u32> = seeds::all()
+            .iter()
+            .filter(|s| s.target == "nfs4_compound")
+            .flat_map(|s| ops_of(&s.bytes))
+            .collect();
+        let decoded = decoded_ops(2);
+        // RFC 8881's and RFC 7862's ops but those dionfs answers NOTSUPP.
+        assert!(decoded.len() > 50, "{decoded:?}");
+        let missing: Vec<_> = decoded.difference(&seeded).collect();
+        assert!(missing.is_empty(), "ops without a seed: {missing:?}");
+    }
+
+    /// Every result a client decodes has a seed.
+    #[test]
+    fn every_result_has_a_seed() {
+        let seeded: BTreeSet<u8> = seeds::all()
+            .iter()
+            .filter(|s| s.target == "nfs4_results")
+            .filter_map(|s| s.bytes.first().copied())
+            .collect();
+        for m in RESULTS {
+            let sel = crate::selector(RESULTS, m.name);
+            assert!(seeded.contains(&sel), "no seed of {}", m.name);
+        }
+    }
+}

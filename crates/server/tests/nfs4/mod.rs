@@ -80,6 +80,7 @@ impl TestServer {
         let calls = Arc::new(CallStats::new(counted_programs()));
         let limits = ConnLimits {
             max_record: server.max_args + 8192,
+            stall_timeout: config.server.stall_timeout,
             ..ConnLimits::default()
         };
         let settings = &config.server;
