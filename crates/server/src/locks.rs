@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
 use dionfs_core::locks::shares::{Reservation, Reserve, ShareTable};
-use dionfs_core::locks::table::{Attempt, LockTable, Opener};
+use dionfs_core::locks::table::{Attempt, LockTable, Opener, Unlock};
 use dionfs_core::locks::{LockOwner, Span};
 
 /// An NFSv4 client, by the id the server gave it at EXCHANGE_ID.
@@ -261,13 +261,17 @@ impl Locks {
         self.shares.lock().reserve(fh, owner, reservation)
     }
 
-    /// Releases `span` of `owner`'s locks on `fh`, and tells of the file.
-    /// (NLM releases its own owners' locks on the table and grants their
-    /// waiters under the same lock.)
-    pub fn unlock(&self, fh: &[u8], owner: &Owner, span: Span) -> std::io::Result<()> {
-        self.table.lock().unlock(fh, owner, span)?;
-        self.tell_released(fh.to_vec());
-        Ok(())
+    /// Releases `span` of `owner`'s locks on `fh`, and tells of the file
+    /// ([`LockTable::unlock`]: an unlock splitting a lock past the
+    /// address's bound on ranges is refused). (NLM releases its own
+    /// owners' locks on the table and grants their waiters under the same
+    /// lock.)
+    pub fn unlock(&self, fh: &[u8], owner: &Owner, span: Span) -> std::io::Result<Unlock> {
+        let unlocked = self.table.lock().unlock(fh, owner, span)?;
+        if unlocked == Unlock::Released {
+            self.tell_released(fh.to_vec());
+        }
+        Ok(unlocked)
     }
 
     /// Drops every lock, waiter and share reservation of the clients
@@ -380,7 +384,10 @@ mod tests {
         assert!(released.try_recv().is_err());
         // The v4 unlock names the file; the waiter can then be granted and
         // downcast back.
-        locks.unlock(fh, &v4_owner(), span(0, 0)).unwrap();
+        assert_eq!(
+            locks.unlock(fh, &v4_owner(), span(0, 0)).unwrap(),
+            Unlock::Released
+        );
         assert_eq!(released.try_recv().unwrap(), fh);
         let granted = locks.table.lock().grant_waiters(fh).granted;
         assert_eq!(granted.len(), 1);

@@ -13,11 +13,12 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use dionfs_core::locks::limits::{MAX_RANGES_PER_CLIENT, RANGE_SPLITS_PAST_BOUND};
 use dionfs_proto::nfs4::{
-    ArgOp, ChannelAttrs4, Component4, CreateHow4, LockArgs4, Locker4, LookupArgs4, NfsFh4,
-    NfsLockType4, Nfsstat4, Opaque4, OpenArgs4, OpenClaim4, OpenFlag4, OpenToLockOwner4, Opnum4,
-    Res4, ResOp, SetAttrs4, StableHow4, StateId4, StateOwner4, WriteHead4, OPEN4_SHARE_ACCESS_BOTH,
-    OPEN4_SHARE_ACCESS_READ, OPEN4_SHARE_DENY_NONE,
+    ArgOp, ChannelAttrs4, Component4, CreateHow4, LockArgs4, Locker4, LockuArgs4, LookupArgs4,
+    NfsFh4, NfsLockType4, Nfsstat4, Opaque4, OpenArgs4, OpenClaim4, OpenFlag4, OpenToLockOwner4,
+    Opnum4, Res4, ResOp, SetAttrs4, StableHow4, StateId4, StateOwner4, WriteHead4,
+    OPEN4_SHARE_ACCESS_BOTH, OPEN4_SHARE_ACCESS_READ, OPEN4_SHARE_DENY_NONE,
 };
 use dionfs_rpc::{encode_call, framed, AuthSys, Credential};
 use dionfs_server::nfs4::state::limits::{
@@ -523,29 +524,31 @@ fn opens_and_locks_without_end_stop_at_their_bounds() {
     ok(&other.in_session(&mut o, 0, false, &[putfh(&file), ArgOp::Getfh]));
 }
 
-/// Byte ranges one lock-owner holds on one file are not bounded: each
-/// LOCK of a range apart from the others is granted, kept in the lock
-/// table (`dionfs_core::locks::table`, whose `Held::add` scans the
-/// owner's ranges, so each LOCK costs more than the last) and in the
-/// kernel as an OFD lock. Ignored until the lock tables bound ranges per
-/// client address, as they bound descriptions and shares (NLM has the
-/// same hole): run with `--ignored` to see it.
+/// A lock-owner locking one-byte ranges apart from each other, each kept
+/// in the lock table and in the kernel as an OFD lock, meets the bound on
+/// the ranges a client address holds (`MAX_RANGES_PER_CLIENT`, shared
+/// with NLM): `NFS4ERR_DELAY`. Quickly: a LOCK looks only at the owner's
+/// ranges it touches. A LOCKU splitting a lock in two may still go
+/// `RANGE_SPLITS_PAST_BOUND` ranges past the bound, then is
+/// `NFS4ERR_LOCK_RANGE`.
 #[test]
-#[ignore = "ranges per lock-owner are unbounded (core lock table)"]
 fn locks_on_ranges_without_end_stop_at_a_bound() {
     let server = TestServer::start_exports(|_| {}, |dir| vec![export_dir(dir, "export", &|_| {})]);
     let mut c = server.client();
     let (mut s, root) = ready(&server, &mut c, b"ranges", OPERATIONS_PER_COMPOUND);
     let (file, stateid) = create(&mut c, &mut s, &root, b"first", "f");
-    let lock = |offset: u64, locker| {
+    let lock = |offset: u64, length: u64, locker| {
         ArgOp::Lock(LockArgs4 {
             locktype: NfsLockType4::Write,
             reclaim: false,
             offset,
-            length: 1,
+            length,
             locker,
         })
     };
+    // First a long lock, past the one-byte ones, to split at the end.
+    let splits = RANGE_SPLITS_PAST_BOUND as u64;
+    let long = 1 << 40;
     let res = c.in_session(
         &mut s,
         0,
@@ -553,7 +556,8 @@ fn locks_on_ranges_without_end_stop_at_a_bound() {
         &[
             putfh(&file),
             lock(
-                0,
+                long,
+                3 * (splits + 1),
                 Locker4::OpenOwner(OpenToLockOwner4 {
                     open_seqid: 0,
                     open_stateid: stateid,
@@ -587,11 +591,34 @@ fn locks_on_ranges_without_end_stop_at_a_bound() {
         }
         lock(
             2 * (n as u64 + 1),
+            1,
             Locker4::LockOwner(dionfs_proto::nfs4::ExistLockOwner4 {
                 lock_stateid,
                 lock_seqid: 0,
             }),
         )
     });
-    assert!(ranges < 20_000);
+    assert_eq!(ranges + 1, MAX_RANGES_PER_CLIENT);
+    eprintln!("bound met after {:?}", started.elapsed());
+
+    // Unlocking one byte out of every three of the long lock splits it.
+    let locku = |k: u64| {
+        ArgOp::Locku(LockuArgs4 {
+            locktype: NfsLockType4::Write,
+            seqid: 0,
+            lock_stateid,
+            offset: long + 3 * k + 1,
+            length: 1,
+        })
+    };
+    let per = s.attrs.maxoperations as u64 - 2;
+    let mut k = 0;
+    while k < splits {
+        let mut ops = vec![putfh(&file)];
+        ops.extend((k..splits.min(k + per)).map(locku));
+        ok(&c.in_session(&mut s, 0, false, &ops));
+        k += per;
+    }
+    let res = c.in_session(&mut s, 0, false, &[putfh(&file), locku(splits)]);
+    assert_eq!(statuses(&res)[2].1, Nfsstat4::LockRange);
 }

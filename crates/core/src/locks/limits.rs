@@ -24,6 +24,9 @@ pub enum Limit {
     Waiters,
     /// [`MAX_WAITERS_PER_CLIENT_TOTAL`].
     AllWaiters,
+    /// [`MAX_RANGES_PER_CLIENT`] (for an unlock that splits a lock,
+    /// [`RANGE_SPLITS_PAST_BOUND`] more).
+    Ranges,
 }
 
 /// Open descriptions (lock owners on files) one client address may have,
@@ -44,6 +47,29 @@ pub const MAX_WAITERS_PER_CLIENT_TOTAL: usize = 1024;
 /// costs memory, and a reservation of no access or deny mode conflicts
 /// with none.
 pub const MAX_SHARES_PER_CLIENT: usize = 4096;
+/// Byte ranges one client address may hold locked, over all its owners
+/// and files, as the kernel holds them (adjacent ranges of one kind are
+/// one). Each is a kernel `file_lock` (about 200 bytes) and an entry in
+/// the table; and every `fcntl` on a file walks all of the file's locks
+/// (`posix_lock_inode`: three quarters of the time of a client locking
+/// 16,384 ranges of one file went there), so a client locking one-byte
+/// ranges without end would take memory without end and make every lock
+/// on the file, anyone's, slower than the last. Twice
+/// [`MAX_DESCRIPTIONS_PER_CLIENT`]: a client holding every description it
+/// may has room for two ranges in each (a lock and a split of it), and
+/// one owner may hold them all (record locks in one file); at the bound
+/// an address costs about 2 MiB, and a walk of a file's locks 8,192
+/// entries more.
+pub const MAX_RANGES_PER_CLIENT: usize = 2 * MAX_DESCRIPTIONS_PER_CLIENT;
+/// How far past [`MAX_RANGES_PER_CLIENT`] an unlock may still go by
+/// splitting a lock in two (unlocking its middle): a LOCK is refused at
+/// the bound, but an unlock refused leaves the client's application
+/// thinking the range free while the server holds it, so a client at the
+/// bound may still split this many (a sixteenth of the bound). Past it the unlock is refused too
+/// (NLM4_DENIED_NOLOCKS, as lockd answers an unlock the kernel could not
+/// make; NFSv4 `NFS4ERR_LOCK_RANGE`), else unlocking the middle of one
+/// long lock byte after byte would be the unbounded way in.
+pub const RANGE_SPLITS_PAST_BOUND: usize = MAX_RANGES_PER_CLIENT / 16;
 
 /// The open descriptions, counted per client address and name.
 pub(super) struct Descriptions<O: LockOwner> {
@@ -140,9 +166,38 @@ impl<O: LockOwner> Descriptions<O> {
     }
 }
 
+/// The byte ranges held, counted per client address.
+#[derive(Default)]
+pub(super) struct Ranges {
+    per_address: HashMap<IpAddr, usize>,
+}
+
+impl Ranges {
+    /// Whether address `ip` may go from what it holds to `grows_by` more
+    /// and stay within `max` (a change that does not grow always may).
+    pub(super) fn room(&self, ip: IpAddr, grows_by: isize, max: usize) -> bool {
+        let held = self.held(ip);
+        grows_by <= 0 || held.saturating_add(grows_by.unsigned_abs()) <= max
+    }
+
+    /// Address `ip` holds `removed` ranges fewer and `added` more.
+    pub(super) fn change(&mut self, ip: IpAddr, removed: usize, added: usize) {
+        let held = self.per_address.entry(ip).or_default();
+        *held = (*held + added).saturating_sub(removed);
+        if *held == 0 {
+            self.per_address.remove(&ip);
+        }
+    }
+
+    /// The ranges address `ip` holds.
+    pub(super) fn held(&self, ip: IpAddr) -> usize {
+        self.per_address.get(&ip).copied().unwrap_or(0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::super::table::{Attempt, LockTable};
+    use super::super::table::{Attempt, LockTable, Unlock};
     use super::super::testing::*;
     use super::super::Span;
     use super::*;
@@ -186,7 +241,10 @@ mod tests {
         );
         assert_eq!(t.open_count(), MAX_DESCRIPTIONS_PER_CLIENT + 1);
         // Releasing gives descriptions back.
-        t.unlock(b"fh", &named(5), span(5, 1)).unwrap();
+        assert_eq!(
+            t.unlock(b"fh", &named(5), span(5, 1)).unwrap(),
+            Unlock::Released
+        );
         assert_eq!(
             lock(&mut t, &one_more, span(1 << 30, 1), false),
             Attempt::Granted
@@ -208,6 +266,112 @@ mod tests {
             Attempt::NoLocks(Limit::Waiters)
         );
         assert_eq!(t.waiter_count(), MAX_WAITERS_PER_CLIENT);
+    }
+
+    #[test]
+    fn a_client_holds_a_bounded_number_of_ranges_and_splits_a_few_more() {
+        let (_dir, path) = data_file();
+        let mut t: Table<()> = LockTable::default();
+        let mut open = opener(&path);
+        let a = owner(1);
+        let mut lock = |t: &mut Table<()>, who: &TestOwner, at: Span, exclusive: bool| {
+            t.lock(b"fh", who, b"", at, exclusive, &mut open, None)
+                .unwrap()
+        };
+        // One long lock, to split later, and one-byte locks with gaps.
+        let long = 1 << 20;
+        let splits = RANGE_SPLITS_PAST_BOUND as u64;
+        assert_eq!(
+            lock(&mut t, &a, span(long, 3 * (splits + 1)), true),
+            Attempt::Granted
+        );
+        for i in 0..MAX_RANGES_PER_CLIENT as u64 - 1 {
+            assert_eq!(lock(&mut t, &a, span(2 * i, 1), true), Attempt::Granted);
+        }
+        assert_eq!(t.lock_count(), MAX_RANGES_PER_CLIENT);
+        let past = span(2 * MAX_RANGES_PER_CLIENT as u64, 1);
+        assert_eq!(
+            lock(&mut t, &a, past, true),
+            Attempt::NoLocks(Limit::Ranges)
+        );
+        // A lock of the gap between two is merged with both, as the kernel
+        // merges them: one range fewer, and room for one more.
+        assert_eq!(lock(&mut t, &a, span(1, 1), true), Attempt::Granted);
+        assert_eq!(t.lock_count(), MAX_RANGES_PER_CLIENT - 1);
+        assert_eq!(lock(&mut t, &a, past, true), Attempt::Granted);
+        // A read lock in the middle of a write lock would make three of it.
+        assert_eq!(
+            lock(&mut t, &a, span(1, 1), false),
+            Attempt::NoLocks(Limit::Ranges)
+        );
+        // Another owner of the address is refused before a description is
+        // opened for it; another address is not affected.
+        let mut opened = 0;
+        let mut counting = || {
+            opened += 1;
+            opener(&path)()
+        };
+        assert_eq!(
+            t.lock(
+                b"fh",
+                &owner(2),
+                b"",
+                span(1 << 30, 1),
+                true,
+                &mut counting,
+                None
+            )
+            .unwrap(),
+            Attempt::NoLocks(Limit::Ranges)
+        );
+        assert_eq!(opened, 0);
+        let other = other_client();
+        assert_eq!(
+            lock(&mut t, &other, span(1 << 30, 1), true),
+            Attempt::Granted
+        );
+        // Unlocks may split the long lock RANGE_SPLITS_PAST_BOUND times past
+        // the bound, one byte out of every three (into two-byte locks).
+        for k in 0..splits {
+            let middle = span(long + 3 * k + 1, 1);
+            assert_eq!(t.unlock(b"fh", &a, middle).unwrap(), Unlock::Released);
+        }
+        let held = MAX_RANGES_PER_CLIENT + RANGE_SPLITS_PAST_BOUND;
+        assert_eq!(t.lock_count(), held + 1);
+        // One more is refused, and neither the table nor the kernel let go.
+        let middle = span(long + 3 * splits + 1, 1);
+        assert_eq!(
+            t.unlock(b"fh", &a, middle).unwrap(),
+            Unlock::NoLocks(Limit::Ranges)
+        );
+        assert_eq!(t.lock_count(), held + 1);
+        let holder = t
+            .test(b"fh", &other, middle, true, &mut opener(&path))
+            .unwrap()
+            .unwrap();
+        assert_eq!(holder.owner, Some((a.clone(), Vec::new())));
+        // What is left of the long lock, as the kernel holds it.
+        assert_eq!(holder.span, span(long + 3 * splits - 1, 4));
+        // Unlocks that split nothing always go through; a LOCK still waits
+        // for the address to be back within the bound.
+        assert_eq!(t.unlock(b"fh", &a, span(0, 3)).unwrap(), Unlock::Released);
+        assert_eq!(t.lock_count(), held);
+        assert_eq!(
+            lock(&mut t, &a, span(0, 1), true),
+            Attempt::NoLocks(Limit::Ranges)
+        );
+        for i in 2..RANGE_SPLITS_PAST_BOUND as u64 + 3 {
+            assert_eq!(
+                t.unlock(b"fh", &a, span(2 * i, 1)).unwrap(),
+                Unlock::Released
+            );
+        }
+        assert_eq!(lock(&mut t, &a, span(0, 1), true), Attempt::Granted);
+        // A client dropped gives its ranges back.
+        let client = |c: &TestClient| *c == a.client();
+        assert_eq!(t.drop_clients(client).len(), 1);
+        assert_eq!(t.lock_count(), 1);
+        assert_eq!(t.ranges_held().held(client_ip()), 0);
     }
 
     #[test]
@@ -290,7 +454,10 @@ mod tests {
                 .unwrap(),
             Attempt::Granted
         );
-        t.unlock(b"fh", &as_name(7), span(7, 1)).unwrap();
+        assert_eq!(
+            t.unlock(b"fh", &as_name(7), span(7, 1)).unwrap(),
+            Unlock::Released
+        );
         assert_eq!(
             t.lock(
                 b"fh",
@@ -326,7 +493,10 @@ mod tests {
                 .unwrap(),
             Attempt::NoLocks(Limit::Server)
         );
-        t.unlock(b"fh", &client(3), span(3, 1)).unwrap();
+        assert_eq!(
+            t.unlock(b"fh", &client(3), span(3, 1)).unwrap(),
+            Unlock::Released
+        );
         assert_eq!(
             t.lock(b"fh", &client(10), b"", span(99, 1), false, &mut open, None)
                 .unwrap(),

@@ -7,21 +7,27 @@
 //! server itself (`fcntl` locks conflict with OFD locks). Upgrades,
 //! downgrades and the split of a lock by a partial unlock are the
 //! kernel's POSIX semantics on the owner's description. The table keeps
-//! its own copy of each owner's ranges only to know when an owner holds
-//! nothing more (its description is then closed), whom to name as the
-//! holder in a TEST's denial, and who waits for whom (deadlocks).
+//! its own copy of each owner's ranges, as the kernel holds them, only to
+//! know when an owner holds nothing more (its description is then
+//! closed), whom to name as the holder in a TEST's denial, who waits for
+//! whom (deadlocks), and how many ranges each client address holds (a
+//! lock, or an unlock splitting one, past its bound is refused before the
+//! kernel is asked: [`super::limits::MAX_RANGES_PER_CLIENT`]).
 //!
 //! Everything here is synchronous and quick (non-blocking `fcntl`s under
 //! the caller's mutex); the services call it from blocking threads.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::net::IpAddr;
 use std::os::fd::OwnedFd;
 use std::time::Instant;
 
 use dionfs_sys::lock::{ofd_getlk, ofd_setlk, LockType};
 
-use super::limits::{Descriptions, Limit, MAX_WAITERS_PER_CLIENT, MAX_WAITERS_PER_CLIENT_TOTAL};
+use super::limits::{
+    Descriptions, Limit, Ranges, MAX_RANGES_PER_CLIENT, MAX_WAITERS_PER_CLIENT,
+    MAX_WAITERS_PER_CLIENT_TOTAL, RANGE_SPLITS_PAST_BOUND,
+};
 use super::{LockOwner, Span};
 
 /// What one owner holds on one file.
@@ -29,46 +35,109 @@ struct Held {
     fd: OwnedFd,
     /// Whether `fd` is open for writing (exclusive locks need it).
     writable: bool,
-    /// The owner's locks as (span, exclusive), as the kernel holds them.
-    ranges: Vec<(Span, bool)>,
+    /// The owner's locks as the kernel holds them on `fd`: disjoint, by
+    /// start, each (end, exclusive), adjacent locks of one kind merged
+    /// into one as the kernel merges them (`posix_lock_inode`), so that
+    /// their number is the kernel's. Ordered, so that a lock or unlock
+    /// looks only at the ranges it touches.
+    ranges: BTreeMap<u64, (u64, bool)>,
     /// What the owner's last call called it (NLM's owner handle), to
     /// name it in a TEST's denial.
     label: Vec<u8>,
 }
 
+/// What a lock or unlock does to an owner's ranges: the ranges it takes
+/// away (by start) and those it puts in their place.
+struct Change {
+    removed: Vec<u64>,
+    added: Vec<(Span, bool)>,
+}
+
+impl Change {
+    /// How many ranges more the owner holds after it.
+    fn grows_by(&self) -> isize {
+        // Both are at most the owner's ranges plus two: far below isize::MAX.
+        self.added.len() as isize - self.removed.len() as isize
+    }
+}
+
 impl Held {
-    fn remove(&mut self, span: Span) {
-        let mut kept = Vec::with_capacity(self.ranges.len() + 1);
-        for &(r, excl) in &self.ranges {
-            if !r.overlaps(span) {
-                kept.push((r, excl));
-                continue;
-            }
-            if r.start < span.start {
-                kept.push((
-                    Span {
-                        start: r.start,
-                        end: span.start - 1,
-                    },
-                    excl,
-                ));
-            }
-            if r.end > span.end {
-                kept.push((
-                    Span {
-                        start: span.end + 1,
-                        end: r.end,
-                    },
-                    excl,
-                ));
-            }
-        }
-        self.ranges = kept;
+    /// The owner's ranges sharing a byte with `span`, by start.
+    fn overlapping(&self, span: Span) -> impl Iterator<Item = (Span, bool)> + '_ {
+        // The one range that may start before `span` and reach into it
+        // (the ranges are disjoint), then those starting in it.
+        let before = self
+            .ranges
+            .range(..span.start)
+            .next_back()
+            .filter(|(_, &(end, _))| end >= span.start)
+            .map_or(span.start, |(&start, _)| start);
+        // `before` is at most `span.start`, so at most its end but for a
+        // span ending before it starts, which `range` would panic at.
+        self.ranges
+            .range(before..=span.end.max(before))
+            .map(|(&start, &(end, exclusive))| (Span { start, end }, exclusive))
     }
 
-    fn add(&mut self, span: Span, exclusive: bool) {
-        self.remove(span);
-        self.ranges.push((span, exclusive));
+    /// What taking `span` (`Some(exclusive)`) or releasing it (`None`)
+    /// does to the owner's ranges, as the kernel does it: ranges of
+    /// another kind (all, for a release) lose the bytes of `span`, which
+    /// splits one that reaches past both its ends in two; ranges of the
+    /// lock's kind overlapping or adjacent to it are merged into it.
+    fn plan(&self, span: Span, lock: Option<bool>) -> Change {
+        let mut change = Change {
+            removed: Vec::new(),
+            added: Vec::new(),
+        };
+        let mut merged = span;
+        // A lock also looks at the bytes next to it, to merge with.
+        let touching = match lock {
+            Some(_) => Span {
+                start: span.start.saturating_sub(1),
+                end: span.end.saturating_add(1),
+            },
+            None => span,
+        };
+        for (r, exclusive) in self.overlapping(touching) {
+            if lock == Some(exclusive) {
+                merged.start = merged.start.min(r.start);
+                merged.end = merged.end.max(r.end);
+                change.removed.push(r.start);
+                continue;
+            }
+            if !r.overlaps(span) {
+                // Adjacent, of another kind: untouched.
+                continue;
+            }
+            change.removed.push(r.start);
+            if r.start < span.start {
+                let left = Span {
+                    start: r.start,
+                    end: span.start - 1,
+                };
+                change.added.push((left, exclusive));
+            }
+            if r.end > span.end {
+                let right = Span {
+                    start: span.end + 1,
+                    end: r.end,
+                };
+                change.added.push((right, exclusive));
+            }
+        }
+        if let Some(exclusive) = lock {
+            change.added.push((merged, exclusive));
+        }
+        change
+    }
+
+    fn apply(&mut self, change: Change) {
+        for start in change.removed {
+            self.ranges.remove(&start);
+        }
+        for (span, exclusive) in change.added {
+            self.ranges.insert(span.start, (span.end, exclusive));
+        }
     }
 }
 
@@ -122,6 +191,17 @@ pub enum Attempt {
     Deadlock,
 }
 
+/// The outcome of an unlock.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use]
+pub enum Unlock {
+    /// Released (or nothing was held).
+    Released,
+    /// It would split a lock past the address's bound on ranges; nothing
+    /// changed (NLM4_DENIED_NOLOCKS, NFS4ERR_LOCK_RANGE).
+    NoLocks(Limit),
+}
+
 /// How many wait-for edges a deadlock search follows before it gives up
 /// (under the table's mutex).
 const DEADLOCK_SEARCH: usize = 1024;
@@ -150,6 +230,7 @@ pub struct Retried<O, T> {
 pub struct LockTable<O: LockOwner, T> {
     files: HashMap<Vec<u8>, FileLocks<O, T>>,
     open: Descriptions<O>,
+    ranges: Ranges,
 }
 
 impl<O: LockOwner, T> Default for LockTable<O, T> {
@@ -157,6 +238,7 @@ impl<O: LockOwner, T> Default for LockTable<O, T> {
         Self {
             files: HashMap::new(),
             open: Descriptions::default(),
+            ranges: Ranges::default(),
         }
     }
 }
@@ -182,6 +264,12 @@ impl<O: LockOwner, T> LockTable<O, T> {
         &self.open
     }
 
+    /// The accounting of ranges held (for tests of the limits).
+    #[cfg(test)]
+    pub(super) fn ranges_held(&self) -> &Ranges {
+        &self.ranges
+    }
+
     /// Tries to take `span` for `owner` on file `fh` without waiting;
     /// `label` is what the call calls the owner (see [`Holder`]). `open`
     /// gives the owner a description if it has none on the file. On a
@@ -200,7 +288,13 @@ impl<O: LockOwner, T> LockTable<O, T> {
     ) -> std::io::Result<Attempt> {
         let file = self.files.entry(fh.to_vec()).or_default();
         if !file.owners.contains_key(owner) {
-            if let Err(limit) = self.open.room_for(owner) {
+            // A new owner's lock is one more range: refused before its
+            // description is opened if there is no room for it.
+            let room = self
+                .open
+                .room_for(owner)
+                .and_then(|()| Self::room_for_ranges(&self.ranges, owner, 1));
+            if let Err(limit) = room {
                 self.tidy(fh);
                 return Ok(Attempt::NoLocks(limit));
             }
@@ -211,12 +305,12 @@ impl<O: LockOwner, T> LockTable<O, T> {
                 Held {
                     fd,
                     writable,
-                    ranges: Vec::new(),
+                    ranges: BTreeMap::new(),
                     label: label.to_vec(),
                 },
             );
         }
-        let result = Self::try_take(file, owner, span, exclusive);
+        let result = Self::try_take(file, &mut self.ranges, owner, span, exclusive);
         match (&result, waiter) {
             (Ok(Attempt::Granted), _) => {
                 if let Some(held) = file.owners.get_mut(owner) {
@@ -266,8 +360,12 @@ impl<O: LockOwner, T> LockTable<O, T> {
         result
     }
 
+    /// Takes `span` for `owner`, if the kernel grants it and the owner's
+    /// address has room for the ranges it comes to (checked first: the
+    /// kernel is not asked past the bound).
     fn try_take(
         file: &mut FileLocks<O, T>,
+        ranges: &mut Ranges,
         owner: &O,
         span: Span,
         exclusive: bool,
@@ -278,34 +376,59 @@ impl<O: LockOwner, T> LockTable<O, T> {
         if exclusive && !held.writable {
             return Ok(Attempt::ReadOnly);
         }
+        let change = held.plan(span, Some(exclusive));
+        if let Err(limit) = Self::room_for_ranges(ranges, owner, change.grows_by()) {
+            return Ok(Attempt::NoLocks(limit));
+        }
         let kind = if exclusive {
             LockType::Write
         } else {
             LockType::Read
         };
         if ofd_setlk(&held.fd, kind, span.to_fcntl())? {
-            held.add(span, exclusive);
+            ranges.change(owner.address(), change.removed.len(), change.added.len());
+            held.apply(change);
             Ok(Attempt::Granted)
         } else {
             Ok(Attempt::Conflict)
         }
     }
 
+    /// Whether `owner`'s address may hold `grows_by` ranges more with a
+    /// lock ([`MAX_RANGES_PER_CLIENT`]).
+    fn room_for_ranges(ranges: &Ranges, owner: &O, grows_by: isize) -> Result<(), Limit> {
+        if ranges.room(owner.address(), grows_by, MAX_RANGES_PER_CLIENT) {
+            Ok(())
+        } else {
+            Err(Limit::Ranges)
+        }
+    }
+
     /// Releases `span` of `owner`'s locks on `fh` (nothing held: nothing
     /// to do), and drops the owner's waiters overlapping it (a client
     /// unlocks what it stopped waiting for, as knfsd's unlock cancels).
-    pub fn unlock(&mut self, fh: &[u8], owner: &O, span: Span) -> std::io::Result<()> {
+    /// An unlock that splits a lock in two, its address holding
+    /// [`RANGE_SPLITS_PAST_BOUND`] ranges past [`MAX_RANGES_PER_CLIENT`]
+    /// already, is refused and changes nothing.
+    pub fn unlock(&mut self, fh: &[u8], owner: &O, span: Span) -> std::io::Result<Unlock> {
         let Some(file) = self.files.get_mut(fh) else {
-            return Ok(());
+            return Ok(Unlock::Released);
         };
+        if let Some(held) = file.owners.get_mut(owner) {
+            let change = held.plan(span, None);
+            let max = MAX_RANGES_PER_CLIENT + RANGE_SPLITS_PAST_BOUND;
+            if !self.ranges.room(owner.address(), change.grows_by(), max) {
+                return Ok(Unlock::NoLocks(Limit::Ranges));
+            }
+            ofd_setlk(&held.fd, LockType::Unlock, span.to_fcntl())?;
+            self.ranges
+                .change(owner.address(), change.removed.len(), change.added.len());
+            held.apply(change);
+        }
         file.waiters
             .retain(|w| !(w.owner == *owner && w.span.overlaps(span)));
-        if let Some(held) = file.owners.get_mut(owner) {
-            ofd_setlk(&held.fd, LockType::Unlock, span.to_fcntl())?;
-            held.remove(span);
-        }
         self.tidy(fh);
-        Ok(())
+        Ok(Unlock::Released)
     }
 
     /// The first lock in the way of `owner` taking `span` on `fh`, if any.
@@ -341,7 +464,7 @@ impl<O: LockOwner, T> LockTable<O, T> {
         let span = Span::from_fcntl(range);
         let owner = self.files.get(fh).and_then(|f| {
             f.owners.iter().find_map(|(o, h)| {
-                (o != owner && h.ranges.iter().any(|&(r, e)| e == excl && r.overlaps(span)))
+                (o != owner && h.overlapping(span).any(|(_, e)| e == excl))
                     .then(|| (o.clone(), h.label.clone()))
             })
         });
@@ -405,13 +528,7 @@ impl<O: LockOwner, T> LockTable<O, T> {
         };
         file.owners
             .iter()
-            .filter(|(o, held)| {
-                *o != owner
-                    && held
-                        .ranges
-                        .iter()
-                        .any(|&(r, e)| r.overlaps(span) && (e || exclusive))
-            })
+            .filter(|(o, held)| *o != owner && held.overlapping(span).any(|(_, e)| e || exclusive))
             .map(|(o, _)| o)
             .collect()
     }
@@ -457,8 +574,10 @@ impl<O: LockOwner, T> LockTable<O, T> {
         };
         let mut waiting = VecDeque::with_capacity(file.waiters.len());
         while let Some(w) = file.waiters.pop_front() {
-            match Self::try_take(file, &w.owner, w.span, w.exclusive) {
+            match Self::try_take(file, &mut self.ranges, &w.owner, w.span, w.exclusive) {
                 Ok(Attempt::Granted) => retried.granted.push(w),
+                // In the way, or no room for the range yet (it waits for
+                // its client to release some, as for the holder's).
                 Ok(_) => waiting.push_back(w),
                 Err(e) => retried.failed.push((w, e)),
             }
@@ -498,14 +617,15 @@ impl<O: LockOwner, T> LockTable<O, T> {
     /// had some, whose waiters may now be granted.
     pub fn drop_clients(&mut self, mut matches: impl FnMut(&O::Client) -> bool) -> Vec<Vec<u8>> {
         let mut touched = Vec::new();
-        let open = &mut self.open;
+        let (open, ranges) = (&mut self.open, &mut self.ranges);
         for (fh, file) in self.files.iter_mut() {
             let before = file.owners.len() + file.waiters.len();
             // Closing the description releases its locks.
-            file.owners.retain(|o, _| {
+            file.owners.retain(|o, held| {
                 let drop = matches(&o.client());
                 if drop {
                     open.remove(o);
+                    ranges.change(o.address(), held.ranges.len(), 0);
                 }
                 !drop
             });
@@ -524,7 +644,7 @@ impl<O: LockOwner, T> LockTable<O, T> {
     /// the descriptions releases the locks); the number of locks dropped.
     pub fn drop_files(&mut self, mut matches: impl FnMut(&[u8]) -> bool) -> usize {
         let mut dropped = 0;
-        let open = &mut self.open;
+        let (open, ranges) = (&mut self.open, &mut self.ranges);
         self.files.retain(|fh, file| {
             if !matches(fh) {
                 return true;
@@ -532,6 +652,7 @@ impl<O: LockOwner, T> LockTable<O, T> {
             for (o, held) in file.owners.drain() {
                 dropped += held.ranges.len();
                 open.remove(&o);
+                ranges.change(o.address(), held.ranges.len(), 0);
             }
             false
         });
@@ -644,7 +765,7 @@ mod tests {
         // Not waiting is never a deadlock: denied.
         assert_eq!(lock(&mut t, f, &b, 0, false), Attempt::Conflict);
         // b lets go: a gets its lock, c no longer waits on a cycle.
-        t.unlock(f, &b, span(20, 10)).unwrap();
+        assert_eq!(t.unlock(f, &b, span(20, 10)).unwrap(), Unlock::Released);
         assert_eq!(t.grant_waiters(f).granted.len(), 1);
     }
 
@@ -672,7 +793,7 @@ mod tests {
         assert_eq!(holder.owner, Some((a.clone(), b"a".to_vec())));
         assert_eq!(holder.span, span(0, 100));
         // A partial unlock splits a's lock: the middle is free.
-        t.unlock(fh, &a, span(40, 20)).unwrap();
+        assert_eq!(t.unlock(fh, &a, span(40, 20)).unwrap(), Unlock::Released);
         assert_eq!(
             t.lock(fh, &b, b"b", span(45, 10), true, &mut open, None)
                 .unwrap(),
@@ -698,13 +819,60 @@ mod tests {
         );
         assert_eq!(t.waiter_count(), 1);
         assert!(t.grant_waiters(fh).granted.is_empty());
-        t.unlock(fh, &a, span(0, 0)).unwrap();
+        assert_eq!(t.unlock(fh, &a, span(0, 0)).unwrap(), Unlock::Released);
         assert_eq!(t.grant_waiters(fh).granted.len(), 1);
         assert_eq!(t.waiter_count(), 0);
         // The client goes away: everything of it is dropped.
         assert_eq!(t.clients().len(), 1);
         let client = |c: &TestClient| matches!(c, TestClient::Host(name, _) if name == b"client");
         assert_eq!(t.drop_clients(client).len(), 1);
+        assert_eq!(t.lock_count(), 0);
+        assert!(t.files.is_empty());
+    }
+
+    #[test]
+    fn an_owners_ranges_merge_and_split_as_the_kernel_does() {
+        let (_dir, path) = data_file();
+        let mut t: Table<()> = LockTable::default();
+        let fh = b"fh".as_slice();
+        let mut open = opener(&path);
+        let a = owner(1);
+        let mut lock = |t: &mut Table<()>, at: Span, exclusive: bool| {
+            t.lock(fh, &a, b"", at, exclusive, &mut open, None).unwrap()
+        };
+        // The lock the kernel shows another owner at byte `at`, and the
+        // table's count: they must agree.
+        let kernel = |t: &mut Table<()>, at: u64| {
+            let probe = &mut opener(&path);
+            let holder = t.test(fh, &other_client(), span(at, 1), true, probe);
+            let holder = holder.unwrap().unwrap();
+            (holder.span, holder.exclusive)
+        };
+        assert_eq!(lock(&mut t, span(0, 10), true), Attempt::Granted);
+        // Adjacent, of another kind: two.
+        assert_eq!(lock(&mut t, span(10, 10), false), Attempt::Granted);
+        assert_eq!(t.lock_count(), 2);
+        assert_eq!(kernel(&mut t, 15), (span(10, 10), false));
+        // Adjacent, of one kind: merged.
+        assert_eq!(lock(&mut t, span(20, 10), false), Attempt::Granted);
+        assert_eq!(t.lock_count(), 2);
+        assert_eq!(kernel(&mut t, 25), (span(10, 20), false));
+        // A write lock across both: merged with the write lock, cutting
+        // the read lock short.
+        assert_eq!(lock(&mut t, span(5, 20), true), Attempt::Granted);
+        assert_eq!(t.lock_count(), 2);
+        assert_eq!(kernel(&mut t, 0), (span(0, 25), true));
+        assert_eq!(kernel(&mut t, 27), (span(25, 5), false));
+        // An unlock in the middle splits it.
+        assert_eq!(t.unlock(fh, &a, span(3, 2)).unwrap(), Unlock::Released);
+        assert_eq!(t.lock_count(), 3);
+        assert_eq!(kernel(&mut t, 0), (span(0, 3), true));
+        assert_eq!(kernel(&mut t, 5), (span(5, 20), true));
+        // To the end, then all of it: one, then none.
+        assert_eq!(lock(&mut t, span(2, 0), false), Attempt::Granted);
+        assert_eq!(t.lock_count(), 2);
+        assert_eq!(kernel(&mut t, 1 << 40), (span(2, 0), false));
+        assert_eq!(t.unlock(fh, &a, span(0, 0)).unwrap(), Unlock::Released);
         assert_eq!(t.lock_count(), 0);
         assert!(t.files.is_empty());
     }
@@ -760,7 +928,7 @@ mod tests {
         assert!(t.holds(b"fh", &a));
         assert!(!t.holds(b"other", &a));
         assert!(!t.holds(b"fh", &owner(2)));
-        t.unlock(b"fh", &a, span(0, 0)).unwrap();
+        assert_eq!(t.unlock(b"fh", &a, span(0, 0)).unwrap(), Unlock::Released);
         assert!(!t.holds(b"fh", &a));
     }
 
@@ -825,7 +993,7 @@ mod tests {
             Attempt::Deadlock
         );
         // The NLM owner's release wakes the v4 owner's waiter.
-        t.unlock(fh, &nlm, span(0, 0)).unwrap();
+        assert_eq!(t.unlock(fh, &nlm, span(0, 0)).unwrap(), Unlock::Released);
         let retried = t.grant_waiters(fh);
         let callbacks: Vec<u32> = retried.granted.iter().map(|w| w.callback).collect();
         assert_eq!(callbacks, [4]);

@@ -24,10 +24,10 @@ use crate::locks::{Owner, Waiter};
 use dionfs_core::export::squash;
 use dionfs_core::exports::Export;
 use dionfs_core::locks::limits::{
-    Limit, MAX_DESCRIPTIONS_PER_CLIENT, MAX_NAMES_PER_CLIENT, MAX_WAITERS_PER_CLIENT,
-    MAX_WAITERS_PER_CLIENT_TOTAL,
+    Limit, MAX_DESCRIPTIONS_PER_CLIENT, MAX_NAMES_PER_CLIENT, MAX_RANGES_PER_CLIENT,
+    MAX_WAITERS_PER_CLIENT, MAX_WAITERS_PER_CLIENT_TOTAL, RANGE_SPLITS_PAST_BOUND,
 };
-use dionfs_core::locks::table::Attempt;
+use dionfs_core::locks::table::{Attempt, Unlock};
 use dionfs_core::locks::Span;
 
 /// LOCK (and LOCK_MSG, NM_LOCK): takes the lock, queues it if it must
@@ -164,6 +164,11 @@ fn no_locks_reason(limit: Limit, open: usize) -> String {
             "the client's address has {MAX_WAITERS_PER_CLIENT_TOTAL} blocked \
              locks waiting, as many as it may"
         ),
+        Limit::Ranges => format!(
+            "the client's address holds {MAX_RANGES_PER_CLIENT} locked byte \
+             ranges, as many as it may (an unlock splitting a lock, \
+             {RANGE_SPLITS_PAST_BOUND} more)"
+        ),
     }
 }
 
@@ -241,7 +246,10 @@ fn holder((owner, label): (Owner, Vec<u8>)) -> (i32, Vec<u8>) {
     }
 }
 
-/// UNLOCK: releases the range and grants what waited for it.
+/// UNLOCK: releases the range and grants what waited for it. An unlock
+/// that would split a lock past the address's bound on ranges is
+/// DENIED_NOLOCKS, as lockd answers an unlock the kernel could not make
+/// (`nlmsvc_unlock`), and releases nothing.
 pub(super) fn unlock(svc: &LockService, conn: &ConnInfo, a: &Nlm4UnlockArgs) -> Nlm4Stat {
     // Unlocking is allowed in the grace period (knfsd too).
     if export_for(svc, conn, &a.alock.fh).is_err() {
@@ -253,9 +261,21 @@ pub(super) fn unlock(svc: &LockService, conn: &ConnInfo, a: &Nlm4UnlockArgs) -> 
     let fh = &a.alock.fh.0;
     let owner = Owner::Nlm(lock_owner(conn, &a.alock));
     let mut table = svc.locks.table.lock();
-    if let Err(e) = table.unlock(fh, &owner, span) {
-        warn!(error = %e, client = %conn.peer, "NLM UNLOCK failed");
-        return Nlm4Stat::Failed;
+    match table.unlock(fh, &owner, span) {
+        Ok(Unlock::Released) => {}
+        Ok(Unlock::NoLocks(limit)) => {
+            drop(table);
+            if svc.nolocks_warning.due() {
+                let why = no_locks_reason(limit, svc.locks.table.lock().open_count());
+                warn!(client = %conn.peer, name = %String::from_utf8_lossy(&a.alock.caller_name.0),
+                    "NLM UNLOCK refused (DENIED_NOLOCKS): {why} (repeats are not logged for 10 s)");
+            }
+            return Nlm4Stat::DeniedNolocks;
+        }
+        Err(e) => {
+            warn!(error = %e, client = %conn.peer, "NLM UNLOCK failed");
+            return Nlm4Stat::Failed;
+        }
     }
     let retried = table.grant_waiters(fh);
     let grants = svc.granting.record(&table, fh, retried);
@@ -401,19 +421,17 @@ mod tests {
         assert_eq!(&oh[..8], &[1, 2, 3, 4, 5, 6, 7, 8]);
     }
 
-    /// An NLM LOCK in the way of a courtesy NFSv4 client's lock expires
-    /// that client and is granted (design section 5.3), through the
-    /// service's own LOCK procedure.
-    #[test]
-    fn an_nlm_lock_expires_a_courtesy_v4_client_in_its_way() {
+    /// An export of one file `f` (mode 0666) in a fresh directory: the
+    /// directory's guard, its canonical path, the server, the export and
+    /// the file's handle.
+    fn one_file() -> (
+        tempfile::TempDir,
+        std::path::PathBuf,
+        Arc<crate::Server>,
+        Arc<Export>,
+        Vec<u8>,
+    ) {
         use std::os::unix::fs::PermissionsExt;
-        use std::sync::Weak;
-
-        use dionfs_proto::nlm4::{CallerName, NetObj, Nlm4Lock, Nlm4LockArgs};
-        use dionfs_rpc::{AuthSys, Credential, OpaqueAuth};
-
-        use crate::callstats::CallStats;
-        use crate::locks::{Client, Locks};
 
         let dir = tempfile::tempdir().unwrap();
         let root = std::fs::canonicalize(dir.path()).unwrap();
@@ -426,43 +444,32 @@ mod tests {
         let export = server.exports().iter().next().unwrap().clone();
         let top = export.fs.resolve(export.fs.root_handle()).unwrap();
         let fh = export.fs.lookup(&top, b"f").unwrap().0.fh().to_vec();
-        let ip: std::net::IpAddr = "127.0.0.1".parse().unwrap();
-        let (locks, released) = Locks::new();
-        let locks = Arc::new(locks);
-        // Client 1 is a courtesy client: expiring it drops its locks.
-        let weak: Weak<Locks> = Arc::downgrade(&locks);
-        let courtesy = Client::V4(ClientId(1));
-        locks.set_expirer(Arc::new(move |c: &Client| {
-            *c == courtesy
-                && weak
-                    .upgrade()
-                    .is_some_and(|l| l.drop_clients(|x| *x == courtesy) > 0)
-        }));
-        let v4 = Owner::V4 {
-            client: ClientId(1),
-            owner: b"lock-owner".to_vec(),
-            address: ip,
-        };
-        let span = Span::from_nlm(0, 10).unwrap();
-        let mut open = || export.fs.open_for_locks(&fh).map_err(std::io::Error::other);
-        let held = locks
-            .lock(&fh, &v4, b"", span, true, &mut open, None)
-            .unwrap();
-        assert_eq!(held, Attempt::Granted);
+        (dir, root, server, export, fh)
+    }
+
+    /// Runs `test` with a lock service of `server` over `locks`, and a
+    /// connection and an NLM call (AUTH_SYS uid 1000 of host "client")
+    /// from `ip`.
+    fn with_service(
+        server: Arc<crate::Server>,
+        locks: Arc<crate::locks::Locks>,
+        released: tokio::sync::mpsc::Receiver<Vec<u8>>,
+        root: &std::path::Path,
+        ip: std::net::IpAddr,
+        test: impl FnOnce(&LockService, &ConnInfo, &CallHeader),
+    ) {
+        use dionfs_rpc::{AuthSys, Credential, OpaqueAuth};
+
+        use crate::callstats::CallStats;
+
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
         runtime.block_on(async {
             let calls = Arc::new(CallStats::new(Vec::new()));
-            let service = LockService::start(
-                server.clone(),
-                locks.clone(),
-                released,
-                &root.join("state"),
-                calls,
-            )
-            .unwrap();
+            let service =
+                LockService::start(server, locks, released, &root.join("state"), calls).unwrap();
             let conn = ConnInfo {
                 id: 1,
                 peer: std::net::SocketAddr::new(ip, 800),
@@ -488,23 +495,73 @@ mod tests {
                     body: Vec::new(),
                 },
             };
-            let args = Nlm4LockArgs {
-                cookie: NetObj(Vec::new()),
-                block: false,
-                exclusive: true,
-                alock: Nlm4Lock {
-                    caller_name: CallerName(b"client".to_vec()),
-                    fh: NetObj(fh.clone()),
-                    oh: NetObj(b"oh".to_vec()),
-                    svid: 1,
-                    l_offset: 0,
-                    l_len: 10,
-                },
-                reclaim: false,
-                state: 0,
-            };
+            test(&service, &conn, &call);
+        });
+        runtime.shutdown_background();
+    }
+
+    /// Process 1 of host "client"'s lock of `len` bytes at `offset` of `fh`.
+    fn client_lock(fh: &[u8], offset: u64, len: u64) -> dionfs_proto::nlm4::Nlm4Lock {
+        use dionfs_proto::nlm4::{CallerName, NetObj, Nlm4Lock};
+
+        Nlm4Lock {
+            caller_name: CallerName(b"client".to_vec()),
+            fh: NetObj(fh.to_vec()),
+            oh: NetObj(b"oh".to_vec()),
+            svid: 1,
+            l_offset: offset,
+            l_len: len,
+        }
+    }
+
+    /// A non-blocking exclusive LOCK of process 1 of host "client".
+    fn lock_args(fh: &[u8], offset: u64, len: u64) -> dionfs_proto::nlm4::Nlm4LockArgs {
+        dionfs_proto::nlm4::Nlm4LockArgs {
+            cookie: dionfs_proto::nlm4::NetObj(Vec::new()),
+            block: false,
+            exclusive: true,
+            alock: client_lock(fh, offset, len),
+            reclaim: false,
+            state: 0,
+        }
+    }
+
+    /// An NLM LOCK in the way of a courtesy NFSv4 client's lock expires
+    /// that client and is granted (design section 5.3), through the
+    /// service's own LOCK procedure.
+    #[test]
+    fn an_nlm_lock_expires_a_courtesy_v4_client_in_its_way() {
+        use std::sync::Weak;
+
+        use crate::locks::{Client, Locks};
+
+        let (_dir, root, server, export, fh) = one_file();
+        let ip: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+        let (locks, released) = Locks::new();
+        let locks = Arc::new(locks);
+        // Client 1 is a courtesy client: expiring it drops its locks.
+        let weak: Weak<Locks> = Arc::downgrade(&locks);
+        let courtesy = Client::V4(ClientId(1));
+        locks.set_expirer(Arc::new(move |c: &Client| {
+            *c == courtesy
+                && weak
+                    .upgrade()
+                    .is_some_and(|l| l.drop_clients(|x| *x == courtesy) > 0)
+        }));
+        let v4 = Owner::V4 {
+            client: ClientId(1),
+            owner: b"lock-owner".to_vec(),
+            address: ip,
+        };
+        let span = Span::from_nlm(0, 10).unwrap();
+        let mut open = || export.fs.open_for_locks(&fh).map_err(std::io::Error::other);
+        let held = locks
+            .lock(&fh, &v4, b"", span, true, &mut open, None)
+            .unwrap();
+        assert_eq!(held, Attempt::Granted);
+        with_service(server, locks, released, &root, ip, |service, conn, call| {
             assert_eq!(
-                lock(&service, &conn, &call, &args, false),
+                lock(service, conn, call, &lock_args(&fh, 0, 10), false),
                 Nlm4Stat::Granted
             );
             assert_eq!(
@@ -515,6 +572,87 @@ mod tests {
                 })]
             );
         });
-        runtime.shutdown_background();
+    }
+
+    /// Past the bound on the byte ranges an address holds (over NLM and
+    /// NFSv4 owners), an NLM LOCK is DENIED_NOLOCKS, and so is an UNLOCK
+    /// splitting a lock past the few splits allowed beyond it, which then
+    /// releases nothing.
+    #[test]
+    fn nlm_locks_and_splits_past_the_bound_on_ranges_are_denied_nolocks() {
+        use dionfs_proto::nlm4::{NetObj, Nlm4UnlockArgs};
+
+        use crate::locks::Locks;
+
+        let (_dir, root, server, export, fh) = one_file();
+        let ip: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+        let (locks, released) = Locks::new();
+        let locks = Arc::new(locks);
+        // All but one of the address's ranges, under a v4 owner: a long
+        // lock to split later and one-byte locks with gaps.
+        let v4 = Owner::V4 {
+            client: ClientId(1),
+            owner: b"lock-owner".to_vec(),
+            address: ip,
+        };
+        let mut open = || export.fs.open_for_locks(&fh).map_err(std::io::Error::other);
+        let one = |offset, len| Span::from_nlm(offset, len).unwrap();
+        let splits = RANGE_SPLITS_PAST_BOUND as u64;
+        let long = 1 << 30;
+        let mut v4_lock = |at: Span| locks.lock(&fh, &v4, b"", at, true, &mut open, None);
+        assert_eq!(v4_lock(one(long, 3 * splits)).unwrap(), Attempt::Granted);
+        for i in 0..MAX_RANGES_PER_CLIENT as u64 - 2 {
+            assert_eq!(v4_lock(one(2 * i, 1)).unwrap(), Attempt::Granted);
+        }
+        let unlock_args = |offset, len| Nlm4UnlockArgs {
+            cookie: NetObj(Vec::new()),
+            alock: client_lock(&fh, offset, len),
+        };
+        let nlm_lock = 1 << 20;
+        with_service(
+            server,
+            locks.clone(),
+            released,
+            &root,
+            ip,
+            |service, conn, call| {
+                // The last range the address may hold, then no more.
+                assert_eq!(
+                    lock(service, conn, call, &lock_args(&fh, nlm_lock, 3), false),
+                    Nlm4Stat::Granted
+                );
+                assert_eq!(
+                    lock(service, conn, call, &lock_args(&fh, nlm_lock + 4, 1), false),
+                    Nlm4Stat::DeniedNolocks
+                );
+                // Splits past the bound, as many as are allowed.
+                for k in 0..splits {
+                    let middle = one(long + 3 * k + 1, 1);
+                    assert_eq!(locks.unlock(&fh, &v4, middle).unwrap(), Unlock::Released);
+                }
+                let held = locks.table.lock().lock_count();
+                assert_eq!(held, MAX_RANGES_PER_CLIENT + RANGE_SPLITS_PAST_BOUND);
+                // One more, through NLM: refused, and the lock is still held.
+                assert_eq!(
+                    unlock(service, conn, &unlock_args(nlm_lock + 1, 1)),
+                    Nlm4Stat::DeniedNolocks
+                );
+                assert_eq!(locks.table.lock().lock_count(), held);
+                let mut probe = || export.fs.open_for_locks(&fh).map_err(std::io::Error::other);
+                let holder = locks
+                    .table
+                    .lock()
+                    .test(&fh, &v4, one(nlm_lock + 1, 1), true, &mut probe)
+                    .unwrap()
+                    .unwrap();
+                assert_eq!(holder.span, one(nlm_lock, 3));
+                // Releasing the whole lock splits nothing.
+                assert_eq!(
+                    unlock(service, conn, &unlock_args(nlm_lock, 3)),
+                    Nlm4Stat::Granted
+                );
+                assert_eq!(locks.table.lock().lock_count(), held - 1);
+            },
+        );
     }
 }

@@ -205,6 +205,10 @@ impl LockService {
                 }
                 debug!(client = %cb.peer.client, ?stat,
                     "NLM GRANTED refused: the client no longer waits; releasing");
+                // An unlock that fails (or would split a lock past the
+                // address's bound on ranges) leaves the lock held, as
+                // before the GRANTED: released with the client's next
+                // UNLOCK or its reboot.
                 let _ = table.unlock(&g.fh, &Owner::Nlm(owner.clone()), g.span);
                 let retried = table.grant_waiters(&g.fh);
                 let grants = self.granting.record(&table, &g.fh, retried);
@@ -446,7 +450,10 @@ mod tests {
                 assert_eq!(lock(&Owner::Nlm(nlm), Some(callback)), Attempt::Conflict);
             }
             assert_eq!(service.waiter_count(), 1);
-            locks.unlock(b"fh", &v4, span).unwrap();
+            assert_eq!(
+                locks.unlock(b"fh", &v4, span).unwrap(),
+                dionfs_core::locks::table::Unlock::Released
+            );
             let deadline = Instant::now() + Duration::from_secs(10);
             while service.waiter_count() != 0 {
                 assert!(Instant::now() < deadline, "the NLM waiter was not granted");

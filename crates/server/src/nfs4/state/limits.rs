@@ -95,7 +95,8 @@ pub enum Bound {
     /// [`STATEIDS_PER_CLIENT`]: OPEN, LOCK.
     Stateids,
     /// The lock tables' bounds per client address (share reservations,
-    /// lock descriptions: `dionfs_core::locks::limits`): OPEN, LOCK.
+    /// lock descriptions, byte ranges: `dionfs_core::locks::limits`):
+    /// OPEN, LOCK.
     LockTables,
 }
 
@@ -122,7 +123,9 @@ impl Bound {
             Bound::OpenOwners => "NFSv4 open-owners per client",
             Bound::LockOwners => "NFSv4 lock-owners per client",
             Bound::Stateids => "NFSv4 stateids per client",
-            Bound::LockTables => "share reservations or lock descriptions per address",
+            Bound::LockTables => {
+                "share reservations, lock descriptions or locked byte ranges per address"
+            }
         }
     }
 }

@@ -13,7 +13,7 @@
 
 use std::io;
 
-use dionfs_core::locks::table::{Attempt, Holder, Opener};
+use dionfs_core::locks::table::{Attempt, Holder, Opener, Unlock};
 use dionfs_core::locks::{LockOwner, Span};
 use dionfs_proto::nfs4::{Nfsstat4, StateId4};
 
@@ -278,7 +278,10 @@ impl State {
 
     /// LOCKU (RFC 8881 section 18.12) of `span` with the lock stateid
     /// `stateid` of the current file `fh`: released (NLM is told of the
-    /// file, to grant its waiters), the seqid incremented.
+    /// file, to grant its waiters), the seqid incremented. An unlock that
+    /// would split a lock in two past the client address's bound on
+    /// ranges is `LOCK_RANGE` (a sub-range the server cannot release,
+    /// section 18.12.4) and changes nothing.
     pub fn locku(
         &self,
         client: &Client,
@@ -292,9 +295,13 @@ impl State {
             return Err(Nfsstat4::BadStateid);
         };
         let owner = v4_lock_owner(client, &lock.lock_owner);
-        if let Err(e) = self.locks.unlock(fh, &owner, span) {
-            tracing::warn!(error = %e, clientid = client.id.0, "NFSv4 LOCKU failed");
-            return Err(Nfsstat4::Io);
+        match self.locks.unlock(fh, &owner, span) {
+            Ok(Unlock::Released) => {}
+            Ok(Unlock::NoLocks(_)) => return Err(Nfsstat4::LockRange),
+            Err(e) => {
+                tracing::warn!(error = %e, clientid = client.id.0, "NFSv4 LOCKU failed");
+                return Err(Nfsstat4::Io);
+            }
         }
         let Some(StateRef::Lock(lock)) = state.stateids.get_mut(&other) else {
             return Err(Nfsstat4::BadStateid);

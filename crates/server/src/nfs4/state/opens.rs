@@ -218,6 +218,7 @@ impl State {
                     start: 0,
                     end: u64::MAX,
                 };
+                // The whole file: no lock is split, none refused.
                 if let Err(e) = self.locks.unlock(&lock.fh, &owner, whole) {
                     tracing::warn!(error = %e, clientid = client.id.0,
                         "NFSv4 CLOSE could not release a lock-owner's locks");
