@@ -119,8 +119,10 @@ impl Dispatcher {
     /// Whether a call starts as a task, which may finish it without a
     /// blocking thread: a READ of a direct-read export (through the
     /// io_uring), an aligned direct WRITE (the same), a small UNSTABLE
-    /// one (into the page cache), or an NFSv4 COMPOUND whose ops all run
-    /// in memory (a lone SEQUENCE renewing a lease, PUTROOTFH and GETFH).
+    /// one (into the page cache), an NFSv4 COMPOUND of those READs and
+    /// WRITEs (`nfs4::compound::Compound::starts_on_task`), or one whose
+    /// ops all run in memory (a lone SEQUENCE renewing a lease,
+    /// PUTROOTFH and GETFH).
     /// Decided without a syscall; the rest runs on a blocking thread
     /// directly.
     fn starts_on_task(&self, pending: &Pending) -> bool {
@@ -134,7 +136,7 @@ impl Dispatcher {
             } if matches!(nfs_io(call), Io::Read { .. }) => {
                 nfs::data::read_may_use_ring(&self.server, exports, args)
             }
-            Pending::Nfs4(compound) => !compound.blocks() || compound.starts_on_task(),
+            Pending::Nfs4(compound) => !compound.blocks() || compound.starts_on_task(&self.server),
             _ => false,
         }
     }
@@ -396,10 +398,13 @@ impl Service for Dispatcher {
                 &args,
             )),
             // Received only while NFSv4 is served.
-            Pending::Nfs4(mut compound) => self.nfs4.as_ref().map(|program| {
-                compound.data.on_task = on_task;
-                nfs4::compound::run(&server, program, &conn, *compound, &self.calls)
-            }),
+            Pending::Nfs4(mut compound) => match self.nfs4.as_ref() {
+                Some(program) => {
+                    compound.data.on_task = on_task;
+                    Some(nfs4::compound::run(&server, program, &conn, *compound, &self.calls).await)
+                }
+                None => None,
+            },
         };
         self.calls.record(prog, vers, proc_, started.elapsed());
         reply

@@ -81,8 +81,10 @@ pub struct OpCtx<'a> {
 }
 
 /// Runs `compound` and returns its reply, counting it and its ops in
-/// `calls`.
-pub fn run(
+/// `calls`. Its READ and WRITE await the io_uring when it runs on the
+/// connection's task ([`super::data::DataIo::on_task`]); elsewhere
+/// nothing in it waits.
+pub async fn run(
     server: &Server,
     nfs4: &Nfs4,
     conn: &ConnInfo,
@@ -147,7 +149,17 @@ pub fn run(
             _ => opnum,
         };
         let start = reply.start_op(result_opnum);
-        let done = (super::op_fn(&op))(&mut ctx, op, &mut reply);
+        let done = match op {
+            // A COMPOUND on the connection's task reads and writes
+            // without blocking it (`Compound::starts_on_task`).
+            ArgOp::Read(_) if ctx.data.on_task => {
+                super::data::read_on_task(&mut ctx, op, &mut reply).await
+            }
+            ArgOp::Write(_) if ctx.data.on_task => {
+                super::data::write_on_task(&mut ctx, op, &mut reply).await
+            }
+            _ => (super::op_fn(&op))(&mut ctx, op, &mut reply),
+        };
         status = reply.finish_op(start, done);
         if status.is_ok() {
             follow_filehandle(&mut ctx, opnum);

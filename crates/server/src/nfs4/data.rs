@@ -17,7 +17,7 @@ use std::sync::Arc;
 use dionfs_core::exports::{Export, Exports};
 use dionfs_core::io_errors::IoProc;
 use dionfs_dataplane::{
-    DataError, PooledBuf, ReadData, Stable, WriteAttempt, WriteBuffer, WriteDone,
+    DataError, PooledBuf, ReadAttempt, ReadData, Stable, WriteAttempt, WriteBuffer, WriteDone,
 };
 use dionfs_fs::{ops, FileKind, FsError, OpenFile};
 use dionfs_proto::nfs4::{
@@ -313,6 +313,77 @@ pub fn read(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 {
     status_of(read_range(ctx, &args, reply.data_room()).map(|read| reply.read_data(read.data)))
 }
 
+/// READ on the connection's task (a COMPOUND of the READ shape,
+/// [`Compound::starts_on_task`]), as v3's `read_call`: a direct read of
+/// an open file is submitted to the io_uring from here and its data
+/// answered when it completes. Anything else (a file to open, a check
+/// that fails, a range a writer holds, readahead to serve from, a ring
+/// that refuses) runs [`read`] as on a blocking thread, with the same
+/// buffer, after handing the worker to another thread
+/// (`block_in_place`); every refusal is answered there alone.
+pub async fn read_on_task(ctx: &mut OpCtx<'_>, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 {
+    let ArgOp::Read(args) = op else {
+        return Nfsstat4::Serverfault;
+    };
+    match read_without_blocking(ctx, &args, reply.data_room()).await {
+        Some(Ok(data)) => {
+            reply.read_data(data);
+            Nfsstat4::Ok
+        }
+        Some(Err(status)) => status,
+        None => tokio::task::block_in_place(|| read(ctx, ArgOp::Read(args), reply)),
+    }
+}
+
+/// [`read_on_task`]'s fast path: the checks of [`read_range`] (a cached
+/// regular file, the stateid, the permission as the client), then one
+/// `DataPlane::read_without_blocking` into the buffer taken at receive.
+/// `None` leaves the READ to [`read`], its buffer back in `ctx.data`.
+async fn read_without_blocking(
+    ctx: &mut OpCtx<'_>,
+    args: &dionfs_proto::nfs4::ReadArgs4,
+    room: usize,
+) -> Option<Result<ReadData, Nfsstat4>> {
+    let ring = ctx.server.io_ring.as_ref()?;
+    // Only a file the open-file cache holds (its handle checked by
+    // PUTFH, its type by the cache): opening one would block.
+    let Some(Fh4::File {
+        export,
+        fh,
+        node: None,
+    }) = &ctx.current
+    else {
+        return None;
+    };
+    let export = ctx.export(*export).ok()?;
+    let file = export.fs.cached_file(fh).ok()??;
+    check_stateid(ctx, &args.stateid, fh, Use::Read).ok()?;
+    // A statx of an open file and maybe a permission check: short and
+    // non-blocking, as v3's. The file deleted behind our back fails the
+    // statx, and [`read`] answers STALE.
+    let attr = ops::file_attr(&export.fs, &file).ok()?;
+    check_access(ctx, export, &file, false, Some(&attr)).ok()?;
+    let buf = ctx.data.read_buf.take()?;
+    let count = args.count.min(u32::try_from(room).unwrap_or(u32::MAX));
+    match export
+        .data
+        .read_without_blocking(ring, file.data(), buf, args.offset, count)
+        .await
+    {
+        ReadAttempt::Blocking(buf) => {
+            ctx.data.read_buf = Some(buf);
+            None
+        }
+        ReadAttempt::Done(data) => Some(
+            data.map(|mut data| {
+                io::start_read_followups(&file, &mut data);
+                data
+            })
+            .map_err(|e| io_error(ctx, IoProc::Read, &file, Some((args.offset, count)), &e)),
+        ),
+    }
+}
+
 /// What [`read_range`] read, and from which file.
 pub struct ReadRange<'a> {
     pub export: &'a Export,
@@ -404,6 +475,53 @@ fn write_file(
     head: &WriteHead4,
     payload: Option<Payload>,
 ) -> Result<WriteResOk4, Nfsstat4> {
+    let target = write_target(ctx, head, payload)?;
+    write_blocking(ctx, target)
+}
+
+/// WRITE on the connection's task (a COMPOUND of the WRITE shape,
+/// [`Compound::starts_on_task`]), as v3's `write_call`: a small
+/// overwrite of cached pages is written from here as the client; an
+/// aligned direct write is submitted to the io_uring as the client (a
+/// ring personality with its credentials) and answered when it
+/// completes. Anything else, and every refusal, runs as on a blocking
+/// thread after handing the worker to another (`block_in_place`).
+pub async fn write_on_task(ctx: &mut OpCtx<'_>, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 {
+    let ArgOp::Write(head) = op else {
+        return Nfsstat4::Serverfault;
+    };
+    // Taken whatever happens, so the next WRITE finds its own.
+    let payload = ctx.data.payloads.pop_front();
+    let written = match write_target(ctx, &head, payload) {
+        Ok(target) => write_without_blocking(ctx, target).await,
+        Err(status) => Err(status),
+    };
+    match written {
+        Ok(res) => {
+            res.encode(reply.encoder());
+            Nfsstat4::Ok
+        }
+        Err(status) => status,
+    }
+}
+
+/// A WRITE's checks done and its payload in a buffer: ready to write.
+struct WriteTarget<'a> {
+    export: &'a Export,
+    file: Arc<OpenFile>,
+    buf: WriteBuffer,
+    /// The file's attributes before the write, for the permission check.
+    before: Option<dionfs_fs::Attr>,
+    how: Stable,
+}
+
+/// The checks of a WRITE (a regular file, a writable export, the
+/// stateid, a file not deleted) and its payload in a write-pool buffer.
+fn write_target<'a>(
+    ctx: &mut OpCtx<'a>,
+    head: &WriteHead4,
+    payload: Option<Payload>,
+) -> Result<WriteTarget<'a>, Nfsstat4> {
     let IoFile { export, fh, .. } = io_file(ctx)?;
     ctx.writable(export)?;
     check_stateid(ctx, &head.stateid, &fh, Use::Write)?;
@@ -440,45 +558,93 @@ fn write_file(
         Err(FsError::Stale) => return Err(Nfsstat4::Stale),
         other => other.ok(),
     };
-    let how = stable(head.stable);
-    // On the connection's task, a small overwrite of cached pages is
-    // written from here (as v3's `write_without_blocking`); anything else
-    // first hands the worker to another thread (`block_in_place`).
-    let buf = if ctx.data.on_task {
+    Ok(WriteTarget {
+        export,
+        file,
+        buf,
+        before,
+        how: stable(head.stable),
+    })
+}
+
+/// The write of `t` as the client (blocking), as v3's: set-id bits
+/// cleared, quotas enforced.
+fn write_blocking(ctx: &OpCtx, t: WriteTarget) -> Result<WriteResOk4, Nfsstat4> {
+    let WriteTarget {
+        export,
+        file,
+        buf,
+        before,
+        how,
+    } = t;
+    let done = ctx.as_user(export, || {
+        Ok(
+            check_access(ctx, export, &file, true, before.as_ref()).and_then(|()| {
+                export
+                    .data
+                    .write(file.data(), buf, how)
+                    .map_err(|e| io_error(ctx, IoProc::Write, &file, None, &e))
+            }),
+        )
+    })??;
+    Ok(write_res(ctx, done))
+}
+
+/// [`write_on_task`]'s fast paths (v3's `write_without_blocking`); what
+/// neither takes goes to [`write_blocking`] through `block_in_place`.
+async fn write_without_blocking(
+    ctx: &OpCtx<'_>,
+    mut t: WriteTarget<'_>,
+) -> Result<WriteResOk4, Nfsstat4> {
+    let (export, how) = (t.export, t.how);
+    if export
+        .data
+        .may_write_on_task(t.file.data(), t.buf.len(), how)
+    {
+        // A small overwrite of cached pages, made here as the client
+        // (the thread's credentials switched and back).
+        let (file, before) = (&t.file, t.before.as_ref());
         let attempt = ctx.as_user(export, || {
-            Ok(check_access(ctx, export, &file, true, before.as_ref())
-                .map(|()| export.data.write_on_task(file.data(), buf, how)))
+            Ok(check_access(ctx, export, file, true, before)
+                .map(|()| export.data.write_on_task(file.data(), t.buf, how)))
         })??;
         match attempt {
             WriteAttempt::Done(done) => {
-                let done = done.map_err(|e| io_error(ctx, IoProc::Write, &file, None, &e))?;
+                let done = done.map_err(|e| io_error(ctx, IoProc::Write, file, None, &e))?;
                 return Ok(write_res(ctx, done));
             }
-            WriteAttempt::Blocking(buf) => buf,
+            WriteAttempt::Blocking(buf) => t.buf = buf,
         }
-    } else {
-        buf
-    };
-    // The write itself runs as the client too, as v3's: set-id bits
-    // cleared, quotas enforced.
-    let blocking = || {
-        ctx.as_user(export, || {
-            Ok(
-                check_access(ctx, export, &file, true, before.as_ref()).and_then(|()| {
-                    export
-                        .data
-                        .write(file.data(), buf, how)
-                        .map_err(|e| io_error(ctx, IoProc::Write, &file, None, &e))
-                }),
-            )
-        })
-    };
-    let done = if ctx.data.on_task {
-        tokio::task::block_in_place(blocking)
-    } else {
-        blocking()
-    }??;
-    Ok(write_res(ctx, done))
+    } else if let Some(ring) = ctx.server.io_ring.as_ref() {
+        // An aligned direct write through the ring as the client, if its
+        // permission check passes here (a refusal is answered by the
+        // blocking path, which checks again).
+        let allowed = t
+            .before
+            .as_ref()
+            .is_some_and(|before| check_access(ctx, export, &t.file, true, Some(before)).is_ok());
+        let personality = allowed
+            .then(|| ctx.server.ring_personality(ring, &ctx.creds(export)))
+            .flatten();
+        if let (true, Some(personality)) = (
+            export.data.ring_may_write(t.file.data(), &t.buf),
+            personality,
+        ) {
+            let file = t.file.clone();
+            match export
+                .data
+                .write_without_blocking(ring, file.data(), t.buf, how, personality)
+                .await
+            {
+                WriteAttempt::Done(done) => {
+                    let done = done.map_err(|e| io_error(ctx, IoProc::Write, &file, None, &e))?;
+                    return Ok(write_res(ctx, done));
+                }
+                WriteAttempt::Blocking(buf) => t.buf = buf,
+            }
+        }
+    }
+    tokio::task::block_in_place(|| write_blocking(ctx, t))
 }
 
 fn write_res(ctx: &OpCtx, done: WriteDone) -> WriteResOk4 {
@@ -574,12 +740,26 @@ fn file_to_write(export: &Export, fh: &[u8]) -> Result<Arc<OpenFile>, FsError> {
 }
 
 impl Compound {
-    /// Whether it starts on the connection's task: the WRITE shape
-    /// ([`is_write_shape`]) whose payload was placed and may be written
-    /// there (`io::may_write_on_task`, v3's test). Decided without a
+    /// Whether it starts on the connection's task, as v3's READ and WRITE
+    /// would: the READ shape (SEQUENCE, PUTFH, READ, what Linux sends) of
+    /// an export that reads direct, with `server`'s io_uring
+    /// ([`read_on_task`]); or the WRITE shape ([`is_write_shape`]) whose
+    /// payload was placed and may be written there (a small write into
+    /// the page cache, `io::may_write_on_task`, or an aligned direct
+    /// write the ring may take: [`write_on_task`]). Decided without a
     /// syscall.
-    pub fn starts_on_task(&self) -> bool {
-        if self.slot.is_none() || self.refused.is_some() || !is_write_shape(&self.ops) {
+    pub fn starts_on_task(&self, server: &Server) -> bool {
+        if self.slot.is_none() || self.refused.is_some() {
+            return false;
+        }
+        if let [ArgOp::Putfh(fh), ArgOp::Read(_)] = &self.ops[..] {
+            // v3's `read_may_use_ring`.
+            return server.io_ring.is_some()
+                && dionfs_fs::handle::export_id(fh.object.as_bytes())
+                    .and_then(|id| self.exports.by_id(id))
+                    .is_some_and(|x| x.data.ring_may_read());
+        }
+        if !is_write_shape(&self.ops) {
             return false;
         }
         let (
@@ -591,9 +771,11 @@ impl Compound {
         else {
             return false;
         };
-        self.exports
-            .by_id(*export)
-            .is_some_and(|x| io::may_write_on_task(x, file, buf, stable(head.stable)))
+        // v3's `ReceivedWrite::starts_on_task`.
+        self.exports.by_id(*export).is_some_and(|x| {
+            io::may_write_on_task(x, file, buf, stable(head.stable))
+                || server.io_ring.is_some() && x.data.ring_may_write(file.data(), buf)
+        })
     }
 
     /// The reply room a COMPOUND reserves before it runs (the transport's

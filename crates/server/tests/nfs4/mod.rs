@@ -77,6 +77,10 @@ impl TestServer {
             .build()
             .unwrap();
         let server = Arc::new(Server::open(&config).unwrap());
+        if let Some(ring) = server.io_ring.clone() {
+            // What `serve` does with it: its completions are reaped.
+            runtime.spawn(async move { dionfs_sys::uring::drive(ring).await });
+        }
         let calls = Arc::new(CallStats::new(counted_programs()));
         let limits = ConnLimits {
             max_record: server.max_args + 8192,
