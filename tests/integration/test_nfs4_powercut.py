@@ -98,7 +98,8 @@ def test_v4_workload_survives_power_cut(loopfs, cycle):
             finally:
                 os.close(fd)
 
-        threads = [threading.Thread(target=workload), threading.Thread(target=force_log)]
+        threads = [threading.Thread(target=workload, daemon=True),
+                   threading.Thread(target=force_log, daemon=True)]
         for t in threads:
             t.start()
         rng = random.Random(cycle)

@@ -71,7 +71,10 @@ def test_appends_survive_power_cut_without_zeros_past_the_end(server, loopfs, mo
         finally:
             os.close(fd)
 
-    threads = [threading.Thread(target=append), threading.Thread(target=force_log)]
+    # Daemons, and stopped whatever happens: a test failing before the
+    # cut must not leave them writing and fsyncing for the rest of the run.
+    threads = [threading.Thread(target=append, daemon=True),
+               threading.Thread(target=force_log, daemon=True)]
     for t in threads:
         t.start()
     random.seed(cycle)
@@ -79,8 +82,10 @@ def test_appends_survive_power_cut_without_zeros_past_the_end(server, loopfs, mo
     cut_at = random.randrange(4, 60) * REC
     while written[0] < cut_at and time.monotonic() < deadline and threads[0].is_alive():
         time.sleep(0.001)
-    loopfs.shutdown()
-    stop.set()
+    try:
+        loopfs.shutdown()
+    finally:
+        stop.set()
     for t in threads:
         t.join(30)
     server.close_clients()
