@@ -84,22 +84,8 @@ def test_v4_workload_survives_power_cut(loopfs, cycle):
             except Exception:
                 pass  # the filesystem went away under the server
 
-        def force_log():
-            fd = os.open(loopfs.path(f"log-forcer-{cycle}"),
-                         os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-            try:
-                while not stop.is_set():
-                    try:
-                        os.write(fd, b"x")
-                        os.fsync(fd)
-                    except OSError:
-                        return
-                    time.sleep(0.003)
-            finally:
-                os.close(fd)
-
         threads = [threading.Thread(target=workload, daemon=True),
-                   threading.Thread(target=force_log, daemon=True)]
+                   loopfs.log_forcer(f"log-forcer-{cycle}", stop, 0.003)]
         for t in threads:
             t.start()
         rng = random.Random(cycle)

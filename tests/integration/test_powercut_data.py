@@ -58,23 +58,10 @@ def test_appends_survive_power_cut_without_zeros_past_the_end(server, loopfs, mo
         except Exception:
             pass  # the filesystem went away under the server
 
-    def force_log():
-        fd = os.open(loopfs.path("log-forcer"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-        try:
-            while not stop.is_set():
-                try:
-                    os.write(fd, b"x")
-                    os.fsync(fd)  # forces the log up to now
-                except OSError:
-                    return
-                time.sleep(0.002)
-        finally:
-            os.close(fd)
-
     # Daemons, and stopped whatever happens: a test failing before the
     # cut must not leave them writing and fsyncing for the rest of the run.
     threads = [threading.Thread(target=append, daemon=True),
-               threading.Thread(target=force_log, daemon=True)]
+               loopfs.log_forcer("log-forcer", stop, 0.002)]
     for t in threads:
         t.start()
     random.seed(cycle)

@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 
 MKFS = {
@@ -109,6 +110,25 @@ class LoopFs:
     def sync(self) -> None:
         """Make everything written so far durable (syncfs of this filesystem only)."""
         _run(["sync", "--file-system", self.mountpoint])
+
+    def log_forcer(self, name: str, stop: threading.Event, period: float) -> threading.Thread:
+        """A daemon thread (not started) that appends a byte to `name` and
+        fsyncs it every `period` seconds until `stop` is set or the
+        filesystem fails: each fsync forces the log up to then, so a later
+        `shutdown()` cuts at a random point of a log that keeps moving."""
+        def force() -> None:
+            fd = os.open(self.path(name), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+            try:
+                while not stop.is_set():
+                    try:
+                        os.write(fd, b"x")
+                        os.fsync(fd)
+                    except OSError:
+                        return
+                    time.sleep(period)
+            finally:
+                os.close(fd)
+        return threading.Thread(target=force, daemon=True)
 
     def shutdown(self) -> None:
         """Simulate a power cut: stop the filesystem *without* flushing its log.
