@@ -8,21 +8,20 @@
 mod nfs4;
 
 use std::os::unix::fs::MetadataExt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use dionfs_core::export::{Access, ExportConfig};
 use dionfs_fs::handle::PathId;
 use dionfs_proto::nfs4::{
     ArgOp, Attr4, Bitmap4, Component4, CreateArgs4, CreateType4, Fattr4, GetattrArgs4, LinkArgs4,
-    Linktext4, LookupArgs4, NfsFh4, Nfsstat4, Opnum4, PutfhArgs4, ReaddirArgs4, RemoveArgs4,
-    RenameArgs4, Res4, ResOp, SecinfoStyle4, SetAttrs4, SetattrArgs4, StateId4, Verifier4,
-    VerifyArgs4,
+    Linktext4, NfsFh4, Nfsstat4, Opnum4, PutfhArgs4, ReaddirArgs4, RemoveArgs4, RenameArgs4, Res4,
+    ResOp, SecinfoStyle4, SetAttrs4, SetattrArgs4, StateId4, Verifier4, VerifyArgs4,
 };
 use dionfs_xdr::Decoder;
 
 use nfs4::client::{CompoundRes, Session};
 use nfs4::TestServer;
-use nfs4::{export_dir, last, ok, path_of, putfh, statuses};
+use nfs4::{export_dir, last, lookup, ok, path_of, putfh, statuses, walk};
 
 /// `a` (read-write, root_squash, loopback), `b` (read-only, loopback)
 /// and `hidden` (10.0.0.0/8 only), side by side in one directory.
@@ -40,23 +39,6 @@ fn three_exports() -> TestServer {
             ]
         },
     )
-}
-
-fn lookup(name: &[u8]) -> ArgOp {
-    ArgOp::Lookup(LookupArgs4 {
-        objname: Component4::from(name.to_vec()),
-    })
-}
-
-/// PUTROOTFH and a LOOKUP per component of `path`.
-fn walk(path: &Path) -> Vec<ArgOp> {
-    let mut ops = vec![ArgOp::Putrootfh];
-    for c in path.components() {
-        if let Component::Normal(name) = c {
-            ops.push(lookup(name.as_encoded_bytes()));
-        }
-    }
-    ops
 }
 
 fn getattr(attrs: &[Attr4]) -> ArgOp {

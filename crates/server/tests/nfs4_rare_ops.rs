@@ -8,39 +8,22 @@
 
 mod nfs4;
 
-use std::path::{Component, Path};
+use std::path::Path;
 
 use dionfs_proto::nfs4::{
     ArgOp, BackchannelCtlArgs4, BindConnToSessionArgs4, CallbackSecParms4, ChannelDirFromClient4,
     ChannelDirFromServer4, Component4, DelegreturnArgs4, DestroyClientidArgs4, DestroySessionArgs4,
-    LookupArgs4, NfsFh4, Nfsstat4, Opnum4, RemoveArgs4, Res4, ResOp, Secinfo4, SecinfoArgs4,
-    SessionId4, StateId4,
+    NfsFh4, Nfsstat4, Opnum4, RemoveArgs4, Res4, ResOp, Secinfo4, SecinfoArgs4, SessionId4,
+    StateId4,
 };
 
 use nfs4::client::{Client, CompoundRes, Session};
 use nfs4::TestServer;
-use nfs4::{export_dir, last, ok, path_of, putfh, statuses};
+use nfs4::{export_dir, last, ok, path_of, putfh, statuses, walk};
 
 /// One read-write export.
 fn one_export() -> TestServer {
     TestServer::start_exports(|_| {}, |dir| vec![export_dir(dir, "a", &|_| {})])
-}
-
-fn lookup(name: &[u8]) -> ArgOp {
-    ArgOp::Lookup(LookupArgs4 {
-        objname: Component4::from(name.to_vec()),
-    })
-}
-
-/// PUTROOTFH and a LOOKUP per component of `path`.
-fn walk(path: &Path) -> Vec<ArgOp> {
-    let mut ops = vec![ArgOp::Putrootfh];
-    for c in path.components() {
-        if let Component::Normal(name) = c {
-            ops.push(lookup(name.as_encoded_bytes()));
-        }
-    }
-    ops
 }
 
 /// The handles the GETFHs of `res` returned, in order.

@@ -25,15 +25,15 @@ use dionfs_integrity::scrub::{scrub_file, FileResult};
 use dionfs_integrity::FileKey;
 use dionfs_proto::nfs4::{
     AccessArgs4, AllocateArgs4, ArgOp, Attr4, Bitmap4, CloneArgs4, Component4, CopyArgs4, CopyRes4,
-    DataContent4, GetattrArgs4, GetxattrArgs4, ListxattrsArgs4, LookupArgs4, Netloc4, NfsFh4,
-    Nfsstat4, Opnum4, ReadArgs4, ReadPlusContent4, RemovexattrArgs4, Res4, ResOp, SeekArgs4,
-    SeekResOk4, SetxattrArgs4, SetxattrOption4, StableHow4, StateId4, Utf8Str, XattrValue4,
-    ACCESS4_MODIFY, ACCESS4_READ, ACCESS4_XALIST, ACCESS4_XAREAD, ACCESS4_XAWRITE,
+    DataContent4, GetattrArgs4, GetxattrArgs4, ListxattrsArgs4, Netloc4, NfsFh4, Nfsstat4, Opnum4,
+    ReadArgs4, ReadPlusContent4, RemovexattrArgs4, Res4, ResOp, SeekArgs4, SeekResOk4,
+    SetxattrArgs4, SetxattrOption4, StableHow4, StateId4, Utf8Str, XattrValue4, ACCESS4_MODIFY,
+    ACCESS4_READ, ACCESS4_XALIST, ACCESS4_XAREAD, ACCESS4_XAWRITE,
 };
 
 use nfs4::client::{sequence_op, Client, CompoundRes, Session};
 use nfs4::TestServer;
-use nfs4::{export_dir, putfh};
+use nfs4::{export_dir, lookup, putfh};
 
 /// The anonymous stateid: no OPEN is needed (none is served yet).
 const ANON: StateId4 = StateId4 {
@@ -137,12 +137,6 @@ impl V42 {
             other => panic!("no handle for {name:?}: {other:?} {:?}", res.statuses()),
         }
     }
-}
-
-fn lookup(name: &[u8]) -> ArgOp {
-    ArgOp::Lookup(LookupArgs4 {
-        objname: Component4::from(name.to_vec()),
-    })
 }
 
 fn status(r: &ResOp) -> Nfsstat4 {

@@ -170,6 +170,24 @@ pub fn putfh(fh: &dionfs_proto::nfs4::NfsFh4) -> dionfs_proto::nfs4::ArgOp {
     dionfs_proto::nfs4::ArgOp::Putfh(dionfs_proto::nfs4::PutfhArgs4 { object: fh.clone() })
 }
 
+/// LOOKUP of `name`.
+pub fn lookup(name: &[u8]) -> dionfs_proto::nfs4::ArgOp {
+    dionfs_proto::nfs4::ArgOp::Lookup(dionfs_proto::nfs4::LookupArgs4 {
+        objname: dionfs_proto::nfs4::Component4::from(name.to_vec()),
+    })
+}
+
+/// PUTROOTFH and a LOOKUP per component of `path`.
+pub fn walk(path: &std::path::Path) -> Vec<dionfs_proto::nfs4::ArgOp> {
+    let mut ops = vec![dionfs_proto::nfs4::ArgOp::Putrootfh];
+    for c in path.components() {
+        if let std::path::Component::Normal(name) = c {
+            ops.push(lookup(name.as_encoded_bytes()));
+        }
+    }
+    ops
+}
+
 /// Each result's op and status, in order.
 pub fn statuses(
     res: &client::CompoundRes,
