@@ -346,6 +346,27 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
         Ok(done)
     }
 
+    /// The bytes of the current fragment already read from the stream and
+    /// not yet consumed (maybe none): a caller may decode from them in
+    /// place and then [`Self::consume`] what it used, with no copy and no
+    /// await. What it leaves stays for the next read.
+    pub fn peek(&self) -> &[u8] {
+        if !self.in_record {
+            return &[];
+        }
+        let n = self.buffered().min(self.fragment_remaining as usize);
+        &self.buf[self.pos..self.pos + n]
+    }
+
+    /// Consumes the first `n` bytes of [`Self::peek`] (at most all of
+    /// them).
+    pub fn consume(&mut self, n: usize) {
+        let n = n.min(self.peek().len());
+        self.pos += n;
+        // n <= fragment_remaining, which is a u32.
+        self.fragment_remaining -= n as u32;
+    }
+
     /// Reads a big-endian u32 (one XDR unsigned int) from the record.
     pub async fn read_u32(&mut self) -> Result<u32, RecordError> {
         let mut b = [0u8; 4];
@@ -469,6 +490,31 @@ mod tests {
         assert!(r.at_record_end());
         assert!(!r.in_record());
         assert!(!r.next_record().await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn peek_shows_only_the_current_fragment_and_consume_moves_past() {
+        // Two fragments of one record, then a second record.
+        let mut bytes = record(&[b"abcd", b"ef"]);
+        bytes.extend_from_slice(&framed(b"xyz"));
+        let mut r = RecordReader::new(&bytes[..], 1024);
+        assert!(r.peek().is_empty(), "no record open");
+        assert!(r.next_record().await.unwrap());
+        // Everything came in one read, but only the fragment shows.
+        assert_eq!(r.peek(), b"abcd");
+        r.consume(1);
+        assert_eq!((r.peek(), r.fragment_remaining()), (&b"bcd"[..], 3));
+        // Consuming more than shows stops at the fragment's end.
+        r.consume(10);
+        assert!(r.peek().is_empty());
+        let mut rest = [0u8; 2];
+        r.read_exact(&mut rest).await.unwrap();
+        assert_eq!(&rest, b"ef");
+        assert!(r.at_record_end());
+        assert!(r.next_record().await.unwrap());
+        assert_eq!(r.peek(), b"xyz");
+        r.consume(3);
+        assert!(r.at_record_end() && r.peek().is_empty());
     }
 
     #[tokio::test]

@@ -36,16 +36,24 @@ pub async fn receive<R: CallStream>(
     // Whether the transport took no buffer share for it (`holds_buffer`):
     // nothing of the arguments is read yet.
     let small = body.is_last_fragment() && data::is_small_compound(body.fragment_remaining());
-    // 1. The head: the tag's length is checked before the tag is read.
-    let tag_len = body.read_u32().await?;
-    if tag_len > NFS4_MAX_TAG_LEN {
-        return Ok(Received::Reply(garbage_args(call.xid)));
-    }
-    let mut head = tag_len.to_be_bytes().to_vec();
-    head.resize(4 + tag_len as usize + pad_len(tag_len as usize) + 8, 0);
-    body.read_exact(&mut head[4..]).await?;
-    let Ok(head) = CompoundHead::decode(&mut Decoder::new(&head)) else {
-        return Ok(Received::Reply(garbage_args(call.xid)));
+    // 1. The head: decoded where it was read if it all came (the usual
+    // case), else read exactly, the tag's length checked before the tag
+    // is read.
+    let head = match head_in_place(body) {
+        Some(head) => head,
+        None => {
+            let tag_len = body.read_u32().await?;
+            if tag_len > NFS4_MAX_TAG_LEN {
+                return Ok(Received::Reply(garbage_args(call.xid)));
+            }
+            let mut head = tag_len.to_be_bytes().to_vec();
+            head.resize(4 + tag_len as usize + pad_len(tag_len as usize) + 8, 0);
+            body.read_exact(&mut head[4..]).await?;
+            let Ok(head) = CompoundHead::decode(&mut Decoder::new(&head)) else {
+                return Ok(Received::Reply(garbage_args(call.xid)));
+            };
+            head
+        }
     };
     let xid = call.xid;
     if !nfs4.serves_minor(head.minorversion) {
@@ -215,6 +223,17 @@ pub async fn receive<R: CallStream>(
     Ok(Received::Run(compound))
 }
 
+/// The COMPOUND's head decoded from the bytes `body` has read ahead
+/// ([`RecordReader::peek`]) and consumed, if they hold all of it and it
+/// decodes; else `None`, nothing consumed.
+fn head_in_place<R: CallStream>(body: &mut RecordReader<R>) -> Option<CompoundHead> {
+    let mut dec = Decoder::new(body.peek());
+    let head = CompoundHead::decode(&mut dec).ok()?;
+    let used = dec.position();
+    body.consume(used);
+    Some(head)
+}
+
 /// Whether the ops after `op` are left unread: it fails whatever it
 /// finds, which ends the COMPOUND, and for all but SEQUENCE the bytes
 /// after its opnum are not known to be an op (NOTSUPP and OP_ILLEGAL
@@ -264,6 +283,9 @@ impl<'a, R: CallStream> OpReader<'a, R> {
     /// that ends before the op's opnum is an RPC-level error (GARBAGE_ARGS,
     /// as knfsd answers), one that ends inside its arguments its `BADXDR`.
     async fn next(&mut self) -> Result<Next, RecordError> {
+        if let Some(op) = self.in_place() {
+            return Ok(Next::Op(op));
+        }
         if self.buf.len() < 4 {
             let have = self.buf.len();
             self.buf.resize(4, 0);
@@ -297,6 +319,28 @@ impl<'a, R: CallStream> OpReader<'a, R> {
                 Err(_) => return Ok(Next::Refused(opnum, Nfsstat4::Badxdr)),
             }
         }
+    }
+}
+
+impl<R: CallStream> OpReader<'_, R> {
+    /// The next op decoded from the bytes the record reader has read
+    /// ahead ([`RecordReader::peek`]), at most its bound of them, and
+    /// consumed: no copy, no await, and never a byte past it consumed.
+    /// `None` when they do not hold all of it or it does not decode:
+    /// [`Self::next`] then reads it byte-exact and says why.
+    fn in_place(&mut self) -> Option<ArgOp> {
+        if !self.buf.is_empty() {
+            return None;
+        }
+        let peek = self.body.peek();
+        let opnum = u32::from_be_bytes(peek.get(..4)?.try_into().ok()?);
+        let limit = match Opnum4::from_u32(opnum).map(Opnum4::max_args_len) {
+            Some(ArgsLimit::Whole(n) | ArgsLimit::HeadThenPayload(n)) => n,
+            None => 4,
+        };
+        let (op, used) = decode_op(&peek[..peek.len().min(limit)], self.minor).ok()?;
+        self.body.consume(used);
+        Some(op)
     }
 }
 
