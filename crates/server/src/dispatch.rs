@@ -15,7 +15,7 @@ use dionfs_proto::{ArgsLimit, Void};
 use dionfs_rpc::{AuthStat, CallHeader, Credential, RecordError, RecordReader, ReplyStatus};
 use dionfs_transport::{read_args, CallStream, ConnInfo, Received, Reply, Service};
 use dionfs_xdr::{Decode, Decoder};
-use tracing::debug;
+use tracing::{debug, error};
 
 use crate::callstats::CallStats;
 use crate::mount::MountTable;
@@ -401,7 +401,37 @@ impl Service for Dispatcher {
             Pending::Nfs4(mut compound) => match self.nfs4.as_ref() {
                 Some(program) => {
                     compound.data.on_task = on_task;
-                    Some(nfs4::compound::run(&server, program, &conn, *compound, &self.calls).await)
+                    match nfs4::compound::run(&server, program, &conn, *compound, &self.calls).await
+                    {
+                        Ok(reply) => Some(reply),
+                        // Its READ or WRITE would block: again on a
+                        // blocking thread, as v3's `read_call`.
+                        Err(mut compound) => {
+                            compound.data.on_task = false;
+                            let this = self.clone();
+                            let runtime = tokio::runtime::Handle::current();
+                            tokio::task::spawn_blocking(move || {
+                                let program = this.nfs4.as_ref()?;
+                                runtime
+                                    .block_on(nfs4::compound::run(
+                                        &this.server,
+                                        program,
+                                        &conn,
+                                        *compound,
+                                        &this.calls,
+                                    ))
+                                    .ok()
+                            })
+                            .await
+                            .unwrap_or_else(|e| {
+                                // A handler that panicked: the connection
+                                // answers nothing for this call, as the
+                                // blocking path would.
+                                error!(error = %e, "COMPOUND handler failed");
+                                None
+                            })
+                        }
+                    }
                 }
                 None => None,
             },

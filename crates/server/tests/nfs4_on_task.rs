@@ -275,3 +275,56 @@ fn a_squashed_caller_without_read_permission_is_refused_in_every_mode() {
         }
     }
 }
+
+/// How many times `op` (an NFSv4 operation's name, `READ` say) was
+/// counted in the server's call statistics.
+fn op_count(server: &TestServer, op: &str) -> u64 {
+    server
+        .calls
+        .histograms()
+        .filter(|h| h.program == "nfs4" && h.procedure == op)
+        .map(|h| h.count)
+        .sum()
+}
+
+#[test]
+fn a_read_or_write_given_back_to_a_blocking_thread_runs_and_is_counted_once() {
+    let server = server(Mode::Direct, false);
+    let f = nfs4::path_of(&server, 0).join("f");
+    std::fs::write(&f, pattern(8192, 3)).unwrap();
+    let secret = nfs4::path_of(&server, 0).join("secret");
+    let (fh, secret_fh) = (handle(&server, b"f"), handle(&server, b"secret"));
+    let (mut c, mut s) = session(&server);
+    let (reads, writes, putfhs, sequences) = (
+        op_count(&server, "READ"),
+        op_count(&server, "WRITE"),
+        op_count(&server, "PUTFH"),
+        op_count(&server, "SEQUENCE"),
+    );
+    let ring = counters(&server).ring_reads;
+    // Not yet in the open-file cache: the task gives the COMPOUND back,
+    // a blocking thread opens the file and answers.
+    let (got, eof) = read(&mut c, &mut s, &fh, 0, 4096).unwrap();
+    assert_eq!((got, eof), (pattern(8192, 3)[..4096].to_vec(), false));
+    assert_eq!(counters(&server).ring_reads, ring);
+    // An aligned direct WRITE the caller may not make (squashed, the
+    // file 0600): refused on the blocking thread, nothing written.
+    let head = WriteHead4 {
+        stateid: ANONYMOUS,
+        offset: 0,
+        stable: StableHow4::FileSync,
+        data_len: 4096,
+    };
+    let res = call(&mut c, &mut s, &secret_fh, ArgOp::Write(head), &[7; 4096]);
+    assert_eq!(res.status, Nfsstat4::Access, "{:?}", res.statuses());
+    assert_eq!(std::fs::metadata(&secret).unwrap().len(), 0);
+    // Now cached: from the ring, on the task.
+    let (got, _) = read(&mut c, &mut s, &fh, 4096, 4096).unwrap();
+    assert_eq!(got, pattern(8192, 3)[4096..]);
+    assert_eq!(counters(&server).ring_reads, ring + 1);
+    // Three COMPOUNDs, each op counted once, wherever it ran.
+    assert_eq!(op_count(&server, "READ") - reads, 2);
+    assert_eq!(op_count(&server, "WRITE") - writes, 1);
+    assert_eq!(op_count(&server, "PUTFH") - putfhs, 3);
+    assert_eq!(op_count(&server, "SEQUENCE") - sequences, 3);
+}

@@ -318,20 +318,20 @@ pub fn read(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 {
 /// an open file is submitted to the io_uring from here and its data
 /// answered when it completes. Anything else (a file to open, a check
 /// that fails, a range a writer holds, readahead to serve from, a ring
-/// that refuses) runs [`read`] as on a blocking thread, with the same
-/// buffer, after handing the worker to another thread
-/// (`block_in_place`); every refusal is answered there alone.
-pub async fn read_on_task(ctx: &mut OpCtx<'_>, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 {
-    let ArgOp::Read(args) = op else {
-        return Nfsstat4::Serverfault;
-    };
-    match read_without_blocking(ctx, &args, reply.data_room()).await {
-        Some(Ok(data)) => {
+/// that refuses) is `None`, its buffer back in `ctx.data`: the COMPOUND
+/// then runs again on a blocking thread (`compound::run`), where every
+/// refusal is answered.
+pub async fn read_on_task(
+    ctx: &mut OpCtx<'_>,
+    args: dionfs_proto::nfs4::ReadArgs4,
+    reply: &mut CompoundReply,
+) -> Option<Nfsstat4> {
+    match read_without_blocking(ctx, &args, reply.data_room()).await? {
+        Ok(data) => {
             reply.read_data(data);
-            Nfsstat4::Ok
+            Some(Nfsstat4::Ok)
         }
-        Some(Err(status)) => status,
-        None => tokio::task::block_in_place(|| read(ctx, ArgOp::Read(args), reply)),
+        Err(status) => Some(status),
     }
 }
 
@@ -484,30 +484,91 @@ fn write_file(
 /// overwrite of cached pages is written from here as the client; an
 /// aligned direct write is submitted to the io_uring as the client (a
 /// ring personality with its credentials) and answered when it
-/// completes. Anything else, and every refusal, runs as on a blocking
-/// thread after handing the worker to another (`block_in_place`).
-pub async fn write_on_task(ctx: &mut OpCtx<'_>, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 {
-    let ArgOp::Write(head) = op else {
-        return Nfsstat4::Serverfault;
-    };
-    // Taken whatever happens, so the next WRITE finds its own.
-    let payload = ctx.data.payloads.pop_front();
-    let written = match write_target(ctx, &head, payload) {
-        Ok(target) => write_without_blocking(ctx, target).await,
-        Err(status) => Err(status),
-    };
-    match written {
-        Ok(res) => {
+/// completes. Anything else, and every refusal, is `None`, its payload
+/// back in `ctx.data`: the COMPOUND then runs again on a blocking thread
+/// (`compound::run`).
+pub async fn write_on_task(
+    ctx: &mut OpCtx<'_>,
+    head: WriteHead4,
+    reply: &mut CompoundReply,
+) -> Option<Nfsstat4> {
+    let payload = ctx.data.payloads.pop_front()?;
+    // Only a payload placed at receive for this file: anything else
+    // (and every refusal) is the blocking path's.
+    let target = on_task_target(ctx, &head, payload)?;
+    match write_without_blocking(ctx, target).await {
+        Ok(Ok(res)) => {
             res.encode(reply.encoder());
-            Nfsstat4::Ok
+            Some(Nfsstat4::Ok)
         }
-        Err(status) => status,
+        Ok(Err(status)) => Some(status),
+        Err(t) => {
+            ctx.data.payloads.push_front(Payload::Placed {
+                export: t.export.config.id,
+                fh: t.fh,
+                file: t.file,
+                buf: t.buf,
+            });
+            None
+        }
+    }
+}
+
+/// [`write_target`] for [`write_on_task`], when every check passes and
+/// the payload was placed for the current file; else `None`, the payload
+/// back in `ctx.data`.
+fn on_task_target<'a>(
+    ctx: &mut OpCtx<'a>,
+    head: &WriteHead4,
+    payload: Payload,
+) -> Option<WriteTarget<'a>> {
+    let Payload::Placed {
+        export: id,
+        fh: placed,
+        file,
+        buf,
+    } = payload
+    else {
+        ctx.data.payloads.push_front(payload);
+        return None;
+    };
+    let checked = io_file(ctx).and_then(|IoFile { export, fh, .. }| {
+        ctx.writable(export)?;
+        check_stateid(ctx, &head.stateid, &fh, Use::Write)?;
+        Ok((export, fh))
+    });
+    let before = match &checked {
+        Ok((export, fh)) if id == export.config.id && *placed == *fh => {
+            ops::file_attr(&export.fs, &file).ok()
+        }
+        _ => None,
+    };
+    match (checked, before) {
+        (Ok((export, _)), Some(before)) => Some(WriteTarget {
+            export,
+            fh: placed,
+            file,
+            buf,
+            before: Some(before),
+            how: stable(head.stable),
+        }),
+        _ => {
+            ctx.data.payloads.push_front(Payload::Placed {
+                export: id,
+                fh: placed,
+                file,
+                buf,
+            });
+            None
+        }
     }
 }
 
 /// A WRITE's checks done and its payload in a buffer: ready to write.
 struct WriteTarget<'a> {
     export: &'a Export,
+    /// The file's handle, and the file.
+    fh: Vec<u8>,
     file: Arc<OpenFile>,
     buf: WriteBuffer,
     /// The file's attributes before the write, for the permission check.
@@ -560,6 +621,7 @@ fn write_target<'a>(
     };
     Ok(WriteTarget {
         export,
+        fh,
         file,
         buf,
         before,
@@ -576,6 +638,7 @@ fn write_blocking(ctx: &OpCtx, t: WriteTarget) -> Result<WriteResOk4, Nfsstat4> 
         buf,
         before,
         how,
+        ..
     } = t;
     let done = ctx.as_user(export, || {
         Ok(
@@ -591,29 +654,37 @@ fn write_blocking(ctx: &OpCtx, t: WriteTarget) -> Result<WriteResOk4, Nfsstat4> 
 }
 
 /// [`write_on_task`]'s fast paths (v3's `write_without_blocking`); what
-/// neither takes goes to [`write_blocking`] through `block_in_place`.
-async fn write_without_blocking(
-    ctx: &OpCtx<'_>,
-    mut t: WriteTarget<'_>,
-) -> Result<WriteResOk4, Nfsstat4> {
+/// neither takes is given back, `Err`, for the blocking path.
+async fn write_without_blocking<'a>(
+    ctx: &OpCtx<'a>,
+    mut t: WriteTarget<'a>,
+) -> Result<Result<WriteResOk4, Nfsstat4>, WriteTarget<'a>> {
     let (export, how) = (t.export, t.how);
     if export
         .data
         .may_write_on_task(t.file.data(), t.buf.len(), how)
     {
         // A small overwrite of cached pages, made here as the client
-        // (the thread's credentials switched and back).
-        let (file, before) = (&t.file, t.before.as_ref());
-        let attempt = ctx.as_user(export, || {
-            Ok(check_access(ctx, export, file, true, before)
-                .map(|()| export.data.write_on_task(file.data(), t.buf, how)))
-        })??;
-        match attempt {
-            WriteAttempt::Done(done) => {
-                let done = done.map_err(|e| io_error(ctx, IoProc::Write, file, None, &e))?;
-                return Ok(write_res(ctx, done));
+        // (the thread's credentials switched and back) if its permission
+        // check passes here (a refusal is answered by the blocking path,
+        // which checks again).
+        let (file, before) = (t.file.clone(), t.before.as_ref());
+        if check_access(ctx, export, &file, true, before).is_err() {
+            return Err(t);
+        }
+        let buf = t.buf;
+        match ctx.as_user(export, || {
+            Ok(export.data.write_on_task(file.data(), buf, how))
+        }) {
+            Ok(WriteAttempt::Done(done)) => {
+                return Ok(done
+                    .map(|done| write_res(ctx, done))
+                    .map_err(|e| io_error(ctx, IoProc::Write, &file, None, &e)));
             }
-            WriteAttempt::Blocking(buf) => t.buf = buf,
+            Ok(WriteAttempt::Blocking(buf)) => t.buf = buf,
+            // The credentials could not be switched: the buffer is gone
+            // with the closure, so the WRITE fails here.
+            Err(status) => return Ok(Err(status)),
         }
     } else if let Some(ring) = ctx.server.io_ring.as_ref() {
         // An aligned direct write through the ring as the client, if its
@@ -637,14 +708,15 @@ async fn write_without_blocking(
                 .await
             {
                 WriteAttempt::Done(done) => {
-                    let done = done.map_err(|e| io_error(ctx, IoProc::Write, &file, None, &e))?;
-                    return Ok(write_res(ctx, done));
+                    return Ok(done
+                        .map(|done| write_res(ctx, done))
+                        .map_err(|e| io_error(ctx, IoProc::Write, &file, None, &e)));
                 }
                 WriteAttempt::Blocking(buf) => t.buf = buf,
             }
         }
     }
-    tokio::task::block_in_place(|| write_blocking(ctx, t))
+    Err(t)
 }
 
 fn write_res(ctx: &OpCtx, done: WriteDone) -> WriteResOk4 {
