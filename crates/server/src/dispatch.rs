@@ -404,7 +404,7 @@ impl Service for Dispatcher {
                     match nfs4::compound::run(&server, program, &conn, *compound, &self.calls).await
                     {
                         Ok(reply) => Some(reply),
-                        // Its READ or WRITE would block: again on a
+                        // Its READ or WRITE would block: the rest on a
                         // blocking thread, as v3's `read_call`.
                         Err(mut compound) => {
                             compound.data.on_task = false;

@@ -41,6 +41,24 @@ pub struct Compound {
     pub refused: Option<(u32, Nfsstat4)>,
     /// Its WRITEs' payloads and its first READ's buffer.
     pub data: DataIo,
+    /// How far it ran on the connection's task before an op would have
+    /// blocked there; `ops` are then the ops from that one on.
+    pub resume: Option<Box<Progress>>,
+}
+
+/// What a COMPOUND given back by the connection's task ([`run`]) had done:
+/// the ops before the one that would block ran and are in `reply`; the
+/// blocking thread goes on from there.
+pub struct Progress {
+    reply: CompoundReply,
+    /// The position of the next op in the COMPOUND (SEQUENCE counted).
+    next: u32,
+    current: Option<Fh4>,
+    saved: Option<Fh4>,
+    current_stateid: Option<StateId4>,
+    saved_stateid: Option<StateId4>,
+    /// The ops that ran, not yet counted.
+    ran: Held,
 }
 
 impl Compound {
@@ -87,14 +105,15 @@ pub struct OpCtx<'a> {
 ///
 /// On the task, a READ or WRITE that would block (a file to open,
 /// readahead to serve, a write the ring does not take) gives the
-/// COMPOUND back, `Err`, as it was received: nothing of it has taken
-/// effect (the ops before are PUTFH alone) and nothing is counted. The
-/// caller runs it again on a blocking thread, as v3's `read_call` does.
-/// (Handing the worker to another thread instead, `block_in_place`,
-/// moved the server's threads between CPUs 7 times as often: 9,717
-/// migrations per GiB of the `ior-aligned-read` bench job, whose 48 KiB
-/// READs mostly go to a blocking thread, against 1,364 over v3, and
-/// 1,320 with this; `perf stat -e cpu-migrations`.)
+/// COMPOUND back, `Err`, with what the ops before it did
+/// ([`Compound::resume`]; they are PUTFH alone, which changes nothing
+/// but the current filehandle): the caller runs the rest on a blocking
+/// thread, as v3's `read_call` does. (Handing the worker to another
+/// thread instead, `block_in_place`, moved the server's threads between
+/// CPUs 7 times as often: 9,717 migrations per GiB of the
+/// `ior-aligned-read` bench job, whose 48 KiB READs mostly go to a
+/// blocking thread, against 1,364 over v3, and 1,320 with this; `perf
+/// stat -e cpu-migrations`.)
 pub async fn run(
     server: &Server,
     nfs4: &Nfs4,
@@ -112,30 +131,10 @@ pub async fn run(
         ops,
         refused,
         data,
+        resume,
     } = compound;
-    // What to give back if an op would block: on the task, the ops are
-    // a few (`Compound::starts_on_task`), so copied cheaply.
-    let again = data.on_task.then(|| ops.clone());
-    let limits = slot.as_ref().map(|slot| ReplyLimits {
-        max: slot.max_response() as usize,
-        max_cached: slot
-            .cachethis()
-            .then_some(slot.max_response_cached() as usize),
-    });
-    let mut reply = CompoundReply::new(call.xid, &tag, limits);
-    let mut status = Nfsstat4::Ok;
     let mut counted = Counted::new(calls, data.on_task);
-    // The ops' positions in the COMPOUND: SEQUENCE, when there is one,
-    // was the first.
-    let first = u32::from(slot.is_some());
-    if let Some(slot) = &slot {
-        // SEQUENCE ran at receive: its result is written, and it is
-        // counted, here.
-        let start = reply.start_op(Opnum4::Sequence.as_u32());
-        dionfs_xdr::Encode::encode(slot.result(), reply.encoder());
-        status = reply.finish_op(start, Nfsstat4::Ok);
-        counted.record(Opnum4::Sequence.as_u32(), std::time::Duration::ZERO);
-    }
+    let mut status = Nfsstat4::Ok;
     let mut ctx = OpCtx {
         server,
         nfs4,
@@ -151,13 +150,57 @@ pub async fn run(
         data,
         last_op: false,
     };
-    for (i, op) in ops.into_iter().enumerate() {
+    // The position of the first op in `ops`.
+    let first;
+    let mut reply = match resume {
+        Some(progress) => {
+            let Progress {
+                reply,
+                next,
+                current,
+                saved,
+                current_stateid,
+                saved_stateid,
+                ran,
+            } = *progress;
+            (ctx.current, ctx.saved) = (current, saved);
+            (ctx.current_stateid, ctx.saved_stateid) = (current_stateid, saved_stateid);
+            for (opnum, took) in ran.ops() {
+                counted.record(*opnum, *took);
+            }
+            first = next;
+            reply
+        }
+        None => {
+            let limits = slot.as_ref().map(|slot| ReplyLimits {
+                max: slot.max_response() as usize,
+                max_cached: slot
+                    .cachethis()
+                    .then_some(slot.max_response_cached() as usize),
+            });
+            let mut reply = CompoundReply::new(call.xid, &tag, limits);
+            // SEQUENCE, when there is one, was the first op.
+            first = u32::from(slot.is_some());
+            if let Some(slot) = &slot {
+                // SEQUENCE ran at receive: its result is written, and it
+                // is counted, here.
+                let start = reply.start_op(Opnum4::Sequence.as_u32());
+                dionfs_xdr::Encode::encode(slot.result(), reply.encoder());
+                status = reply.finish_op(start, Nfsstat4::Ok);
+                counted.record(Opnum4::Sequence.as_u32(), std::time::Duration::ZERO);
+            }
+            reply
+        }
+    };
+    let mut ops = ops.into_iter();
+    let mut position = first;
+    while let Some(op) = ops.next() {
         if !status.is_ok() {
             break;
         }
         let started = Instant::now();
         let opnum = op.opnum();
-        ctx.last_op = first + i as u32 + 1 == numops;
+        ctx.last_op = position + 1 == numops;
         let result_opnum = match op {
             ArgOp::Illegal(_) => Opnum4::Illegal.as_u32(),
             _ => opnum,
@@ -167,33 +210,59 @@ pub async fn run(
             // A COMPOUND on the connection's task reads and writes
             // without blocking it (`Compound::starts_on_task`).
             ArgOp::Read(args) if ctx.data.on_task => {
-                super::data::read_on_task(&mut ctx, args, &mut reply).await
+                super::data::read_on_task(&mut ctx, args, &mut reply)
+                    .await
+                    .map_err(ArgOp::Read)
             }
             ArgOp::Write(head) if ctx.data.on_task => {
-                super::data::write_on_task(&mut ctx, head, &mut reply).await
+                super::data::write_on_task(&mut ctx, head, &mut reply)
+                    .await
+                    .map_err(ArgOp::Write)
             }
-            _ => Some((super::op_fn(&op))(&mut ctx, op, &mut reply)),
+            _ => Ok((super::op_fn(&op))(&mut ctx, op, &mut reply)),
         };
-        let Some(done) = done else {
-            // Would block: given back whole (see above).
-            let OpCtx { data, .. } = ctx;
-            return Err(Box::new(Compound {
-                exports,
-                call,
-                tag,
-                minor,
-                numops,
-                slot,
-                ops: again.unwrap_or_default(),
-                refused,
-                data,
-            }));
+        let done = match done {
+            Ok(done) => done,
+            Err(op) => {
+                // Would block: given back with what the ops before did.
+                reply.abandon_op(start);
+                let OpCtx {
+                    data,
+                    current,
+                    saved,
+                    current_stateid,
+                    saved_stateid,
+                    ..
+                } = ctx;
+                let progress = Progress {
+                    reply,
+                    next: position,
+                    current,
+                    saved,
+                    current_stateid,
+                    saved_stateid,
+                    ran: counted.take_held(),
+                };
+                return Err(Box::new(Compound {
+                    exports,
+                    call,
+                    tag,
+                    minor,
+                    numops,
+                    slot,
+                    ops: std::iter::once(op).chain(ops).collect(),
+                    refused,
+                    data,
+                    resume: Some(Box::new(progress)),
+                }));
+            }
         };
         status = reply.finish_op(start, done);
         if status.is_ok() {
             follow_filehandle(&mut ctx, opnum);
         }
         counted.record(opnum, started.elapsed());
+        position += 1;
     }
     if let (true, Some((opnum, refusal))) = (status.is_ok(), refused) {
         status = reply.op_status(opnum, refusal);
@@ -213,11 +282,11 @@ pub async fn run(
 }
 
 /// The ops a COMPOUND ran, counted in `calls`: at once, or on the
-/// connection's task only once it finished there (one given back to run
-/// again on a blocking thread is counted there).
+/// connection's task only once it finished there (what ran there before
+/// it was given back is counted where it finishes).
 struct Counted<'a> {
     calls: &'a CallStats,
-    held: Option<([(u32, std::time::Duration); MAX_HELD], usize)>,
+    held: Option<Held>,
 }
 
 /// Ops of an on-task COMPOUND counted at its end: its shapes have at
@@ -225,17 +294,27 @@ struct Counted<'a> {
 /// counted at once.
 const MAX_HELD: usize = 4;
 
+/// Ops that ran and are not counted yet: their numbers and times.
+#[derive(Clone, Copy)]
+struct Held([(u32, std::time::Duration); MAX_HELD], usize);
+
+impl Held {
+    fn ops(&self) -> &[(u32, std::time::Duration)] {
+        &self.0[..self.1]
+    }
+}
+
 impl<'a> Counted<'a> {
     fn new(calls: &'a CallStats, hold: bool) -> Self {
         Counted {
             calls,
-            held: hold.then_some(([(0, std::time::Duration::ZERO); MAX_HELD], 0)),
+            held: hold.then_some(Held([(0, std::time::Duration::ZERO); MAX_HELD], 0)),
         }
     }
 
     fn record(&mut self, opnum: u32, took: std::time::Duration) {
         match &mut self.held {
-            Some((held, n)) if *n < MAX_HELD => {
+            Some(Held(held, n)) if *n < MAX_HELD => {
                 held[*n] = (opnum, took);
                 *n += 1;
             }
@@ -243,9 +322,15 @@ impl<'a> Counted<'a> {
         }
     }
 
+    /// The ops held, none counted: for the COMPOUND given back.
+    fn take_held(self) -> Held {
+        self.held
+            .unwrap_or(Held([(0, std::time::Duration::ZERO); MAX_HELD], 0))
+    }
+
     fn flush(self) {
-        if let Some((held, n)) = self.held {
-            for (opnum, took) in &held[..n] {
+        if let Some(held) = self.held {
+            for (opnum, took) in held.ops() {
                 self.calls.record(NFS4_PROGRAM, NFS_V4, *opnum, *took);
             }
         }

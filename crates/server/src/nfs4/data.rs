@@ -318,20 +318,21 @@ pub fn read(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 {
 /// an open file is submitted to the io_uring from here and its data
 /// answered when it completes. Anything else (a file to open, a check
 /// that fails, a range a writer holds, readahead to serve from, a ring
-/// that refuses) is `None`, its buffer back in `ctx.data`: the COMPOUND
-/// then runs again on a blocking thread (`compound::run`), where every
-/// refusal is answered.
+/// that refuses) gives `args` back, `Err`, its buffer back in
+/// `ctx.data`: the COMPOUND then goes on on a blocking thread
+/// (`compound::run`), where every refusal is answered.
 pub async fn read_on_task(
     ctx: &mut OpCtx<'_>,
     args: dionfs_proto::nfs4::ReadArgs4,
     reply: &mut CompoundReply,
-) -> Option<Nfsstat4> {
-    match read_without_blocking(ctx, &args, reply.data_room()).await? {
-        Ok(data) => {
+) -> Result<Nfsstat4, dionfs_proto::nfs4::ReadArgs4> {
+    match read_without_blocking(ctx, &args, reply.data_room()).await {
+        Some(Ok(data)) => {
             reply.read_data(data);
-            Some(Nfsstat4::Ok)
+            Ok(Nfsstat4::Ok)
         }
-        Err(status) => Some(status),
+        Some(Err(status)) => Ok(status),
+        None => Err(args),
     }
 }
 
@@ -484,24 +485,28 @@ fn write_file(
 /// overwrite of cached pages is written from here as the client; an
 /// aligned direct write is submitted to the io_uring as the client (a
 /// ring personality with its credentials) and answered when it
-/// completes. Anything else, and every refusal, is `None`, its payload
-/// back in `ctx.data`: the COMPOUND then runs again on a blocking thread
-/// (`compound::run`).
+/// completes. Anything else, and every refusal, gives `head` back,
+/// `Err`, its payload back in `ctx.data`: the COMPOUND then goes on on a
+/// blocking thread (`compound::run`).
 pub async fn write_on_task(
     ctx: &mut OpCtx<'_>,
     head: WriteHead4,
     reply: &mut CompoundReply,
-) -> Option<Nfsstat4> {
-    let payload = ctx.data.payloads.pop_front()?;
+) -> Result<Nfsstat4, WriteHead4> {
+    let Some(payload) = ctx.data.payloads.pop_front() else {
+        return Err(head);
+    };
     // Only a payload placed at receive for this file: anything else
     // (and every refusal) is the blocking path's.
-    let target = on_task_target(ctx, &head, payload)?;
+    let Some(target) = on_task_target(ctx, &head, payload) else {
+        return Err(head);
+    };
     match write_without_blocking(ctx, target).await {
         Ok(Ok(res)) => {
             res.encode(reply.encoder());
-            Some(Nfsstat4::Ok)
+            Ok(Nfsstat4::Ok)
         }
-        Ok(Err(status)) => Some(status),
+        Ok(Err(status)) => Ok(status),
         Err(t) => {
             ctx.data.payloads.push_front(Payload::Placed {
                 export: t.export.config.id,
@@ -509,7 +514,7 @@ pub async fn write_on_task(
                 file: t.file,
                 buf: t.buf,
             });
-            None
+            Err(head)
         }
     }
 }

@@ -89,6 +89,7 @@ pub async fn receive<R: CallStream>(
         ops: Vec::new(),
         refused: None,
         data: DataIo::default(),
+        resume: None,
     });
     let mut ops = OpReader::new(body, head.minorversion);
 

@@ -241,6 +241,13 @@ impl CompoundReply {
         }
     }
 
+    /// Takes back [`Self::start_op`] of an op that did not run here
+    /// (it encoded nothing): the reply is as it was before.
+    pub fn abandon_op(&mut self, start: OpStart) {
+        self.truncate(start.at);
+        self.numres -= 1;
+    }
+
     fn truncate(&mut self, len: usize) {
         if self.payload.as_ref().is_some_and(|p| p.at > len) {
             self.payload = None;
