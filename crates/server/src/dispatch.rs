@@ -15,7 +15,7 @@ use dionfs_proto::{ArgsLimit, Void};
 use dionfs_rpc::{AuthStat, CallHeader, Credential, RecordError, RecordReader, ReplyStatus};
 use dionfs_transport::{read_args, CallStream, ConnInfo, Received, Reply, Service};
 use dionfs_xdr::{Decode, Decoder};
-use tracing::{debug, error};
+use tracing::debug;
 
 use crate::callstats::CallStats;
 use crate::mount::MountTable;
@@ -410,7 +410,7 @@ impl Service for Dispatcher {
                             compound.data.on_task = false;
                             let this = self.clone();
                             let runtime = tokio::runtime::Handle::current();
-                            tokio::task::spawn_blocking(move || {
+                            crate::io::on_blocking_thread("COMPOUND", move || {
                                 let program = this.nfs4.as_ref()?;
                                 runtime
                                     .block_on(nfs4::compound::run(
@@ -423,13 +423,6 @@ impl Service for Dispatcher {
                                     .ok()
                             })
                             .await
-                            .unwrap_or_else(|e| {
-                                // A handler that panicked: the connection
-                                // answers nothing for this call, as the
-                                // blocking path would.
-                                error!(error = %e, "COMPOUND handler failed");
-                                None
-                            })
                         }
                     }
                 }

@@ -1,8 +1,9 @@
 //! What the NFS programs share of READ and WRITE, below them (`nfs/` and
 //! `nfs4/` never import each other): finding the file a WRITE goes to,
 //! receiving its payload from the socket into a data-plane buffer, the
-//! permission check of a READ or WRITE under the caller's credentials, and
-//! starting the work a READ hands out (readahead, a checksum rebuild).
+//! permission check of a READ or WRITE under the caller's credentials,
+//! starting the work a READ hands out (readahead, a checksum rebuild), and
+//! finishing on a blocking thread a call the connection's task could not.
 //!
 //! Results are the layers' own errors (`FsError`, `DataError`,
 //! `RecordError`); each program turns them into its status in its
@@ -16,8 +17,24 @@ use dionfs_dataplane::{DataError, Prefetch, ReadData, Rebuild, Stable, WriteBuff
 use dionfs_fs::{ops, Attr, FsError, OpenFile};
 use dionfs_rpc::{RecordError, RecordReader};
 use dionfs_sys::cred::{with_creds, Creds};
-use dionfs_transport::{stage_payload, CallStream, ReplyPayload, StagingBudget};
+use dionfs_transport::{stage_payload, CallStream, Reply, ReplyPayload, StagingBudget};
 use tracing::error;
+
+/// Runs `handler`, the rest of a call that the connection's task could
+/// not finish, on a blocking thread and gives its reply. A handler that
+/// panicked (`procedure` names it in the log) answers nothing, as one
+/// started on a blocking thread would.
+pub async fn on_blocking_thread(
+    procedure: &'static str,
+    handler: impl FnOnce() -> Option<Reply> + Send + 'static,
+) -> Option<Reply> {
+    tokio::task::spawn_blocking(handler)
+        .await
+        .unwrap_or_else(|e| {
+            error!(error = %e, "{procedure} handler failed");
+            None
+        })
+}
 
 /// The open file a WRITE with handle `fh` goes to. Usually a cache hit,
 /// which makes no syscall; a miss opens the file by handle (a short

@@ -18,7 +18,6 @@ use dionfs_fs::{ops, Attr, FsError, OpenFile};
 use dionfs_proto::nfs3::*;
 use dionfs_rpc::{CallHeader, RecordError, RecordReader};
 use dionfs_xdr::{Decode, Decoder};
-use tracing::error;
 
 use super::attrs::open_file_attr;
 use super::convert::{post_op, wcc};
@@ -241,10 +240,7 @@ pub async fn write_call(
         Ok(reply) => return Some(reply),
         Err(w) => w,
     };
-    tokio::task::spawn_blocking(move || write(&server, &conn, &call, w))
-        .await
-        .map_err(|e| error!(error = %e, "WRITE handler failed"))
-        .ok()
+    io::on_blocking_thread("WRITE", move || Some(write(&server, &conn, &call, w))).await
 }
 
 /// [`write_call`]'s fast path; `Err` gives the call back, untouched, for
@@ -411,14 +407,10 @@ pub async fn read_call(
         }
         (_, buf) => buf,
     };
-    tokio::task::spawn_blocking(move || super::call(&server, &exports, &conn, &call, &args, buf))
-        .await
-        .unwrap_or_else(|e| {
-            // A handler that panicked: the connection answers nothing for
-            // this call, as the blocking path would.
-            error!(error = %e, "READ handler failed");
-            None
-        })
+    io::on_blocking_thread("READ", move || {
+        super::call(&server, &exports, &conn, &call, &args, buf)
+    })
+    .await
 }
 
 /// [`read_call`]'s fast path; `Err` hands the buffer back for the

@@ -150,8 +150,8 @@ pub async fn run(
         data,
         last_op: false,
     };
-    // The position of the first op in `ops`.
-    let first;
+    // The position in the COMPOUND of the op running.
+    let mut position;
     let mut reply = match resume {
         Some(progress) => {
             let Progress {
@@ -168,7 +168,7 @@ pub async fn run(
             for (opnum, took) in ran.ops() {
                 counted.record(*opnum, *took);
             }
-            first = next;
+            position = next;
             reply
         }
         None => {
@@ -180,7 +180,7 @@ pub async fn run(
             });
             let mut reply = CompoundReply::new(call.xid, &tag, limits);
             // SEQUENCE, when there is one, was the first op.
-            first = u32::from(slot.is_some());
+            position = u32::from(slot.is_some());
             if let Some(slot) = &slot {
                 // SEQUENCE ran at receive: its result is written, and it
                 // is counted, here.
@@ -193,7 +193,6 @@ pub async fn run(
         }
     };
     let mut ops = ops.into_iter();
-    let mut position = first;
     while let Some(op) = ops.next() {
         if !status.is_ok() {
             break;
@@ -299,6 +298,8 @@ const MAX_HELD: usize = 4;
 struct Held([(u32, std::time::Duration); MAX_HELD], usize);
 
 impl Held {
+    const NONE: Held = Held([(0, std::time::Duration::ZERO); MAX_HELD], 0);
+
     fn ops(&self) -> &[(u32, std::time::Duration)] {
         &self.0[..self.1]
     }
@@ -308,7 +309,7 @@ impl<'a> Counted<'a> {
     fn new(calls: &'a CallStats, hold: bool) -> Self {
         Counted {
             calls,
-            held: hold.then_some(Held([(0, std::time::Duration::ZERO); MAX_HELD], 0)),
+            held: hold.then_some(Held::NONE),
         }
     }
 
@@ -324,8 +325,7 @@ impl<'a> Counted<'a> {
 
     /// The ops held, none counted: for the COMPOUND given back.
     fn take_held(self) -> Held {
-        self.held
-            .unwrap_or(Held([(0, std::time::Duration::ZERO); MAX_HELD], 0))
+        self.held.unwrap_or(Held::NONE)
     }
 
     fn flush(self) {

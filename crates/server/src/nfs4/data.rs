@@ -493,12 +493,9 @@ pub async fn write_on_task(
     head: WriteHead4,
     reply: &mut CompoundReply,
 ) -> Result<Nfsstat4, WriteHead4> {
-    let Some(payload) = ctx.data.payloads.pop_front() else {
-        return Err(head);
-    };
     // Only a payload placed at receive for this file: anything else
     // (and every refusal) is the blocking path's.
-    let Some(target) = on_task_target(ctx, &head, payload) else {
+    let Some(target) = on_task_target(ctx, &head) else {
         return Err(head);
     };
     match write_without_blocking(ctx, target).await {
@@ -519,54 +516,45 @@ pub async fn write_on_task(
     }
 }
 
-/// [`write_target`] for [`write_on_task`], when every check passes and
-/// the payload was placed for the current file; else `None`, the payload
-/// back in `ctx.data`.
-fn on_task_target<'a>(
-    ctx: &mut OpCtx<'a>,
-    head: &WriteHead4,
-    payload: Payload,
-) -> Option<WriteTarget<'a>> {
-    let Payload::Placed {
-        export: id,
-        fh: placed,
-        file,
-        buf,
-    } = payload
-    else {
-        ctx.data.payloads.push_front(payload);
-        return None;
-    };
-    let checked = io_file(ctx).and_then(|IoFile { export, fh, .. }| {
-        ctx.writable(export)?;
-        check_stateid(ctx, &head.stateid, &fh, Use::Write)?;
-        Ok((export, fh))
-    });
-    let before = match &checked {
-        Ok((export, fh)) if id == export.config.id && *placed == *fh => {
-            ops::file_attr(&export.fs, &file).ok()
-        }
-        _ => None,
-    };
-    match (checked, before) {
-        (Ok((export, _)), Some(before)) => Some(WriteTarget {
-            export,
+/// [`write_target`] for [`write_on_task`], its payload taken from
+/// `ctx.data` only when every check passes and it was placed for the
+/// current file; else `None`, `ctx.data` untouched.
+fn on_task_target<'a>(ctx: &mut OpCtx<'a>, head: &WriteHead4) -> Option<WriteTarget<'a>> {
+    let (export, fh) = write_checks(ctx, head).ok()?;
+    let before = match ctx.data.payloads.front()? {
+        Payload::Placed {
+            export: id,
             fh: placed,
             file,
-            buf,
-            before: Some(before),
-            how: stable(head.stable),
-        }),
-        _ => {
-            ctx.data.payloads.push_front(Payload::Placed {
-                export: id,
-                fh: placed,
-                file,
-                buf,
-            });
-            None
-        }
-    }
+            ..
+        } if *id == export.config.id && *placed == fh => ops::file_attr(&export.fs, file).ok()?,
+        _ => return None,
+    };
+    // The payload just looked at.
+    let Some(Payload::Placed { file, buf, .. }) = ctx.data.payloads.pop_front() else {
+        return None;
+    };
+    Some(WriteTarget {
+        export,
+        fh,
+        file,
+        buf,
+        before: Some(before),
+        how: stable(head.stable),
+    })
+}
+
+/// The checks of a WRITE before its payload is used: a regular file, an
+/// export writable for this client, the stateid. The export and the
+/// file's handle.
+fn write_checks<'a>(
+    ctx: &mut OpCtx<'a>,
+    head: &WriteHead4,
+) -> Result<(&'a Export, Vec<u8>), Nfsstat4> {
+    let IoFile { export, fh, .. } = io_file(ctx)?;
+    ctx.writable(export)?;
+    check_stateid(ctx, &head.stateid, &fh, Use::Write)?;
+    Ok((export, fh))
 }
 
 /// A WRITE's checks done and its payload in a buffer: ready to write.
@@ -588,9 +576,7 @@ fn write_target<'a>(
     head: &WriteHead4,
     payload: Option<Payload>,
 ) -> Result<WriteTarget<'a>, Nfsstat4> {
-    let IoFile { export, fh, .. } = io_file(ctx)?;
-    ctx.writable(export)?;
-    check_stateid(ctx, &head.stateid, &fh, Use::Write)?;
+    let (export, fh) = write_checks(ctx, head)?;
     let len = head.data_len as usize;
     let (file, buf) = match payload.ok_or(Nfsstat4::Serverfault)? {
         Payload::Placed {

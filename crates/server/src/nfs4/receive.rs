@@ -293,10 +293,7 @@ impl<'a, R: CallStream> OpReader<'a, R> {
             self.body.read_exact(&mut self.buf[have..]).await?;
         }
         let opnum = u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]);
-        let limit = match Opnum4::from_u32(opnum).map(Opnum4::max_args_len) {
-            Some(ArgsLimit::Whole(n) | ArgsLimit::HeadThenPayload(n)) => n,
-            None => 4,
-        };
+        let limit = op_bound(opnum);
         loop {
             match decode_op(&self.buf, self.minor) {
                 Ok((op, used)) => {
@@ -321,9 +318,7 @@ impl<'a, R: CallStream> OpReader<'a, R> {
             }
         }
     }
-}
 
-impl<R: CallStream> OpReader<'_, R> {
     /// The next op decoded from the bytes the record reader has read
     /// ahead ([`RecordReader::peek`]), at most its bound of them, and
     /// consumed: no copy, no await, and never a byte past it consumed.
@@ -335,13 +330,19 @@ impl<R: CallStream> OpReader<'_, R> {
         }
         let peek = self.body.peek();
         let opnum = u32::from_be_bytes(peek.get(..4)?.try_into().ok()?);
-        let limit = match Opnum4::from_u32(opnum).map(Opnum4::max_args_len) {
-            Some(ArgsLimit::Whole(n) | ArgsLimit::HeadThenPayload(n)) => n,
-            None => 4,
-        };
+        let limit = op_bound(opnum);
         let (op, used) = decode_op(&peek[..peek.len().min(limit)], self.minor).ok()?;
         self.body.consume(used);
         Some(op)
+    }
+}
+
+/// The most bytes op `opnum`'s arguments (its head, for WRITE) take,
+/// opnum included: 4 for an opnum no op has.
+fn op_bound(opnum: u32) -> usize {
+    match Opnum4::from_u32(opnum).map(Opnum4::max_args_len) {
+        Some(ArgsLimit::Whole(n) | ArgsLimit::HeadThenPayload(n)) => n,
+        None => 4,
     }
 }
 
