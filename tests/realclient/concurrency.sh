@@ -16,8 +16,14 @@
 #      adjacent writes of different processes race on the same 4 KiB blocks. (No buffered fio jobs: fio opens files O_RDWR,
 #      so the client reads a partially written page first and may then write
 #      the whole page back, stale neighbour bytes included - the client's own
-#      close-to-open semantics, not a server property. busybox dd opens
-#      O_WRONLY, so the buffered writers of phase 1 only send their own bytes.)
+#      close-to-open semantics, not a server property.)
+# The buffered writers of phase 1 need a lock held on the file: a page the
+# client creates beyond its EOF is zero-filled and marked up to date, and
+# with no lock on the file the client then "extends" the write to the whole
+# page (fs/nfs/write.c, nfs_can_extend_write), sending zeros over the tail of
+# the O_DIRECT neighbour record before it. Any lock other than a whole-file
+# write lock turns that off (newer kernels also have `noalignwrite`; the
+# guest's 6.1 has not), so phase 1 runs under a shared flock(2) of its own.
 # After each phase: sync, drop the guest's caches, check the size, and read
 # the whole file back with O_DIRECT into $OUT_DIR/<phase>.readback; the host
 # (tests/realclient/conc_verify.py, reading $OUT_DIR/conc.manifest) compares
@@ -57,6 +63,8 @@ mkdir "$D" || fail "mkdir $D"
 # ---------------------------------------------------------------- 1. dd writers, extending
 F="$D/dd.shared"
 : >"$F" || fail "create $F"
+exec 9<"$F" || fail "open $F"
+flock -s 9 || fail "shared flock of $F"
 writer() {
     c=$1
     fl=""
@@ -79,6 +87,7 @@ while [ $c -lt "$NP" ]; do
     c=$((c + 1))
 done
 for p in $pids; do wait "$p" || fail "a dd writer failed"; done
+exec 9<&-   # the last descriptor of the flock: it is released
 drop
 d1=$(direct_written)
 ndirect=$(( (NP + 1) / 2 ))
