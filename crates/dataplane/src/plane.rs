@@ -362,6 +362,18 @@ impl DataPlane {
         self.reads.ring_may_read(&self.paths)
     }
 
+    /// Whether [`DataPlane::read_without_blocking`] gives any read of
+    /// `file` back at once, whatever its range: the file is not read
+    /// direct, or it is a cluster now (its READs go through the page
+    /// cache on the blocking path). Asked before the checks a caller
+    /// makes for a read on its task (a statx, the permission, NFSv4's
+    /// stateid), so that a READ bound for the blocking path makes them
+    /// once, there. No syscall.
+    #[inline]
+    pub fn read_leaves_task(&self, file: &DataFile) -> bool {
+        self.reads.read_leaves_task(&self.paths, file)
+    }
+
     /// [`DataPlane::read`] for an async caller, when it needs no blocking
     /// call: a direct read whose range nobody writes, of a file with no
     /// prefetched chunks, submitted to `ring` and awaited. Otherwise the

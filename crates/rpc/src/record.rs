@@ -413,6 +413,29 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
         Ok(())
     }
 
+    /// Discards the next `n` bytes of the current record through the read
+    /// buffer, so a caller's future holds no scratch space for them (a
+    /// COMPOUND's receive is boxed per call: its size is copied each
+    /// time). Fails with [`RecordError::PastEnd`] if the record ends
+    /// first, the record then consumed.
+    pub async fn skip(&mut self, mut n: usize) -> Result<(), RecordError> {
+        while n > 0 {
+            if !self.ensure_fragment_data().await? {
+                return Err(RecordError::PastEnd);
+            }
+            if self.buffered() == 0 && self.refill().await? == 0 {
+                self.in_record = false;
+                return Err(RecordError::Truncated);
+            }
+            // Bounded by `fragment_remaining`, a u32.
+            let k = n.min(self.buffered()).min(self.fragment_remaining as usize);
+            self.pos += k;
+            self.fragment_remaining -= k as u32;
+            n -= k;
+        }
+        Ok(())
+    }
+
     /// Discards the rest of the current record through a small stack buffer.
     /// Does nothing outside a record.
     pub async fn skip_rest(&mut self) -> Result<(), RecordError> {
@@ -593,6 +616,31 @@ mod tests {
         assert_eq!(&buf[..2], b"ab");
         assert!(r.next_record().await.unwrap());
         assert_eq!(r.read_u32().await.unwrap(), u32::from_be_bytes(*b"next"));
+    }
+
+    #[tokio::test]
+    async fn skip_crosses_fragments_and_stops_at_the_record_end() {
+        // "ab" + "cdef" in one record, then a second record.
+        let mut bytes = record(&[b"ab", b"cdef"]);
+        bytes.extend(record(&[b"next"]));
+        let mut r = RecordReader::new(&bytes[..], 1024);
+        assert!(r.next_record().await.unwrap());
+        r.skip(3).await.unwrap();
+        let mut b = [0u8; 1];
+        r.read_exact(&mut b).await.unwrap();
+        assert_eq!(&b, b"d");
+        assert!(matches!(r.skip(3).await, Err(RecordError::PastEnd)));
+        assert!(r.at_record_end());
+        // The next record is untouched.
+        assert!(r.next_record().await.unwrap());
+        let mut next = [0u8; 4];
+        r.read_exact(&mut next).await.unwrap();
+        assert_eq!(&next, b"next");
+        // A stream cut inside the record.
+        let cut = &framed(b"abcdef")[..6];
+        let mut r = RecordReader::new(cut, 1024);
+        assert!(r.next_record().await.unwrap());
+        assert!(matches!(r.skip(5).await, Err(RecordError::Truncated)));
     }
 
     #[tokio::test]

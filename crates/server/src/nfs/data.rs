@@ -431,6 +431,9 @@ async fn read_without_blocking(
     let Ok(Some(file)) = export.fs.cached_file(a.file.as_bytes()) else {
         return Err(buf);
     };
+    if export.data.read_leaves_task(file.data()) {
+        return Err(buf);
+    }
     // Short, non-blocking calls (a statx of an open file, maybe a
     // permission check), so made on this task's thread. The reply carries
     // these attributes, taken before the read: the data sent is never

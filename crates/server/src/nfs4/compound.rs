@@ -193,11 +193,14 @@ pub async fn run(
         }
     };
     let mut ops = ops.into_iter();
+    // Each op's time runs from the end of the one before: one clock read
+    // per op. (With two, `clock_gettime` was 0.7% of the server's samples
+    // over v4.1 on 4 KiB random WRITEs at qd 64, against 0.3% over v3.)
+    let mut mark = Instant::now();
     while let Some(op) = ops.next() {
         if !status.is_ok() {
             break;
         }
-        let started = Instant::now();
         let opnum = op.opnum();
         ctx.last_op = position + 1 == numops;
         let result_opnum = match op {
@@ -260,7 +263,9 @@ pub async fn run(
         if status.is_ok() {
             follow_filehandle(&mut ctx, opnum);
         }
-        counted.record(opnum, started.elapsed());
+        let now = Instant::now();
+        counted.record(opnum, now - mark);
+        mark = now;
         position += 1;
     }
     if let (true, Some((opnum, refusal))) = (status.is_ok(), refused) {

@@ -358,6 +358,9 @@ async fn read_without_blocking(
     };
     let export = ctx.export(*export).ok()?;
     let file = export.fs.cached_file(fh).ok()??;
+    if export.data.read_leaves_task(file.data()) {
+        return None;
+    }
     check_stateid(ctx, &args.stateid, fh, Use::Read).ok()?;
     // A statx of an open file and maybe a permission check: short and
     // non-blocking, as v3's. The file deleted behind our back fails the
