@@ -374,6 +374,15 @@ impl DataPlane {
         self.reads.read_leaves_task(&self.paths, file)
     }
 
+    /// Whether some file of this plane is a cluster now (one atomic
+    /// load): while none is, no READ leaves the task for being one, and a
+    /// caller need not find the file to ask
+    /// [`DataPlane::read_leaves_task`].
+    #[inline]
+    pub fn has_clusters(&self) -> bool {
+        self.reads.has_clusters()
+    }
+
     /// [`DataPlane::read`] for an async caller, when it needs no blocking
     /// call: a direct read whose range nobody writes, of a file with no
     /// prefetched chunks, submitted to `ring` and awaited. Otherwise the

@@ -230,6 +230,11 @@ impl ReadPath {
         paths.config.read_mode == Mode::Direct
     }
 
+    /// See [`crate::DataPlane::has_clusters`].
+    pub(crate) fn has_clusters(&self) -> bool {
+        self.cluster_count.load(Ordering::Relaxed) > 0
+    }
+
     /// See [`crate::DataPlane::read_leaves_task`].
     pub(crate) fn read_leaves_task(&self, paths: &Paths, file: &DataFile) -> bool {
         paths.direct_only(file, paths.config.read_mode).is_none() || file.cluster.is_active()

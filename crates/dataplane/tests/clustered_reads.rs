@@ -81,11 +81,16 @@ fn run_fs(kind: &'static str) {
     };
     // Not a cluster yet: a READ may try the ring on its task.
     assert!(!plane.read_leaves_task(&file), "{kind}: before the readers");
+    assert!(
+        !plane.has_clusters(),
+        "{kind}: no cluster before the readers"
+    );
     let before = plane.counters().snapshot();
     let most_cached = read_back(&model);
     let after = plane.counters().snapshot();
     // A cluster now: its READs go straight to the blocking path.
     assert!(plane.read_leaves_task(&file), "{kind}: after the readers");
+    assert!(plane.has_clusters(), "{kind}: a cluster after the readers");
     let reads = READERS * PER_READER;
     let clustered = after.clustered_reads - before.clustered_reads;
     assert!(

@@ -36,6 +36,21 @@ pub async fn on_blocking_thread(
         })
 }
 
+/// Whether a READ of the file with handle `fh` (of `export`) may try the
+/// io_uring on the connection's task, NFSv3's and NFSv4's alike: the
+/// export reads direct, and the file is not a cluster now. A cluster's
+/// READs go to a blocking thread (`DataPlane::read_leaves_task`), so
+/// they start there, without an attempt on the task and a hand-off.
+/// The file is looked up only while some file of the export is a
+/// cluster. No syscall.
+pub fn read_may_use_ring(server: &Server, export: &Export, fh: &[u8]) -> bool {
+    server.io_ring.is_some()
+        && export.data.ring_may_read()
+        && !(export.data.has_clusters()
+            && matches!(export.fs.cached_file(fh), Ok(Some(file))
+                if export.data.read_leaves_task(file.data())))
+}
+
 /// The open file a WRITE with handle `fh` goes to. Usually a cache hit,
 /// which makes no syscall; a miss opens the file by handle (a short
 /// blocking syscall, kept off the other tasks of this worker:

@@ -61,15 +61,16 @@ impl ReceivedWrite {
 }
 
 /// Whether a READ with arguments `args` may be read through the ring
-/// ([`read_call`]): its export reads direct. Anything else goes straight
+/// ([`read_call`]): `io::read_may_use_ring`. Anything else goes straight
 /// to a blocking thread.
 pub fn read_may_use_ring(server: &Server, exports: &Exports, args: &[u8]) -> bool {
-    server.io_ring.is_some()
-        && ReadArgs::decode(&mut Decoder::new(args))
-            .ok()
-            .and_then(|a| dionfs_fs::handle::export_id(a.file.as_bytes()))
-            .and_then(|id| exports.by_id(id))
-            .is_some_and(|x| x.data.ring_may_read())
+    let Ok(a) = ReadArgs::decode(&mut Decoder::new(args)) else {
+        return false;
+    };
+    let fh = a.file.as_bytes();
+    dionfs_fs::handle::export_id(fh)
+        .and_then(|id| exports.by_id(id))
+        .is_some_and(|x| io::read_may_use_ring(server, x, fh))
 }
 
 /// Receives a WRITE call's arguments from the connection (see the module

@@ -819,11 +819,11 @@ impl Compound {
             return false;
         }
         if let [ArgOp::Putfh(fh), ArgOp::Read(_)] = &self.ops[..] {
-            // v3's `read_may_use_ring`.
-            return server.io_ring.is_some()
-                && dionfs_fs::handle::export_id(fh.object.as_bytes())
-                    .and_then(|id| self.exports.by_id(id))
-                    .is_some_and(|x| x.data.ring_may_read());
+            // As v3's READ.
+            let fh = fh.object.as_bytes();
+            return dionfs_fs::handle::export_id(fh)
+                .and_then(|id| self.exports.by_id(id))
+                .is_some_and(|x| io::read_may_use_ring(server, x, fh));
         }
         if !is_write_shape(&self.ops) {
             return false;
