@@ -118,30 +118,24 @@ pub async fn run(
     server: &Server,
     nfs4: &Nfs4,
     conn: &ConnInfo,
-    compound: Compound,
+    mut compound: Compound,
     calls: &CallStats,
 ) -> Result<Reply, Box<Compound>> {
-    let Compound {
-        exports,
-        call,
-        tag,
-        minor,
-        numops,
-        slot,
-        ops,
-        refused,
-        data,
-        resume,
-    } = compound;
+    // What running changes is taken out; the rest is borrowed, and a
+    // COMPOUND given back is this one, those put back.
+    let ops = std::mem::take(&mut compound.ops);
+    let data = std::mem::take(&mut compound.data);
+    let resume = compound.resume.take();
+    let (slot, numops, refused) = (&compound.slot, compound.numops, compound.refused);
     let mut counted = Counted::new(calls, data.on_task);
     let mut status = Nfsstat4::Ok;
     let mut ctx = OpCtx {
         server,
         nfs4,
-        exports: &exports,
+        exports: &compound.exports,
         conn,
-        call: &call,
-        minor,
+        call: &compound.call,
+        minor: compound.minor,
         slot: slot.as_ref(),
         current: None,
         saved: None,
@@ -178,7 +172,7 @@ pub async fn run(
                     .cachethis()
                     .then_some(slot.max_response_cached() as usize),
             });
-            let mut reply = CompoundReply::new(call.xid, &tag, limits);
+            let mut reply = CompoundReply::new(compound.call.xid, &compound.tag, limits);
             // SEQUENCE, when there is one, was the first op.
             position = u32::from(slot.is_some());
             if let Some(slot) = &slot {
@@ -245,18 +239,10 @@ pub async fn run(
                     saved_stateid,
                     ran: counted.take_held(),
                 };
-                return Err(Box::new(Compound {
-                    exports,
-                    call,
-                    tag,
-                    minor,
-                    numops,
-                    slot,
-                    ops: std::iter::once(op).chain(ops).collect(),
-                    refused,
-                    data,
-                    resume: Some(Box::new(progress)),
-                }));
+                compound.ops = std::iter::once(op).chain(ops).collect();
+                compound.data = data;
+                compound.resume = Some(Box::new(progress));
+                return Err(Box::new(compound));
             }
         };
         status = reply.finish_op(start, done);
@@ -273,7 +259,7 @@ pub async fn run(
         counted.record(opnum, std::time::Duration::ZERO);
     }
     counted.flush();
-    let Some(slot) = slot else {
+    let Some(slot) = compound.slot else {
         return Ok(reply.finish(status, false).0);
     };
     // Cached when asked, and a solo SEQUENCE always (as knfsd's
