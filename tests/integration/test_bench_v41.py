@@ -71,3 +71,55 @@ def test_no_table_without_the_v41_row():
     b = load_bench_run()
     jobs = [b.Job("seq-read", "tput", "Sequential read", "-")]
     assert b.v41_table({"seq-read": {}}, jobs, ["dionfs-direct", "ganesha"], {}, []) == ""
+
+
+def test_pair_runs_each_job_back_to_back_on_its_own_files():
+    b = load_bench_run()
+    p = dict(b.SMOKE, seq_size=32 << 20, ior_size=8 << 20, ior_records=10)
+    jobs = [j for j in b.job_list(p) if j.name in ("seq-write", "seq-read", "rand-read-qd16")]
+    order = []
+
+    class Server:
+        cmdline = ["dionfs"]
+
+        def pid(self):
+            return 1
+
+        def stop(self, env):
+            order.append("stopped")
+
+    class Server2(Server):
+        def url(self, env):
+            return "nfs://x"
+
+    class Args:
+        job_timeout = 1
+
+    class Env:
+        def clean_export(self):
+            order.append("cleaned")
+
+    b.start_server = lambda env, s, binary, logf: Server2()
+    b.run_job = lambda env, s, rep, job, server, lg, p, seeds, args, tag=None: (
+        order.append((rep, job.name, s, tag)) or {"job": job.name, "system": s, "rep": rep})
+    b.crosscheck = lambda *a, tag=None: order.append(("crosscheck", a[5], tag)) or {"job": "_crosscheck"}
+    b.alive = lambda pid: True
+    b.server_metrics = lambda *a: None
+    b.Dionfs = Server
+    import tempfile
+    logs = tempfile.mkdtemp()
+    for rep in (1, 2):
+        b.run_pair(Env(), b.PAIRED, rep, jobs, p, "dionfs", {"c": "loadgen"}, logs, Args())
+    runs = [o for o in order if isinstance(o, tuple) and o[0] != "crosscheck"]
+    v3, v41 = b.PAIRED
+    # one server per repetition, the two systems' runs of a job adjacent,
+    # the first alternating by job and by repetition
+    assert order.count("cleaned") == 2 and order.count("stopped") == 2
+    assert [r[2] for r in runs] == [v3, v41, v41, v3, v3, v41,   # rep 1
+                                    v41, v3, v3, v41, v41, v3]   # rep 2
+    assert all(r[3] == b.PAIRED_TAGS[r[2]] for r in runs)
+    assert ("crosscheck", v41, "v41") in order and not any(o[1] == v3 for o in order
+                                                            if isinstance(o, tuple) and o[0] == "crosscheck")
+    # each system's files are its own
+    assert b.with_files(["--file", "/seq.dat", "--bs", "1M"], "v41") == ["--file", "/v41-seq.dat", "--bs", "1M"]
+    assert b.with_files(["--file", "/seq.dat"], None) == ["--file", "/seq.dat"]
