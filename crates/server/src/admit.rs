@@ -3,6 +3,7 @@
 //! both call [`admit`], so they refuse the same clients with the same log
 //! lines, each mapping the refusal to its own status.
 
+use dionfs_core::export::ClientOptions;
 use dionfs_core::exports::Export;
 use dionfs_core::server::Server;
 use dionfs_logs::CLIENT_WARN_EVERY;
@@ -21,10 +22,15 @@ pub enum Refusal {
 }
 
 /// Checks that the client of `conn` may use `export`, logging a refusal
-/// (once per client and export every [`CLIENT_WARN_EVERY`]).
-pub fn admit(server: &Server, conn: &ConnInfo, export: &Export) -> Result<(), Refusal> {
+/// (once per client and export every [`CLIENT_WARN_EVERY`]); returns the
+/// options of the client entry that admits it.
+pub fn admit<'e>(
+    server: &Server,
+    conn: &ConnInfo,
+    export: &'e Export,
+) -> Result<&'e ClientOptions, Refusal> {
     let client = conn.peer.ip();
-    if !export.config.admits_client(client, conn.names()) {
+    let Some(options) = export.config.options_for(client, conn.names()) else {
         if server.refused_call_warnings.should_warn(
             client,
             export.config.id,
@@ -38,9 +44,9 @@ pub fn admit(server: &Server, conn: &ConnInfo, export: &Export) -> Result<(), Re
             );
         }
         return Err(Refusal::NotAdmitted);
-    }
+    };
     if !server.port_allowed(export, conn, "NFS call") {
         return Err(Refusal::InsecurePort);
     }
-    Ok(())
+    Ok(options)
 }

@@ -515,6 +515,48 @@ fn changes_apply_the_export_options() {
         &[putfh(&b_root), create(CreateType4::Dir, "x", None)],
     );
     assert_eq!(last(&res), (Opnum4::Create, Nfsstat4::Rofs));
+    // Each PUTFH's export gives its own options, whatever export an
+    // earlier op of the COMPOUND was admitted to.
+    let res = c.in_session(
+        &mut s,
+        0,
+        false,
+        &[
+            putfh(&root),
+            putfh(&b_root),
+            create(CreateType4::Dir, "x", None),
+        ],
+    );
+    assert_eq!(last(&res), (Opnum4::Create, Nfsstat4::Rofs));
+    let res = c.in_session(
+        &mut s,
+        0,
+        false,
+        &[
+            putfh(&b_root),
+            putfh(&root),
+            create(CreateType4::Dir, "x", None),
+        ],
+    );
+    ok(&res);
+    assert!(a.join("x").is_dir());
+    std::fs::remove_dir(a.join("x")).unwrap();
+    // Back on the read-only export through RESTOREFH, after a PUTFH of
+    // the writable one: its own options again.
+    let res = c.in_session(
+        &mut s,
+        0,
+        false,
+        &[
+            putfh(&b_root),
+            ArgOp::Savefh,
+            putfh(&root),
+            ArgOp::Restorefh,
+            create(CreateType4::Dir, "x", None),
+        ],
+    );
+    assert_eq!(last(&res), (Opnum4::Create, Nfsstat4::Rofs));
+    assert!(!b.join("x").exists());
     let res = c.in_session(&mut s, 0, false, &[putfh(&b_root), remove("sub")]);
     assert_eq!(last(&res), (Opnum4::Remove, Nfsstat4::Rofs));
     let res = c.in_session(
@@ -550,6 +592,10 @@ fn a_handle_of_an_export_the_client_may_not_use_is_access() {
     let res = c.in_session(&mut s, 0, false, &[putfh(&hidden)]);
     assert_eq!(last(&res), (Opnum4::Putfh, Nfsstat4::Access));
     let shown = NfsFh4::new(server.server.exports()[0].fs.root_handle().to_vec()).unwrap();
+    // Admitted to one export, a COMPOUND is not to the next.
+    let res = c.in_session(&mut s, 0, false, &[putfh(&shown), putfh(&hidden)]);
+    assert_eq!(last(&res), (Opnum4::Putfh, Nfsstat4::Access));
+    assert_eq!(statuses(&res).len(), 3);
     let res = c.in_session(&mut s, 0, false, &[putfh(&shown), ArgOp::Getfh]);
     ok(&res);
     assert_eq!(handles(&res), [shown]);

@@ -447,6 +447,11 @@ impl NfsFh4 {
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
     }
+
+    /// The handle's bytes, owned.
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.0
+    }
 }
 
 impl Encode for NfsFh4 {

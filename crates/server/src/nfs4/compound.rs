@@ -18,6 +18,7 @@ use super::reply::{CompoundReply, ReplyLimits};
 use super::state::SlotGuard;
 use super::Nfs4;
 use crate::callstats::CallStats;
+use dionfs_core::export::ClientOptions;
 use dionfs_core::exports::Exports;
 use dionfs_core::server::Server;
 
@@ -96,6 +97,9 @@ pub struct OpCtx<'a> {
     /// This op is the COMPOUND's last (DESTROY_SESSION of the session it
     /// runs in must be).
     pub last_op: bool,
+    /// The export PUTFH admitted the client to, and the options its
+    /// client entry gives ([`OpCtx::export`]).
+    pub admitted: Option<(u16, ClientOptions)>,
 }
 
 /// Runs `compound` and returns its reply, counting it and its ops in
@@ -143,6 +147,7 @@ pub async fn run(
         saved_stateid: None,
         data,
         last_op: false,
+        admitted: None,
     };
     // The position in the COMPOUND of the op running.
     let mut position;

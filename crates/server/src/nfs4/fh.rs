@@ -151,14 +151,33 @@ impl<'a> OpCtx<'a> {
     /// Export `id` of the COMPOUND's list, if the client may use it:
     /// `STALE` for an export a reload removed, `ACCESS` for a client
     /// outside its list, `PERM` for `secure` from an unreserved port.
+    /// The ops after a PUTFH find its export admitted: the export list
+    /// and the client do not change within a COMPOUND.
     pub fn export(&self, id: u16) -> Result<&'a Export, Nfsstat4> {
         let exports: &'a dionfs_core::exports::Exports = self.exports;
         let export = exports.by_id(id).ok_or(Nfsstat4::Stale)?;
-        admit(self.server, self.conn, export).map_err(|r| match r {
-            Refusal::NotAdmitted => Nfsstat4::Access,
-            Refusal::InsecurePort => Nfsstat4::Perm,
-        })?;
+        if self.admitted.is_none_or(|(admitted, _)| admitted != id) {
+            self.admit(export)?;
+        }
         Ok(export)
+    }
+
+    /// [`Self::export`], remembered for the ops after this one.
+    fn admit_to(&mut self, id: u16) -> Result<&'a Export, Nfsstat4> {
+        let exports: &'a dionfs_core::exports::Exports = self.exports;
+        let export = exports.by_id(id).ok_or(Nfsstat4::Stale)?;
+        let options = self.admit(export)?;
+        self.admitted = Some((id, options));
+        Ok(export)
+    }
+
+    fn admit(&self, export: &Export) -> Result<ClientOptions, Nfsstat4> {
+        admit(self.server, self.conn, export)
+            .copied()
+            .map_err(|r| match r {
+                Refusal::NotAdmitted => Nfsstat4::Access,
+                Refusal::InsecurePort => Nfsstat4::Perm,
+            })
     }
 
     /// The current filehandle, opened (and kept opened for the ops
@@ -208,13 +227,16 @@ impl<'a> OpCtx<'a> {
     }
 
     /// The options `export` gives this call's client (its client entry).
-    pub fn options<'e>(&self, export: &'e Export) -> &'e ClientOptions {
-        export.options_for(self.conn)
+    pub fn options(&self, export: &Export) -> ClientOptions {
+        match self.admitted {
+            Some((id, options)) if id == export.config.id => options,
+            _ => *export.options_for(self.conn),
+        }
     }
 
     /// The identity this call's file-system work runs as on `export`.
     pub fn creds(&self, export: &Export) -> dionfs_sys::cred::Creds {
-        squash(self.options(export), &self.call.cred)
+        squash(&self.options(export), &self.call.cred)
     }
 
     /// Runs `f` as the client, squashed as its entry of `export` says, as
@@ -242,7 +264,7 @@ impl<'a> OpCtx<'a> {
 
 /// Checks a handle a client gives: ours (its MAC), of an export this
 /// client may use or of a pseudo directory it may see. Opens nothing.
-fn check_handle(ctx: &OpCtx, fh: &NfsFh4) -> Result<Fh4, Nfsstat4> {
+fn check_handle(ctx: &mut OpCtx, fh: NfsFh4) -> Result<Fh4, Nfsstat4> {
     let bytes = fh.as_bytes();
     if handle::is_pseudo(bytes) {
         let id = handle::decode_pseudo(ctx.handle_key(), bytes).map_err(from_fs)?;
@@ -255,11 +277,11 @@ fn check_handle(ctx: &OpCtx, fh: &NfsFh4) -> Result<Fh4, Nfsstat4> {
         return Ok(Fh4::Pseudo(id));
     }
     let id = handle::export_id(bytes).ok_or(Nfsstat4::Badhandle)?;
-    let export = ctx.export(id)?;
+    let export = ctx.admit_to(id)?;
     export.fs.verify_handle(bytes).map_err(from_fs)?;
     Ok(Fh4::File {
         export: id,
-        fh: bytes.to_vec(),
+        fh: fh.into_bytes(),
         node: None,
     })
 }
@@ -268,7 +290,7 @@ pub fn putfh(ctx: &mut OpCtx, op: ArgOp, _: &mut CompoundReply) -> Nfsstat4 {
     let ArgOp::Putfh(args) = op else {
         return Nfsstat4::Serverfault;
     };
-    match check_handle(ctx, &args.object) {
+    match check_handle(ctx, args.object) {
         Ok(fh) => {
             ctx.current = Some(fh);
             Nfsstat4::Ok
