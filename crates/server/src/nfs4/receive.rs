@@ -7,7 +7,9 @@
 
 use std::sync::Arc;
 
-use dionfs_proto::nfs4::{decode_op, ArgOp, CompoundHead, Nfsstat4, Opnum4, NFS4_MAX_TAG_LEN};
+use dionfs_proto::nfs4::{
+    decode_op, ArgOp, CompoundHead, Nfsstat4, Opnum4, SequenceArgs4, NFS4_MAX_TAG_LEN,
+};
 use dionfs_proto::ArgsLimit;
 use dionfs_rpc::{CallHeader, RecordError, RecordReader};
 use dionfs_transport::{CallStream, ConnInfo, Received};
@@ -79,19 +81,9 @@ pub async fn receive<R: CallStream>(
             Nfsstat4::Ok,
         )));
     }
-    let mut compound = Box::new(Compound {
-        exports,
-        call,
-        tag: head.tag,
-        minor: head.minorversion,
-        numops: head.numops,
-        slot: None,
-        ops: Vec::new(),
-        refused: None,
-        data: DataIo::default(),
-        resume: None,
-    });
-    let mut ops = OpReader::new(body, head.minorversion);
+    let (numops, minor) = (head.numops, head.minorversion);
+    let mut compound = new_compound(exports, call, head, Vec::new());
+    let mut ops = OpReader::new(body, minor);
 
     // 2. The first op: without a session, the only one decoded.
     let first = match ops.next().await? {
@@ -108,7 +100,7 @@ pub async fn receive<R: CallStream>(
         | ArgOp::DestroySession(_)
         | ArgOp::BindConnToSession(_)
         | ArgOp::DestroyClientid(_)
-            if head.numops == 1 =>
+            if numops == 1 =>
         {
             compound.ops.push(first);
             return Ok(Received::Run(compound));
@@ -137,7 +129,7 @@ pub async fn receive<R: CallStream>(
         .body
         .is_last_fragment()
         .then(|| ops.body.record_len_so_far());
-    let slot = match nfs4.state.sequence(&args, conn, head.numops, request_len) {
+    let slot = match nfs4.state.sequence(&args, conn, numops, request_len) {
         Sequenced::New(slot) => slot,
         Sequenced::Replay(res) => return Ok(Received::Reply(reply::replay(xid, &res))),
         Sequenced::Error(status) => {
@@ -151,12 +143,12 @@ pub async fn receive<R: CallStream>(
     let max_request = u64::from(slot.max_request());
     // SEQUENCE bounded numops by the session's ca_maxoperations (at most
     // 64); the reservation is bounded whatever it let through.
-    compound.ops.reserve(head.numops.min(64) as usize);
+    compound.ops.reserve(numops.min(64) as usize);
     let exports = compound.exports.clone();
     // The current filehandle as far as the ops say, for WRITE payloads.
     let mut known = KnownFh::default();
     let mut writes = 0;
-    for _ in 1..head.numops {
+    for _ in 1..numops {
         let next = ops.next().await?;
         if ops.body.record_len_so_far() > max_request {
             // Found only now, the record coming in several fragments
@@ -222,6 +214,116 @@ pub async fn receive<R: CallStream>(
     compound.slot = Some(slot);
     // 5. Whatever follows the ops is skipped by the connection.
     Ok(Received::Run(compound))
+}
+
+/// At most this many ops are received in place ([`receive_in_place`]).
+const IN_PLACE_MAX_OPS: u32 = 8;
+
+/// [`receive`] without awaiting anything, when the record reader already
+/// holds the whole COMPOUND (one fragment, all read ahead) and it is the
+/// usual shape: SEQUENCE, then at most [`IN_PLACE_MAX_OPS`] ops in all,
+/// none a WRITE (whose payload is received into a pool buffer) and none
+/// that ends decoding. Its head and ops are decoded where they lie and
+/// SEQUENCE runs, as [`receive`] would do them, with no future to box
+/// and no await. Anything else is given back (`Err`), nothing consumed,
+/// for [`receive`]: SEQUENCE runs only once every op has decoded, so it
+/// never runs twice.
+pub fn receive_in_place<R: CallStream>(
+    nfs4: &Nfs4,
+    exports: Arc<Exports>,
+    conn: &ConnInfo,
+    call: CallHeader,
+    body: &mut RecordReader<R>,
+) -> Result<Received<Box<Compound>>, (Arc<Exports>, CallHeader)> {
+    let Some((head, args, ops, used)) = decode_in_place(nfs4, body) else {
+        return Err((exports, call));
+    };
+    body.consume(used);
+    let request_len = Some(body.record_len_so_far());
+    let xid = call.xid;
+    let numops = head.numops;
+    let mut compound = new_compound(exports, call, head, ops);
+    let slot = match nfs4.state.sequence(&args, conn, numops, request_len) {
+        Sequenced::New(slot) => slot,
+        Sequenced::Replay(res) => return Ok(Received::Reply(reply::replay(xid, &res))),
+        Sequenced::Error(status) => {
+            compound.ops.clear();
+            compound.refused = Some((Opnum4::Sequence.as_u32(), status));
+            return Ok(Received::Run(compound));
+        }
+    };
+    if numops > 1 && body.record_len_so_far() > u64::from(slot.max_request()) {
+        // As [`receive`] finds it after the first op.
+        drop(slot);
+        compound.ops.clear();
+        compound.refused = Some((Opnum4::Sequence.as_u32(), Nfsstat4::ReqTooBig));
+        return Ok(Received::Run(compound));
+    }
+    compound.slot = Some(slot);
+    Ok(Received::Run(compound))
+}
+
+/// The head, SEQUENCE's arguments and the other ops of a COMPOUND
+/// [`receive_in_place`] can take, and how many bytes they fill; `None`
+/// if it cannot.
+fn decode_in_place<R: CallStream>(
+    nfs4: &Nfs4,
+    body: &RecordReader<R>,
+) -> Option<(CompoundHead, SequenceArgs4, Vec<ArgOp>, usize)> {
+    let bytes = body.peek();
+    if !body.is_last_fragment() || bytes.len() != body.fragment_remaining() as usize {
+        return None;
+    }
+    let mut dec = Decoder::new(bytes);
+    let head = CompoundHead::decode(&mut dec).ok()?;
+    if !(1..=IN_PLACE_MAX_OPS).contains(&head.numops)
+        || !nfs4.serves_minor(head.minorversion)
+        || !is_utf8_text(head.tag.as_bytes())
+    {
+        return None;
+    }
+    let mut at = dec.position();
+    let mut next = || {
+        let rest = bytes.get(at..)?;
+        let opnum = u32::from_be_bytes(rest.get(..4)?.try_into().ok()?);
+        let (op, used) =
+            decode_op(&rest[..rest.len().min(op_bound(opnum))], head.minorversion).ok()?;
+        at += used;
+        Some(op)
+    };
+    let ArgOp::Sequence(args) = next()? else {
+        return None;
+    };
+    let mut ops = Vec::with_capacity(head.numops as usize - 1);
+    for _ in 1..head.numops {
+        let op = next()?;
+        if matches!(op, ArgOp::Write(_)) || ends_decoding(&op) {
+            return None;
+        }
+        ops.push(op);
+    }
+    Some((head, args, ops, at))
+}
+
+/// A COMPOUND as received so far: its head, and `ops` after SEQUENCE.
+fn new_compound(
+    exports: Arc<Exports>,
+    call: CallHeader,
+    head: CompoundHead,
+    ops: Vec<ArgOp>,
+) -> Box<Compound> {
+    Box::new(Compound {
+        exports,
+        call,
+        tag: head.tag,
+        minor: head.minorversion,
+        numops: head.numops,
+        slot: None,
+        ops,
+        refused: None,
+        data: DataIo::default(),
+        resume: None,
+    })
 }
 
 /// The COMPOUND's head decoded from the bytes `body` has read ahead
