@@ -29,7 +29,8 @@ def fake_perf(writes_counts):
             if self.ok:
                 with open(self.out, "w") as f:
                     f.write("# started on ...\n\n2500,,raw_syscalls:sys_enter,1,100.00,,\n"
-                            "120,,context-switches,1,100.00,,\n")
+                            "120,,context-switches,1,100.00,,\n"
+                            "300,,syscalls:sys_enter_epoll_wait,1,100.00,,\n")
 
         def wait(self, timeout=None):
             return 0
@@ -43,6 +44,7 @@ def run_counted(tmp_path, monkeypatch, writes_counts):
     b = load_bench_run()
     perf = fake_perf(writes_counts)
     monkeypatch.setattr(b.subprocess, "Popen", perf)
+    monkeypatch.setattr(b, "poll_events", lambda: ("syscalls:sys_enter_epoll_wait",))
     monkeypatch.setattr(b.time, "sleep", lambda s: None)
     loadgen_runs = []
     monkeypatch.setattr(b, "run_loadgen",
@@ -56,6 +58,9 @@ def test_counts_per_call(tmp_path, monkeypatch):
     res, perfs, runs = run_counted(tmp_path, monkeypatch, [True])
     assert (perfs, runs) == (1, 1)
     assert res["syscalls_per_call"] == 25.0 and res["ctxsw_per_call"] == 1.2
+    # the epoll waits apart, and perf asked for them
+    assert res["polls_per_call"] == 3.0
+    assert "-e syscalls:sys_enter_epoll_wait" in res["command"]
     assert "failed" not in res
 
 
