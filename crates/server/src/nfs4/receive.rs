@@ -132,10 +132,7 @@ pub async fn receive<R: CallStream>(
     let slot = match nfs4.state.sequence(&args, conn, numops, request_len) {
         Sequenced::New(slot) => slot,
         Sequenced::Replay(res) => return Ok(Received::Reply(reply::replay(xid, &res))),
-        Sequenced::Error(status) => {
-            compound.refused = Some((Opnum4::Sequence.as_u32(), status));
-            return Ok(Received::Run(compound));
-        }
+        Sequenced::Error(status) => return Ok(answered_by_sequence(compound, status)),
     };
 
     // 3. The later ops, within the session's bounds (SEQUENCE checked
@@ -155,9 +152,7 @@ pub async fn receive<R: CallStream>(
             // (having read at most one op's bound past the size): SEQUENCE
             // answers it, and the slot goes back as it was.
             drop(slot);
-            compound.ops.clear();
-            compound.refused = Some((Opnum4::Sequence.as_u32(), Nfsstat4::ReqTooBig));
-            return Ok(Received::Run(compound));
+            return Ok(answered_by_sequence(compound, Nfsstat4::ReqTooBig));
         }
         let op = match next {
             Next::Op(op) => op,
@@ -172,10 +167,7 @@ pub async fn receive<R: CallStream>(
             let read = body.record_len_so_far() - u64::from(body.fragment_remaining());
             if read + write.payload_len() as u64 > max_request {
                 drop(slot);
-                compound.ops.clear();
-                compound.data = DataIo::default();
-                compound.refused = Some((Opnum4::Sequence.as_u32(), Nfsstat4::ReqTooBig));
-                return Ok(Received::Run(compound));
+                return Ok(answered_by_sequence(compound, Nfsstat4::ReqTooBig));
             }
             if !ops.buf.is_empty() {
                 // The decoder read into the payload: never so, but then
@@ -246,18 +238,12 @@ pub fn receive_in_place<R: CallStream>(
     let slot = match nfs4.state.sequence(&args, conn, numops, request_len) {
         Sequenced::New(slot) => slot,
         Sequenced::Replay(res) => return Ok(Received::Reply(reply::replay(xid, &res))),
-        Sequenced::Error(status) => {
-            compound.ops.clear();
-            compound.refused = Some((Opnum4::Sequence.as_u32(), status));
-            return Ok(Received::Run(compound));
-        }
+        Sequenced::Error(status) => return Ok(answered_by_sequence(compound, status)),
     };
     if numops > 1 && body.record_len_so_far() > u64::from(slot.max_request()) {
         // As [`receive`] finds it after the first op.
         drop(slot);
-        compound.ops.clear();
-        compound.refused = Some((Opnum4::Sequence.as_u32(), Nfsstat4::ReqTooBig));
-        return Ok(Received::Run(compound));
+        return Ok(answered_by_sequence(compound, Nfsstat4::ReqTooBig));
     }
     compound.slot = Some(slot);
     Ok(Received::Run(compound))
@@ -285,9 +271,11 @@ fn decode_in_place<R: CallStream>(
     let mut at = dec.position();
     let mut next = || {
         let rest = bytes.get(at..)?;
-        let opnum = u32::from_be_bytes(rest.get(..4)?.try_into().ok()?);
-        let (op, used) =
-            decode_op(&rest[..rest.len().min(op_bound(opnum))], head.minorversion).ok()?;
+        if opnum_at(rest)? == Opnum4::Write.as_u32() {
+            // Left whole to [`receive`], before decoding anything more.
+            return None;
+        }
+        let (op, used) = decode_bounded(rest, head.minorversion)?;
         at += used;
         Some(op)
     };
@@ -297,12 +285,21 @@ fn decode_in_place<R: CallStream>(
     let mut ops = Vec::with_capacity(head.numops as usize - 1);
     for _ in 1..head.numops {
         let op = next()?;
-        if matches!(op, ArgOp::Write(_)) || ends_decoding(&op) {
+        if ends_decoding(&op) {
             return None;
         }
         ops.push(op);
     }
     Some((head, args, ops, at))
+}
+
+/// `compound` answered by its SEQUENCE alone, with `status`: none of its
+/// ops runs, so they and their payloads are dropped now.
+fn answered_by_sequence(mut compound: Box<Compound>, status: Nfsstat4) -> Received<Box<Compound>> {
+    compound.ops.clear();
+    compound.data = DataIo::default();
+    compound.refused = Some((Opnum4::Sequence.as_u32(), status));
+    Received::Run(compound)
 }
 
 /// A COMPOUND as received so far: its head, and `ops` after SEQUENCE.
@@ -430,13 +427,23 @@ impl<'a, R: CallStream> OpReader<'a, R> {
         if !self.buf.is_empty() {
             return None;
         }
-        let peek = self.body.peek();
-        let opnum = u32::from_be_bytes(peek.get(..4)?.try_into().ok()?);
-        let limit = op_bound(opnum);
-        let (op, used) = decode_op(&peek[..peek.len().min(limit)], self.minor).ok()?;
+        let (op, used) = decode_bounded(self.body.peek(), self.minor)?;
         self.body.consume(used);
         Some(op)
     }
+}
+
+/// The opnum at the start of `bytes`, if they hold one.
+fn opnum_at(bytes: &[u8]) -> Option<u32> {
+    Some(u32::from_be_bytes(bytes.get(..4)?.try_into().ok()?))
+}
+
+/// The op at the start of `bytes` and how many bytes it takes, decoded
+/// from at most its bound of them; `None` if they do not hold all of it
+/// or it does not decode.
+fn decode_bounded(bytes: &[u8], minor: u32) -> Option<(ArgOp, usize)> {
+    let limit = op_bound(opnum_at(bytes)?);
+    decode_op(&bytes[..bytes.len().min(limit)], minor).ok()
 }
 
 /// The most bytes op `opnum`'s arguments (its head, for WRITE) take,
