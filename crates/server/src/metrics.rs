@@ -512,6 +512,12 @@ impl ServerMetrics {
         )?;
         counter(
             encoder,
+            "idle_spin_looks",
+            "Looks at the socket (one FIONREAD system call each) made by those spins (idle_spins_total); looks_total / catches_total is what a caught call cost in system calls.",
+            net.spin_looks,
+        )?;
+        counter(
+            encoder,
             "udp_replies_dropped",
             "UDP replies larger than their call (portmap and rpcbind DUMP) not sent because more than 16 a second were asked for: over UDP a forged source address would turn them on a victim.",
             net.udp_replies_dropped,

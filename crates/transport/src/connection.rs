@@ -38,6 +38,7 @@ use tracing::{debug, info, warn};
 use super::back_channel::BackChannel;
 use super::counters::NetCounters;
 use super::reply::Reply;
+use super::spin::Pace;
 use super::stream::{CallReader, ReadProgress, Waiting};
 use super::writer::{CallPermits, Shared};
 use super::{ConnInfo, ConnLimits, Received, Service};
@@ -488,6 +489,7 @@ async fn watch<S>(l: &Loop<'_, S>, progress: &ReadProgress) -> ConnEnd {
 async fn read_calls<S: Service>(l: &Loop<'_, S>, reader: &mut RecordReader<CallReader>) -> ConnEnd {
     // The most calls this connection had in flight since it last had none.
     let mut most_in_flight = 0;
+    let mut pace = Pace::default();
     loop {
         // Backpressure: with every permit taken by calls in flight, the
         // connection reads nothing more until one of them finishes.
@@ -498,7 +500,7 @@ async fn read_calls<S: Service>(l: &Loop<'_, S>, reader: &mut RecordReader<CallR
         // A peer that does not read its replies gets no new calls read.
         l.shared.wait_for_backlog(backlog_limit(l.limits)).await;
         reader.get_ref().between_records();
-        match next_record(l, reader, &mut most_in_flight).await {
+        match next_record(l, reader, &mut most_in_flight, &mut pace).await {
             Ok(true) => {}
             Ok(false) => return ConnEnd::PeerClosed,
             // Reset with no call started: the client went away between
@@ -546,10 +548,12 @@ async fn read_calls<S: Service>(l: &Loop<'_, S>, reader: &mut RecordReader<CallR
 /// when all are answered, was 1): a client with several calls in flight
 /// is not waiting on each reply, and one that drained them all is
 /// thinking (verifying what it read, say) rather than about to send.
+/// The first look waits for the connection's `pace`.
 async fn next_record<S>(
     l: &Loop<'_, S>,
     reader: &mut RecordReader<CallReader>,
     most_in_flight: &mut usize,
+    pace: &mut Pace,
 ) -> Result<bool, RecordError> {
     if l.limits.idle_spin.is_zero() {
         return reader.next_record().await;
@@ -577,18 +581,22 @@ async fn next_record<S>(
         NetCounters::bump(&l.limits.counters.idle_spins);
         let socket: &TcpStream = l.shared.socket.as_ref();
         let start = std::time::Instant::now();
-        let mut look = start;
+        let quiet = pace.quiet().min(l.limits.idle_spin);
+        while start.elapsed() < quiet && !l.limits.activity.busy() {}
+        let mut look = std::time::Instant::now();
         // Looks at the socket every LOOK_EVERY, busy in between without
         // yielding to the runtime: a yield wakes the runtime's other
         // workers to steal (futex wake-ups, context switches, another vCPU
         // woken), which cost more than the spin saves.
         while look - start < l.limits.idle_spin && !l.limits.activity.busy() {
+            NetCounters::bump(&l.limits.counters.spin_looks);
             match dionfs_sys::net::bytes_queued(socket) {
                 Ok(0) => {}
                 Ok(_) => {
                     l.progress.read_now();
                     if let Poll::Ready(opened) = poll_once(record.as_mut()).await {
                         NetCounters::bump(&l.limits.counters.spin_catches);
+                        pace.caught(look - start);
                         return opened;
                     }
                 }

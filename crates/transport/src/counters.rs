@@ -20,6 +20,7 @@ pub struct NetCounters {
     pub(super) batched_replies: AtomicU64,
     pub(super) idle_spins: AtomicU64,
     pub(super) spin_catches: AtomicU64,
+    pub(super) spin_looks: AtomicU64,
     pub(super) udp_replies_dropped: AtomicU64,
 }
 
@@ -51,6 +52,8 @@ pub struct NetSnapshot {
     pub idle_spins: u64,
     /// Calls those looks found, each a sleep and wake-up saved.
     pub spin_catches: u64,
+    /// The looks themselves: one `FIONREAD` each.
+    pub spin_looks: u64,
     /// UDP replies larger than their call dropped over the rate they are
     /// sent at (`udp::LargerReplies`).
     pub udp_replies_dropped: u64,
@@ -72,6 +75,7 @@ impl NetCounters {
             batched_replies: get(&self.batched_replies),
             idle_spins: get(&self.idle_spins),
             spin_catches: get(&self.spin_catches),
+            spin_looks: get(&self.spin_looks),
             udp_replies_dropped: get(&self.udp_replies_dropped),
         }
     }

@@ -1562,6 +1562,78 @@ async fn an_idle_server_spins_for_the_next_call_and_a_busy_one_does_not() {
     .await;
 }
 
+/// One echo call and its reply.
+async fn echo_one(c: &mut Client, xid: u32) {
+    c.send(&framed(&echo_call(xid, b"paced"))).await;
+    assert_eq!(c.echo_reply().await, (xid, b"paced".to_vec()));
+}
+
+/// A steady client's 2 ms between a reply and its next call, slept on
+/// this thread (not the timer wheel's millisecond).
+fn gap() {
+    std::thread::sleep(Duration::from_millis(2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spin_waits_for_its_clients_pace_before_looking() {
+    let limits = ConnLimits {
+        idle_spin: Duration::from_millis(200),
+        ..ConnLimits::default()
+    };
+    let counters = limits.counters.clone();
+    let server = start(limits).await;
+    let addr = server.addr;
+    elsewhere(async move {
+        // A connection's first spin knows no pace: it looks all the time.
+        // The most looks of three first spins, each on a new connection,
+        // counted from the spin's start (the server's thread may start it
+        // late, or lose its CPU in it, on a loaded machine: it then looks
+        // less, never more).
+        let mut unpaced = 0;
+        let mut c = None;
+        for conn in 0..3 {
+            // The spin of the connection before (its socket closed) ends
+            // within `idle_spin`.
+            if let Some(old) = c.take() {
+                drop(old);
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            let mut client = Client::connect(addr).await;
+            let spins = counters.snapshot().idle_spins;
+            echo_one(&mut client, conn * 100 + 1).await;
+            wait_until_async(
+                || counters.snapshot().idle_spins > spins,
+                Duration::from_secs(10),
+                "the first spin to start",
+            )
+            .await;
+            let before = counters.snapshot();
+            gap();
+            echo_one(&mut client, conn * 100 + 2).await;
+            let first = counters.snapshot();
+            assert_eq!(first.spin_catches, before.spin_catches + 1, "{first:?}");
+            unpaced = unpaced.max(first.spin_looks - before.spin_looks);
+            c = Some(client);
+        }
+        let mut c = c.expect("a connection");
+        let first = counters.snapshot();
+        for xid in 3..23 {
+            gap();
+            echo_one(&mut c, xid).await;
+        }
+        let paced = counters.snapshot();
+        assert!(paced.spin_catches >= first.spin_catches + 19, "{paced:?}");
+        let paced_looks = (paced.spin_looks - first.spin_looks) as f64
+            / (paced.spin_catches - first.spin_catches) as f64;
+        // A quarter of the looks, give or take the gaps' jitter.
+        assert!(
+            paced_looks < 0.6 * unpaced as f64,
+            "{paced_looks} looks per caught call, {unpaced} unpaced"
+        );
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_spin_zero_never_spins() {
     let limits = ConnLimits {
