@@ -50,7 +50,9 @@ def run_counted(tmp_path, monkeypatch, writes_counts):
     monkeypatch.setattr(b, "run_loadgen",
                         lambda *a: loadgen_runs.append(a) or {"ops": 100, "command": "loadgen"})
     env = types.SimpleNamespace(work=str(tmp_path))
-    res = b.run_counted(env, "loadgen", "nfs://x", [], 60, 1234)
+    # dionfs's idle_spin_looks_total, read before and after each run
+    looks = iter([1000.0, 1400.0, 1400.0, 1800.0])
+    res = b.run_counted(env, "loadgen", "nfs://x", [], 60, 1234, lambda: next(looks))
     return res, perf.started, len(loadgen_runs)
 
 
@@ -61,6 +63,8 @@ def test_counts_per_call(tmp_path, monkeypatch):
     # the epoll waits apart, and perf asked for them
     assert res["polls_per_call"] == 3.0
     assert "-e syscalls:sys_enter_epoll_wait" in res["command"]
+    # and the idle spin's looks, from the server's counter
+    assert res["spin_looks_per_call"] == 4.0
     assert "failed" not in res
 
 
