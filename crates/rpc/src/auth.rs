@@ -9,6 +9,9 @@ pub const MAX_AUTH_BYTES: u32 = 400;
 /// Authentication flavor numbers (RFC 5531 section 8.1 and appendix A).
 pub const AUTH_NONE: u32 = 0;
 pub const AUTH_SYS: u32 = 1;
+/// The RPC-with-TLS probe's flavor (RFC 9289 section 4.1): a NULL call
+/// with it asks the server to start TLS; its credential body is empty.
+pub const AUTH_TLS: u32 = 7;
 /// Longest AUTH_SYS machine name (RFC 5531 appendix A).
 pub const MAX_MACHINE_NAME: u32 = 255;
 /// Most supplementary groups in an AUTH_SYS credential (RFC 5531 appendix A).

@@ -11,8 +11,8 @@ use thiserror::Error;
 use tokio::io::AsyncRead;
 
 pub use crate::auth::{
-    AuthSys, Credential, OpaqueAuth, AUTH_NONE, AUTH_SYS, MAX_AUTH_BYTES, MAX_AUTH_SYS_GIDS,
-    MAX_MACHINE_NAME,
+    AuthSys, Credential, OpaqueAuth, AUTH_NONE, AUTH_SYS, AUTH_TLS, MAX_AUTH_BYTES,
+    MAX_AUTH_SYS_GIDS, MAX_MACHINE_NAME,
 };
 use crate::record::{RecordError, RecordReader};
 use crate::reply::{self, AuthStat};
@@ -153,6 +153,10 @@ fn parse_credential(xid: u32, flavor: u32, body: &[u8]) -> Result<Credential, Ca
         AUTH_SYS => AuthSys::decode_body(body)
             .map(Credential::Sys)
             .map_err(|_| CallError::BadCredential { xid }),
+        // RFC 9289 section 4.1: the AUTH_TLS body is empty too (knfsd's
+        // svcauth_tls_accept refuses any other with AUTH_BADCRED).
+        AUTH_TLS if body.is_empty() => Ok(Credential::Unsupported(AUTH_TLS)),
+        AUTH_TLS => Err(CallError::BadCredential { xid }),
         other => Ok(Credential::Unsupported(other)),
     }
 }

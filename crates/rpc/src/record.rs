@@ -167,6 +167,23 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
         &self.inner
     }
 
+    /// The underlying reader, to change how it reads (a connection that
+    /// switches to TLS). Take [`Self::take_buffered`] first: bytes read
+    /// ahead are the old stream's.
+    pub fn get_mut(&mut self) -> &mut R {
+        &mut self.inner
+    }
+
+    /// Takes the bytes read from the stream ahead of the caller, between
+    /// records: what came after the last record read (the start of a TLS
+    /// handshake after an RFC 9289 probe, say).
+    pub fn take_buffered(&mut self) -> Vec<u8> {
+        let taken = self.buf[self.pos..self.end].to_vec();
+        self.pos = 0;
+        self.end = 0;
+        taken
+    }
+
     /// Gives back the underlying reader (dropping any buffered bytes).
     pub fn into_inner(self) -> R {
         self.inner
