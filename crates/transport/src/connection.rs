@@ -27,9 +27,13 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
+use dionfs_rpc::message::AUTH_TLS;
+use dionfs_rpc::reply::AuthStat;
 use dionfs_rpc::{
-    read_message_header, CallError, MessageStart, RecordError, RecordReader, ReplyStatus, MSG_REPLY,
+    framed, read_message_header, CallError, CallHeader, MessageStart, OpaqueAuth, RecordError,
+    RecordReader, ReplyHeader, ReplyStatus, MSG_REPLY,
 };
+use dionfs_xdr::Encode;
 use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, MissedTickBehavior};
@@ -40,6 +44,7 @@ use super::counters::NetCounters;
 use super::reply::Reply;
 use super::spin::Pace;
 use super::stream::{CallReader, ReadProgress, Waiting};
+use super::tls::{self, HandshakeError, TlsConfig, TlsReader, TlsSession};
 use super::writer::{CallPermits, Shared};
 use super::{ConnInfo, ConnLimits, Received, Service};
 
@@ -77,6 +82,8 @@ pub enum ConnEnd {
     Idle(Duration),
     /// Closed, quiet, for a new connection at `max_connections`.
     Evicted,
+    /// The TLS handshake after an RFC 9289 probe failed.
+    Handshake(HandshakeError),
 }
 
 impl ConnEnd {
@@ -97,7 +104,10 @@ impl ConnEnd {
             | ConnEnd::RepliesUnread(_)
             | ConnEnd::RecordTooLarge { .. } => true,
             ConnEnd::WriteError(kind) => is_disconnect(*kind),
-            ConnEnd::Truncated | ConnEnd::NotACall | ConnEnd::ReadError(_) => false,
+            ConnEnd::Truncated
+            | ConnEnd::NotACall
+            | ConnEnd::ReadError(_)
+            | ConnEnd::Handshake(_) => false,
         }
     }
 }
@@ -137,6 +147,7 @@ impl fmt::Display for ConnEnd {
             ConnEnd::Evicted => {
                 f.write_str("quiet longest at max_connections: closed for a new connection")
             }
+            ConnEnd::Handshake(e) => write!(f, "TLS handshake failed: {e}"),
         }
     }
 }
@@ -272,6 +283,12 @@ pub(super) async fn run_connection<S: Service>(
             _ = tokio::time::timeout(limits.drain_timeout, in_flight.acquire_many(all)) => {}
             _ = &mut writer => {}
         }
+    }
+    if matches!(
+        end,
+        ConnEnd::PeerClosed | ConnEnd::Shutdown | ConnEnd::Evicted
+    ) {
+        shared.close_tls();
     }
     shared.close();
     // Send FIN (or, for a peer we gave up on, close both ways); the socket
@@ -537,6 +554,17 @@ async fn read_calls<S: Service>(l: &Loop<'_, S>, reader: &mut RecordReader<CallR
             }
             Ok(Outcome::Reply(reply)) => l.shared.send(reply, permits),
             Ok(Outcome::Nothing) => {}
+            Ok(Outcome::StartTls(xid, config)) => {
+                // The probe's place among the calls in flight: the switch
+                // waits until all of them are back. Boxed: a handshake's
+                // future (the rustls session) is large, and every idle
+                // connection's task would hold room for it (16.6 KiB per
+                // idle connection unboxed, test_connections).
+                drop(permits);
+                if let Err(end) = Box::pin(start_tls(l, reader, xid, &config)).await {
+                    return end;
+                }
+            }
             Err(end) => return end,
         }
     }
@@ -555,7 +583,9 @@ async fn next_record<S>(
     most_in_flight: &mut usize,
     pace: &mut Pace,
 ) -> Result<bool, RecordError> {
-    if l.limits.idle_spin.is_zero() {
+    // Over TLS, bytes in the socket (FIONREAD) say nothing of a record:
+    // no spin.
+    if l.limits.idle_spin.is_zero() || reader.get_ref().is_tls() {
         return reader.next_record().await;
     }
     let record = reader.next_record();
@@ -644,6 +674,9 @@ enum Outcome<P> {
     Run(P),
     Reply(Reply),
     Nothing,
+    /// An RFC 9289 probe (its xid) to accept: answer it, then switch the
+    /// connection to TLS.
+    StartTls(u32, TlsConfig),
 }
 
 /// Reads one call from the record just opened, through `service.receive`,
@@ -697,6 +730,28 @@ async fn read_call<S: Service>(
             }));
         }
     };
+    if call.cred.flavor() == AUTH_TLS {
+        // The RFC 9289 probe: the transport's, whatever the program.
+        reader.skip_rest().await.map_err(record_error_end)?;
+        let tls = l.limits.tls.as_ref().filter(|_| !reader.get_ref().is_tls());
+        return Ok(match probe_refusal(&call, tls.is_some()) {
+            Some(stat) => {
+                debug!(
+                    conn = conn.id,
+                    xid = call.xid,
+                    proc_ = call.proc_,
+                    ?stat,
+                    "AUTH_TLS call refused"
+                );
+                Outcome::Reply(Reply::status(call.xid, ReplyStatus::AuthError(stat)))
+            }
+            // `probe_refusal` refuses every probe without TLS to start.
+            None => match tls {
+                Some(tls) => Outcome::StartTls(call.xid, tls.clone()),
+                None => Outcome::Nothing,
+            },
+        });
+    }
     let args_len = reader
         .is_last_fragment()
         .then(|| reader.fragment_remaining());
@@ -733,6 +788,93 @@ async fn read_call<S: Service>(
         Received::Reply(reply) => Outcome::Reply(reply),
         Received::NoReply => Outcome::Nothing,
     })
+}
+
+/// Why an AUTH_TLS call is refused, if it is (what knfsd's
+/// `svcauth_tls_accept` answers): AUTH_TLS is only for the NULL procedure,
+/// with an AUTH_NONE verifier (its empty credential body is checked as the
+/// header is read). A server that cannot start TLS (none configured, or
+/// the connection is TLS already) answers as one that does not know the
+/// flavor (RFC 5531 section 9: AUTH_BADCRED); RFC 9289 section 4.1 has the
+/// client go on without TLS on any reply but the STARTTLS one.
+fn probe_refusal(call: &CallHeader, can_start: bool) -> Option<AuthStat> {
+    if call.proc_ != 0 {
+        return Some(AuthStat::BadCred);
+    }
+    if call.verf.flavor != dionfs_rpc::message::AUTH_NONE || !call.verf.body.is_empty() {
+        return Some(AuthStat::BadVerf);
+    }
+    (!can_start).then_some(AuthStat::BadCred)
+}
+
+/// The reply that accepts an RFC 9289 probe: MSG_ACCEPTED, SUCCESS, and an
+/// AUTH_NONE verifier whose body is `STARTTLS` (section 4.1).
+fn starttls_reply(xid: u32) -> Vec<u8> {
+    ReplyHeader {
+        xid,
+        verf: OpaqueAuth {
+            flavor: dionfs_rpc::message::AUTH_NONE,
+            body: tls::STARTTLS.to_vec(),
+        },
+        status: ReplyStatus::Success,
+    }
+    .to_xdr()
+}
+
+/// Switches the connection to TLS after a probe (`xid`) was accepted:
+/// once every call read before it is answered and every record queued is
+/// written, sends the STARTTLS reply in plaintext, runs the TLS handshake
+/// (bounded by `handshake_timeout`; ALPN `sunrpc` required), and has the
+/// reader and the writer go through the session from then on. Records
+/// sent meanwhile (a back channel's calls) wait and go out encrypted.
+async fn start_tls<S>(
+    l: &Loop<'_, S>,
+    reader: &mut RecordReader<CallReader>,
+    xid: u32,
+    config: &TlsConfig,
+) -> Result<(), ConnEnd> {
+    // `max_in_flight` is capped far below u32::MAX; the semaphore is never
+    // closed.
+    let _all = l
+        .in_flight
+        .acquire_many(l.max_in_flight as u32)
+        .await
+        .map_err(|_| ConnEnd::Shutdown)?;
+    l.shared.begin_switch().await;
+    l.shared
+        .write_plain(&framed(&starttls_reply(xid)))
+        .await
+        .map_err(|e| ConnEnd::WriteError(e.kind()))?;
+    let session = config
+        .accept()
+        .map_err(|e| ConnEnd::Handshake(HandshakeError::Tls(e)))?;
+    // A client may send its ClientHello without waiting for the reply.
+    let early = reader.take_buffered();
+    let socket = reader.get_ref().socket();
+    let timeout = l.limits.handshake_timeout;
+    let shaken = tokio::time::timeout(
+        timeout,
+        tls::handshake(session, socket, early, l.shared.to_socket()),
+    )
+    .await;
+    let (session, early) = match shaken {
+        Ok(Ok(done)) => done,
+        Ok(Err(e)) => return Err(ConnEnd::Handshake(e)),
+        Err(_) => return Err(ConnEnd::Handshake(HandshakeError::TimedOut(timeout))),
+    };
+    // RFC 9289 section 5.2: both peers use ALPN "sunrpc". rustls refuses
+    // a client offering only others; one that offers none is refused here.
+    if session.alpn_protocol() != Some(tls::ALPN_SUNRPC) {
+        return Err(ConnEnd::Handshake(HandshakeError::NoAlpn));
+    }
+    let client_certificate = session.peer_certificates().is_some_and(|c| !c.is_empty());
+    let session = Arc::new(TlsSession::new(session));
+    reader
+        .get_mut()
+        .start_tls(TlsReader::new(session.clone(), early), l.shared.clone());
+    l.shared.end_switch(session);
+    debug!(conn = l.conn.id, peer = %l.conn.peer, client_certificate, "switched to TLS");
+    Ok(())
 }
 
 /// One of the connection's buffer shares; waits (counted) while all are

@@ -47,6 +47,7 @@ mod spin;
 mod stream;
 #[cfg(test)]
 mod tests;
+mod tls;
 pub mod udp;
 mod writer;
 
@@ -67,6 +68,7 @@ pub use listener::{next_conn_id, serve};
 pub use reply::{Reply, ReplyPayload};
 pub use spin::{Activity, DEFAULT_IDLE_SPIN};
 pub use stream::{CallReader, CallStream};
+pub use tls::{HandshakeError, TlsConfig, TlsSetupError, ALPN_SUNRPC};
 
 /// An RPC program (or a dispatcher over several) as seen by the connection
 /// loop. Used generically, never as a trait object.
@@ -458,6 +460,12 @@ pub struct ConnLimits {
     /// The warnings left for dropped connections (shared by clones, like
     /// `counters`): a few per reason at a time (`log_budget.rs`).
     pub drop_logs: Arc<DropLogs>,
+    /// RPC-with-TLS (RFC 9289): a client's AUTH_TLS probe switches its
+    /// connection to TLS with this configuration; `None` refuses probes
+    /// (clients then go on in plaintext).
+    pub tls: Option<TlsConfig>,
+    /// A TLS handshake not done in this long closes its connection.
+    pub handshake_timeout: Duration,
 }
 
 impl Default for ConnLimits {
@@ -479,6 +487,8 @@ impl Default for ConnLimits {
             counters: Arc::default(),
             activity: Arc::default(),
             drop_logs: Arc::default(),
+            tls: None,
+            handshake_timeout: Duration::from_secs(10),
         }
     }
 }

@@ -18,6 +18,9 @@ use tokio::io::{AsyncRead, Interest, ReadBuf};
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::TcpStream;
 
+use super::tls::{PlainRead, TlsReader};
+use super::writer::Shared;
+
 /// The byte stream a [`super::Service`] receives calls from.
 pub trait CallStream: AsyncRead + Unpin + Send + Sync {
     /// Waits until `bytes` bytes can be read without waiting, or as many
@@ -102,16 +105,54 @@ impl ReadProgress {
     }
 }
 
-/// The read half of a connection's socket, counting what it receives.
-#[derive(Debug)]
+/// The read half of a connection's socket, counting what it receives;
+/// after an RFC 9289 handshake, the plaintext of its TLS records.
 pub struct CallReader {
     half: OwnedReadHalf,
     progress: Arc<ReadProgress>,
+    /// Set once the connection has switched to TLS.
+    tls: Option<Box<TlsReading>>,
+}
+
+/// A TLS connection's reading side: the records' plaintext comes from
+/// `reader`; the connection's writer is told when rustls has something
+/// to send (the answer to a KeyUpdate, an alert).
+struct TlsReading {
+    reader: TlsReader,
+    writer: Arc<Shared>,
+}
+
+impl std::fmt::Debug for CallReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallReader")
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
 }
 
 impl CallReader {
     pub(super) fn new(half: OwnedReadHalf, progress: Arc<ReadProgress>) -> Self {
-        Self { half, progress }
+        Self {
+            half,
+            progress,
+            tls: None,
+        }
+    }
+
+    /// The socket.
+    pub(super) fn socket(&self) -> &TcpStream {
+        self.half.as_ref()
+    }
+
+    /// Whether the connection has switched to TLS.
+    pub(super) fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// From now on, reads the plaintext of `reader`'s TLS session,
+    /// telling `writer` when the session has something to send.
+    pub(super) fn start_tls(&mut self, reader: TlsReader, writer: Arc<Shared>) {
+        self.tls = Some(Box::new(TlsReading { reader, writer }));
     }
 
     /// See [`ReadProgress::between_records`].
@@ -145,6 +186,9 @@ impl AsyncRead for CallReader {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
+        if self.tls.is_some() {
+            return self.poll_read_tls(cx, buf);
+        }
         let before = buf.filled().len();
         let polled = match self.read_without_readiness(buf) {
             Some(read) => Poll::Ready(read),
@@ -166,23 +210,94 @@ impl AsyncRead for CallReader {
     }
 }
 
+impl CallReader {
+    /// [`AsyncRead::poll_read`] of a TLS connection: plaintext rustls has
+    /// already decrypted (or can decrypt from ciphertext read earlier)
+    /// comes first, and only when there is none is the socket read: a
+    /// record whose bytes are all in rustls is never waited for on the
+    /// socket. Ciphertext read counts as received (the watchdog's
+    /// progress); a record starts with its first plaintext byte.
+    fn poll_read_tls(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let Some(tls) = self.tls.as_deref_mut() else {
+            return Poll::Ready(Err(io::ErrorKind::NotConnected.into()));
+        };
+        let progress = &self.progress;
+        loop {
+            let mut wants_write = false;
+            let read = tls
+                .reader
+                .read_plaintext(buf.initialize_unfilled(), &mut wants_write);
+            if wants_write {
+                tls.writer.flush_tls_soon();
+            }
+            match read {
+                Ok(PlainRead::Read(n)) => {
+                    buf.advance(n);
+                    progress.set_waiting(Waiting::Nothing);
+                    if n > 0 {
+                        progress.in_record.store(true, Ordering::Relaxed);
+                    }
+                    return Poll::Ready(Ok(()));
+                }
+                Ok(PlainRead::NeedCiphertext) => {}
+                Err(e) => {
+                    progress.set_waiting(Waiting::Nothing);
+                    return Poll::Ready(Err(e));
+                }
+            }
+            let socket: &TcpStream = self.half.as_ref();
+            match socket.try_read(tls.reader.cipher_space()) {
+                Ok(n) => {
+                    tls.reader.cipher_read(n);
+                    progress.received.fetch_add(n as u64, Ordering::Relaxed);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    match socket.poll_read_ready(cx) {
+                        Poll::Pending => {
+                            progress.set_waiting(Waiting::Socket);
+                            return Poll::Pending;
+                        }
+                        Poll::Ready(Ok(())) => {}
+                        Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    }
+                }
+                Err(e) => {
+                    progress.set_waiting(Waiting::Nothing);
+                    return Poll::Ready(Err(e));
+                }
+            }
+        }
+    }
+}
+
 impl CallStream for CallReader {
     async fn wait_for_queued(&self, bytes: usize) -> io::Result<usize> {
         let socket: &TcpStream = self.half.as_ref();
+        // Over TLS, what is already decrypted, or read and not yet
+        // decrypted, is there as well: waiting for it on the socket would
+        // wait for bytes that were never coming.
+        let buffered = self.tls.as_ref().map_or(0, |t| t.reader.buffered());
+        let Some(in_socket) = bytes.checked_sub(buffered).filter(|&b| b > 0) else {
+            return Ok(buffered);
+        };
         // The common case: the payload came with its call.
         let queued = bytes_queued(socket)?;
-        if queued >= bytes {
-            return Ok(queued);
+        if queued >= in_socket {
+            return Ok(buffered + queued);
         }
         self.progress.set_waiting(Waiting::Payload);
-        let waited = wait_with_low_water_mark(socket, bytes, queued).await;
+        let waited = wait_with_low_water_mark(socket, in_socket, queued).await;
         self.progress.set_waiting(Waiting::Nothing);
         // Back to "readable on any byte" for the reads that follow, also
         // after a failure (the connection may yet answer the call).
         let reset = set_rcvlowat(socket, 1);
         let queued = waited?;
         reset?;
-        Ok(queued)
+        Ok(buffered + queued)
     }
 }
 

@@ -21,6 +21,8 @@ use tokio::task::JoinHandle;
 use super::writer::write_without_waiting;
 use super::*;
 
+mod tls;
+
 const ECHO_PROG: u32 = 0x2000_0042;
 const ECHO_VERS: u32 = 1;
 const PROC_NULL: u32 = 0;

@@ -31,6 +31,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit};
 use super::counters::NetCounters;
 use super::reply::Reply;
 use super::spin::CallInFlight;
+use super::tls::TlsSession;
 /// Send-buffer room a peer gets before it has shown that it reads its
 /// replies: one large reply. Each byte the peer then takes adds a byte of
 /// room, up to the whole send buffer, so a client reading at its pace has
@@ -131,6 +132,9 @@ pub(super) struct Shared {
     /// peer is not taking its replies.
     pub(super) waiting_room: AtomicBool,
     counters: Arc<NetCounters>,
+    /// Set once the connection has switched to TLS (RFC 9289): records
+    /// are then encrypted on their way out ([`Shared::try_write`]).
+    tls: OnceLock<Arc<TlsSession>>,
 }
 
 impl Shared {
@@ -159,6 +163,99 @@ impl Shared {
             rooms: Arc::default(),
             waiting_room: AtomicBool::new(false),
             counters,
+            tls: OnceLock::new(),
+        }
+    }
+
+    /// One non-blocking vectored write of record bytes: straight to the
+    /// socket, or encrypted once the connection has switched to TLS.
+    /// Returns the record bytes taken; counts in `to_socket` the bytes
+    /// the socket took (ciphertext over TLS).
+    fn try_write(&self, slices: &[IoSlice<'_>]) -> io::Result<usize> {
+        match self.tls.get() {
+            None => {
+                let n = self.socket.try_write_vectored(slices)?;
+                self.to_socket.fetch_add(n as u64, Ordering::Relaxed);
+                Ok(n)
+            }
+            Some(tls) => tls.write_vectored(self.socket.as_ref(), slices, &self.to_socket),
+        }
+    }
+
+    /// Whether ciphertext of records already taken waits for room in the
+    /// socket (never on a plain connection).
+    fn cipher_pending(&self) -> bool {
+        self.tls.get().is_some_and(|tls| tls.pending())
+    }
+
+    /// Has the connection's writer write out waiting ciphertext (the TLS
+    /// session's own records, such as the answer to a KeyUpdate), unless
+    /// a writer is at work: it does so before it stops.
+    pub(super) fn flush_tls_soon(&self) {
+        let mut queue = self.queue.lock();
+        if queue.writer == Writer::Idle && !self.closed.load(Ordering::Acquire) {
+            queue.writer = Writer::Queue;
+            self.wake_writer.notify_one();
+        }
+    }
+
+    /// Takes the socket for the switch to TLS, once every record queued
+    /// before has been written: records sent meanwhile wait in the queue
+    /// until [`Shared::end_switch`].
+    pub(super) async fn begin_switch(&self) {
+        loop {
+            {
+                let mut queue = self.queue.lock();
+                if queue.writer == Writer::Idle && queue.replies.is_empty() {
+                    queue.writer = Writer::Direct;
+                    return;
+                }
+            }
+            // The queue writer notifies before it marks itself idle: look
+            // again shortly as well.
+            tokio::select! {
+                () = self.drained.notified() => {}
+                () = tokio::time::sleep(Duration::from_millis(1)) => {}
+            }
+        }
+    }
+
+    /// Writes `bytes` to the socket as they are (the reply to the TLS
+    /// probe, sent before the handshake), waiting for room; only while
+    /// the switch holds the socket.
+    pub(super) async fn write_plain(&self, bytes: &[u8]) -> io::Result<()> {
+        let mut sent = 0;
+        while sent < bytes.len() {
+            match self.socket.try_write(&bytes[sent..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    sent += n;
+                    self.to_socket.fetch_add(n as u64, Ordering::Relaxed);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.socket.writable().await?,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the switch: from now on records go out encrypted by `tls`,
+    /// starting with those queued meanwhile.
+    pub(super) fn end_switch(&self, tls: Arc<TlsSession>) {
+        let _ = self.tls.set(tls);
+        self.drain_without_waiting();
+    }
+
+    /// The socket's bytes counter, for the handshake's writes.
+    pub(super) fn to_socket(&self) -> &AtomicU64 {
+        &self.to_socket
+    }
+
+    /// Sends the TLS close_notify alert on a TLS connection, as far as the
+    /// socket takes it without waiting.
+    pub(super) fn close_tls(&self) {
+        if let Some(tls) = self.tls.get() {
+            tls.close(self.socket.as_ref());
         }
     }
 
@@ -188,16 +285,19 @@ impl Shared {
             queue.writer = Writer::Direct;
         }
         let mut sent = 0;
-        let written = write_without_waiting(&reply, &mut sent, |slices| {
-            self.socket.try_write_vectored(slices)
-        });
-        self.to_socket.fetch_add(sent as u64, Ordering::Relaxed);
+        let written = write_without_waiting(&reply, &mut sent, |slices| self.try_write(slices));
         let mut queue = self.queue.lock();
         match written {
             Ok(true) => {
                 drop(permits);
                 if queue.replies.is_empty() {
                     queue.writer = Writer::Idle;
+                    if self.cipher_pending() {
+                        // Over TLS: the record is taken, part of its
+                        // ciphertext waits for room.
+                        queue.writer = Writer::Queue;
+                        self.wake_writer.notify_one();
+                    }
                 } else {
                     // Replies that finished meanwhile: written from here,
                     // several to a writev, while the socket takes them.
@@ -236,11 +336,22 @@ impl Shared {
                         break;
                     }
                     if queue.replies.is_empty() {
-                        queue.writer = Writer::Idle;
-                        break;
+                        if !self.cipher_pending() {
+                            queue.writer = Writer::Idle;
+                            break;
+                        }
+                        Vec::new()
+                    } else {
+                        take_batch(&mut queue.replies)
                     }
-                    take_batch(&mut queue.replies)
                 };
+                if batch.is_empty() {
+                    // Over TLS: ciphertext of records taken waits.
+                    if let Err(kind) = self.flush_waiting().await {
+                        return kind;
+                    }
+                    continue;
+                }
                 while !batch.is_empty() {
                     match self.write_batch(&mut batch) {
                         Ok(()) if batch.is_empty() => {}
@@ -267,7 +378,14 @@ impl Shared {
             let mut batch = {
                 let mut queue = self.queue.lock();
                 if queue.replies.is_empty() {
-                    queue.writer = Writer::Idle;
+                    if self.cipher_pending() {
+                        // Over TLS: the rest of the ciphertext waits for
+                        // room, with the connection's writer.
+                        queue.writer = Writer::Queue;
+                        self.wake_writer.notify_one();
+                    } else {
+                        queue.writer = Writer::Idle;
+                    }
                     return;
                 }
                 take_batch(&mut queue.replies)
@@ -308,7 +426,7 @@ impl Shared {
             }
             let mut remaining: &mut [IoSlice<'_>] = &mut slices;
             IoSlice::advance_slices(&mut remaining, batch[0].sent);
-            let n = match self.socket.try_write_vectored(remaining) {
+            let n = match self.try_write(remaining) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
@@ -316,7 +434,6 @@ impl Shared {
                 Err(e) => return Err(e),
             };
             self.written.fetch_add(n as u64, Ordering::Relaxed);
-            self.to_socket.fetch_add(n as u64, Ordering::Relaxed);
             self.unsent.fetch_sub(n, Ordering::Relaxed);
             // Hand the bytes out to the replies, first to last.
             let mut left = n;
@@ -356,7 +473,21 @@ impl Shared {
             let unsent = self.unsent.load(Ordering::Relaxed);
             let unacked =
                 dionfs_sys::net::bytes_unacked(self.socket.as_ref() as &TcpStream).unwrap_or(0);
-            let busy = reserved + unsent + unacked;
+            // Over TLS: what is queued in the socket is ciphertext, the
+            // reply will be too, and up to a chunk of it may wait in the
+            // session.
+            let (bytes, waiting) = match self.tls.get() {
+                None => (bytes, 0),
+                Some(tls) => (
+                    super::tls::ciphertext_len(bytes),
+                    if tls.pending() {
+                        super::tls::ENCRYPT_CHUNK
+                    } else {
+                        0
+                    },
+                ),
+            };
+            let busy = reserved + unsent + unacked + waiting;
             if busy + bytes <= self.room(unacked)
                 || busy == 0
                 || self.closed.load(Ordering::Acquire)
@@ -406,6 +537,25 @@ impl Shared {
                 return;
             }
             drained.await;
+        }
+    }
+
+    /// Writes the session's waiting ciphertext as the socket takes room,
+    /// counting it as the writer's progress.
+    async fn flush_waiting(&self) -> Result<(), io::ErrorKind> {
+        let Some(tls) = self.tls.get() else {
+            return Ok(());
+        };
+        loop {
+            let before = self.to_socket.load(Ordering::Relaxed);
+            let flushed = tls.flush(self.socket.as_ref(), &self.to_socket);
+            let n = self.to_socket.load(Ordering::Relaxed) - before;
+            self.written.fetch_add(n, Ordering::Relaxed);
+            match flushed {
+                Ok(true) => return Ok(()),
+                Ok(false) => self.socket.writable().await.map_err(|e| e.kind())?,
+                Err(e) => return Err(e.kind()),
+            }
         }
     }
 
