@@ -19,7 +19,7 @@ use dionfs_core::export::config::{
 };
 use dionfs_core::export::{
     Access, ClientMatch, ClientOptions, Config, Durability, ExportConfig, Integrity, NfsVersions,
-    ServerSettings, Squash, STATS_ADDRESS,
+    ServerSettings, Squash, TlsFiles, STATS_ADDRESS,
 };
 use dionfs_core::reload::{ConfigSource, Phase};
 use dionfs_dataplane::Mode;
@@ -436,6 +436,20 @@ struct SettingsFlags {
     /// overrides `max_connections`. [default: 4096]
     #[arg(help_heading = SERVER, long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     max_connections: Option<u32>,
+    /// Let clients switch their connections to TLS (RFC 9289, RPC-with-TLS)
+    /// with this certificate (PEM, the chain after it); needs --tls-key.
+    /// With --config, overrides the `[tls]` table's `certificate`.
+    #[arg(help_heading = SERVER, long, value_name = "FILE", requires = "tls_key")]
+    tls_certificate: Option<PathBuf>,
+    /// The private key of --tls-certificate (PEM). With --config,
+    /// overrides `[tls]` `key`.
+    #[arg(help_heading = SERVER, long, value_name = "FILE", requires = "tls_certificate")]
+    tls_key: Option<PathBuf>,
+    /// Ask TLS clients for a certificate, and accept one only if a CA of
+    /// this file (PEM) signed it. With --config, overrides `[tls]`
+    /// `client_ca`.
+    #[arg(help_heading = SERVER, long, value_name = "FILE")]
+    tls_client_ca: Option<PathBuf>,
 }
 
 impl SettingsFlags {
@@ -467,6 +481,17 @@ impl SettingsFlags {
         }
         if let Some(n) = self.max_connections {
             settings.max_connections = n as usize;
+        }
+        if let (Some(certificate), Some(key)) = (&self.tls_certificate, &self.tls_key) {
+            let client_ca = settings.tls.take().and_then(|t| t.client_ca);
+            settings.tls = Some(TlsFiles {
+                certificate: certificate.clone(),
+                key: key.clone(),
+                client_ca,
+            });
+        }
+        if let (Some(ca), Some(tls)) = (&self.tls_client_ca, &mut settings.tls) {
+            tls.client_ca = Some(ca.clone());
         }
         if self.no_io_uring {
             settings.io_uring = false;
@@ -576,6 +601,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve(args) => {
             let ports_file = args.ports_file.clone();
+            let args_tls_client_ca = args.settings.tls_client_ca.clone();
             let (config, source) = match args.into_config() {
                 Ok(c) => c,
                 Err(e) => {
@@ -583,6 +609,20 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
+            // TLS files that cannot be used are a configuration error.
+            if let Some(tls) = &config.server.tls {
+                if let Err(e) = tls.load() {
+                    logs::fatal(format_args!("dionfs: TLS: {e}"));
+                    return ExitCode::from(2);
+                }
+            }
+            if let (Some(_), None) = (&args_tls_client_ca, &config.server.tls) {
+                logs::fatal(format_args!(
+                    "dionfs: --tls-client-ca needs a server certificate (--tls-certificate, or \
+                     the config's [tls] table)"
+                ));
+                return ExitCode::from(2);
+            }
             // The file's log_level, under the flag and DIONFS_LOG.
             if let (None, Some(level)) = (&chosen, &config.server.log_level) {
                 logs.set_filter(level);

@@ -341,6 +341,7 @@ pub fn changed_settings(running: &ServerSettings, new: &ServerSettings) -> Vec<&
         nfs4_reply_cache_mib,
         nfs4_id_domain,
         log_level,
+        tls,
     } = running;
     [
         ("listen", *listen == new.listen),
@@ -385,6 +386,9 @@ pub fn changed_settings(running: &ServerSettings, new: &ServerSettings) -> Vec<&
         ),
         ("nfs4_id_domain", *nfs4_id_domain == new.nfs4_id_domain),
         ("log_level", *log_level == new.log_level),
+        // Its files, not what is in them: certificates are read at start
+        // only (for now).
+        ("tls", *tls == new.tls),
     ]
     .into_iter()
     .filter(|(_, same)| !same)

@@ -313,6 +313,12 @@ async fn serve(
     });
 
     let max_transfer = server.max_args;
+    // Checked by the command already; read again here (the files may have
+    // changed since).
+    let tls = match &settings.tls {
+        Some(files) => Some(files.load().map_err(|e| format!("TLS: {e}"))?),
+        None => None,
+    };
     let limits = ConnLimits {
         // The largest WRITE plus room for the RPC and NFS headers.
         max_record: max_transfer + 8192,
@@ -323,6 +329,7 @@ async fn serve(
         idle_timeout: settings.idle_timeout,
         idle_spin: settings.idle_spin,
         max_connections: settings.max_connections,
+        tls,
         // One count of connections (and one cap) for every listener.
         counters: server.net.clone(),
         ..ConnLimits::default()

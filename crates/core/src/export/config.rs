@@ -111,6 +111,35 @@ pub struct ServerSettings {
     /// Which log lines are written (`log_level`), if set: under
     /// `--log-level` and `DIONFS_LOG`, which win over it.
     pub log_level: Option<LogFilter>,
+    /// RPC-with-TLS (RFC 9289, the `[tls]` table): the server's
+    /// certificate and key, if clients may switch their connections to
+    /// TLS; `None` refuses their probes (they go on in plaintext).
+    pub tls: Option<TlsFiles>,
+}
+
+/// The files of the `[tls]` table (`--tls-certificate` and its kin).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// PEM: the server's certificate, then the chain up to (not always
+    /// including) its CA.
+    pub certificate: PathBuf,
+    /// PEM: the certificate's private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+    /// PEM: the CAs a client certificate must be signed by, when a client
+    /// presents one; without it, client certificates are not asked for.
+    pub client_ca: Option<PathBuf>,
+}
+
+impl TlsFiles {
+    /// Reads and checks the files: TLS 1.3 with ALPN `sunrpc`, the key the
+    /// certificate's.
+    pub fn load(&self) -> Result<dionfs_transport::TlsConfig, dionfs_transport::TlsSetupError> {
+        dionfs_transport::TlsConfig::from_pem_files(
+            &self.certificate,
+            &self.key,
+            self.client_ca.as_deref(),
+        )
+    }
 }
 
 /// Which NFS versions (and NFSv4 minor versions) are served.
@@ -221,6 +250,7 @@ impl Default for ServerSettings {
             // As knfsd for AUTH_SYS (`nfs4_disable_idmapping`).
             nfs4_id_domain: None,
             log_level: None,
+            tls: None,
         }
     }
 }
@@ -509,6 +539,16 @@ struct RawFile {
     server: Option<RawServer>,
     #[serde(default, rename = "export")]
     exports: Vec<Spanned<RawExport>>,
+    tls: Option<RawTls>,
+}
+
+/// The `[tls]` table.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    certificate: PathBuf,
+    key: PathBuf,
+    client_ca: Option<PathBuf>,
 }
 
 #[derive(Deserialize)]
@@ -949,6 +989,12 @@ impl Config {
             }
         }
 
+        server.tls = raw.tls.map(|t| TlsFiles {
+            certificate: t.certificate,
+            key: t.key,
+            client_ca: t.client_ca,
+        });
+
         let mut exports = Vec::new();
         for e in raw.exports {
             let span = e.span();
@@ -1173,6 +1219,38 @@ mod tests {
 
     fn parse(text: &str) -> Result<Config, ConfigError> {
         Config::from_toml(Path::new("test.toml"), text)
+    }
+
+    #[test]
+    fn tls_table_names_its_files() {
+        let c = parse(
+            "[tls]\ncertificate = \"/etc/c.pem\"\nkey = \"/etc/k.pem\"\n\
+             [[export]]\npath = \"/tmp\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.server.tls,
+            Some(TlsFiles {
+                certificate: "/etc/c.pem".into(),
+                key: "/etc/k.pem".into(),
+                client_ca: None,
+            })
+        );
+        let c = parse(
+            "[tls]\ncertificate = \"c\"\nkey = \"k\"\nclient_ca = \"ca\"\n\
+             [[export]]\npath = \"/tmp\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.server.tls.unwrap().client_ca, Some("ca".into()));
+        assert_eq!(
+            parse("[[export]]\npath = \"/tmp\"\n").unwrap().server.tls,
+            None
+        );
+        // Both files, and nothing else.
+        let e = parse("[tls]\ncertificate = \"c\"\n[[export]]\npath = \"/tmp\"\n").unwrap_err();
+        assert!(e.reason.contains("key"), "{e}");
+        let e = parse("[tls]\ncertificate = \"c\"\nkey = \"k\"\nkeys = 1\n").unwrap_err();
+        assert!(e.reason.contains("unknown field"), "{e}");
     }
 
     #[test]
