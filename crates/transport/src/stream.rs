@@ -249,23 +249,21 @@ impl CallReader {
                     return Poll::Ready(Err(e));
                 }
             }
-            let socket: &TcpStream = self.half.as_ref();
-            match socket.try_read(tls.reader.cipher_space()) {
-                Ok(n) => {
+            // Through the runtime's read, which takes a short read as the
+            // socket emptied: no `recv` that fails before the next wait.
+            let mut space = ReadBuf::new(tls.reader.cipher_space());
+            match Pin::new(&mut self.half).poll_read(cx, &mut space) {
+                Poll::Pending => {
+                    progress.set_waiting(Waiting::Socket);
+                    return Poll::Pending;
+                }
+                Poll::Ready(Ok(())) => {
+                    let n = space.filled().len();
                     tls.reader.cipher_read(n);
                     progress.received.fetch_add(n as u64, Ordering::Relaxed);
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    match socket.poll_read_ready(cx) {
-                        Poll::Pending => {
-                            progress.set_waiting(Waiting::Socket);
-                            return Poll::Pending;
-                        }
-                        Poll::Ready(Ok(())) => {}
-                        Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                    }
-                }
-                Err(e) => {
+                Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Poll::Ready(Err(e)) => {
                     progress.set_waiting(Waiting::Nothing);
                     return Poll::Ready(Err(e));
                 }
