@@ -320,6 +320,37 @@ async fn callbacks_go_out_inside_tls() {
     .await;
 }
 
+/// A client that sends its ClientHello with the probe, without waiting
+/// for the STARTTLS reply: the bytes the record reader read past the probe
+/// go to the handshake.
+#[tokio::test]
+async fn a_client_hello_sent_with_the_probe_is_taken() {
+    let (server, issued) = tls_server(ConnLimits::default(), None).await;
+    let addr = server.addr;
+    let config = client_config(&issued, &[b"sunrpc"], None);
+    client(move || {
+        let mut socket = StdStream::connect(addr).unwrap();
+        socket
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let name = ServerName::try_from("localhost").unwrap();
+        let mut conn = ClientConnection::new(config, name).unwrap();
+        let mut both = framed(&probe_call(1, PROC_NULL));
+        conn.write_tls(&mut both).unwrap();
+        socket.write_all(&both).unwrap();
+        let reply = read_record_blocking(&mut socket, 1 << 20).unwrap();
+        assert_eq!(ReplyHeader::from_xdr(&reply).unwrap(), starttls(1));
+        while conn.is_handshaking() {
+            conn.complete_io(&mut socket).unwrap();
+        }
+        let mut c = TlsClient {
+            tls: StreamOwned::new(conn, socket),
+        };
+        assert_eq!(c.echo(2, b"eager"), b"eager");
+    })
+    .await;
+}
+
 /// Without TLS configured a probe is refused as by a server that does not
 /// know AUTH_TLS, and the connection goes on in plaintext.
 #[tokio::test]
