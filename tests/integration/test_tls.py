@@ -66,10 +66,12 @@ def certs(tmp_path_factory) -> dict[str, Path]:
     client_ca = make_ca(d, "client-ca")
     stranger_ca = make_ca(d, "stranger-ca")
     server = make_cert(d, "server", server_ca, "DNS:localhost,IP:127.0.0.1")
+    server2 = make_cert(d, "server2", server_ca, "DNS:localhost,IP:127.0.0.1")
     client = make_cert(d, "client", client_ca, "DNS:client.example")
     stranger = make_cert(d, "stranger", stranger_ca, "DNS:client.example")
     return {"server_ca": server_ca[0], "client_ca": client_ca[0],
             "server": server[0], "server_key": server[1],
+            "server2": server2[0], "server2_key": server2[1],
             "client": client[0], "client_key": client[1],
             "stranger": stranger[0], "stranger_key": stranger[1]}
 
@@ -222,3 +224,48 @@ def test_mtls_accepts_the_client_cas_certificates_only(mtls_server, certs):
     # closed connection at the first call.
     with pytest.raises((ssl.SSLError, ConnectionError, socket.timeout, OSError)):
         null_inside_tls(mtls_server, certs, "stranger")
+
+
+def test_a_reload_reads_the_certificate_again(loopfs, certs, tmp_path):
+    """`dionfs reload` (SIGHUP) reads the certificate and key again: the
+    next handshake presents the new certificate, a connection in TLS
+    already goes on, and a key that does not go with its certificate
+    leaves the running pair (with a warning)."""
+    import shutil
+
+    from test_reload import ReloadServer, _fresh_dir
+
+    cert, key = tmp_path / "live.pem", tmp_path / "live.key"
+    shutil.copy(certs["server"], cert)
+    shutil.copy(certs["server_key"], key)
+    export = _fresh_dir(loopfs, "tls-reload")
+    srv = ReloadServer({export: {}})
+    tail = f'\n[tls]\ncertificate = "{cert}"\nkey = "{key}"\n'
+    srv.write_config({export: {}}, tail)
+    srv.start()
+    try:
+        def presented() -> bytes:
+            with Conn(srv.host, srv.nfs_port, timeout=10) as c:
+                starttls(c, NFS_PROGRAM, NFS_V3, context(certs))
+                assert c.rpc(NFS_PROGRAM, NFS_V3, 0)[0] == SUCCESS
+                return c.sock.getpeercert(binary_form=True)
+
+        first = presented()
+        with Conn(srv.host, srv.nfs_port, timeout=10) as kept:
+            starttls(kept, NFS_PROGRAM, NFS_V3, context(certs))
+            shutil.copy(certs["server2"], cert)
+            shutil.copy(certs["server2_key"], key)
+            line = srv.hup()
+            assert "reloaded: " in line, line
+            second = presented()
+            assert second != first, "the reload did not read the new certificate"
+            assert kept.rpc(NFS_PROGRAM, NFS_V3, 0)[0] == SUCCESS
+        # A key of another certificate: refused, the running pair stays.
+        shutil.copy(certs["server_key"], key)
+        line = srv.hup()
+        assert "reloaded: " in line, line
+        assert "TLS: " in srv.log_text(20) and "does not go with" in srv.log_text(20)
+        assert presented() == second
+    finally:
+        srv.stop()
+        srv.cleanup()

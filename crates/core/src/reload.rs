@@ -386,9 +386,9 @@ pub fn changed_settings(running: &ServerSettings, new: &ServerSettings) -> Vec<&
         ),
         ("nfs4_id_domain", *nfs4_id_domain == new.nfs4_id_domain),
         ("log_level", *log_level == new.log_level),
-        // Its files, not what is in them: certificates are read at start
-        // only (for now).
-        ("tls", *tls == new.tls),
+        // Turning TLS on or off: the certificate and key themselves are
+        // read again by every reload (the server's `reload`).
+        ("tls", tls.is_some() == new.tls.is_some()),
     ]
     .into_iter()
     .filter(|(_, same)| !same)

@@ -319,6 +319,9 @@ async fn serve(
         Some(files) => Some(files.load().map_err(|e| format!("TLS: {e}"))?),
         None => None,
     };
+    // A reload reads the certificate and key again into the same
+    // configuration (rotation without a restart).
+    let tls_reload = tls.clone();
     let limits = ConnLimits {
         // The largest WRITE plus room for the RPC and NFS headers.
         max_record: max_transfer + 8192,
@@ -551,7 +554,7 @@ async fn serve(
                 };
                 record(reload::Phase::Running, String::new());
                 systemd::notify(&format!("RELOADING=1\nMONOTONIC_USEC={}", monotonic_usec()));
-                let (ok, text) = reload(&server, source.as_ref(), &shared_locks, nfs4_reload.as_deref()).await;
+                let (ok, text) = reload(&server, source.as_ref(), &shared_locks, nfs4_reload.as_deref(), tls_reload.as_ref()).await;
                 systemd::notify(&ready(&server));
                 let phase = if ok { reload::Phase::Applied } else { reload::Phase::Failed };
                 record(phase, text);
@@ -618,6 +621,7 @@ async fn reload(
     source: Option<&Arc<ConfigSource>>,
     locks: &locks::Locks,
     nfs4: Option<&nfs4::Nfs4>,
+    tls: Option<&dionfs_transport::TlsConfig>,
 ) -> (bool, String) {
     let Some(source) = source else {
         let why = "the server was started without --config; there is nothing to reload \
@@ -626,10 +630,25 @@ async fn reload(
         return (false, why.to_string());
     };
     info!(config = %source.file.display(), "SIGHUP: reloading the configuration");
-    let (server, source) = (server.clone(), source.clone());
+    let (server, source, tls) = (server.clone(), source.clone(), tls.cloned());
     let done = tokio::task::spawn_blocking(move || {
         let config = source.load()?;
-        server.reload(config).map(|report| (report, server))
+        let tls_files = config.server.tls.clone();
+        server.reload(config).map(|mut report| {
+            // The certificate and key again (the same files, rotated, or
+            // others): a connection's next handshake presents them; files
+            // that cannot be used leave the running ones.
+            if let (Some(running), Some(files)) = (&tls, tls_files) {
+                match files.load() {
+                    Ok(new) => running.replace(&new),
+                    Err(e) => report.warnings.push(format!(
+                        "TLS: {e}; the certificate and key in use stay until a reload reads \
+                         usable ones"
+                    )),
+                }
+            }
+            (report, server)
+        })
     })
     .await;
     match done {

@@ -21,6 +21,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -55,16 +56,18 @@ pub(super) fn ciphertext_len(plaintext: usize) -> usize {
 const CIPHER_READ: usize = 64 << 10;
 
 /// The TLS side of a server: what a handshake presents and checks. Cheap
-/// to clone.
+/// to clone; clones are the same configuration, which
+/// [`TlsConfig::replace`] changes for the handshakes that follow (a
+/// reload's new certificate).
 #[derive(Clone)]
 pub struct TlsConfig {
-    config: Arc<ServerConfig>,
+    config: Arc<ArcSwap<ServerConfig>>,
 }
 
 impl fmt::Debug for TlsConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TlsConfig")
-            .field("alpn_protocols", &self.config.alpn_protocols)
+            .field("alpn_protocols", &self.config.load().alpn_protocols)
             .finish_non_exhaustive()
     }
 }
@@ -135,18 +138,19 @@ impl TlsConfig {
         })?;
         config.alpn_protocols = vec![ALPN_SUNRPC.to_vec()];
         Ok(Self {
-            config: Arc::new(config),
+            config: Arc::new(ArcSwap::from_pointee(config)),
         })
     }
 
-    /// A configuration built by the caller (tests: other ALPN settings).
-    pub fn from_config(config: Arc<ServerConfig>) -> Self {
-        Self { config }
+    /// From now on, handshakes (of this configuration and its clones) go
+    /// as `other`'s do; connections in TLS already keep what they have.
+    pub fn replace(&self, other: &TlsConfig) {
+        self.config.store(other.config.load_full());
     }
 
     /// A new connection's TLS state, before its handshake.
     pub(super) fn accept(&self) -> Result<ServerConnection, rustls::Error> {
-        let mut conn = ServerConnection::new(self.config.clone())?;
+        let mut conn = ServerConnection::new(self.config.load_full())?;
         // Writers bound what they encrypt at once (`ENCRYPT_CHUNK`).
         conn.set_buffer_limit(None);
         Ok(conn)
