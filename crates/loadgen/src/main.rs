@@ -32,7 +32,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
+use dionfs_proto::nfs3::{NFS_PROGRAM, NFS_V3};
+use dionfs_proto::nfs4::NFS_V4;
 use dionfs_rpc::{AuthSys, Credential};
+use rustls::pki_types::ServerName;
 
 use crate::version::{Proto, SETUP_TIMEOUT};
 use crate::wire::{reply_results, Wire};
@@ -83,6 +86,9 @@ struct Cfg {
     commit: bool,
     timeout: f64,
     label: String,
+    /// `--tls-ca`: NFS connections ask for RPC-with-TLS and check the
+    /// server's certificate against this CA file (PEM).
+    tls_ca: Option<String>,
 }
 
 const USAGE: &str =
@@ -90,7 +96,9 @@ const USAGE: &str =
    [--vers 3|4.1] --file /NAME --op read|write --pattern seq|rand|strided|fixed --bs SIZE
    [--file-size SIZE] [--records R] [--offset OFF] [--qd N] [--conns N]
    [--shift K] [--runtime SEC] [--ops N] [--seed S] [--verify] [--create]
-   [--commit] [--timeout SEC] [--label TEXT]
+   [--commit] [--timeout SEC] [--label TEXT] [--tls-ca CA.pem]
+   --tls-ca: every NFS connection asks for RPC-with-TLS (RFC 9289) and checks
+   the server's certificate (for the URL's host) against CA.pem; MOUNT stays plain
    SIGUSR1: send no more calls, finish those in flight, report
    (the metadata ops of bench/loadgen are not here: NFSv3 only, use it)";
 
@@ -147,6 +155,7 @@ fn parse_args() -> Cfg {
         commit: false,
         timeout: 600.0,
         label: String::new(),
+        tls_ca: None,
     };
     let mut url = None;
     let mut op = None;
@@ -191,6 +200,7 @@ fn parse_args() -> Cfg {
             "--commit" => cfg.commit = true,
             "--timeout" => cfg.timeout = parse_num(&val()),
             "--label" => cfg.label = val(),
+            "--tls-ca" => cfg.tls_ca = Some(val()),
             "--help" | "-h" => {
                 println!("{USAGE}");
                 std::process::exit(0)
@@ -244,6 +254,32 @@ fn parse_args() -> Cfg {
     cfg
 }
 
+/// The TLS client side of `--tls-ca CA`: TLS 1.3, ALPN `sunrpc` (RFC 9289
+/// section 5.2), the server's certificate checked against the CA
+/// certificates of the PEM file `ca` for `host` (an address or a name).
+fn tls_client(
+    ca: &str,
+    host: &str,
+) -> Result<(Arc<rustls::ClientConfig>, ServerName<'static>), String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).map_err(|e| format!("{e:?}"))? {
+        roots
+            .add(cert.map_err(|e| format!("{e:?}"))?)
+            .map_err(|e| e.to_string())?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"sunrpc".to_vec()];
+    let name = ServerName::try_from(host.to_string()).map_err(|e| format!("{host}: {e}"))?;
+    Ok((Arc::new(config), name))
+}
+
 /// `nfs://HOST/EXPORT?nfsport=P&mountport=M&uid=U&gid=G` (libnfs's form;
 /// other keys are ignored).
 fn parse_url(cfg: &mut Cfg, url: &str) {
@@ -271,6 +307,9 @@ fn parse_url(cfg: &mut Cfg, url: &str) {
 /// What every connection shares.
 struct Shared {
     cfg: Cfg,
+    /// With `--tls-ca`: the TLS client configuration and the name the
+    /// server's certificate must have.
+    tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
     barrier: Barrier,
     abort: AtomicBool,
     stop: Arc<AtomicBool>,
@@ -669,6 +708,20 @@ fn connection(id: usize, sh: &Shared) -> Stats {
     let setup = || -> Result<Opened, String> {
         let mut w =
             Wire::connect(&addr, max_record).map_err(|e| format!("connect to {addr}: {e}"))?;
+        if let Some((config, name)) = &sh.tls {
+            let vers = match cfg.vers {
+                Vers::V3 => NFS_V3,
+                Vers::V41 => NFS_V4,
+            };
+            w.start_tls(
+                NFS_PROGRAM,
+                vers,
+                config.clone(),
+                name.clone(),
+                SETUP_TIMEOUT,
+            )
+            .map_err(|e| format!("RPC-with-TLS to {addr}: {e}"))?;
+        }
         Ok(match cfg.vers {
             Vers::V3 => {
                 let maddr = format!("{}:{}", cfg.host, cfg.mount_port);
@@ -787,7 +840,14 @@ fn main() {
         eprintln!("dionfs-loadgen: SIGUSR1 handler: {e}");
         std::process::exit(1);
     }
+    let tls = cfg.tls_ca.as_deref().map(|ca| {
+        tls_client(ca, &cfg.host).unwrap_or_else(|e| {
+            eprintln!("dionfs-loadgen: --tls-ca {ca}: {e}");
+            std::process::exit(2)
+        })
+    });
     let sh = Shared {
+        tls,
         barrier: Barrier::new(cfg.conns + 1),
         abort: AtomicBool::new(false),
         stop,

@@ -1,22 +1,69 @@
 //! One TCP connection: calls out (from a send buffer, WRITE payloads from
 //! the caller's buffer with `writev`), replies in (whole RPC records in
 //! one receive buffer, read with as few `read`s as the data allows).
-//! Nothing here allocates after the connection is set up.
+//! Nothing here allocates after the connection is set up. With
+//! [`Wire::start_tls`], the connection asks for RPC-with-TLS (RFC 9289)
+//! and carries its records inside TLS from then on.
 
 use std::io::{self, IoSlice, Read, Write};
 use std::net::TcpStream;
 use std::ops::Range;
+use std::sync::Arc;
 use std::time::Duration;
 
+use dionfs_rpc::message::{AUTH_NONE, AUTH_TLS};
 use dionfs_rpc::{encode_call, Credential, ReplyHeader, ReplyStatus};
 use dionfs_xdr::{Decode, Decoder, Encoder};
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, ClientConnection, StreamOwned};
 
 /// The last-fragment bit of a record mark.
 const LAST: u32 = 0x8000_0000;
 
+/// A connection's bytes: plain TCP, or TLS after the RFC 9289 probe.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<StreamOwned<ClientConnection, TcpStream>>),
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.write_vectored(bufs),
+            Stream::Tls(s) => s.write_vectored(bufs),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Plain(s) => s.flush(),
+            Stream::Tls(s) => s.flush(),
+        }
+    }
+}
+
+/// The verifier body of a server's yes to the probe (RFC 9289 section 4.1).
+const STARTTLS: &[u8] = b"STARTTLS";
+
 /// A connection to a server.
 pub struct Wire {
-    pub sock: TcpStream,
+    sock: Stream,
     /// Calls not yet written (WRITE payloads excepted).
     pending: Vec<u8>,
     rx: RecvBuf,
@@ -31,7 +78,7 @@ impl Wire {
         // a server is silent.
         sock.set_read_timeout(Some(Duration::from_millis(100)))?;
         Ok(Wire {
-            sock,
+            sock: Stream::Plain(sock),
             pending: Vec::with_capacity(64 * 1024),
             rx: RecvBuf::new(max_record),
         })
@@ -88,6 +135,76 @@ impl Wire {
         self.rx.fill(&mut self.sock)
     }
 
+    /// Asks the server for RPC-with-TLS (a NULL call of program `prog`,
+    /// version `vers`, with the AUTH_TLS credential) and, when it answers
+    /// `STARTTLS`, runs the TLS handshake with `config` (ALPN `sunrpc`),
+    /// checking the server's certificate for `name`. Nothing may be in
+    /// flight.
+    pub fn start_tls(
+        &mut self,
+        prog: u32,
+        vers: u32,
+        config: Arc<ClientConfig>,
+        name: ServerName<'static>,
+        timeout: Duration,
+    ) -> io::Result<()> {
+        const XID: u32 = 0x7115_0001;
+        let mut enc = call_head(prog, vers, 0, &Credential::Unsupported(AUTH_TLS));
+        seal(&mut enc, 0);
+        let mut record = enc.into_vec();
+        put_u32(&mut record, 4, XID);
+        self.queue(&record);
+        self.flush()?;
+        let deadline = std::time::Instant::now() + timeout;
+        let head = loop {
+            if let Some(rec) = self.record()? {
+                let head = ReplyHeader::decode(&mut Decoder::new(rec))
+                    .map_err(|e| io::Error::other(format!("bad reply to the TLS probe: {e}")))?;
+                self.consume();
+                break head;
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "no reply to the TLS probe",
+                ));
+            }
+            self.fill()?;
+        };
+        if head.xid != XID
+            || head.status != ReplyStatus::Success
+            || head.verf.flavor != AUTH_NONE
+            || head.verf.body != STARTTLS
+        {
+            return Err(io::Error::other(format!(
+                "the server does not start TLS (its reply: {}, verifier flavor {})",
+                head.status, head.verf.flavor
+            )));
+        }
+        let Stream::Plain(sock) = &self.sock else {
+            return Err(io::Error::other("TLS already"));
+        };
+        let sock = sock.try_clone()?;
+        let conn = ClientConnection::new(config, name).map_err(io::Error::other)?;
+        let mut tls = StreamOwned::new(conn, sock);
+        while tls.conn.is_handshaking() {
+            match tls.conn.complete_io(&mut tls.sock) {
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) && std::time::Instant::now() < deadline => {}
+                Err(e) => return Err(io::Error::new(e.kind(), format!("TLS handshake: {e}"))),
+            }
+        }
+        if tls.conn.alpn_protocol() != Some(b"sunrpc".as_slice()) {
+            return Err(io::Error::other("the server did not agree on ALPN sunrpc"));
+        }
+        self.sock = Stream::Tls(Box::new(tls));
+        Ok(())
+    }
+
     /// Sends one call and waits for its reply (set-up and tear-down only:
     /// nothing else may be in flight). Returns the reply's results.
     pub fn call(&mut self, record: &[u8], xid: u32, timeout: Duration) -> io::Result<Vec<u8>> {
@@ -113,7 +230,7 @@ impl Wire {
 }
 
 /// `write_all` over several slices.
-fn write_all(sock: &mut TcpStream, mut iov: &mut [IoSlice<'_>]) -> io::Result<()> {
+fn write_all(sock: &mut impl Write, mut iov: &mut [IoSlice<'_>]) -> io::Result<()> {
     IoSlice::advance_slices(&mut iov, 0);
     while !iov.is_empty() {
         match sock.write_vectored(iov) {
@@ -256,7 +373,7 @@ impl RecvBuf {
     /// One `read`: as much as fits, but for a long record only up to its
     /// end and the next mark, so that what stays in the buffer after it
     /// (and is moved to its front) is short.
-    fn fill(&mut self, sock: &mut TcpStream) -> io::Result<bool> {
+    fn fill(&mut self, sock: &mut impl Read) -> io::Result<bool> {
         let have = self.end - self.start;
         // bytes from `start` that must fit, and at most how many to read
         let (need, read_to) = if have >= 4 {

@@ -11,7 +11,7 @@ use dionfs_core::server::Server;
 use dionfs_server::callstats::CallStats;
 use dionfs_server::dispatch::{counted_programs, Dispatcher};
 use dionfs_server::nfs4::Nfs4;
-use dionfs_transport::ConnLimits;
+use dionfs_transport::{ConnLimits, TlsConfig};
 
 /// A server of NFSv3, 4.1 and 4.2 on a temporary export; stops when
 /// dropped.
@@ -24,6 +24,11 @@ struct TestServer {
 
 impl TestServer {
     fn start() -> TestServer {
+        Self::start_with(None)
+    }
+
+    /// With `tls`, the server answers RPC-with-TLS probes.
+    fn start_with(tls: Option<TlsConfig>) -> TestServer {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().canonicalize().unwrap();
         let export = root.join("export");
@@ -56,6 +61,7 @@ impl TestServer {
         let calls = Arc::new(CallStats::new(counted_programs()));
         let limits = ConnLimits {
             max_record: server.max_args + 8192,
+            tls,
             ..ConnLimits::default()
         };
         let settings = &config.server;
@@ -310,4 +316,143 @@ fn random_reads_and_fixed_overwrites_over_v41() {
     assert_eq!(code, 0, "{json}");
     assert_eq!(field(&json, "verified_bytes"), 1024, "{json}");
     assert!(Path::new(&server.export.join("f")).exists());
+}
+
+/// A CA and a certificate it signed for 127.0.0.1, as PEM files in `dir`:
+/// (ca.pem, cert.pem, key.pem).
+fn tls_files(dir: &Path, tag: &str) -> [std::path::PathBuf; 3] {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&key, &ca)
+        .unwrap();
+    let files = [
+        dir.join(format!("{tag}-ca.pem")),
+        dir.join(format!("{tag}-cert.pem")),
+        dir.join(format!("{tag}-key.pem")),
+    ];
+    for (file, text) in files
+        .iter()
+        .zip([ca.pem(), cert.pem(), key.serialize_pem()])
+    {
+        std::fs::write(file, text).unwrap();
+    }
+    files
+}
+
+#[test]
+fn tls_connections_write_what_plain_ones_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let [ca, cert, key] = tls_files(dir.path(), "server");
+    let [stranger_ca, _, _] = tls_files(dir.path(), "stranger");
+    let tls = TlsConfig::from_pem_files(&cert, &key, None).unwrap();
+    let server = TestServer::start_with(Some(tls));
+    let ca = ca.to_str().unwrap();
+    // Over TLS, both versions; read back over plain v3 (and the reverse),
+    // every byte checked.
+    for (vers, file) in [("3", "/tls3.dat"), ("4.1", "/tls41.dat")] {
+        let (code, out) = loadgen(
+            &server,
+            &[
+                &[
+                    "--vers", vers, "--file", file, "--op", "write", "--create", "--commit",
+                    "--seed", "5", "--tls-ca", ca,
+                ][..],
+                &IOR[..],
+            ]
+            .concat(),
+        );
+        assert_eq!(code, 0, "write over v{vers} in TLS: {out}");
+        let (code, out) = loadgen(
+            &server,
+            &[
+                &[
+                    "--vers", "3", "--file", file, "--op", "read", "--verify", "--seed", "5",
+                ][..],
+                &IOR[..],
+            ]
+            .concat(),
+        );
+        assert_eq!(code, 0, "read back over plain v3: {out}");
+        assert_eq!(field(&out, "mismatch_bytes"), 0, "{out}");
+        assert_eq!(field(&out, "verified_bytes"), 3 * 7 * 47008, "{out}");
+    }
+    let (code, out) = loadgen(
+        &server,
+        &[
+            &[
+                "--vers",
+                "4.1",
+                "--file",
+                "/tls3.dat",
+                "--op",
+                "read",
+                "--verify",
+                "--seed",
+                "5",
+                "--tls-ca",
+                ca,
+            ][..],
+            &IOR[..],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, 0, "read over v4.1 in TLS: {out}");
+    assert_eq!(field(&out, "verified_bytes"), 3 * 7 * 47008, "{out}");
+    // The server's certificate is checked: a CA that did not sign it
+    // fails the handshake.
+    let (code, out) = loadgen(
+        &server,
+        &[
+            &[
+                "--vers",
+                "3",
+                "--file",
+                "/tls3.dat",
+                "--op",
+                "read",
+                "--tls-ca",
+                stranger_ca.to_str().unwrap(),
+            ][..],
+            &IOR[..],
+        ]
+        .concat(),
+    );
+    assert_ne!(code, 0, "{out}");
+}
+
+#[test]
+fn tls_asked_of_a_server_without_it_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let [ca, _, _] = tls_files(dir.path(), "server");
+    let server = TestServer::start();
+    let out = Command::new(env!("CARGO_BIN_EXE_dionfs-loadgen"))
+        .args([
+            "--url",
+            &server.url,
+            "--timeout",
+            "60",
+            "--vers",
+            "3",
+            "--file",
+            "/x.dat",
+        ])
+        .args([
+            "--op",
+            "write",
+            "--create",
+            "--tls-ca",
+            ca.to_str().unwrap(),
+        ])
+        .args(IOR)
+        .output()
+        .unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{said}");
+    assert!(said.contains("does not start TLS"), "{said}");
 }
