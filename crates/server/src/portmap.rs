@@ -456,6 +456,7 @@ mod tests {
             local: addr,
             datagram: false,
             names: Default::default(),
+            tls: Default::default(),
             back_channel: None,
         };
         let stats = Arc::new(CallStats::new(crate::dispatch::counted_programs()));

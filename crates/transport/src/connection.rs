@@ -46,7 +46,7 @@ use super::spin::Pace;
 use super::stream::{CallReader, ReadProgress, Waiting};
 use super::tls::{self, HandshakeError, TlsConfig, TlsReader, TlsSession};
 use super::writer::{CallPermits, Shared};
-use super::{ConnInfo, ConnLimits, Received, Service};
+use super::{ConnInfo, ConnLimits, Received, Service, TransportSecurity};
 
 /// Upper bound on `ConnLimits::max_in_flight` and `buffer_share`, so that
 /// permit counts fit the semaphore's u32 arithmetic.
@@ -873,6 +873,14 @@ async fn start_tls<S>(
         .get_mut()
         .start_tls(TlsReader::new(session.clone(), early), l.shared.clone());
     l.shared.end_switch(session);
+    // No call is in flight (every permit is held): the calls read from
+    // now on, all over TLS, see it.
+    let security = if client_certificate {
+        TransportSecurity::Mtls
+    } else {
+        TransportSecurity::Tls
+    };
+    let _ = l.conn.tls.set(security);
     debug!(conn = l.conn.id, peer = %l.conn.peer, client_certificate, "switched to TLS");
     Ok(())
 }

@@ -377,13 +377,49 @@ pub struct ConnInfo {
     /// or before a later call once one does (an export a reload added);
     /// see [`ConnInfo::names`].
     pub names: std::sync::OnceLock<Vec<String>>,
+    /// Set once, when the connection switches to TLS (RFC 9289): whether
+    /// the client presented a certificate that verified; unset while the
+    /// connection is plain (always, for a datagram). Read per call
+    /// ([`ConnInfo::security`]): one load on the plaintext path.
+    pub tls: std::sync::OnceLock<TransportSecurity>,
     /// Calls to the peer on this connection, answered on it (NFSv4.1's
     /// callbacks): set by [`serve_connection`] for each TCP connection it
     /// serves, whatever the caller put here; `None` for a datagram.
     pub back_channel: Option<BackChannel>,
 }
 
+/// How a connection's calls are protected, in the words of an export's
+/// `xprtsec` option (knfsd's, `exports(5)`): each connection is exactly
+/// one of these, as knfsd's `check_xprtsec_policy` sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransportSecurity {
+    /// Plain TCP or UDP.
+    Plain,
+    /// TLS, the client presenting no certificate.
+    Tls,
+    /// TLS, the client presenting a certificate that verified against
+    /// the server's `client_ca` (rustls refuses the handshake of one that
+    /// does not).
+    Mtls,
+}
+
+impl TransportSecurity {
+    /// The `xprtsec` word: `none`, `tls` or `mtls`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TransportSecurity::Plain => "none",
+            TransportSecurity::Tls => "tls",
+            TransportSecurity::Mtls => "mtls",
+        }
+    }
+}
+
 impl ConnInfo {
+    /// How this connection's calls are protected now.
+    pub fn security(&self) -> TransportSecurity {
+        self.tls.get().copied().unwrap_or(TransportSecurity::Plain)
+    }
+
     /// The peer's confirmed host names; empty if it has none or they were
     /// not looked up (no export matches clients by name).
     pub fn names(&self) -> &[String] {

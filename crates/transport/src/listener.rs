@@ -93,6 +93,7 @@ pub async fn serve<S: Service>(
                         local,
                         datagram: false,
                         names: Default::default(),
+                        tls: Default::default(),
                         back_channel: None,
                     };
                     let mut stop = stop_rx.clone();

@@ -43,6 +43,9 @@ const PROC_PAYLOAD_ECHO: u32 = 5;
 /// answers with the outcome: a [`CallbackOutcome`] code and the callback's
 /// results (empty unless it succeeded).
 const PROC_CALL_BACK: u32 = 6;
+/// No args. Result: as ECHO, the connection's security as the call sees
+/// it ([`ConnInfo::security`]'s word: `none`, `tls`, `mtls`).
+const PROC_SECURITY: u32 = 8;
 /// The program, version and procedure the toy program calls back.
 const CB_PROG: u32 = 0x4000_0042;
 const CB_VERS: u32 = 1;
@@ -166,7 +169,7 @@ impl Service for Echo {
 
     async fn receive<R: CallStream>(
         &self,
-        _conn: &ConnInfo,
+        conn: &ConnInfo,
         call: CallHeader,
         body: &mut RecordReader<R>,
     ) -> Result<Received<EchoCall>, RecordError> {
@@ -180,6 +183,14 @@ impl Service for Echo {
         let mut call_back = None;
         let delay_ms = match call.proc_ {
             PROC_NULL => return status(ReplyStatus::Success),
+            PROC_SECURITY => {
+                return Ok(Received::Run(EchoCall {
+                    xid: call.xid,
+                    delay: Duration::ZERO,
+                    data: EchoData::Owned(conn.security().name().as_bytes().to_vec()),
+                    call_back: None,
+                }));
+            }
             PROC_ECHO => 0,
             PROC_SLOW_ECHO => body.read_u32().await?,
             PROC_CALL_BACK => {
@@ -964,6 +975,7 @@ async fn serve_connection_reports_why_it_ended() {
         local: addr,
         datagram: false,
         names: Default::default(),
+        tls: Default::default(),
         back_channel: None,
     };
     let limits = ConnLimits {
@@ -1003,6 +1015,7 @@ async fn end_after_reset(calls: &[u8]) -> ConnEnd {
         local: addr,
         datagram: false,
         names: Default::default(),
+        tls: Default::default(),
         back_channel: None,
     };
     let task = tokio::spawn(serve_connection(

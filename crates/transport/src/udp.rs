@@ -166,6 +166,7 @@ pub async fn serve<S: Service>(
             local,
             datagram: true,
             names: Default::default(),
+            tls: Default::default(),
             back_channel: None,
         });
         let (socket, service, larger) = (socket.clone(), service.clone(), larger.clone());

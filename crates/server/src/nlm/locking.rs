@@ -476,6 +476,7 @@ mod tests {
                 local: std::net::SocketAddr::new(ip, 2049),
                 datagram: false,
                 names: Default::default(),
+                tls: Default::default(),
                 back_channel: None,
             };
             let call = CallHeader {

@@ -484,11 +484,32 @@ async fn client_certificates_are_verified_when_presented() {
     let good = client_config(&issued, &[b"sunrpc"], Some(&clients));
     let bad = client_config(&issued, &[b"sunrpc"], Some(&stranger));
     let none = client_config(&issued, &[b"sunrpc"], None);
+    let security = |xid| {
+        framed(&encode_call(
+            xid,
+            ECHO_PROG,
+            ECHO_VERS,
+            PROC_SECURITY,
+            &Credential::None,
+        ))
+    };
     client(move || {
+        // What the calls see of each connection (ConnInfo::security).
+        let mut plain = StdStream::connect(addr).unwrap();
+        plain.write_all(&security(1)).unwrap();
+        let msg = read_record_blocking(&mut plain, 1 << 20).unwrap();
+        let mut d = Decoder::new(&msg);
+        let h = ReplyHeader::decode(&mut d).unwrap();
+        assert_eq!((h.xid, h.status), (1, ReplyStatus::Success));
+        assert_eq!(d.opaque_var(MAX_ECHO).unwrap(), b"none");
         let mut c = TlsClient::connect(addr, good).unwrap();
         assert_eq!(c.echo(2, b"mtls"), b"mtls");
+        c.send(&security(3)).unwrap();
+        assert_eq!(c.echo_reply(3), b"mtls");
         let mut c = TlsClient::connect(addr, none).unwrap();
         assert_eq!(c.echo(2, b"anonymous"), b"anonymous");
+        c.send(&security(3)).unwrap();
+        assert_eq!(c.echo_reply(3), b"tls");
         // TLS 1.3: the server sees the client's certificate after the
         // client's side of the handshake is done; its alert comes next.
         let refused = match TlsClient::connect(addr, bad) {

@@ -527,6 +527,7 @@ pub(crate) mod testing {
             local: SocketAddr::from(([192, 0, 2, 1], 2049)),
             datagram: false,
             names: Default::default(),
+            tls: Default::default(),
             back_channel: None,
         }
     }
@@ -691,6 +692,7 @@ pub(crate) mod testing {
             local: addr,
             datagram: false,
             names: Default::default(),
+            tls: Default::default(),
             back_channel: None,
         };
         let (tx, rx) = std::sync::mpsc::channel();
