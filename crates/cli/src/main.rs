@@ -19,7 +19,7 @@ use dionfs_core::export::config::{
 };
 use dionfs_core::export::{
     Access, ClientMatch, ClientOptions, Config, Durability, ExportConfig, Integrity, NfsVersions,
-    ServerSettings, Squash, TlsFiles, STATS_ADDRESS,
+    ServerSettings, Squash, TlsFiles, Xprtsec, STATS_ADDRESS,
 };
 use dionfs_core::reload::{ConfigSource, Phase};
 use dionfs_dataplane::Mode;
@@ -563,6 +563,9 @@ impl ServeArgs {
             anonuid: self.anonuid,
             anongid: self.anongid,
             secure: !self.insecure,
+            // Every transport, as knfsd's default; an export that needs
+            // TLS is written in a config file.
+            xprtsec: Xprtsec::ALL,
         };
         export.read_mode = self.read_mode;
         export.write_mode = self.write_mode;
@@ -615,6 +618,10 @@ fn main() -> ExitCode {
                     logs::fatal(format_args!("dionfs: TLS: {e}"));
                     return ExitCode::from(2);
                 }
+            }
+            if let Err(e) = config.check_xprtsec() {
+                logs::fatal(format_args!("dionfs: {e}"));
+                return ExitCode::from(2);
             }
             if let (Some(_), None) = (&args_tls_client_ca, &config.server.tls) {
                 logs::fatal(format_args!(

@@ -132,6 +132,7 @@ impl ConfigSource {
     pub fn load(&self) -> Result<Config, String> {
         let mut config = Config::from_file(&self.file).map_err(|e| e.to_string())?;
         (self.overrides)(&mut config);
+        config.check_xprtsec()?;
         Ok(config)
     }
 }
@@ -292,6 +293,7 @@ pub fn changed_options(a: &ExportConfig, b: &ExportConfig) -> Vec<&'static str> 
         ("anonuid", same(|o| u64::from(o.anonuid))),
         ("anongid", same(|o| u64::from(o.anongid))),
         ("secure", same(|o| u64::from(o.secure))),
+        ("xprtsec", same(|o| u64::from(o.xprtsec.bits()))),
         ("max_transfer", *max_transfer == b.max_transfer),
         ("read_mode", *read_mode == b.read_mode),
         ("write_mode", *write_mode == b.write_mode),
@@ -806,6 +808,7 @@ mod tests {
         o.access = Access::Ro;
         o.squash = Squash::AllSquash;
         o.secure = true;
+        o.xprtsec = crate::export::Xprtsec::TLS;
         a.entries[0].clients = vec!["10.0.0.0/8".parse::<ClientMatch>().unwrap()];
         a.read_mode = Mode::Buffered;
         let p = plan(&running, vec![a.clone()], 1 << 20);
@@ -813,7 +816,14 @@ mod tests {
             p.exports[0].1,
             Step::Changed {
                 old: 0,
-                options: vec!["clients", "access", "squash", "secure", "read_mode"]
+                options: vec![
+                    "clients",
+                    "access",
+                    "squash",
+                    "secure",
+                    "xprtsec",
+                    "read_mode"
+                ]
             }
         );
         assert_eq!(p.exports[0].0, a, "the new options are the ones applied");

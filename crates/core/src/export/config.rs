@@ -361,6 +361,94 @@ impl fmt::Display for Integrity {
     }
 }
 
+/// The `xprtsec` export option (knfsd's, `exports(5)`): the transport
+/// securities a client may use the export over, any one of them
+/// (`["none", "tls", "mtls"]`, the default, is every connection). As
+/// knfsd's `check_xprtsec_policy`, each connection is exactly one of
+/// them: `["tls"]` refuses a client that presented a verified
+/// certificate, `["none"]` refuses TLS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Xprtsec(u8);
+
+impl Xprtsec {
+    /// Plain TCP or UDP (`none`).
+    pub const NONE: Xprtsec = Xprtsec(1);
+    /// TLS without a client certificate (`tls`).
+    pub const TLS: Xprtsec = Xprtsec(2);
+    /// TLS with a client certificate that verified against `[tls]
+    /// client_ca` (`mtls`).
+    pub const MTLS: Xprtsec = Xprtsec(4);
+    /// Every connection: the default.
+    pub const ALL: Xprtsec = Xprtsec(7);
+
+    const WORDS: [(&'static str, Xprtsec); 3] = [
+        ("none", Xprtsec::NONE),
+        ("tls", Xprtsec::TLS),
+        ("mtls", Xprtsec::MTLS),
+    ];
+
+    /// The set of `words` (`none`, `tls`, `mtls`); an unknown word or
+    /// none at all is an error saying so.
+    pub fn parse<'a>(words: impl IntoIterator<Item = &'a str>) -> Result<Xprtsec, String> {
+        let mut set = 0;
+        for word in words {
+            let Some((_, mode)) = Self::WORDS.iter().find(|(w, _)| *w == word) else {
+                return Err(format!(
+                    "xprtsec: `{word}` is not a transport security; say \"none\" (plain \
+                     TCP/UDP), \"tls\" or \"mtls\" (TLS with a client certificate)"
+                ));
+            };
+            set |= mode.0;
+        }
+        if set == 0 {
+            return Err(
+                "xprtsec: the list is empty; no client could use this export (leave the key \
+                 out for every transport)"
+                    .into(),
+            );
+        }
+        Ok(Xprtsec(set))
+    }
+
+    /// The modes of both.
+    pub fn union(self, other: Xprtsec) -> Xprtsec {
+        Xprtsec(self.0 | other.0)
+    }
+
+    /// Whether it has every mode of `other`.
+    pub fn contains(self, other: Xprtsec) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// Whether a connection of `security` may use the export.
+    pub fn admits(self, security: dionfs_transport::TransportSecurity) -> bool {
+        use dionfs_transport::TransportSecurity as T;
+        let mode = match security {
+            T::Plain => Xprtsec::NONE,
+            T::Tls => Xprtsec::TLS,
+            T::Mtls => Xprtsec::MTLS,
+        };
+        self.contains(mode)
+    }
+
+    /// The bits, for comparing (a reload's changed options).
+    pub fn bits(self) -> u8 {
+        self.0
+    }
+}
+
+// In the config's words: `tls:mtls` as exports(5) writes it.
+impl fmt::Display for Xprtsec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let words: Vec<&str> = Self::WORDS
+            .iter()
+            .filter(|(_, m)| self.contains(*m))
+            .map(|(w, _)| *w)
+            .collect();
+        f.write_str(&words.join(":"))
+    }
+}
+
 /// What one client entry of an export gives the clients it matches:
 /// the exports(5) options that are about who calls, not about the data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -372,6 +460,8 @@ pub struct ClientOptions {
     /// `secure` (exports(5), the default): NFS calls and MNT only from a
     /// reserved source port (below 1024); `false` is `insecure`.
     pub secure: bool,
+    /// The connections NFS calls may come over (`xprtsec`).
+    pub xprtsec: Xprtsec,
 }
 
 impl ClientOptions {
@@ -383,6 +473,7 @@ impl ClientOptions {
         anonuid: 65534,
         anongid: 65534,
         secure: true,
+        xprtsec: Xprtsec::ALL,
     };
 
     /// What a call gets from an export whose client list does not match
@@ -394,6 +485,7 @@ impl ClientOptions {
         anonuid: 65534,
         anongid: 65534,
         secure: true,
+        xprtsec: Xprtsec::ALL,
     };
 
     pub fn read_only(&self) -> bool {
@@ -609,6 +701,7 @@ struct RawExport {
     durability: Option<Durability>,
     allow_devices: Option<bool>,
     secure: Option<bool>,
+    xprtsec: Option<Spanned<Vec<String>>>,
     integrity: Option<Integrity>,
     /// exports(5) options ("rw,sync,no_root_squash"): exports(5)'s
     /// defaults first (read-only), then these, then the keys above.
@@ -632,6 +725,7 @@ struct RawClient {
     anonuid: Option<u32>,
     anongid: Option<u32>,
     secure: Option<bool>,
+    xprtsec: Option<Spanned<Vec<String>>>,
     options: Option<Spanned<String>>,
     path: Option<Spanned<toml::Value>>,
     id: Option<Spanned<toml::Value>>,
@@ -775,6 +869,10 @@ fn client_entry(
     options.anonuid = c.anonuid.unwrap_or(options.anonuid);
     options.anongid = c.anongid.unwrap_or(options.anongid);
     options.secure = c.secure.unwrap_or(options.secure);
+    if let Some(v) = &c.xprtsec {
+        options.xprtsec =
+            Xprtsec::parse(v.get_ref().iter().map(String::as_str)).map_err(|r| (v.span(), r))?;
+    }
     check_anon_ids(&options).map_err(|r| (span, r))?;
     Ok(ClientEntry { clients, options })
 }
@@ -1021,6 +1119,10 @@ impl Config {
             own.anonuid = e.anonuid.unwrap_or(own.anonuid);
             own.anongid = e.anongid.unwrap_or(own.anongid);
             own.secure = e.secure.unwrap_or(own.secure);
+            if let Some(v) = &e.xprtsec {
+                own.xprtsec = Xprtsec::parse(v.get_ref().iter().map(String::as_str))
+                    .map_err(|r| err(Some(v.span()), r))?;
+            }
             check_anon_ids(&own).map_err(|r| err(Some(span.clone()), r))?;
             if let Some(m) = e.max_transfer {
                 x.max_transfer =
@@ -1093,6 +1195,42 @@ impl Config {
             server,
             exports: exports.into_iter().map(|(_, x)| x).collect(),
         })
+    }
+}
+
+impl Config {
+    /// Checks each export's `xprtsec` against the `[tls]` the server runs
+    /// with (the file's, or the `--tls-*` flags'): an export that only
+    /// TLS clients may use needs `[tls]`, and one whose only TLS is
+    /// `mtls` needs `[tls] client_ca` (without it no client presents a
+    /// certificate, so none could use it). Run once the flags are
+    /// applied, at start and by every reload.
+    pub fn check_xprtsec(&self) -> Result<(), String> {
+        let tls = self.server.tls.as_ref();
+        for x in &self.exports {
+            for entry in &x.entries {
+                let modes = entry.options.xprtsec;
+                if !modes.contains(Xprtsec::NONE) && tls.is_none() {
+                    return Err(format!(
+                        "export {}: xprtsec = [\"{}\"] needs RPC-with-TLS: add a [tls] table \
+                         (certificate, key), or allow \"none\"",
+                        x.path.display(),
+                        modes.to_string().replace(':', "\", \"")
+                    ));
+                }
+                if modes.contains(Xprtsec::MTLS)
+                    && !modes.contains(Xprtsec::TLS)
+                    && tls.is_none_or(|t| t.client_ca.is_none())
+                {
+                    return Err(format!(
+                        "export {}: xprtsec \"mtls\" needs client certificates verified: set \
+                         client_ca in the [tls] table (--tls-client-ca)",
+                        x.path.display()
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -1651,6 +1789,98 @@ anonuid = 6
             .options_for("10.0.0.2".parse().unwrap(), &[])
             .unwrap()
             .read_only());
+    }
+
+    #[test]
+    fn xprtsec_parses_per_export_and_per_client_entry() {
+        let tls = "[tls]\ncertificate = \"c\"\nkey = \"k\"\nclient_ca = \"ca\"\n";
+        let c = parse(&format!(
+            "{tls}[[export]]\npath = \"/tmp\"\nxprtsec = [\"tls\", \"mtls\"]\n\
+             [[export.client]]\nmatch = \"10.0.0.0/8\"\n\
+             [[export.client]]\nmatch = \"10.0.0.1\"\nxprtsec = [\"mtls\"]\n\
+             [[export.client]]\nmatch = \"*\"\nxprtsec = [\"none\"]\n"
+        ))
+        .unwrap();
+        c.check_xprtsec().unwrap();
+        let x = &c.exports[0];
+        let of = |a: &str| x.options_for(a.parse().unwrap(), &[]).unwrap().xprtsec;
+        // The export's own value is its entries' default.
+        assert_eq!(of("10.2.3.4"), Xprtsec::parse(["tls", "mtls"]).unwrap());
+        assert_eq!(of("10.0.0.1"), Xprtsec::MTLS);
+        assert_eq!(of("192.168.1.1"), Xprtsec::NONE);
+        // Left out: every transport, as knfsd's default.
+        let c = parse("[[export]]\npath = \"/tmp\"\n").unwrap();
+        assert_eq!(c.exports[0].entries[0].options.xprtsec, Xprtsec::ALL);
+        c.check_xprtsec().unwrap();
+        // exports(5)'s words, and back.
+        let c = parse("[[export]]\npath = \"/tmp\"\noptions = \"rw,xprtsec=tls:mtls\"\n").unwrap();
+        let o = c.exports[0].entries[0].options;
+        assert_eq!(o.xprtsec, Xprtsec::TLS.union(Xprtsec::MTLS));
+        assert!(
+            super::super::exports5::options_of(&c.exports[0], &o).contains(",xprtsec=tls:mtls,")
+        );
+    }
+
+    #[test]
+    fn xprtsec_admits_each_connection_as_knfsd_does() {
+        use dionfs_transport::TransportSecurity as T;
+        let all = [T::Plain, T::Tls, T::Mtls];
+        let admitted = |words: &[&str]| -> Vec<T> {
+            let modes = Xprtsec::parse(words.iter().copied()).unwrap();
+            all.into_iter().filter(|&t| modes.admits(t)).collect()
+        };
+        assert_eq!(admitted(&["none", "tls", "mtls"]), all);
+        assert_eq!(admitted(&["none"]), [T::Plain]);
+        // knfsd's check_xprtsec_policy: `tls` is TLS without a verified
+        // client certificate, not "at least TLS".
+        assert_eq!(admitted(&["tls"]), [T::Tls]);
+        assert_eq!(admitted(&["mtls"]), [T::Mtls]);
+        assert_eq!(admitted(&["tls", "mtls"]), [T::Tls, T::Mtls]);
+    }
+
+    #[test]
+    fn xprtsec_errors_say_what_is_wrong() {
+        let e = parse("[[export]]\npath = \"/tmp\"\nxprtsec = [\"ssl\"]\n").unwrap_err();
+        assert_eq!(e.line, 3, "{e}");
+        assert!(
+            e.reason.contains("`ssl` is not a transport security"),
+            "{e}"
+        );
+        let e = parse("[[export]]\npath = \"/tmp\"\nxprtsec = []\n").unwrap_err();
+        assert!(e.reason.contains("the list is empty"), "{e}");
+        let e = parse("[[export]]\npath = \"/tmp\"\nxprtsec = \"tls\"\n").unwrap_err();
+        assert_eq!(e.line, 3, "{e}");
+        let e = parse(
+            "[[export]]\npath = \"/tmp\"\n[[export.client]]\nmatch = \"*\"\nxprtsec = [\"TLS\"]\n",
+        )
+        .unwrap_err();
+        assert_eq!(e.line, 5, "{e}");
+        let e =
+            parse("[[export]]\npath = \"/tmp\"\noptions = \"xprtsec=tls:none:x\"\n").unwrap_err();
+        assert!(e.reason.contains("`x` is not a transport security"), "{e}");
+        // TLS required without [tls]; mtls alone without client_ca.
+        let tls_only = "[[export]]\npath = \"/tmp\"\nxprtsec = [\"tls\"]\n";
+        let e = parse(tls_only).unwrap().check_xprtsec().unwrap_err();
+        assert!(
+            e.contains("/tmp") && e.contains("needs RPC-with-TLS"),
+            "{e}"
+        );
+        let with_tls = |rest: &str| {
+            parse(&format!("[tls]\ncertificate = \"c\"\nkey = \"k\"\n{rest}")).unwrap()
+        };
+        with_tls(tls_only).check_xprtsec().unwrap();
+        let mtls = "[[export]]\npath = \"/tmp\"\n[[export.client]]\nmatch = \"*\"\nxprtsec = [\"none\", \"mtls\"]\n";
+        let e = with_tls(mtls).check_xprtsec().unwrap_err();
+        assert!(e.contains("client_ca"), "{e}");
+        let mut c = with_tls(mtls);
+        if let Some(t) = &mut c.server.tls {
+            t.client_ca = Some("ca".into());
+        }
+        c.check_xprtsec().unwrap();
+        // `tls` next to it: TLS clients without a certificate can use it.
+        with_tls("[[export]]\npath = \"/tmp\"\nxprtsec = [\"tls\", \"mtls\"]\n")
+            .check_xprtsec()
+            .unwrap();
     }
 
     #[test]

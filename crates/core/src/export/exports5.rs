@@ -9,7 +9,7 @@
 
 use std::fmt::Write as _;
 
-use super::config::{Access, ClientOptions, Durability, ExportConfig, Squash};
+use super::config::{Access, ClientOptions, Durability, ExportConfig, Squash, Xprtsec};
 
 /// exports(5) defaults, where they differ from `dionfs serve DIR`'s: an
 /// export given as exports(5) options is read-only unless it says `rw`.
@@ -118,6 +118,11 @@ pub fn apply_options(
             ("no_acl" | "acl", None) => notes.push(format!(
                 "{key}: no effect; POSIX ACLs apply on the server as the filesystem keeps them"
             )),
+            // knfsd's `xprtsec=tls:mtls` (nfs-utils 2.6.3): as the
+            // config's `xprtsec = ["tls", "mtls"]`.
+            ("xprtsec", Some(v)) => {
+                o.xprtsec = Xprtsec::parse(v.split(':')).map_err(|r| format!("`{opt}`: {r}"))?
+            }
             ("sec", Some("sys")) => {}
             ("sec", Some(other)) => {
                 return Err(format!(
@@ -162,6 +167,9 @@ pub fn options_of(x: &ExportConfig, c: &ClientOptions) -> String {
         format!("anonuid={}", c.anonuid),
         format!("anongid={}", c.anongid),
     ];
+    if c.xprtsec != Xprtsec::ALL {
+        o.push(format!("xprtsec={}", c.xprtsec));
+    }
     o.push("sec=sys".to_string());
     o.join(",")
 }

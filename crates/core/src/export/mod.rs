@@ -9,7 +9,7 @@ pub mod port;
 pub use clients::{ClientMatch, Precedence};
 pub use config::{
     Access, ClientEntry, ClientOptions, Config, ConfigError, Durability, ExportConfig, Integrity,
-    NfsVersions, ServerSettings, Squash, TlsFiles,
+    NfsVersions, ServerSettings, Squash, TlsFiles, Xprtsec,
 };
 
 use dionfs_rpc::message::Credential;
