@@ -269,3 +269,150 @@ def test_a_reload_reads_the_certificate_again(loopfs, certs, tmp_path):
     finally:
         srv.stop()
         srv.cleanup()
+
+
+# Per-export `xprtsec` (knfsd's export option): exports that need TLS, or
+# mTLS, or plaintext only, on one server with a client CA.
+NFS3ERR_ACCES = 13
+NFS4ERR_WRONGSEC = 10016
+OP_GETATTR, OP_SECINFO_NO_NAME = 9, 52
+
+
+@pytest.fixture
+def xprtsec_server(loopfs, certs):
+    from test_reload import ReloadServer, _fresh_dir
+
+    exports = {_fresh_dir(loopfs, "xprtsec-tls"): {"xprtsec": '["tls"]'},
+               _fresh_dir(loopfs, "xprtsec-none"): {"xprtsec": '["none"]'},
+               _fresh_dir(loopfs, "xprtsec-mtls"): {"xprtsec": '["mtls"]'}}
+    srv = ReloadServer(exports)
+    srv.tail = (f'\n[tls]\ncertificate = "{certs["server"]}"\nkey = "{certs["server_key"]}"\n'
+                f'client_ca = "{certs["client_ca"]}"\n')
+    srv.write_config(exports, srv.tail)
+    srv.start()
+    srv.paths = list(exports)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+        srv.cleanup()
+
+
+def root_of(srv, path: str) -> bytes:
+    """The export's root handle, by MNT over plaintext: answered whatever
+    the export's xprtsec, as rpc.mountd answers it (a Linux client sends
+    MNT in plaintext even with `xprtsec=tls`)."""
+    with Conn(srv.host, srv.mount_port) as m:
+        status, root = mnt(m, path)
+    assert status == 0 and root, f"MNT {path}: {status}"
+    return root
+
+
+def v3_getattr(srv, certs, fh: bytes, tls: str | None) -> int:
+    """GETATTR's nfsstat3 over plaintext (`tls` None), TLS without a
+    client certificate ("") or with the certificate `tls`."""
+    with Conn(srv.host, srv.nfs_port, timeout=10) as c:
+        if tls is not None:
+            starttls(c, NFS_PROGRAM, NFS_V3, context(certs, tls or None))
+        accept, res = c.rpc(NFS_PROGRAM, NFS_V3, 1, opaque(fh))
+        assert accept == SUCCESS
+        return nfs_status(res)
+
+
+def test_xprtsec_decides_which_connections_use_an_export_over_v3(xprtsec_server, certs):
+    """As knfsd's check_xprtsec_policy: each connection is exactly one of
+    none, tls, mtls, and an export allows the ones its list names;
+    anything else is NFS3ERR_ACCES (nfserr_wrongsec as nfsd3_map_status
+    maps it). A reload applies a changed list."""
+    srv = xprtsec_server
+    tls_only, none_only, mtls_only = (root_of(srv, p) for p in srv.paths)
+    # Plain, TLS, TLS with a certificate the client CA signed.
+    expected = {
+        "tls": (tls_only, [NFS3ERR_ACCES, 0, NFS3ERR_ACCES]),
+        "none": (none_only, [0, NFS3ERR_ACCES, NFS3ERR_ACCES]),
+        "mtls": (mtls_only, [NFS3ERR_ACCES, NFS3ERR_ACCES, 0]),
+    }
+    for name, (fh, statuses) in expected.items():
+        got = [v3_getattr(srv, certs, fh, t) for t in (None, "", "client")]
+        assert got == statuses, f"xprtsec [{name}]: {got}"
+    # A WRITE over plaintext into the TLS export: ACCES, nothing written
+    # (its payload skipped as it is received); its handle comes by LOOKUP
+    # inside TLS, as a plaintext LOOKUP is refused too.
+    path = os.path.join(srv.paths[0], "f")
+    with open(path, "wb") as f:
+        f.write(b"unchanged")
+    os.chmod(path, 0o666)
+    with Conn(srv.host, srv.nfs_port, timeout=10) as c:
+        starttls(c, NFS_PROGRAM, NFS_V3, context(certs))
+        accept, res = c.rpc(NFS_PROGRAM, NFS_V3, 3, opaque(tls_only) + opaque(b"f"))
+        assert accept == SUCCESS and nfs_status(res) == 0
+        (n,) = struct.unpack(">I", res[4:8])
+        fh = res[8:8 + n]
+    with Conn(srv.host, srv.nfs_port, timeout=10) as c:
+        accept, res = c.rpc(NFS_PROGRAM, NFS_V3, 3, opaque(tls_only) + opaque(b"f"))
+        assert accept == SUCCESS and nfs_status(res) == NFS3ERR_ACCES
+        data = os.urandom(SIZE)
+        args = opaque(fh) + u64(0) + u32(SIZE) + u32(2) + opaque(data)  # FILE_SYNC
+        accept, res = c.rpc(NFS_PROGRAM, NFS_V3, 7, args)
+        assert accept == SUCCESS and nfs_status(res) == NFS3ERR_ACCES
+        assert c.rpc(NFS_PROGRAM, NFS_V3, 0)[0] == SUCCESS, "the connection goes on"
+    with open(path, "rb") as f:
+        assert f.read() == b"unchanged"
+    log = srv.log_text(tail=100000)
+    assert "the export's xprtsec does not allow this connection" in log, log
+    assert "MNT answered" in log and "xprtsec-tls" in log, log
+    # A reload that lets plaintext in too.
+    exports = {srv.paths[0]: {"xprtsec": '["none", "tls"]'},
+               srv.paths[1]: {"xprtsec": '["none"]'},
+               srv.paths[2]: {"xprtsec": '["mtls"]'}}
+    srv.write_config(exports, srv.tail)
+    line = srv.hup()
+    assert "reloaded: " in line and "xprtsec" in line, line
+    assert v3_getattr(srv, certs, tls_only, None) == 0
+    assert v3_getattr(srv, certs, tls_only, "") == 0
+
+
+def test_xprtsec_over_v41_is_wrongsec_and_secinfo_answers(xprtsec_server, certs):
+    """NFSv4.1 on a plain connection: PUTFH of the TLS export's root then
+    GETATTR is WRONGSEC at PUTFH; PUTFH then SECINFO_NO_NAME answers (RFC
+    8881 section 2.6.3.1.1.5); the same handle inside TLS works."""
+    srv = xprtsec_server
+    fh = root_of(srv, srv.paths[0])
+    getattr_ = u32(OP_GETATTR) + u32(1) + u32(1 << 1)  # type
+    for tls in (False, True):
+        c = rawnfs4.Client(srv.host, srv.nfs_port, owner=b"xprtsec-%d" % tls)
+        try:
+            if tls:
+                starttls(c.conn, rawnfs4.NFS4_PROGRAM, rawnfs4.NFS_V4, context(certs))
+            c.establish()
+            res = c.sequenced([rawnfs4.putfh(fh), getattr_])
+            if tls:
+                assert res.status == rawnfs4.OK, res.results
+            else:
+                assert res.status == NFS4ERR_WRONGSEC
+                assert [r[:2] for r in res.results] == [
+                    (rawnfs4.OP_SEQUENCE, 0), (rawnfs4.OP_PUTFH, NFS4ERR_WRONGSEC)]
+            res = c.sequenced([rawnfs4.putfh(fh), u32(OP_SECINFO_NO_NAME) + u32(0)])
+            assert res.status == rawnfs4.OK, res.results
+            # The pseudo-root stays visible.
+            res = c.sequenced([u32(rawnfs4.OP_PUTROOTFH), u32(rawnfs4.OP_GETFH)])
+            assert res.status == rawnfs4.OK
+        finally:
+            c.close()
+
+
+def test_an_export_needing_tls_without_tls_is_a_start_error(loopfs, tmp_path):
+    """`xprtsec = ["tls"]` without a [tls] table: dionfs serve refuses to
+    start, naming the export."""
+    from servers import dionfs_bin
+    from test_reload import _fresh_dir
+
+    export = _fresh_dir(loopfs, "xprtsec-no-tls")
+    config = tmp_path / "dionfs.toml"
+    config.write_text(f'[server]\nlisten = "127.0.0.1"\nnfs_port = 0\nmount_port = 0\n'
+                      f'portmap_port = false\nstate_dir = "{tmp_path}/state"\n'
+                      f'[[export]]\npath = "{export}"\nxprtsec = ["tls"]\n')
+    r = subprocess.run([dionfs_bin(), "serve", "--config", str(config)], capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert export in r.stderr and "needs RPC-with-TLS" in r.stderr, r.stderr

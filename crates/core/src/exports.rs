@@ -60,10 +60,22 @@ impl Exports {
         self.list.iter().find(|x| x.config.id == id)
     }
 
-    /// The export `fh` belongs to if this client may use it, else `None`,
-    /// silently: for work done before the handler, which reports refusals
-    /// (see `nfs::Ctx::export`).
+    /// The export `fh` belongs to if this client may use it (its client
+    /// list, `secure`, `xprtsec`), else `None`, silently: for work done
+    /// before the handler, which reports refusals (see `nfs::Ctx::export`),
+    /// such as placing a WRITE's payload.
     pub fn for_client(&self, conn: &ConnInfo, fh: &[u8]) -> Option<&Arc<Export>> {
+        let export = self.by_id(handle::export_id(fh)?)?;
+        let options = export.config.options_for(conn.peer.ip(), conn.names())?;
+        (options.admits_port(conn.peer.port()) && options.xprtsec.admits(conn.security()))
+            .then_some(export)
+    }
+
+    /// [`Self::for_client`] without `xprtsec`, for NLM: knfsd's
+    /// `__fh_verify` skips the transport check for `NFSD_MAY_NLM`
+    /// ("lockd doesn't support xprtsec"), and a Linux client's lockd
+    /// never uses TLS, so a client of a TLS export could not lock at all.
+    pub fn for_lock_client(&self, conn: &ConnInfo, fh: &[u8]) -> Option<&Arc<Export>> {
         let export = self.by_id(handle::export_id(fh)?)?;
         let options = export.config.options_for(conn.peer.ip(), conn.names())?;
         options.admits_port(conn.peer.port()).then_some(export)

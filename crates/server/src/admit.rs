@@ -8,7 +8,7 @@ use dionfs_core::exports::Export;
 use dionfs_core::server::Server;
 use dionfs_logs::CLIENT_WARN_EVERY;
 use dionfs_transport::ConnInfo;
-use tracing::warn;
+use tracing::{info, warn};
 
 /// Why a client may not use an export.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,6 +19,11 @@ pub enum Refusal {
     /// A `secure` export called from an unreserved port (`PERM`, as
     /// knfsd's `nfsd_setuser_and_check_port`).
     InsecurePort,
+    /// The connection is not one the export's `xprtsec` allows (plain
+    /// where TLS is required, say): knfsd's `check_xprtsec_policy` fails
+    /// with `nfserr_wrongsec`, which v4 answers as `WRONGSEC` and v3 as
+    /// `ACCES` (`nfsd3_map_status`).
+    TransportSecurity,
 }
 
 /// Checks that the client of `conn` may use `export`, logging a refusal
@@ -47,6 +52,25 @@ pub fn admit<'e>(
     };
     if !server.port_allowed(export, conn, "NFS call") {
         return Err(Refusal::InsecurePort);
+    }
+    // After the port, as knfsd's __fh_verify checks them.
+    let security = conn.security();
+    if !options.xprtsec.admits(security) {
+        if server.refused_call_warnings.should_warn(
+            client,
+            export.config.id,
+            std::time::Instant::now(),
+        ) {
+            info!(
+                client = %client,
+                export = %export.config.path.display(),
+                connection = security.name(),
+                xprtsec = %options.xprtsec,
+                repeat_after_s = CLIENT_WARN_EVERY.as_secs(),
+                "NFS call refused: the export's xprtsec does not allow this connection"
+            );
+        }
+        return Err(Refusal::TransportSecurity);
     }
     Ok(options)
 }

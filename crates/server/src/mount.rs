@@ -16,7 +16,7 @@ use dionfs_rpc::message::{AUTH_NONE, AUTH_SYS};
 use dionfs_rpc::{CallHeader, ReplyStatus};
 use dionfs_xdr::Decode;
 use parking_lot::Mutex;
-use tracing::{error, warn};
+use tracing::{error, info, warn};
 
 use crate::program::{self, Procedure, Program};
 use crate::reply::{garbage_args, success};
@@ -306,7 +306,23 @@ fn mnt(ctx: &MountCtx, path: Vec<u8>) -> MountRes3 {
     if !server.port_allowed(export, conn, "MNT") {
         return MountRes3::Fail(MountStat3::Acces);
     }
-    let creds = squash(export.options_for(conn), &call.cred);
+    // `xprtsec` is not MNT's to check, as rpc.mountd does not: a Linux
+    // client sends MNT in plaintext even for `xprtsec=tls` (its MOUNT
+    // client, `nfs_mount`, is created without transport security), so
+    // refusing it would refuse every such NFSv3 mount. The NFS calls on
+    // the handle are refused (ACCES) unless they come over a connection
+    // the export allows; the log says so.
+    let options = export.options_for(conn);
+    if !options.xprtsec.admits(conn.security()) {
+        info!(
+            client = %client,
+            export = %export.config.path.display(),
+            connection = conn.security().name(),
+            xprtsec = %options.xprtsec,
+            "MNT answered; the export's NFS calls need a connection its xprtsec allows"
+        );
+    }
+    let creds = squash(options, &call.cred);
     let handle = match subdirectory(export, &creds, rest) {
         Ok(fh) => fh,
         Err(status) => return MountRes3::Fail(status),

@@ -46,7 +46,8 @@ pub struct Ctx<'a> {
 impl<'a> Ctx<'a> {
     /// The export a handle belongs to, if this client may use it. A client
     /// outside the export's client list gets ACCES and a log line; one
-    /// calling a `secure` export from an unreserved port gets PERM.
+    /// calling a `secure` export from an unreserved port gets PERM; one on
+    /// a connection its `xprtsec` does not allow gets ACCES.
     pub fn export(&self, fh: &NfsFh3) -> Result<&'a Export, NfsStat3> {
         let id = handle::export_id(fh.as_bytes()).ok_or(NfsStat3::BadHandle)?;
         // An export that is gone (a reload removed it) makes its handles
@@ -55,6 +56,9 @@ impl<'a> Ctx<'a> {
         crate::admit::admit(self.server, self.conn, export).map_err(|r| match r {
             Refusal::NotAdmitted => NfsStat3::Acces,
             Refusal::InsecurePort => NfsStat3::Perm,
+            // knfsd's nfserr_wrongsec, mapped by nfsd3_map_status: not an
+            // RPC auth error.
+            Refusal::TransportSecurity => NfsStat3::Acces,
         })?;
         Ok(export)
     }

@@ -100,6 +100,30 @@ pub struct OpCtx<'a> {
     /// The export PUTFH admitted the client to, and the options its
     /// client entry gives ([`OpCtx::export`]).
     pub admitted: Option<(u16, ClientOptions)>,
+    /// Whether the op after this one answers WRONGSEC itself, or there is
+    /// none (RFC 8881 section 2.6.3.1.1, knfsd's `need_wrongsec_check`):
+    /// if not, a put-filehandle op answers it (`fh::wrongsec_after_put`).
+    pub next_handles_wrongsec: bool,
+    /// SECINFO or SECINFO_NO_NAME is running: they tell a client on a
+    /// connection an export's `xprtsec` refuses what to use, so they see
+    /// past it (RFC 8881 section 2.6.3.1.1.5).
+    pub secinfo: bool,
+}
+
+/// Whether `next`, the op after a put-filehandle op, answers WRONGSEC
+/// itself (knfsd's `OP_HANDLES_WRONGSEC`), or is none at all, or ILLEGAL
+/// (RFC 8881 section 2.6.3.1.1.6: a filehandle put to no use).
+fn handles_wrongsec(next: Option<&ArgOp>) -> bool {
+    matches!(
+        next,
+        None | Some(
+            ArgOp::Lookup(_)
+                | ArgOp::Lookupp
+                | ArgOp::Secinfo(_)
+                | ArgOp::SecinfoNoName(_)
+                | ArgOp::Illegal(_)
+        )
+    )
 }
 
 /// Runs `compound` and returns its reply, counting it and its ops in
@@ -148,6 +172,8 @@ pub async fn run(
         data,
         last_op: false,
         admitted: None,
+        next_handles_wrongsec: true,
+        secinfo: false,
     };
     // The position in the COMPOUND of the op running.
     let mut position;
@@ -202,6 +228,7 @@ pub async fn run(
         }
         let opnum = op.opnum();
         ctx.last_op = position + 1 == numops;
+        ctx.next_handles_wrongsec = handles_wrongsec(ops.as_slice().first());
         let result_opnum = match op {
             ArgOp::Illegal(_) => Opnum4::Illegal.as_u32(),
             _ => opnum,

@@ -172,12 +172,14 @@ impl<'a> OpCtx<'a> {
     }
 
     fn admit(&self, export: &Export) -> Result<ClientOptions, Nfsstat4> {
-        admit(self.server, self.conn, export)
-            .copied()
-            .map_err(|r| match r {
-                Refusal::NotAdmitted => Nfsstat4::Access,
-                Refusal::InsecurePort => Nfsstat4::Perm,
-            })
+        match admit(self.server, self.conn, export) {
+            Ok(options) => Ok(*options),
+            Err(Refusal::NotAdmitted) => Err(Nfsstat4::Access),
+            Err(Refusal::InsecurePort) => Err(Nfsstat4::Perm),
+            // SECINFO says what the export takes, whatever the connection.
+            Err(Refusal::TransportSecurity) if self.secinfo => Ok(*export.options_for(self.conn)),
+            Err(Refusal::TransportSecurity) => Err(Nfsstat4::Wrongsec),
+        }
     }
 
     /// The current filehandle, opened (and kept opened for the ops
@@ -277,7 +279,13 @@ fn check_handle(ctx: &mut OpCtx, fh: NfsFh4) -> Result<Fh4, Nfsstat4> {
         return Ok(Fh4::Pseudo(id));
     }
     let id = handle::export_id(bytes).ok_or(Nfsstat4::Badhandle)?;
-    let export = ctx.admit_to(id)?;
+    let export = match ctx.admit_to(id) {
+        Ok(export) => export,
+        // Whether PUTFH answers it depends on the op after
+        // (`wrongsec_after_put`); the ops that use the handle get it.
+        Err(Nfsstat4::Wrongsec) => ctx.exports.by_id(id).ok_or(Nfsstat4::Stale)?,
+        Err(status) => return Err(status),
+    };
     export.fs.verify_handle(bytes).map_err(from_fs)?;
     Ok(Fh4::File {
         export: id,
@@ -286,14 +294,39 @@ fn check_handle(ctx: &mut OpCtx, fh: NfsFh4) -> Result<Fh4, Nfsstat4> {
     })
 }
 
+/// RFC 8881 section 2.6.3.1.1, as knfsd's `need_wrongsec_check` applies
+/// it after a put-filehandle op (PUTFH, PUTROOTFH, PUTPUBFH): `fh` is of
+/// an export whose `xprtsec` this connection does not meet, and the op
+/// after is not one that answers WRONGSEC itself (LOOKUP, LOOKUPP,
+/// SECINFO, SECINFO_NO_NAME): the put answers it. So PUTFH then
+/// SECINFO_NO_NAME tells a plain client what the export takes, and PUTFH
+/// then GETATTR is WRONGSEC at PUTFH. (knfsd since 6.10 refuses the
+/// PUTFH itself whatever follows: its `__fh_verify` checks the transport
+/// even for PUTFH's `NFSD_MAY_BYPASS_GSS`.) A put of a file whose export
+/// refuses this client otherwise (client list, `secure`) was refused as
+/// the handle was checked.
+fn wrongsec_after_put(ctx: &OpCtx, fh: &Fh4) -> Result<(), Nfsstat4> {
+    match fh {
+        // Admitted by its check (PUTFH's usual case): nothing to look up.
+        Fh4::File { export, .. }
+            if !ctx.next_handles_wrongsec
+                && ctx.admitted.is_none_or(|(admitted, _)| admitted != *export) =>
+        {
+            ctx.export(*export).map(drop)
+        }
+        _ => Ok(()),
+    }
+}
+
 pub fn putfh(ctx: &mut OpCtx, op: ArgOp, _: &mut CompoundReply) -> Nfsstat4 {
     let ArgOp::Putfh(args) = op else {
         return Nfsstat4::Serverfault;
     };
     match check_handle(ctx, args.object) {
         Ok(fh) => {
+            let checked = wrongsec_after_put(ctx, &fh);
             ctx.current = Some(fh);
-            Nfsstat4::Ok
+            checked.err().unwrap_or(Nfsstat4::Ok)
         }
         Err(status) => status,
     }
@@ -305,8 +338,9 @@ pub fn putrootfh(ctx: &mut OpCtx, _: ArgOp, _: &mut CompoundReply) -> Nfsstat4 {
     let ns = ctx.namespace();
     match Fh4::found(ns.root(ctx.client()), ctx.exports) {
         Some(fh) => {
+            let checked = wrongsec_after_put(ctx, &fh);
             ctx.current = Some(fh);
-            Nfsstat4::Ok
+            checked.err().unwrap_or(Nfsstat4::Ok)
         }
         None => Nfsstat4::Serverfault,
     }

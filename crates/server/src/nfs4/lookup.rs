@@ -173,7 +173,9 @@ pub fn secinfo(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat
     let ArgOp::Secinfo(args) = op else {
         return Nfsstat4::Serverfault;
     };
+    ctx.secinfo = true;
     let found = find(ctx, &args.name);
+    ctx.secinfo = false;
     status(found.map(|_| {
         ctx.current = None;
         flavors(reply);
@@ -187,10 +189,12 @@ pub fn secinfo_no_name(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) ->
     let ArgOp::SecinfoNoName(style) = op else {
         return Nfsstat4::Serverfault;
     };
+    ctx.secinfo = true;
     let checked = match style {
         SecinfoStyle4::CurrentFh => ctx.current().map(|_| ()),
         SecinfoStyle4::Parent => parent(ctx).map(|_| ()),
     };
+    ctx.secinfo = false;
     status(checked.map(|()| {
         ctx.current = None;
         flavors(reply);

@@ -305,7 +305,11 @@ pub(super) fn cancel(svc: &LockService, conn: &ConnInfo, a: &Nlm4CancArgs) -> Nl
 
 /// The export and caller of a call on `fh`, or the status to answer:
 /// STALE_FH for a handle that is not ours or an export this client
-/// may not use (as the NFS program would refuse it).
+/// may not use (as the NFS program would refuse it). Not its `xprtsec`:
+/// NLM never comes over TLS (a Linux client's lockd has none), and
+/// knfsd's `__fh_verify` skips that check for NLM, so locks are what
+/// they were before RPC-with-TLS; the files themselves are read and
+/// written over NFS, which checks it.
 pub(super) fn export_for(
     svc: &LockService,
     conn: &ConnInfo,
@@ -314,7 +318,7 @@ pub(super) fn export_for(
     let fh = NfsFh3::new(fh.0.clone()).map_err(|_| Nlm4Stat::StaleFh)?;
     svc.server
         .exports()
-        .for_client(conn, fh.as_bytes())
+        .for_lock_client(conn, fh.as_bytes())
         .cloned()
         .ok_or(Nlm4Stat::StaleFh)
 }
