@@ -65,10 +65,8 @@ impl Exports {
     /// before the handler, which reports refusals (see `nfs::Ctx::export`),
     /// such as placing a WRITE's payload.
     pub fn for_client(&self, conn: &ConnInfo, fh: &[u8]) -> Option<&Arc<Export>> {
-        let export = self.by_id(handle::export_id(fh)?)?;
-        let options = export.config.options_for(conn.peer.ip(), conn.names())?;
-        (options.admits_port(conn.peer.port()) && options.xprtsec.admits(conn.security()))
-            .then_some(export)
+        let (export, options) = self.matching(conn, fh)?;
+        options.xprtsec.admits(conn.security()).then_some(export)
     }
 
     /// [`Self::for_client`] without `xprtsec`, for NLM: knfsd's
@@ -76,9 +74,17 @@ impl Exports {
     /// ("lockd doesn't support xprtsec"), and a Linux client's lockd
     /// never uses TLS, so a client of a TLS export could not lock at all.
     pub fn for_lock_client(&self, conn: &ConnInfo, fh: &[u8]) -> Option<&Arc<Export>> {
+        self.matching(conn, fh).map(|(export, _)| export)
+    }
+
+    /// The export `fh` belongs to and the options of the client entry
+    /// that admits this client from its port (client list, `secure`).
+    fn matching(&self, conn: &ConnInfo, fh: &[u8]) -> Option<(&Arc<Export>, &ClientOptions)> {
         let export = self.by_id(handle::export_id(fh)?)?;
         let options = export.config.options_for(conn.peer.ip(), conn.names())?;
-        options.admits_port(conn.peer.port()).then_some(export)
+        options
+            .admits_port(conn.peer.port())
+            .then_some((export, options))
     }
 
     /// Whether a client list names hosts or wildcards, so that clients'

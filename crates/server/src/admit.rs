@@ -35,12 +35,17 @@ pub fn admit<'e>(
     export: &'e Export,
 ) -> Result<&'e ClientOptions, Refusal> {
     let client = conn.peer.ip();
-    let Some(options) = export.config.options_for(client, conn.names()) else {
-        if server.refused_call_warnings.should_warn(
+    // One log line per client and export every CLIENT_WARN_EVERY, whatever
+    // the refusal.
+    let should_warn = || {
+        server.refused_call_warnings.should_warn(
             client,
             export.config.id,
             std::time::Instant::now(),
-        ) {
+        )
+    };
+    let Some(options) = export.config.options_for(client, conn.names()) else {
+        if should_warn() {
             warn!(
                 client = %client,
                 export = %export.config.path.display(),
@@ -56,11 +61,7 @@ pub fn admit<'e>(
     // After the port, as knfsd's __fh_verify checks them.
     let security = conn.security();
     if !options.xprtsec.admits(security) {
-        if server.refused_call_warnings.should_warn(
-            client,
-            export.config.id,
-            std::time::Instant::now(),
-        ) {
+        if should_warn() {
             info!(
                 client = %client,
                 export = %export.config.path.display(),
