@@ -156,21 +156,9 @@ impl Wire {
         self.queue(&record);
         self.flush()?;
         let deadline = std::time::Instant::now() + timeout;
-        let head = loop {
-            if let Some(rec) = self.record()? {
-                let head = ReplyHeader::decode(&mut Decoder::new(rec))
-                    .map_err(|e| io::Error::other(format!("bad reply to the TLS probe: {e}")))?;
-                self.consume();
-                break head;
-            }
-            if std::time::Instant::now() > deadline {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "no reply to the TLS probe",
-                ));
-            }
-            self.fill()?;
-        };
+        let rec = self.next_record(deadline, "no reply to the TLS probe")?;
+        let head = ReplyHeader::decode(&mut Decoder::new(&rec))
+            .map_err(|e| io::Error::other(format!("bad reply to the TLS probe: {e}")))?;
         if head.xid != XID
             || head.status != ReplyStatus::Success
             || head.verf.flavor != AUTH_NONE
@@ -212,17 +200,26 @@ impl Wire {
         self.flush()?;
         let deadline = std::time::Instant::now() + timeout;
         loop {
+            let rec = self.next_record(deadline, "no reply")?;
+            let (rxid, rest) = reply_results(&rec).map_err(io::Error::other)?;
+            if rxid != xid {
+                continue; // a late reply of something abandoned
+            }
+            return Ok(rest.to_vec());
+        }
+    }
+
+    /// The next whole record received, read until `deadline` (set-up and
+    /// tear-down only); a timeout says `missing`.
+    fn next_record(&mut self, deadline: std::time::Instant, missing: &str) -> io::Result<Vec<u8>> {
+        loop {
             if let Some(rec) = self.record()? {
                 let rec = rec.to_vec();
                 self.consume();
-                let (rxid, rest) = reply_results(&rec).map_err(io::Error::other)?;
-                if rxid != xid {
-                    continue; // a late reply of something abandoned
-                }
-                return Ok(rest.to_vec());
+                return Ok(rec);
             }
             if std::time::Instant::now() > deadline {
-                return Err(io::Error::new(io::ErrorKind::TimedOut, "no reply"));
+                return Err(io::Error::new(io::ErrorKind::TimedOut, missing.to_string()));
             }
             self.fill()?;
         }

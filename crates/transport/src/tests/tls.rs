@@ -103,15 +103,21 @@ fn probe_call(xid: u32, proc_: u32) -> Vec<u8> {
 
 /// Connects, sends the probe and returns its reply's header.
 fn probe(addr: SocketAddr) -> (StdStream, ReplyHeader) {
-    let mut socket = StdStream::connect(addr).unwrap();
-    socket
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
+    let mut socket = connect(addr);
     socket
         .write_all(&framed(&probe_call(1, PROC_NULL)))
         .unwrap();
     let reply = read_record_blocking(&mut socket, 1 << 20).unwrap();
     (socket, ReplyHeader::from_xdr(&reply).unwrap())
+}
+
+/// A blocking connection to `addr` whose reads give up after 10 s.
+fn connect(addr: SocketAddr) -> StdStream {
+    let socket = StdStream::connect(addr).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    socket
 }
 
 /// The reply header that accepts a probe.
@@ -329,10 +335,7 @@ async fn a_client_hello_sent_with_the_probe_is_taken() {
     let addr = server.addr;
     let config = client_config(&issued, &[b"sunrpc"], None);
     client(move || {
-        let mut socket = StdStream::connect(addr).unwrap();
-        socket
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
+        let mut socket = connect(addr);
         let name = ServerName::try_from("localhost").unwrap();
         let mut conn = ClientConnection::new(config, name).unwrap();
         let mut both = framed(&probe_call(1, PROC_NULL));
@@ -380,10 +383,7 @@ async fn misplaced_auth_tls_calls_are_refused() {
     let addr = server.addr;
     let config = client_config(&issued, &[b"sunrpc"], None);
     client(move || {
-        let mut socket = StdStream::connect(addr).unwrap();
-        socket
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
+        let mut socket = connect(addr);
         let mut bad_verifier = probe_call(3, PROC_NULL);
         // The verifier (last 8 bytes): AUTH_SYS flavor, empty.
         let at = bad_verifier.len() - 8;
