@@ -269,7 +269,7 @@ fn tls_client(
             .add(cert.map_err(|e| format!("{e:?}"))?)
             .map_err(|e| e.to_string())?;
     }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let mut config = rustls::ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| e.to_string())?

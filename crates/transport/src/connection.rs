@@ -44,7 +44,7 @@ use super::counters::NetCounters;
 use super::reply::Reply;
 use super::spin::Pace;
 use super::stream::{CallReader, ReadProgress, Waiting};
-use super::tls::{self, HandshakeError, TlsConfig, TlsReader, TlsSession};
+use super::tls::{self, HandshakeError, TlsConfig};
 use super::writer::{CallPermits, Shared};
 use super::{ConnInfo, ConnLimits, Received, Service, TransportSecurity};
 
@@ -857,21 +857,24 @@ async fn start_tls<S>(
         tls::handshake(session, socket, early, l.shared.to_socket()),
     )
     .await;
-    let (session, early) = match shaken {
+    let shaken = match shaken {
         Ok(Ok(done)) => done,
         Ok(Err(e)) => return Err(ConnEnd::Handshake(e)),
         Err(_) => return Err(ConnEnd::Handshake(HandshakeError::TimedOut(timeout))),
     };
     // RFC 9289 section 5.2: both peers use ALPN "sunrpc". rustls refuses
     // a client offering only others; one that offers none is refused here.
-    if session.alpn_protocol() != Some(tls::ALPN_SUNRPC) {
+    if shaken.conn.alpn_protocol() != Some(tls::ALPN_SUNRPC) {
         return Err(ConnEnd::Handshake(HandshakeError::NoAlpn));
     }
-    let client_certificate = session.peer_certificates().is_some_and(|c| !c.is_empty());
-    let session = Arc::new(TlsSession::new(session));
-    reader
-        .get_mut()
-        .start_tls(TlsReader::new(session.clone(), early), l.shared.clone());
+    let client_certificate = shaken
+        .conn
+        .peer_certificates()
+        .is_some_and(|c| !c.is_empty());
+    let (session, tls_reader) = shaken
+        .split(config)
+        .map_err(|e| ConnEnd::Handshake(HandshakeError::Io(e)))?;
+    reader.get_mut().start_tls(tls_reader, l.shared.clone());
     l.shared.end_switch(session);
     // No call is in flight (every permit is held): the calls read from
     // now on, all over TLS, see it.

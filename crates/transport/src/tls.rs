@@ -9,25 +9,33 @@
 //! unchanged. A connection that never asks stays as it was: nothing of
 //! this module is on its path but a test of an `Option`.
 //!
-//! The host kernel may have no TLS offload (kTLS), so TLS runs here, in
-//! rustls: one [`ServerConnection`] per connection, behind a mutex shared
-//! by the reading side (`stream.rs`: ciphertext from the socket in,
-//! plaintext records out) and the writing side (`writer.rs`: reply bytes
-//! in, ciphertext to the socket).
+//! The host kernel may have no TLS offload (kTLS), so TLS runs here:
+//! rustls runs the handshake ([`handshake`]) and keeps the secrets, and
+//! the records after it are sealed and opened as kTLS would
+//! (`records.rs`): the reading side (`stream.rs`: ciphertext from the
+//! socket in, plaintext records out) and the writing side (`writer.rs`:
+//! reply bytes in, ciphertext to the socket) each with its own keys, so
+//! neither waits for the other.
+
+mod records;
 
 use std::fmt;
-use std::io::{self, IoSlice, Read, Write};
+use std::io::{self, IoSlice};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
+use rustls::kernel::KernelConnection;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::WebPkiClientVerifier;
-use rustls::{RootCertStore, ServerConfig, ServerConnection};
+use rustls::server::{ServerConnectionData, UnbufferedServerConnection, WebPkiClientVerifier};
+use rustls::unbuffered::{ConnectionState, EncodeError, InsufficientSizeError};
+use rustls::{RootCertStore, ServerConfig};
 use tokio::net::TcpStream;
+
+use records::{Keys, Plaintext, ALERT, APPLICATION_DATA, HANDSHAKE};
 
 /// The ALPN protocol id RPC-with-TLS peers must agree on (RFC 9289
 /// section 5.2).
@@ -40,16 +48,10 @@ pub const STARTTLS: &[u8; 8] = b"STARTTLS";
 /// connection holds in memory beyond what its socket took.
 pub(super) const ENCRYPT_CHUNK: usize = 128 << 10;
 
-/// Largest plaintext of one TLS record, and what TLS 1.3 adds to each
-/// (RFC 8446 section 5.2: a 5-byte header, the content type, a 16-byte
-/// AEAD tag).
-const RECORD_PLAINTEXT: usize = 16 << 10;
-const RECORD_OVERHEAD: usize = 5 + 1 + 16;
-
 /// The ciphertext of `plaintext` bytes at most (records as full as they
 /// can be; a writer's records are, but for each write's last).
 pub(super) fn ciphertext_len(plaintext: usize) -> usize {
-    plaintext + plaintext.div_ceil(RECORD_PLAINTEXT).max(1) * RECORD_OVERHEAD
+    plaintext + plaintext.div_ceil(records::MAX_PLAINTEXT).max(1) * records::OVERHEAD
 }
 
 /// Ciphertext read from the socket at once (four TLS records).
@@ -62,6 +64,9 @@ const CIPHER_READ: usize = 64 << 10;
 #[derive(Clone)]
 pub struct TlsConfig {
     config: Arc<ArcSwap<ServerConfig>>,
+    /// Records a connection sends under one key, if not as the cipher
+    /// suite's confidentiality limit says (tests).
+    rekey_after: Option<u64>,
 }
 
 impl fmt::Debug for TlsConfig {
@@ -105,7 +110,7 @@ impl TlsConfig {
         let chain = read_certificates(certificate)?;
         let key_der = PrivateKeyDer::from_pem_file(key)
             .map_err(|e| error(key, format!("cannot read a private key: {}", pem_reason(e))))?;
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let provider = Arc::new(provider());
         let builder = ServerConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(&[&rustls::version::TLS13])
             .map_err(|e| error(certificate, e.to_string()))?;
@@ -137,8 +142,18 @@ impl TlsConfig {
             )
         })?;
         config.alpn_protocols = vec![ALPN_SUNRPC.to_vec()];
+        // The records after the handshake are sealed here (`records`),
+        // with the secrets rustls hands over; rustls could not send
+        // session tickets then, and resumption has little to save on
+        // connections that live as long as a mount.
+        config.enable_secret_extraction = true;
+        config.send_tls13_tickets = 0;
+        // The server's order of cipher suites (`provider`), not the
+        // client's.
+        config.ignore_client_order = true;
         Ok(Self {
             config: Arc::new(ArcSwap::from_pointee(config)),
+            rekey_after: None,
         })
     }
 
@@ -148,12 +163,34 @@ impl TlsConfig {
         self.config.store(other.config.load_full());
     }
 
+    /// Connections of this configuration change their sending keys
+    /// every `records` records (a test of KeyUpdate).
+    #[cfg(test)]
+    pub(crate) fn rekey_after(mut self, records: u64) -> Self {
+        self.rekey_after = Some(records);
+        self
+    }
+
     /// A new connection's TLS state, before its handshake.
-    pub(super) fn accept(&self) -> Result<ServerConnection, rustls::Error> {
-        let mut conn = ServerConnection::new(self.config.load_full())?;
-        // Writers bound what they encrypt at once (`ENCRYPT_CHUNK`).
-        conn.set_buffer_limit(None);
-        Ok(conn)
+    pub(super) fn accept(&self) -> Result<UnbufferedServerConnection, rustls::Error> {
+        UnbufferedServerConnection::new(self.config.load_full())
+    }
+}
+
+/// rustls's aws-lc-rs crypto, with the cipher suites in the server's order
+/// of preference: AES-128-GCM first, the suite every TLS 1.3 peer has
+/// (RFC 8446 section 9.1) and the cheapest per byte on CPUs with AES
+/// instructions (a quarter less than AES-256-GCM here), then
+/// AES-256-GCM, then ChaCha20-Poly1305.
+fn provider() -> rustls::crypto::CryptoProvider {
+    use rustls::crypto::aws_lc_rs::{cipher_suite, default_provider};
+    rustls::crypto::CryptoProvider {
+        cipher_suites: vec![
+            cipher_suite::TLS13_AES_128_GCM_SHA256,
+            cipher_suite::TLS13_AES_256_GCM_SHA384,
+            cipher_suite::TLS13_CHACHA20_POLY1305_SHA256,
+        ],
+        ..default_provider()
     }
 }
 
@@ -181,34 +218,156 @@ fn pem_reason(e: rustls::pki_types::pem::Error) -> String {
     }
 }
 
-/// The TLS state of one connection after its handshake, shared by its
-/// reading and writing sides.
+/// The TLS state of one connection after its handshake: the writing
+/// side's keys and ciphertext (the reading side's are its own, in
+/// [`TlsReader`]), and rustls's secrets for key updates.
 pub(super) struct TlsSession {
-    conn: Mutex<ServerConnection>,
-    /// Ciphertext waits in `conn` for room in the socket.
+    tx: Mutex<Tx>,
+    /// Ciphertext waits for room in the socket, or a KeyUpdate is to be
+    /// sent.
     pending: AtomicBool,
+    /// Derives the next traffic keys of either direction (KeyUpdate).
+    secrets: Mutex<KernelConnection<ServerConnectionData>>,
+    /// Records sealed with one key before the writer moves to the next:
+    /// below the cipher suite's confidentiality limit.
+    rekey_after: u64,
 }
 
-impl TlsSession {
-    pub(super) fn new(conn: ServerConnection) -> Self {
-        let pending = conn.wants_write();
-        Self {
-            conn: Mutex::new(conn),
-            pending: AtomicBool::new(pending),
-        }
+/// The writing side: its keys, and its ciphertext buffer (one chunk's
+/// records), of which `start..end` is not yet in the socket.
+struct Tx {
+    keys: Keys,
+    buf: Box<[u8]>,
+    start: usize,
+    end: usize,
+    /// The client asked for a KeyUpdate (or the keys reached
+    /// `rekey_after`): the next records go under new keys.
+    update: bool,
+}
+
+impl Tx {
+    fn pending(&self) -> bool {
+        self.start < self.end || self.update
     }
 
-    /// Whether ciphertext waits for room in the socket.
+    /// Seals `plaintext` of type `content` as one record after the
+    /// ciphertext already in the buffer.
+    fn seal(&mut self, content: u8, plaintext: Plaintext<'_>) -> io::Result<()> {
+        let n = records::seal(
+            &mut self.keys,
+            content,
+            plaintext,
+            &mut self.buf[self.end..],
+        )?;
+        self.end += n;
+        Ok(())
+    }
+
+    /// Writes waiting ciphertext to `socket` until none is left (true) or
+    /// the socket is full (false).
+    fn flush(&mut self, socket: &TcpStream, to_socket: &AtomicU64) -> io::Result<bool> {
+        while self.start < self.end {
+            match socket.try_write(&self.buf[self.start..self.end]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    self.start += n;
+                    to_socket.fetch_add(n as u64, Ordering::Relaxed);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        (self.start, self.end) = (0, 0);
+        Ok(true)
+    }
+
+    /// If due, a KeyUpdate under the present keys, then the next keys
+    /// (RFC 8446 section 4.6.3); the buffer must be empty.
+    fn update_keys(
+        &mut self,
+        secrets: &Mutex<KernelConnection<ServerConnectionData>>,
+        rekey_after: u64,
+    ) -> io::Result<()> {
+        if !self.update && self.keys.seq() < rekey_after {
+            return Ok(());
+        }
+        // msg_type key_update (24), length 1, update_not_requested.
+        self.seal(HANDSHAKE, Plaintext::One(&[24, 0, 0, 1, 0]))?;
+        let next = secrets.lock().update_tx_secret().map_err(tls_error)?;
+        self.keys = Keys::new(next)?;
+        self.update = false;
+        Ok(())
+    }
+
+    /// Seals up to [`ENCRYPT_CHUNK`] bytes of `slices` as records of up
+    /// to 16 KiB: a record within one slice from the slice itself, one
+    /// across slices copied together first. Returns the bytes taken.
+    fn seal_slices(&mut self, slices: &[IoSlice<'_>]) -> io::Result<usize> {
+        let total = slices
+            .iter()
+            .map(|s| s.len())
+            .sum::<usize>()
+            .min(ENCRYPT_CHUNK);
+        let (mut at, mut offset) = (0, 0);
+        let mut left = total;
+        while left > 0 {
+            let n = left.min(records::MAX_PLAINTEXT);
+            while slices[at].len() == offset {
+                (at, offset) = (at + 1, 0);
+            }
+            let here = &slices[at][offset..];
+            if here.len() >= n {
+                self.seal(APPLICATION_DATA, Plaintext::One(&here[..n]))?;
+                offset += n;
+            } else {
+                let mut fill = |out: &mut [u8]| {
+                    let mut filled = 0;
+                    while filled < out.len() {
+                        let piece = &slices[at][offset..];
+                        let take = piece.len().min(out.len() - filled);
+                        out[filled..filled + take].copy_from_slice(&piece[..take]);
+                        filled += take;
+                        offset += take;
+                        if offset == slices[at].len() && filled < out.len() {
+                            (at, offset) = (at + 1, 0);
+                        }
+                    }
+                };
+                self.seal(APPLICATION_DATA, Plaintext::Gathered(n, &mut fill))?;
+            }
+            left -= n;
+        }
+        Ok(total)
+    }
+}
+
+/// Room for a chunk's records and a KeyUpdate before them.
+const TX_BUFFER: usize = ENCRYPT_CHUNK
+    + ENCRYPT_CHUNK.div_ceil(records::MAX_PLAINTEXT) * records::OVERHEAD
+    + 2 * records::OVERHEAD
+    + 8;
+
+impl TlsSession {
+    /// Whether ciphertext waits for room in the socket (or a KeyUpdate
+    /// to be sent).
     pub(super) fn pending(&self) -> bool {
         self.pending.load(Ordering::Acquire)
     }
 
-    /// Writes waiting ciphertext to `socket` without waiting; true when
-    /// none is left. `to_socket` counts the bytes written.
+    /// Writes waiting ciphertext (and a KeyUpdate due) to `socket`
+    /// without waiting; true when none is left. `to_socket` counts the
+    /// bytes written.
     pub(super) fn flush(&self, socket: &TcpStream, to_socket: &AtomicU64) -> io::Result<bool> {
-        let mut conn = self.conn.lock();
-        let flushed = flush(&mut conn, socket, to_socket);
-        self.pending.store(conn.wants_write(), Ordering::Release);
+        let mut tx = self.tx.lock();
+        let flushed = (|| {
+            if !tx.flush(socket, to_socket)? {
+                return Ok(false);
+            }
+            tx.update_keys(&self.secrets, self.rekey_after)?;
+            tx.flush(socket, to_socket)
+        })();
+        self.pending.store(tx.pending(), Ordering::Release);
         flushed
     }
 
@@ -224,122 +383,56 @@ impl TlsSession {
         slices: &[IoSlice<'_>],
         to_socket: &AtomicU64,
     ) -> io::Result<usize> {
-        let mut conn = self.conn.lock();
+        let mut tx = self.tx.lock();
         let result = (|| {
-            if !flush(&mut conn, socket, to_socket)? {
+            if !tx.flush(socket, to_socket)? {
                 return Err(io::ErrorKind::WouldBlock.into());
             }
-            let mut chunk = Vec::with_capacity(slices.len());
-            let mut left = ENCRYPT_CHUNK;
-            for s in slices {
-                if left == 0 {
-                    break;
-                }
-                let take = s.len().min(left);
-                chunk.push(IoSlice::new(&s[..take]));
-                left -= take;
-            }
-            let n = conn.writer().write_vectored(&chunk)?;
+            tx.update_keys(&self.secrets, self.rekey_after)?;
+            let n = tx.seal_slices(slices)?;
             // What the socket does not take now waits (`pending`).
-            match flush(&mut conn, socket, to_socket) {
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e),
-            }
+            tx.flush(socket, to_socket)?;
             Ok(n)
         })();
-        self.pending.store(conn.wants_write(), Ordering::Release);
+        self.pending.store(tx.pending(), Ordering::Release);
         result
     }
 
     /// Sends the TLS close_notify alert, as far as the socket takes it.
     pub(super) fn close(&self, socket: &TcpStream) {
-        let mut conn = self.conn.lock();
-        conn.send_close_notify();
-        let _ = flush(&mut conn, socket, &AtomicU64::new(0));
-    }
-}
-
-/// Writes `conn`'s ciphertext to `socket` until none is left (true) or
-/// the socket is full (false).
-fn flush(
-    conn: &mut ServerConnection,
-    socket: &TcpStream,
-    to_socket: &AtomicU64,
-) -> io::Result<bool> {
-    while conn.wants_write() {
-        match conn.write_tls(&mut SocketWriter(socket)) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => {
-                to_socket.fetch_add(n as u64, Ordering::Relaxed);
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+        let mut tx = self.tx.lock();
+        let counted = AtomicU64::new(0);
+        if tx.flush(socket, &counted).unwrap_or(false) {
+            // Level warning, description close_notify.
+            let _ = tx.seal(ALERT, Plaintext::One(&[1, 0]));
+            let _ = tx.flush(socket, &counted);
         }
     }
-    Ok(true)
-}
 
-/// A socket as rustls's [`Write`]: non-blocking writes.
-struct SocketWriter<'a>(&'a TcpStream);
-
-impl Write for SocketWriter<'_> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.try_write(buf)
+    /// The client asked for new keys of the server's records too.
+    fn request_update(&self) {
+        self.tx.lock().update = true;
+        self.pending.store(true, Ordering::Release);
     }
-
-    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        self.0.try_write_vectored(bufs)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-/// The longest TLS 1.3 record on the wire (RFC 8446 section 5.2: a
-/// 5-byte header and at most 2^14 + 256 bytes of ciphertext).
-const MAX_WIRE_RECORD: usize = 5 + (16 << 10) + 256;
-
-/// The length of the TLS record `buf` starts with, header included, if
-/// `buf` holds all of it; a header claiming more than a record can hold is
-/// taken as it is (rustls refuses it).
-fn whole_record(buf: &[u8]) -> Option<usize> {
-    let header = buf.get(..5)?;
-    let len = 5 + usize::from(u16::from_be_bytes([header[3], header[4]]));
-    if len > MAX_WIRE_RECORD {
-        return Some(buf.len());
-    }
-    (buf.len() >= len).then_some(len)
-}
-
-/// Feeds rustls the whole TLS record `record` and processes it. Fed
-/// record by record, rustls holds no part of a record it has not
-/// decrypted: every ciphertext byte not yet decrypted is in the caller's
-/// buffer, where waits for a payload count it.
-fn feed_record(
-    conn: &mut ServerConnection,
-    mut record: &[u8],
-) -> io::Result<Result<(), rustls::Error>> {
-    while !record.is_empty() {
-        if conn.read_tls(&mut record)? == 0 {
-            break;
-        }
-    }
-    Ok(conn.process_new_packets().map(|_| ()))
 }
 
 /// The reading side's part of a TLS connection (held by `CallReader`):
-/// the session, and ciphertext read from the socket that rustls has not
-/// taken yet (at most the start of the record after those it took).
+/// its keys, and ciphertext read from the socket not yet opened (whole
+/// records, then the start of one). A record is opened into the reader's
+/// buffer when it has room for all its plaintext, and in place
+/// otherwise, its plaintext then read from `plain` (a range of `cipher`
+/// before `pos`).
 pub(super) struct TlsReader {
-    pub(super) session: Arc<TlsSession>,
+    session: Arc<TlsSession>,
+    keys: Keys,
     cipher: Box<[u8]>,
+    plain: (usize, usize),
     pos: usize,
     end: usize,
     /// The socket reached its end.
     eof: bool,
+    /// The client sent close_notify.
+    closed: bool,
 }
 
 /// What [`TlsReader::read_plaintext`] found.
@@ -351,82 +444,109 @@ pub(super) enum PlainRead {
 }
 
 impl TlsReader {
-    /// The reading side of `session`, starting with the ciphertext
-    /// `early` that came with the handshake's last flight.
-    pub(super) fn new(session: Arc<TlsSession>, early: Vec<u8>) -> Self {
-        let mut cipher = vec![0; CIPHER_READ.max(early.len())].into_boxed_slice();
-        cipher[..early.len()].copy_from_slice(&early);
-        Self {
-            session,
-            cipher,
-            pos: 0,
-            end: early.len(),
-            eof: false,
-        }
-    }
-
-    /// Copies decrypted bytes into `out`, feeding rustls the whole
-    /// records already read as long as it has none; says when the socket
-    /// must be read. `wants_write` is set if rustls has something to send
-    /// (a KeyUpdate's answer, an alert).
+    /// Copies plaintext into `out`, opening the whole records already
+    /// read as long as none is open; says when the socket must be read.
+    /// `wants_write` is set if the writer has something to send (the
+    /// answer to a KeyUpdate).
     pub(super) fn read_plaintext(
         &mut self,
         out: &mut [u8],
         wants_write: &mut bool,
     ) -> io::Result<PlainRead> {
-        let mut conn = self.session.conn.lock();
         loop {
-            match conn.reader().read(out) {
-                Ok(n) => return Ok(PlainRead::Read(n)),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            let (from, to) = self.plain;
+            if from < to {
+                let n = (to - from).min(out.len());
+                out[..n].copy_from_slice(&self.cipher[from..from + n]);
+                self.plain.0 += n;
+                return Ok(PlainRead::Read(n));
+            }
+            if self.closed {
+                return Ok(PlainRead::Read(0));
+            }
+            let Some(len) = records::whole_record(&self.cipher[self.pos..self.end])? else {
+                if !self.eof {
+                    return Ok(PlainRead::NeedCiphertext);
+                }
                 // The peer closed TCP without close_notify: record marking
                 // tells a record cut short, so this is an end like any.
-                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
-                    return Ok(PlainRead::Read(0))
+                if self.pos == self.end {
+                    return Ok(PlainRead::Read(0));
                 }
-                Err(e) => return Err(e),
-            }
-            let buffered = &self.cipher[self.pos..self.end];
-            let fed = match whole_record(buffered) {
-                Some(len) => {
-                    let fed = feed_record(&mut conn, &buffered[..len])?;
-                    self.pos += len;
-                    fed
-                }
-                None if !self.eof => return Ok(PlainRead::NeedCiphertext),
-                None => {
-                    // The end: what is left, then the end itself.
-                    let _ = feed_record(&mut conn, buffered)?;
-                    self.pos = self.end;
-                    conn.read_tls(&mut io::empty())?;
-                    let state = conn.process_new_packets().map(|_| ());
-                    *wants_write |= conn.wants_write();
-                    state.map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-                    return match conn.reader().read(out) {
-                        Ok(n) => Ok(PlainRead::Read(n)),
-                        Err(e)
-                            if matches!(
-                                e.kind(),
-                                io::ErrorKind::WouldBlock | io::ErrorKind::UnexpectedEof
-                            ) =>
-                        {
-                            Ok(PlainRead::Read(0))
-                        }
-                        Err(e) => Err(e),
-                    };
-                }
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the connection ended inside a TLS record",
+                ));
             };
-            *wants_write |= conn.wants_write();
-            fed.map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            let record = self.pos..self.pos + len;
+            self.pos += len;
+            let direct = out.len() >= records::inner_len(&self.cipher[record.clone()]);
+            let (content, n) = if direct {
+                records::open_into(&mut self.keys, &self.cipher[record.clone()], out)?
+            } else {
+                records::open_in_place(&mut self.keys, &mut self.cipher[record.clone()])?
+            };
+            let at = record.start + records::HEADER;
+            let body = if direct {
+                &out[..n]
+            } else {
+                &self.cipher[at..at + n]
+            };
+            match content {
+                APPLICATION_DATA if direct => {
+                    if n > 0 {
+                        return Ok(PlainRead::Read(n));
+                    }
+                }
+                APPLICATION_DATA => self.plain = (at, at + n),
+                ALERT => match body {
+                    [_, 0] => {
+                        self.closed = true;
+                        return Ok(PlainRead::Read(0));
+                    }
+                    [_, description] => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            format!("the client sent TLS alert {description}"),
+                        ))
+                    }
+                    _ => return Err(invalid_data("a malformed TLS alert")),
+                },
+                HANDSHAKE => {
+                    let update = key_update(body)?;
+                    let next = self
+                        .session
+                        .secrets
+                        .lock()
+                        .update_rx_secret()
+                        .map_err(tls_error)?;
+                    self.keys = Keys::new(next)?;
+                    if update == KeyUpdate::Requested {
+                        self.session.request_update();
+                        *wants_write = true;
+                    }
+                }
+                _ => return Err(invalid_data("a TLS record of an unknown content type")),
+            }
         }
     }
 
-    /// The buffer the next ciphertext is read into: after what is kept of
-    /// a record not yet whole (moved to the start).
+    /// The buffer the next ciphertext is read into: after what is kept
+    /// (plaintext not yet read, a record not yet whole), moved to the
+    /// start.
     pub(super) fn cipher_space(&mut self) -> &mut [u8] {
-        self.cipher.copy_within(self.pos..self.end, 0);
-        self.end -= self.pos;
-        self.pos = 0;
+        let keep = if self.plain.0 < self.plain.1 {
+            self.plain.0
+        } else {
+            self.plain = (0, 0);
+            self.pos
+        };
+        self.cipher.copy_within(keep..self.end, 0);
+        if self.plain.1 > 0 {
+            self.plain = (self.plain.0 - keep, self.plain.1 - keep);
+        }
+        self.pos -= keep;
+        self.end -= keep;
         &mut self.cipher[self.end..]
     }
 
@@ -439,61 +559,179 @@ impl TlsReader {
     }
 
     /// Plaintext bytes that can be read without the socket, as far as
-    /// known: those decrypted, and the ciphertext read and not yet
-    /// decrypted (a little more than the plaintext in it). Exact but for
-    /// that: rustls holds no undecrypted part of a record
-    /// ([`feed_record`]).
+    /// known: those opened, and the ciphertext read and not yet opened (a
+    /// little more than the plaintext in it).
     pub(super) fn buffered(&self) -> usize {
-        let mut conn = self.session.conn.lock();
-        let plaintext = conn
-            .process_new_packets()
-            .map_or(0, |s| s.plaintext_bytes_to_read());
-        plaintext + (self.end - self.pos)
+        (self.plain.1 - self.plain.0) + (self.end - self.pos)
+    }
+}
+
+/// What a post-handshake message from the client asks, if it is a
+/// KeyUpdate, the only one a server takes (RFC 8446 section 4.6.3: alone
+/// at the end of its record, since the keys change after it).
+#[derive(PartialEq)]
+enum KeyUpdate {
+    NotRequested,
+    Requested,
+}
+
+fn key_update(message: &[u8]) -> io::Result<KeyUpdate> {
+    match message {
+        [24, 0, 0, 1, 0] => Ok(KeyUpdate::NotRequested),
+        [24, 0, 0, 1, 1] => Ok(KeyUpdate::Requested),
+        [kind, ..] => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("the client sent TLS handshake message {kind} after the handshake"),
+        )),
+        [] => Err(invalid_data("an empty TLS handshake record")),
+    }
+}
+
+fn invalid_data(what: &'static str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what)
+}
+
+fn tls_error(e: rustls::Error) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e)
+}
+
+/// A connection whose handshake is done: rustls's record of it (ALPN,
+/// the client's certificate), the client's records rustls opened with
+/// its last flight, and the ciphertext read past them.
+pub(super) struct Handshaken {
+    pub(super) conn: UnbufferedServerConnection,
+    plaintext: Vec<u8>,
+    cipher: Vec<u8>,
+}
+
+impl Handshaken {
+    /// The session's two sides: the writer's, and the reader's (which
+    /// starts with what came with the handshake).
+    pub(super) fn split(self, config: &TlsConfig) -> io::Result<(Arc<TlsSession>, TlsReader)> {
+        let (secrets, kernel) = self
+            .conn
+            .dangerous_into_kernel_connection()
+            .map_err(tls_error)?;
+        let limit = kernel
+            .negotiated_cipher_suite()
+            .tls13()
+            .ok_or_else(|| invalid_data("a TLS version other than 1.3"))?
+            .common
+            .confidentiality_limit;
+        let rekey_after = config.rekey_after.unwrap_or(limit - limit / 8);
+        let session = Arc::new(TlsSession {
+            tx: Mutex::new(Tx {
+                keys: Keys::new(secrets.tx)?,
+                buf: vec![0; TX_BUFFER].into_boxed_slice(),
+                start: 0,
+                end: 0,
+                update: false,
+            }),
+            pending: AtomicBool::new(false),
+            secrets: Mutex::new(kernel),
+            rekey_after,
+        });
+        let kept = self.plaintext.len() + self.cipher.len();
+        let mut cipher = vec![0; CIPHER_READ.max(kept + records::MAX_WIRE)].into_boxed_slice();
+        cipher[..self.plaintext.len()].copy_from_slice(&self.plaintext);
+        cipher[self.plaintext.len()..kept].copy_from_slice(&self.cipher);
+        let reader = TlsReader {
+            session: session.clone(),
+            keys: Keys::new(secrets.rx)?,
+            cipher,
+            plain: (0, self.plaintext.len()),
+            pos: self.plaintext.len(),
+            end: kept,
+            eof: false,
+            closed: false,
+        };
+        Ok((session, reader))
     }
 }
 
 /// Runs the server side of a TLS handshake on `socket`, starting with the
 /// ciphertext `early` (already read from it), until it completes or
-/// fails; no timeout of its own. Returns the connection and the
-/// ciphertext read past the handshake (the client's first records may
-/// come with its last flight), fed to rustls record by record so that
-/// none of it is left half-taken in the session.
+/// fails; no timeout of its own. The client's first records may come
+/// with its last flight: those rustls opened, and the ciphertext after
+/// them, go with the result.
 pub(super) async fn handshake(
-    mut conn: ServerConnection,
+    mut conn: UnbufferedServerConnection,
     socket: &TcpStream,
     early: Vec<u8>,
     to_socket: &AtomicU64,
-) -> Result<(ServerConnection, Vec<u8>), HandshakeError> {
+) -> Result<Handshaken, HandshakeError> {
     let mut input = early;
+    let mut output = Vec::new();
+    let mut plaintext = Vec::new();
     let mut buf = vec![0u8; 16 << 10];
     loop {
-        // Feed the whole records read; then send what rustls has to say.
-        let mut fed = 0;
-        while conn.is_handshaking() {
-            let Some(len) = whole_record(&input[fed..]) else {
-                break;
-            };
-            let processed =
-                feed_record(&mut conn, &input[fed..fed + len]).map_err(HandshakeError::Io)?;
-            fed += len;
-            if let Err(e) = processed {
+        let status = conn.process_tls_records(&mut input);
+        let discard = status.discard;
+        let mut read_more = false;
+        match status.state {
+            Err(e) => {
                 // The alert that says why, as far as the socket takes it.
-                let _ = flush(&mut conn, socket, to_socket);
+                if let Ok(ConnectionState::EncodeTlsData(mut alert)) =
+                    conn.process_tls_records(&mut []).state
+                {
+                    let mut out = [0u8; 64];
+                    if let Ok(n) = alert.encode(&mut out) {
+                        let _ = socket.try_write(&out[..n]);
+                    }
+                }
                 return Err(HandshakeError::Tls(e));
             }
-        }
-        input.drain(..fed);
-        loop {
-            match flush(&mut conn, socket, to_socket) {
-                Ok(true) => break,
-                Ok(false) => socket.writable().await.map_err(HandshakeError::Io)?,
-                Err(e) => return Err(HandshakeError::Io(e)),
+            Ok(ConnectionState::EncodeTlsData(mut encode)) => loop {
+                let at = output.len();
+                output.resize(at + (16 << 10), 0);
+                match encode.encode(&mut output[at..]) {
+                    Ok(n) => {
+                        output.truncate(at + n);
+                        break;
+                    }
+                    Err(EncodeError::InsufficientSize(InsufficientSizeError { required_size })) => {
+                        output.truncate(at);
+                        output.reserve(required_size);
+                    }
+                    Err(e) => return Err(HandshakeError::Io(io::Error::other(e.to_string()))),
+                }
+            },
+            Ok(ConnectionState::TransmitTlsData(transmit)) => {
+                write_all(socket, &output, to_socket)
+                    .await
+                    .map_err(HandshakeError::Io)?;
+                output.clear();
+                transmit.done();
+            }
+            Ok(ConnectionState::ReadTraffic(mut traffic)) => {
+                while let Some(record) = traffic.next_record() {
+                    let record = record.map_err(HandshakeError::Tls)?;
+                    plaintext.extend_from_slice(record.payload);
+                }
+            }
+            Ok(ConnectionState::WriteTraffic(_)) => {
+                input.drain(..discard);
+                return Ok(Handshaken {
+                    conn,
+                    plaintext,
+                    cipher: input,
+                });
+            }
+            Ok(ConnectionState::BlockedHandshake) => read_more = true,
+            Ok(ConnectionState::PeerClosed | ConnectionState::Closed) => {
+                return Err(HandshakeError::Eof)
+            }
+            Ok(other) => {
+                return Err(HandshakeError::Io(io::Error::other(format!(
+                    "unexpected TLS state {other:?}"
+                ))))
             }
         }
-        if !conn.is_handshaking() {
-            return Ok((conn, input));
+        input.drain(..discard);
+        if !read_more {
+            continue;
         }
-        if input.len() > MAX_WIRE_RECORD {
+        if input.len() > records::MAX_WIRE {
             return Err(HandshakeError::Io(io::ErrorKind::InvalidData.into()));
         }
         socket.readable().await.map_err(HandshakeError::Io)?;
@@ -504,6 +742,23 @@ pub(super) async fn handshake(
             Err(e) => return Err(HandshakeError::Io(e)),
         }
     }
+}
+
+/// Writes all of `bytes` to `socket`, waiting for room.
+async fn write_all(socket: &TcpStream, bytes: &[u8], to_socket: &AtomicU64) -> io::Result<()> {
+    let mut sent = 0;
+    while sent < bytes.len() {
+        match socket.try_write(&bytes[sent..]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                sent += n;
+                to_socket.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => socket.writable().await?,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// Why a handshake did not complete.

@@ -72,7 +72,7 @@ fn client_config(
 ) -> Arc<ClientConfig> {
     let mut roots = RootCertStore::empty();
     roots.add(server.ca.clone()).unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let builder = ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
         .unwrap()
@@ -548,4 +548,132 @@ fn tls_files_are_checked_at_start() {
     assert!(e.reason.contains("does not go with"), "{e}");
     let e = TlsConfig::from_pem_files(&cert, &key, Some(&missing)).unwrap_err();
     assert_eq!(e.file, missing);
+}
+
+/// KeyUpdate both ways (RFC 8446 section 4.6.3): a server whose keys
+/// reach their limit (here every 4 records) sends a KeyUpdate and goes on
+/// under the next keys; a client's KeyUpdate asking for the server's is
+/// taken and answered. The client's record count of the server's keys,
+/// at the end, says the server did change them.
+#[tokio::test]
+async fn key_updates_either_way_keep_the_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let issued = issue("localhost");
+    let tls = server_files(dir.path(), &issued, None).rekey_after(4);
+    let server = start(ConnLimits {
+        tls: Some(tls),
+        ..ConnLimits::default()
+    })
+    .await;
+    let addr = server.addr;
+    let mut config = (*client_config(&issued, &[b"sunrpc"], None)).clone();
+    config.enable_secret_extraction = true;
+    let config = Arc::new(config);
+    client(move || {
+        let mut c = TlsClient::connect(addr, config).unwrap();
+        let big: Vec<u8> = (0..70_001u32).map(|i| (i * 13) as u8).collect();
+        for xid in 0..10 {
+            assert!(c.echo(xid, &big) == big, "echo {xid} after key updates");
+            if xid == 4 {
+                c.tls.conn.refresh_traffic_keys().unwrap();
+            }
+        }
+        assert_eq!(c.echo(10, b"small"), b"small");
+        // 11 replies of up to 5 records: far more than 4 records, had the
+        // server kept its first keys.
+        let secrets = c.tls.conn.dangerous_extract_secrets().unwrap();
+        assert!(
+            secrets.rx.0 <= 4,
+            "server records under one key: {}",
+            secrets.rx.0
+        );
+    })
+    .await;
+}
+
+/// A record that does not decrypt, sent after the handshake, ends its
+/// connection (bad_record_mac); another client is served on.
+#[tokio::test]
+async fn a_forged_record_costs_only_its_connection() {
+    let (server, issued) = tls_server(ConnLimits::default(), None).await;
+    let addr = server.addr;
+    let config = client_config(&issued, &[b"sunrpc"], None);
+    client(move || {
+        let mut forger = TlsClient::connect(addr, config.clone()).unwrap();
+        let mut other = TlsClient::connect(addr, config).unwrap();
+        assert_eq!(forger.echo(1, b"before"), b"before");
+        let mut record = vec![23, 3, 3, 0, 40];
+        record.extend((0..40u8).map(|i| i.wrapping_mul(37)));
+        forger.tls.sock.write_all(&record).unwrap();
+        assert!(forger.closed(), "a forged record was taken");
+        assert_eq!(other.echo(2, b"served"), b"served");
+    })
+    .await;
+}
+
+/// A client's close_notify ends its connection as an end of stream: the
+/// server closes it too.
+#[tokio::test]
+async fn a_close_notify_ends_the_connection() {
+    let (server, issued) = tls_server(ConnLimits::default(), None).await;
+    let addr = server.addr;
+    let config = client_config(&issued, &[b"sunrpc"], None);
+    client(move || {
+        let mut c = TlsClient::connect(addr, config).unwrap();
+        assert_eq!(c.echo(1, b"bye"), b"bye");
+        c.tls.conn.send_close_notify();
+        c.tls.flush().unwrap();
+        let mut rest = Vec::new();
+        // The server's own close_notify, then the end.
+        let _ = c.tls.read_to_end(&mut rest);
+        assert!(rest.is_empty());
+        let mut raw = [0u8; 1];
+        assert_eq!(c.tls.sock.read(&mut raw).unwrap(), 0, "not closed");
+    })
+    .await;
+}
+
+/// The server's order of cipher suites wins: AES-128-GCM for a client
+/// that prefers AES-256-GCM (rustls's own order), and a client offering
+/// only ChaCha20-Poly1305 gets it.
+#[tokio::test]
+async fn the_server_chooses_the_cipher_suite() {
+    use rustls::crypto::aws_lc_rs::cipher_suite::{
+        TLS13_AES_128_GCM_SHA256, TLS13_AES_256_GCM_SHA384, TLS13_CHACHA20_POLY1305_SHA256,
+    };
+    let (server, issued) = tls_server(ConnLimits::default(), None).await;
+    let addr = server.addr;
+    let default = client_config(&issued, &[b"sunrpc"], None);
+    assert_eq!(
+        default.crypto_provider().cipher_suites[0],
+        TLS13_AES_256_GCM_SHA384
+    );
+    let mut provider = (**default.crypto_provider()).clone();
+    provider.cipher_suites = vec![TLS13_CHACHA20_POLY1305_SHA256];
+    let mut chacha = ClientConfig::builder_with_provider(Arc::new(provider))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates({
+            let mut roots = RootCertStore::empty();
+            roots.add(issued.ca.clone()).unwrap();
+            roots
+        })
+        .with_no_client_auth();
+    chacha.alpn_protocols = vec![b"sunrpc".to_vec()];
+    let chacha = Arc::new(chacha);
+    client(move || {
+        let mut c = TlsClient::connect(addr, default).unwrap();
+        assert_eq!(c.echo(1, b"aes"), b"aes");
+        assert_eq!(
+            c.tls.conn.negotiated_cipher_suite(),
+            Some(TLS13_AES_128_GCM_SHA256)
+        );
+        let mut c = TlsClient::connect(addr, chacha).unwrap();
+        assert_eq!(c.echo(2, b"chacha"), b"chacha");
+        assert_eq!(
+            c.tls.conn.negotiated_cipher_suite(),
+            Some(TLS13_CHACHA20_POLY1305_SHA256)
+        );
+    })
+    .await;
 }
