@@ -137,7 +137,7 @@ loopfs_create xfs 1G || die "cannot create the XFS loop filesystem"
 TLS_EXPORT=$LOOPFS_MNT/tls
 MTLS_EXPORT=$LOOPFS_MNT/mtls
 mkdir "$TLS_EXPORT" "$MTLS_EXPORT" && chmod 1777 "$TLS_EXPORT" "$MTLS_EXPORT" || die "mkdir exports"
-mkdir -p "$WORK/state"
+mkdir -m 700 "$WORK/state"
 cat >"$WORK/dionfs.toml" <<EOF
 [server]
 listen = "$SERVER_IP"
@@ -348,7 +348,11 @@ BUSY=60   # calls: each workload makes 100 or more, a refused mount 30 or fewer
 awk -v busy=$BUSY '
     function field(name,   i) { for (i = 1; i <= NF; i++) if (index($i, name "=") == 1) return substr($i, length(name) + 2); return "" }
     /connection opened/ && field("local") ~ /:2049$/ { nfs[field("conn")] = 1 }
-    /switched to TLS/ { tls[field("conn")] = field("client_certificate") }
+    # "switched to TLS conn=N ... client_certificate=B" (or "switched to
+    # TLS, with a client certificate conn=N ...", "..., without ...")
+    /switched to TLS/ {
+        tls[field("conn")] = (field("client_certificate") == "true" || /switched to TLS, with a client certificate/) ? "true" : "false"
+    }
     /connection closed/ { closed[field("conn")] = 1; calls[field("conn")] = field("calls") }
     END {
         for (c in nfs) {
