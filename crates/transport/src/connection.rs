@@ -824,7 +824,7 @@ fn starttls_reply(xid: u32) -> Vec<u8> {
 /// Switches the connection to TLS after a probe (`xid`) was accepted:
 /// once every call read before it is answered and every record queued is
 /// written, sends the STARTTLS reply in plaintext, runs the TLS handshake
-/// (bounded by `handshake_timeout`; ALPN `sunrpc` required), and has the
+/// (bounded by `handshake_timeout`; ALPN `sunrpc`, or none), and has the
 /// reader and the writer go through the session from then on. Records
 /// sent meanwhile (a back channel's calls) wait and go out encrypted.
 async fn start_tls<S>(
@@ -862,11 +862,10 @@ async fn start_tls<S>(
         Ok(Err(e)) => return Err(ConnEnd::Handshake(e)),
         Err(_) => return Err(ConnEnd::Handshake(HandshakeError::TimedOut(timeout))),
     };
-    // RFC 9289 section 5.2: both peers use ALPN "sunrpc". rustls refuses
-    // a client offering only others; one that offers none is refused here.
-    if shaken.conn.alpn_protocol() != Some(tls::ALPN_SUNRPC) {
-        return Err(ConnEnd::Handshake(HandshakeError::NoAlpn));
-    }
+    // RFC 9289 section 5.2: a client offers ALPN "sunrpc", the server
+    // answers with it; rustls refuses a client offering only other ids. One
+    // offering none is served, as knfsd serves it: the Linux client's
+    // handshake agent, tlshd (ktls-utils 1.0), offers none.
     let client_certificate = shaken
         .conn
         .peer_certificates()

@@ -771,8 +771,6 @@ pub enum HandshakeError {
     /// TLS refused the peer (no ClientHello, no common ALPN, a client
     /// certificate that does not verify...).
     Tls(rustls::Error),
-    /// The peer did not agree on ALPN `sunrpc` (RFC 9289 section 5.2).
-    NoAlpn,
     /// The handshake took longer than `ConnLimits::handshake_timeout`.
     TimedOut(std::time::Duration),
 }
@@ -783,7 +781,6 @@ impl fmt::Display for HandshakeError {
             HandshakeError::Eof => f.write_str("peer closed the connection"),
             HandshakeError::Io(e) => write!(f, "socket error: {e}"),
             HandshakeError::Tls(e) => write!(f, "{e}"),
-            HandshakeError::NoAlpn => write!(f, "client did not offer ALPN \"sunrpc\""),
             HandshakeError::TimedOut(t) => write!(f, "not done in {}s", t.as_secs_f64()),
         }
     }
