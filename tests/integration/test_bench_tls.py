@@ -1,15 +1,22 @@
 """bench/run's RPC-with-TLS comparison (issue 44): dionfs-direct-tls runs
 only the sequential and 4 KiB random READ jobs, beside dionfs-direct-v3
 on one server (each job's plain and TLS runs back to back, which goes
-first alternating)."""
+first alternating); and a run that did not go over TLS, by the server's
+own log, fails instead of reporting 1.0x."""
 
 from __future__ import annotations
 
+import os
+import ssl
 import tempfile
 
+import pytest
+
 from benchrun import load_bench_run
+from rawrpc import NFS_PROGRAM, NFS_V3, SUCCESS, Conn, call_header, read_record, record, u32
 
 TLS, V3, V41 = "dionfs-direct-tls", "dionfs-direct-v3", "dionfs-direct-v41"
+AUTH_TLS = 7
 
 def test_tls_row_runs_the_issues_jobs_only():
     b = load_bench_run()
@@ -86,3 +93,106 @@ def test_pair_order_keeps_v3_and_v41_as_before():
     assert b.pair_order([V3, V41], job, 1, 1) == [V41, V3]
     assert b.pair_order([V3, TLS], job, 1, 0) == [TLS, V3]
     assert b.pair_order([V3, TLS], job, 2, 0) == [V3, TLS]
+
+
+# The server's debug lines (TLS_LOG_LEVEL) as dionfs writes them.
+LOG_TLS = """\
+2026-11-30T04:34:42.831702Z DEBUG dionfs_transport::connection: connection closed conn=3 peer=127.0.0.1:32790 reason=peer closed calls=10
+2026-11-30T04:34:44.334812Z DEBUG dionfs_transport::connection: connection opened conn=4 peer=127.0.0.1:32794 local=127.0.0.1:2049
+2026-11-30T04:34:44.335744Z DEBUG dionfs_transport::connection: switched to TLS conn=4 peer=127.0.0.1:32794 client_certificate=false
+2026-11-30T04:34:44.335794Z DEBUG dionfs_transport::connection: connection opened conn=5 peer=127.0.0.1:54966 local=127.0.0.1:20048
+2026-11-30T04:34:44.338983Z DEBUG dionfs_transport::connection: connection closed conn=5 peer=127.0.0.1:54966 reason=peer closed calls=1
+"""
+LOG_PLAIN = """\
+2026-11-30T04:34:44.366456Z DEBUG dionfs_transport::connection: connection opened conn=6 peer=127.0.0.1:32796 local=127.0.0.1:2049
+2026-11-30T04:34:44.366608Z DEBUG dionfs_transport::connection: connection opened conn=7 peer=127.0.0.1:54974 local=127.0.0.1:20048
+"""
+
+
+def test_a_tls_run_is_checked_in_the_servers_log():
+    b = load_bench_run()
+    # NFS over TLS; the MOUNT connection (plain, port 20048) and the
+    # earlier run's closing line do not count
+    m = {}
+    b.check_transport(m, TLS, LOG_TLS)
+    assert m == {"nfs_connections": 1, "tls_connections": 1}
+    # the plain run beside it
+    m = {}
+    b.check_transport(m, V3, LOG_PLAIN)
+    assert "failed" not in m and m["tls_connections"] == 0
+
+
+@pytest.mark.parametrize("text,why", [
+    (LOG_PLAIN, "not over TLS: 1 of 1 NFS connection(s) did not switch"),
+    (LOG_PLAIN + LOG_TLS, "not over TLS: 1 of 2 NFS connection(s) did not switch"),
+    ("", "no NFS connection"),
+])
+def test_a_tls_run_that_was_not_over_tls_fails(text, why):
+    b = load_bench_run()
+    m = {"mib_s": 500.0, "cpu_s_per_gib": 0.3}
+    b.check_transport(m, TLS, text)
+    assert why in m["failed"]
+
+
+def test_a_plain_run_that_went_over_tls_fails():
+    b = load_bench_run()
+    m = {}
+    b.check_transport(m, V3, LOG_TLS)
+    assert m["failed"].startswith("not plaintext: 1 of 1")
+
+
+def starttls(conn: Conn, ctx: ssl.SSLContext) -> None:
+    """The RFC 9289 probe (a NULL call with AUTH_TLS), then TLS 1.3 with
+    the certificate checked for 127.0.0.1, the name dionfs-loadgen checks
+    (the host of its URL)."""
+    conn.xid += 1
+    conn.send(record(call_header(conn.xid, NFS_PROGRAM, NFS_V3, 0, u32(AUTH_TLS) + u32(0))))
+    reply = read_record(conn.sock)
+    assert reply[20:28] == b"STARTTLS", reply.hex()
+    conn.sock = ctx.wrap_socket(conn.sock, server_hostname="127.0.0.1")
+
+
+def log_since(server, at: int) -> str:
+    with open(server.log_path, errors="replace") as f:
+        f.seek(at)
+        return f.read()
+
+
+@pytest.mark.dionfs_only
+def test_the_servers_log_shows_what_the_check_looks_for(server, tmp_path):
+    """The real server, started as bench/run starts dionfs-direct-tls (the
+    certificate Env.make_tls makes, TLS_LOG_LEVEL): a connection that
+    switches to TLS and one that does not are told apart by
+    check_transport, so a change to the transport's log lines fails here
+    rather than every TLS run of a benchmark."""
+    b = load_bench_run()
+
+    class Env:
+        work = str(tmp_path)
+    tls = b.Env.make_tls(Env())
+    server.close_clients()
+    server.stop()
+    server.extra_args += ["--tls-certificate", tls["cert"], "--tls-key", tls["key"],
+                          "--log-level", b.TLS_LOG_LEVEL]
+    server.start()
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    ctx.load_verify_locations(tls["ca"])
+    ctx.set_alpn_protocols(["sunrpc"])
+
+    at = os.path.getsize(server.log_path)
+    with Conn(server.host, server.nfs_port) as t:
+        starttls(t, ctx)
+        assert t.rpc(NFS_PROGRAM, NFS_V3, 0)[0] == SUCCESS
+    text = log_since(server, at)
+    m = {}
+    b.check_transport(m, TLS, text, port=server.nfs_port)
+    assert "failed" not in m and m["tls_connections"] == m["nfs_connections"] == 1, text
+
+    at = os.path.getsize(server.log_path)
+    with Conn(server.host, server.nfs_port) as p:
+        assert p.rpc(NFS_PROGRAM, NFS_V3, 0)[0] == SUCCESS
+    text = log_since(server, at)
+    m = {}
+    b.check_transport(m, TLS, text, port=server.nfs_port)
+    assert m["nfs_connections"] == 1 and m["failed"].startswith("not over TLS"), text
