@@ -1,8 +1,10 @@
 """bench/run's RPC-with-TLS comparison (issue 44): dionfs-direct-tls runs
 only the sequential and 4 KiB random READ jobs, beside dionfs-direct-v3
 on one server (each job's plain and TLS runs back to back, which goes
-first alternating); and a run that did not go over TLS, by the server's
-own log, fails instead of reporting 1.0x."""
+first alternating); results.md's table gives the TLS/plain server CPU per
+GiB as the median of per-repetition ratios with its range and marks the
+issue's goal (at most 1.5x on the sequential jobs); and a run that did not
+go over TLS, by the server's own log, fails instead of reporting 1.0x."""
 
 from __future__ import annotations
 
@@ -196,3 +198,70 @@ def test_the_servers_log_shows_what_the_check_looks_for(server, tmp_path):
     m = {}
     b.check_transport(m, TLS, text, port=server.nfs_port)
     assert m["nfs_connections"] == 1 and m["failed"].startswith("not over TLS"), text
+
+
+def run(system, rep, cpu, mib_s=100.0, job="seq-write", failed=None, tls=None):
+    r = {"job": job, "system": system, "rep": rep, "mib_s": mib_s, "cpu_s_per_gib": cpu,
+         "nfs_connections": 1, "tls_connections": int(system == TLS) if tls is None else tls}
+    if failed:
+        r["failed"] = failed
+    return r
+
+
+def summary(runs, jobs, systems):
+    b = load_bench_run()
+    return b.summarize(runs, jobs, systems)
+
+
+def table_row(md, job):
+    line = next(x for x in md.splitlines() if x.startswith(f"| `{job}`"))
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
+def test_table_gives_paired_ratios_and_marks_the_goal():
+    b = load_bench_run()
+    jobs = [j for j in b.job_list(dict(b.SMOKE, seq_size=32 << 20, ior_records=10))
+            if j.name in ("seq-write", "seq-read", "rand-read-qd16", "rand-read-qd64")]
+    runs = [
+        # seq-write: the host slow in rep 1 for both, fast in rep 2:
+        # ratios 1.2, 1.4, 1.3 (median 1.3: met); the medians of each
+        # side alone would say 0.5 / 0.3 = 1.67
+        run(V3, 1, 0.50), run(TLS, 1, 0.60), run(V3, 2, 0.20), run(TLS, 2, 0.28),
+        run(V3, 3, 0.30), run(TLS, 3, 0.39),
+        # seq-read: 2.0, 2.5 and a TLS run that failed its check, left out
+        run(V3, 1, 0.25, job="seq-read"), run(TLS, 1, 0.5, job="seq-read"),
+        run(V3, 2, 0.5, job="seq-read"), run(TLS, 2, 1.25, job="seq-read"),
+        run(V3, 3, 0.30, job="seq-read"),
+        run(TLS, 3, 0.30, job="seq-read", tls=0, failed="not over TLS: 1 of 1 NFS connection(s) "
+                                                         "did not switch to TLS (the server's log)"),
+        # random reads: no goal
+        run(V3, 1, 7.0, job="rand-read-qd16"), run(TLS, 1, 8.4, job="rand-read-qd16"),
+        run(V3, 1, 7.0, job="rand-read-qd64"),
+    ]
+    systems = ["dionfs-direct", V3, V41, TLS]
+    md = b.tls_table(runs, summary(runs, jobs, systems), jobs, systems)
+    assert "## RPC-with-TLS against plaintext" in md
+    assert table_row(md, "seq-write")[5:] == ["1.30 (1.20–1.40)", "3", "met", "3 of 3"]
+    assert table_row(md, "seq-write")[3:5] == ["0.300 (0.200–0.500)", "0.390 (0.280–0.600)"]
+    assert table_row(md, "seq-read")[5:] == ["2.25 (2.00–2.50)", "2",
+                                             "**MISSED**; 1 TLS run(s) FAILED", "2 of 3"]
+    assert table_row(md, "rand-read-qd16")[5:8] == ["1.20", "1", "no goal"]
+    # only the jobs the TLS row runs
+    assert "rand-read-qd64" not in md
+
+
+def test_goal_not_measured_when_every_tls_run_failed():
+    b = load_bench_run()
+    jobs = [b.Job("seq-write", "tput", "Sequential write", "-")]
+    runs = [run(V3, 1, 0.3), run(TLS, 1, 0.3, tls=0, failed="not over TLS")]
+    systems = [V3, TLS]
+    md = b.tls_table(runs, summary(runs, jobs, systems), jobs, systems)
+    assert table_row(md, "seq-write")[2] == "FAILED"
+    assert table_row(md, "seq-write")[5:8] == ["–", "0", "not measured; 1 TLS run(s) FAILED"]
+
+
+def test_no_table_without_both_sides():
+    b = load_bench_run()
+    jobs = [b.Job("seq-write", "tput", "Sequential write", "-")]
+    assert b.tls_table([], {"seq-write": {}}, jobs, [V3, V41]) == ""
+    assert b.tls_table([], {"seq-write": {}}, jobs, ["dionfs-direct", TLS]) == ""
