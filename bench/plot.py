@@ -20,7 +20,8 @@ COLORS = {"dionfs-buffered": "#1f77b4", "dionfs-dontcache": "#17becf", "dionfs-d
           "dionfs-direct-crc": "#bcbd22", "dionfs-direct-crc-ovl": "#8c6d31",
           "dionfs-direct-crc-seq": "#dbdb8d",
           "dionfs-async": "#98df8a", "ganesha": "#d62728", "fio-buffered": "#7f7f7f", "fio-direct": "#222222",
-          "dionfs-direct-v3": "#9467bd", "dionfs-direct-v41": "#c5b0d5", "ganesha-v41": "#ff9896"}
+          "dionfs-direct-v3": "#9467bd", "dionfs-direct-v41": "#c5b0d5", "ganesha-v41": "#ff9896",
+          "dionfs-direct-tls": "#e377c2"}
 
 
 def bars(ax, res, jobs, metric, ylabel, whiskers=True, stacked_sys=False, zero_line=False):

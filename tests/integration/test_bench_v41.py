@@ -113,10 +113,10 @@ def test_pair_runs_each_job_back_to_back_on_its_own_files():
     b.Dionfs = Server
     import tempfile
     logs = tempfile.mkdtemp()
+    v3, v41 = "dionfs-direct-v3", "dionfs-direct-v41"
     for rep in (1, 2):
-        b.run_pair(Env(), b.PAIRED, rep, jobs, p, "dionfs", {"c": "loadgen"}, logs, Args())
+        b.run_pair(Env(), [v3, v41], rep, jobs, p, "dionfs", {"c": "loadgen"}, logs, Args())
     runs = [o for o in order if isinstance(o, tuple) and o[0] != "crosscheck"]
-    v3, v41 = b.PAIRED
     # one server per repetition, the two systems' runs of a job adjacent,
     # the first alternating by job and by repetition
     assert order.count("cleaned") == 2 and order.count("stopped") == 2
