@@ -521,6 +521,24 @@ impl ServerMetrics {
             "udp_replies_dropped",
             "UDP replies larger than their call (portmap and rpcbind DUMP) not sent because more than 16 a second were asked for: over UDP a forged source address would turn them on a victim.",
             net.udp_replies_dropped,
+        )?;
+        counter(
+            encoder,
+            "tls_connections",
+            "Connections switched to RPC-with-TLS (RFC 9289) after an AUTH_TLS probe, without a client certificate.",
+            net.tls_connections,
+        )?;
+        counter(
+            encoder,
+            "mtls_connections",
+            "Connections switched to RPC-with-TLS with a client certificate verified against [tls] client_ca.",
+            net.mtls_connections,
+        )?;
+        counter(
+            encoder,
+            "tls_handshake_failures",
+            "TLS handshakes that failed (bad ClientHello, a certificate that does not verify, no common ALPN) or took longer than the handshake timeout; each closed its connection, and the log says why.",
+            net.tls_handshake_failures,
         )
     }
 }

@@ -562,6 +562,9 @@ async fn read_calls<S: Service>(l: &Loop<'_, S>, reader: &mut RecordReader<CallR
                 // idle connection unboxed, test_connections).
                 drop(permits);
                 if let Err(end) = Box::pin(start_tls(l, reader, xid, &config)).await {
+                    if matches!(end, ConnEnd::Handshake(_)) {
+                        NetCounters::bump(&l.limits.counters.tls_handshake_failures);
+                    }
                     return end;
                 }
             }
@@ -877,11 +880,12 @@ async fn start_tls<S>(
     l.shared.end_switch(session);
     // No call is in flight (every permit is held): the calls read from
     // now on, all over TLS, see it.
-    let security = if client_certificate {
-        TransportSecurity::Mtls
+    let (security, counted) = if client_certificate {
+        (TransportSecurity::Mtls, &l.limits.counters.mtls_connections)
     } else {
-        TransportSecurity::Tls
+        (TransportSecurity::Tls, &l.limits.counters.tls_connections)
     };
+    NetCounters::bump(counted);
     let _ = l.conn.tls.set(security);
     debug!(conn = l.conn.id, peer = %l.conn.peer, client_certificate, "switched to TLS");
     Ok(())

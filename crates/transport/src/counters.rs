@@ -22,6 +22,9 @@ pub struct NetCounters {
     pub(super) spin_catches: AtomicU64,
     pub(super) spin_looks: AtomicU64,
     pub(super) udp_replies_dropped: AtomicU64,
+    pub(super) tls_connections: AtomicU64,
+    pub(super) mtls_connections: AtomicU64,
+    pub(super) tls_handshake_failures: AtomicU64,
 }
 
 /// A copy of [`NetCounters`].
@@ -57,6 +60,13 @@ pub struct NetSnapshot {
     /// UDP replies larger than their call dropped over the rate they are
     /// sent at (`udp::LargerReplies`).
     pub udp_replies_dropped: u64,
+    /// Connections switched to TLS (RFC 9289) without a client
+    /// certificate.
+    pub tls_connections: u64,
+    /// Connections switched to TLS with a verified client certificate.
+    pub mtls_connections: u64,
+    /// TLS handshakes that failed or timed out (each its connection).
+    pub tls_handshake_failures: u64,
 }
 
 impl NetCounters {
@@ -77,6 +87,9 @@ impl NetCounters {
             spin_catches: get(&self.spin_catches),
             spin_looks: get(&self.spin_looks),
             udp_replies_dropped: get(&self.udp_replies_dropped),
+            tls_connections: get(&self.tls_connections),
+            mtls_connections: get(&self.mtls_connections),
+            tls_handshake_failures: get(&self.tls_handshake_failures),
         }
     }
 

@@ -649,13 +649,17 @@ async fn a_close_notify_ends_the_connection() {
 
 /// The server's order of cipher suites wins: AES-128-GCM for a client
 /// that prefers AES-256-GCM (rustls's own order), and a client offering
-/// only ChaCha20-Poly1305 gets it.
+/// only ChaCha20-Poly1305 gets it. The counters (metrics) see both
+/// connections, and a handshake refused.
 #[tokio::test]
 async fn the_server_chooses_the_cipher_suite() {
     use rustls::crypto::aws_lc_rs::cipher_suite::{
         TLS13_AES_128_GCM_SHA256, TLS13_AES_256_GCM_SHA384, TLS13_CHACHA20_POLY1305_SHA256,
     };
-    let (server, issued) = tls_server(ConnLimits::default(), None).await;
+    let limits = ConnLimits::default();
+    let counters = limits.counters.clone();
+    let (server, issued) = tls_server(limits, None).await;
+    let other_alpn = client_config(&issued, &[b"h2"], None);
     let addr = server.addr;
     let default = client_config(&issued, &[b"sunrpc"], None);
     assert_eq!(
@@ -688,6 +692,26 @@ async fn the_server_chooses_the_cipher_suite() {
             c.tls.conn.negotiated_cipher_suite(),
             Some(TLS13_CHACHA20_POLY1305_SHA256)
         );
+        let refused = match TlsClient::connect(addr, other_alpn) {
+            Err(_) => true,
+            Ok(mut c) => c.closed(),
+        };
+        assert!(refused);
     })
     .await;
+    // The refused client may see the server's alert before the server
+    // counts it.
+    let counted = || {
+        let seen = counters.snapshot();
+        (
+            seen.tls_connections,
+            seen.mtls_connections,
+            seen.tls_handshake_failures,
+        )
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while counted() != (2, 0, 1) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(counted(), (2, 0, 1));
 }
