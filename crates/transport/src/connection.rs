@@ -46,7 +46,7 @@ use super::spin::Pace;
 use super::stream::{CallReader, ReadProgress, Waiting};
 use super::tls::{self, HandshakeError, TlsConfig};
 use super::writer::{CallPermits, Shared};
-use super::{ConnInfo, ConnLimits, Received, Service, TransportSecurity};
+use super::{ClientCertificate, ConnInfo, ConnLimits, Received, Service, TlsPeer};
 
 /// Upper bound on `ConnLimits::max_in_flight` and `buffer_share`, so that
 /// permit counts fit the semaphore's u32 arithmetic.
@@ -869,10 +869,11 @@ async fn start_tls<S>(
     // answers with it; rustls refuses a client offering only other ids. One
     // offering none is served, as knfsd serves it: the Linux client's
     // handshake agent, tlshd (ktls-utils 1.0), offers none.
-    let client_certificate = shaken
-        .conn
-        .peer_certificates()
-        .is_some_and(|c| !c.is_empty());
+    // Who the client is, once: calls read it from the connection.
+    let peer = match shaken.conn.peer_certificates().and_then(<[_]>::first) {
+        Some(certificate) => TlsPeer::Certified(ClientCertificate::from_der(certificate)),
+        None => TlsPeer::Anonymous,
+    };
     let (session, tls_reader) = shaken
         .split(config)
         .map_err(|e| ConnEnd::Handshake(HandshakeError::Io(e)))?;
@@ -880,14 +881,20 @@ async fn start_tls<S>(
     l.shared.end_switch(session);
     // No call is in flight (every permit is held): the calls read from
     // now on, all over TLS, see it.
-    let (security, counted) = if client_certificate {
-        (TransportSecurity::Mtls, &l.limits.counters.mtls_connections)
-    } else {
-        (TransportSecurity::Tls, &l.limits.counters.tls_connections)
+    let counted = match &peer {
+        TlsPeer::Certified(certificate) => {
+            debug!(conn = l.conn.id, peer = %l.conn.peer, %certificate,
+                "switched to TLS, with a client certificate");
+            &l.limits.counters.mtls_connections
+        }
+        TlsPeer::Anonymous => {
+            debug!(conn = l.conn.id, peer = %l.conn.peer,
+                "switched to TLS, without a client certificate");
+            &l.limits.counters.tls_connections
+        }
     };
     NetCounters::bump(counted);
-    let _ = l.conn.tls.set(security);
-    debug!(conn = l.conn.id, peer = %l.conn.peer, client_certificate, "switched to TLS");
+    let _ = l.conn.tls.set(peer);
     Ok(())
 }
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use dionfs_rpc::message::AUTH_TLS;
 use dionfs_rpc::{read_record_blocking, OpaqueAuth};
 use dionfs_xdr::Decode;
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair, SanType};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 
@@ -20,6 +20,7 @@ use super::*;
 
 /// A CA, and a certificate it signed, with its key.
 struct Issued {
+    issuer: Arc<CertifiedIssuer<'static, KeyPair>>,
     ca: CertificateDer<'static>,
     ca_pem: String,
     cert: CertificateDer<'static>,
@@ -34,18 +35,31 @@ fn issue(name: &str) -> Issued {
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    sign(
+        Arc::new(ca),
+        CertificateParams::new(vec![name.to_string()]).unwrap(),
+    )
+}
+
+/// A certificate of `params` that `issuer` signed, with a fresh key.
+fn sign(issuer: Arc<CertifiedIssuer<'static, KeyPair>>, params: CertificateParams) -> Issued {
     let key = KeyPair::generate().unwrap();
-    let cert = CertificateParams::new(vec![name.to_string()])
-        .unwrap()
-        .signed_by(&key, &ca)
-        .unwrap();
+    let cert = params.signed_by(&key, &issuer).unwrap();
     Issued {
-        ca: ca.der().clone(),
-        ca_pem: ca.pem(),
+        ca: issuer.der().clone(),
+        ca_pem: issuer.pem(),
+        issuer,
         cert: cert.der().clone(),
         cert_pem: cert.pem(),
         key_der: key.serialize_der(),
         key_pem: key.serialize_pem(),
+    }
+}
+
+impl Issued {
+    /// Another certificate of the same CA, of `params`.
+    fn sibling(&self, params: CertificateParams) -> Issued {
+        sign(self.issuer.clone(), params)
     }
 }
 
@@ -531,6 +545,45 @@ async fn client_certificates_are_verified_when_presented() {
             Ok(mut c) => c.send(&framed(&echo_call(2, b"x"))).is_err() || c.closed(),
         };
         assert!(refused, "a certificate of another CA was accepted");
+    })
+    .await;
+}
+
+/// What calls see of an mTLS client (`ConnInfo::certificate`): its
+/// certificate's DNS names (in lower case) and URIs, and its SHA-256,
+/// taken once at the handshake; nothing for a client without one.
+#[tokio::test]
+async fn calls_see_the_client_certificates_names_and_fingerprint() {
+    let clients = issue("first.example");
+    let mut params = CertificateParams::new(vec!["Client1.Example".to_string()]).unwrap();
+    let uri = "spiffe://example.org/nfs/client1";
+    params
+        .subject_alt_names
+        .push(SanType::URI(uri.try_into().unwrap()));
+    let named = clients.sibling(params);
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, named.cert.as_ref());
+    let hex: Vec<String> = digest.as_ref().iter().map(|b| format!("{b:02X}")).collect();
+    let expected = format!("client1.example {uri} sha256 {}", hex.join(":"));
+    let (server, issued) = tls_server(ConnLimits::default(), Some(&clients)).await;
+    let addr = server.addr;
+    let with = client_config(&issued, &[b"sunrpc"], Some(&named));
+    let without = client_config(&issued, &[b"sunrpc"], None);
+    let certificate = |xid| {
+        framed(&encode_call(
+            xid,
+            ECHO_PROG,
+            ECHO_VERS,
+            PROC_CERTIFICATE,
+            &Credential::None,
+        ))
+    };
+    client(move || {
+        let mut c = TlsClient::connect(addr, with).unwrap();
+        c.send(&certificate(2)).unwrap();
+        assert_eq!(String::from_utf8(c.echo_reply(2)).unwrap(), expected);
+        let mut c = TlsClient::connect(addr, without).unwrap();
+        c.send(&certificate(3)).unwrap();
+        assert_eq!(c.echo_reply(3), b"");
     })
     .await;
 }
