@@ -68,12 +68,21 @@ def certs(tmp_path_factory) -> dict[str, Path]:
     server = make_cert(d, "server", server_ca, "DNS:localhost,IP:127.0.0.1")
     server2 = make_cert(d, "server2", server_ca, "DNS:localhost,IP:127.0.0.1")
     client = make_cert(d, "client", client_ca, "DNS:client.example")
+    other = make_cert(d, "other", client_ca, "DNS:other.example,URI:spiffe://example.org/other")
     stranger = make_cert(d, "stranger", stranger_ca, "DNS:client.example")
     return {"server_ca": server_ca[0], "client_ca": client_ca[0],
             "server": server[0], "server_key": server[1],
             "server2": server2[0], "server2_key": server2[1],
             "client": client[0], "client_key": client[1],
+            "other": other[0], "other_key": other[1],
             "stranger": stranger[0], "stranger_key": stranger[1]}
+
+
+def fingerprint(cert: Path) -> str:
+    """`openssl x509 -fingerprint -sha256`'s AB:12:... of `cert`."""
+    out = subprocess.run(["openssl", "x509", "-noout", "-fingerprint", "-sha256", "-in",
+                          str(cert)], check=True, capture_output=True, text=True).stdout
+    return out.strip().split("=", 1)[1]
 
 
 def restart_with(server, *args: str):
@@ -416,3 +425,77 @@ def test_an_export_needing_tls_without_tls_is_a_start_error(loopfs, tmp_path):
                        text=True, timeout=30)
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert export in r.stderr and "needs RPC-with-TLS" in r.stderr, r.stderr
+
+
+# Client certificates in export client lists: `tls-san:` and `tls-sha256:`.
+MNT3ERR_ACCES = 13
+
+
+def test_export_clients_can_name_client_certificates(loopfs, certs):
+    """An export's clients can name a client certificate: `tls-san:` a DNS
+    name or URI among its subject alternative names, `tls-sha256:` its
+    fingerprint. Such an entry matches only an mTLS connection whose
+    certificate it names: that client gets in (MNT and NFS calls inside
+    TLS); another certificate of the same CA, a TLS connection without one
+    and a plain connection, from the same address, are refused as a
+    client not in the list is (MNT ACCES, NFS3ERR_ACCES)."""
+    from test_reload import ReloadServer, _fresh_dir
+
+    exports = {
+        _fresh_dir(loopfs, "by-san"): {"clients": '["tls-san:client.example"]'},
+        _fresh_dir(loopfs, "by-uri"): {"clients": '["tls-san:spiffe://example.org/other"]'},
+        _fresh_dir(loopfs, "by-sha256"): {
+            "clients": f'["tls-sha256:{fingerprint(certs["other"])}"]'},
+    }
+    srv = ReloadServer(exports)
+    tail = (f'\n[tls]\ncertificate = "{certs["server"]}"\nkey = "{certs["server_key"]}"\n'
+            f'client_ca = "{certs["client_ca"]}"\n')
+    srv.write_config(exports, tail)
+    srv.start()
+    try:
+        def mnt_as(path: str, tls: str | None) -> tuple[int, bytes | None]:
+            with Conn(srv.host, srv.mount_port, timeout=10) as m:
+                if tls is not None:
+                    starttls(m, MOUNT_PROGRAM, MOUNT_V3, context(certs, tls or None))
+                return mnt(m, path)
+
+        by_san, by_uri, by_sha256 = exports
+        # Plain, TLS without a certificate, and two certificates of the CA
+        # (the first refusal of each export is the one logged: a plain MNT,
+        # a GETATTR with a certificate).
+        connections = (None, "", "client", "other")
+        for path, admitted in ((by_san, "client"), (by_uri, "other"), (by_sha256, "other")):
+            mnts = [mnt_as(path, t) for t in connections]
+            assert [m[0] for m in mnts] == [
+                0 if t == admitted else MNT3ERR_ACCES for t in connections], (path, mnts)
+            root = mnts[connections.index(admitted)][1]
+            getattrs = [v3_getattr(srv, certs, root, t) for t in reversed(connections)]
+            assert getattrs == [
+                0 if t == admitted else NFS3ERR_ACCES for t in reversed(connections)], \
+                (path, getattrs)
+        log = srv.log_text(tail=100000)
+        assert "neither the client nor its certificate is in the export's client list" in log
+        assert "match only connections with a client certificate" in log, log
+    finally:
+        srv.stop()
+        srv.cleanup()
+
+
+def test_certificate_entries_without_client_ca_are_a_start_error(loopfs, tmp_path, certs):
+    """`tls-san:` in clients without [tls] client_ca, and a malformed
+    fingerprint: dionfs serve exits 2 saying what is wrong."""
+    from servers import dionfs_bin
+    from test_reload import _fresh_dir
+
+    export = _fresh_dir(loopfs, "certificates-no-ca")
+    head = (f'[server]\nlisten = "127.0.0.1"\nnfs_port = 0\nmount_port = 0\n'
+            f'portmap_port = false\nstate_dir = "{tmp_path}/state"\n'
+            f'[tls]\ncertificate = "{certs["server"]}"\nkey = "{certs["server_key"]}"\n')
+    config = tmp_path / "dionfs.toml"
+    for clients, expected in (('"tls-san:client.example"', "client_ca"),
+                              ('"tls-sha256:AB:CD"', "64 hex digits")):
+        config.write_text(f'{head}[[export]]\npath = "{export}"\nclients = [{clients}]\n')
+        r = subprocess.run([dionfs_bin(), "serve", "--config", str(config)],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 2, (r.returncode, r.stderr)
+        assert expected in r.stderr, r.stderr

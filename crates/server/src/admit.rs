@@ -3,7 +3,7 @@
 //! both call [`admit`], so they refuse the same clients with the same log
 //! lines, each mapping the refusal to its own status.
 
-use dionfs_core::export::ClientOptions;
+use dionfs_core::export::{Client, ClientOptions};
 use dionfs_core::exports::Export;
 use dionfs_core::server::Server;
 use dionfs_logs::CLIENT_WARN_EVERY;
@@ -44,14 +44,24 @@ pub fn admit<'e>(
             std::time::Instant::now(),
         )
     };
-    let Some(options) = export.config.options_for(client, conn.names()) else {
+    let Some(options) = export.config.options_for(Client::of(conn)) else {
         if should_warn() {
-            warn!(
-                client = %client,
-                export = %export.config.path.display(),
-                repeat_after_s = CLIENT_WARN_EVERY.as_secs(),
-                "NFS call refused: client not in the export's client list"
-            );
+            match conn.certificate() {
+                Some(certificate) => warn!(
+                    client = %client,
+                    %certificate,
+                    export = %export.config.path.display(),
+                    repeat_after_s = CLIENT_WARN_EVERY.as_secs(),
+                    "NFS call refused: neither the client nor its certificate is in the \
+                     export's client list"
+                ),
+                None => warn!(
+                    client = %client,
+                    export = %export.config.path.display(),
+                    repeat_after_s = CLIENT_WARN_EVERY.as_secs(),
+                    "NFS call refused: client not in the export's client list"
+                ),
+            }
         }
         return Err(Refusal::NotAdmitted);
     };
