@@ -59,6 +59,27 @@ def make_cert(d: Path, name: str, ca: tuple[Path, Path], san: str) -> tuple[Path
     return pem, key
 
 
+def make_expired_cert(d: Path, name: str, ca: tuple[Path, Path], san: str) -> tuple[Path, Path]:
+    """A certificate `ca` signed that was valid for one day in 2020
+    (`openssl ca`, as `openssl x509 -req` cannot date one in the past)."""
+    key, csr, pem = d / f"{name}.key", d / f"{name}.csr", d / f"{name}.pem"
+    db = d / f"{name}-ca"
+    db.mkdir()
+    (db / "index.txt").write_text("")
+    (db / "serial").write_text("01\n")
+    cnf = db / "ca.cnf"
+    cnf.write_text(f"[ca]\ndefault_ca = dflt\n[dflt]\ndatabase = {db}/index.txt\n"
+                   f"new_certs_dir = {db}\nserial = {db}/serial\ndefault_md = sha256\n"
+                   "policy = any\n[any]\ncommonName = supplied\n"
+                   f"[ext]\nsubjectAltName = {san}\nbasicConstraints = CA:FALSE\n")
+    openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "-keyout", str(key), "-out", str(csr), "-subj", f"/CN={name}")
+    openssl("ca", "-batch", "-config", str(cnf), "-cert", str(ca[0]), "-keyfile", str(ca[1]),
+            "-in", str(csr), "-out", str(pem), "-startdate", "20200101000000Z",
+            "-enddate", "20200102000000Z", "-extensions", "ext", "-notext")
+    return pem, key
+
+
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("tls")
@@ -70,12 +91,14 @@ def certs(tmp_path_factory) -> dict[str, Path]:
     client = make_cert(d, "client", client_ca, "DNS:client.example")
     other = make_cert(d, "other", client_ca, "DNS:other.example,URI:spiffe://example.org/other")
     stranger = make_cert(d, "stranger", stranger_ca, "DNS:client.example")
+    expired = make_expired_cert(d, "expired", client_ca, "DNS:client.example")
     return {"server_ca": server_ca[0], "client_ca": client_ca[0],
             "server": server[0], "server_key": server[1],
             "server2": server2[0], "server2_key": server2[1],
             "client": client[0], "client_key": client[1],
             "other": other[0], "other_key": other[1],
-            "stranger": stranger[0], "stranger_key": stranger[1]}
+            "stranger": stranger[0], "stranger_key": stranger[1],
+            "expired": expired[0], "expired_key": expired[1]}
 
 
 def fingerprint(cert: Path) -> str:
@@ -379,6 +402,31 @@ def test_xprtsec_decides_which_connections_use_an_export_over_v3(xprtsec_server,
     assert "reloaded: " in line and "xprtsec" in line, line
     assert v3_getattr(srv, certs, tls_only, None) == 0
     assert v3_getattr(srv, certs, tls_only, "") == 0
+
+
+def test_an_mtls_export_takes_only_a_good_certificate(xprtsec_server, certs):
+    """An `mtls` export: a certificate the client CA signed gets in; an
+    expired one and one of another CA fail their handshakes, a client
+    presenting none is refused its calls (NFS3ERR_ACCES), each costing
+    only its own connection (a client in mTLS meanwhile is served on), and
+    the log says why in words an operator can act on."""
+    srv = xprtsec_server
+    fh = root_of(srv, srv.paths[2])
+    with Conn(srv.host, srv.nfs_port, timeout=10) as served:
+        starttls(served, NFS_PROGRAM, NFS_V3, context(certs, "client"))
+        for cert in ("expired", "stranger"):
+            with pytest.raises((ssl.SSLError, ConnectionError, socket.timeout, OSError)):
+                v3_getattr(srv, certs, fh, cert)
+            accept, res = served.rpc(NFS_PROGRAM, NFS_V3, 1, opaque(fh))
+            assert accept == SUCCESS and nfs_status(res) == 0
+        assert v3_getattr(srv, certs, fh, "") == NFS3ERR_ACCES
+        assert v3_getattr(srv, certs, fh, "client") == 0
+    log = srv.log_text(tail=100000)
+    for why in ("TLS handshake failed, connection closed: the client's certificate has expired",
+                "was not signed by a CA of [tls] client_ca (unknown CA)",
+                "the client presented no certificate, and the export needs one signed by "
+                "[tls] client_ca"):
+        assert why in log, f"{why!r} not in:\n{log}"
 
 
 def test_xprtsec_over_v41_is_wrongsec_and_secinfo_answers(xprtsec_server, certs):

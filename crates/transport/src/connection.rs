@@ -41,6 +41,7 @@ use tracing::{debug, info, warn};
 
 use super::back_channel::BackChannel;
 use super::counters::NetCounters;
+use super::handshake_failure;
 use super::reply::Reply;
 use super::spin::Pace;
 use super::stream::{CallReader, ReadProgress, Waiting};
@@ -102,12 +103,10 @@ impl ConnEnd {
             | ConnEnd::Evicted
             | ConnEnd::Stalled(_)
             | ConnEnd::RepliesUnread(_)
-            | ConnEnd::RecordTooLarge { .. } => true,
+            | ConnEnd::RecordTooLarge { .. }
+            | ConnEnd::Handshake(_) => true,
             ConnEnd::WriteError(kind) => is_disconnect(*kind),
-            ConnEnd::Truncated
-            | ConnEnd::NotACall
-            | ConnEnd::ReadError(_)
-            | ConnEnd::Handshake(_) => false,
+            ConnEnd::Truncated | ConnEnd::NotACall | ConnEnd::ReadError(_) => false,
         }
     }
 }
@@ -318,6 +317,9 @@ fn write_end(shared: &Shared) -> ConnEnd {
 /// The metric that counts every connection a warning is held back for.
 const DROPPED: &str = "dionfs_connections_dropped_total";
 
+/// The metric that counts every failed TLS handshake.
+const HANDSHAKE_FAILURES: &str = "dionfs_tls_handshake_failures_total";
+
 /// The closing log line, and for the ends an operator may act on, the
 /// counter and a warning saying what happened (a few per reason at a
 /// time: `log_budget.rs`).
@@ -365,6 +367,23 @@ fn log_end(conn: &ConnInfo, end: &ConnEnd, limits: &ConnLimits, calls: u64) {
                     earlier_not_logged = held_back,
                     "record too large, closing connection (a misconfigured or hostile \
                      client){more}"
+                );
+            });
+        }
+        // Counted as they end (`tls_handshake_failures`, in `read_calls`).
+        ConnEnd::Handshake(e) => {
+            let (kind, why) = handshake_failure::explain(e);
+            let budget = match kind {
+                handshake_failure::Kind::Certificate => &limits.drop_logs.handshake_certificates,
+                handshake_failure::Kind::Other => &limits.drop_logs.handshake_others,
+            };
+            budget.log(HANDSHAKE_FAILURES, |held_back, more| {
+                warn!(
+                    conn = conn.id,
+                    peer = %conn.peer,
+                    error = %e,
+                    earlier_not_logged = held_back,
+                    "TLS handshake failed, connection closed: {why}{more}"
                 );
             });
         }

@@ -39,6 +39,7 @@ mod back_channel;
 pub mod client;
 mod connection;
 mod counters;
+mod handshake_failure;
 mod identity;
 mod listener;
 pub mod names;
@@ -462,6 +463,12 @@ pub struct DropLogs {
     replies_unread: LogBudget,
     /// Connections closed for a record longer than the limit.
     too_large: LogBudget,
+    /// TLS handshakes that failed over a certificate, the client's or the
+    /// server's.
+    handshake_certificates: LogBudget,
+    /// TLS handshakes that failed otherwise (stalled, garbage, closed):
+    /// apart, so that a flood of them hides no certificate to fix.
+    handshake_others: LogBudget,
 }
 
 /// Limits applied to each connection, and the counters of the listeners

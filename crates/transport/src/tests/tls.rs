@@ -588,6 +588,67 @@ async fn calls_see_the_client_certificates_names_and_fingerprint() {
     .await;
 }
 
+/// Against a client CA: a certificate it signed gets through, and so does
+/// no certificate at all (as `tls`: exports decide); an expired one and
+/// one of another CA are refused at the handshake, each costing only its
+/// own connection (a client in TLS meanwhile is served on), counted as
+/// failed handshakes.
+#[tokio::test]
+async fn expired_and_foreign_certificates_cost_only_their_connection() {
+    let clients = issue("good.example");
+    let mut params = CertificateParams::new(vec!["expired.example".to_string()]).unwrap();
+    params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+    params.not_after = rcgen::date_time_ymd(2020, 1, 2);
+    let expired = clients.sibling(params);
+    let stranger = issue("good.example");
+    let limits = ConnLimits::default();
+    let counters = limits.counters.clone();
+    let (server, issued) = tls_server(limits, Some(&clients)).await;
+    let addr = server.addr;
+    let good = client_config(&issued, &[b"sunrpc"], Some(&clients));
+    let refused = [
+        client_config(&issued, &[b"sunrpc"], Some(&expired)),
+        client_config(&issued, &[b"sunrpc"], Some(&stranger)),
+    ];
+    let none = client_config(&issued, &[b"sunrpc"], None);
+    let security = |xid| {
+        framed(&encode_call(
+            xid,
+            ECHO_PROG,
+            ECHO_VERS,
+            PROC_SECURITY,
+            &Credential::None,
+        ))
+    };
+    client(move || {
+        let mut served = TlsClient::connect(addr, good.clone()).unwrap();
+        served.send(&security(1)).unwrap();
+        assert_eq!(served.echo_reply(1), b"mtls");
+        for (i, config) in refused.into_iter().enumerate() {
+            // TLS 1.3: the server sees the client's certificate after the
+            // client's side of the handshake is done; its alert comes next.
+            let refused = match TlsClient::connect(addr, config) {
+                Err(_) => true,
+                Ok(mut c) => c.send(&framed(&echo_call(2, b"x"))).is_err() || c.closed(),
+            };
+            assert!(refused, "certificate {i} accepted");
+            assert_eq!(served.echo(3 + i as u32, b"on"), b"on");
+        }
+        let mut anonymous = TlsClient::connect(addr, none).unwrap();
+        anonymous.send(&security(5)).unwrap();
+        assert_eq!(anonymous.echo_reply(5), b"tls");
+        let mut again = TlsClient::connect(addr, good).unwrap();
+        assert_eq!(again.echo(6, b"good"), b"good");
+    })
+    .await;
+    wait_until_async(
+        || counters.snapshot().tls_handshake_failures == 2,
+        Duration::from_secs(5),
+        "two failed handshakes counted",
+    )
+    .await;
+}
+
 /// The start-up errors: a missing file, a file without the item, a key
 /// that is not the certificate's.
 #[test]
