@@ -57,6 +57,7 @@ complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -l max-connections 
 complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -l tls-certificate -d 'Let clients switch their connections to TLS (RFC 9289, RPC-with-TLS) with this certificate (PEM, the chain after it); needs --tls-key. With --config, overrides the `[tls]` table\'s `certificate`' -r -F
 complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -l tls-key -d 'The private key of --tls-certificate (PEM). With --config, overrides `[tls]` `key`' -r -F
 complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -l tls-client-ca -d 'Ask TLS clients for a certificate, and accept one only if a CA of this file (PEM) signed it. With --config, overrides `[tls]` `client_ca`' -r -F
+complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -l tls-handshake-timeout -d 'Close a connection whose TLS handshake is not done in SECS seconds. With --config, overrides `[tls]` `handshake_timeout`. [default: 10]' -r
 complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -l anonuid -d 'The anonymous user (not 4294967295: no user on Linux)' -r
 complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -l anongid -d 'The anonymous group (not 4294967295)' -r
 complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -l read-mode -d 'How READs touch the file: buffered, dontcache or direct' -r

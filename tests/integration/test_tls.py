@@ -11,11 +11,13 @@ Certificates are made with `openssl` in the test's temporary directory.
 from __future__ import annotations
 
 import os
+import resource
 import socket
 import ssl
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 
 import rawnfs4  # noqa: E402
+from metrics import free_port, value  # noqa: E402
+from nfstools import rss_kib  # noqa: E402
+from wait import wait_until  # noqa: E402
 from rawrpc import (  # noqa: E402
     MOUNT_PROGRAM, MOUNT_V3, NFS_PROGRAM, NFS_V3, SUCCESS, Conn, call_header, mnt,
     nfs_status, opaque, read_record, record, u32, u64)
@@ -159,6 +164,17 @@ def starttls(conn: Conn, prog: int, vers: int, ctx: ssl.SSLContext) -> None:
     assert conn.sock.version() == "TLSv1.3"
 
 
+def partial_client_hello(certs) -> bytes:
+    """The first half of a ClientHello (Python's ssl, through memory)."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = context(certs).wrap_bio(incoming, outgoing, server_hostname="localhost")
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    hello = outgoing.read()
+    assert hello[0] == 0x16, hello[:5].hex()  # a handshake record
+    return hello[:len(hello) // 2]
+
+
 def fattr_size(attrs: bytes) -> int:
     return struct.unpack(">Q", attrs[20:28])[0]
 
@@ -228,6 +244,77 @@ def test_plaintext_clients_are_served_beside_tls(tls_server, certs):
         assert p.rpc(NFS_PROGRAM, NFS_V3, 0)[0] == SUCCESS
         assert t.rpc(NFS_PROGRAM, NFS_V3, 0)[0] == SUCCESS
         assert p.rpc(NFS_PROGRAM, NFS_V3, 0)[0] == SUCCESS
+
+
+FLOOD_METRICS = f"127.0.0.1:{free_port()}"
+# Half-open handshakes at once: thousands, well under max_connections
+# (4096), as a test process may hold (its open-file limit is raised).
+HALF_OPEN = 3000
+# Long enough to open them all on a slow machine (about 1.5 s here).
+FLOOD_TIMEOUT = 8
+# What one may cost the server: an idle connection's bound (16 KiB,
+# test_connections.py), plus 8 KiB for its handshake: rustls's state (about
+# 4 KiB measured) and the half ClientHello (a few hundred bytes). Measured:
+# 18 KiB each; 26 KiB when each handshake kept a 16 KiB read buffer, which
+# this bound catches, as it would a record's worth held for each client.
+PER_HALF_OPEN_KIB = 24
+
+
+@pytest.mark.server_args("--metrics", FLOOD_METRICS)
+def test_thousands_of_half_open_handshakes_keep_memory_bounded(server, certs):
+    """HALF_OPEN connections each probe, are answered STARTTLS, send half
+    a ClientHello and fall silent. Each costs the server at most
+    PER_HALF_OPEN_KIB of memory (RSS before and with all of them open);
+    a well-behaved client is served meanwhile, in TLS and in plaintext;
+    and `--tls-handshake-timeout` closes every one of them, counted as
+    failed handshakes and logged a few lines a minute, not one each."""
+    srv = restart_with(server, "--tls-certificate", str(certs["server"]),
+                       "--tls-key", str(certs["server_key"]),
+                       "--tls-handshake-timeout", str(FLOOD_TIMEOUT))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard < HALF_OPEN + 256:
+        pytest.skip(f"{HALF_OPEN} sockets need an open-file limit above {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, HALF_OPEN + 256), hard))
+    open_now = lambda: value(FLOOD_METRICS, "connections_open")  # noqa: E731
+    # One whole handshake first: what every handshake shares is allocated.
+    null_inside_tls(srv, certs, None)
+    wait_until(lambda: open_now() == 0, 10, "the first connection closed")
+    before = rss_kib(srv.proc.pid)
+    hello = partial_client_hello(certs)
+    half_open = []
+    start = time.monotonic()
+    try:
+        for _ in range(HALF_OPEN):
+            c = Conn(srv.host, srv.nfs_port, timeout=10)
+            half_open.append(c)
+            assert probe(c, NFS_PROGRAM, NFS_V3)[20:28] == b"STARTTLS"
+            c.sock.sendall(hello)
+        wait_until(lambda: open_now() == HALF_OPEN, 10,
+                   lambda: f"{HALF_OPEN} half-open handshakes ({open_now()} open)")
+        assert time.monotonic() - start < FLOOD_TIMEOUT, "too slow to open them all in time"
+        peak = rss_kib(srv.proc.pid)
+        per_conn = (peak - before) / HALF_OPEN
+        print(f"RSS {before} KiB -> {peak} KiB with {HALF_OPEN} half-open handshakes: "
+              f"{per_conn:.1f} KiB each")
+        assert per_conn < PER_HALF_OPEN_KIB, f"{per_conn:.1f} KiB per half-open handshake"
+        null_inside_tls(srv, certs, None)
+        with Conn(srv.host, srv.nfs_port, timeout=10) as plain:
+            assert plain.rpc(NFS_PROGRAM, NFS_V3, 0)[0] == SUCCESS
+        wait_until(lambda: open_now() == 0, FLOOD_TIMEOUT + 20,
+                   lambda: f"the half-open handshakes closed ({open_now()} open)")
+        assert time.monotonic() - start >= FLOOD_TIMEOUT, "closed before the timeout"
+        for c in half_open:
+            try:
+                assert c.sock.recv(1) == b"", "a half-open handshake got bytes"
+            except ConnectionResetError:
+                pass
+    finally:
+        for c in half_open:
+            c.close()
+    failed = value(FLOOD_METRICS, "tls_handshake_failures_total")
+    assert failed >= HALF_OPEN
+    lines = srv.log_text(tail=100000).count("TLS handshake failed, connection closed")
+    assert 0 < lines <= 10, f"{lines} lines for {HALF_OPEN} timed-out handshakes"
 
 
 def test_a_probe_without_tls_is_refused(server):

@@ -15,7 +15,7 @@ use std::process::ExitCode;
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use dionfs_core::export::config::{
     canonical_export_dir, check_idle_spin, check_large_read_depth, check_max_transfer,
-    check_timeout,
+    check_timeout, DEFAULT_HANDSHAKE_TIMEOUT,
 };
 use dionfs_core::export::{
     Access, ClientMatch, ClientOptions, Config, Durability, ExportConfig, Integrity, NfsVersions,
@@ -326,6 +326,10 @@ fn parse_idle_timeout(s: &str) -> Result<std::time::Duration, String> {
     parse_secs("--idle-timeout", s)
 }
 
+fn parse_handshake_timeout(s: &str) -> Result<std::time::Duration, String> {
+    parse_secs("--tls-handshake-timeout", s)
+}
+
 fn parse_large_read_depth(s: &str) -> Result<u64, String> {
     let v: u64 = s
         .parse()
@@ -450,6 +454,10 @@ struct SettingsFlags {
     /// `client_ca`.
     #[arg(help_heading = SERVER, long, value_name = "FILE")]
     tls_client_ca: Option<PathBuf>,
+    /// Close a connection whose TLS handshake is not done in SECS seconds.
+    /// With --config, overrides `[tls]` `handshake_timeout`. [default: 10]
+    #[arg(help_heading = SERVER, long, value_name = "SECS", value_parser = parse_handshake_timeout)]
+    tls_handshake_timeout: Option<std::time::Duration>,
 }
 
 impl SettingsFlags {
@@ -483,15 +491,22 @@ impl SettingsFlags {
             settings.max_connections = n as usize;
         }
         if let (Some(certificate), Some(key)) = (&self.tls_certificate, &self.tls_key) {
-            let client_ca = settings.tls.take().and_then(|t| t.client_ca);
+            let (client_ca, handshake_timeout) = match settings.tls.take() {
+                Some(t) => (t.client_ca, t.handshake_timeout),
+                None => (None, DEFAULT_HANDSHAKE_TIMEOUT),
+            };
             settings.tls = Some(TlsFiles {
                 certificate: certificate.clone(),
                 key: key.clone(),
                 client_ca,
+                handshake_timeout,
             });
         }
         if let (Some(ca), Some(tls)) = (&self.tls_client_ca, &mut settings.tls) {
             tls.client_ca = Some(ca.clone());
+        }
+        if let (Some(t), Some(tls)) = (self.tls_handshake_timeout, &mut settings.tls) {
+            tls.handshake_timeout = t;
         }
         if self.no_io_uring {
             settings.io_uring = false;
@@ -605,6 +620,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => {
             let ports_file = args.ports_file.clone();
             let args_tls_client_ca = args.settings.tls_client_ca.clone();
+            let args_tls_handshake_timeout = args.settings.tls_handshake_timeout;
             let (config, source) = match args.into_config() {
                 Ok(c) => c,
                 Err(e) => {
@@ -623,10 +639,15 @@ fn main() -> ExitCode {
                 logs::fatal(format_args!("dionfs: {e}"));
                 return ExitCode::from(2);
             }
-            if let (Some(_), None) = (&args_tls_client_ca, &config.server.tls) {
+            let tls_flag = match (&args_tls_client_ca, args_tls_handshake_timeout) {
+                (Some(_), _) => Some("--tls-client-ca"),
+                (None, Some(_)) => Some("--tls-handshake-timeout"),
+                (None, None) => None,
+            };
+            if let (Some(flag), None) = (tls_flag, &config.server.tls) {
                 logs::fatal(format_args!(
-                    "dionfs: --tls-client-ca needs a server certificate (--tls-certificate, or \
-                     the config's [tls] table)"
+                    "dionfs: {flag} needs a server certificate (--tls-certificate, or the \
+                     config's [tls] table)"
                 ));
                 return ExitCode::from(2);
             }

@@ -41,9 +41,10 @@ use dionfs_fs::{ExportFs, MacKey, MetadataSync, OpenFileCache};
 use dionfs_integrity::Store;
 use parking_lot::Mutex;
 
+use crate::export::config::DEFAULT_HANDSHAKE_TIMEOUT;
 use crate::export::{
     ClientEntry, ClientMatch, ClientOptions, Config, Durability, ExportConfig, Integrity,
-    ServerSettings,
+    ServerSettings, TlsFiles,
 };
 use crate::exports::{data_config, open_export, Export, Exports};
 
@@ -391,11 +392,21 @@ pub fn changed_settings(running: &ServerSettings, new: &ServerSettings) -> Vec<&
         // Turning TLS on or off: the certificate and key themselves are
         // read again by every reload (the server's `reload`).
         ("tls", tls.is_some() == new.tls.is_some()),
+        (
+            "handshake_timeout",
+            handshake_timeout(tls) == handshake_timeout(&new.tls),
+        ),
     ]
     .into_iter()
     .filter(|(_, same)| !same)
     .map(|(name, _)| name)
     .collect()
+}
+
+/// The handshake timeout a server with `tls` runs with.
+fn handshake_timeout(tls: &Option<TlsFiles>) -> std::time::Duration {
+    tls.as_ref()
+        .map_or(DEFAULT_HANDSHAKE_TIMEOUT, |t| t.handshake_timeout)
 }
 
 /// What one reload did, for the log.

@@ -33,6 +33,7 @@ use tokio::net::{TcpListener, UdpSocket};
 use tracing::{error, info, warn};
 
 use crate::portmap::{PortmapService, PortmapTable};
+use dionfs_core::export::config::DEFAULT_HANDSHAKE_TIMEOUT;
 use dionfs_core::export::Config;
 use dionfs_core::integrity;
 use dionfs_core::reload::{self, ConfigSource};
@@ -333,6 +334,10 @@ async fn serve(
         idle_spin: settings.idle_spin,
         max_connections: settings.max_connections,
         tls,
+        handshake_timeout: settings
+            .tls
+            .as_ref()
+            .map_or(DEFAULT_HANDSHAKE_TIMEOUT, |t| t.handshake_timeout),
         // One count of connections (and one cap) for every listener.
         counters: server.net.clone(),
         ..ConnLimits::default()

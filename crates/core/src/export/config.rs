@@ -128,7 +128,15 @@ pub struct TlsFiles {
     /// PEM: the CAs a client certificate must be signed by, when a client
     /// presents one; without it, client certificates are not asked for.
     pub client_ca: Option<PathBuf>,
+    /// A handshake not done in this long closes its connection.
+    pub handshake_timeout: Duration,
 }
+
+/// How long a TLS handshake may take unless `[tls] handshake_timeout`
+/// says otherwise: ample for a client across the world (a TLS 1.3
+/// handshake is one round trip and a little computing), short enough that
+/// stalled handshakes hold their connections briefly.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl TlsFiles {
     /// Reads and checks the files: TLS 1.3 with ALPN `sunrpc`, the key the
@@ -643,6 +651,8 @@ struct RawTls {
     certificate: PathBuf,
     key: PathBuf,
     client_ca: Option<PathBuf>,
+    /// Seconds (fractions allowed).
+    handshake_timeout: Option<Spanned<f64>>,
 }
 
 #[derive(Deserialize)]
@@ -1089,11 +1099,19 @@ impl Config {
             }
         }
 
-        server.tls = raw.tls.map(|t| TlsFiles {
-            certificate: t.certificate,
-            key: t.key,
-            client_ca: t.client_ca,
-        });
+        if let Some(t) = raw.tls {
+            let handshake_timeout = match t.handshake_timeout {
+                Some(v) => check_timeout("handshake_timeout", *v.get_ref())
+                    .map_err(|r| err(Some(v.span()), r))?,
+                None => DEFAULT_HANDSHAKE_TIMEOUT,
+            };
+            server.tls = Some(TlsFiles {
+                certificate: t.certificate,
+                key: t.key,
+                client_ca: t.client_ca,
+                handshake_timeout,
+            });
+        }
 
         let mut exports = Vec::new();
         for e in raw.exports {
@@ -1395,8 +1413,22 @@ mod tests {
                 certificate: "/etc/c.pem".into(),
                 key: "/etc/k.pem".into(),
                 client_ca: None,
+                handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             })
         );
+        let c = parse(
+            "[tls]\ncertificate = \"c\"\nkey = \"k\"\nhandshake_timeout = 0.5\n\
+             [[export]]\npath = \"/tmp\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.server.tls.unwrap().handshake_timeout,
+            Duration::from_millis(500)
+        );
+        let e =
+            parse("[tls]\ncertificate = \"c\"\nkey = \"k\"\nhandshake_timeout = 0\n").unwrap_err();
+        assert_eq!(e.line, 4, "{e}");
+        assert!(e.reason.contains("handshake_timeout"), "{e}");
         let c = parse(
             "[tls]\ncertificate = \"c\"\nkey = \"k\"\nclient_ca = \"ca\"\n\
              [[export]]\npath = \"/tmp\"\n",

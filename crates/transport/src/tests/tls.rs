@@ -501,6 +501,79 @@ async fn a_bad_or_stalled_handshake_costs_only_its_connection() {
     .await;
 }
 
+/// The handshake timeout bounds the whole handshake, unlike the stall
+/// timeout, which a record that keeps coming never meets: a ClientHello
+/// sent a byte at a time, each in time for the stall timeout, is closed
+/// at the handshake timeout all the same. A record header claiming more
+/// than a TLS record holds is refused at once. Each costs only its
+/// connection, and counts as a failed handshake.
+#[tokio::test]
+async fn a_trickled_or_oversized_handshake_costs_only_its_connection() {
+    let limits = ConnLimits {
+        handshake_timeout: Duration::from_millis(800),
+        stall_timeout: Duration::from_millis(400),
+        ..ConnLimits::default()
+    };
+    let counters = limits.counters.clone();
+    let (server, issued) = tls_server(limits, None).await;
+    let addr = server.addr;
+    let config = client_config(&issued, &[b"sunrpc"], None);
+    client(move || {
+        let mut good = TlsClient::connect(addr, config.clone()).unwrap();
+        // A record of 2^16 - 1 bytes, past the 2^14 + 256 TLS allows.
+        let (mut oversized, _) = probe(addr);
+        oversized
+            .write_all(&[0x16, 3, 3, 0xff, 0xff, 1, 0, 0])
+            .unwrap();
+        let start = Instant::now();
+        let mut rest = Vec::new();
+        let _ = oversized.read_to_end(&mut rest);
+        assert!(
+            start.elapsed() < Duration::from_millis(700),
+            "refused at once"
+        );
+        // A ClientHello a byte every 100 ms.
+        let (mut trickle, _) = probe(addr);
+        let mut hello = Vec::new();
+        let name = ServerName::try_from("localhost").unwrap();
+        let mut conn = ClientConnection::new(config, name).unwrap();
+        conn.write_tls(&mut hello).unwrap();
+        let start = Instant::now();
+        let mut closed = false;
+        for byte in &hello {
+            if trickle.write_all(&[*byte]).is_err() {
+                closed = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            assert_eq!(good.echo(2, b"served"), b"served");
+            if start.elapsed() > Duration::from_secs(3) {
+                break;
+            }
+        }
+        if !closed {
+            trickle
+                .set_read_timeout(Some(Duration::from_secs(3)))
+                .unwrap();
+            let mut rest = Vec::new();
+            let _ = trickle.read_to_end(&mut rest);
+        }
+        let waited = start.elapsed();
+        assert!(
+            waited >= Duration::from_millis(700) && waited < Duration::from_millis(2500),
+            "closed after {waited:?}"
+        );
+        assert_eq!(good.echo(3, b"still served"), b"still served");
+    })
+    .await;
+    wait_until_async(
+        || counters.snapshot().tls_handshake_failures == 2,
+        Duration::from_secs(5),
+        "two failed handshakes counted",
+    )
+    .await;
+}
+
 /// With a client CA: a certificate it signed is accepted, one of another
 /// CA refused, none at all let through (exports decide later).
 #[tokio::test]
