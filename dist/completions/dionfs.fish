@@ -65,6 +65,7 @@ complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -l write-mode -d 'H
 complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -l max-transfer -d 'Largest READ/WRITE (rtmax/wtmax) in bytes' -r
 complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -l open-files -d 'Files kept open while unused (the open-file cache; at least 1)' -r
 complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -l integrity -d 'Keep a CRC32C of every 4 KiB block of every file (under --state-dir), verified on every READ: `crc32c` or `off`' -r
+complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -l xprtsec -d 'The connections NFS calls may come over, comma-separated: none (plain TCP/UDP), tls (TLS without a client certificate), mtls (TLS with one that verified against --tls-client-ca), as exports(5)\'s xprtsec (whose `tls:mtls` is taken too). With --config, use `xprtsec` in the export instead. [default: none,tls,mtls]' -r
 complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -l log-level -d 'Which log lines to write: off, error, warn, info, debug or trace (also warning, verbose, quiet...), then any MODULE=LEVEL (info,dionfs_transport=debug). Overrides DIONFS_LOG and the config\'s log_level. [default: info]' -r
 complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -l no-portmap -d 'Run without a portmapper (clients then need port= and mountport=)'
 complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -l no-metrics -d 'Serve no metrics (`dionfs stats`, `exportfs -v` and `clients` then cannot ask this server anything)'

@@ -545,6 +545,28 @@ def test_xprtsec_over_v41_is_wrongsec_and_secinfo_answers(xprtsec_server, certs)
             c.close()
 
 
+def test_serve_dir_takes_xprtsec(server, certs):
+    """`dionfs serve DIR --xprtsec tls,mtls`: plaintext NFS calls are
+    refused (NFS3ERR_ACCES), TLS of either kind served; without a
+    certificate to serve TLS with, the start fails (exit 2) saying so."""
+    srv = restart_with(server, "--tls-certificate", str(certs["server"]),
+                       "--tls-key", str(certs["server_key"]),
+                       "--tls-client-ca", str(certs["client_ca"]),
+                       "--xprtsec", "tls,mtls")
+    fh = root_of(srv, srv.export)
+    assert [v3_getattr(srv, certs, fh, t) for t in (None, "", "client")] == [
+        NFS3ERR_ACCES, 0, 0]
+    from servers import dionfs_bin
+    r = subprocess.run([dionfs_bin(), "serve", srv.export, "--xprtsec", "tls", "--nfs-port", "0",
+                        "--mount-port", "0", "--no-portmap", "--no-metrics"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "needs RPC-with-TLS" in r.stderr and "--tls-certificate" in r.stderr, r.stderr
+    r = subprocess.run([dionfs_bin(), "serve", srv.export, "--xprtsec", "tls,ssl"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "`ssl` is not a transport security" in r.stderr, r.stderr
+
+
 def test_an_export_needing_tls_without_tls_is_a_start_error(loopfs, tmp_path):
     """`xprtsec = ["tls"]` without a [tls] table: dionfs serve refuses to
     start, naming the export."""

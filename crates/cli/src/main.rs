@@ -283,6 +283,13 @@ struct ServeArgs {
     /// verified on every READ: `crc32c` or `off`.
     #[arg(help_heading = EXPORT, long, default_value = "off", value_parser = parse_integrity)]
     integrity: Integrity,
+    /// The connections NFS calls may come over, comma-separated: none
+    /// (plain TCP/UDP), tls (TLS without a client certificate), mtls (TLS
+    /// with one that verified against --tls-client-ca), as exports(5)'s
+    /// xprtsec (whose `tls:mtls` is taken too). With --config, use
+    /// `xprtsec` in the export instead. [default: none,tls,mtls]
+    #[arg(help_heading = EXPORT, long, value_name = "LIST", value_parser = parse_xprtsec, conflicts_with = "config")]
+    xprtsec: Option<Xprtsec>,
     /// Serve NFS calls and MNT from any source port (exports(5) `insecure`).
     /// With --config, use `secure = false` in the export instead.
     /// [default: secure, only from ports below 1024, which only root binds]
@@ -353,6 +360,11 @@ fn parse_grace(s: &str) -> Result<std::time::Duration, String> {
         return Err(format!("--grace-period: {v} must be between 0 and 3600"));
     }
     Ok(std::time::Duration::from_secs_f64(v))
+}
+
+fn parse_xprtsec(s: &str) -> Result<Xprtsec, String> {
+    Xprtsec::parse(s.split([',', ':']).map(str::trim))
+        .map_err(|e| e.replace("xprtsec:", "--xprtsec:"))
 }
 
 fn parse_versions(s: &str) -> Result<NfsVersions, String> {
@@ -578,9 +590,8 @@ impl ServeArgs {
             anonuid: self.anonuid,
             anongid: self.anongid,
             secure: !self.insecure,
-            // Every transport, as knfsd's default; an export that needs
-            // TLS is written in a config file.
-            xprtsec: Xprtsec::ALL,
+            // Every transport unless told, as knfsd's default.
+            xprtsec: self.xprtsec.unwrap_or(Xprtsec::ALL),
         };
         export.read_mode = self.read_mode;
         export.write_mode = self.write_mode;

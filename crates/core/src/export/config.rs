@@ -1254,7 +1254,8 @@ impl Config {
                 if !modes.contains(Xprtsec::NONE) && tls.is_none() {
                     return Err(format!(
                         "export {}: xprtsec = [\"{}\"] needs RPC-with-TLS: add a [tls] table \
-                         (certificate, key), or allow \"none\"",
+                         (certificate, key; or --tls-certificate and --tls-key), or allow \
+                         \"none\"",
                         x.path.display(),
                         modes.to_string().replace(':', "\", \"")
                     ));
