@@ -390,6 +390,48 @@ def test_a_reload_reads_the_certificate_again(loopfs, certs, tmp_path):
         srv.cleanup()
 
 
+def test_a_reload_turns_tls_on_and_off(loopfs, certs):
+    """A server started without [tls] refuses probes; a reload that adds
+    [tls] (and an export needing TLS) turns it on: probes are answered and
+    the export is served inside TLS only. A reload that takes both away
+    turns it off: probes are refused again, and a connection already in
+    TLS goes on."""
+    from test_reload import ReloadServer, _fresh_dir
+
+    def refused() -> bool:
+        with Conn(srv.host, srv.nfs_port, timeout=10) as c:
+            reply = probe(c, NFS_PROGRAM, NFS_V3)
+            return struct.unpack(">III", reply[8:20]) == (1, 1, 1)  # AUTH_BADCRED
+
+    export = _fresh_dir(loopfs, "tls-on")
+    srv = ReloadServer({export: {}})
+    srv.start()
+    try:
+        assert refused()
+        tail = f'\n[tls]\ncertificate = "{certs["server"]}"\nkey = "{certs["server_key"]}"\n'
+        srv.write_config({export: {"xprtsec": '["tls"]'}}, tail)
+        line = srv.hup()
+        assert "reloaded: " in line and "xprtsec" in line, line
+        assert "RPC-with-TLS is on" in srv.log_text(50)
+        assert "restart" not in line, line
+        fh = root_of(srv, export)
+        assert v3_getattr(srv, certs, fh, None) == NFS3ERR_ACCES
+        assert v3_getattr(srv, certs, fh, "") == 0
+        with Conn(srv.host, srv.nfs_port, timeout=10) as kept:
+            starttls(kept, NFS_PROGRAM, NFS_V3, context(certs))
+            srv.write_config({export: {}})
+            line = srv.hup()
+            assert "reloaded: " in line, line
+            assert "RPC-with-TLS is off" in srv.log_text(50)
+            assert refused()
+            accept, res = kept.rpc(NFS_PROGRAM, NFS_V3, 1, opaque(fh))
+            assert accept == SUCCESS and nfs_status(res) == 0
+        assert v3_getattr(srv, certs, fh, None) == 0
+    finally:
+        srv.stop()
+        srv.cleanup()
+
+
 # Per-export `xprtsec` (knfsd's export option): exports that need TLS, or
 # mTLS, or plaintext only, on one server with a client CA.
 NFS3ERR_ACCES = 13

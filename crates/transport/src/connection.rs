@@ -755,7 +755,11 @@ async fn read_call<S: Service>(
     if call.cred.flavor() == AUTH_TLS {
         // The RFC 9289 probe: the transport's, whatever the program.
         reader.skip_rest().await.map_err(record_error_end)?;
-        let tls = l.limits.tls.as_ref().filter(|_| !reader.get_ref().is_tls());
+        let tls = l
+            .limits
+            .tls
+            .as_ref()
+            .filter(|t| t.is_on() && !reader.get_ref().is_tls());
         return Ok(match probe_refusal(&call, tls.is_some()) {
             Some(stat) => {
                 debug!(

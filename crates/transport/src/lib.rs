@@ -521,8 +521,8 @@ pub struct ConnLimits {
     /// `counters`): a few per reason at a time (`log_budget.rs`).
     pub drop_logs: Arc<DropLogs>,
     /// RPC-with-TLS (RFC 9289): a client's AUTH_TLS probe switches its
-    /// connection to TLS with this configuration; `None` refuses probes
-    /// (clients then go on in plaintext).
+    /// connection to TLS with this configuration; `None`, or one that is
+    /// off, refuses probes (clients then go on in plaintext).
     pub tls: Option<TlsConfig>,
     /// A TLS handshake not done in this long closes its connection.
     pub handshake_timeout: Duration,

@@ -388,6 +388,42 @@ async fn a_probe_without_tls_configured_is_refused() {
     .await;
 }
 
+/// A configuration that is off refuses probes as none does; once given a
+/// certificate (a reload that adds `[tls]`) its probes are answered, on
+/// connections opened before too; turned off again, probes are refused
+/// and a connection in TLS goes on.
+#[tokio::test]
+async fn tls_turned_on_and_off_while_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let issued = issue("localhost");
+    let running = TlsConfig::off();
+    let server = start(ConnLimits {
+        tls: Some(running.clone()),
+        ..ConnLimits::default()
+    })
+    .await;
+    let addr = server.addr;
+    let on = server_files(dir.path(), &issued, None);
+    let config = client_config(&issued, &[b"sunrpc"], None);
+    client(move || {
+        let (mut before, reply) = probe(addr);
+        assert_eq!(reply.status, ReplyStatus::AuthError(AuthStat::BadCred));
+        running.replace(&on);
+        assert!(running.is_on());
+        before
+            .write_all(&framed(&probe_call(2, PROC_NULL)))
+            .unwrap();
+        let reply = read_record_blocking(&mut before, 1 << 20).unwrap();
+        assert_eq!(ReplyHeader::from_xdr(&reply).unwrap(), starttls(2));
+        let mut inside = TlsClient::connect(addr, config).unwrap();
+        running.turn_off();
+        let (_, reply) = probe(addr);
+        assert_eq!(reply.status, ReplyStatus::AuthError(AuthStat::BadCred));
+        assert_eq!(inside.echo(3, b"still tls"), b"still tls");
+    })
+    .await;
+}
+
 /// AUTH_TLS is for NULL only, with an AUTH_NONE verifier, and only
 /// before TLS: anything else is refused (as knfsd does) and the
 /// connection goes on.
