@@ -307,7 +307,7 @@ _dionfs() {
             return 0
             ;;
         dionfs__subcmd__serve)
-            opts="-h --config --allow --listen --nfs-port --mount-port --portmap-port --no-portmap --state-dir --ports-file --metrics --no-metrics --pid-file --no-io-uring --no-nlm --nlm-port --nsm-port --grace-period --nfs-versions --stall-timeout --reply-timeout --idle-timeout --idle-spin-us --large-read-depth-mib --max-connections --tls-certificate --tls-key --tls-client-ca --ro --all-squash --no-root-squash --anonuid --anongid --read-mode --write-mode --async --max-transfer --allow-devices --open-files --integrity --insecure --log-level --help"
+            opts="-h --config --allow --listen --nfs-port --mount-port --portmap-port --no-portmap --state-dir --ports-file --metrics --no-metrics --pid-file --no-io-uring --no-nlm --nlm-port --nsm-port --grace-period --nfs-versions --stall-timeout --reply-timeout --idle-timeout --idle-spin-us --large-read-depth-mib --max-connections --tls-certificate --tls-key --tls-client-ca --tls-handshake-timeout --ro --all-squash --no-root-squash --anonuid --anongid --read-mode --write-mode --async --max-transfer --allow-devices --open-files --integrity --xprtsec --insecure --log-level --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -405,6 +405,10 @@ _dionfs() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --tls-handshake-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --anonuid)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -430,6 +434,10 @@ _dionfs() {
                     return 0
                     ;;
                 --integrity)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --xprtsec)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -57,6 +57,7 @@ complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -l max-connections 
 complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -l tls-certificate -d 'Let clients switch their connections to TLS (RFC 9289, RPC-with-TLS) with this certificate (PEM, the chain after it); needs --tls-key. With --config, overrides the `[tls]` table\'s `certificate`' -r -F
 complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -l tls-key -d 'The private key of --tls-certificate (PEM). With --config, overrides `[tls]` `key`' -r -F
 complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -l tls-client-ca -d 'Ask TLS clients for a certificate, and accept one only if a CA of this file (PEM) signed it. With --config, overrides `[tls]` `client_ca`' -r -F
+complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -l tls-handshake-timeout -d 'Close a connection whose TLS handshake is not done in SECS seconds. With --config, overrides `[tls]` `handshake_timeout`. [default: 10]' -r
 complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -l anonuid -d 'The anonymous user (not 4294967295: no user on Linux)' -r
 complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -l anongid -d 'The anonymous group (not 4294967295)' -r
 complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -l read-mode -d 'How READs touch the file: buffered, dontcache or direct' -r
@@ -64,6 +65,7 @@ complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -l write-mode -d 'H
 complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -l max-transfer -d 'Largest READ/WRITE (rtmax/wtmax) in bytes' -r
 complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -l open-files -d 'Files kept open while unused (the open-file cache; at least 1)' -r
 complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -l integrity -d 'Keep a CRC32C of every 4 KiB block of every file (under --state-dir), verified on every READ: `crc32c` or `off`' -r
+complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -l xprtsec -d 'The connections NFS calls may come over, comma-separated: none (plain TCP/UDP), tls (TLS without a client certificate), mtls (TLS with one that verified against --tls-client-ca), as exports(5)\'s xprtsec (whose `tls:mtls` is taken too). With --config, use `xprtsec` in the export instead. [default: none,tls,mtls]' -r
 complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -l log-level -d 'Which log lines to write: off, error, warn, info, debug or trace (also warning, verbose, quiet...), then any MODULE=LEVEL (info,dionfs_transport=debug). Overrides DIONFS_LOG and the config\'s log_level. [default: info]' -r
 complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -l no-portmap -d 'Run without a portmapper (clients then need port= and mountport=)'
 complete -c dionfs -n "__fish_dionfs_using_subcommand serve" -l no-metrics -d 'Serve no metrics (`dionfs stats`, `exportfs -v` and `clients` then cannot ask this server anything)'

@@ -55,9 +55,11 @@ class ReloadServer(DionfsServer):
         text = (f'[server]\nlisten = "127.0.0.1"\nnfs_port = 0\nmount_port = 0\n'
                 f'portmap_port = false\nstate_dir = "{self.state_dir}"\n')
         for path, options in exports.items():
-            text += f'\n[[export]]\npath = "{path}"\nclients = ["127.0.0.1"]\nsecure = false\n'
+            clients = options.get("clients", '["127.0.0.1"]')
+            text += f'\n[[export]]\npath = "{path}"\nclients = {clients}\nsecure = false\n'
             for key, value in options.items():
-                text += f"{key} = {value}\n"
+                if key != "clients":
+                    text += f"{key} = {value}\n"
         write_atomic(self.config, text + tail)
 
     def reloads(self) -> int:

@@ -11,11 +11,13 @@ Certificates are made with `openssl` in the test's temporary directory.
 from __future__ import annotations
 
 import os
+import resource
 import socket
 import ssl
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 
 import rawnfs4  # noqa: E402
+from metrics import free_port, value  # noqa: E402
+from nfstools import rss_kib  # noqa: E402
+from wait import wait_until  # noqa: E402
 from rawrpc import (  # noqa: E402
     MOUNT_PROGRAM, MOUNT_V3, NFS_PROGRAM, NFS_V3, SUCCESS, Conn, call_header, mnt,
     nfs_status, opaque, read_record, record, u32, u64)
@@ -59,6 +64,27 @@ def make_cert(d: Path, name: str, ca: tuple[Path, Path], san: str) -> tuple[Path
     return pem, key
 
 
+def make_expired_cert(d: Path, name: str, ca: tuple[Path, Path], san: str) -> tuple[Path, Path]:
+    """A certificate `ca` signed that was valid for one day in 2020
+    (`openssl ca`, as `openssl x509 -req` cannot date one in the past)."""
+    key, csr, pem = d / f"{name}.key", d / f"{name}.csr", d / f"{name}.pem"
+    db = d / f"{name}-ca"
+    db.mkdir()
+    (db / "index.txt").write_text("")
+    (db / "serial").write_text("01\n")
+    cnf = db / "ca.cnf"
+    cnf.write_text(f"[ca]\ndefault_ca = dflt\n[dflt]\ndatabase = {db}/index.txt\n"
+                   f"new_certs_dir = {db}\nserial = {db}/serial\ndefault_md = sha256\n"
+                   "policy = any\n[any]\ncommonName = supplied\n"
+                   f"[ext]\nsubjectAltName = {san}\nbasicConstraints = CA:FALSE\n")
+    openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "-keyout", str(key), "-out", str(csr), "-subj", f"/CN={name}")
+    openssl("ca", "-batch", "-config", str(cnf), "-cert", str(ca[0]), "-keyfile", str(ca[1]),
+            "-in", str(csr), "-out", str(pem), "-startdate", "20200101000000Z",
+            "-enddate", "20200102000000Z", "-extensions", "ext", "-notext")
+    return pem, key
+
+
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("tls")
@@ -68,12 +94,23 @@ def certs(tmp_path_factory) -> dict[str, Path]:
     server = make_cert(d, "server", server_ca, "DNS:localhost,IP:127.0.0.1")
     server2 = make_cert(d, "server2", server_ca, "DNS:localhost,IP:127.0.0.1")
     client = make_cert(d, "client", client_ca, "DNS:client.example")
+    other = make_cert(d, "other", client_ca, "DNS:other.example,URI:spiffe://example.org/other")
     stranger = make_cert(d, "stranger", stranger_ca, "DNS:client.example")
+    expired = make_expired_cert(d, "expired", client_ca, "DNS:client.example")
     return {"server_ca": server_ca[0], "client_ca": client_ca[0],
             "server": server[0], "server_key": server[1],
             "server2": server2[0], "server2_key": server2[1],
             "client": client[0], "client_key": client[1],
-            "stranger": stranger[0], "stranger_key": stranger[1]}
+            "other": other[0], "other_key": other[1],
+            "stranger": stranger[0], "stranger_key": stranger[1],
+            "expired": expired[0], "expired_key": expired[1]}
+
+
+def fingerprint(cert: Path) -> str:
+    """`openssl x509 -fingerprint -sha256`'s AB:12:... of `cert`."""
+    out = subprocess.run(["openssl", "x509", "-noout", "-fingerprint", "-sha256", "-in",
+                          str(cert)], check=True, capture_output=True, text=True).stdout
+    return out.strip().split("=", 1)[1]
 
 
 def restart_with(server, *args: str):
@@ -125,6 +162,17 @@ def starttls(conn: Conn, prog: int, vers: int, ctx: ssl.SSLContext) -> None:
     conn.sock = ctx.wrap_socket(conn.sock, server_hostname="localhost")
     assert conn.sock.selected_alpn_protocol() == "sunrpc"
     assert conn.sock.version() == "TLSv1.3"
+
+
+def partial_client_hello(certs) -> bytes:
+    """The first half of a ClientHello (Python's ssl, through memory)."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = context(certs).wrap_bio(incoming, outgoing, server_hostname="localhost")
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    hello = outgoing.read()
+    assert hello[0] == 0x16, hello[:5].hex()  # a handshake record
+    return hello[:len(hello) // 2]
 
 
 def fattr_size(attrs: bytes) -> int:
@@ -198,6 +246,77 @@ def test_plaintext_clients_are_served_beside_tls(tls_server, certs):
         assert p.rpc(NFS_PROGRAM, NFS_V3, 0)[0] == SUCCESS
 
 
+FLOOD_METRICS = f"127.0.0.1:{free_port()}"
+# Half-open handshakes at once: thousands, well under max_connections
+# (4096), as a test process may hold (its open-file limit is raised).
+HALF_OPEN = 3000
+# Long enough to open them all on a slow machine (about 1.5 s here).
+FLOOD_TIMEOUT = 8
+# What one may cost the server: an idle connection's bound (16 KiB,
+# test_connections.py), plus 8 KiB for its handshake: rustls's state (about
+# 4 KiB measured) and the half ClientHello (a few hundred bytes). Measured:
+# 18 KiB each; 26 KiB when each handshake kept a 16 KiB read buffer, which
+# this bound catches, as it would a record's worth held for each client.
+PER_HALF_OPEN_KIB = 24
+
+
+@pytest.mark.server_args("--metrics", FLOOD_METRICS)
+def test_thousands_of_half_open_handshakes_keep_memory_bounded(server, certs):
+    """HALF_OPEN connections each probe, are answered STARTTLS, send half
+    a ClientHello and fall silent. Each costs the server at most
+    PER_HALF_OPEN_KIB of memory (RSS before and with all of them open);
+    a well-behaved client is served meanwhile, in TLS and in plaintext;
+    and `--tls-handshake-timeout` closes every one of them, counted as
+    failed handshakes and logged a few lines a minute, not one each."""
+    srv = restart_with(server, "--tls-certificate", str(certs["server"]),
+                       "--tls-key", str(certs["server_key"]),
+                       "--tls-handshake-timeout", str(FLOOD_TIMEOUT))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard < HALF_OPEN + 256:
+        pytest.skip(f"{HALF_OPEN} sockets need an open-file limit above {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, HALF_OPEN + 256), hard))
+    open_now = lambda: value(FLOOD_METRICS, "connections_open")  # noqa: E731
+    # One whole handshake first: what every handshake shares is allocated.
+    null_inside_tls(srv, certs, None)
+    wait_until(lambda: open_now() == 0, 10, "the first connection closed")
+    before = rss_kib(srv.proc.pid)
+    hello = partial_client_hello(certs)
+    half_open = []
+    start = time.monotonic()
+    try:
+        for _ in range(HALF_OPEN):
+            c = Conn(srv.host, srv.nfs_port, timeout=10)
+            half_open.append(c)
+            assert probe(c, NFS_PROGRAM, NFS_V3)[20:28] == b"STARTTLS"
+            c.sock.sendall(hello)
+        wait_until(lambda: open_now() == HALF_OPEN, 10,
+                   lambda: f"{HALF_OPEN} half-open handshakes ({open_now()} open)")
+        assert time.monotonic() - start < FLOOD_TIMEOUT, "too slow to open them all in time"
+        peak = rss_kib(srv.proc.pid)
+        per_conn = (peak - before) / HALF_OPEN
+        print(f"RSS {before} KiB -> {peak} KiB with {HALF_OPEN} half-open handshakes: "
+              f"{per_conn:.1f} KiB each")
+        assert per_conn < PER_HALF_OPEN_KIB, f"{per_conn:.1f} KiB per half-open handshake"
+        null_inside_tls(srv, certs, None)
+        with Conn(srv.host, srv.nfs_port, timeout=10) as plain:
+            assert plain.rpc(NFS_PROGRAM, NFS_V3, 0)[0] == SUCCESS
+        wait_until(lambda: open_now() == 0, FLOOD_TIMEOUT + 20,
+                   lambda: f"the half-open handshakes closed ({open_now()} open)")
+        assert time.monotonic() - start >= FLOOD_TIMEOUT, "closed before the timeout"
+        for c in half_open:
+            try:
+                assert c.sock.recv(1) == b"", "a half-open handshake got bytes"
+            except ConnectionResetError:
+                pass
+    finally:
+        for c in half_open:
+            c.close()
+    failed = value(FLOOD_METRICS, "tls_handshake_failures_total")
+    assert failed >= HALF_OPEN
+    lines = srv.log_text(tail=100000).count("TLS handshake failed, connection closed")
+    assert 0 < lines <= 10, f"{lines} lines for {HALF_OPEN} timed-out handshakes"
+
+
 def test_a_probe_without_tls_is_refused(server):
     """Without a certificate the probe gets AUTH_ERROR (AUTH_BADCRED), and the
     connection goes on in plaintext."""
@@ -266,6 +385,48 @@ def test_a_reload_reads_the_certificate_again(loopfs, certs, tmp_path):
         assert "reloaded: " in line, line
         assert "TLS: " in srv.log_text(20) and "does not go with" in srv.log_text(20)
         assert presented() == second
+    finally:
+        srv.stop()
+        srv.cleanup()
+
+
+def test_a_reload_turns_tls_on_and_off(loopfs, certs):
+    """A server started without [tls] refuses probes; a reload that adds
+    [tls] (and an export needing TLS) turns it on: probes are answered and
+    the export is served inside TLS only. A reload that takes both away
+    turns it off: probes are refused again, and a connection already in
+    TLS goes on."""
+    from test_reload import ReloadServer, _fresh_dir
+
+    def refused() -> bool:
+        with Conn(srv.host, srv.nfs_port, timeout=10) as c:
+            reply = probe(c, NFS_PROGRAM, NFS_V3)
+            return struct.unpack(">III", reply[8:20]) == (1, 1, 1)  # AUTH_BADCRED
+
+    export = _fresh_dir(loopfs, "tls-on")
+    srv = ReloadServer({export: {}})
+    srv.start()
+    try:
+        assert refused()
+        tail = f'\n[tls]\ncertificate = "{certs["server"]}"\nkey = "{certs["server_key"]}"\n'
+        srv.write_config({export: {"xprtsec": '["tls"]'}}, tail)
+        line = srv.hup()
+        assert "reloaded: " in line and "xprtsec" in line, line
+        assert "RPC-with-TLS is on" in srv.log_text(50)
+        assert "restart" not in line, line
+        fh = root_of(srv, export)
+        assert v3_getattr(srv, certs, fh, None) == NFS3ERR_ACCES
+        assert v3_getattr(srv, certs, fh, "") == 0
+        with Conn(srv.host, srv.nfs_port, timeout=10) as kept:
+            starttls(kept, NFS_PROGRAM, NFS_V3, context(certs))
+            srv.write_config({export: {}})
+            line = srv.hup()
+            assert "reloaded: " in line, line
+            assert "RPC-with-TLS is off" in srv.log_text(50)
+            assert refused()
+            accept, res = kept.rpc(NFS_PROGRAM, NFS_V3, 1, opaque(fh))
+            assert accept == SUCCESS and nfs_status(res) == 0
+        assert v3_getattr(srv, certs, fh, None) == 0
     finally:
         srv.stop()
         srv.cleanup()
@@ -372,6 +533,31 @@ def test_xprtsec_decides_which_connections_use_an_export_over_v3(xprtsec_server,
     assert v3_getattr(srv, certs, tls_only, "") == 0
 
 
+def test_an_mtls_export_takes_only_a_good_certificate(xprtsec_server, certs):
+    """An `mtls` export: a certificate the client CA signed gets in; an
+    expired one and one of another CA fail their handshakes, a client
+    presenting none is refused its calls (NFS3ERR_ACCES), each costing
+    only its own connection (a client in mTLS meanwhile is served on), and
+    the log says why in words an operator can act on."""
+    srv = xprtsec_server
+    fh = root_of(srv, srv.paths[2])
+    with Conn(srv.host, srv.nfs_port, timeout=10) as served:
+        starttls(served, NFS_PROGRAM, NFS_V3, context(certs, "client"))
+        for cert in ("expired", "stranger"):
+            with pytest.raises((ssl.SSLError, ConnectionError, socket.timeout, OSError)):
+                v3_getattr(srv, certs, fh, cert)
+            accept, res = served.rpc(NFS_PROGRAM, NFS_V3, 1, opaque(fh))
+            assert accept == SUCCESS and nfs_status(res) == 0
+        assert v3_getattr(srv, certs, fh, "") == NFS3ERR_ACCES
+        assert v3_getattr(srv, certs, fh, "client") == 0
+    log = srv.log_text(tail=100000)
+    for why in ("TLS handshake failed, connection closed: the client's certificate has expired",
+                "was not signed by a CA of [tls] client_ca (unknown CA)",
+                "the client presented no certificate, and the export needs one signed by "
+                "[tls] client_ca"):
+        assert why in log, f"{why!r} not in:\n{log}"
+
+
 def test_xprtsec_over_v41_is_wrongsec_and_secinfo_answers(xprtsec_server, certs):
     """NFSv4.1 on a plain connection: PUTFH of the TLS export's root then
     GETATTR is WRONGSEC at PUTFH; PUTFH then SECINFO_NO_NAME answers (RFC
@@ -401,6 +587,28 @@ def test_xprtsec_over_v41_is_wrongsec_and_secinfo_answers(xprtsec_server, certs)
             c.close()
 
 
+def test_serve_dir_takes_xprtsec(server, certs):
+    """`dionfs serve DIR --xprtsec tls,mtls`: plaintext NFS calls are
+    refused (NFS3ERR_ACCES), TLS of either kind served; without a
+    certificate to serve TLS with, the start fails (exit 2) saying so."""
+    srv = restart_with(server, "--tls-certificate", str(certs["server"]),
+                       "--tls-key", str(certs["server_key"]),
+                       "--tls-client-ca", str(certs["client_ca"]),
+                       "--xprtsec", "tls,mtls")
+    fh = root_of(srv, srv.export)
+    assert [v3_getattr(srv, certs, fh, t) for t in (None, "", "client")] == [
+        NFS3ERR_ACCES, 0, 0]
+    from servers import dionfs_bin
+    r = subprocess.run([dionfs_bin(), "serve", srv.export, "--xprtsec", "tls", "--nfs-port", "0",
+                        "--mount-port", "0", "--no-portmap", "--no-metrics"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "needs RPC-with-TLS" in r.stderr and "--tls-certificate" in r.stderr, r.stderr
+    r = subprocess.run([dionfs_bin(), "serve", srv.export, "--xprtsec", "tls,ssl"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "`ssl` is not a transport security" in r.stderr, r.stderr
+
+
 def test_an_export_needing_tls_without_tls_is_a_start_error(loopfs, tmp_path):
     """`xprtsec = ["tls"]` without a [tls] table: dionfs serve refuses to
     start, naming the export."""
@@ -416,3 +624,77 @@ def test_an_export_needing_tls_without_tls_is_a_start_error(loopfs, tmp_path):
                        text=True, timeout=30)
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert export in r.stderr and "needs RPC-with-TLS" in r.stderr, r.stderr
+
+
+# Client certificates in export client lists: `tls-san:` and `tls-sha256:`.
+MNT3ERR_ACCES = 13
+
+
+def test_export_clients_can_name_client_certificates(loopfs, certs):
+    """An export's clients can name a client certificate: `tls-san:` a DNS
+    name or URI among its subject alternative names, `tls-sha256:` its
+    fingerprint. Such an entry matches only an mTLS connection whose
+    certificate it names: that client gets in (MNT and NFS calls inside
+    TLS); another certificate of the same CA, a TLS connection without one
+    and a plain connection, from the same address, are refused as a
+    client not in the list is (MNT ACCES, NFS3ERR_ACCES)."""
+    from test_reload import ReloadServer, _fresh_dir
+
+    exports = {
+        _fresh_dir(loopfs, "by-san"): {"clients": '["tls-san:client.example"]'},
+        _fresh_dir(loopfs, "by-uri"): {"clients": '["tls-san:spiffe://example.org/other"]'},
+        _fresh_dir(loopfs, "by-sha256"): {
+            "clients": f'["tls-sha256:{fingerprint(certs["other"])}"]'},
+    }
+    srv = ReloadServer(exports)
+    tail = (f'\n[tls]\ncertificate = "{certs["server"]}"\nkey = "{certs["server_key"]}"\n'
+            f'client_ca = "{certs["client_ca"]}"\n')
+    srv.write_config(exports, tail)
+    srv.start()
+    try:
+        def mnt_as(path: str, tls: str | None) -> tuple[int, bytes | None]:
+            with Conn(srv.host, srv.mount_port, timeout=10) as m:
+                if tls is not None:
+                    starttls(m, MOUNT_PROGRAM, MOUNT_V3, context(certs, tls or None))
+                return mnt(m, path)
+
+        by_san, by_uri, by_sha256 = exports
+        # Plain, TLS without a certificate, and two certificates of the CA
+        # (the first refusal of each export is the one logged: a plain MNT,
+        # a GETATTR with a certificate).
+        connections = (None, "", "client", "other")
+        for path, admitted in ((by_san, "client"), (by_uri, "other"), (by_sha256, "other")):
+            mnts = [mnt_as(path, t) for t in connections]
+            assert [m[0] for m in mnts] == [
+                0 if t == admitted else MNT3ERR_ACCES for t in connections], (path, mnts)
+            root = mnts[connections.index(admitted)][1]
+            getattrs = [v3_getattr(srv, certs, root, t) for t in reversed(connections)]
+            assert getattrs == [
+                0 if t == admitted else NFS3ERR_ACCES for t in reversed(connections)], \
+                (path, getattrs)
+        log = srv.log_text(tail=100000)
+        assert "neither the client nor its certificate is in the export's client list" in log
+        assert "match only connections with a client certificate" in log, log
+    finally:
+        srv.stop()
+        srv.cleanup()
+
+
+def test_certificate_entries_without_client_ca_are_a_start_error(loopfs, tmp_path, certs):
+    """`tls-san:` in clients without [tls] client_ca, and a malformed
+    fingerprint: dionfs serve exits 2 saying what is wrong."""
+    from servers import dionfs_bin
+    from test_reload import _fresh_dir
+
+    export = _fresh_dir(loopfs, "certificates-no-ca")
+    head = (f'[server]\nlisten = "127.0.0.1"\nnfs_port = 0\nmount_port = 0\n'
+            f'portmap_port = false\nstate_dir = "{tmp_path}/state"\n'
+            f'[tls]\ncertificate = "{certs["server"]}"\nkey = "{certs["server_key"]}"\n')
+    config = tmp_path / "dionfs.toml"
+    for clients, expected in (('"tls-san:client.example"', "client_ca"),
+                              ('"tls-sha256:AB:CD"', "64 hex digits")):
+        config.write_text(f'{head}[[export]]\npath = "{export}"\nclients = [{clients}]\n')
+        r = subprocess.run([dionfs_bin(), "serve", "--config", str(config)],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 2, (r.returncode, r.stderr)
+        assert expected in r.stderr, r.stderr

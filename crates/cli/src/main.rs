@@ -15,7 +15,7 @@ use std::process::ExitCode;
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use dionfs_core::export::config::{
     canonical_export_dir, check_idle_spin, check_large_read_depth, check_max_transfer,
-    check_timeout,
+    check_timeout, DEFAULT_HANDSHAKE_TIMEOUT,
 };
 use dionfs_core::export::{
     Access, ClientMatch, ClientOptions, Config, Durability, ExportConfig, Integrity, NfsVersions,
@@ -283,6 +283,13 @@ struct ServeArgs {
     /// verified on every READ: `crc32c` or `off`.
     #[arg(help_heading = EXPORT, long, default_value = "off", value_parser = parse_integrity)]
     integrity: Integrity,
+    /// The connections NFS calls may come over, comma-separated: none
+    /// (plain TCP/UDP), tls (TLS without a client certificate), mtls (TLS
+    /// with one that verified against --tls-client-ca), as exports(5)'s
+    /// xprtsec (whose `tls:mtls` is taken too). With --config, use
+    /// `xprtsec` in the export instead. [default: none,tls,mtls]
+    #[arg(help_heading = EXPORT, long, value_name = "LIST", value_parser = parse_xprtsec, conflicts_with = "config")]
+    xprtsec: Option<Xprtsec>,
     /// Serve NFS calls and MNT from any source port (exports(5) `insecure`).
     /// With --config, use `secure = false` in the export instead.
     /// [default: secure, only from ports below 1024, which only root binds]
@@ -326,6 +333,10 @@ fn parse_idle_timeout(s: &str) -> Result<std::time::Duration, String> {
     parse_secs("--idle-timeout", s)
 }
 
+fn parse_handshake_timeout(s: &str) -> Result<std::time::Duration, String> {
+    parse_secs("--tls-handshake-timeout", s)
+}
+
 fn parse_large_read_depth(s: &str) -> Result<u64, String> {
     let v: u64 = s
         .parse()
@@ -349,6 +360,11 @@ fn parse_grace(s: &str) -> Result<std::time::Duration, String> {
         return Err(format!("--grace-period: {v} must be between 0 and 3600"));
     }
     Ok(std::time::Duration::from_secs_f64(v))
+}
+
+fn parse_xprtsec(s: &str) -> Result<Xprtsec, String> {
+    Xprtsec::parse(s.split([',', ':']).map(str::trim))
+        .map_err(|e| e.replace("xprtsec:", "--xprtsec:"))
 }
 
 fn parse_versions(s: &str) -> Result<NfsVersions, String> {
@@ -450,6 +466,10 @@ struct SettingsFlags {
     /// `client_ca`.
     #[arg(help_heading = SERVER, long, value_name = "FILE")]
     tls_client_ca: Option<PathBuf>,
+    /// Close a connection whose TLS handshake is not done in SECS seconds.
+    /// With --config, overrides `[tls]` `handshake_timeout`. [default: 10]
+    #[arg(help_heading = SERVER, long, value_name = "SECS", value_parser = parse_handshake_timeout)]
+    tls_handshake_timeout: Option<std::time::Duration>,
 }
 
 impl SettingsFlags {
@@ -483,15 +503,22 @@ impl SettingsFlags {
             settings.max_connections = n as usize;
         }
         if let (Some(certificate), Some(key)) = (&self.tls_certificate, &self.tls_key) {
-            let client_ca = settings.tls.take().and_then(|t| t.client_ca);
+            let (client_ca, handshake_timeout) = match settings.tls.take() {
+                Some(t) => (t.client_ca, t.handshake_timeout),
+                None => (None, DEFAULT_HANDSHAKE_TIMEOUT),
+            };
             settings.tls = Some(TlsFiles {
                 certificate: certificate.clone(),
                 key: key.clone(),
                 client_ca,
+                handshake_timeout,
             });
         }
         if let (Some(ca), Some(tls)) = (&self.tls_client_ca, &mut settings.tls) {
             tls.client_ca = Some(ca.clone());
+        }
+        if let (Some(t), Some(tls)) = (self.tls_handshake_timeout, &mut settings.tls) {
+            tls.handshake_timeout = t;
         }
         if self.no_io_uring {
             settings.io_uring = false;
@@ -563,9 +590,8 @@ impl ServeArgs {
             anonuid: self.anonuid,
             anongid: self.anongid,
             secure: !self.insecure,
-            // Every transport, as knfsd's default; an export that needs
-            // TLS is written in a config file.
-            xprtsec: Xprtsec::ALL,
+            // Every transport unless told, as knfsd's default.
+            xprtsec: self.xprtsec.unwrap_or(Xprtsec::ALL),
         };
         export.read_mode = self.read_mode;
         export.write_mode = self.write_mode;
@@ -605,6 +631,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => {
             let ports_file = args.ports_file.clone();
             let args_tls_client_ca = args.settings.tls_client_ca.clone();
+            let args_tls_handshake_timeout = args.settings.tls_handshake_timeout;
             let (config, source) = match args.into_config() {
                 Ok(c) => c,
                 Err(e) => {
@@ -623,10 +650,15 @@ fn main() -> ExitCode {
                 logs::fatal(format_args!("dionfs: {e}"));
                 return ExitCode::from(2);
             }
-            if let (Some(_), None) = (&args_tls_client_ca, &config.server.tls) {
+            let tls_flag = match (&args_tls_client_ca, args_tls_handshake_timeout) {
+                (Some(_), _) => Some("--tls-client-ca"),
+                (None, Some(_)) => Some("--tls-handshake-timeout"),
+                (None, None) => None,
+            };
+            if let (Some(flag), None) = (tls_flag, &config.server.tls) {
                 logs::fatal(format_args!(
-                    "dionfs: --tls-client-ca needs a server certificate (--tls-certificate, or \
-                     the config's [tls] table)"
+                    "dionfs: {flag} needs a server certificate (--tls-certificate, or the \
+                     config's [tls] table)"
                 ));
                 return ExitCode::from(2);
             }

@@ -8,7 +8,7 @@ use dionfs_dataplane::{DataConfig, DataPlane};
 use dionfs_fs::{handle, ExportFs, MetadataSync};
 use dionfs_transport::ConnInfo;
 
-use crate::export::{ClientOptions, Durability, ExportConfig, ServerSettings};
+use crate::export::{Client, ClientOptions, Durability, ExportConfig, ServerSettings};
 
 /// One export as served: its options, its file system, its data plane.
 /// A reload that changes only an export's options makes a new `Export`
@@ -29,7 +29,7 @@ impl Export {
     /// every caller refuses such a client first.
     pub fn options_for(&self, conn: &ConnInfo) -> &ClientOptions {
         self.config
-            .options_for(conn.peer.ip(), conn.names())
+            .options_for(Client::of(conn))
             .unwrap_or(&ClientOptions::NOBODY)
     }
 }
@@ -81,7 +81,7 @@ impl Exports {
     /// that admits this client from its port (client list, `secure`).
     fn matching(&self, conn: &ConnInfo, fh: &[u8]) -> Option<(&Arc<Export>, &ClientOptions)> {
         let export = self.by_id(handle::export_id(fh)?)?;
-        let options = export.config.options_for(conn.peer.ip(), conn.names())?;
+        let options = export.config.options_for(Client::of(conn))?;
         options
             .admits_port(conn.peer.port())
             .then_some((export, options))

@@ -19,6 +19,9 @@
 //!   `NFS3ERR_STALE`, as knfsd's are after `exportfs -r`. Calls in flight
 //!   finish; its data plane is freed once its last buffer is back
 //!   ([`ReloadState::sweep`]), and its buffers' fixed slots with it.
+//! - The `[tls]` table: applied by the server, which reads the files
+//!   again (a rotated certificate), turns TLS on for a table added and off
+//!   for one removed; its `handshake_timeout` waits for a restart.
 //! - Kept as they were, with a warning: the `[server]` settings (a restart
 //!   applies them), and what was fixed at start: an export's `integrity`
 //!   (its open files carry their checksums or not), a `max_transfer` above
@@ -41,9 +44,10 @@ use dionfs_fs::{ExportFs, MacKey, MetadataSync, OpenFileCache};
 use dionfs_integrity::Store;
 use parking_lot::Mutex;
 
+use crate::export::config::DEFAULT_HANDSHAKE_TIMEOUT;
 use crate::export::{
     ClientEntry, ClientMatch, ClientOptions, Config, Durability, ExportConfig, Integrity,
-    ServerSettings,
+    ServerSettings, TlsFiles,
 };
 use crate::exports::{data_config, open_export, Export, Exports};
 
@@ -388,14 +392,23 @@ pub fn changed_settings(running: &ServerSettings, new: &ServerSettings) -> Vec<&
         ),
         ("nfs4_id_domain", *nfs4_id_domain == new.nfs4_id_domain),
         ("log_level", *log_level == new.log_level),
-        // Turning TLS on or off: the certificate and key themselves are
-        // read again by every reload (the server's `reload`).
-        ("tls", tls.is_some() == new.tls.is_some()),
+        // TLS itself (on, off, the certificate, key and client CA) is the
+        // server's `reload`'s to apply.
+        (
+            "handshake_timeout",
+            handshake_timeout(tls) == handshake_timeout(&new.tls),
+        ),
     ]
     .into_iter()
     .filter(|(_, same)| !same)
     .map(|(name, _)| name)
     .collect()
+}
+
+/// The handshake timeout a server with `tls` runs with.
+fn handshake_timeout(tls: &Option<TlsFiles>) -> std::time::Duration {
+    tls.as_ref()
+        .map_or(DEFAULT_HANDSHAKE_TIMEOUT, |t| t.handshake_timeout)
 }
 
 /// What one reload did, for the log.
@@ -955,6 +968,24 @@ mod tests {
         assert_eq!(
             changed_settings(&running, &new),
             vec!["nfs_port", "read_buffers", "idle_timeout", "pid_file"]
+        );
+        // [tls] added is the server's to apply; a handshake timeout other
+        // than the one running waits for a restart.
+        let mut tls = TlsFiles {
+            certificate: "c".into(),
+            key: "k".into(),
+            client_ca: None,
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+        };
+        let with = |tls: &TlsFiles| ServerSettings {
+            tls: Some(tls.clone()),
+            ..running.clone()
+        };
+        assert!(changed_settings(&running, &with(&tls)).is_empty());
+        tls.handshake_timeout = std::time::Duration::from_secs(3);
+        assert_eq!(
+            changed_settings(&running, &with(&tls)),
+            vec!["handshake_timeout"]
         );
     }
 

@@ -3,12 +3,12 @@
 //! both call [`admit`], so they refuse the same clients with the same log
 //! lines, each mapping the refusal to its own status.
 
-use dionfs_core::export::ClientOptions;
+use dionfs_core::export::{Client, ClientOptions, Xprtsec};
 use dionfs_core::exports::Export;
 use dionfs_core::server::Server;
 use dionfs_logs::CLIENT_WARN_EVERY;
-use dionfs_transport::ConnInfo;
-use tracing::{info, warn};
+use dionfs_transport::{ConnInfo, TransportSecurity};
+use tracing::warn;
 
 /// Why a client may not use an export.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,14 +44,24 @@ pub fn admit<'e>(
             std::time::Instant::now(),
         )
     };
-    let Some(options) = export.config.options_for(client, conn.names()) else {
+    let Some(options) = export.config.options_for(Client::of(conn)) else {
         if should_warn() {
-            warn!(
-                client = %client,
-                export = %export.config.path.display(),
-                repeat_after_s = CLIENT_WARN_EVERY.as_secs(),
-                "NFS call refused: client not in the export's client list"
-            );
+            match conn.certificate() {
+                Some(certificate) => warn!(
+                    client = %client,
+                    %certificate,
+                    export = %export.config.path.display(),
+                    repeat_after_s = CLIENT_WARN_EVERY.as_secs(),
+                    "NFS call refused: neither the client nor its certificate is in the \
+                     export's client list"
+                ),
+                None => warn!(
+                    client = %client,
+                    export = %export.config.path.display(),
+                    repeat_after_s = CLIENT_WARN_EVERY.as_secs(),
+                    "NFS call refused: client not in the export's client list"
+                ),
+            }
         }
         return Err(Refusal::NotAdmitted);
     };
@@ -62,16 +72,43 @@ pub fn admit<'e>(
     let security = conn.security();
     if !options.xprtsec.admits(security) {
         if should_warn() {
-            info!(
+            warn!(
                 client = %client,
                 export = %export.config.path.display(),
                 connection = security.name(),
                 xprtsec = %options.xprtsec,
                 repeat_after_s = CLIENT_WARN_EVERY.as_secs(),
-                "NFS call refused: the export's xprtsec does not allow this connection"
+                "NFS call refused: the export's xprtsec does not allow this connection: {}",
+                xprtsec_advice(security, options.xprtsec)
             );
         }
         return Err(Refusal::TransportSecurity);
     }
     Ok(options)
+}
+
+/// Why a connection of `security` is not one an export allowing
+/// `allowed` takes, and what the client should do.
+fn xprtsec_advice(security: TransportSecurity, allowed: Xprtsec) -> &'static str {
+    use TransportSecurity as T;
+    match security {
+        T::Plain if allowed.contains(Xprtsec::TLS) => {
+            "the client did not use TLS; mount with -o xprtsec=tls"
+        }
+        T::Plain => {
+            "the client did not use TLS, and the export needs a client certificate; mount \
+             with -o xprtsec=mtls, the client holding a certificate signed by [tls] client_ca"
+        }
+        T::Tls if allowed.contains(Xprtsec::MTLS) => {
+            "the client presented no certificate, and the export needs one signed by [tls] \
+             client_ca; give the client one (tlshd's x509.certificate) and mount with -o \
+             xprtsec=mtls"
+        }
+        T::Mtls if allowed.contains(Xprtsec::TLS) => {
+            "the client presented a certificate, and the export allows TLS without one only \
+             (as knfsd's xprtsec=tls); add \"mtls\" to its xprtsec, or mount with -o \
+             xprtsec=tls"
+        }
+        T::Tls | T::Mtls => "the export allows plain connections only (xprtsec = [\"none\"])",
+    }
 }

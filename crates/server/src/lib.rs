@@ -33,6 +33,7 @@ use tokio::net::{TcpListener, UdpSocket};
 use tracing::{error, info, warn};
 
 use crate::portmap::{PortmapService, PortmapTable};
+use dionfs_core::export::config::DEFAULT_HANDSHAKE_TIMEOUT;
 use dionfs_core::export::Config;
 use dionfs_core::integrity;
 use dionfs_core::reload::{self, ConfigSource};
@@ -315,12 +316,13 @@ async fn serve(
     let max_transfer = server.max_args;
     // Checked by the command already; read again here (the files may have
     // changed since).
+    // Without [tls], one that is off: a reload that adds [tls] turns it on.
     let tls = match &settings.tls {
-        Some(files) => Some(files.load().map_err(|e| format!("TLS: {e}"))?),
-        None => None,
+        Some(files) => files.load().map_err(|e| format!("TLS: {e}"))?,
+        None => dionfs_transport::TlsConfig::off(),
     };
     // A reload reads the certificate and key again into the same
-    // configuration (rotation without a restart).
+    // configuration (rotation without a restart), or turns it on or off.
     let tls_reload = tls.clone();
     let limits = ConnLimits {
         // The largest WRITE plus room for the RPC and NFS headers.
@@ -332,7 +334,11 @@ async fn serve(
         idle_timeout: settings.idle_timeout,
         idle_spin: settings.idle_spin,
         max_connections: settings.max_connections,
-        tls,
+        tls: Some(tls),
+        handshake_timeout: settings
+            .tls
+            .as_ref()
+            .map_or(DEFAULT_HANDSHAKE_TIMEOUT, |t| t.handshake_timeout),
         // One count of connections (and one cap) for every listener.
         counters: server.net.clone(),
         ..ConnLimits::default()
@@ -554,7 +560,7 @@ async fn serve(
                 };
                 record(reload::Phase::Running, String::new());
                 systemd::notify(&format!("RELOADING=1\nMONOTONIC_USEC={}", monotonic_usec()));
-                let (ok, text) = reload(&server, source.as_ref(), &shared_locks, nfs4_reload.as_deref(), tls_reload.as_ref()).await;
+                let (ok, text) = reload(&server, source.as_ref(), &shared_locks, nfs4_reload.as_deref(), &tls_reload).await;
                 systemd::notify(&ready(&server));
                 let phase = if ok { reload::Phase::Applied } else { reload::Phase::Failed };
                 record(phase, text);
@@ -621,7 +627,7 @@ async fn reload(
     source: Option<&Arc<ConfigSource>>,
     locks: &locks::Locks,
     nfs4: Option<&nfs4::Nfs4>,
-    tls: Option<&dionfs_transport::TlsConfig>,
+    tls: &dionfs_transport::TlsConfig,
 ) -> (bool, String) {
     let Some(source) = source else {
         let why = "the server was started without --config; there is nothing to reload \
@@ -630,22 +636,40 @@ async fn reload(
         return (false, why.to_string());
     };
     info!(config = %source.file.display(), "SIGHUP: reloading the configuration");
-    let (server, source, tls) = (server.clone(), source.clone(), tls.cloned());
+    let (server, source, tls) = (server.clone(), source.clone(), tls.clone());
     let done = tokio::task::spawn_blocking(move || {
         let config = source.load()?;
         let tls_files = config.server.tls.clone();
         server.reload(config).map(|mut report| {
             // The certificate and key again (the same files, rotated, or
             // others): a connection's next handshake presents them; files
-            // that cannot be used leave the running ones.
-            if let (Some(running), Some(files)) = (&tls, tls_files) {
-                match files.load() {
-                    Ok(new) => running.replace(&new),
-                    Err(e) => report.warnings.push(format!(
+            // that cannot be used leave the running ones. A [tls] table
+            // added turns TLS on, one removed turns it off: connections in
+            // TLS keep it either way.
+            let was_on = tls.is_on();
+            match tls_files {
+                Some(files) => match files.load() {
+                    Ok(new) => tls.replace(&new),
+                    Err(e) if was_on => report.warnings.push(format!(
                         "TLS: {e}; the certificate and key in use stay until a reload reads \
                          usable ones"
                     )),
-                }
+                    Err(e) => report.warnings.push(format!(
+                        "TLS: {e}; TLS stays off until a reload reads usable files"
+                    )),
+                },
+                None => tls.turn_off(),
+            }
+            match (was_on, tls.is_on()) {
+                (false, true) => info!(
+                    "reload: RPC-with-TLS is on: clients that probe for it switch to TLS from \
+                     now on"
+                ),
+                (true, false) => info!(
+                    "reload: RPC-with-TLS is off: probes are refused from now on; connections \
+                     in TLS keep it"
+                ),
+                _ => {}
             }
             (report, server)
         })

@@ -20,7 +20,7 @@ use tracing::{error, info, warn};
 
 use crate::program::{self, Procedure, Program};
 use crate::reply::{garbage_args, success};
-use dionfs_core::export::squash;
+use dionfs_core::export::{squash, Client};
 use dionfs_core::exports::{self, Export};
 use dionfs_core::server::Server;
 use dionfs_fs::{FileKind, FsError};
@@ -290,13 +290,23 @@ fn mnt(ctx: &MountCtx, path: Vec<u8>) -> MountRes3 {
         }
         return MountRes3::Fail(MountStat3::NoEnt);
     };
-    if !export.config.admits_client(client, conn.names()) {
+    if !export.config.admits_client(Client::of(conn)) {
         if warn_now(export.config.id) {
+            // Certificate entries match only mTLS connections, and a Linux
+            // client sends MNT in plaintext whatever its xprtsec.
+            let certificates = export.config.all_clients().any(|c| c.is_certificate());
+            let hint = if certificates && conn.certificate().is_none() {
+                ": its certificate entries (tls-san:, tls-sha256:) match only connections \
+                 with a client certificate, and MNT came without one; for NFSv3 list the \
+                 client's address too, or mount with NFSv4"
+            } else {
+                ""
+            };
             warn!(
                 client = %client,
                 export = %export.config.path.display(),
                 repeat_after_s = CLIENT_WARN_EVERY.as_secs(),
-                "MNT refused: client not in the export's client list"
+                "MNT refused: client not in the export's client list{hint}"
             );
         }
         return MountRes3::Fail(MountStat3::Acces);

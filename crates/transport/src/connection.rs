@@ -41,12 +41,13 @@ use tracing::{debug, info, warn};
 
 use super::back_channel::BackChannel;
 use super::counters::NetCounters;
+use super::handshake_failure;
 use super::reply::Reply;
 use super::spin::Pace;
 use super::stream::{CallReader, ReadProgress, Waiting};
 use super::tls::{self, HandshakeError, TlsConfig};
 use super::writer::{CallPermits, Shared};
-use super::{ConnInfo, ConnLimits, Received, Service, TransportSecurity};
+use super::{ClientCertificate, ConnInfo, ConnLimits, Received, Service, TlsPeer};
 
 /// Upper bound on `ConnLimits::max_in_flight` and `buffer_share`, so that
 /// permit counts fit the semaphore's u32 arithmetic.
@@ -102,12 +103,10 @@ impl ConnEnd {
             | ConnEnd::Evicted
             | ConnEnd::Stalled(_)
             | ConnEnd::RepliesUnread(_)
-            | ConnEnd::RecordTooLarge { .. } => true,
+            | ConnEnd::RecordTooLarge { .. }
+            | ConnEnd::Handshake(_) => true,
             ConnEnd::WriteError(kind) => is_disconnect(*kind),
-            ConnEnd::Truncated
-            | ConnEnd::NotACall
-            | ConnEnd::ReadError(_)
-            | ConnEnd::Handshake(_) => false,
+            ConnEnd::Truncated | ConnEnd::NotACall | ConnEnd::ReadError(_) => false,
         }
     }
 }
@@ -318,6 +317,9 @@ fn write_end(shared: &Shared) -> ConnEnd {
 /// The metric that counts every connection a warning is held back for.
 const DROPPED: &str = "dionfs_connections_dropped_total";
 
+/// The metric that counts every failed TLS handshake.
+const HANDSHAKE_FAILURES: &str = "dionfs_tls_handshake_failures_total";
+
 /// The closing log line, and for the ends an operator may act on, the
 /// counter and a warning saying what happened (a few per reason at a
 /// time: `log_budget.rs`).
@@ -365,6 +367,23 @@ fn log_end(conn: &ConnInfo, end: &ConnEnd, limits: &ConnLimits, calls: u64) {
                     earlier_not_logged = held_back,
                     "record too large, closing connection (a misconfigured or hostile \
                      client){more}"
+                );
+            });
+        }
+        // Counted as they end (`tls_handshake_failures`, in `read_calls`).
+        ConnEnd::Handshake(e) => {
+            let (kind, why) = handshake_failure::explain(e);
+            let budget = match kind {
+                handshake_failure::Kind::Certificate => &limits.drop_logs.handshake_certificates,
+                handshake_failure::Kind::Other => &limits.drop_logs.handshake_others,
+            };
+            budget.log(HANDSHAKE_FAILURES, |held_back, more| {
+                warn!(
+                    conn = conn.id,
+                    peer = %conn.peer,
+                    error = %e,
+                    earlier_not_logged = held_back,
+                    "TLS handshake failed, connection closed: {why}{more}"
                 );
             });
         }
@@ -736,7 +755,11 @@ async fn read_call<S: Service>(
     if call.cred.flavor() == AUTH_TLS {
         // The RFC 9289 probe: the transport's, whatever the program.
         reader.skip_rest().await.map_err(record_error_end)?;
-        let tls = l.limits.tls.as_ref().filter(|_| !reader.get_ref().is_tls());
+        let tls = l
+            .limits
+            .tls
+            .as_ref()
+            .filter(|t| t.is_on() && !reader.get_ref().is_tls());
         return Ok(match probe_refusal(&call, tls.is_some()) {
             Some(stat) => {
                 debug!(
@@ -869,10 +892,11 @@ async fn start_tls<S>(
     // answers with it; rustls refuses a client offering only other ids. One
     // offering none is served, as knfsd serves it: the Linux client's
     // handshake agent, tlshd (ktls-utils 1.0), offers none.
-    let client_certificate = shaken
-        .conn
-        .peer_certificates()
-        .is_some_and(|c| !c.is_empty());
+    // Who the client is, once: calls read it from the connection.
+    let peer = match shaken.conn.peer_certificates().and_then(<[_]>::first) {
+        Some(certificate) => TlsPeer::Certified(ClientCertificate::from_der(certificate)),
+        None => TlsPeer::Anonymous,
+    };
     let (session, tls_reader) = shaken
         .split(config)
         .map_err(|e| ConnEnd::Handshake(HandshakeError::Io(e)))?;
@@ -880,14 +904,20 @@ async fn start_tls<S>(
     l.shared.end_switch(session);
     // No call is in flight (every permit is held): the calls read from
     // now on, all over TLS, see it.
-    let (security, counted) = if client_certificate {
-        (TransportSecurity::Mtls, &l.limits.counters.mtls_connections)
-    } else {
-        (TransportSecurity::Tls, &l.limits.counters.tls_connections)
+    let counted = match &peer {
+        TlsPeer::Certified(certificate) => {
+            debug!(conn = l.conn.id, peer = %l.conn.peer, %certificate,
+                "switched to TLS, with a client certificate");
+            &l.limits.counters.mtls_connections
+        }
+        TlsPeer::Anonymous => {
+            debug!(conn = l.conn.id, peer = %l.conn.peer,
+                "switched to TLS, without a client certificate");
+            &l.limits.counters.tls_connections
+        }
     };
     NetCounters::bump(counted);
-    let _ = l.conn.tls.set(security);
-    debug!(conn = l.conn.id, peer = %l.conn.peer, client_certificate, "switched to TLS");
+    let _ = l.conn.tls.set(peer);
     Ok(())
 }
 

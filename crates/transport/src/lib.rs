@@ -39,6 +39,8 @@ mod back_channel;
 pub mod client;
 mod connection;
 mod counters;
+mod handshake_failure;
+mod identity;
 mod listener;
 pub mod names;
 mod quiet;
@@ -64,6 +66,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 pub use back_channel::{BackChannel, BackChannelError, MAX_OUTSTANDING_CALLS};
 pub use connection::{serve_connection, ConnEnd};
 pub use counters::{NetCounters, NetSnapshot};
+pub use identity::{ClientCertificate, TlsPeer};
 pub use listener::{next_conn_id, serve};
 pub use reply::{Reply, ReplyPayload};
 pub use spin::{Activity, DEFAULT_IDLE_SPIN};
@@ -378,10 +381,12 @@ pub struct ConnInfo {
     /// see [`ConnInfo::names`].
     pub names: std::sync::OnceLock<Vec<String>>,
     /// Set once, when the connection switches to TLS (RFC 9289): whether
-    /// the client presented a certificate that verified; unset while the
-    /// connection is plain (always, for a datagram). Read per call
-    /// ([`ConnInfo::security`]): one load on the plaintext path.
-    pub tls: std::sync::OnceLock<TransportSecurity>,
+    /// the client presented a certificate that verified, and who it names
+    /// (taken from it then, never again); unset while the connection is
+    /// plain (always, for a datagram). Read per call
+    /// ([`ConnInfo::security`], [`ConnInfo::certificate`]): one load on
+    /// the plaintext path.
+    pub tls: std::sync::OnceLock<TlsPeer>,
     /// Calls to the peer on this connection, answered on it (NFSv4.1's
     /// callbacks): set by [`serve_connection`] for each TCP connection it
     /// serves, whatever the caller put here; `None` for a datagram.
@@ -417,7 +422,20 @@ impl TransportSecurity {
 impl ConnInfo {
     /// How this connection's calls are protected now.
     pub fn security(&self) -> TransportSecurity {
-        self.tls.get().copied().unwrap_or(TransportSecurity::Plain)
+        match self.tls.get() {
+            None => TransportSecurity::Plain,
+            Some(TlsPeer::Anonymous) => TransportSecurity::Tls,
+            Some(TlsPeer::Certified(_)) => TransportSecurity::Mtls,
+        }
+    }
+
+    /// The client's certificate, if it presented one over TLS and it
+    /// verified against `client_ca` (an `mtls` connection).
+    pub fn certificate(&self) -> Option<&ClientCertificate> {
+        match self.tls.get() {
+            Some(TlsPeer::Certified(c)) => Some(c),
+            _ => None,
+        }
     }
 
     /// The peer's confirmed host names; empty if it has none or they were
@@ -445,6 +463,12 @@ pub struct DropLogs {
     replies_unread: LogBudget,
     /// Connections closed for a record longer than the limit.
     too_large: LogBudget,
+    /// TLS handshakes that failed over a certificate, the client's or the
+    /// server's.
+    handshake_certificates: LogBudget,
+    /// TLS handshakes that failed otherwise (stalled, garbage, closed):
+    /// apart, so that a flood of them hides no certificate to fix.
+    handshake_others: LogBudget,
 }
 
 /// Limits applied to each connection, and the counters of the listeners
@@ -497,8 +521,8 @@ pub struct ConnLimits {
     /// `counters`): a few per reason at a time (`log_budget.rs`).
     pub drop_logs: Arc<DropLogs>,
     /// RPC-with-TLS (RFC 9289): a client's AUTH_TLS probe switches its
-    /// connection to TLS with this configuration; `None` refuses probes
-    /// (clients then go on in plaintext).
+    /// connection to TLS with this configuration; `None`, or one that is
+    /// off, refuses probes (clients then go on in plaintext).
     pub tls: Option<TlsConfig>,
     /// A TLS handshake not done in this long closes its connection.
     pub handshake_timeout: Duration,

@@ -46,6 +46,9 @@ const PROC_CALL_BACK: u32 = 6;
 /// No args. Result: as ECHO, the connection's security as the call sees
 /// it ([`ConnInfo::security`]'s word: `none`, `tls`, `mtls`).
 const PROC_SECURITY: u32 = 8;
+/// No args. Result: as ECHO, the client certificate's identity as calls
+/// see it ([`ConnInfo::certificate`], displayed), empty without one.
+const PROC_CERTIFICATE: u32 = 9;
 /// The program, version and procedure the toy program calls back.
 const CB_PROG: u32 = 0x4000_0042;
 const CB_VERS: u32 = 1;
@@ -188,6 +191,15 @@ impl Service for Echo {
                     xid: call.xid,
                     delay: Duration::ZERO,
                     data: EchoData::Owned(conn.security().name().as_bytes().to_vec()),
+                    call_back: None,
+                }));
+            }
+            PROC_CERTIFICATE => {
+                let shown = conn.certificate().map(ToString::to_string);
+                return Ok(Received::Run(EchoCall {
+                    xid: call.xid,
+                    delay: Duration::ZERO,
+                    data: EchoData::Owned(shown.unwrap_or_default().into_bytes()),
                     call_back: None,
                 }));
             }

@@ -15,7 +15,7 @@ use dionfs_logs::LogFilter;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::clients::ClientMatch;
+use super::clients::{Client, ClientMatch};
 use super::port::is_reserved;
 
 /// The default and the largest maximum transfer size (rtmax/wtmax).
@@ -128,7 +128,15 @@ pub struct TlsFiles {
     /// PEM: the CAs a client certificate must be signed by, when a client
     /// presents one; without it, client certificates are not asked for.
     pub client_ca: Option<PathBuf>,
+    /// A handshake not done in this long closes its connection.
+    pub handshake_timeout: Duration,
 }
+
+/// How long a TLS handshake may take unless `[tls] handshake_timeout`
+/// says otherwise: ample for a client across the world (a TLS 1.3
+/// handshake is one round trip and a little computing), short enough that
+/// stalled handshakes hold their connections briefly.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl TlsFiles {
     /// Reads and checks the files: TLS 1.3 with ALPN `sunrpc`, the key the
@@ -550,20 +558,21 @@ impl ExportConfig {
         }
     }
 
-    /// The options of the entry that matches a client at `addr` with the
-    /// confirmed host names `names`, or `None` if none does. As rpc.mountd
-    /// picks among the entries of one path (`lookup_export` in nfs-utils,
-    /// by client type): a single host (a name or one address) first, then
-    /// a network, then a wildcard, then everyone (`*`, a `/0` network);
-    /// among entries of the same kind, the first in the config.
-    pub fn options_for(&self, addr: IpAddr, names: &[String]) -> Option<&ClientOptions> {
+    /// The options of the entry that matches `client` best, or `None` if
+    /// none does. As rpc.mountd picks among the entries of one path
+    /// (`lookup_export` in nfs-utils, by client type): a single host (a
+    /// name or one address) first, then a network, then a wildcard, then
+    /// everyone (`*`, a `/0` network); among entries of the same kind, the
+    /// first in the config. Before them all, an entry naming the client's
+    /// certificate.
+    pub fn options_for(&self, client: Client<'_>) -> Option<&ClientOptions> {
         self.entries
             .iter()
             .filter_map(|e| {
                 let best = e
                     .clients
                     .iter()
-                    .filter(|c| c.matches_client(addr, names))
+                    .filter(|c| c.matches_client(client))
                     .map(ClientMatch::precedence)
                     .min()?;
                 Some((best, &e.options))
@@ -573,15 +582,16 @@ impl ExportConfig {
             .map(|(_, options)| options)
     }
 
-    /// Whether a client at `addr` may use this export.
+    /// Whether a client at `addr`, known by its address alone, may use
+    /// this export.
     pub fn admits(&self, addr: IpAddr) -> bool {
-        self.options_for(addr, &[]).is_some()
+        self.options_for(Client::at(addr)).is_some()
     }
 
-    /// Whether a client at `addr` with the confirmed host names `names`
-    /// may use this export (names match host and wildcard entries).
-    pub fn admits_client(&self, addr: IpAddr, names: &[String]) -> bool {
-        self.options_for(addr, names).is_some()
+    /// Whether `client` may use this export (its names match host and
+    /// wildcard entries, its certificate certificate entries).
+    pub fn admits_client(&self, client: Client<'_>) -> bool {
+        self.options_for(client).is_some()
     }
 
     /// Every client of every entry, in the config's order.
@@ -641,6 +651,8 @@ struct RawTls {
     certificate: PathBuf,
     key: PathBuf,
     client_ca: Option<PathBuf>,
+    /// Seconds (fractions allowed).
+    handshake_timeout: Option<Spanned<f64>>,
 }
 
 #[derive(Deserialize)]
@@ -1087,11 +1099,19 @@ impl Config {
             }
         }
 
-        server.tls = raw.tls.map(|t| TlsFiles {
-            certificate: t.certificate,
-            key: t.key,
-            client_ca: t.client_ca,
-        });
+        if let Some(t) = raw.tls {
+            let handshake_timeout = match t.handshake_timeout {
+                Some(v) => check_timeout("handshake_timeout", *v.get_ref())
+                    .map_err(|r| err(Some(v.span()), r))?,
+                None => DEFAULT_HANDSHAKE_TIMEOUT,
+            };
+            server.tls = Some(TlsFiles {
+                certificate: t.certificate,
+                key: t.key,
+                client_ca: t.client_ca,
+                handshake_timeout,
+            });
+        }
 
         let mut exports = Vec::new();
         for e in raw.exports {
@@ -1199,21 +1219,43 @@ impl Config {
 }
 
 impl Config {
-    /// Checks each export's `xprtsec` against the `[tls]` the server runs
-    /// with (the file's, or the `--tls-*` flags'): an export that only
-    /// TLS clients may use needs `[tls]`, and one whose only TLS is
-    /// `mtls` needs `[tls] client_ca` (without it no client presents a
-    /// certificate, so none could use it). Run once the flags are
-    /// applied, at start and by every reload.
+    /// Checks each export's `xprtsec` and certificate entries against the
+    /// `[tls]` the server runs with (the file's, or the `--tls-*` flags'):
+    /// an export that only TLS clients may use needs `[tls]`, and one
+    /// whose only TLS is `mtls` needs `[tls] client_ca` (without it no
+    /// client presents a certificate, so none could use it); so does a
+    /// client entry naming a certificate (`tls-san:`, `tls-sha256:`), and
+    /// its `xprtsec` must allow `mtls`, the only connection it can match.
+    /// Run once the flags are applied, at start and by every reload.
     pub fn check_xprtsec(&self) -> Result<(), String> {
         let tls = self.server.tls.as_ref();
         for x in &self.exports {
             for entry in &x.entries {
                 let modes = entry.options.xprtsec;
+                if let Some(named) = entry.clients.iter().find(|c| c.is_certificate()) {
+                    if tls.is_none_or(|t| t.client_ca.is_none()) {
+                        return Err(format!(
+                            "export {}: client `{named}` names a client certificate, and \
+                             certificates are asked for only with client_ca in the [tls] \
+                             table (--tls-client-ca)",
+                            x.path.display()
+                        ));
+                    }
+                    if !modes.contains(Xprtsec::MTLS) {
+                        return Err(format!(
+                            "export {}: client `{named}` matches only connections with a \
+                             client certificate (mtls), which its xprtsec (\"{}\") refuses; \
+                             add \"mtls\"",
+                            x.path.display(),
+                            modes.to_string().replace(':', "\", \"")
+                        ));
+                    }
+                }
                 if !modes.contains(Xprtsec::NONE) && tls.is_none() {
                     return Err(format!(
                         "export {}: xprtsec = [\"{}\"] needs RPC-with-TLS: add a [tls] table \
-                         (certificate, key), or allow \"none\"",
+                         (certificate, key; or --tls-certificate and --tls-key), or allow \
+                         \"none\"",
                         x.path.display(),
                         modes.to_string().replace(':', "\", \"")
                     ));
@@ -1372,8 +1414,22 @@ mod tests {
                 certificate: "/etc/c.pem".into(),
                 key: "/etc/k.pem".into(),
                 client_ca: None,
+                handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             })
         );
+        let c = parse(
+            "[tls]\ncertificate = \"c\"\nkey = \"k\"\nhandshake_timeout = 0.5\n\
+             [[export]]\npath = \"/tmp\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.server.tls.unwrap().handshake_timeout,
+            Duration::from_millis(500)
+        );
+        let e =
+            parse("[tls]\ncertificate = \"c\"\nkey = \"k\"\nhandshake_timeout = 0\n").unwrap_err();
+        assert_eq!(e.line, 4, "{e}");
+        assert!(e.reason.contains("handshake_timeout"), "{e}");
         let c = parse(
             "[tls]\ncertificate = \"c\"\nkey = \"k\"\nclient_ca = \"ca\"\n\
              [[export]]\npath = \"/tmp\"\n",
@@ -1691,7 +1747,7 @@ match = "*"
         let x = &c.exports[0];
         assert_eq!(x.entries.len(), 3);
         assert_eq!(x.read_mode, Mode::Buffered);
-        let of = |a: &str| *x.options_for(a.parse().unwrap(), &[]).unwrap();
+        let of = |a: &str| *x.options_for(Client::at(a.parse().unwrap())).unwrap();
         let host = of("10.1.2.3");
         assert_eq!(
             (host.access, host.squash, host.secure, host.anonuid),
@@ -1759,8 +1815,12 @@ anonuid = 6
         let x = &c.exports[0];
         let anonuid = |ip: &str, names: &[&str]| {
             let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-            x.options_for(ip.parse().unwrap(), &names)
-                .map(|o| o.anonuid)
+            x.options_for(Client {
+                ip: ip.parse().unwrap(),
+                names: &names,
+                certificate: None,
+            })
+            .map(|o| o.anonuid)
         };
         // A single host over the network it lies in, though listed later
         // and in an entry that also names a network.
@@ -1783,10 +1843,12 @@ anonuid = 6
         )
         .unwrap();
         let x = &c.exports[0];
-        assert!(x.options_for("10.0.0.3".parse().unwrap(), &[]).is_none());
+        assert!(x
+            .options_for(Client::at("10.0.0.3".parse().unwrap()))
+            .is_none());
         assert!(!x.admits("10.0.0.3".parse().unwrap()));
         assert!(x
-            .options_for("10.0.0.2".parse().unwrap(), &[])
+            .options_for(Client::at("10.0.0.2".parse().unwrap()))
             .unwrap()
             .read_only());
     }
@@ -1803,7 +1865,11 @@ anonuid = 6
         .unwrap();
         c.check_xprtsec().unwrap();
         let x = &c.exports[0];
-        let of = |a: &str| x.options_for(a.parse().unwrap(), &[]).unwrap().xprtsec;
+        let of = |a: &str| {
+            x.options_for(Client::at(a.parse().unwrap()))
+                .unwrap()
+                .xprtsec
+        };
         // The export's own value is its entries' default.
         assert_eq!(of("10.2.3.4"), Xprtsec::parse(["tls", "mtls"]).unwrap());
         assert_eq!(of("10.0.0.1"), Xprtsec::MTLS);
@@ -1881,6 +1947,68 @@ anonuid = 6
         with_tls("[[export]]\npath = \"/tmp\"\nxprtsec = [\"tls\", \"mtls\"]\n")
             .check_xprtsec()
             .unwrap();
+    }
+
+    /// Certificate entries in `clients` and `match`: the entry naming the
+    /// client's certificate wins over its address's; a malformed one is
+    /// an error with its line; without client_ca, or with an xprtsec that
+    /// refuses mtls, the start (or reload) fails saying so.
+    #[test]
+    fn certificate_entries_match_and_are_checked() {
+        let tls = "[tls]\ncertificate = \"c\"\nkey = \"k\"\nclient_ca = \"ca\"\n";
+        let c = parse(&format!(
+            "{tls}[[export]]\npath = \"/tmp\"\n\
+             [[export.client]]\nmatch = \"10.0.0.0/8\"\nanonuid = 1\n\
+             [[export.client]]\nmatch = [\"tls-san:admin.example\", \"10.0.0.1\"]\nanonuid = 2\n"
+        ))
+        .unwrap();
+        c.check_xprtsec().unwrap();
+        let x = &c.exports[0];
+        let admin = dionfs_transport::ClientCertificate {
+            sha256: [7; 32],
+            dns_names: vec!["admin.example".into()],
+            uris: Vec::new(),
+        };
+        let anonuid = |ip: &str, certificate| {
+            x.options_for(Client {
+                ip: ip.parse().unwrap(),
+                names: &[],
+                certificate,
+            })
+            .map(|o| o.anonuid)
+        };
+        assert_eq!(anonuid("10.0.0.9", None), Some(1));
+        assert_eq!(anonuid("10.0.0.9", Some(&admin)), Some(2));
+        assert_eq!(anonuid("192.168.1.1", Some(&admin)), Some(2));
+        assert_eq!(anonuid("192.168.1.1", None), None);
+
+        let e =
+            parse("[[export]]\npath = \"/tmp\"\nclients = [\"10.0.0.1\",\n  \"tls-sha256:12\"]\n")
+                .unwrap_err();
+        assert_eq!(e.line, 4, "{e}");
+        assert!(e.reason.contains("64 hex digits"), "{e}");
+        // No client_ca: no certificates are asked for.
+        let named = "[[export]]\npath = \"/tmp\"\nclients = [\"tls-san:client1.example\"]\n";
+        let e = parse(named).unwrap().check_xprtsec().unwrap_err();
+        assert!(
+            e.contains("/tmp") && e.contains("tls-san:client1.example") && e.contains("client_ca"),
+            "{e}"
+        );
+        let e = parse(&format!("[tls]\ncertificate = \"c\"\nkey = \"k\"\n{named}"))
+            .unwrap()
+            .check_xprtsec()
+            .unwrap_err();
+        assert!(e.contains("client_ca"), "{e}");
+        parse(&format!("{tls}{named}"))
+            .unwrap()
+            .check_xprtsec()
+            .unwrap();
+        // An entry that could never match.
+        let e = parse(&format!("{tls}{named}xprtsec = [\"none\", \"tls\"]\n"))
+            .unwrap()
+            .check_xprtsec()
+            .unwrap_err();
+        assert!(e.contains("add \"mtls\""), "{e}");
     }
 
     #[test]

@@ -784,12 +784,19 @@ mod tests {
         let c = converted_config(text, dir.path());
         let x = &c.exports[0];
         let ip = "10.0.0.9".parse().unwrap();
-        let host1 = x.options_for(ip, &["host1".to_string()]).unwrap();
+        let names = ["host1".to_string()];
+        let host1 = x
+            .options_for(crate::export::Client {
+                ip,
+                names: &names,
+                certificate: None,
+            })
+            .unwrap();
         assert_eq!(
             (host1.access, host1.squash),
             (Access::Rw, Squash::NoRootSquash)
         );
-        let other = x.options_for(ip, &[]).unwrap();
+        let other = x.options_for(crate::export::Client::at(ip)).unwrap();
         assert_eq!(
             (other.access, other.squash),
             (Access::Ro, Squash::RootSquash)
@@ -804,7 +811,10 @@ mod tests {
         let c = converted_config(text, dir.path());
         let x = &c.exports[0];
         assert_eq!((x.durability, x.id), (Durability::Async, 12));
-        let of = |a: &str| *x.options_for(a.parse().unwrap(), &[]).unwrap();
+        let of = |a: &str| {
+            *x.options_for(crate::export::Client::at(a.parse().unwrap()))
+                .unwrap()
+        };
         let host = of("10.1.2.3");
         assert_eq!(
             (host.access, host.squash, host.secure),

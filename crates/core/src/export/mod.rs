@@ -6,7 +6,7 @@ pub mod config;
 pub mod exports5;
 pub mod port;
 
-pub use clients::{ClientMatch, Precedence};
+pub use clients::{CertificateMatch, Client, ClientMatch, Precedence};
 pub use config::{
     Access, ClientEntry, ClientOptions, Config, ConfigError, Durability, ExportConfig, Integrity,
     NfsVersions, ServerSettings, Squash, TlsFiles, Xprtsec,

@@ -137,10 +137,7 @@ impl<'a> OpCtx<'a> {
 
     /// Who the client is, as export client lists see it.
     pub fn client(&self) -> Client<'a> {
-        Client {
-            ip: self.conn.peer.ip(),
-            names: self.conn.names(),
-        }
+        Client::of(self.conn)
     }
 
     /// The handle key of every handle the server issues.

@@ -24,11 +24,11 @@
 //! pseudo directories, as if the outer were not exported.
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::IpAddr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
 use std::sync::{Arc, Weak};
 
+pub use dionfs_core::export::Client;
 use dionfs_core::export::{ClientMatch, ExportConfig};
 use dionfs_core::exports::Exports;
 use dionfs_fs::handle::PathId;
@@ -46,14 +46,6 @@ pub fn export_fsid(export: u16) -> Fsid4 {
         major: 1 + u64::from(export),
         minor: 0,
     }
-}
-
-/// Who asks: the client's address and its confirmed host names
-/// (`ConnInfo::peer`, `ConnInfo::names`), what export client lists match.
-#[derive(Debug, Clone, Copy)]
-pub struct Client<'a> {
-    pub ip: IpAddr,
-    pub names: &'a [String],
 }
 
 /// An export as the tree knows it.
@@ -84,9 +76,7 @@ impl ExportEntry {
     }
 
     fn admits(&self, client: Client<'_>) -> bool {
-        self.clients
-            .iter()
-            .any(|c| c.matches_client(client.ip, client.names))
+        self.clients.iter().any(|c| c.matches_client(client))
     }
 }
 
@@ -578,10 +568,7 @@ mod tests {
     }
 
     fn client(ip: &str) -> Client<'static> {
-        Client {
-            ip: ip.parse().expect("ip"),
-            names: &[],
-        }
+        Client::at(ip.parse().expect("ip"))
     }
 
     const STAMP: Time = Time {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use dionfs_rpc::message::AUTH_TLS;
 use dionfs_rpc::{read_record_blocking, OpaqueAuth};
 use dionfs_xdr::Decode;
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair, SanType};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 
@@ -20,6 +20,7 @@ use super::*;
 
 /// A CA, and a certificate it signed, with its key.
 struct Issued {
+    issuer: Arc<CertifiedIssuer<'static, KeyPair>>,
     ca: CertificateDer<'static>,
     ca_pem: String,
     cert: CertificateDer<'static>,
@@ -34,18 +35,31 @@ fn issue(name: &str) -> Issued {
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    sign(
+        Arc::new(ca),
+        CertificateParams::new(vec![name.to_string()]).unwrap(),
+    )
+}
+
+/// A certificate of `params` that `issuer` signed, with a fresh key.
+fn sign(issuer: Arc<CertifiedIssuer<'static, KeyPair>>, params: CertificateParams) -> Issued {
     let key = KeyPair::generate().unwrap();
-    let cert = CertificateParams::new(vec![name.to_string()])
-        .unwrap()
-        .signed_by(&key, &ca)
-        .unwrap();
+    let cert = params.signed_by(&key, &issuer).unwrap();
     Issued {
-        ca: ca.der().clone(),
-        ca_pem: ca.pem(),
+        ca: issuer.der().clone(),
+        ca_pem: issuer.pem(),
+        issuer,
         cert: cert.der().clone(),
         cert_pem: cert.pem(),
         key_der: key.serialize_der(),
         key_pem: key.serialize_pem(),
+    }
+}
+
+impl Issued {
+    /// Another certificate of the same CA, of `params`.
+    fn sibling(&self, params: CertificateParams) -> Issued {
+        sign(self.issuer.clone(), params)
     }
 }
 
@@ -374,6 +388,42 @@ async fn a_probe_without_tls_configured_is_refused() {
     .await;
 }
 
+/// A configuration that is off refuses probes as none does; once given a
+/// certificate (a reload that adds `[tls]`) its probes are answered, on
+/// connections opened before too; turned off again, probes are refused
+/// and a connection in TLS goes on.
+#[tokio::test]
+async fn tls_turned_on_and_off_while_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let issued = issue("localhost");
+    let running = TlsConfig::off();
+    let server = start(ConnLimits {
+        tls: Some(running.clone()),
+        ..ConnLimits::default()
+    })
+    .await;
+    let addr = server.addr;
+    let on = server_files(dir.path(), &issued, None);
+    let config = client_config(&issued, &[b"sunrpc"], None);
+    client(move || {
+        let (mut before, reply) = probe(addr);
+        assert_eq!(reply.status, ReplyStatus::AuthError(AuthStat::BadCred));
+        running.replace(&on);
+        assert!(running.is_on());
+        before
+            .write_all(&framed(&probe_call(2, PROC_NULL)))
+            .unwrap();
+        let reply = read_record_blocking(&mut before, 1 << 20).unwrap();
+        assert_eq!(ReplyHeader::from_xdr(&reply).unwrap(), starttls(2));
+        let mut inside = TlsClient::connect(addr, config).unwrap();
+        running.turn_off();
+        let (_, reply) = probe(addr);
+        assert_eq!(reply.status, ReplyStatus::AuthError(AuthStat::BadCred));
+        assert_eq!(inside.echo(3, b"still tls"), b"still tls");
+    })
+    .await;
+}
+
 /// AUTH_TLS is for NULL only, with an AUTH_NONE verifier, and only
 /// before TLS: anything else is refused (as knfsd does) and the
 /// connection goes on.
@@ -487,6 +537,79 @@ async fn a_bad_or_stalled_handshake_costs_only_its_connection() {
     .await;
 }
 
+/// The handshake timeout bounds the whole handshake, unlike the stall
+/// timeout, which a record that keeps coming never meets: a ClientHello
+/// sent a byte at a time, each in time for the stall timeout, is closed
+/// at the handshake timeout all the same. A record header claiming more
+/// than a TLS record holds is refused at once. Each costs only its
+/// connection, and counts as a failed handshake.
+#[tokio::test]
+async fn a_trickled_or_oversized_handshake_costs_only_its_connection() {
+    let limits = ConnLimits {
+        handshake_timeout: Duration::from_millis(800),
+        stall_timeout: Duration::from_millis(400),
+        ..ConnLimits::default()
+    };
+    let counters = limits.counters.clone();
+    let (server, issued) = tls_server(limits, None).await;
+    let addr = server.addr;
+    let config = client_config(&issued, &[b"sunrpc"], None);
+    client(move || {
+        let mut good = TlsClient::connect(addr, config.clone()).unwrap();
+        // A record of 2^16 - 1 bytes, past the 2^14 + 256 TLS allows.
+        let (mut oversized, _) = probe(addr);
+        oversized
+            .write_all(&[0x16, 3, 3, 0xff, 0xff, 1, 0, 0])
+            .unwrap();
+        let start = Instant::now();
+        let mut rest = Vec::new();
+        let _ = oversized.read_to_end(&mut rest);
+        assert!(
+            start.elapsed() < Duration::from_millis(700),
+            "refused at once"
+        );
+        // A ClientHello a byte every 100 ms.
+        let (mut trickle, _) = probe(addr);
+        let mut hello = Vec::new();
+        let name = ServerName::try_from("localhost").unwrap();
+        let mut conn = ClientConnection::new(config, name).unwrap();
+        conn.write_tls(&mut hello).unwrap();
+        let start = Instant::now();
+        let mut closed = false;
+        for byte in &hello {
+            if trickle.write_all(&[*byte]).is_err() {
+                closed = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            assert_eq!(good.echo(2, b"served"), b"served");
+            if start.elapsed() > Duration::from_secs(3) {
+                break;
+            }
+        }
+        if !closed {
+            trickle
+                .set_read_timeout(Some(Duration::from_secs(3)))
+                .unwrap();
+            let mut rest = Vec::new();
+            let _ = trickle.read_to_end(&mut rest);
+        }
+        let waited = start.elapsed();
+        assert!(
+            waited >= Duration::from_millis(700) && waited < Duration::from_millis(2500),
+            "closed after {waited:?}"
+        );
+        assert_eq!(good.echo(3, b"still served"), b"still served");
+    })
+    .await;
+    wait_until_async(
+        || counters.snapshot().tls_handshake_failures == 2,
+        Duration::from_secs(5),
+        "two failed handshakes counted",
+    )
+    .await;
+}
+
 /// With a client CA: a certificate it signed is accepted, one of another
 /// CA refused, none at all let through (exports decide later).
 #[tokio::test]
@@ -532,6 +655,106 @@ async fn client_certificates_are_verified_when_presented() {
         };
         assert!(refused, "a certificate of another CA was accepted");
     })
+    .await;
+}
+
+/// What calls see of an mTLS client (`ConnInfo::certificate`): its
+/// certificate's DNS names (in lower case) and URIs, and its SHA-256,
+/// taken once at the handshake; nothing for a client without one.
+#[tokio::test]
+async fn calls_see_the_client_certificates_names_and_fingerprint() {
+    let clients = issue("first.example");
+    let mut params = CertificateParams::new(vec!["Client1.Example".to_string()]).unwrap();
+    let uri = "spiffe://example.org/nfs/client1";
+    params
+        .subject_alt_names
+        .push(SanType::URI(uri.try_into().unwrap()));
+    let named = clients.sibling(params);
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, named.cert.as_ref());
+    let hex: Vec<String> = digest.as_ref().iter().map(|b| format!("{b:02X}")).collect();
+    let expected = format!("client1.example {uri} sha256 {}", hex.join(":"));
+    let (server, issued) = tls_server(ConnLimits::default(), Some(&clients)).await;
+    let addr = server.addr;
+    let with = client_config(&issued, &[b"sunrpc"], Some(&named));
+    let without = client_config(&issued, &[b"sunrpc"], None);
+    let certificate = |xid| {
+        framed(&encode_call(
+            xid,
+            ECHO_PROG,
+            ECHO_VERS,
+            PROC_CERTIFICATE,
+            &Credential::None,
+        ))
+    };
+    client(move || {
+        let mut c = TlsClient::connect(addr, with).unwrap();
+        c.send(&certificate(2)).unwrap();
+        assert_eq!(String::from_utf8(c.echo_reply(2)).unwrap(), expected);
+        let mut c = TlsClient::connect(addr, without).unwrap();
+        c.send(&certificate(3)).unwrap();
+        assert_eq!(c.echo_reply(3), b"");
+    })
+    .await;
+}
+
+/// Against a client CA: a certificate it signed gets through, and so does
+/// no certificate at all (as `tls`: exports decide); an expired one and
+/// one of another CA are refused at the handshake, each costing only its
+/// own connection (a client in TLS meanwhile is served on), counted as
+/// failed handshakes.
+#[tokio::test]
+async fn expired_and_foreign_certificates_cost_only_their_connection() {
+    let clients = issue("good.example");
+    let mut params = CertificateParams::new(vec!["expired.example".to_string()]).unwrap();
+    params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+    params.not_after = rcgen::date_time_ymd(2020, 1, 2);
+    let expired = clients.sibling(params);
+    let stranger = issue("good.example");
+    let limits = ConnLimits::default();
+    let counters = limits.counters.clone();
+    let (server, issued) = tls_server(limits, Some(&clients)).await;
+    let addr = server.addr;
+    let good = client_config(&issued, &[b"sunrpc"], Some(&clients));
+    let refused = [
+        client_config(&issued, &[b"sunrpc"], Some(&expired)),
+        client_config(&issued, &[b"sunrpc"], Some(&stranger)),
+    ];
+    let none = client_config(&issued, &[b"sunrpc"], None);
+    let security = |xid| {
+        framed(&encode_call(
+            xid,
+            ECHO_PROG,
+            ECHO_VERS,
+            PROC_SECURITY,
+            &Credential::None,
+        ))
+    };
+    client(move || {
+        let mut served = TlsClient::connect(addr, good.clone()).unwrap();
+        served.send(&security(1)).unwrap();
+        assert_eq!(served.echo_reply(1), b"mtls");
+        for (i, config) in refused.into_iter().enumerate() {
+            // TLS 1.3: the server sees the client's certificate after the
+            // client's side of the handshake is done; its alert comes next.
+            let refused = match TlsClient::connect(addr, config) {
+                Err(_) => true,
+                Ok(mut c) => c.send(&framed(&echo_call(2, b"x"))).is_err() || c.closed(),
+            };
+            assert!(refused, "certificate {i} accepted");
+            assert_eq!(served.echo(3 + i as u32, b"on"), b"on");
+        }
+        let mut anonymous = TlsClient::connect(addr, none).unwrap();
+        anonymous.send(&security(5)).unwrap();
+        assert_eq!(anonymous.echo_reply(5), b"tls");
+        let mut again = TlsClient::connect(addr, good).unwrap();
+        assert_eq!(again.echo(6, b"good"), b"good");
+    })
+    .await;
+    wait_until_async(
+        || counters.snapshot().tls_handshake_failures == 2,
+        Duration::from_secs(5),
+        "two failed handshakes counted",
+    )
     .await;
 }
 
