@@ -251,7 +251,7 @@ impl CallReader {
             }
             // Through the runtime's read, which takes a short read as the
             // socket emptied: no `recv` that fails before the next wait.
-            let mut space = ReadBuf::new(tls.reader.cipher_space());
+            let mut space = ReadBuf::new(tls.reader.cipher_space(buf.remaining()));
             match Pin::new(&mut self.half).poll_read(cx, &mut space) {
                 Poll::Pending => {
                     progress.set_waiting(Waiting::Socket);

@@ -57,6 +57,13 @@ pub(super) fn ciphertext_len(plaintext: usize) -> usize {
 /// Ciphertext read from the socket at once (four TLS records).
 const CIPHER_READ: usize = 64 << 10;
 
+/// Ciphertext read at once for a read of that much plaintext or more (a
+/// large WRITE's payload): the reading buffer grows to this the first
+/// time, so such a payload takes a few `recv`s rather than one per four
+/// records, and the part of a record moved to the front of the buffer
+/// after each is a smaller share of it.
+const CIPHER_READ_LARGE: usize = 256 << 10;
+
 /// The TLS side of a server: what a handshake presents and checks, or
 /// that probes are refused ([`TlsConfig::off`]). Cheap to clone; clones
 /// are the same configuration, which [`TlsConfig::replace`] and
@@ -561,17 +568,27 @@ impl TlsReader {
         }
     }
 
-    /// The buffer the next ciphertext is read into: after what is kept
-    /// (plaintext not yet read, a record not yet whole), moved to the
-    /// start.
-    pub(super) fn cipher_space(&mut self) -> &mut [u8] {
+    /// The buffer the next ciphertext is read into, for a read of `want`
+    /// bytes of plaintext: after what is kept (plaintext not yet read, a
+    /// record not yet whole), moved to the start when less than
+    /// [`CIPHER_READ`] is free after it; grown to [`CIPHER_READ_LARGE`]
+    /// the first time `want` is that large.
+    pub(super) fn cipher_space(&mut self, want: usize) -> &mut [u8] {
         let keep = if self.plain.0 < self.plain.1 {
             self.plain.0
         } else {
             self.plain = (0, 0);
             self.pos
         };
-        self.cipher.copy_within(keep..self.end, 0);
+        if want >= CIPHER_READ_LARGE && self.cipher.len() < CIPHER_READ_LARGE {
+            let mut larger = vec![0; CIPHER_READ_LARGE].into_boxed_slice();
+            larger[..self.end - keep].copy_from_slice(&self.cipher[keep..self.end]);
+            self.cipher = larger;
+        } else if self.cipher.len() - self.end < CIPHER_READ || keep == self.end {
+            self.cipher.copy_within(keep..self.end, 0);
+        } else {
+            return &mut self.cipher[self.end..];
+        }
         if self.plain.1 > 0 {
             self.plain = (self.plain.0 - keep, self.plain.1 - keep);
         }
