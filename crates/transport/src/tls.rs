@@ -800,23 +800,6 @@ pub(super) async fn handshake(
     }
 }
 
-/// Writes all of `bytes` to `socket`, waiting for room.
-async fn write_all(socket: &TcpStream, bytes: &[u8], to_socket: &AtomicU64) -> io::Result<()> {
-    let mut sent = 0;
-    while sent < bytes.len() {
-        match socket.try_write(&bytes[sent..]) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => {
-                sent += n;
-                to_socket.fetch_add(n as u64, Ordering::Relaxed);
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => socket.writable().await?,
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
 /// Why a handshake did not complete.
 #[derive(Debug)]
 pub enum HandshakeError {
@@ -840,4 +823,27 @@ impl fmt::Display for HandshakeError {
             HandshakeError::TimedOut(t) => write!(f, "not done in {}s", t.as_secs_f64()),
         }
     }
+}
+
+/// Writes all of `bytes` to `socket`, waiting for room; counts them in
+/// `to_socket`. (The handshake's flights, and the probe's reply
+/// before it: `Shared::write_plain`.)
+pub(super) async fn write_all(
+    socket: &TcpStream,
+    bytes: &[u8],
+    to_socket: &AtomicU64,
+) -> io::Result<()> {
+    let mut sent = 0;
+    while sent < bytes.len() {
+        match socket.try_write(&bytes[sent..]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                sent += n;
+                to_socket.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => socket.writable().await?,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }

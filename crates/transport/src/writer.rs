@@ -224,19 +224,7 @@ impl Shared {
     /// probe, sent before the handshake), waiting for room; only while
     /// the switch holds the socket.
     pub(super) async fn write_plain(&self, bytes: &[u8]) -> io::Result<()> {
-        let mut sent = 0;
-        while sent < bytes.len() {
-            match self.socket.try_write(&bytes[sent..]) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => {
-                    sent += n;
-                    self.to_socket.fetch_add(n as u64, Ordering::Relaxed);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.socket.writable().await?,
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
+        super::tls::write_all(self.socket.as_ref(), bytes, &self.to_socket).await
     }
 
     /// Ends the switch: from now on records go out encrypted by `tls`,
