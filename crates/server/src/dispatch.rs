@@ -13,7 +13,7 @@ use dionfs_proto::nfs3::{ReadArgs, NFS_PROGRAM, NFS_V3};
 use dionfs_proto::nfs4::NFS_V4;
 use dionfs_proto::{ArgsLimit, Void};
 use dionfs_rpc::{AuthStat, CallHeader, Credential, RecordError, RecordReader, ReplyStatus};
-use dionfs_transport::{read_args, CallStream, ConnInfo, Received, Reply, Service};
+use dionfs_transport::{read_args, CallStream, ConnInfo, Place, Received, Reply, Service};
 use dionfs_xdr::{Decode, Decoder};
 use tracing::debug;
 
@@ -364,8 +364,17 @@ impl Service for Dispatcher {
         !self.starts_on_task(pending)
     }
 
-    async fn execute(self: Arc<Self>, conn: Arc<ConnInfo>, pending: Pending) -> Option<Reply> {
-        let on_task = self.starts_on_task(&pending);
+    async fn execute(
+        self: Arc<Self>,
+        conn: Arc<ConnInfo>,
+        pending: Pending,
+        place: Place,
+    ) -> Option<Reply> {
+        // As the connection decided (`execute_blocks`), not asked again:
+        // the answer may have changed since, and a blocking handler on a
+        // task can stall every worker (each waiting on a range lock that a
+        // task holds across its io_uring read).
+        let on_task = place == Place::Task;
         let (prog, vers, proc_) = match &pending {
             Pending::Nfs { call, .. } | Pending::Mount { call, .. } => {
                 (call.prog, call.vers, call.proc_)

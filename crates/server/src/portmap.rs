@@ -23,7 +23,7 @@ use dionfs_rpc::{reply, CallHeader, RecordError, RecordReader, ReplyStatus};
 use dionfs_xdr::{Decode, Encode, Encoder};
 use tokio::io::AsyncRead;
 
-use dionfs_transport::{read_args, ConnInfo, Received, Reply, Service};
+use dionfs_transport::{read_args, ConnInfo, Place, Received, Reply, Service};
 
 use crate::callstats::CallStats;
 use crate::program::{self, Procedure, Program};
@@ -350,7 +350,12 @@ impl Service for PortmapService {
         Ok(Received::Reply(reply))
     }
 
-    async fn execute(self: Arc<Self>, _conn: Arc<ConnInfo>, pending: Infallible) -> Option<Reply> {
+    async fn execute(
+        self: Arc<Self>,
+        _conn: Arc<ConnInfo>,
+        pending: Infallible,
+        _place: Place,
+    ) -> Option<Reply> {
         match pending {}
     }
 }

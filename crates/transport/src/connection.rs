@@ -47,7 +47,7 @@ use super::spin::Pace;
 use super::stream::{CallReader, ReadProgress, Waiting};
 use super::tls::{self, HandshakeError, TlsConfig};
 use super::writer::{CallPermits, Shared};
-use super::{ClientCertificate, ConnInfo, ConnLimits, Received, Service, TlsPeer};
+use super::{ClientCertificate, ConnInfo, ConnLimits, Place, Received, Service, TlsPeer};
 
 /// Upper bound on `ConnLimits::max_in_flight` and `buffer_share`, so that
 /// permit counts fit the semaphore's u32 arithmetic.
@@ -678,13 +678,14 @@ fn run_call<S: Service>(l: &Loop<'_, S>, pending: S::Pending, permits: CallPermi
     if service.execute_blocks(&pending) {
         let runtime = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || {
-            if let Some(reply) = runtime.block_on(service.execute(conn, pending)) {
+            let execute = service.execute(conn, pending, Place::BlockingThread);
+            if let Some(reply) = runtime.block_on(execute) {
                 shared.send(reply, permits);
             }
         });
     } else {
         tokio::spawn(async move {
-            if let Some(reply) = service.execute(conn, pending).await {
+            if let Some(reply) = service.execute(conn, pending, Place::Task).await {
                 shared.send(reply, permits);
             }
         });

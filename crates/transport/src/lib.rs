@@ -87,6 +87,9 @@ pub trait Service: Send + Sync + 'static {
     /// thread hand-off per call, where a task that waits for a blocking
     /// thread and is then woken to send the reply costs two more (measured:
     /// most of a small call's time). Otherwise it runs as a task.
+    /// Asked once per call: [`execute`](Self::execute) is told the answer
+    /// (its [`Place`]), since what it depends on (a file's cached pages, a
+    /// range held, the ring's room) may change before `execute` runs.
     fn execute_blocks(&self, _pending: &Self::Pending) -> bool {
         false
     }
@@ -167,13 +170,26 @@ pub trait Service: Send + Sync + 'static {
     /// for the service's counters. The connection has logged it.
     fn note_oversized_args(&self) {}
 
-    /// Runs a received call, in a task of its own, and returns the reply to
-    /// send, if any.
+    /// Runs a received call, in a task of its own or on a blocking thread
+    /// (`place`, as [`execute_blocks`](Self::execute_blocks) answered for
+    /// it), and returns the reply to send, if any. On a task it must not
+    /// block: a runtime worker waiting on, say, a lock that a task holds
+    /// across an await can leave no worker to run that task.
     fn execute(
         self: Arc<Self>,
         conn: Arc<ConnInfo>,
         pending: Self::Pending,
+        place: Place,
     ) -> impl Future<Output = Option<Reply>> + Send;
+}
+
+/// Where [`Service::execute`] runs a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// A task on the runtime's workers: nothing may block.
+    Task,
+    /// A thread of tokio's blocking pool.
+    BlockingThread,
 }
 
 /// Reads a call's arguments, the rest of its record, if they are at most

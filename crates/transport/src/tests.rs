@@ -49,6 +49,11 @@ const PROC_SECURITY: u32 = 8;
 /// No args. Result: as ECHO, the client certificate's identity as calls
 /// see it ([`ConnInfo::certificate`], displayed), empty without one.
 const PROC_CERTIFICATE: u32 = 9;
+/// No args. `execute_blocks` answers yes and no by turns to these calls
+/// (whatever the call), as a real service's answer may change while a
+/// call waits. Result: as ECHO, where the call ran and how often it was
+/// asked: `task`, `blocking` or `asked N times`.
+const PROC_PLACE: u32 = 10;
 /// The program, version and procedure the toy program calls back.
 const CB_PROG: u32 = 0x4000_0042;
 const CB_VERS: u32 = 1;
@@ -71,6 +76,8 @@ struct Echo {
     pool: BufferPool,
     /// What each CALL_BACK's callback came to, in the order they ended.
     callbacks: parking_lot::Mutex<Vec<Result<Vec<u8>, BackChannelError>>>,
+    /// `execute_blocks` asked of PLACE calls so far.
+    place_asks: AtomicUsize,
 }
 
 impl Default for Echo {
@@ -83,6 +90,7 @@ impl Default for Echo {
             payload_waits: AtomicUsize::new(0),
             pool: BufferPool::new(POOL_BUF_LEN, POOL_BUFFERS, Arc::new(Counters::default())),
             callbacks: Default::default(),
+            place_asks: AtomicUsize::new(0),
         }
     }
 }
@@ -109,6 +117,15 @@ struct EchoCall {
     data: EchoData,
     /// A CALL_BACK: the callback's timeout.
     call_back: Option<Duration>,
+    /// A PLACE call: `execute_blocks`' answers to it, counted
+    /// (`asked`) and the last one (`blocks`).
+    place: Option<Asked>,
+}
+
+#[derive(Default)]
+struct Asked {
+    asked: AtomicUsize,
+    blocks: std::sync::atomic::AtomicBool,
 }
 
 /// What a CALL_BACK reply says of its callback.
@@ -192,6 +209,7 @@ impl Service for Echo {
                     delay: Duration::ZERO,
                     data: EchoData::Owned(conn.security().name().as_bytes().to_vec()),
                     call_back: None,
+                    place: None,
                 }));
             }
             PROC_CERTIFICATE => {
@@ -201,9 +219,19 @@ impl Service for Echo {
                     delay: Duration::ZERO,
                     data: EchoData::Owned(shown.unwrap_or_default().into_bytes()),
                     call_back: None,
+                    place: None,
                 }));
             }
             PROC_ECHO => 0,
+            PROC_PLACE => {
+                return Ok(Received::Run(EchoCall {
+                    xid: call.xid,
+                    delay: Duration::ZERO,
+                    data: EchoData::Owned(Vec::new()),
+                    call_back: None,
+                    place: Some(Asked::default()),
+                }));
+            }
             PROC_SLOW_ECHO => body.read_u32().await?,
             PROC_CALL_BACK => {
                 let timeout_ms = body.read_u32().await?;
@@ -218,6 +246,7 @@ impl Service for Echo {
                     delay: Duration::ZERO,
                     data: EchoData::Owned(data),
                     call_back: None,
+                    place: None,
                 }));
             }
             PROC_POOL_ECHO | PROC_PAYLOAD_ECHO => {
@@ -238,6 +267,7 @@ impl Service for Echo {
                     delay: Duration::ZERO,
                     data: EchoData::Pooled(buf, len),
                     call_back: None,
+                    place: None,
                 }));
             }
             _ => return status(ReplyStatus::ProcUnavail),
@@ -255,7 +285,18 @@ impl Service for Echo {
             delay: Duration::from_millis(u64::from(delay_ms)),
             data: EchoData::Owned(data),
             call_back,
+            place: None,
         }))
+    }
+
+    fn execute_blocks(&self, call: &EchoCall) -> bool {
+        let Some(asked) = &call.place else {
+            return false;
+        };
+        let blocks = self.place_asks.fetch_add(1, Ordering::SeqCst) % 2 == 1;
+        asked.asked.fetch_add(1, Ordering::SeqCst);
+        asked.blocks.store(blocks, Ordering::SeqCst);
+        blocks
     }
 
     fn reply_room(&self, call: &EchoCall) -> usize {
@@ -267,7 +308,30 @@ impl Service for Echo {
         self.oversized.fetch_add(1, Ordering::SeqCst);
     }
 
-    async fn execute(self: Arc<Self>, conn: Arc<ConnInfo>, call: EchoCall) -> Option<Reply> {
+    async fn execute(
+        self: Arc<Self>,
+        conn: Arc<ConnInfo>,
+        call: EchoCall,
+        place: Place,
+    ) -> Option<Reply> {
+        if let Some(asked) = &call.place {
+            let times = asked.asked.load(Ordering::SeqCst);
+            let answered = if asked.blocks.load(Ordering::SeqCst) {
+                Place::BlockingThread
+            } else {
+                Place::Task
+            };
+            let said = match place {
+                _ if times != 1 => format!("asked {times} times"),
+                _ if place != answered => format!("told {place:?}, answered {answered:?}"),
+                Place::Task => "task".to_string(),
+                Place::BlockingThread => "blocking".to_string(),
+            };
+            let mut enc = Encoder::new();
+            reply::accepted_success(&mut enc, call.xid);
+            enc.opaque_var(said.as_bytes());
+            return Some(Reply::new(enc.into_vec()));
+        }
         if let Some(timeout) = call.call_back {
             return Some(
                 self.call_back(&conn, call.xid, call.data.bytes(), timeout)
@@ -537,6 +601,34 @@ async fn echo_round_trip_with_padding() {
     let (h, rest) = c.reply().await;
     assert_eq!((h.xid, h.status), (5, ReplyStatus::Success));
     assert!(rest.is_empty());
+}
+
+/// A call runs where `execute_blocks` said, asked once: a service whose
+/// answer changes meanwhile (a WRITE's file pages cached, then not) must
+/// not run blocking work on a task, where a few such calls waiting on a
+/// lock held across an await stalled every runtime worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_runs_where_execute_blocks_said_once() {
+    let server = start(ConnLimits::default()).await;
+    let mut c = Client::connect(server.addr).await;
+    let mut burst = Vec::new();
+    for xid in 1..=8u32 {
+        burst.extend(framed(&encode_call(
+            xid,
+            ECHO_PROG,
+            ECHO_VERS,
+            PROC_PLACE,
+            &Credential::None,
+        )));
+    }
+    c.send(&burst).await;
+    let mut places = Vec::new();
+    for _ in 0..8 {
+        let (_, said) = c.echo_reply().await;
+        places.push(String::from_utf8(said).unwrap());
+    }
+    places.sort();
+    assert_eq!(places, [["blocking"; 4], ["task"; 4]].concat());
 }
 
 #[tokio::test]

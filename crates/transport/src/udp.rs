@@ -18,7 +18,7 @@ use tokio::net::UdpSocket;
 use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
-use super::{next_conn_id, CallStream, ConnInfo, NetCounters, Received, Reply, Service};
+use super::{next_conn_id, CallStream, ConnInfo, NetCounters, Place, Received, Reply, Service};
 
 /// A datagram already in memory has all its bytes queued.
 impl CallStream for &[u8] {
@@ -211,11 +211,13 @@ async fn call<S: Service>(framed: &[u8], conn: Arc<ConnInfo>, service: Arc<S>) -
     };
     if service.execute_blocks(&pending) {
         let runtime = tokio::runtime::Handle::current();
-        tokio::task::spawn_blocking(move || runtime.block_on(service.execute(conn, pending)))
-            .await
-            .ok()?
+        tokio::task::spawn_blocking(move || {
+            runtime.block_on(service.execute(conn, pending, Place::BlockingThread))
+        })
+        .await
+        .ok()?
     } else {
-        service.execute(conn, pending).await
+        service.execute(conn, pending, Place::Task).await
     }
 }
 

@@ -13,7 +13,7 @@ use dionfs_proto::nlm4::{NlmProc4, NLM_PROGRAM, NLM_V4};
 use dionfs_proto::nsm::{NsmProc, NSM_PROGRAM, NSM_V1};
 use dionfs_proto::Void;
 use dionfs_rpc::{CallHeader, RecordError, RecordReader, ReplyStatus};
-use dionfs_transport::{read_args, CallStream, ConnInfo, Received, Reply, Service};
+use dionfs_transport::{read_args, CallStream, ConnInfo, Place, Received, Reply, Service};
 use dionfs_xdr::Encode;
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
@@ -337,7 +337,12 @@ impl Service for LockService {
         self.server.exports().need_names()
     }
 
-    async fn execute(self: Arc<Self>, conn: Arc<ConnInfo>, pending: Pending) -> Option<Reply> {
+    async fn execute(
+        self: Arc<Self>,
+        conn: Arc<ConnInfo>,
+        pending: Pending,
+        _place: Place,
+    ) -> Option<Reply> {
         let Pending { call, args } = pending;
         let started = Instant::now();
         let c = procedures::LockCall {

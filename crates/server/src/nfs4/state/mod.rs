@@ -492,7 +492,8 @@ pub(crate) mod testing {
     };
     use dionfs_rpc::{CallHeader, RecordError, RecordReader};
     use dionfs_transport::{
-        next_conn_id, serve_connection, CallStream, ConnInfo, ConnLimits, Received, Reply, Service,
+        next_conn_id, serve_connection, CallStream, ConnInfo, ConnLimits, Place, Received, Reply,
+        Service,
     };
 
     use super::{Principal, Sequenced, SlotGuard, State, StateConfig};
@@ -673,7 +674,12 @@ pub(crate) mod testing {
             Ok(Received::NoReply)
         }
 
-        async fn execute(self: Arc<Self>, _conn: Arc<ConnInfo>, _pending: ()) -> Option<Reply> {
+        async fn execute(
+            self: Arc<Self>,
+            _conn: Arc<ConnInfo>,
+            _pending: (),
+            _place: Place,
+        ) -> Option<Reply> {
             None
         }
     }
