@@ -236,11 +236,21 @@ impl Service for Dispatcher {
                         // connection's task would otherwise hold room for
                         // it while idle (test_connections: 24.5 KiB per
                         // idle connection unboxed).
+                        use nfs4::receive::NotInPlace;
                         let received = match nfs4::receive::receive_in_place(
-                            program, exports, conn, call, body,
+                            &self.server,
+                            program,
+                            exports,
+                            conn,
+                            call,
+                            body,
                         ) {
                             Ok(received) => received,
-                            Err((exports, call)) => {
+                            // A WRITE's payload, and the few ops after it.
+                            Err(NotInPlace::Write(rest)) => {
+                                nfs4::receive::receive_write(&self.server, conn, rest, body).await?
+                            }
+                            Err(NotInPlace::Whole(exports, call)) => {
                                 Box::pin(nfs4::receive::receive(
                                     &self.server,
                                     program,

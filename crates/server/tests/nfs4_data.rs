@@ -17,6 +17,7 @@ use dionfs_proto::nfs4::{
     LookupArgs4, NfsFh4, Nfsstat4, Opnum4, PutfhArgs4, ReadArgs4, ReadResOk4, Res4, ResOp,
     StableHow4, StateId4, Utf8Str, Verifier4, WriteHead4, WriteResOk4,
 };
+use dionfs_rpc::{record_mark, ReplyStatus};
 use dionfs_xdr::{Decoder, Encode, Encoder};
 
 use nfs4::client::{fore_attrs, sequence_op, Client, CompoundRes, Session};
@@ -82,6 +83,16 @@ fn session(server: &TestServer) -> (Client, Session) {
 /// SEQUENCE on slot 0, then `ops`.
 fn call(c: &mut Client, s: &mut Session, ops: &[Op]) -> CompoundRes {
     let seqid = s.next_seqid[0];
+    let xid = c.xid();
+    let res = c.compound_raw(xid, &args(s, seqid, ops));
+    if matches!(res.results.first(), Some(ResOp::Sequence(Res4::Ok(_)))) {
+        s.next_seqid[0] = seqid.wrapping_add(1);
+    }
+    res
+}
+
+/// A COMPOUND's arguments: SEQUENCE on slot 0 with `seqid`, then `ops`.
+fn args(s: &Session, seqid: u32, ops: &[Op]) -> Vec<u8> {
     let mut enc = Encoder::new();
     CompoundHead {
         tag: Utf8Str::from("data"),
@@ -99,12 +110,7 @@ fn call(c: &mut Client, s: &mut Session, ops: &[Op]) -> CompoundRes {
             }
         }
     }
-    let xid = c.xid();
-    let res = c.compound_raw(xid, &enc.into_vec());
-    if matches!(res.results.first(), Some(ResOp::Sequence(Res4::Ok(_)))) {
-        s.next_seqid[0] = seqid.wrapping_add(1);
-    }
-    res
+    enc.into_vec()
 }
 
 const ANONYMOUS: StateId4 = StateId4 {
@@ -326,6 +332,78 @@ fn two_writes_in_one_compound_both_land() {
     let mut all = a.clone();
     all.extend_from_slice(&b);
     assert_eq!(std::fs::read(path_of(&server, 0)).unwrap(), all);
+}
+
+/// A WRITE COMPOUND in one fragment is received in place up to its
+/// payload, the ops after it decoded from the record's last bytes; in two
+/// fragments, op by op. Both read it alike, whole or cut short at any
+/// byte after the first payload (a second WRITE's payload among them).
+#[test]
+fn a_write_compound_reads_alike_in_place_and_op_by_op() {
+    let server = two_exports();
+    let fh = handle(&server, 0, b"f");
+    let (mut c, mut s) = session(&server);
+    let ops = [
+        putfh(&fh),
+        write(0, &pattern(5000, 1), StableHow4::Unstable),
+        getattr_size(),
+        write(9000, &pattern(21, 2), StableHow4::Unstable),
+        getattr_size(),
+    ];
+    let whole = args(&s, 0, &ops).len();
+    // Where the first payload ends: what follows is the in-place tail,
+    // two GETATTRs (opnum, bitmap) and a WRITE (opnum, head, payload).
+    let tail = whole - 2 * 12 - (4 + 32 + 24);
+    let send = |c: &mut Client, s: &mut Session, cut: usize, fragments: bool| {
+        let seqid = s.next_seqid[0];
+        let args = args(s, seqid, &ops);
+        let xid = c.xid();
+        let record = c.call_record(xid, 4, 1, &args[..cut]);
+        let msg = &record[4..];
+        let bytes = if fragments {
+            // Split inside SEQUENCE: the first fragment is not the last.
+            let split = msg.len() - cut + 20;
+            let mut bytes = record_mark(split as u32, false).to_vec();
+            bytes.extend_from_slice(&msg[..split]);
+            bytes.extend_from_slice(&record_mark((msg.len() - split) as u32, true));
+            bytes.extend_from_slice(&msg[split..]);
+            bytes
+        } else {
+            record
+        };
+        c.send(&bytes);
+        let (header, raw) = c.read_reply();
+        assert_eq!(header.xid, xid);
+        if header.status != ReplyStatus::Success {
+            return (header.status, None);
+        }
+        let res = nfs4::client::decode_compound(raw);
+        if matches!(res.results.first(), Some(ResOp::Sequence(Res4::Ok(_)))) {
+            s.next_seqid[0] = seqid.wrapping_add(1);
+        }
+        (header.status, Some((statuses(&res), sizes(&res))))
+    };
+    let (status, res) = send(&mut c, &mut s, whole, false);
+    assert_eq!(status, ReplyStatus::Success);
+    let (all, sizes) = res.unwrap();
+    assert_eq!(all.len(), 6, "{all:?}");
+    assert!(all.iter().all(|(_, st)| *st == Nfsstat4::Ok), "{all:?}");
+    assert_eq!(sizes, [5000, 9021]);
+    let mut outcomes = std::collections::BTreeSet::new();
+    for cut in tail..=whole {
+        let in_place = send(&mut c, &mut s, cut, false);
+        let op_by_op = send(&mut c, &mut s, cut, true);
+        assert_eq!(in_place, op_by_op, "cut at {cut} of {whole}");
+        outcomes.insert(format!(
+            "{:?}",
+            in_place.1.map(|(st, _)| st.last().copied())
+        ));
+    }
+    // GARBAGE_ARGS, BADXDR on GETATTR or WRITE, a cut payload, success.
+    assert!(outcomes.len() >= 4, "{outcomes:?}");
+    let file = std::fs::read(path_of(&server, 0)).unwrap();
+    assert_eq!(&file[..5000], &pattern(5000, 1)[..]);
+    assert_eq!(&file[9000..], &pattern(21, 2)[..]);
 }
 
 /// A WRITE whose file receive cannot know (found by LOOKUP in the same

@@ -254,6 +254,17 @@ impl StagingBudget {
         }
     }
 
+    /// `len` bytes of the budget for one payload, counted; `None` when it
+    /// has not that many free.
+    fn charge(&self, len: usize) -> Option<OwnedSemaphorePermit> {
+        let held = u32::try_from(len)
+            .ok()
+            .and_then(|n| self.free.clone().try_acquire_many_owned(n).ok())?;
+        self.payloads.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(len as u64, Ordering::Relaxed);
+        Some(held)
+    }
+
     /// Payloads that had bytes staged since the start, and those bytes.
     pub fn staged(&self) -> (u64, u64) {
         (
@@ -336,20 +347,26 @@ pub async fn stage_whole<R: CallStream>(
     len: usize,
     budget: &StagingBudget,
 ) -> Result<Option<Staged>, RecordError> {
-    let Some(held) = u32::try_from(len)
-        .ok()
-        .and_then(|n| budget.free.clone().try_acquire_many_owned(n).ok())
-    else {
+    let Some(held) = budget.charge(len) else {
         return Ok(None);
     };
-    budget.payloads.fetch_add(1, Ordering::Relaxed);
-    budget.bytes.fetch_add(len as u64, Ordering::Relaxed);
     let mut bytes = vec![0; len];
     body.read_exact(&mut bytes).await?;
     Ok(Some(Staged {
         bytes,
         held: Some(held),
     }))
+}
+
+/// `bytes`, a payload already read (with the record around it), copied
+/// into memory charged to `budget`, as [`stage_whole`] would have read
+/// it; `None` when the budget has no room.
+pub fn stage_bytes(bytes: &[u8], budget: &StagingBudget) -> Option<Staged> {
+    let held = budget.charge(bytes.len())?;
+    Some(Staged {
+        bytes: bytes.to_vec(),
+        held: Some(held),
+    })
 }
 
 /// What [`Service::receive`] decided about a call.

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use dionfs_proto::nfs4::{
-    decode_op, ArgOp, CompoundHead, Nfsstat4, Opnum4, SequenceArgs4, NFS4_MAX_TAG_LEN,
+    decode_op, ArgOp, CompoundHead, Nfsstat4, Opnum4, SequenceArgs4, WriteHead4, NFS4_MAX_TAG_LEN,
 };
 use dionfs_proto::ArgsLimit;
 use dionfs_rpc::{CallHeader, RecordError, RecordReader};
@@ -211,26 +211,68 @@ pub async fn receive<R: CallStream>(
 /// At most this many ops are received in place ([`receive_in_place`]).
 const IN_PLACE_MAX_OPS: u32 = 8;
 
+/// The most bytes of ops after a WRITE's payload that [`receive_write`]
+/// takes (GETATTR's are 16 to 24).
+const WRITE_TAIL_MAX: usize = 256;
+
+/// A COMPOUND [`receive_in_place`] did not take whole.
+pub enum NotInPlace {
+    /// Nothing consumed: for [`receive`].
+    Whole(Arc<Exports>, CallHeader),
+    /// SEQUENCE, PUTFH and a WRITE's head, taken: for [`receive_write`].
+    Write(WriteRest),
+}
+
+/// A WRITE COMPOUND received in place up to its payload: SEQUENCE ran,
+/// `compound` holds PUTFH and the WRITE, and the record holds the
+/// payload, its padding and `tail_len` bytes of ops after it.
+pub struct WriteRest {
+    compound: Box<Compound>,
+    write: WriteHead4,
+    /// As [`receive`]'s `small`: what the record's length said.
+    small: bool,
+    tail_len: usize,
+}
+
 /// [`receive`] without awaiting anything, when the record reader already
 /// holds the whole COMPOUND (one fragment, all read ahead) and it is the
 /// usual shape: SEQUENCE, then at most [`IN_PLACE_MAX_OPS`] ops in all,
 /// none a WRITE (whose payload is received into a pool buffer) and none
 /// that ends decoding. Its head and ops are decoded where they lie and
 /// SEQUENCE runs, as [`receive`] would do them, with no future to box
-/// and no await. Anything else is given back (`Err`), nothing consumed,
-/// for [`receive`]: SEQUENCE runs only once every op has decoded, so it
-/// never runs twice.
+/// and no await. Anything else is given back ([`NotInPlace::Whole`]),
+/// nothing consumed, for [`receive`]: SEQUENCE runs only once every op
+/// has decoded, so it never runs twice.
+///
+/// A WRITE COMPOUND of the usual shape (SEQUENCE, PUTFH, WRITE, and at
+/// most [`WRITE_TAIL_MAX`] bytes of ops after the payload, in one
+/// fragment) is taken up to its payload, SEQUENCE run, and given back
+/// as [`NotInPlace::Write`] for [`receive_write`]: as [`receive`] does
+/// it, without the boxed future and the op-by-op reads.
 pub fn receive_in_place<R: CallStream>(
+    server: &Server,
     nfs4: &Nfs4,
     exports: Arc<Exports>,
     conn: &ConnInfo,
     call: CallHeader,
     body: &mut RecordReader<R>,
-) -> Result<Received<Box<Compound>>, (Arc<Exports>, CallHeader)> {
-    let Some((head, args, ops, used)) = decode_in_place(nfs4, body) else {
-        return Err((exports, call));
+) -> Result<Received<Box<Compound>>, NotInPlace> {
+    let (head, args, ops, write) = match decode_in_place(nfs4, body) {
+        Some((head, args, ops, used)) => {
+            body.consume(used);
+            (head, args, ops, None)
+        }
+        None => match decode_write_in_place(server, nfs4, body) {
+            Some((head, args, putfh, write, used)) => {
+                let small = data::is_small_compound(body.fragment_remaining());
+                body.consume(used);
+                let tail_len = body.fragment_remaining() as usize - write.payload_len();
+                let ops = vec![putfh, ArgOp::Write(write)];
+                (head, args, ops, Some((write, small, tail_len)))
+            }
+            None => return Err(NotInPlace::Whole(exports, call)),
+        },
     };
-    body.consume(used);
     let request_len = Some(body.record_len_so_far());
     let xid = call.xid;
     let numops = head.numops;
@@ -246,7 +288,104 @@ pub fn receive_in_place<R: CallStream>(
         return Ok(answered_by_sequence(compound, Nfsstat4::ReqTooBig));
     }
     compound.slot = Some(slot);
+    match write {
+        None => Ok(Received::Run(compound)),
+        Some((write, small, tail_len)) => Err(NotInPlace::Write(WriteRest {
+            compound,
+            write,
+            small,
+            tail_len,
+        })),
+    }
+}
+
+/// The rest of a WRITE COMPOUND [`receive_in_place`] took up to its
+/// payload: the payload, placed as [`receive`] places a first WRITE's,
+/// then the ops after it, decoded from the few bytes left of the record
+/// (a WRITE among them has its payload staged from there).
+pub async fn receive_write<R: CallStream>(
+    server: &Server,
+    conn: &ConnInfo,
+    rest: WriteRest,
+    body: &mut RecordReader<R>,
+) -> Result<Received<Box<Compound>>, RecordError> {
+    let WriteRest {
+        mut compound,
+        write,
+        small,
+        tail_len,
+    } = rest;
+    let payload = match &compound.ops[..] {
+        [ArgOp::Putfh(putfh), ArgOp::Write(_)] => {
+            let fh = Some(putfh.object.as_bytes());
+            data::receive_payload(
+                server,
+                &compound.exports,
+                conn,
+                fh,
+                true,
+                small,
+                &write,
+                body,
+            )
+            .await?
+        }
+        // Never so (`receive_in_place` made it); the payload is left to
+        // the connection, which skips the record's rest.
+        _ => Payload::Skipped(Some(Nfsstat4::Serverfault)),
+    };
+    compound.data.payloads.push_back(payload);
+    if compound.numops > 3 {
+        // Decoded where the payload's last read left them, usually;
+        // else read whole first.
+        if body.peek().len() >= tail_len {
+            decode_tail(server, &mut compound, &body.peek()[..tail_len])?;
+            body.consume(tail_len);
+        } else {
+            let mut tail = vec![0; tail_len];
+            body.read_exact(&mut tail).await?;
+            decode_tail(server, &mut compound, &tail)?;
+        }
+    }
     Ok(Received::Run(compound))
+}
+
+/// The ops of a WRITE COMPOUND after its first WRITE's payload, from
+/// `tail`, the rest of its record: what [`receive`]'s loop makes of
+/// them, with the record ending where `tail` does.
+fn decode_tail(server: &Server, compound: &mut Compound, tail: &[u8]) -> Result<(), RecordError> {
+    let mut rest = tail;
+    for _ in 3..compound.numops {
+        // The record ends before the opnum: as `OpReader::next`'s read.
+        let opnum = opnum_at(rest).ok_or(RecordError::PastEnd)?;
+        let Some((op, used)) = decode_bounded(rest, compound.minor) else {
+            compound.refused = Some((opnum, Nfsstat4::Badxdr));
+            break;
+        };
+        rest = &rest[used..];
+        if let ArgOp::Write(write) = &op {
+            let data = rest
+                .get(..write.payload_len())
+                .ok_or(RecordError::PastEnd)?;
+            rest = &rest[data.len()..];
+            let data = &data[..write.data_len as usize];
+            let payload = if write.data_len > server.max_args {
+                Payload::Skipped(Some(Nfsstat4::Inval))
+            } else {
+                match dionfs_transport::stage_bytes(data, &server.staging) {
+                    Some(staged) => Payload::Staged(staged),
+                    None => Payload::Skipped(Some(Nfsstat4::Delay)),
+                }
+            };
+            compound.data.payloads.push_back(payload);
+        }
+        let ends = ends_decoding(&op);
+        compound.ops.push(op);
+        if ends {
+            break;
+        }
+    }
+    Ok(())
 }
 
 /// The head, SEQUENCE's arguments and the other ops of a COMPOUND
@@ -291,6 +430,47 @@ fn decode_in_place<R: CallStream>(
         ops.push(op);
     }
     Some((head, args, ops, at))
+}
+
+/// The head, SEQUENCE's arguments, PUTFH and the WRITE's head of a WRITE
+/// COMPOUND [`receive_in_place`] can take up to its payload, and how many
+/// bytes they fill; `None` if it cannot.
+fn decode_write_in_place<R: CallStream>(
+    server: &Server,
+    nfs4: &Nfs4,
+    body: &RecordReader<R>,
+) -> Option<(CompoundHead, SequenceArgs4, ArgOp, WriteHead4, usize)> {
+    if !body.is_last_fragment() {
+        return None;
+    }
+    let bytes = body.peek();
+    let mut dec = Decoder::new(bytes);
+    let head = CompoundHead::decode(&mut dec).ok()?;
+    if !(3..=IN_PLACE_MAX_OPS).contains(&head.numops)
+        || !nfs4.serves_minor(head.minorversion)
+        || !is_utf8_text(head.tag.as_bytes())
+    {
+        return None;
+    }
+    let mut at = dec.position();
+    let mut next = || {
+        let (op, used) = decode_bounded(bytes.get(at..)?, head.minorversion)?;
+        at += used;
+        Some(op)
+    };
+    let (ArgOp::Sequence(args), putfh @ ArgOp::Putfh(_), ArgOp::Write(write)) =
+        (next()?, next()?, next()?)
+    else {
+        return None;
+    };
+    // The payload in this fragment, at most the server's transfer size,
+    // and few bytes after it.
+    let after = (body.fragment_remaining() as usize).checked_sub(at)?;
+    let tail_len = after.checked_sub(write.payload_len())?;
+    if tail_len > WRITE_TAIL_MAX || write.data_len > server.max_args {
+        return None;
+    }
+    Some((head, args, putfh, write, at))
 }
 
 /// `compound` answered by its SEQUENCE alone, with `status`: none of its
