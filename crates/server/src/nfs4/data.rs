@@ -60,11 +60,49 @@ pub enum Payload {
 /// READ or READ_PLUS (taken in `prepare`).
 #[derive(Default)]
 pub struct DataIo {
-    pub payloads: VecDeque<Payload>,
+    pub payloads: Payloads,
     pub read_buf: Option<PooledBuf>,
     /// The COMPOUND runs on the connection's task
     /// ([`Compound::starts_on_task`]).
     pub on_task: bool,
+}
+
+/// A COMPOUND's WRITE payloads, in order: the first kept inline, since
+/// most COMPOUNDs carry at most one (a `VecDeque` allocated for it, on
+/// the connection's thread, was freed on another, past glibc's
+/// per-thread cache: 0.1-0.3 µs of a v4.1 WRITE).
+#[derive(Default)]
+pub struct Payloads {
+    first: Option<Payload>,
+    rest: VecDeque<Payload>,
+}
+
+impl Payloads {
+    pub fn push_back(&mut self, payload: Payload) {
+        if self.first.is_none() && self.rest.is_empty() {
+            self.first = Some(payload);
+        } else {
+            self.rest.push_back(payload);
+        }
+    }
+
+    pub fn push_front(&mut self, payload: Payload) {
+        if let Some(first) = self.first.replace(payload) {
+            self.rest.push_front(first);
+        }
+    }
+
+    pub fn pop_front(&mut self) -> Option<Payload> {
+        self.first.take().or_else(|| self.rest.pop_front())
+    }
+
+    pub fn front(&self) -> Option<&Payload> {
+        self.first.as_ref().or_else(|| self.rest.front())
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Payload> {
+        self.first.iter().chain(&self.rest)
+    }
 }
 
 /// The current and saved filehandles as far as the ops received so far
@@ -903,5 +941,48 @@ impl Compound {
             }
             known.follow(op);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Payloads tagged by a status, to tell them apart.
+    fn tag(n: u32) -> Payload {
+        Payload::Skipped(Nfsstat4::from_u32(n))
+    }
+
+    fn tags(p: &Payloads) -> Vec<Option<Nfsstat4>> {
+        p.iter()
+            .map(|p| match p {
+                Payload::Skipped(s) => *s,
+                _ => unreachable!(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn payloads_keep_their_order_however_taken_and_given_back() {
+        let (a, b, c) = (Nfsstat4::Perm, Nfsstat4::Noent, Nfsstat4::Io);
+        let mut p = Payloads::default();
+        assert!(p.front().is_none() && p.pop_front().is_none());
+        for s in [a, b, c] {
+            p.push_back(tag(s as u32));
+        }
+        assert_eq!(tags(&p), [Some(a), Some(b), Some(c)]);
+        let first = p.pop_front().unwrap();
+        assert_eq!(tags(&p), [Some(b), Some(c)]);
+        // Taken after the first went: behind the others, not in its place.
+        p.push_back(tag(a as u32));
+        assert_eq!(tags(&p), [Some(b), Some(c), Some(a)]);
+        p.push_front(first);
+        assert_eq!(tags(&p), [Some(a), Some(b), Some(c), Some(a)]);
+        assert!(matches!(p.front(), Some(Payload::Skipped(Some(s))) if *s == a));
+        let mut drained = Vec::new();
+        while let Some(Payload::Skipped(s)) = p.pop_front() {
+            drained.push(s);
+        }
+        assert_eq!(drained, [Some(a), Some(b), Some(c), Some(a)]);
     }
 }
