@@ -560,19 +560,36 @@ pub async fn write_on_task(
 /// [`write_target`] for [`write_on_task`], its payload taken from
 /// `ctx.data` only when every check passes and it was placed for the
 /// current file; else `None`, `ctx.data` untouched.
+///
+/// The payload's open file stands for [`io_file`]'s lookup: receive
+/// found it by this handle (its MAC checked there), and PUTFH checked the
+/// handle again, so the open-file cache is not asked a third time.
 fn on_task_target<'a>(ctx: &mut OpCtx<'a>, head: &WriteHead4) -> Option<WriteTarget<'a>> {
-    let (export, fh) = write_checks(ctx, head).ok()?;
-    let before = match ctx.data.payloads.front()? {
-        Payload::Placed {
+    let (
+        Some(Fh4::File {
+            export: current,
+            fh: current_fh,
+            node: None,
+        }),
+        Some(Payload::Placed {
             export: id,
             fh: placed,
             file,
             ..
-        } if *id == export.config.id && *placed == fh => ops::file_attr(&export.fs, file).ok()?,
-        _ => return None,
+        }),
+    ) = (&ctx.current, ctx.data.payloads.front())
+    else {
+        return None;
     };
+    if current != id || current_fh != placed {
+        return None;
+    }
+    let export = ctx.export(*id).ok()?;
+    ctx.writable(export).ok()?;
+    check_stateid(ctx, &head.stateid, placed, Use::Write).ok()?;
+    let before = ops::file_attr(&export.fs, file).ok()?;
     // The payload just looked at.
-    let Some(Payload::Placed { file, buf, .. }) = ctx.data.payloads.pop_front() else {
+    let Some(Payload::Placed { fh, file, buf, .. }) = ctx.data.payloads.pop_front() else {
         return None;
     };
     Some(WriteTarget {
