@@ -316,9 +316,14 @@ impl Session {
     /// session: no back-channel slot, no open connection bound to the
     /// back channel, or the last callback failed on every one.
     pub fn back_channel_down(&self) -> bool {
+        self.back_down_of(&self.connections.lock())
+    }
+
+    /// [`Self::back_channel_down`], with the connections already locked.
+    fn back_down_of(&self, connections: &Connections) -> bool {
         self.back.maxrequests == 0
             || self.callback_failed()
-            || self.connections.lock().back.iter().all(Binding::closed)
+            || connections.back.iter().all(Binding::closed)
     }
 
     /// Back-channel slot 0, once no other callback of the session holds
@@ -433,9 +438,13 @@ impl Session {
         self.client.begin(now);
         // SP4_NONE: a SEQUENCE on a connection not bound to the session
         // binds it to the fore channel (RFC 8881 section 2.10.3.1, pynfs
-        // SEQ4).
-        bind(&mut self.connections.lock().fore, conn);
-        let status_flags = if self.back_channel_down() {
+        // SEQ4). The back channel looked at under the same lock.
+        let back_down = {
+            let mut connections = self.connections.lock();
+            bind(&mut connections.fore, conn);
+            self.back_down_of(&connections)
+        };
+        let status_flags = if back_down {
             // Callbacks go on a session's own back channel, so this
             // session's is the client's as far as the server is
             // concerned; a client answers either by binding one.
@@ -464,9 +473,13 @@ impl Session {
     fn finish(&self, slotid: u32, outcome: Option<SlotReply>, now: Instant) {
         {
             let mut table = self.slots.lock();
-            let closed = table.closed;
-            let cached = Arc::clone(&table.cached);
-            if let Some(slot) = table.slots.get_mut(slotid as usize) {
+            let SlotTable {
+                slots,
+                cached,
+                closed,
+            } = &mut *table;
+            let closed = *closed;
+            if let Some(slot) = slots.get_mut(slotid as usize) {
                 if let SlotState::Busy(previous) = &mut slot.state {
                     let previous = std::mem::replace(previous, SlotReply::Never);
                     let next = match outcome {
@@ -566,7 +579,8 @@ impl SlotGuard {
         self.complete_at(reply, Instant::now());
     }
 
-    fn complete_at(mut self, reply: Option<Arc<[u8]>>, now: Instant) {
+    /// [`Self::complete`] with the time it ended, read already.
+    pub fn complete_at(mut self, reply: Option<Arc<[u8]>>, now: Instant) {
         let limit = slot_charge(&self.session.fore);
         let kept = match reply {
             Some(bytes) if bytes.len() <= limit => SlotReply::Cached(bytes),
