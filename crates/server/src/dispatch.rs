@@ -437,18 +437,16 @@ impl Service for Dispatcher {
                         Err(mut compound) => {
                             compound.data.on_task = false;
                             let this = self.clone();
-                            let runtime = tokio::runtime::Handle::current();
                             crate::io::on_blocking_thread("COMPOUND", move || {
                                 let program = this.nfs4.as_ref()?;
-                                runtime
-                                    .block_on(nfs4::compound::run(
-                                        &this.server,
-                                        program,
-                                        &conn,
-                                        *compound,
-                                        &this.calls,
-                                    ))
-                                    .ok()
+                                dionfs_transport::run_here(nfs4::compound::run(
+                                    &this.server,
+                                    program,
+                                    &conn,
+                                    *compound,
+                                    &this.calls,
+                                ))
+                                .ok()
                             })
                             .await
                         }

@@ -676,10 +676,9 @@ async fn poll_once<F: Future>(mut f: Pin<&mut F>) -> Poll<F::Output> {
 fn run_call<S: Service>(l: &Loop<'_, S>, pending: S::Pending, permits: CallPermits) {
     let (service, conn, shared) = (l.service.clone(), l.conn.clone(), l.shared.clone());
     if service.execute_blocks(&pending) {
-        let runtime = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || {
             let execute = service.execute(conn, pending, Place::BlockingThread);
-            if let Some(reply) = runtime.block_on(execute) {
+            if let Some(reply) = super::run_here(execute) {
                 shared.send(reply, permits);
             }
         });

@@ -210,9 +210,8 @@ async fn call<S: Service>(framed: &[u8], conn: Arc<ConnInfo>, service: Arc<S>) -
         Err(_) => return Some(Reply::status(xid, ReplyStatus::GarbageArgs)),
     };
     if service.execute_blocks(&pending) {
-        let runtime = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || {
-            runtime.block_on(service.execute(conn, pending, Place::BlockingThread))
+            super::run_here(service.execute(conn, pending, Place::BlockingThread))
         })
         .await
         .ok()?
