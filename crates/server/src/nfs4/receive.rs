@@ -399,15 +399,7 @@ fn decode_in_place<R: CallStream>(
     if !body.is_last_fragment() || bytes.len() != body.fragment_remaining() as usize {
         return None;
     }
-    let mut dec = Decoder::new(bytes);
-    let head = CompoundHead::decode(&mut dec).ok()?;
-    if !(1..=IN_PLACE_MAX_OPS).contains(&head.numops)
-        || !nfs4.serves_minor(head.minorversion)
-        || !is_utf8_text(head.tag.as_bytes())
-    {
-        return None;
-    }
-    let mut at = dec.position();
+    let (head, mut at) = usual_head(nfs4, bytes, 1)?;
     let mut next = || {
         let rest = bytes.get(at..)?;
         if opnum_at(rest)? == Opnum4::Write.as_u32() {
@@ -444,15 +436,7 @@ fn decode_write_in_place<R: CallStream>(
         return None;
     }
     let bytes = body.peek();
-    let mut dec = Decoder::new(bytes);
-    let head = CompoundHead::decode(&mut dec).ok()?;
-    if !(3..=IN_PLACE_MAX_OPS).contains(&head.numops)
-        || !nfs4.serves_minor(head.minorversion)
-        || !is_utf8_text(head.tag.as_bytes())
-    {
-        return None;
-    }
-    let mut at = dec.position();
+    let (head, mut at) = usual_head(nfs4, bytes, 3)?;
     let mut next = || {
         let (op, used) = decode_bounded(bytes.get(at..)?, head.minorversion)?;
         at += used;
@@ -471,6 +455,19 @@ fn decode_write_in_place<R: CallStream>(
         return None;
     }
     Some((head, args, putfh, write, at))
+}
+
+/// The head at the start of `bytes` and its length, if it decodes and
+/// is the usual kind the in-place receives take: at least `min_ops` and
+/// at most [`IN_PLACE_MAX_OPS`] ops, a minor version served, a UTF-8
+/// tag. Anything else is [`receive`]'s to answer.
+fn usual_head(nfs4: &Nfs4, bytes: &[u8], min_ops: u32) -> Option<(CompoundHead, usize)> {
+    let mut dec = Decoder::new(bytes);
+    let head = CompoundHead::decode(&mut dec).ok()?;
+    let usual = (min_ops..=IN_PLACE_MAX_OPS).contains(&head.numops)
+        && nfs4.serves_minor(head.minorversion)
+        && is_utf8_text(head.tag.as_bytes());
+    usual.then(|| (head, dec.position()))
 }
 
 /// `compound` answered by its SEQUENCE alone, with `status`: none of its
