@@ -8,12 +8,9 @@
 //! reading new requests instead of allocating: memory never grows because
 //! clients are fast.
 
-use std::future::Future;
 use std::ops::{Deref, DerefMut};
-use std::pin::pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
 
 use dionfs_sys::buf::{AlignedBuf, BufArena};
 use dionfs_sys::uring::{RingBuf, Uring};
@@ -197,7 +194,7 @@ impl BufferPool {
     /// benchmarks, blocking tools). Never call it from async code: it blocks
     /// the thread until a buffer is free.
     pub fn get_blocking(&self) -> std::io::Result<PooledBuf> {
-        block_on(self.get())
+        dionfs_sys::park::run_here(self.get())
     }
 }
 
@@ -279,27 +276,6 @@ impl std::fmt::Debug for PooledBuf {
         f.debug_struct("PooledBuf")
             .field("len", &self.len())
             .finish()
-    }
-}
-
-/// Runs a future to completion on the current thread, parking it while the
-/// future is pending. Enough for the pool's semaphore, which needs only a
-/// waker, not a runtime.
-fn block_on<F: Future>(future: F) -> F::Output {
-    struct ThreadWaker(std::thread::Thread);
-    impl Wake for ThreadWaker {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut future = pin!(future);
-    loop {
-        if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
-            return out;
-        }
-        std::thread::park();
     }
 }
 

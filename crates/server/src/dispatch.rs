@@ -439,7 +439,7 @@ impl Service for Dispatcher {
                             let this = self.clone();
                             crate::io::on_blocking_thread("COMPOUND", move || {
                                 let program = this.nfs4.as_ref()?;
-                                dionfs_transport::run_here(nfs4::compound::run(
+                                dionfs_sys::park::run_here(nfs4::compound::run(
                                     &this.server,
                                     program,
                                     &conn,

@@ -4,7 +4,8 @@
 //! `SO_RCVLOWAT`, io_uring reads, byte-range OFD locks, `FICLONERANGE`),
 //! the name service's reentrant user and group lookups (`nss`), and
 //! handing a job that borrows the caller's data to a parked helper thread.
-//! Every `unsafe` block carries a `SAFETY:` comment. Also the one way
+//! Also running a future on the calling thread, parked while it waits
+//! (`park`). Every `unsafe` block carries a `SAFETY:` comment. Also the one way
 //! dionfs creates files of its own (`private`: owner-only, whatever the
 //! umask), which every crate above needs.
 
@@ -17,5 +18,6 @@ pub mod io;
 pub mod lock;
 pub mod net;
 pub mod nss;
+pub mod park;
 pub mod private;
 pub mod uring;

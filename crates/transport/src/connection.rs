@@ -678,7 +678,9 @@ fn run_call<S: Service>(l: &Loop<'_, S>, pending: S::Pending, permits: CallPermi
     if service.execute_blocks(&pending) {
         tokio::task::spawn_blocking(move || {
             let execute = service.execute(conn, pending, Place::BlockingThread);
-            if let Some(reply) = super::run_here(execute) {
+            // Polled here, not through `Handle::block_on` (see
+            // `dionfs_sys::park::run_here`).
+            if let Some(reply) = dionfs_sys::park::run_here(execute) {
                 shared.send(reply, permits);
             }
         });

@@ -192,35 +192,6 @@ pub enum Place {
     BlockingThread,
 }
 
-/// Runs `future` to its end on this thread, a thread of tokio's blocking
-/// pool (which has the runtime's handle, so it may spawn, sleep and do
-/// I/O): polls it, and parks the thread while it waits. Where a call runs
-/// on a blocking thread ([`Place::BlockingThread`]) nothing usually
-/// waits, and `Handle::block_on`, which enters the runtime every time (a
-/// seed for its RNG from a lock all threads share, the coop budget, the
-/// thread marked as inside the runtime), cost more than the call's own
-/// bookkeeping.
-pub fn run_here<F: Future>(future: F) -> F::Output {
-    struct Unpark(std::thread::Thread);
-    impl std::task::Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-        fn wake_by_ref(self: &Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = std::task::Context::from_waker(&waker);
-    let mut future = std::pin::pin!(future);
-    loop {
-        if let std::task::Poll::Ready(out) = future.as_mut().poll(&mut cx) {
-            return out;
-        }
-        std::thread::park();
-    }
-}
-
 /// Reads a call's arguments, the rest of its record, if they are at most
 /// `max` bytes: the longest the procedure's can be. A longer call is
 /// refused before its bytes are read ([`RecordError::RestTooLarge`], which

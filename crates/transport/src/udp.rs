@@ -211,7 +211,7 @@ async fn call<S: Service>(framed: &[u8], conn: Arc<ConnInfo>, service: Arc<S>) -
     };
     if service.execute_blocks(&pending) {
         tokio::task::spawn_blocking(move || {
-            super::run_here(service.execute(conn, pending, Place::BlockingThread))
+            dionfs_sys::park::run_here(service.execute(conn, pending, Place::BlockingThread))
         })
         .await
         .ok()?
