@@ -228,7 +228,6 @@ pub enum NotInPlace {
 /// payload, its padding and `tail_len` bytes of ops after it.
 pub struct WriteRest {
     compound: Box<Compound>,
-    write: WriteHead4,
     /// As [`receive`]'s `small`: what the record's length said.
     small: bool,
     tail_len: usize,
@@ -268,7 +267,7 @@ pub fn receive_in_place<R: CallStream>(
                 body.consume(used);
                 let tail_len = body.fragment_remaining() as usize - write.payload_len();
                 let ops = vec![putfh, ArgOp::Write(write)];
-                (head, args, ops, Some((write, small, tail_len)))
+                (head, args, ops, Some((small, tail_len)))
             }
             None => return Err(NotInPlace::Whole(exports, call)),
         },
@@ -290,9 +289,8 @@ pub fn receive_in_place<R: CallStream>(
     compound.slot = Some(slot);
     match write {
         None => Ok(Received::Run(compound)),
-        Some((write, small, tail_len)) => Err(NotInPlace::Write(WriteRest {
+        Some((small, tail_len)) => Err(NotInPlace::Write(WriteRest {
             compound,
-            write,
             small,
             tail_len,
         })),
@@ -311,12 +309,11 @@ pub async fn receive_write<R: CallStream>(
 ) -> Result<Received<Box<Compound>>, RecordError> {
     let WriteRest {
         mut compound,
-        write,
         small,
         tail_len,
     } = rest;
     let payload = match &compound.ops[..] {
-        [ArgOp::Putfh(putfh), ArgOp::Write(_)] => {
+        [ArgOp::Putfh(putfh), ArgOp::Write(write)] => {
             let fh = Some(putfh.object.as_bytes());
             data::receive_payload(
                 server,
@@ -325,7 +322,7 @@ pub async fn receive_write<R: CallStream>(
                 fh,
                 true,
                 small,
-                &write,
+                write,
                 body,
             )
             .await?
