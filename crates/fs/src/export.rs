@@ -271,7 +271,7 @@ impl ExportFs {
     /// Whether `fh` is a handle this export issued (length, version, MAC,
     /// export id), without opening anything: `BadHandle` if not.
     pub fn verify_handle(&self, fh: &[u8]) -> Result<(), FsError> {
-        handle::decode(&self.key, self.export_id, fh).map(|_| ())
+        handle::verify(&self.key, self.export_id, fh).map(|_| ())
     }
 
     /// Verifies `fh` and opens the file it names (`O_PATH`).

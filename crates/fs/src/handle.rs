@@ -177,6 +177,20 @@ pub(crate) fn encode(
 /// Verifies an NFS handle for export `export_id` and returns the kernel
 /// handle inside. Anything we did not issue is `BadHandle`.
 pub(crate) fn decode(key: &MacKey, export_id: u16, fh: &[u8]) -> Result<KernelHandle, FsError> {
+    let (handle_type, bytes) = verify(key, export_id, fh)?;
+    Ok(KernelHandle {
+        handle_type,
+        bytes: bytes.to_vec(),
+    })
+}
+
+/// [`decode`] without copying the kernel handle out: its type and bytes,
+/// borrowed from `fh`.
+pub(crate) fn verify<'a>(
+    key: &MacKey,
+    export_id: u16,
+    fh: &'a [u8],
+) -> Result<(i32, &'a [u8]), FsError> {
     if fh.len() < HEADER_LEN + MAC_LEN || fh.len() > NFS3_FHSIZE || fh[0] != FH_VERSION {
         return Err(FsError::BadHandle);
     }
@@ -192,10 +206,10 @@ pub(crate) fn decode(key: &MacKey, export_id: u16, fh: &[u8]) -> Result<KernelHa
     if u16::from_be_bytes([fh[1], fh[2]]) != export_id {
         return Err(FsError::BadHandle);
     }
-    Ok(KernelHandle {
-        handle_type: i32::from_be_bytes([fh[3], fh[4], fh[5], fh[6]]),
-        bytes: signed[HEADER_LEN..].to_vec(),
-    })
+    Ok((
+        i32::from_be_bytes([fh[3], fh[4], fh[5], fh[6]]),
+        &signed[HEADER_LEN..],
+    ))
 }
 
 /// A directory of the NFSv4 pseudo-filesystem, named by a hash of its
