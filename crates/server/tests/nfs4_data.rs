@@ -334,6 +334,48 @@ fn two_writes_in_one_compound_both_land() {
     assert_eq!(std::fs::read(path_of(&server, 0)).unwrap(), all);
 }
 
+/// PUTFH leaves a handle's MAC unchecked only when a payload was placed
+/// at receive for that very handle (its MAC checked then): a copy of it
+/// with one byte changed, put while such a payload waits, is BADHANDLE.
+#[test]
+fn a_forged_handle_beside_a_placed_payload_is_badhandle() {
+    let server = two_exports();
+    let fh = handle(&server, 0, b"f");
+    let mut forged = fh.as_bytes().to_vec();
+    *forged.last_mut().unwrap() ^= 1;
+    let forged = NfsFh4::new(forged).unwrap();
+    let (mut c, mut s) = session(&server);
+    let data = pattern(4096, 3);
+    let res = call(
+        &mut c,
+        &mut s,
+        &[
+            putfh(&forged),
+            putfh(&fh),
+            write(0, &data, StableHow4::Unstable),
+        ],
+    );
+    assert_eq!(
+        statuses(&res).last(),
+        Some(&(Opnum4::Putfh, Nfsstat4::Badhandle)),
+        "{:?}",
+        statuses(&res)
+    );
+    assert_eq!(std::fs::read(path_of(&server, 0)).unwrap(), b"");
+    // The handle itself, put twice: the WRITE lands.
+    let res = call(
+        &mut c,
+        &mut s,
+        &[
+            putfh(&fh),
+            putfh(&fh),
+            write(0, &data, StableHow4::Unstable),
+        ],
+    );
+    ok(&res);
+    assert_eq!(std::fs::read(path_of(&server, 0)).unwrap(), data);
+}
+
 /// A WRITE COMPOUND in one fragment is received in place up to its
 /// payload, the ops after it decoded from the record's last bytes; in two
 /// fragments, op by op. Both read it alike, whole or cut short at any

@@ -67,6 +67,16 @@ pub struct DataIo {
     pub on_task: bool,
 }
 
+impl DataIo {
+    /// Whether a payload was placed for the file handle `fh` at receive:
+    /// found in the open-file cache by it, so its MAC checked.
+    pub fn placed_for(&self, fh: &[u8]) -> bool {
+        self.payloads
+            .iter()
+            .any(|p| matches!(p, Payload::Placed { fh: placed, .. } if placed[..] == *fh))
+    }
+}
+
 /// A COMPOUND's WRITE payloads, in order: the first kept inline, since
 /// most COMPOUNDs carry at most one (a `VecDeque` allocated for it, on
 /// the connection's thread, was freed on another, past glibc's
@@ -565,23 +575,16 @@ pub async fn write_on_task(
 /// found it by this handle (its MAC checked there), and PUTFH checked the
 /// handle again, so the open-file cache is not asked a third time.
 fn on_task_target<'a>(ctx: &mut OpCtx<'a>, head: &WriteHead4) -> Option<WriteTarget<'a>> {
-    let (
-        Some(Fh4::File {
-            export: current,
-            fh: current_fh,
-            node: None,
-        }),
-        Some(Payload::Placed {
-            export: id,
-            fh: placed,
-            file,
-            ..
-        }),
-    ) = (&ctx.current, ctx.data.payloads.front())
+    let Some(Payload::Placed {
+        export: id,
+        fh: placed,
+        file,
+        ..
+    }) = ctx.data.payloads.front()
     else {
         return None;
     };
-    if current != id || current_fh != placed {
+    if !is_current(ctx, *id, placed) {
         return None;
     }
     let export = ctx.export(*id).ok()?;
@@ -600,6 +603,15 @@ fn on_task_target<'a>(ctx: &mut OpCtx<'a>, head: &WriteHead4) -> Option<WriteTar
         before: Some(before),
         how: stable(head.stable),
     })
+}
+
+/// Whether the current filehandle is, as PUTFH left it, the handle `fh`
+/// of export `id` a payload was placed for at receive.
+fn is_current(ctx: &OpCtx, id: u16, fh: &[u8]) -> bool {
+    matches!(
+        &ctx.current,
+        Some(Fh4::File { export, fh: current, node: None }) if *export == id && current[..] == *fh
+    )
 }
 
 /// The checks of a WRITE before its payload is used: a regular file, an
@@ -634,19 +646,42 @@ fn write_target<'a>(
     head: &WriteHead4,
     payload: Option<Payload>,
 ) -> Result<WriteTarget<'a>, Nfsstat4> {
-    let (export, fh) = write_checks(ctx, head)?;
     let len = head.data_len as usize;
-    let (file, buf) = match payload.ok_or(Nfsstat4::Serverfault)? {
+    let (export, fh, file, buf) = match payload.ok_or(Nfsstat4::Serverfault)? {
+        // The file receive found by the current handle (its MAC checked
+        // there, and again by PUTFH) stands for `io_file`'s lookup, as in
+        // `on_task_target`: a regular file, since the open-file cache
+        // holds no other kind.
+        Payload::Placed {
+            export: id,
+            fh,
+            file,
+            buf,
+        } if is_current(ctx, id, &fh) => {
+            let export = ctx.export(id)?;
+            ctx.writable(export)?;
+            check_stateid(ctx, &head.stateid, &fh, Use::Write)?;
+            (export, fh, file, buf)
+        }
         Payload::Placed {
             export: id,
             fh: placed,
             file,
             buf,
-        } if id == export.config.id && *placed == fh => (file, buf),
-        // Receive followed the current handle exactly.
-        Payload::Placed { .. } => return Err(Nfsstat4::Serverfault),
-        Payload::Skipped(status) => return Err(status.unwrap_or(Nfsstat4::Serverfault)),
+        } => {
+            let (export, fh) = write_checks(ctx, head)?;
+            // Receive followed the current handle exactly.
+            if id != export.config.id || placed != fh {
+                return Err(Nfsstat4::Serverfault);
+            }
+            (export, fh, file, buf)
+        }
+        Payload::Skipped(status) => {
+            write_checks(ctx, head)?;
+            return Err(status.unwrap_or(Nfsstat4::Serverfault));
+        }
         Payload::Staged(staged) => {
+            let (export, fh) = write_checks(ctx, head)?;
             let file = file_to_write(export, &fh).map_err(from_fs)?;
             let pooled = export
                 .data
@@ -661,7 +696,7 @@ fn write_target<'a>(
                 .map_err(|e| from_data(&e))?;
             buf.payload_mut().copy_from_slice(staged.bytes());
             buf.arrived(len);
-            (file, buf)
+            (export, fh, file, buf)
         }
     };
     let before = match ops::file_attr(&export.fs, &file) {

@@ -283,7 +283,11 @@ fn check_handle(ctx: &mut OpCtx, fh: NfsFh4) -> Result<Fh4, Nfsstat4> {
         Err(Nfsstat4::Wrongsec) => ctx.exports.by_id(id).ok_or(Nfsstat4::Stale)?,
         Err(status) => return Err(status),
     };
-    export.fs.verify_handle(bytes).map_err(from_fs)?;
+    // A WRITE's payload placed for this very handle at receive had its
+    // MAC checked there, with these exports: not checked twice.
+    if !ctx.data.placed_for(bytes) {
+        export.fs.verify_handle(bytes).map_err(from_fs)?;
+    }
     Ok(Fh4::File {
         export: id,
         fh: fh.into_bytes(),
