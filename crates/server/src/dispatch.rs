@@ -425,38 +425,65 @@ impl Service for Dispatcher {
                 &call,
                 &args,
             )),
-            // Received only while NFSv4 is served.
-            Pending::Nfs4(mut compound) => match self.nfs4.as_ref() {
-                Some(program) => {
-                    compound.data.on_task = on_task;
-                    match nfs4::compound::run(&server, program, &conn, *compound, &self.calls).await
-                    {
-                        Ok(reply) => Some(reply),
-                        // Its READ or WRITE would block: the rest on a
-                        // blocking thread, as v3's `read_call`.
-                        Err(mut compound) => {
-                            compound.data.on_task = false;
-                            let this = self.clone();
-                            crate::io::on_blocking_thread("COMPOUND", move || {
-                                let program = this.nfs4.as_ref()?;
-                                dionfs_sys::park::run_here(nfs4::compound::run(
-                                    &this.server,
-                                    program,
-                                    &conn,
-                                    *compound,
-                                    &this.calls,
-                                ))
-                                .ok()
-                            })
-                            .await
-                        }
-                    }
-                }
-                None => None,
-            },
+            // Received only while NFSv4 is served. Timed by its ops'
+            // clock reads: none more here.
+            Pending::Nfs4(compound) => {
+                let (reply, ended) = self
+                    .compound(server, conn, compound, on_task, started)
+                    .await?;
+                self.calls.record(prog, vers, proc_, ended - started);
+                return Some(reply);
+            }
         };
         self.calls.record(prog, vers, proc_, started.elapsed());
         reply
+    }
+}
+
+impl Dispatcher {
+    /// Runs an NFSv4 COMPOUND that started at `started`, on the
+    /// connection's task if `on_task`: its reply and when it ended.
+    async fn compound(
+        self: &Arc<Self>,
+        server: Arc<Server>,
+        conn: Arc<ConnInfo>,
+        mut compound: Box<nfs4::compound::Compound>,
+        on_task: bool,
+        started: std::time::Instant,
+    ) -> Option<(Reply, std::time::Instant)> {
+        let program = self.nfs4.as_ref()?;
+        compound.data.on_task = on_task;
+        let given_back = match nfs4::compound::run(
+            &server,
+            program,
+            &conn,
+            compound,
+            &self.calls,
+            started,
+        )
+        .await
+        {
+            Ok(done) => return Some(done),
+            Err(compound) => compound,
+        };
+        // Its READ or WRITE would block: the rest on a blocking thread,
+        // as v3's `read_call`.
+        let mut compound = given_back;
+        compound.data.on_task = false;
+        let this = self.clone();
+        crate::io::on_blocking_thread("COMPOUND", move || {
+            let program = this.nfs4.as_ref()?;
+            dionfs_sys::park::run_here(nfs4::compound::run(
+                &this.server,
+                program,
+                &conn,
+                compound,
+                &this.calls,
+                started,
+            ))
+            .ok()
+        })
+        .await
     }
 }
 

@@ -17,17 +17,17 @@ use dionfs_dataplane::{DataError, Prefetch, ReadData, Rebuild, Stable, WriteBuff
 use dionfs_fs::{ops, Attr, FsError, OpenFile};
 use dionfs_rpc::{RecordError, RecordReader};
 use dionfs_sys::cred::{with_creds, Creds};
-use dionfs_transport::{stage_payload, CallStream, Reply, ReplyPayload, StagingBudget};
+use dionfs_transport::{stage_payload, CallStream, ReplyPayload, StagingBudget};
 use tracing::error;
 
 /// Runs `handler`, the rest of a call that the connection's task could
 /// not finish, on a blocking thread and gives its reply. A handler that
 /// panicked (`procedure` names it in the log) answers nothing, as one
 /// started on a blocking thread would.
-pub async fn on_blocking_thread(
+pub async fn on_blocking_thread<R: Send + 'static>(
     procedure: &'static str,
-    handler: impl FnOnce() -> Option<Reply> + Send + 'static,
-) -> Option<Reply> {
+    handler: impl FnOnce() -> Option<R> + Send + 'static,
+) -> Option<R> {
     tokio::task::spawn_blocking(handler)
         .await
         .unwrap_or_else(|e| {

@@ -490,9 +490,12 @@ impl Session {
                             previous.clone()
                         }
                     };
-                    if !closed {
-                        cached.fetch_sub(previous.cached_len(), Ordering::Relaxed);
-                        cached.fetch_add(next.cached_len(), Ordering::Relaxed);
+                    // Uncached after uncached (the usual WRITE and READ)
+                    // leaves the shared count alone.
+                    let (was, is) = (previous.cached_len(), next.cached_len());
+                    if !closed && was != is {
+                        cached.fetch_sub(was, Ordering::Relaxed);
+                        cached.fetch_add(is, Ordering::Relaxed);
                     }
                     slot.state = SlotState::Idle(next);
                 }
