@@ -4,7 +4,7 @@
 //! procedures are), how many calls ran and a histogram of the time from the
 //! start of their execution to their reply, exported as the Prometheus
 //! histogram `dionfs_call_seconds` (`metrics.rs` encodes it). Recording is
-//! two relaxed atomic adds.
+//! two relaxed atomic adds, on the recording thread's shard.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,22 +29,50 @@ struct ProcStat {
     buckets: [AtomicU64; BOUNDS_US.len() + 1],
 }
 
+/// Shards of the statistics: each thread records into one (its own while
+/// there are no more threads than shards), so that two threads recording
+/// at once do not pass the same cache lines back and forth. An NFSv4
+/// COMPOUND records each of its ops (four or five for a WRITE): on one
+/// shared table, its adds were 1% of the server's samples over v4.1 on
+/// 4 KiB random WRITEs at qd 64.
+const SHARDS: usize = 8;
+
 /// The server's call statistics, per procedure of the programs counted.
 pub struct CallStats {
-    programs: Vec<(ProgramSummary, Vec<ProcStat>)>,
+    /// The programs, each with the index of its first procedure in a
+    /// shard.
+    programs: Vec<(ProgramSummary, usize)>,
+    /// Every procedure's statistics, once per shard; a scrape adds the
+    /// shards up.
+    shards: Box<[Box<[ProcStat]>]>,
+}
+
+/// The shard the calling thread records into.
+fn shard() -> usize {
+    use std::sync::atomic::AtomicUsize;
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static SHARD: usize = NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS;
+    }
+    SHARD.with(|shard| *shard)
 }
 
 impl CallStats {
     /// Statistics of `programs`' procedures, none counted yet.
     pub fn new(programs: Vec<ProgramSummary>) -> CallStats {
-        let programs = programs
+        let mut procedures = 0;
+        let programs: Vec<_> = programs
             .into_iter()
             .map(|p| {
-                let stats = p.names.iter().map(|_| ProcStat::default()).collect();
-                (p, stats)
+                let first = procedures;
+                procedures += p.names.len();
+                (p, first)
             })
             .collect();
-        CallStats { programs }
+        let shards = (0..SHARDS)
+            .map(|_| (0..procedures).map(|_| ProcStat::default()).collect())
+            .collect();
+        CallStats { programs, shards }
     }
 
     /// Counts one call of `proc_` of `prog` version `vers` that took
@@ -54,12 +82,13 @@ impl CallStats {
             .programs
             .iter()
             .find(|(p, _)| (p.number, p.version) == (prog, vers));
-        let Some((_, table)) = found else {
+        let Some((program, first)) = found else {
             return;
         };
-        let Some(stat) = table.get(proc_ as usize) else {
+        if proc_ as usize >= program.names.len() {
             return;
-        };
+        }
+        let stat = &self.shards[shard()][first + proc_ as usize];
         let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
         let bucket = BOUNDS_US.partition_point(|&b| b < us);
         stat.sum_us.fetch_add(us, Ordering::Relaxed);
@@ -69,20 +98,24 @@ impl CallStats {
     /// The procedures that have had calls, as counted now: what the
     /// metrics endpoint exports (`metrics.rs`).
     pub fn histograms(&self) -> impl Iterator<Item = Histogram> + '_ {
-        self.programs.iter().flat_map(|(program, table)| {
+        let shards = &self.shards;
+        self.programs.iter().flat_map(move |&(ref program, first)| {
             program
                 .names
                 .iter()
-                .zip(table)
-                .filter_map(|(&procedure, stat)| {
-                    let buckets: [u64; BOUNDS_US.len() + 1] =
-                        std::array::from_fn(|i| stat.buckets[i].load(Ordering::Relaxed));
+                .enumerate()
+                .filter_map(move |(i, &procedure)| {
+                    let stats = || shards.iter().map(|shard| &shard[first + i]);
+                    let buckets: [u64; BOUNDS_US.len() + 1] = std::array::from_fn(|b| {
+                        stats().map(|s| s.buckets[b].load(Ordering::Relaxed)).sum()
+                    });
                     let count = buckets.iter().sum();
+                    let sum_us: u64 = stats().map(|s| s.sum_us.load(Ordering::Relaxed)).sum();
                     (count > 0).then(|| Histogram {
                         program: program.label,
                         procedure,
                         count,
-                        sum: stat.sum_us.load(Ordering::Relaxed) as f64 / 1e6,
+                        sum: sum_us as f64 / 1e6,
                         buckets,
                     })
                 })
@@ -312,6 +345,32 @@ mod tests {
         assert!(table.contains("MOUNT v3 calls: 1"), "{table}");
         // Garbage never panics.
         let _ = parse("dionfs_call_seconds_bucket{le=\"x\"} y\ndionfs_call_seconds_bucket{");
+    }
+
+    #[test]
+    fn calls_recorded_on_many_threads_are_added_up() {
+        let stats = CallStats::new(crate::dispatch::counted_programs());
+        // More threads than shards: some share one.
+        std::thread::scope(|scope| {
+            for t in 0..2 * SHARDS as u64 {
+                let stats = &stats;
+                scope.spawn(move || {
+                    for _ in 0..100 {
+                        stats.record(NFS_PROGRAM, 3, 6, Duration::from_micros(12 + t % 8));
+                    }
+                    stats.record(NFS_PROGRAM, 3, 7, Duration::from_millis(3));
+                });
+            }
+        });
+        let all: Vec<Histogram> = stats.histograms().collect();
+        assert_eq!(all.len(), 2, "{all:?}");
+        let read = all.iter().find(|h| h.procedure == "READ").unwrap();
+        assert_eq!(read.count, 1600);
+        assert_eq!(read.buckets[1], 1600, "{read:?}");
+        let sum_us: u64 = (0..2 * SHARDS as u64).map(|t| 100 * (12 + t % 8)).sum();
+        assert!((read.sum - sum_us as f64 / 1e6).abs() < 1e-9, "{read:?}");
+        let write = all.iter().find(|h| h.procedure == "WRITE").unwrap();
+        assert_eq!((write.count, write.buckets[8]), (16, 16), "{write:?}");
     }
 
     #[test]
