@@ -374,6 +374,17 @@ fn a_forged_handle_beside_a_placed_payload_is_badhandle() {
     );
     ok(&res);
     assert_eq!(std::fs::read(path_of(&server, 0)).unwrap(), data);
+    // Before a READ, PUTFH checks the handle by looking the file up.
+    let res = call(&mut c, &mut s, &[putfh(&forged), read(0, 4096)]);
+    assert_eq!(
+        statuses(&res).last(),
+        Some(&(Opnum4::Putfh, Nfsstat4::Badhandle)),
+        "{:?}",
+        statuses(&res)
+    );
+    let res = call(&mut c, &mut s, &[putfh(&fh), read(0, 4096)]);
+    ok(&res);
+    assert_eq!(reads(&res)[0].data, data);
 }
 
 /// A WRITE COMPOUND in one fragment is received in place up to its

@@ -104,6 +104,9 @@ pub struct OpCtx<'a> {
     /// none (RFC 8881 section 2.6.3.1.1, knfsd's `need_wrongsec_check`):
     /// if not, a put-filehandle op answers it (`fh::wrongsec_after_put`).
     pub next_handles_wrongsec: bool,
+    /// The op after this one is READ or READ_PLUS (a put-filehandle op
+    /// then looks the file up in the open-file cache for it).
+    pub next_reads: bool,
     /// SECINFO or SECINFO_NO_NAME is running: they tell a client on a
     /// connection an export's `xprtsec` refuses what to use, so they see
     /// past it (RFC 8881 section 2.6.3.1.1.5).
@@ -174,6 +177,7 @@ pub async fn run(
         last_op: false,
         admitted: None,
         next_handles_wrongsec: true,
+        next_reads: false,
         secinfo: false,
     };
     // The position in the COMPOUND of the op running.
@@ -231,7 +235,9 @@ pub async fn run(
         }
         let opnum = op.opnum();
         ctx.last_op = position + 1 == numops;
-        ctx.next_handles_wrongsec = handles_wrongsec(ops.as_slice().first());
+        let next = ops.as_slice().first();
+        ctx.next_handles_wrongsec = handles_wrongsec(next);
+        ctx.next_reads = matches!(next, Some(ArgOp::Read(_) | ArgOp::ReadPlus(_)));
         let result_opnum = match op {
             ArgOp::Illegal(_) => Opnum4::Illegal.as_u32(),
             _ => opnum,

@@ -119,17 +119,30 @@ impl Payloads {
 /// tell (PUTFH, SAVEFH, RESTOREFH, and the ops that keep them): `None`
 /// when unknown. Enough to place a WRITE's payload and take a READ's
 /// buffer before the COMPOUND runs.
-#[derive(Default)]
-pub struct KnownFh {
-    pub current: Option<Vec<u8>>,
-    saved: Option<Vec<u8>>,
+/// Kept as `H`: owned while the ops are received, borrowed from them
+/// once they all are.
+pub struct KnownFh<H = Vec<u8>> {
+    pub current: Option<H>,
+    saved: Option<H>,
 }
 
-impl KnownFh {
+impl<H> Default for KnownFh<H> {
+    fn default() -> Self {
+        KnownFh {
+            current: None,
+            saved: None,
+        }
+    }
+}
+
+impl<H: Clone> KnownFh<H> {
     /// Follows `op`, received after the ones before.
-    pub fn follow(&mut self, op: &ArgOp) {
+    pub fn follow<'a>(&mut self, op: &'a ArgOp)
+    where
+        H: From<&'a [u8]>,
+    {
         match op {
-            ArgOp::Putfh(a) => self.current = Some(a.object.as_bytes().to_vec()),
+            ArgOp::Putfh(a) => self.current = Some(H::from(a.object.as_bytes())),
             ArgOp::Savefh => self.saved = self.current.clone(),
             ArgOp::Restorefh => self.current = self.saved.clone(),
             // Ops that never change the current filehandle.
@@ -292,10 +305,15 @@ fn io_file<'a>(ctx: &mut OpCtx<'a>) -> Result<IoFile<'a>, Nfsstat4> {
         export,
         fh,
         node: None,
+        file,
     }) = &ctx.current
     {
         let export = ctx.export(*export)?;
-        if let Some(file) = export.fs.cached_file(fh).map_err(from_fs)? {
+        let cached = match file {
+            Some(file) => Some(file.clone()),
+            None => export.fs.cached_file(fh).map_err(from_fs)?,
+        };
+        if let Some(file) = cached {
             return Ok(IoFile {
                 export,
                 fh: fh.clone(),
@@ -400,12 +418,16 @@ async fn read_without_blocking(
         export,
         fh,
         node: None,
+        file,
     }) = &ctx.current
     else {
         return None;
     };
     let export = ctx.export(*export).ok()?;
-    let file = export.fs.cached_file(fh).ok()??;
+    let file = match file {
+        Some(file) => file.clone(),
+        None => export.fs.cached_file(fh).ok()??,
+    };
     if export.data.read_leaves_task(file.data()) {
         return None;
     }
@@ -610,7 +632,7 @@ fn on_task_target<'a>(ctx: &mut OpCtx<'a>, head: &WriteHead4) -> Option<WriteTar
 fn is_current(ctx: &OpCtx, id: u16, fh: &[u8]) -> bool {
     matches!(
         &ctx.current,
-        Some(Fh4::File { export, fh: current, node: None }) if *export == id && current[..] == *fh
+        Some(Fh4::File { export, fh: current, node: None, .. }) if *export == id && current[..] == *fh
     )
 }
 
@@ -978,12 +1000,11 @@ impl Compound {
     /// `prepare`), waiting while that pool is empty. None when that export is not known or
     /// not the client's: the READ then tries at execution.
     pub async fn take_read_buffer(&mut self, conn: &ConnInfo) {
-        let mut known = KnownFh::default();
+        let mut known = KnownFh::<&[u8]>::default();
         for op in &self.ops {
             if let ArgOp::Read(a) | ArgOp::ReadPlus(a) = op {
                 let Some(export) = known
                     .current
-                    .as_deref()
                     .and_then(|fh| self.exports.for_client(conn, fh))
                 else {
                     return;

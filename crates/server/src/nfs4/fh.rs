@@ -15,7 +15,7 @@ use std::sync::Arc;
 use dionfs_core::export::{squash, ClientOptions};
 use dionfs_core::exports::Export;
 use dionfs_fs::handle::{self, PathId};
-use dionfs_fs::{FileKind, FsError, Node, Time};
+use dionfs_fs::{FileKind, FsError, Node, OpenFile, Time};
 use dionfs_proto::nfs4::{ArgOp, GetfhResOk4, NfsFh4, Nfsstat4};
 use dionfs_xdr::Encode;
 
@@ -31,11 +31,15 @@ pub enum Fh4 {
     /// A directory of the pseudo-filesystem.
     Pseudo(PathId),
     /// A file of export `export`, named by its handle `fh`; `node` once
-    /// an op has opened it.
+    /// an op has opened it; `file`, its data-plane file, when PUTFH found
+    /// it in the open-file cache for a READ after it (looked up there
+    /// instead of the MAC check alone, so that the READ need not check
+    /// the handle again).
     File {
         export: u16,
         fh: Vec<u8>,
         node: Option<Arc<Node>>,
+        file: Option<Arc<OpenFile>>,
     },
 }
 
@@ -55,6 +59,7 @@ impl Fh4 {
             export: export.config.id,
             fh: node.fh().to_vec(),
             node: Some(Arc::new(node)),
+            file: None,
         }
     }
 
@@ -69,6 +74,7 @@ impl Fh4 {
                     export: id,
                     fh: export.fs.root_handle().to_vec(),
                     node: None,
+                    file: None,
                 })
             }
             Found::NotFound => None,
@@ -214,7 +220,9 @@ impl<'a> OpCtx<'a> {
     fn open(&self, fh: Option<Fh4>) -> Result<Current<'a>, Nfsstat4> {
         match fh.ok_or(Nfsstat4::Nofilehandle)? {
             Fh4::Pseudo(id) => Ok(Current::Pseudo(id)),
-            Fh4::File { export, fh, node } => {
+            Fh4::File {
+                export, fh, node, ..
+            } => {
                 let export = self.export(export)?;
                 let node = match node {
                     Some(node) => node,
@@ -285,13 +293,20 @@ fn check_handle(ctx: &mut OpCtx, fh: NfsFh4) -> Result<Fh4, Nfsstat4> {
     };
     // A WRITE's payload placed for this very handle at receive had its
     // MAC checked there, with these exports: not checked twice.
-    if !ctx.data.placed_for(bytes) {
+    let file = if ctx.data.placed_for(bytes) {
+        None
+    } else if ctx.next_reads {
+        // Checked by the lookup, which the READ would make anyway.
+        export.fs.cached_file(bytes).map_err(from_fs)?
+    } else {
         export.fs.verify_handle(bytes).map_err(from_fs)?;
-    }
+        None
+    };
     Ok(Fh4::File {
         export: id,
         fh: fh.into_bytes(),
         node: None,
+        file,
     })
 }
 

@@ -72,6 +72,7 @@ fn find(ctx: &mut OpCtx, name: &Component4) -> Result<Fh4, Nfsstat4> {
                 export: export.config.id,
                 fh: node.fh().to_vec(),
                 node: Some(node),
+                file: None,
             },
         });
     }
@@ -100,6 +101,7 @@ fn find(ctx: &mut OpCtx, name: &Component4) -> Result<Fh4, Nfsstat4> {
                             export: inner.config.id,
                             fh: inner.fs.root_handle().to_vec(),
                             node: None,
+                            file: None,
                         });
                     }
                 }

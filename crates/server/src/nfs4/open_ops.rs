@@ -241,6 +241,7 @@ fn open_file(ctx: &mut OpCtx, args: &OpenArgs4) -> Result<OpenResOk4, Nfsstat4> 
         export: export.config.id,
         fh: file.node.fh().to_vec(),
         node: Some(file.node),
+        file: None,
     });
     ctx.current_stateid = Some(stateid);
     Ok(OpenResOk4 {

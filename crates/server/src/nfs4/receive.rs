@@ -143,7 +143,7 @@ pub async fn receive<R: CallStream>(
     compound.ops.reserve(numops.min(64) as usize);
     let exports = compound.exports.clone();
     // The current filehandle as far as the ops say, for WRITE payloads.
-    let mut known = KnownFh::default();
+    let mut known = KnownFh::<Vec<u8>>::default();
     let mut writes = 0;
     for _ in 1..numops {
         let next = ops.next().await?;
