@@ -1026,7 +1026,7 @@ fn nfs4_compound(s: &mut Seeds) {
     add(
         "exchange-id",
         1,
-        &[ArgOp::ExchangeId(ExchangeIdArgs4 {
+        &[ArgOp::ExchangeId(Box::new(ExchangeIdArgs4 {
             clientowner: ClientOwner4 {
                 verifier: Verifier4([9; 8]),
                 ownerid: Opaque4::from("Linux NFSv4.2 client.example.org"),
@@ -1038,12 +1038,12 @@ fn nfs4_compound(s: &mut Seeds) {
                 name: Utf8Str::from("Linux 6.8"),
                 date: NfsTime4::default(),
             }),
-        })],
+        }))],
     );
     add(
         "exchange-id-mach-cred",
         1,
-        &[ArgOp::ExchangeId(ExchangeIdArgs4 {
+        &[ArgOp::ExchangeId(Box::new(ExchangeIdArgs4 {
             clientowner: ClientOwner4 {
                 verifier: Verifier4([1; 8]),
                 ownerid: Opaque4::from("pynfs"),
@@ -1054,12 +1054,12 @@ fn nfs4_compound(s: &mut Seeds) {
                 must_allow: Bitmap4::default(),
             }),
             client_impl_id: None,
-        })],
+        }))],
     );
     add(
         "create-session",
         1,
-        &[ArgOp::CreateSession(CreateSessionArgs4 {
+        &[ArgOp::CreateSession(Box::new(CreateSessionArgs4 {
             clientid: 0x6563_0000_0000_0001,
             sequence: 1,
             flags: 3,
@@ -1076,7 +1076,7 @@ fn nfs4_compound(s: &mut Seeds) {
                     gids: vec![0, 10],
                 }),
             ],
-        })],
+        }))],
     );
     add(
         "mount",
@@ -1103,12 +1103,12 @@ fn nfs4_compound(s: &mut Seeds) {
                 stateid: stateid4(),
                 obj_attributes: settable_all().to_fattr(),
             }),
-            ArgOp::Create(CreateArgs4 {
+            ArgOp::Create(Box::new(CreateArgs4 {
                 objtype: CreateType4::Link(Linktext4::from("../t")),
                 objname: name4("l"),
                 createattrs: Fattr4::default(),
-            }),
-            ArgOp::Create(CreateArgs4 {
+            })),
+            ArgOp::Create(Box::new(CreateArgs4 {
                 objtype: CreateType4::Dir,
                 objname: name4("d"),
                 createattrs: SetAttrs4 {
@@ -1116,7 +1116,7 @@ fn nfs4_compound(s: &mut Seeds) {
                     ..SetAttrs4::default()
                 }
                 .to_fattr(),
-            }),
+            })),
             ArgOp::Restorefh,
             ArgOp::Rename(RenameArgs4 {
                 oldname: name4("a"),
@@ -1303,7 +1303,7 @@ fn nfs4_compound(s: &mut Seeds) {
         &[
             sequence(),
             putfh(),
-            ArgOp::Lock(LockArgs4 {
+            ArgOp::Lock(Box::new(LockArgs4 {
                 locktype: NfsLockType4::WriteW,
                 reclaim: false,
                 offset: 0,
@@ -1314,8 +1314,8 @@ fn nfs4_compound(s: &mut Seeds) {
                     lock_seqid: 0,
                     lock_owner: owner4("lock"),
                 }),
-            }),
-            ArgOp::Lock(LockArgs4 {
+            })),
+            ArgOp::Lock(Box::new(LockArgs4 {
                 locktype: NfsLockType4::Read,
                 reclaim: true,
                 offset: 10,
@@ -1324,7 +1324,7 @@ fn nfs4_compound(s: &mut Seeds) {
                     lock_stateid: stateid4(),
                     lock_seqid: 0,
                 }),
-            }),
+            })),
             ArgOp::Lockt(LocktArgs4 {
                 locktype: NfsLockType4::Write,
                 offset: 0,
@@ -1382,7 +1382,7 @@ fn nfs4_compound(s: &mut Seeds) {
             }),
             ArgOp::Savefh,
             putfh(),
-            ArgOp::Copy(CopyArgs4 {
+            ArgOp::Copy(Box::new(CopyArgs4 {
                 src_stateid: stateid4(),
                 dst_stateid: stateid4(),
                 src_offset: 0,
@@ -1391,7 +1391,7 @@ fn nfs4_compound(s: &mut Seeds) {
                 consecutive: true,
                 synchronous: true,
                 source_server: Vec::new(),
-            }),
+            })),
             ArgOp::Clone(CloneArgs4 {
                 src_stateid: stateid4(),
                 dst_stateid: stateid4(),
@@ -1409,7 +1409,7 @@ fn nfs4_compound(s: &mut Seeds) {
             putfh(),
             ArgOp::Savefh,
             putfh(),
-            ArgOp::Copy(CopyArgs4 {
+            ArgOp::Copy(Box::new(CopyArgs4 {
                 src_stateid: stateid4(),
                 dst_stateid: stateid4(),
                 src_offset: 1,
@@ -1425,7 +1425,7 @@ fn nfs4_compound(s: &mut Seeds) {
                         addr: Utf8Str::from("192.0.2.1.8.1"),
                     }),
                 ],
-            }),
+            })),
         ],
     );
     add(
@@ -1472,14 +1472,14 @@ fn owner4(name: &str) -> StateOwner4 {
 }
 
 fn open4(openhow: OpenFlag4, claim: OpenClaim4) -> ArgOp {
-    ArgOp::Open(OpenArgs4 {
+    ArgOp::Open(Box::new(OpenArgs4 {
         seqid: 0,
         share_access: OPEN4_SHARE_ACCESS_BOTH,
         share_deny: OPEN4_SHARE_DENY_NONE,
         owner: owner4("open"),
         openhow,
         claim,
-    })
+    }))
 }
 
 fn cinfo4() -> ChangeInfo4 {

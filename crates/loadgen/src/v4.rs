@@ -120,7 +120,7 @@ impl V4 {
             max_request: 0,
             max_response: 0,
         };
-        let eid = ArgOp::ExchangeId(ExchangeIdArgs4 {
+        let eid = ArgOp::ExchangeId(Box::new(ExchangeIdArgs4 {
             clientowner: ClientOwner4 {
                 verifier: Verifier4(*b"dionfslg"),
                 ownerid: Opaque4::from(owner),
@@ -128,7 +128,7 @@ impl V4 {
             flags: EXCHGID4_FLAG_USE_NON_PNFS,
             state_protect: StateProtect4A::None,
             client_impl_id: None,
-        });
+        }));
         let (clientid, sequence) = match &me.compound(w, &[eid])?.1[..] {
             [ResOp::ExchangeId(Res4::Ok(ok))] => (ok.clientid, ok.sequenceid),
             other => return Err(format!("EXCHANGE_ID: {other:?}")),
@@ -152,7 +152,7 @@ impl V4 {
             maxrequests: 1,
             rdma_ird: None,
         };
-        let cs = ArgOp::CreateSession(CreateSessionArgs4 {
+        let cs = ArgOp::CreateSession(Box::new(CreateSessionArgs4 {
             clientid,
             sequence,
             flags: 0,
@@ -160,7 +160,7 @@ impl V4 {
             back_chan_attrs: back,
             cb_program: 0x4000_0000,
             sec_parms: Vec::new(),
-        });
+        }));
         let granted = match &me.compound(w, &[cs])?.1[..] {
             [ResOp::CreateSession(Res4::Ok(ok))] => ok.clone(),
             other => return Err(format!("CREATE_SESSION: {other:?}")),
@@ -208,7 +208,7 @@ impl V4 {
         } else {
             OpenFlag4::NoCreate
         };
-        ops.push(ArgOp::Open(OpenArgs4 {
+        ops.push(ArgOp::Open(Box::new(OpenArgs4 {
             seqid: 0,
             share_access: if write || create {
                 OPEN4_SHARE_ACCESS_BOTH
@@ -222,7 +222,7 @@ impl V4 {
             },
             openhow: how,
             claim: OpenClaim4::Null(Component4::from(last.as_bytes())),
-        }));
+        })));
         ops.push(ArgOp::Getfh);
         // A server in its grace period (or busy) answers GRACE or DELAY:
         // ask again for a while.

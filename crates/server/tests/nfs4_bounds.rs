@@ -100,7 +100,7 @@ fn ready(server: &TestServer, c: &mut Client, owner: &[u8], maxops: u32) -> (Ses
 }
 
 fn open_op(owner: &[u8], access: u32, how: OpenFlag4, claim: OpenClaim4) -> ArgOp {
-    ArgOp::Open(OpenArgs4 {
+    ArgOp::Open(Box::new(OpenArgs4 {
         seqid: 0,
         share_access: access,
         share_deny: OPEN4_SHARE_DENY_NONE,
@@ -110,7 +110,7 @@ fn open_op(owner: &[u8], access: u32, how: OpenFlag4, claim: OpenClaim4) -> ArgO
         },
         openhow: how,
         claim,
-    })
+    }))
 }
 
 /// Creates `name` in `dir` (open for reading and writing by `owner`):
@@ -457,7 +457,7 @@ fn opens_and_locks_without_end_stop_at_their_bounds() {
         false,
         &[
             putfh(&file),
-            ArgOp::Lock(LockArgs4 {
+            ArgOp::Lock(Box::new(LockArgs4 {
                 locktype: NfsLockType4::Write,
                 reclaim: false,
                 offset: 0,
@@ -471,7 +471,7 @@ fn opens_and_locks_without_end_stop_at_their_bounds() {
                         owner: Opaque4::from(&b"locker"[..]),
                     },
                 }),
-            }),
+            })),
         ],
     );
     assert_eq!(
@@ -483,7 +483,7 @@ fn opens_and_locks_without_end_stop_at_their_bounds() {
     // Lock-owners without end, each with one lock: each is a description
     // of the file, bounded per client address.
     let owners = until_delay(&mut c, &mut s, &file, 200, |n| {
-        ArgOp::Lock(LockArgs4 {
+        ArgOp::Lock(Box::new(LockArgs4 {
             locktype: NfsLockType4::Read,
             reclaim: false,
             offset: u64::MAX / 2 + 2 * n as u64,
@@ -497,7 +497,7 @@ fn opens_and_locks_without_end_stop_at_their_bounds() {
                     owner: Opaque4::from(format!("lo{n}").into_bytes()),
                 },
             }),
-        })
+        }))
     });
     let limit = dionfs_core::locks::limits::MAX_DESCRIPTIONS_PER_CLIENT;
     assert_eq!(owners + 1, limit, "lock-owners granted");
@@ -538,13 +538,13 @@ fn locks_on_ranges_without_end_stop_at_a_bound() {
     let (mut s, root) = ready(&server, &mut c, b"ranges", OPERATIONS_PER_COMPOUND);
     let (file, stateid) = create(&mut c, &mut s, &root, b"first", "f");
     let lock = |offset: u64, length: u64, locker| {
-        ArgOp::Lock(LockArgs4 {
+        ArgOp::Lock(Box::new(LockArgs4 {
             locktype: NfsLockType4::Write,
             reclaim: false,
             offset,
             length,
             locker,
-        })
+        }))
     };
     // First a long lock, past the one-byte ones, to split at the end.
     let splits = RANGE_SPLITS_PAST_BOUND as u64;

@@ -336,7 +336,7 @@ fn secinfo_no_name_consumes_the_filehandle() {
 }
 
 fn create(kind: CreateType4, name: &str, mode: Option<u32>) -> ArgOp {
-    ArgOp::Create(CreateArgs4 {
+    ArgOp::Create(Box::new(CreateArgs4 {
         objtype: kind,
         objname: Component4::from(name),
         createattrs: SetAttrs4 {
@@ -344,7 +344,7 @@ fn create(kind: CreateType4, name: &str, mode: Option<u32>) -> ArgOp {
             ..SetAttrs4::default()
         }
         .to_fattr(),
-    })
+    }))
 }
 
 fn remove(name: &str) -> ArgOp {

@@ -60,7 +60,7 @@ fn export_root(c: &mut nfs4::client::Client, s: &mut Session, path: &Path) -> Nf
 }
 
 fn open_args(owner: &[u8], access: u32, deny: u32, openhow: OpenFlag4, claim: OpenClaim4) -> ArgOp {
-    ArgOp::Open(OpenArgs4 {
+    ArgOp::Open(Box::new(OpenArgs4 {
         seqid: 0,
         share_access: access,
         share_deny: deny,
@@ -70,7 +70,7 @@ fn open_args(owner: &[u8], access: u32, deny: u32, openhow: OpenFlag4, claim: Op
         },
         openhow,
         claim,
-    })
+    }))
 }
 
 fn by_name(name: &str) -> OpenClaim4 {
@@ -174,7 +174,7 @@ fn new_lock(
     offset: u64,
     length: u64,
 ) -> ArgOp {
-    ArgOp::Lock(LockArgs4 {
+    ArgOp::Lock(Box::new(LockArgs4 {
         locktype,
         reclaim: false,
         offset,
@@ -188,7 +188,7 @@ fn new_lock(
                 owner: Opaque4::from(owner),
             },
         }),
-    })
+    }))
 }
 
 fn locked(res: &CompoundRes) -> LockRes4<StateId4> {
@@ -836,7 +836,7 @@ fn locks_with_the_current_stateid_conflict_and_free() {
         false,
         &[
             putfh(&f),
-            ArgOp::Lock(LockArgs4 {
+            ArgOp::Lock(Box::new(LockArgs4 {
                 locktype: NfsLockType4::Write,
                 reclaim: false,
                 offset: 0,
@@ -845,7 +845,7 @@ fn locks_with_the_current_stateid_conflict_and_free() {
                     lock_stateid: lock1,
                     lock_seqid: 0,
                 }),
-            }),
+            })),
             ArgOp::Locku(LockuArgs4 {
                 locktype: NfsLockType4::Write,
                 seqid: 0,

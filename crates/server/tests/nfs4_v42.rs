@@ -316,7 +316,7 @@ fn seek_allocate_and_deallocate_keep_checksums_exact() {
 }
 
 fn copy(src_offset: u64, dst_offset: u64, count: u64) -> ArgOp {
-    ArgOp::Copy(CopyArgs4 {
+    ArgOp::Copy(Box::new(CopyArgs4 {
         src_stateid: ANON,
         dst_stateid: ANON,
         src_offset,
@@ -325,7 +325,7 @@ fn copy(src_offset: u64, dst_offset: u64, count: u64) -> ArgOp {
         consecutive: false,
         synchronous: false,
         source_server: Vec::new(),
-    })
+    }))
 }
 
 fn clone(src_offset: u64, dst_offset: u64, count: u64) -> ArgOp {

@@ -191,11 +191,11 @@ mod tests {
         let ssv_items = || gss(NFS4_MAX_SSV_ITEMS as usize, NFS4_OPAQUE_LIMIT);
         vec![
             ArgOp::Access(AccessArgs4 { access: 1 }),
-            ArgOp::Create(CreateArgs4 {
+            ArgOp::Create(Box::new(CreateArgs4 {
                 objtype: CreateType4::Link(Linktext4(filled(NFS4_MAX_LINKTEXT_LEN, b'l'))),
                 objname: name(),
                 createattrs: largest_fattr(),
-            }),
+            })),
             ArgOp::Getattr(GetattrArgs4 {
                 attr_request: bitmap(),
             }),
@@ -243,7 +243,7 @@ mod tests {
                 dir: ChannelDirFromClient4::Fore,
                 use_conn_in_rdma_mode: true,
             }),
-            ArgOp::ExchangeId(ExchangeIdArgs4 {
+            ArgOp::ExchangeId(Box::new(ExchangeIdArgs4 {
                 clientowner: ClientOwner4 {
                     verifier: Verifier4([2; 8]),
                     ownerid: opaque(),
@@ -257,8 +257,8 @@ mod tests {
                     num_gss_handles: 2,
                 }),
                 client_impl_id: Some(impl_id(NFS4_OPAQUE_LIMIT)),
-            }),
-            ArgOp::CreateSession(CreateSessionArgs4 {
+            })),
+            ArgOp::CreateSession(Box::new(CreateSessionArgs4 {
                 clientid: 1,
                 sequence: 2,
                 flags: 3,
@@ -266,7 +266,7 @@ mod tests {
                 back_chan_attrs: channel(Some(1)),
                 cb_program: 4,
                 sec_parms: sec_parms(),
-            }),
+            })),
             ArgOp::DestroySession(DestroySessionArgs4 {
                 sessionid: SessionId4([3; 16]),
             }),
@@ -290,7 +290,7 @@ mod tests {
                 offset: 1,
                 count: 2,
             }),
-            ArgOp::Open(OpenArgs4 {
+            ArgOp::Open(Box::new(OpenArgs4 {
                 seqid: 1,
                 share_access: 2,
                 share_deny: 3,
@@ -303,7 +303,7 @@ mod tests {
                     delegate_stateid: stateid(),
                     file: name(),
                 }),
-            }),
+            })),
             ArgOp::Close(CloseArgs4 {
                 seqid: 1,
                 open_stateid: stateid(),
@@ -314,7 +314,7 @@ mod tests {
                 share_access: 2,
                 share_deny: 3,
             }),
-            ArgOp::Lock(LockArgs4 {
+            ArgOp::Lock(Box::new(LockArgs4 {
                 locktype: NfsLockType4::Write,
                 reclaim: false,
                 offset: 1,
@@ -325,7 +325,7 @@ mod tests {
                     lock_seqid: 2,
                     lock_owner: largest_owner(),
                 }),
-            }),
+            })),
             ArgOp::Lockt(LocktArgs4 {
                 locktype: NfsLockType4::Read,
                 offset: 1,
@@ -349,7 +349,7 @@ mod tests {
                 offset: 1,
                 what: DataContent4::Data,
             }),
-            ArgOp::Copy(CopyArgs4 {
+            ArgOp::Copy(Box::new(CopyArgs4 {
                 src_stateid: stateid(),
                 dst_stateid: stateid(),
                 src_offset: 1,
@@ -361,7 +361,7 @@ mod tests {
                     Netloc4::Url(Utf8Str(filled(NFS4_MAX_NETLOC_LEN, b'u')));
                     NFS4_MAX_COPY_SOURCES as usize
                 ],
-            }),
+            })),
             ArgOp::Clone(CloneArgs4 {
                 src_stateid: stateid(),
                 dst_stateid: stateid(),

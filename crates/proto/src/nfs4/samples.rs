@@ -148,29 +148,29 @@ pub fn typical_ops() -> Vec<ArgOp> {
         ArgOp::Nverify(VerifyArgs4 {
             obj_attributes: fattr(12),
         }),
-        ArgOp::Create(CreateArgs4 {
+        ArgOp::Create(Box::new(CreateArgs4 {
             objtype: CreateType4::Link(Linktext4::from("../target")),
             objname: component(3),
             createattrs: Fattr4::default(),
-        }),
-        ArgOp::Create(CreateArgs4 {
+        })),
+        ArgOp::Create(Box::new(CreateArgs4 {
             objtype: CreateType4::Char(SpecData4 {
                 specdata1: 1,
                 specdata2: 3,
             }),
             objname: component(4),
             createattrs: fattr(4),
-        }),
-        ArgOp::Create(CreateArgs4 {
+        })),
+        ArgOp::Create(Box::new(CreateArgs4 {
             objtype: CreateType4::Dir,
             objname: component(4),
             createattrs: fattr(4),
-        }),
-        ArgOp::Create(CreateArgs4 {
+        })),
+        ArgOp::Create(Box::new(CreateArgs4 {
             objtype: CreateType4::Other(NfsFtype4::Reg),
             objname: component(4),
             createattrs: fattr(0),
-        }),
+        })),
         ArgOp::Remove(RemoveArgs4 {
             target: component(6),
         }),
@@ -191,7 +191,7 @@ pub fn typical_ops() -> Vec<ArgOp> {
         ArgOp::Readlink,
         ArgOp::Secinfo(SecinfoArgs4 { name: component(3) }),
         ArgOp::SecinfoNoName(SecinfoStyle4::Parent),
-        ArgOp::ExchangeId(ExchangeIdArgs4 {
+        ArgOp::ExchangeId(Box::new(ExchangeIdArgs4 {
             clientowner: ClientOwner4 {
                 verifier: Verifier4([2; 8]),
                 ownerid: Opaque4::from("Linux NFSv4.1 client"),
@@ -199,8 +199,8 @@ pub fn typical_ops() -> Vec<ArgOp> {
             flags: EXCHGID4_FLAG_USE_NON_PNFS,
             state_protect: StateProtect4A::None,
             client_impl_id: Some(impl_id(6)),
-        }),
-        ArgOp::ExchangeId(ExchangeIdArgs4 {
+        })),
+        ArgOp::ExchangeId(Box::new(ExchangeIdArgs4 {
             clientowner: ClientOwner4 {
                 verifier: Verifier4([3; 8]),
                 ownerid: Opaque4::from("x"),
@@ -208,8 +208,8 @@ pub fn typical_ops() -> Vec<ArgOp> {
             flags: 0,
             state_protect: StateProtect4A::MachCred(ops4()),
             client_impl_id: None,
-        }),
-        ArgOp::CreateSession(CreateSessionArgs4 {
+        })),
+        ArgOp::CreateSession(Box::new(CreateSessionArgs4 {
             clientid: 0x0102_0304_0506_0708,
             sequence: 1,
             flags: CREATE_SESSION4_FLAG_CONN_BACK_CHAN,
@@ -221,7 +221,7 @@ pub fn typical_ops() -> Vec<ArgOp> {
                 CallbackSecParms4::AuthSys(authsys(false)),
                 CallbackSecParms4::RpcsecGss(gss_handles(3)),
             ],
-        }),
+        })),
         ArgOp::DestroySession(DestroySessionArgs4 {
             sessionid: SessionId4([4; 16]),
         }),
@@ -262,7 +262,7 @@ pub fn open_owner() -> StateOwner4 {
 
 /// An OPEN of `claim`, creating as `how` says if it is given.
 pub fn open(how: Option<CreateHow4>, claim: OpenClaim4) -> ArgOp {
-    ArgOp::Open(OpenArgs4 {
+    ArgOp::Open(Box::new(OpenArgs4 {
         seqid: 0,
         share_access: OPEN4_SHARE_ACCESS_BOTH | OPEN4_SHARE_ACCESS_WANT_NO_DELEG,
         share_deny: OPEN4_SHARE_DENY_NONE,
@@ -272,7 +272,7 @@ pub fn open(how: Option<CreateHow4>, claim: OpenClaim4) -> ArgOp {
             Some(how) => OpenFlag4::Create(how),
         },
         claim,
-    })
+    }))
 }
 
 /// OPEN with every `createhow4` and every `open_claim4`, the other state
@@ -318,7 +318,7 @@ pub fn typical_state_ops() -> Vec<ArgOp> {
             share_access: OPEN4_SHARE_ACCESS_READ,
             share_deny: OPEN4_SHARE_DENY_NONE,
         }),
-        ArgOp::Lock(LockArgs4 {
+        ArgOp::Lock(Box::new(LockArgs4 {
             locktype: NfsLockType4::WriteW,
             reclaim: false,
             offset: 0,
@@ -332,8 +332,8 @@ pub fn typical_state_ops() -> Vec<ArgOp> {
                     owner: Opaque4::from("lock id"),
                 },
             }),
-        }),
-        ArgOp::Lock(LockArgs4 {
+        })),
+        ArgOp::Lock(Box::new(LockArgs4 {
             locktype: NfsLockType4::Read,
             reclaim: true,
             offset: 100,
@@ -342,7 +342,7 @@ pub fn typical_state_ops() -> Vec<ArgOp> {
                 lock_stateid: stateid(),
                 lock_seqid: 0,
             }),
-        }),
+        })),
         ArgOp::Lockt(LocktArgs4 {
             locktype: NfsLockType4::Write,
             offset: 5,
@@ -388,7 +388,7 @@ pub fn typical_data_ops() -> Vec<ArgOp> {
             what: DataContent4::Hole,
         }),
         ArgOp::ReadPlus(read),
-        ArgOp::Copy(CopyArgs4 {
+        ArgOp::Copy(Box::new(CopyArgs4 {
             src_stateid: stateid(),
             dst_stateid: StateId4::default(),
             src_offset: 0,
@@ -397,8 +397,8 @@ pub fn typical_data_ops() -> Vec<ArgOp> {
             consecutive: true,
             synchronous: false,
             source_server: Vec::new(),
-        }),
-        ArgOp::Copy(CopyArgs4 {
+        })),
+        ArgOp::Copy(Box::new(CopyArgs4 {
             src_stateid: stateid(),
             dst_stateid: stateid(),
             src_offset: 1,
@@ -414,7 +414,7 @@ pub fn typical_data_ops() -> Vec<ArgOp> {
                     addr: Utf8Str::from("192.0.2.1.8.1"),
                 }),
             ],
-        }),
+        })),
         ArgOp::Clone(CloneArgs4 {
             src_stateid: stateid(),
             dst_stateid: stateid(),

@@ -199,7 +199,7 @@ impl Client {
         sequence: u32,
         attrs: ChannelAttrs4,
     ) -> Result<CreateSessionResOk4, Nfsstat4> {
-        let op = ArgOp::CreateSession(CreateSessionArgs4 {
+        let op = ArgOp::CreateSession(Box::new(CreateSessionArgs4 {
             clientid,
             sequence,
             flags: 0,
@@ -207,7 +207,7 @@ impl Client {
             back_chan_attrs: back_attrs(),
             cb_program: 0x4000_0000,
             sec_parms: Vec::new(),
-        });
+        }));
         let res = self.compound(1, &[op]);
         match &res.results[..] {
             [ResOp::CreateSession(Res4::Ok(ok))] => Ok(ok.clone()),
@@ -294,7 +294,7 @@ pub fn sequence_op(session: &Session, slot: u32, seqid: u32, cachethis: bool) ->
 
 /// EXCHANGE_ID for `owner`, with a fixed verifier.
 pub fn exchange_id_op(owner: &[u8]) -> ArgOp {
-    ArgOp::ExchangeId(ExchangeIdArgs4 {
+    ArgOp::ExchangeId(Box::new(ExchangeIdArgs4 {
         clientowner: ClientOwner4 {
             verifier: Verifier4([7; 8]),
             ownerid: Opaque4::from(owner),
@@ -302,7 +302,7 @@ pub fn exchange_id_op(owner: &[u8]) -> ArgOp {
         flags: EXCHGID4_FLAG_USE_NON_PNFS,
         state_protect: StateProtect4A::None,
         client_impl_id: None,
-    })
+    }))
 }
 
 /// Decodes `COMPOUND4res` bytes.

@@ -571,7 +571,7 @@ mod tests {
                 ArgOp::Commit(a) => assert_codec(&a),
                 ArgOp::Allocate(a) | ArgOp::Deallocate(a) => assert_codec(&a),
                 ArgOp::Seek(a) => assert_codec(&a),
-                ArgOp::Copy(a) => assert_codec(&a),
+                ArgOp::Copy(a) => assert_codec(&*a),
                 ArgOp::Clone(a) => assert_codec(&a),
                 _ => seen -= 1,
             }

@@ -356,7 +356,7 @@ mod tests {
         for op in typical_ops() {
             match op {
                 ArgOp::Access(a) => assert_codec(&a),
-                ArgOp::Create(a) => assert_codec(&a),
+                ArgOp::Create(a) => assert_codec(&*a),
                 ArgOp::Getattr(a) => assert_codec(&a),
                 ArgOp::Link(a) => assert_codec(&a),
                 ArgOp::Lookup(a) => assert_codec(&a),

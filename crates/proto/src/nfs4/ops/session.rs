@@ -371,8 +371,8 @@ mod tests {
     fn session_args_round_trip() {
         for op in typical_ops() {
             match op {
-                ArgOp::ExchangeId(a) => assert_codec(&a),
-                ArgOp::CreateSession(a) => assert_codec(&a),
+                ArgOp::ExchangeId(a) => assert_codec(&*a),
+                ArgOp::CreateSession(a) => assert_codec(&*a),
                 ArgOp::DestroySession(a) => assert_codec(&a),
                 ArgOp::DestroyClientid(a) => assert_codec(&a),
                 ArgOp::Sequence(a) => assert_codec(&a),

@@ -697,10 +697,10 @@ mod tests {
         for op in typical_ops() {
             seen += 1;
             match op {
-                ArgOp::Open(a) => assert_codec(&a),
+                ArgOp::Open(a) => assert_codec(&*a),
                 ArgOp::Close(a) => assert_codec(&a),
                 ArgOp::OpenDowngrade(a) => assert_codec(&a),
-                ArgOp::Lock(a) => assert_codec(&a),
+                ArgOp::Lock(a) => assert_codec(&*a),
                 ArgOp::Lockt(a) => assert_codec(&a),
                 ArgOp::Locku(a) => assert_codec(&a),
                 ArgOp::Delegreturn(a) => assert_codec(&a),
