@@ -309,11 +309,7 @@ fn io_file<'a>(ctx: &mut OpCtx<'a>) -> Result<IoFile<'a>, Nfsstat4> {
     }) = &ctx.current
     {
         let export = ctx.export(*export)?;
-        let cached = match file {
-            Some(file) => Some(file.clone()),
-            None => export.fs.cached_file(fh).map_err(from_fs)?,
-        };
-        if let Some(file) = cached {
+        if let Some(file) = cached_file(export, fh, file).map_err(from_fs)? {
             return Ok(IoFile {
                 export,
                 fh: fh.clone(),
@@ -327,6 +323,20 @@ fn io_file<'a>(ctx: &mut OpCtx<'a>) -> Result<IoFile<'a>, Nfsstat4> {
         fh: current.node.fh().to_vec(),
         cached: None,
     })
+}
+
+/// The open file of the current filehandle `fh` of `export`: the one
+/// PUTFH found (`file`, `Fh4::File`), else the open-file cache's if it
+/// holds it (the handle checked by the lookup).
+fn cached_file(
+    export: &Export,
+    fh: &[u8],
+    file: &Option<Arc<OpenFile>>,
+) -> Result<Option<Arc<OpenFile>>, FsError> {
+    match file {
+        Some(file) => Ok(Some(file.clone())),
+        None => export.fs.cached_file(fh),
+    }
 }
 
 /// What [`io_file`] finds.
@@ -424,10 +434,7 @@ async fn read_without_blocking(
         return None;
     };
     let export = ctx.export(*export).ok()?;
-    let file = match file {
-        Some(file) => file.clone(),
-        None => export.fs.cached_file(fh).ok()??,
-    };
+    let file = cached_file(export, fh, file).ok()??;
     if export.data.read_leaves_task(file.data()) {
         return None;
     }
@@ -594,8 +601,8 @@ pub async fn write_on_task(
 /// current file; else `None`, `ctx.data` untouched.
 ///
 /// The payload's open file stands for [`io_file`]'s lookup: receive
-/// found it by this handle (its MAC checked there), and PUTFH checked the
-/// handle again, so the open-file cache is not asked a third time.
+/// found it by this handle (its MAC checked there, and PUTFH trusted
+/// that check), so the open-file cache is not asked again.
 fn on_task_target<'a>(ctx: &mut OpCtx<'a>, head: &WriteHead4) -> Option<WriteTarget<'a>> {
     let Some(Payload::Placed {
         export: id,
@@ -609,9 +616,7 @@ fn on_task_target<'a>(ctx: &mut OpCtx<'a>, head: &WriteHead4) -> Option<WriteTar
     if !is_current(ctx, *id, placed) {
         return None;
     }
-    let export = ctx.export(*id).ok()?;
-    ctx.writable(export).ok()?;
-    check_stateid(ctx, &head.stateid, placed, Use::Write).ok()?;
+    let export = placed_checks(ctx, head, *id, placed).ok()?;
     let before = ops::file_attr(&export.fs, file).ok()?;
     // The payload just looked at.
     let Some(Payload::Placed { fh, file, buf, .. }) = ctx.data.payloads.pop_front() else {
@@ -625,6 +630,22 @@ fn on_task_target<'a>(ctx: &mut OpCtx<'a>, head: &WriteHead4) -> Option<WriteTar
         before: Some(before),
         how: stable(head.stable),
     })
+}
+
+/// [`write_checks`] for a WRITE whose payload was placed for the current
+/// file (handle `fh` of export `id`, [`is_current`]): the export writable
+/// for this client and the stateid; the file's type and handle were
+/// checked at receive. The export.
+fn placed_checks<'a>(
+    ctx: &OpCtx<'a>,
+    head: &WriteHead4,
+    id: u16,
+    fh: &[u8],
+) -> Result<&'a Export, Nfsstat4> {
+    let export = ctx.export(id)?;
+    ctx.writable(export)?;
+    check_stateid(ctx, &head.stateid, fh, Use::Write)?;
+    Ok(export)
 }
 
 /// Whether the current filehandle is, as PUTFH left it, the handle `fh`
@@ -671,18 +692,15 @@ fn write_target<'a>(
     let len = head.data_len as usize;
     let (export, fh, file, buf) = match payload.ok_or(Nfsstat4::Serverfault)? {
         // The file receive found by the current handle (its MAC checked
-        // there, and again by PUTFH) stands for `io_file`'s lookup, as in
-        // `on_task_target`: a regular file, since the open-file cache
-        // holds no other kind.
+        // there) stands for `io_file`'s lookup, as in `on_task_target`: a
+        // regular file, since the open-file cache holds no other kind.
         Payload::Placed {
             export: id,
             fh,
             file,
             buf,
         } if is_current(ctx, id, &fh) => {
-            let export = ctx.export(id)?;
-            ctx.writable(export)?;
-            check_stateid(ctx, &head.stateid, &fh, Use::Write)?;
+            let export = placed_checks(ctx, head, id, &fh)?;
             (export, fh, file, buf)
         }
         Payload::Placed {
