@@ -428,11 +428,17 @@ impl Service for Dispatcher {
             // Received only while NFSv4 is served. Timed by its ops'
             // clock reads: none more here.
             Pending::Nfs4(compound) => {
-                let (reply, ended) = self
+                match self
                     .compound(server, conn, compound, on_task, started)
-                    .await?;
-                self.calls.record(prog, vers, proc_, ended - started);
-                return Some(reply);
+                    .await
+                {
+                    Some((reply, ended)) => {
+                        self.calls.record(prog, vers, proc_, ended - started);
+                        return Some(reply);
+                    }
+                    // Not served, or its handler panicked: counted below.
+                    None => None,
+                }
             }
         };
         self.calls.record(prog, vers, proc_, started.elapsed());
