@@ -157,11 +157,10 @@ impl Client {
         lease.renewed = lease.renewed.max(now);
     }
 
-    /// A request of the client starts.
-    pub(super) fn begin(&self, now: Instant) {
-        let mut lease = self.lease.lock();
-        lease.running += 1;
-        lease.renewed = lease.renewed.max(now);
+    /// A request of the client starts: until it ends, the lease cannot
+    /// run out.
+    pub(super) fn begin(&self) {
+        self.lease.lock().running += 1;
     }
 
     /// A request of the client ends: its lease runs from now.

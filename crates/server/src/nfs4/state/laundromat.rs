@@ -160,10 +160,28 @@ mod tests {
         let t0 = Instant::now();
         let (_, session) = session_at(&state, "a", t0);
         let half = LEASE / 2;
-        match state.sequence_at(&seq(session, 0, 1), &conn(1), 1, None, t0 + half) {
-            Sequenced::New(guard) => drop(guard),
+        // The lease runs from the end of the request.
+        match state.sequence_at(&seq(session, 0, 1), &conn(1), 1, None, || t0) {
+            Sequenced::New(guard) => guard.complete_at(None, t0 + half),
             other => panic!("{other:?}"),
         }
+        state.sweep(t0 + LEASE + Duration::from_secs(1));
+        assert_eq!(state.counts().clients, 1);
+        state.sweep(t0 + half + LEASE + Duration::from_secs(1));
+        assert_eq!(state.counts().clients, 0);
+    }
+
+    #[test]
+    fn a_sequence_refused_renews_the_lease_and_ends() {
+        let state = state();
+        let t0 = Instant::now();
+        let (_, session) = session_at(&state, "a", t0);
+        let half = LEASE / 2;
+        match state.sequence_at(&seq(session, 9999, 1), &conn(1), 1, None, || t0 + half) {
+            Sequenced::Error(Nfsstat4::Badslot) => {}
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(guard_free_running(&state, session), 0);
         state.sweep(t0 + LEASE + Duration::from_secs(1));
         assert_eq!(state.counts().clients, 1);
         state.sweep(t0 + half + LEASE + Duration::from_secs(1));
@@ -175,7 +193,7 @@ mod tests {
         let state = state();
         let t0 = Instant::now();
         let (_, session) = session_at(&state, "a", t0);
-        let guard = match state.sequence_at(&seq(session, 0, 1), &conn(1), 1, None, t0) {
+        let guard = match state.sequence_at(&seq(session, 0, 1), &conn(1), 1, None, || t0) {
             Sequenced::New(guard) => guard,
             other => panic!("{other:?}"),
         };

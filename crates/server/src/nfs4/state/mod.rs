@@ -337,7 +337,7 @@ impl State {
         numops: u32,
         request_len: Option<u64>,
     ) -> Sequenced {
-        self.sequence_at(args, conn, numops, request_len, Instant::now())
+        self.sequence_at(args, conn, numops, request_len, Instant::now)
     }
 
     /// DESTROY_SESSION (RFC 8881 section 18.37) on `conn`; `current` is

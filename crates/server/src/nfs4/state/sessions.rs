@@ -395,14 +395,14 @@ impl Session {
         table.cached.fetch_sub(freed, Ordering::Relaxed);
     }
 
-    /// SEQUENCE on this session (the table of the module's header).
+    /// SEQUENCE on this session (the table of the module's header), for
+    /// a request its client began ([`Client::begin`]).
     fn sequence(
         self: &Arc<Self>,
         args: &SequenceArgs4,
         conn: &ConnInfo,
         numops: u32,
         request_len: Option<u64>,
-        now: Instant,
     ) -> Sequenced {
         if numops > self.fore.maxoperations {
             return Sequenced::Error(Nfsstat4::TooManyOps);
@@ -435,7 +435,6 @@ impl Session {
                 SlotState::Idle(_) => return Sequenced::Error(Nfsstat4::SeqMisordered),
             }
         }
-        self.client.begin(now);
         // SP4_NONE: a SEQUENCE on a connection not bound to the session
         // binds it to the fore channel (RFC 8881 section 2.10.3.1, pynfs
         // SEQ4). The back channel looked at under the same lock.
@@ -614,18 +613,26 @@ impl fmt::Debug for SlotGuard {
 }
 
 impl State {
+    /// SEQUENCE; `now` read only if it takes no slot (see
+    /// [`Self::find_session`]).
     pub(super) fn sequence_at(
         &self,
         args: &SequenceArgs4,
         conn: &ConnInfo,
         numops: u32,
         request_len: Option<u64>,
-        now: Instant,
+        now: impl FnOnce() -> Instant,
     ) -> Sequenced {
-        let Some(session) = self.find_session(&args.sessionid, now) else {
+        let Some(session) = self.find_session(&args.sessionid) else {
             return Sequenced::Error(Nfsstat4::Badsession);
         };
-        session.sequence(args, conn, numops, request_len, now)
+        let sequenced = session.sequence(args, conn, numops, request_len);
+        if !matches!(sequenced, Sequenced::New(_)) {
+            // No slot taken, so no guard to end the request: ended here,
+            // the lease renewed as by any SEQUENCE of a known session.
+            session.client.end(now());
+        }
+        sequenced
     }
 
     /// The session `id`, if it exists (its client's lease untouched).
@@ -633,10 +640,13 @@ impl State {
         self.table.lock().session(id).map(Arc::clone)
     }
 
-    /// The session `id`, its client's lease renewed at `now`: renewed
-    /// under the table's lock, so that a sweep cannot expire the client
-    /// between this lookup and the request taking its slot.
-    fn find_session(&self, id: &SessionId4, now: Instant) -> Option<Arc<Session>> {
+    /// The session `id`, a request of its client begun: begun under the
+    /// table's lock, so that a sweep cannot expire the client between
+    /// this lookup and the request taking its slot. (A client with a
+    /// request running never expires, and the lease runs from the end of
+    /// its last one: renewing it here too would move nothing anyone sees,
+    /// for one more lock of a line both workers write, and a clock read.)
+    fn find_session(&self, id: &SessionId4) -> Option<Arc<Session>> {
         let table = self.table.lock();
         let session = table.session(id)?;
         match session.client.life() {
@@ -658,7 +668,7 @@ impl State {
             }
             _ => {}
         }
-        session.client.renew(now);
+        session.client.begin();
         Some(Arc::clone(session))
     }
 
@@ -696,43 +706,53 @@ impl State {
         conn: &ConnInfo,
         now: Instant,
     ) -> Result<BindConnToSessionResOk4, Nfsstat4> {
-        let Some(session) = self.find_session(&args.sessid, now) else {
+        let Some(session) = self.find_session(&args.sessid) else {
             return Err(Nfsstat4::Badsession);
         };
-        // Both when the client leaves the choice to us; the back channel
-        // only where there is one (not over UDP).
-        let can_call_back = conn.back_channel.is_some();
-        let dir = match args.dir {
-            ChannelDirFromClient4::Fore => ChannelDirFromServer4::Fore,
-            ChannelDirFromClient4::Back if can_call_back => ChannelDirFromServer4::Back,
-            ChannelDirFromClient4::Back => return Err(Nfsstat4::Inval),
-            ChannelDirFromClient4::ForeOrBoth | ChannelDirFromClient4::BackOrBoth
-                if can_call_back =>
-            {
-                ChannelDirFromServer4::Both
-            }
-            ChannelDirFromClient4::ForeOrBoth => ChannelDirFromServer4::Fore,
-            ChannelDirFromClient4::BackOrBoth => return Err(Nfsstat4::Inval),
-        };
-        let mut connections = session.connections.lock();
-        if matches!(
-            dir,
-            ChannelDirFromServer4::Fore | ChannelDirFromServer4::Both
-        ) {
-            bind(&mut connections.fore, conn);
-        }
-        if matches!(
-            dir,
-            ChannelDirFromServer4::Back | ChannelDirFromServer4::Both
-        ) {
-            bind(&mut connections.back, conn);
-        }
-        Ok(BindConnToSessionResOk4 {
-            sessid: args.sessid,
-            dir,
-            use_conn_in_rdma_mode: false,
-        })
+        let bound = bind_conn_to(&session, args, conn);
+        // A request of the client, as a SEQUENCE: its lease renewed.
+        session.client.end(now);
+        bound
     }
+}
+
+/// BIND_CONN_TO_SESSION of `conn` to `session`, found.
+fn bind_conn_to(
+    session: &Session,
+    args: &BindConnToSessionArgs4,
+    conn: &ConnInfo,
+) -> Result<BindConnToSessionResOk4, Nfsstat4> {
+    // Both when the client leaves the choice to us; the back channel
+    // only where there is one (not over UDP).
+    let can_call_back = conn.back_channel.is_some();
+    let dir = match args.dir {
+        ChannelDirFromClient4::Fore => ChannelDirFromServer4::Fore,
+        ChannelDirFromClient4::Back if can_call_back => ChannelDirFromServer4::Back,
+        ChannelDirFromClient4::Back => return Err(Nfsstat4::Inval),
+        ChannelDirFromClient4::ForeOrBoth | ChannelDirFromClient4::BackOrBoth if can_call_back => {
+            ChannelDirFromServer4::Both
+        }
+        ChannelDirFromClient4::ForeOrBoth => ChannelDirFromServer4::Fore,
+        ChannelDirFromClient4::BackOrBoth => return Err(Nfsstat4::Inval),
+    };
+    let mut connections = session.connections.lock();
+    if matches!(
+        dir,
+        ChannelDirFromServer4::Fore | ChannelDirFromServer4::Both
+    ) {
+        bind(&mut connections.fore, conn);
+    }
+    if matches!(
+        dir,
+        ChannelDirFromServer4::Back | ChannelDirFromServer4::Both
+    ) {
+        bind(&mut connections.back, conn);
+    }
+    Ok(BindConnToSessionResOk4 {
+        sessid: args.sessid,
+        dir,
+        use_conn_in_rdma_mode: false,
+    })
 }
 
 #[cfg(test)]
