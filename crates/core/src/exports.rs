@@ -65,8 +65,17 @@ impl Exports {
     /// before the handler, which reports refusals (see `nfs::Ctx::export`),
     /// such as placing a WRITE's payload.
     pub fn for_client(&self, conn: &ConnInfo, fh: &[u8]) -> Option<&Arc<Export>> {
+        self.admitting(conn, fh).map(|(export, _)| export)
+    }
+
+    /// [`Self::for_client`] with the options of the client entry that
+    /// admits this client.
+    pub fn admitting(&self, conn: &ConnInfo, fh: &[u8]) -> Option<(&Arc<Export>, &ClientOptions)> {
         let (export, options) = self.matching(conn, fh)?;
-        options.xprtsec.admits(conn.security()).then_some(export)
+        options
+            .xprtsec
+            .admits(conn.security())
+            .then_some((export, options))
     }
 
     /// [`Self::for_client`] without `xprtsec`, for NLM: knfsd's

@@ -14,6 +14,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use dionfs_core::export::ClientOptions;
 use dionfs_core::exports::{Export, Exports};
 use dionfs_core::io_errors::IoProc;
 use dionfs_dataplane::{
@@ -42,6 +43,8 @@ pub enum Payload {
     Placed {
         export: u16,
         fh: Vec<u8>,
+        /// What the export gives this client, admitted at receive.
+        options: ClientOptions,
         file: Arc<OpenFile>,
         buf: WriteBuffer,
     },
@@ -68,12 +71,20 @@ pub struct DataIo {
 }
 
 impl DataIo {
-    /// Whether a payload was placed for the file handle `fh` at receive:
-    /// found in the open-file cache by it, so its MAC checked.
-    pub fn placed_for(&self, fh: &[u8]) -> bool {
-        self.payloads
-            .iter()
-            .any(|p| matches!(p, Payload::Placed { fh: placed, .. } if placed[..] == *fh))
+    /// The export and client options a payload was placed with at
+    /// receive for the file handle `fh`, if one was: found in the
+    /// open-file cache by it, so its MAC checked, and the client admitted
+    /// to its export.
+    pub fn placed_for(&self, fh: &[u8]) -> Option<(u16, ClientOptions)> {
+        self.payloads.iter().find_map(|p| match p {
+            Payload::Placed {
+                export,
+                fh: placed,
+                options,
+                ..
+            } if placed[..] == *fh => Some((*export, *options)),
+            _ => None,
+        })
     }
 }
 
@@ -219,14 +230,14 @@ async fn place<R: CallStream>(
     body: &mut RecordReader<R>,
 ) -> Result<Payload, RecordError> {
     let len = head.data_len as usize;
-    let target = match exports.for_client(conn, fh) {
+    let target = match exports.admitting(conn, fh) {
         None => Err(None),
-        Some(export) if export.options_for(conn).read_only() => Err(Some(Nfsstat4::Rofs)),
-        Some(export) => io::file_to_write(export, fh)
-            .map(|file| (export, file))
+        Some((_, options)) if options.read_only() => Err(Some(Nfsstat4::Rofs)),
+        Some((export, options)) => io::file_to_write(export, fh)
+            .map(|file| (export, *options, file))
             .map_err(|e| Some(from_fs(e))),
     };
-    let (export, file) = match target {
+    let (export, options, file) = match target {
         Ok(target) => target,
         Err(status) => {
             io::skip(body, len).await?;
@@ -236,6 +247,7 @@ async fn place<R: CallStream>(
     let placed = |buf| Payload::Placed {
         export: export.config.id,
         fh: fh.to_vec(),
+        options,
         file: file.clone(),
         buf,
     };
@@ -575,7 +587,7 @@ pub async fn write_on_task(
 ) -> Result<Nfsstat4, WriteHead4> {
     // Only a payload placed at receive for this file: anything else
     // (and every refusal) is the blocking path's.
-    let Some(target) = on_task_target(ctx, &head) else {
+    let Some((target, options)) = on_task_target(ctx, &head) else {
         return Err(head);
     };
     match write_without_blocking(ctx, target).await {
@@ -588,6 +600,7 @@ pub async fn write_on_task(
             ctx.data.payloads.push_front(Payload::Placed {
                 export: t.export.config.id,
                 fh: t.fh,
+                options,
                 file: t.file,
                 buf: t.buf,
             });
@@ -603,7 +616,10 @@ pub async fn write_on_task(
 /// The payload's open file stands for [`io_file`]'s lookup: receive
 /// found it by this handle (its MAC checked there, and PUTFH trusted
 /// that check), so the open-file cache is not asked again.
-fn on_task_target<'a>(ctx: &mut OpCtx<'a>, head: &WriteHead4) -> Option<WriteTarget<'a>> {
+fn on_task_target<'a>(
+    ctx: &mut OpCtx<'a>,
+    head: &WriteHead4,
+) -> Option<(WriteTarget<'a>, ClientOptions)> {
     let Some(Payload::Placed {
         export: id,
         fh: placed,
@@ -619,17 +635,25 @@ fn on_task_target<'a>(ctx: &mut OpCtx<'a>, head: &WriteHead4) -> Option<WriteTar
     let export = placed_checks(ctx, head, *id, placed).ok()?;
     let before = ops::file_attr(&export.fs, file).ok()?;
     // The payload just looked at.
-    let Some(Payload::Placed { fh, file, buf, .. }) = ctx.data.payloads.pop_front() else {
+    let Some(Payload::Placed {
+        fh,
+        options,
+        file,
+        buf,
+        ..
+    }) = ctx.data.payloads.pop_front()
+    else {
         return None;
     };
-    Some(WriteTarget {
+    let target = WriteTarget {
         export,
         fh,
         file,
         buf,
         before: Some(before),
         how: stable(head.stable),
-    })
+    };
+    Some((target, options))
 }
 
 /// [`write_checks`] for a WRITE whose payload was placed for the current
@@ -699,6 +723,7 @@ fn write_target<'a>(
             fh,
             file,
             buf,
+            ..
         } if is_current(ctx, id, &fh) => {
             let export = placed_checks(ctx, head, id, &fh)?;
             (export, fh, file, buf)
@@ -708,6 +733,7 @@ fn write_target<'a>(
             fh: placed,
             file,
             buf,
+            ..
         } => {
             let (export, fh) = write_checks(ctx, head)?;
             // Receive followed the current handle exactly.

@@ -284,6 +284,21 @@ fn check_handle(ctx: &mut OpCtx, fh: NfsFh4) -> Result<Fh4, Nfsstat4> {
         return Ok(Fh4::Pseudo(id));
     }
     let id = handle::export_id(bytes).ok_or(Nfsstat4::Badhandle)?;
+    // A WRITE's payload placed for this very handle at receive had its
+    // MAC checked there, and the client admitted to its export, with
+    // these exports: neither done twice.
+    if let Some((placed, options)) = ctx.data.placed_for(bytes) {
+        if placed == id {
+            ctx.exports.by_id(id).ok_or(Nfsstat4::Stale)?;
+            ctx.admitted = Some((id, options));
+            return Ok(Fh4::File {
+                export: id,
+                fh: fh.into_bytes(),
+                node: None,
+                file: None,
+            });
+        }
+    }
     let export = match ctx.admit_to(id) {
         Ok(export) => export,
         // Whether PUTFH answers it depends on the op after
@@ -291,11 +306,7 @@ fn check_handle(ctx: &mut OpCtx, fh: NfsFh4) -> Result<Fh4, Nfsstat4> {
         Err(Nfsstat4::Wrongsec) => ctx.exports.by_id(id).ok_or(Nfsstat4::Stale)?,
         Err(status) => return Err(status),
     };
-    // A WRITE's payload placed for this very handle at receive had its
-    // MAC checked there, with these exports: not checked twice.
-    let file = if ctx.data.placed_for(bytes) {
-        None
-    } else if ctx.next_reads {
+    let file = if ctx.next_reads {
         // Checked by the lookup, which the READ would make anyway.
         export.fs.cached_file(bytes).map_err(from_fs)?
     } else {
