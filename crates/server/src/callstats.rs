@@ -78,6 +78,13 @@ impl CallStats {
     /// Counts one call of `proc_` of `prog` version `vers` that took
     /// `took`. Other programs and unknown procedures are not counted.
     pub fn record(&self, prog: u32, vers: u32, proc_: u32, took: Duration) {
+        self.record_all(prog, vers, &[(proc_, took)]);
+    }
+
+    /// [`Self::record`] of each of `calls` (procedure and time), all of
+    /// one program: the ops of a COMPOUND, the program and shard found
+    /// once.
+    pub fn record_all(&self, prog: u32, vers: u32, calls: &[(u32, Duration)]) {
         let found = self
             .programs
             .iter()
@@ -85,14 +92,19 @@ impl CallStats {
         let Some((program, first)) = found else {
             return;
         };
-        if proc_ as usize >= program.names.len() {
-            return;
+        let shard = &self.shards[shard()];
+        for &(proc_, took) in calls {
+            if proc_ as usize >= program.names.len() {
+                continue;
+            }
+            let stat = &shard[first + proc_ as usize];
+            let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+            let bucket = BOUNDS_US.partition_point(|&b| b < us);
+            if us > 0 {
+                stat.sum_us.fetch_add(us, Ordering::Relaxed);
+            }
+            stat.buckets[bucket].fetch_add(1, Ordering::Relaxed);
         }
-        let stat = &self.shards[shard()][first + proc_ as usize];
-        let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
-        let bucket = BOUNDS_US.partition_point(|&b| b < us);
-        stat.sum_us.fetch_add(us, Ordering::Relaxed);
-        stat.buckets[bucket].fetch_add(1, Ordering::Relaxed);
     }
 
     /// The procedures that have had calls, as counted now: what the
@@ -403,6 +415,33 @@ mod tests {
         assert!(row("PUTROOTFH").is_some(), "{table}");
         // Columns line up however long the names.
         stats_aligned(&table);
+    }
+
+    #[test]
+    fn a_compound_s_ops_recorded_at_once_count_as_one_by_one() {
+        let (one, all) = (
+            CallStats::new(crate::dispatch::counted_programs()),
+            CallStats::new(crate::dispatch::counted_programs()),
+        );
+        let ops = [
+            (53, Duration::ZERO),
+            (22, Duration::ZERO),
+            (38, Duration::from_micros(40)),
+            // No such op: skipped, the rest counted.
+            (100_000, Duration::from_micros(5)),
+            (9, Duration::from_micros(3)),
+        ];
+        for &(op, took) in &ops {
+            one.record(NFS_PROGRAM, 4, op, took);
+        }
+        all.record_all(NFS_PROGRAM, 4, &ops);
+        let key = |h: Histogram| (h.procedure, h.count, h.buckets, h.sum.to_bits());
+        let (one, all): (Vec<_>, Vec<_>) = (
+            one.histograms().map(key).collect(),
+            all.histograms().map(key).collect(),
+        );
+        assert_eq!(one.len(), 4);
+        assert_eq!(one, all);
     }
 
     /// Every row of each table of `table` ends its count where its

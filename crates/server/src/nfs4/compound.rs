@@ -58,6 +58,9 @@ pub struct Progress {
     saved: Option<Fh4>,
     current_stateid: Option<StateId4>,
     saved_stateid: Option<StateId4>,
+    /// The export PUTFH admitted the client to ([`OpCtx::admitted`]):
+    /// not admitted again where the COMPOUND goes on.
+    admitted: Option<(u16, ClientOptions)>,
     /// The ops that ran, not yet counted.
     ran: Held,
 }
@@ -192,10 +195,12 @@ pub async fn run(
                 saved,
                 current_stateid,
                 saved_stateid,
+                admitted,
                 ran,
             } = *progress;
             (ctx.current, ctx.saved) = (current, saved);
             (ctx.current_stateid, ctx.saved_stateid) = (current_stateid, saved_stateid);
+            ctx.admitted = admitted;
             for (opnum, took) in ran.ops() {
                 counted.record(*opnum, *took);
             }
@@ -274,6 +279,7 @@ pub async fn run(
                     saved,
                     current_stateid,
                     saved_stateid,
+                    admitted,
                     ..
                 } = ctx;
                 let progress = Progress {
@@ -283,6 +289,7 @@ pub async fn run(
                     saved,
                     current_stateid,
                     saved_stateid,
+                    admitted,
                     ran: counted.take_held(),
                 };
                 compound.ops = std::iter::once(op).chain(ops).collect();
@@ -379,9 +386,7 @@ impl<'a> Counted<'a> {
 
     fn flush(self) {
         if let Some(held) = self.held {
-            for (opnum, took) in held.ops() {
-                self.calls.record(NFS4_PROGRAM, NFS_V4, *opnum, *took);
-            }
+            self.calls.record_all(NFS4_PROGRAM, NFS_V4, held.ops());
         }
     }
 }

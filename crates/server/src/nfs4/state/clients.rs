@@ -41,7 +41,7 @@ use dionfs_transport::ConnInfo;
 use parking_lot::Mutex;
 use tracing::debug;
 
-use super::ids::{session_id, ClientId};
+use super::ids::{session_id, ClientId, IdMap};
 use super::limits::{Bound, OWNERS_PER_ADDRESS, SESSIONS_PER_CLIENT};
 use super::sessions::{self, Session};
 use super::stateids::ClientState;
@@ -264,9 +264,9 @@ impl ClientLife {
 /// Every client record and session of the server.
 #[derive(Default)]
 pub(super) struct ClientTable {
-    records: HashMap<u64, Record>,
+    records: IdMap<u64, Record>,
     owners: HashMap<Vec<u8>, Owner>,
-    sessions: HashMap<SessionId4, Arc<Session>>,
+    sessions: IdMap<SessionId4, Arc<Session>>,
     /// Client owners per address ([`OWNERS_PER_ADDRESS`]).
     per_address: HashMap<IpAddr, usize>,
     /// Bytes of the slot-cache budget the sessions reserve.

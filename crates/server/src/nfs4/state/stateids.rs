@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use dionfs_proto::nfs4::{Nfsstat4, StateId4, NFS4_OTHER_SIZE};
 
 use super::clients::Client;
-use super::ids::StateOther;
+use super::ids::{IdMap, StateOther};
 use super::State;
 use crate::locks::{ClientId as LockClient, Owner};
 
@@ -101,7 +101,7 @@ pub struct OpenOwner {
 /// A lock-owner: its lock stateid of each open it locked through.
 #[derive(Debug, Default)]
 pub struct LockOwner4 {
-    pub by_open: HashMap<Other, Other>,
+    pub by_open: IdMap<Other, Other>,
 }
 
 /// One client's opens and locks (the client's mutex guards it; taken
@@ -110,7 +110,7 @@ pub struct LockOwner4 {
 pub struct ClientState {
     pub open_owners: HashMap<Vec<u8>, OpenOwner>,
     pub lock_owners: HashMap<Vec<u8>, LockOwner4>,
-    pub stateids: HashMap<Other, StateRef>,
+    pub stateids: IdMap<Other, StateRef>,
     /// The last state counter handed out.
     next: u32,
 }
