@@ -57,6 +57,13 @@ fn shard() -> usize {
     SHARD.with(|shard| *shard)
 }
 
+/// `took` in whole microseconds, without `as_micros`' 128-bit division.
+fn micros(took: Duration) -> u64 {
+    took.as_secs()
+        .saturating_mul(1_000_000)
+        .saturating_add(u64::from(took.subsec_micros()))
+}
+
 impl CallStats {
     /// Statistics of `programs`' procedures, none counted yet.
     pub fn new(programs: Vec<ProgramSummary>) -> CallStats {
@@ -98,7 +105,7 @@ impl CallStats {
                 continue;
             }
             let stat = &shard[first + proc_ as usize];
-            let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+            let us = micros(took);
             let bucket = BOUNDS_US.partition_point(|&b| b < us);
             if us > 0 {
                 stat.sum_us.fetch_add(us, Ordering::Relaxed);
@@ -415,6 +422,20 @@ mod tests {
         assert!(row("PUTROOTFH").is_some(), "{table}");
         // Columns line up however long the names.
         stats_aligned(&table);
+    }
+
+    #[test]
+    fn micros_are_as_std_gives_them() {
+        for took in [
+            Duration::ZERO,
+            Duration::from_nanos(999),
+            Duration::from_nanos(1_000),
+            Duration::new(3, 999_999_999),
+            Duration::from_secs(u64::MAX / 1_000_000),
+        ] {
+            assert_eq!(u128::from(micros(took)), took.as_micros(), "{took:?}");
+        }
+        assert_eq!(micros(Duration::MAX), u64::MAX);
     }
 
     #[test]
