@@ -287,26 +287,27 @@ fn check_handle(ctx: &mut OpCtx, fh: NfsFh4) -> Result<Fh4, Nfsstat4> {
     // A WRITE's payload placed for this very handle at receive had its
     // MAC checked there, and the client admitted to its export, with
     // these exports: neither done twice.
-    if let Some((placed, options)) = ctx.data.placed_for(bytes) {
-        if placed == id {
-            ctx.exports.by_id(id).ok_or(Nfsstat4::Stale)?;
+    let placed = ctx
+        .data
+        .placed_for(bytes)
+        .filter(|&(placed, _)| placed == id);
+    let export = match placed {
+        Some((_, options)) => {
+            let export = ctx.exports.by_id(id).ok_or(Nfsstat4::Stale)?;
             ctx.admitted = Some((id, options));
-            return Ok(Fh4::File {
-                export: id,
-                fh: fh.into_bytes(),
-                node: None,
-                file: None,
-            });
+            export
         }
-    }
-    let export = match ctx.admit_to(id) {
-        Ok(export) => export,
-        // Whether PUTFH answers it depends on the op after
-        // (`wrongsec_after_put`); the ops that use the handle get it.
-        Err(Nfsstat4::Wrongsec) => ctx.exports.by_id(id).ok_or(Nfsstat4::Stale)?,
-        Err(status) => return Err(status),
+        None => match ctx.admit_to(id) {
+            Ok(export) => export,
+            // Whether PUTFH answers it depends on the op after
+            // (`wrongsec_after_put`); the ops that use the handle get it.
+            Err(Nfsstat4::Wrongsec) => ctx.exports.by_id(id).ok_or(Nfsstat4::Stale)?,
+            Err(status) => return Err(status),
+        },
     };
-    let file = if ctx.next_reads {
+    let file = if placed.is_some() {
+        None
+    } else if ctx.next_reads {
         // Checked by the lookup, which the READ would make anyway.
         export.fs.cached_file(bytes).map_err(from_fs)?
     } else {
