@@ -34,6 +34,7 @@
 //!   maps it to its status codes in one place.
 
 mod access_memo;
+pub mod acl;
 mod attr;
 mod cache;
 pub mod dir;

@@ -975,8 +975,18 @@ fn channel4() -> ChannelAttrs4 {
 }
 
 fn settable_all() -> SetAttrs4 {
+    let ace = |acetype, flag, who: &str| Nfsace4 {
+        acetype,
+        flag,
+        access_mask: ACE4_READ_DATA | ACE4_EXECUTE,
+        who: Owner4::from(who),
+    };
     SetAttrs4 {
         size: Some(4096),
+        acl: Some(Nfsacl4(vec![
+            ace(ACE4_ACCESS_DENIED_ACE_TYPE, 0, "OWNER@"),
+            ace(ACE4_ACCESS_ALLOWED_ACE_TYPE, ACE4_IDENTIFIER_GROUP, "50"),
+        ])),
         mode: Some(0o644),
         owner: Some(Owner4::from("1000")),
         owner_group: Some(Owner4::from("staff@example.org")),
@@ -985,6 +995,14 @@ fn settable_all() -> SetAttrs4 {
             seconds: 1_700_000_000,
             nseconds: 5,
         })),
+        dacl: Some(Nfsacl41 {
+            na41_flag: 0,
+            na41_aces: Nfsacl4(vec![ace(
+                ACE4_ACCESS_ALLOWED_ACE_TYPE,
+                ACE4_FILE_INHERIT_ACE | ACE4_INHERIT_ONLY_ACE,
+                "EVERYONE@",
+            )]),
+        }),
     }
 }
 

@@ -6,7 +6,9 @@
 use dionfs_xdr::{Decode, Decoder, Encode, Encoder, Result, XdrError};
 
 use crate::codec::{xdr_bytes, xdr_enum, xdr_struct};
-use crate::nfs4::types::{Bitmap4, NfsTime4, Utf8Str, NFS4_OPAQUE_LIMIT};
+use crate::nfs4::types::{
+    decode_array, encode_array, Bitmap4, NfsTime4, Utf8Str, NFS4_OPAQUE_LIMIT,
+};
 
 /// The longest `attrlist4` decoded: every settable attribute at its
 /// longest fits many times over; an ACL longer than this is refused as
@@ -217,6 +219,83 @@ xdr_struct! {
 /// An owner or group name (`utf8str_mixed`: `user@domain` or a number).
 pub type Owner4 = Utf8Str<NFS4_OPAQUE_LIMIT>;
 
+/// `ACE4_ACCESS_ALLOWED_ACE_TYPE`, `ACE4_ACCESS_DENIED_ACE_TYPE`,
+/// `ACE4_SYSTEM_AUDIT_ACE_TYPE` and `ACE4_SYSTEM_ALARM_ACE_TYPE` (RFC
+/// 8881 section 6.2.1.1).
+pub const ACE4_ACCESS_ALLOWED_ACE_TYPE: u32 = 0;
+pub const ACE4_ACCESS_DENIED_ACE_TYPE: u32 = 1;
+pub const ACE4_SYSTEM_AUDIT_ACE_TYPE: u32 = 2;
+pub const ACE4_SYSTEM_ALARM_ACE_TYPE: u32 = 3;
+
+/// `aclsupport` bits (RFC 8881 section 6.2.1.2).
+pub const ACL4_SUPPORT_ALLOW_ACL: u32 = 0x1;
+pub const ACL4_SUPPORT_DENY_ACL: u32 = 0x2;
+
+/// ACE flags (RFC 8881 section 6.2.1.4).
+pub const ACE4_FILE_INHERIT_ACE: u32 = 0x01;
+pub const ACE4_DIRECTORY_INHERIT_ACE: u32 = 0x02;
+pub const ACE4_NO_PROPAGATE_INHERIT_ACE: u32 = 0x04;
+pub const ACE4_INHERIT_ONLY_ACE: u32 = 0x08;
+pub const ACE4_IDENTIFIER_GROUP: u32 = 0x40;
+pub const ACE4_INHERITED_ACE: u32 = 0x80;
+
+/// ACE access mask bits (RFC 8881 section 6.2.1.3.1).
+pub const ACE4_READ_DATA: u32 = 0x0000_0001;
+pub const ACE4_WRITE_DATA: u32 = 0x0000_0002;
+pub const ACE4_APPEND_DATA: u32 = 0x0000_0004;
+pub const ACE4_READ_NAMED_ATTRS: u32 = 0x0000_0008;
+pub const ACE4_WRITE_NAMED_ATTRS: u32 = 0x0000_0010;
+pub const ACE4_EXECUTE: u32 = 0x0000_0020;
+pub const ACE4_DELETE_CHILD: u32 = 0x0000_0040;
+pub const ACE4_READ_ATTRIBUTES: u32 = 0x0000_0080;
+pub const ACE4_WRITE_ATTRIBUTES: u32 = 0x0000_0100;
+pub const ACE4_DELETE: u32 = 0x0001_0000;
+pub const ACE4_READ_ACL: u32 = 0x0002_0000;
+pub const ACE4_WRITE_ACL: u32 = 0x0004_0000;
+pub const ACE4_WRITE_OWNER: u32 = 0x0008_0000;
+pub const ACE4_SYNCHRONIZE: u32 = 0x0010_0000;
+
+/// The most ACEs an `acl` or `dacl` decodes: every ACE takes at least 16
+/// bytes, so no more fit in an `attrlist4` ([`FATTR4_MAX_LEN`]).
+pub const NFS4_MAX_ACES: u32 = FATTR4_MAX_LEN / 16;
+
+xdr_struct! {
+    /// `nfsace4`: one entry of an ACL, for the user or group `who`
+    /// (`OWNER@`, `GROUP@`, `EVERYONE@` or a name).
+    pub struct Nfsace4 {
+        pub acetype: u32,
+        pub flag: u32,
+        pub access_mask: u32,
+        pub who: Owner4,
+    }
+}
+
+/// The value of `acl`: `nfsace4 acl<>`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Nfsacl4(pub Vec<Nfsace4>);
+
+impl Encode for Nfsacl4 {
+    fn encode(&self, enc: &mut Encoder) {
+        encode_array(enc, &self.0);
+    }
+}
+
+impl Decode<'_> for Nfsacl4 {
+    fn decode(dec: &mut Decoder<'_>) -> Result<Self> {
+        Ok(Self(decode_array(dec, NFS4_MAX_ACES, 16)?))
+    }
+}
+
+xdr_struct! {
+    /// `nfsacl41`: the value of `dacl` (and `sacl`), an ACL with its
+    /// `ACL4_AUTO_INHERIT`, `ACL4_PROTECTED` and `ACL4_DEFAULTED` flags.
+    #[derive(Default)]
+    pub struct Nfsacl41 {
+        pub na41_flag: u32,
+        pub na41_aces: Nfsacl4,
+    }
+}
+
 xdr_enum! {
     /// `time_how4`: set a time to the server's clock or to the client's.
     pub enum TimeHow4 {
@@ -260,11 +339,13 @@ impl Decode<'_> for SetTime4 {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SetAttrs4 {
     pub size: Option<u64>,
+    pub acl: Option<Nfsacl4>,
     pub mode: Option<u32>,
     pub owner: Option<Owner4>,
     pub owner_group: Option<Owner4>,
     pub time_access_set: Option<SetTime4>,
     pub time_modify_set: Option<SetTime4>,
+    pub dacl: Option<Nfsacl41>,
 }
 
 /// Why the values of an `fattr4` to set cannot be used.
@@ -290,11 +371,13 @@ impl SetAttrs4 {
         let mut map = Bitmap4::default();
         let set = [
             (self.size.is_some(), Attr4::Size),
+            (self.acl.is_some(), Attr4::Acl),
             (self.mode.is_some(), Attr4::Mode),
             (self.owner.is_some(), Attr4::Owner),
             (self.owner_group.is_some(), Attr4::OwnerGroup),
             (self.time_access_set.is_some(), Attr4::TimeAccessSet),
             (self.time_modify_set.is_some(), Attr4::TimeModifySet),
+            (self.dacl.is_some(), Attr4::Dacl),
         ];
         for (present, attr) in set {
             if present {
@@ -307,10 +390,13 @@ impl SetAttrs4 {
     /// The `fattr4` of these attributes, values in bit order.
     pub fn to_fattr(&self) -> Fattr4 {
         let mut enc = Encoder::new();
-        // Bit order: size 4, mode 33, owner 36, owner_group 37,
-        // time_access_set 48, time_modify_set 54.
+        // Bit order: size 4, acl 12, mode 33, owner 36, owner_group 37,
+        // time_access_set 48, time_modify_set 54, dacl 58.
         if let Some(size) = self.size {
             enc.u64(size);
+        }
+        if let Some(acl) = &self.acl {
+            acl.encode(&mut enc);
         }
         if let Some(mode) = self.mode {
             enc.u32(mode);
@@ -327,6 +413,9 @@ impl SetAttrs4 {
         if let Some(t) = &self.time_modify_set {
             t.encode(&mut enc);
         }
+        if let Some(dacl) = &self.dacl {
+            dacl.encode(&mut enc);
+        }
         Fattr4 {
             attrmask: self.bitmap(),
             attr_vals: AttrList4(enc.into_vec()),
@@ -336,7 +425,7 @@ impl SetAttrs4 {
 
 /// Decodes the values of attributes to set: `vals` must hold exactly the
 /// attributes of `mask`, in bit order. The first attribute dionfs does
-/// not set (an ACL, a read-only or unknown attribute) is refused by
+/// not set (`sacl`, a read-only or unknown attribute) is refused by
 /// number; the values after it are not read, since their offset depends
 /// on it.
 pub fn decode_settable(
@@ -348,6 +437,8 @@ pub fn decode_settable(
     for bit in mask.bits() {
         match Attr4::from_u32(bit) {
             Some(Attr4::Size) => attrs.size = Some(dec.u64()?),
+            Some(Attr4::Acl) => attrs.acl = Some(Nfsacl4::decode(&mut dec)?),
+            Some(Attr4::Dacl) => attrs.dacl = Some(Nfsacl41::decode(&mut dec)?),
             Some(Attr4::Mode) => attrs.mode = Some(dec.u32()?),
             Some(Attr4::Owner) => attrs.owner = Some(Owner4::decode(&mut dec)?),
             Some(Attr4::OwnerGroup) => attrs.owner_group = Some(Owner4::decode(&mut dec)?),
@@ -401,8 +492,23 @@ mod tests {
     use crate::test_util::assert_codec;
 
     fn all_settable() -> SetAttrs4 {
+        let ace = |acetype, flag, access_mask, who: &str| Nfsace4 {
+            acetype,
+            flag,
+            access_mask,
+            who: Owner4::from(who),
+        };
         SetAttrs4 {
             size: Some(1 << 40),
+            acl: Some(Nfsacl4(vec![
+                ace(ACE4_ACCESS_DENIED_ACE_TYPE, 0, ACE4_WRITE_DATA, "OWNER@"),
+                ace(
+                    ACE4_ACCESS_ALLOWED_ACE_TYPE,
+                    ACE4_IDENTIFIER_GROUP,
+                    ACE4_READ_DATA,
+                    "100",
+                ),
+            ])),
             mode: Some(0o4755),
             owner: Some(Owner4::from("alice@example.org")),
             owner_group: Some(Owner4::from("100")),
@@ -411,6 +517,15 @@ mod tests {
                 seconds: 5,
                 nseconds: 6,
             })),
+            dacl: Some(Nfsacl41 {
+                na41_flag: 0,
+                na41_aces: Nfsacl4(vec![ace(
+                    ACE4_ACCESS_ALLOWED_ACE_TYPE,
+                    0,
+                    ACE4_EXECUTE,
+                    "EVERYONE@",
+                )]),
+            }),
         }
     }
 
@@ -461,7 +576,7 @@ mod tests {
         let f = want.to_fattr();
         assert_eq!(
             f.attrmask.bits().collect::<Vec<_>>(),
-            vec![4, 33, 36, 37, 48, 54]
+            vec![4, 12, 33, 36, 37, 48, 54, 58]
         );
         assert_eq!(
             decode_settable(&f.attrmask, f.attr_vals.as_bytes()),
@@ -476,11 +591,22 @@ mod tests {
 
     #[test]
     fn settable_refuses_others_short_and_trailing_values() {
-        let acl = Bitmap4::from_bits(&[Attr4::Acl.bit()]);
+        let sacl = Bitmap4::from_bits(&[Attr4::Sacl.bit()]);
         assert_eq!(
-            decode_settable(&acl, &[0, 0, 0, 0]),
-            Err(SettableError::NotSettable(12))
+            decode_settable(&sacl, &[0, 0, 0, 0, 0, 0, 0, 0]),
+            Err(SettableError::NotSettable(59))
         );
+        // An ACE count past what the values hold is refused before
+        // anything is allocated.
+        let acl = Bitmap4::from_bits(&[Attr4::Acl.bit()]);
+        assert!(matches!(
+            decode_settable(&acl, &[0, 0, 0x03, 0xff]),
+            Err(SettableError::Xdr(XdrError::Truncated { .. }))
+        ));
+        assert!(matches!(
+            decode_settable(&acl, &u32::MAX.to_be_bytes()),
+            Err(SettableError::Xdr(XdrError::TooLong { .. }))
+        ));
         let mode = Bitmap4::from_bits(&[Attr4::Mode.bit()]);
         assert!(matches!(
             decode_settable(&mode, &[0, 0]),

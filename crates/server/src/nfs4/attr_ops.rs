@@ -4,13 +4,16 @@
 //! comparison are [`super::attrs`]'s.
 
 use dionfs_core::exports::Export;
+use dionfs_fs::acl::{self as posix, AclKind, PosixAcl};
 use dionfs_fs::handle::{self, PathId};
-use dionfs_fs::{ops, Attr, Node};
-use dionfs_proto::nfs4::{ArgOp, Attr4, Bitmap4, GetattrResOk4, Nfsstat4};
+use dionfs_fs::{ops, Attr, FileKind, Node};
+use dionfs_proto::nfs4::{ArgOp, Attr4, Bitmap4, GetattrResOk4, Nfsace4, Nfsstat4};
 use dionfs_xdr::Encode;
 
+use super::acl;
 use super::attrs::{
-    self, max_read_write, needs, AttrSource, FileSource, Object, PseudoSource, PSEUDO_OWNER,
+    self, max_read_write, needs, AttrSource, FileSource, Object, PseudoSource, PSEUDO_MODE,
+    PSEUDO_OWNER,
 };
 use super::compound::OpCtx;
 use super::fh::{Current, File};
@@ -40,12 +43,44 @@ fn owners(ctx: &OpCtx, request: &Bitmap4, uid: u32, gid: u32) -> (Option<String>
     )
 }
 
+/// The ACEs of an object whose access ACL is `access` and whose default
+/// ACL (a directory's) is `default`, its users and groups named as
+/// `owner` and `owner_group` are.
+fn wire_acl(ctx: &OpCtx, access: &PosixAcl, default: Option<&PosixAcl>, dir: bool) -> Vec<Nfsace4> {
+    let idmap = &ctx.nfs4.idmap;
+    acl::to_wire(
+        &acl::from_posix(access, default, dir),
+        |uid| idmap.owner(uid),
+        |gid| idmap.owner_group(gid),
+    )
+}
+
+/// A file's ACEs, if `request` asks for `acl` or `dacl`: from its POSIX
+/// ACLs, or from its mode if it has none (or its file system keeps
+/// none).
+fn file_acl(
+    ctx: &OpCtx,
+    request: &Bitmap4,
+    node: &Node,
+    attr: &Attr,
+) -> Result<Option<Vec<Nfsace4>>, Nfsstat4> {
+    if !needs(request).acl {
+        return Ok(None);
+    }
+    let access = posix::get(node, attr.kind, AclKind::Access).map_err(from_fs)?;
+    let access = access.unwrap_or_else(|| PosixAcl::from_mode(attr.mode));
+    let dir = attr.kind == FileKind::Directory;
+    let default = posix::get(node, attr.kind, AclKind::Default).map_err(from_fs)?;
+    Ok(Some(wire_acl(ctx, &access, default.as_ref(), dir)))
+}
+
 /// The inputs every object shares.
 fn source<'s>(
     ctx: &OpCtx,
     object: Object<'s>,
     fh: &'s [u8],
     owners: &'s (Option<String>, Option<String>),
+    acl: Option<&'s [Nfsace4]>,
     max_transfer: u32,
 ) -> AttrSource<'s> {
     let (maxread, maxwrite) = transfer_sizes(ctx, max_transfer);
@@ -55,6 +90,7 @@ fn source<'s>(
         fh,
         owner: owners.0.as_deref(),
         owner_group: owners.1.as_deref(),
+        acl,
         lease_time: u32::try_from(ctx.nfs4.state.lease_time().as_secs()).unwrap_or(u32::MAX),
         maxread,
         maxwrite,
@@ -79,6 +115,7 @@ pub fn with_file<T>(
         None
     };
     let owners = owners(ctx, request, attr.uid, attr.gid);
+    let acl = file_acl(ctx, request, node, attr)?;
     let object = Object::File(FileSource {
         attr,
         export: export.config.id,
@@ -93,6 +130,7 @@ pub fn with_file<T>(
         object,
         node.fh(),
         &owners,
+        acl.as_deref(),
         export.config.max_transfer,
     ))
 }
@@ -109,11 +147,22 @@ pub fn with_pseudo<T>(
     ns.node(id).ok_or(Nfsstat4::Stale)?;
     let fh = handle::encode_pseudo(ctx.handle_key(), id);
     let owners = owners(ctx, request, PSEUDO_OWNER.0, PSEUDO_OWNER.1);
+    // What its mode says: read and search for everyone.
+    let acl = needs(request)
+        .acl
+        .then(|| wire_acl(ctx, &PosixAcl::from_mode(PSEUDO_MODE), None, true));
     let object = Object::Pseudo(PseudoSource {
         fileid: id.fileid(),
         stamp: ns.stamp(),
     });
-    f(&source(ctx, object, &fh, &owners, ctx.server.max_args))
+    f(&source(
+        ctx,
+        object,
+        &fh,
+        &owners,
+        acl.as_deref(),
+        ctx.server.max_args,
+    ))
 }
 
 /// An export root's `mounted_on_fileid`: the pseudo directory's fileid
@@ -193,6 +242,27 @@ pub fn gid_of(ctx: &OpCtx, group: &[u8]) -> Result<u32, Nfsstat4> {
     ctx.nfs4.idmap.gid(group).map_err(|_| Nfsstat4::Badowner)
 }
 
+/// Sets a file's POSIX ACLs to what the NFSv4 ACL `aces` maps to, as
+/// the client (the kernel lets only the owner). What cannot be mapped,
+/// and a file system (or a symbolic link) that keeps no ACLs, is
+/// `ATTRNOTSUPP`.
+fn set_acl(ctx: &OpCtx, export: &Export, node: &Node, aces: &[acl::Ace]) -> Result<(), Nfsstat4> {
+    let kind = ops::getattr(&export.fs, node).map_err(from_fs)?.kind;
+    let dir = kind == FileKind::Directory;
+    let (access, default) = acl::to_posix(aces, dir)?;
+    ctx.as_user(export, || {
+        posix::set(node, kind, AclKind::Access, Some(&access))?;
+        if dir {
+            posix::set(node, kind, AclKind::Default, default.as_ref())?;
+        }
+        Ok(())
+    })
+    .map_err(|status| match status {
+        Nfsstat4::Notsupp => Nfsstat4::Attrnotsupp,
+        other => other,
+    })
+}
+
 /// SETATTR. A size change needs a stateid that allows writing the
 /// file (RFC 8881 §18.30.3): an open (or lock) stateid of an open for
 /// writing (else `OPENMODE`), or a special stateid no share reservation
@@ -205,7 +275,11 @@ pub fn setattr(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat
     let fattr = &args.obj_attributes;
     let result = (|| {
         let file = ctx.current_file(Nfsstat4::Rofs)?;
-        let set = attrs::set_attrs(ctx.minor, fattr, |o| uid_of(ctx, o), |g| gid_of(ctx, g))?;
+        let (set, acl) =
+            attrs::set_attrs_and_acl(ctx.minor, fattr, |o| uid_of(ctx, o), |g| gid_of(ctx, g))?;
+        let acl = acl
+            .map(|aces| acl::from_wire(&aces, |o| uid_of(ctx, o), |g| gid_of(ctx, g)))
+            .transpose()?;
         ctx.writable(file.export)?;
         if set.size.is_some() {
             // A COMPOUND without SEQUENCE carries no SETATTR (receive.rs).
@@ -215,11 +289,18 @@ pub fn setattr(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat
                 .state
                 .check_stateid(slot.client(), &stateid, file.node.fh(), Use::Write)?;
         }
-        if set.is_empty() {
+        if set.is_empty() && acl.is_none() {
             return Ok(());
         }
         let export = file.export;
-        ctx.as_user(export, || ops::setattr(&export.fs, &file.node, &set))?;
+        if !set.is_empty() {
+            ctx.as_user(export, || ops::setattr(&export.fs, &file.node, &set))?;
+        }
+        if let Some(aces) = acl {
+            // After the mode, as knfsd: setting the access ACL sets the
+            // mode's permission bits to match.
+            set_acl(ctx, export, &file.node, &aces)?;
+        }
         export
             .metadata_sync
             .attrs_changed(&file.node)

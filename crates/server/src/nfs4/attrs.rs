@@ -19,8 +19,8 @@
 
 use dionfs_fs::{Attr, FileKind, FsStat, SetAttrs, SetTime, Time};
 use dionfs_proto::nfs4::{
-    decode_settable, Attr4, Bitmap4, Fattr4, FattrEncoder, Fsid4, NfsFtype4, NfsTime4, Nfsstat4,
-    SetTime4, SettableError, SpecData4,
+    decode_settable, Attr4, Bitmap4, Fattr4, FattrEncoder, Fsid4, NfsFtype4, NfsTime4, Nfsace4,
+    Nfsstat4, SetTime4, SettableError, SpecData4, ACL4_SUPPORT_ALLOW_ACL, ACL4_SUPPORT_DENY_ACL,
 };
 use dionfs_xdr::{Encode, Encoder};
 
@@ -40,6 +40,8 @@ const SUPPORTED_4_1: &[Attr4] = &[
     Attr4::UniqueHandles,
     Attr4::LeaseTime,
     Attr4::RdattrError,
+    Attr4::Acl,
+    Attr4::Aclsupport,
     Attr4::Cansettime,
     Attr4::CaseInsensitive,
     Attr4::CasePreserving,
@@ -73,6 +75,7 @@ const SUPPORTED_4_1: &[Attr4] = &[
     Attr4::TimeModify,
     Attr4::TimeModifySet,
     Attr4::MountedOnFileid,
+    Attr4::Dacl,
     Attr4::SuppattrExclcreat,
 ];
 
@@ -83,15 +86,25 @@ const ADDED_4_2: &[Attr4] = &[
     Attr4::XattrSupport,
 ];
 
-/// What SETATTR sets (and OPEN and CREATE with their `createattrs`).
+/// What SETATTR sets (and OPEN and CREATE with their `createattrs`, but
+/// the ACLs: [`ACLS`]).
 const SETTABLE: &[Attr4] = &[
     Attr4::Size,
+    Attr4::Acl,
     Attr4::Mode,
     Attr4::Owner,
     Attr4::OwnerGroup,
     Attr4::TimeAccessSet,
     Attr4::TimeModifySet,
+    Attr4::Dacl,
 ];
+
+/// The ACL attributes (mapped to the file's POSIX ACLs: [`super::acl`]).
+const ACLS: &[Attr4] = &[Attr4::Acl, Attr4::Dacl];
+
+/// `aclsupport`: ALLOW and DENY ACEs (what a POSIX ACL can say; AUDIT
+/// and ALARM it cannot).
+const ACL_SUPPORT: u32 = ACL4_SUPPORT_ALLOW_ACL | ACL4_SUPPORT_DENY_ACL;
 
 /// What an EXCLUSIVE4_1 create may set: the settable ones but the times,
 /// which hold the verifier (as knfsd's `NFSD_SUPPATTR_EXCLCREAT_WORD1`).
@@ -252,6 +265,9 @@ pub struct AttrSource<'a> {
     /// already, if the request [`needs`] them.
     pub owner: Option<&'a str>,
     pub owner_group: Option<&'a str>,
+    /// `acl` and `dacl`'s ACEs, mapped from the file's POSIX ACLs
+    /// already, if the request [`needs`] them.
+    pub acl: Option<&'a [Nfsace4]>,
     /// `lease_time`, in seconds.
     pub lease_time: u32,
     /// `maxread` and `maxwrite`: [`max_read_write`].
@@ -260,12 +276,14 @@ pub struct AttrSource<'a> {
 }
 
 /// The costly inputs a request needs: the owner strings (an NSS lookup
-/// when mapping to names) and the export's statvfs (a system call).
+/// when mapping to names), the export's statvfs (a system call) and the
+/// file's ACL (two `getxattr`s, and a lookup of each name in it).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Needs {
     pub owner: bool,
     pub owner_group: bool,
     pub fs_stat: bool,
+    pub acl: bool,
 }
 
 /// What [`AttrSource`] must hold for `request`.
@@ -274,6 +292,7 @@ pub fn needs(request: &Bitmap4) -> Needs {
         owner: request.contains(Attr4::Owner.bit()),
         owner_group: request.contains(Attr4::OwnerGroup.bit()),
         fs_stat: FROM_STATVFS.iter().any(|a| request.contains(a.bit())),
+        acl: ACLS.iter().any(|a| request.contains(a.bit())),
     }
 }
 
@@ -283,6 +302,7 @@ fn check_inputs(request: &Bitmap4, src: &AttrSource) -> Result<(), Nfsstat4> {
     let needs = needs(request);
     let missing = (needs.owner && src.owner.is_none())
         || (needs.owner_group && src.owner_group.is_none())
+        || (needs.acl && src.acl.is_none())
         || (needs.fs_stat && matches!(&src.object, Object::File(f) if f.fs_stat.is_none()));
     if missing {
         tracing::error!(?needs, "NFSv4 attributes asked for without their inputs");
@@ -338,8 +358,10 @@ pub fn same_attrs(client: &Fattr4, src: &AttrSource) -> Result<bool, Nfsstat4> {
     Ok(ours.attrmask.bits().eq(request.bits()) && ours.attr_vals == client.attr_vals)
 }
 
-/// SETATTR (and the attributes OPEN and CREATE set): what `fattr` asks
-/// the file system to change. An attribute that does not exist is
+/// The attributes OPEN and CREATE set: what `fattr` asks the file
+/// system to change, as [`set_attrs_and_acl`] reads it. An ACL is set
+/// by SETATTR only (`INVAL` here: knfsd sets one at create, dionfs does
+/// not yet). An attribute that does not exist is
 /// `ATTRNOTSUPP`, one that exists but cannot be set `INVAL` (RFC 8881
 /// §18.30, checked over the whole bitmap first, as knfsd); values that
 /// do not decode are `BADXDR`, a time with a nanosecond count past a
@@ -352,6 +374,20 @@ pub fn set_attrs(
     uid_of: impl FnOnce(&[u8]) -> Result<u32, Nfsstat4>,
     gid_of: impl FnOnce(&[u8]) -> Result<u32, Nfsstat4>,
 ) -> Result<SetAttrs, Nfsstat4> {
+    match set_attrs_and_acl(minor, fattr, uid_of, gid_of)? {
+        (set, None) => Ok(set),
+        (_, Some(_)) => Err(Nfsstat4::Inval),
+    }
+}
+
+/// SETATTR: what `fattr` asks the file system to change, and the ACEs
+/// of its `acl` or `dacl`, if it sets one (both at once are `INVAL`).
+pub fn set_attrs_and_acl(
+    minor: u32,
+    fattr: &Fattr4,
+    uid_of: impl FnOnce(&[u8]) -> Result<u32, Nfsstat4>,
+    gid_of: impl FnOnce(&[u8]) -> Result<u32, Nfsstat4>,
+) -> Result<(SetAttrs, Option<Vec<Nfsace4>>), Nfsstat4> {
     let mask = &fattr.attrmask;
     if mask.bits().any(|bit| !supported(minor, bit)) {
         return Err(Nfsstat4::Attrnotsupp);
@@ -376,14 +412,22 @@ pub fn set_attrs(
             })),
         })
     };
-    Ok(SetAttrs {
+    let acl = match (set.acl, set.dacl) {
+        (Some(_), Some(_)) => return Err(Nfsstat4::Inval),
+        (Some(acl), None) => Some(acl.0),
+        (None, Some(dacl)) if dacl.na41_flag != 0 => return Err(Nfsstat4::Attrnotsupp),
+        (None, Some(dacl)) => Some(dacl.na41_aces.0),
+        (None, None) => None,
+    };
+    let attrs = SetAttrs {
         mode: set.mode.map(|m| m & 0o7777),
         uid: set.owner.map(|o| uid_of(o.as_bytes())).transpose()?,
         gid: set.owner_group.map(|g| gid_of(g.as_bytes())).transpose()?,
         size: set.size,
         atime: time(set.time_access_set)?,
         mtime: time(set.time_modify_set)?,
-    })
+    };
+    Ok((attrs, acl))
 }
 
 /// The `fattr4` of `request` from `src`, whose inputs are checked.
@@ -393,6 +437,14 @@ fn encode(request: &Bitmap4, src: &AttrSource) -> Fattr4 {
         supported(src.minor, bit)
             && Attr4::from_u32(bit).is_some_and(|a| value(a, src, &values, enc))
     })
+}
+
+/// An `nfsace4<>`.
+fn encode_aces(aces: &[Nfsace4], enc: &mut Encoder) {
+    enc.u32(aces.len() as u32);
+    for ace in aces {
+        ace.encode(enc);
+    }
 }
 
 /// The values an object has, whichever kind it is.
@@ -521,6 +573,20 @@ fn value(attr: Attr4, src: &AttrSource, v: &Values, enc: &mut Encoder) -> bool {
         Attr4::CloneBlksize => enc.u32(v.blksize),
         Attr4::ChangeAttrType => enc.u32(NFS4_CHANGE_TYPE_IS_TIME_METADATA),
         Attr4::XattrSupport => enc.bool(v.xattr_support),
+        Attr4::Aclsupport => enc.u32(ACL_SUPPORT),
+        Attr4::Acl => match src.acl {
+            Some(aces) => encode_aces(aces, enc),
+            None => return false,
+        },
+        Attr4::Dacl => match src.acl {
+            Some(aces) => {
+                // No ACL4_AUTO_INHERIT, PROTECTED or DEFAULTED: POSIX
+                // keeps none.
+                enc.u32(0);
+                encode_aces(aces, enc);
+            }
+            None => return false,
+        },
         // Write-only (refused before), and what is not supported.
         _ => return false,
     }
@@ -531,7 +597,7 @@ fn value(attr: Attr4, src: &AttrSource, v: &Values, enc: &mut Encoder) -> bool {
 mod tests {
     use std::collections::BTreeMap;
 
-    use dionfs_proto::nfs4::{AttrList4, Owner4, SetAttrs4};
+    use dionfs_proto::nfs4::{AttrList4, Nfsacl4, Nfsacl41, Owner4, SetAttrs4};
     use dionfs_xdr::{Decode, Decoder};
 
     use super::*;
@@ -546,6 +612,8 @@ mod tests {
         Bytes(Vec<u8>),
         Time(i64, u32),
         Pair(u64, u64),
+        /// An ACL (`dacl`'s flags first).
+        Acl(Option<u32>, Vec<Nfsace4>),
     }
 
     /// Decodes a `fattr4` as a client would (RFC 8881 §5.8's types),
@@ -561,7 +629,14 @@ mod tests {
                     Val::Bitmap(Bitmap4::decode(&mut dec).expect("bitmap").0)
                 }
                 Type | FhExpireType | LeaseTime | RdattrError | Maxlink | Maxname | Mode
-                | Numlinks | CloneBlksize | ChangeAttrType => Val::U32(dec.u32().expect("u32")),
+                | Numlinks | CloneBlksize | ChangeAttrType | Aclsupport => {
+                    Val::U32(dec.u32().expect("u32"))
+                }
+                Acl => Val::Acl(None, Nfsacl4::decode(&mut dec).expect("acl").0),
+                Dacl => {
+                    let d = Nfsacl41::decode(&mut dec).expect("dacl");
+                    Val::Acl(Some(d.na41_flag), d.na41_aces.0)
+                }
                 Change | Size | Fileid | FilesAvail | FilesFree | FilesTotal | Maxfilesize
                 | Maxread | Maxwrite | SpaceAvail | SpaceFree | SpaceTotal | SpaceUsed
                 | MountedOnFileid => Val::U64(dec.u64().expect("u64")),
@@ -629,6 +704,17 @@ mod tests {
         avail_files: 899_000,
     };
 
+    /// The ACL of a file: its values are the caller's (`super::acl`
+    /// maps them), encoded as given.
+    static FILE_ACL: std::sync::LazyLock<Vec<Nfsace4>> = std::sync::LazyLock::new(|| {
+        vec![Nfsace4 {
+            acetype: 0,
+            flag: 0,
+            access_mask: 0x1,
+            who: Owner4::from("OWNER@"),
+        }]
+    });
+
     fn file_source<'a>(attr: &'a Attr, minor: u32) -> AttrSource<'a> {
         AttrSource {
             minor,
@@ -642,6 +728,7 @@ mod tests {
             fh: b"0123456789abcdefghijklmnopqrstuvwxyz0123",
             owner: Some("1000"),
             owner_group: Some("100"),
+            acl: Some(&FILE_ACL),
             lease_time: 90,
             maxread: 1 << 20,
             maxwrite: 1 << 20,
@@ -687,6 +774,8 @@ mod tests {
             (UniqueHandles, Val::Bool(true)),
             (LeaseTime, Val::U32(90)),
             (RdattrError, Val::U32(0)),
+            (Acl, Val::Acl(None, FILE_ACL.clone())),
+            (Aclsupport, Val::U32(3)),
             (Cansettime, Val::Bool(true)),
             (CaseInsensitive, Val::Bool(false)),
             (CasePreserving, Val::Bool(true)),
@@ -718,6 +807,7 @@ mod tests {
             (TimeMetadata, t(attr.ctime)),
             (TimeModify, t(attr.mtime)),
             (MountedOnFileid, Val::U64(777)),
+            (Dacl, Val::Acl(Some(0), FILE_ACL.clone())),
             (
                 SuppattrExclcreat,
                 Val::Bitmap(bits(&[Size, Mode, Owner, OwnerGroup]).0),
@@ -745,8 +835,7 @@ mod tests {
         assert!(four_one.iter().all(|b| four_two.contains(b)));
         // What the table leaves out, in either version.
         for gone in [
-            Attr4::Acl,
-            Attr4::Aclsupport,
+            Attr4::Sacl,
             Attr4::Archive,
             Attr4::FsLocations,
             Attr4::Hidden,
@@ -775,7 +864,7 @@ mod tests {
     fn unsupported_attributes_are_left_out_of_the_result() {
         let attr = file_attr();
         let src = file_source(&attr, 2);
-        let ask = bits(&[Attr4::Size, Attr4::Acl, Attr4::Archive, Attr4::Mode]);
+        let ask = bits(&[Attr4::Size, Attr4::Sacl, Attr4::Archive, Attr4::Mode]);
         let got = getattr(&ask, &src).expect("getattr");
         assert_eq!(got.attrmask, bits(&[Attr4::Size, Attr4::Mode]));
         assert_eq!(
@@ -953,6 +1042,7 @@ mod tests {
             fh: &[2; 25],
             owner: Some("0"),
             owner_group: Some("0"),
+            acl: Some(&[]),
             lease_time: 90,
             maxread: 1 << 20,
             maxwrite: 1 << 20,
@@ -1071,7 +1161,7 @@ mod tests {
             );
         }
         for unsupported in [
-            Attr4::Acl,
+            Attr4::Sacl,
             Attr4::Archive,
             Attr4::TimeBackup,
             Attr4::XattrSupport,
@@ -1110,6 +1200,51 @@ mod tests {
     }
 
     #[test]
+    fn an_acl_is_set_by_setattr_alone_and_once() {
+        let aces = Nfsacl4(vec![Nfsace4 {
+            acetype: 0,
+            flag: 0,
+            access_mask: 0x1,
+            who: Owner4::from("EVERYONE@"),
+        }]);
+        let acl = SetAttrs4 {
+            mode: Some(0o644),
+            acl: Some(aces.clone()),
+            ..SetAttrs4::default()
+        };
+        let (set, got) = set_attrs_and_acl(1, &acl.to_fattr(), numeric, numeric).expect("acl");
+        assert_eq!(set.mode, Some(0o644));
+        assert_eq!(got, Some(aces.0.clone()));
+        let dacl = |flag| SetAttrs4 {
+            dacl: Some(Nfsacl41 {
+                na41_flag: flag,
+                na41_aces: aces.clone(),
+            }),
+            ..SetAttrs4::default()
+        };
+        let (_, got) = set_attrs_and_acl(1, &dacl(0).to_fattr(), numeric, numeric).expect("dacl");
+        assert_eq!(got, Some(aces.0.clone()));
+        // ACL4_PROTECTED: POSIX cannot keep it.
+        assert_eq!(
+            set_attrs_and_acl(1, &dacl(2).to_fattr(), numeric, numeric),
+            Err(Nfsstat4::Attrnotsupp)
+        );
+        let both = SetAttrs4 {
+            acl: Some(aces.clone()),
+            ..dacl(0)
+        };
+        assert_eq!(
+            set_attrs_and_acl(1, &both.to_fattr(), numeric, numeric),
+            Err(Nfsstat4::Inval)
+        );
+        // Not at create (OPEN, CREATE).
+        assert_eq!(
+            set_attrs(1, &acl.to_fattr(), numeric, numeric),
+            Err(Nfsstat4::Inval)
+        );
+    }
+
+    #[test]
     fn setattr_converts_what_the_client_set() {
         let set = SetAttrs4 {
             size: Some(12345),
@@ -1121,6 +1256,7 @@ mod tests {
                 seconds: -5,
                 nseconds: 999_999_999,
             })),
+            ..SetAttrs4::default()
         };
         assert_eq!(
             set_attrs(1, &set.to_fattr(), numeric, numeric),
@@ -1183,7 +1319,7 @@ mod tests {
         }
         // Settable in the protocol, not supported here (or not in 4.1).
         for unsupported in [
-            Attr4::Acl,
+            Attr4::Sacl,
             Attr4::Archive,
             Attr4::Hidden,
             Attr4::TimeBackup,

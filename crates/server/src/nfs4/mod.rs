@@ -21,6 +21,7 @@
 //! Every other op answers `NFS4ERR_NOTSUPP` until its piece lands; pNFS
 //! and delegation ops keep that answer.
 
+pub mod acl;
 pub mod attr_ops;
 pub mod attrs;
 pub mod callback;

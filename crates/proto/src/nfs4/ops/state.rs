@@ -9,10 +9,9 @@
 use dionfs_xdr::{Decode, Decoder, Encode, Encoder, Result};
 
 use crate::codec::{xdr_enum, xdr_struct};
-use crate::nfs4::attrs::Fattr4;
+use crate::nfs4::attrs::{Fattr4, Nfsace4};
 use crate::nfs4::types::{
-    Bitmap4, ChangeInfo4, Component4, Nfsstat4, Opaque4, StateId4, Utf8Str, Verifier4,
-    NFS4_OPAQUE_LIMIT,
+    Bitmap4, ChangeInfo4, Component4, Nfsstat4, Opaque4, StateId4, Verifier4,
 };
 
 /// `OPEN4_SHARE_ACCESS_*` and `OPEN4_SHARE_DENY_*` (RFC 8881 section
@@ -270,17 +269,6 @@ xdr_struct! {
         pub owner: OpenOwner4,
         pub openhow: OpenFlag4,
         pub claim: OpenClaim4,
-    }
-}
-
-xdr_struct! {
-    /// `nfsace4` (RFC 8881 section 6.2.1): one access control entry, as a
-    /// delegation's `permissions` carries it.
-    pub struct Nfsace4 {
-        pub acetype: u32,
-        pub flag: u32,
-        pub access_mask: u32,
-        pub who: Utf8Str<NFS4_OPAQUE_LIMIT>,
     }
 }
 
@@ -739,7 +727,7 @@ mod tests {
                 acetype: 0,
                 flag: 0,
                 access_mask: 0x1,
-                who: Utf8Str::from("EVERYONE@"),
+                who: crate::nfs4::Owner4::from("EVERYONE@"),
             },
         };
         let write = OpenWriteDelegation4 {
