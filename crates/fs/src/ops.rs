@@ -459,10 +459,10 @@ fn create_existing(
 }
 
 /// Applies what creation itself could not set: owner and group (if the
-/// client asked for other than the caller's), `size`, times, and mode
-/// bits that `mkdir`/`open` mask off (set-uid/set-gid). The size and
-/// mode of `attrs` are not looked at: `size` and `mode` say what is left
-/// to set of them.
+/// client asked for other than the caller's), `size`, times, and the
+/// mode bits that `mkdir`/`open` mask off (set-uid/set-gid). The size
+/// and mode of `attrs` are not looked at: `size` and `mode` say what is
+/// left to set of them.
 fn finish_new(
     fs: &ExportFs,
     node: Node,
@@ -477,7 +477,14 @@ fn finish_new(
     };
     rest.uid = rest.uid.filter(|&uid| uid != attr.uid);
     rest.gid = rest.gid.filter(|&gid| gid != attr.gid);
-    rest.mode = mode.filter(|&m| m & 0o7777 != attr.mode);
+    // The permission bits went to the create (the server's umask is 0)
+    // and are not set again: where the directory has a default ACL, it
+    // and the mode made the new file's permissions, as for a local
+    // create (a chmod after would give others what the default ACL
+    // denies them). Only the set-uid, set-gid and sticky bits the create
+    // left out are added, to the permissions it made.
+    let special = mode.map_or(0, |m| m & 0o7000);
+    rest.mode = (special & !attr.mode != 0).then_some((attr.mode & 0o777) | special);
     if node.kind == FileKind::Symlink {
         rest.mode = None;
     }
@@ -940,6 +947,41 @@ mod tests {
         std::fs::create_dir_all(&dir).expect("mkdir");
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         export(&dir, 1, MacKey::from_bytes([9; 32]))
+    }
+
+    #[test]
+    fn a_directory_s_default_acl_and_the_mode_make_a_new_file_s_permissions() {
+        use crate::acl::{self, AclKind, PosixAcl, Tag};
+        let Some(fs) = LoopFs::new("ext4", 64) else {
+            return;
+        };
+        let exp = setup(&fs);
+        let root = exp.resolve(exp.root_handle()).expect("root");
+        let dirs = SetAttrs {
+            mode: Some(0o2775),
+            ..SetAttrs::default()
+        };
+        let (dir, attr) = mkdir(&exp, &root, b"d", &dirs).expect("mkdir");
+        // mkdir(2) leaves set-gid out; it is added after.
+        assert_eq!(attr.mode, 0o2775);
+        let default = PosixAcl::of(&[
+            (Tag::UserObj, 7),
+            (Tag::User(1002), 7),
+            (Tag::GroupObj, 5),
+            (Tag::Mask, 7),
+            (Tag::Other, 0),
+        ]);
+        acl::set(&dir, FileKind::Directory, AclKind::Default, Some(&default)).expect("setfacl");
+        let (file, attr) = create(&exp, &dir, b"f", &guarded(0o644)).expect("create");
+        // The local rule: the default ACL masked by the mode asked for;
+        // others get nothing, whatever 0644 says of them.
+        assert_eq!(attr.mode, 0o640);
+        let access = acl::get(&file, FileKind::Regular, AclKind::Access)
+            .expect("getfacl")
+            .expect("an inherited ACL");
+        assert_eq!(access.get(Tag::Other).map(|e| e.perm), Some(0));
+        assert_eq!(access.get(Tag::User(1002)).map(|e| e.perm), Some(7));
+        assert_eq!(access.get(Tag::Mask).map(|e| e.perm), Some(4));
     }
 
     #[test]
