@@ -1,9 +1,9 @@
 #!/bin/bash
 # Real Linux NFS client test: boots the realclient guest (Debian 6.1 kernel
-# NFSv3 client), mounts dionfs through its portmapper, runs workload.sh and
-# then concurrency.sh in it (one boot).
+# NFSv3 client), mounts dionfs through its portmapper, runs workload.sh,
+# concurrency.sh and, over NFSv4, acl.sh in it (one boot).
 #
-#   tests/realclient/run.sh [--timeout SECS] [--keep-out] [--only workload|concurrency]
+#   tests/realclient/run.sh [--timeout SECS] [--keep-out] [--only "workload concurrency acl"]
 #                           [--vers 3|4.1|4.2|auto]   (root)
 #
 # The server serves what it serves by default (NFSv3, 4.1 and 4.2). With
@@ -32,7 +32,7 @@ RC=${RC_DIR:-$(cd "$REPO/../shared/realclient" 2>/dev/null && pwd)}
 BIN=${DIONFS_BIN:-$REPO/target/debug/dionfs}
 TIMEOUT=900
 KEEP_OUT=0
-PARTS="workload concurrency"
+PARTS=""
 VERS=3
 SERVER_IP=192.168.77.1
 GUEST_IP=192.168.77.2
@@ -42,9 +42,15 @@ while [ $# -gt 0 ]; do
         --keep-out) KEEP_OUT=1; shift ;;
         --only) PARTS=$2; shift 2 ;;
         --vers) VERS=$2; shift 2 ;;
-        *) echo "usage: $0 [--timeout SECS] [--keep-out] [--only workload|concurrency] [--vers 3|4.1|4.2|auto]" >&2; exit 2 ;;
+        *) echo "usage: $0 [--timeout SECS] [--keep-out] [--only \"workload concurrency acl\"] [--vers 3|4.1|4.2|auto]" >&2; exit 2 ;;
     esac
 done
+
+# NFSv4 adds the ACL checks (nfs4-acl-tools in the guest).
+if [ -z "$PARTS" ]; then
+    PARTS="workload concurrency"
+    [ "$VERS" = 3 ] || PARTS="$PARTS acl"
+fi
 
 case "$VERS" in
     3|4.1|4.2) EXPECT=$VERS ;;
@@ -158,6 +164,21 @@ case $GRC in
     4) die "the guest failed to boot or crashed ($WORK/guest/console.log)" ;;
     124) die "timeout after ${TIMEOUT}s" ;;
     *) die "guest-run.sh exited with $GRC" ;;
+esac
+case " $PARTS " in *" acl "*)
+    log "checking with getfacl what the guest's nfs4_setfacl made of the files' POSIX ACLs"
+    facl() { getfacl -n -p -c "$@" 2>&1 | grep -v '^#'; }
+    facl "$EXPORT/acl/f" | grep -qx 'user:1001:r--' ||
+        die "acl/f: no user:1001:r-- on the server: $(facl "$EXPORT/acl/f" | tr '\n' ' ')"
+    facl -d "$EXPORT/acl/d" | grep -qx 'user:1002:rwx' ||
+        die "acl/d: no default user:1002:rwx on the server: $(facl -d "$EXPORT/acl/d" | tr '\n' ' ')"
+    facl "$EXPORT/acl/d/child" | grep -q '^user:1002:rwx' ||
+        die "acl/d/child did not inherit user 1002: $(facl "$EXPORT/acl/d/child" | tr '\n' ' ')"
+    # The default ACL gives others nothing, whatever the mode of the
+    # create said (the create's mode is not applied again after it).
+    facl "$EXPORT/acl/d/child" | grep -qx 'other::---' ||
+        die "acl/d/child: others got what the default ACL denies: $(facl "$EXPORT/acl/d/child" | tr '\n' ' ')"
+    rm -rf "$EXPORT/acl" ;;
 esac
 case " $PARTS " in *" concurrency "*)
     log "verifying the shared files of concurrency.sh against their model"
