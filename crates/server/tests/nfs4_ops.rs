@@ -11,11 +11,14 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use dionfs_core::export::{Access, ExportConfig};
+use dionfs_fs::acl::{PosixAcl, Tag};
 use dionfs_fs::handle::PathId;
 use dionfs_proto::nfs4::{
     ArgOp, Attr4, Bitmap4, Component4, CreateArgs4, CreateType4, Fattr4, GetattrArgs4, LinkArgs4,
-    Linktext4, NfsFh4, Nfsstat4, Opnum4, PutfhArgs4, ReaddirArgs4, RemoveArgs4, RenameArgs4, Res4,
-    ResOp, SecinfoStyle4, SetAttrs4, SetattrArgs4, StateId4, Verifier4, VerifyArgs4,
+    Linktext4, NfsFh4, Nfsace4, Nfsacl4, Nfsstat4, Opnum4, Owner4, PutfhArgs4, ReaddirArgs4,
+    RemoveArgs4, RenameArgs4, Res4, ResOp, SecinfoStyle4, SetAttrs4, SetattrArgs4, StateId4,
+    Verifier4, VerifyArgs4, ACE4_APPEND_DATA, ACE4_DELETE_CHILD, ACE4_DIRECTORY_INHERIT_ACE,
+    ACE4_EXECUTE, ACE4_FILE_INHERIT_ACE, ACE4_READ_DATA, ACE4_WRITE_DATA,
 };
 use dionfs_xdr::Decoder;
 
@@ -679,4 +682,77 @@ fn lookup_crosses_into_a_nested_export_and_lookupp_comes_back() {
     assert_eq!(listed.fsid, attrs.fsid);
     assert_eq!(listed.fileid, attrs.fileid);
     assert!(mid.is_dir());
+}
+
+/// The POSIX ACL `kind` of `path`, as the file system keeps it.
+fn posix_acl(path: &Path, default: bool) -> Option<PosixAcl> {
+    let name = if default {
+        "system.posix_acl_default"
+    } else {
+        "system.posix_acl_access"
+    };
+    let mut buf = vec![0; 4096];
+    let len = rustix::fs::getxattr(path, name, &mut buf[..]).ok()?;
+    Some(PosixAcl::from_xattr(&buf[..len]).expect("an ACL the kernel wrote"))
+}
+
+#[test]
+fn create_sets_the_acl_it_is_given_or_leaves_it_out_of_attrset() {
+    let server = three_exports();
+    let (mut c, mut s) = session(&server);
+    let a = path_of(&server, 0);
+    let root = export_root(&mut c, &mut s, &a);
+    let ace = |acetype, flag, access_mask, who: &str| Nfsace4 {
+        acetype,
+        flag,
+        access_mask,
+        who: Owner4::from(who),
+    };
+    let rwx = ACE4_READ_DATA | ACE4_WRITE_DATA | ACE4_APPEND_DATA | ACE4_EXECUTE;
+    let inherit = ACE4_FILE_INHERIT_ACE | ACE4_DIRECTORY_INHERIT_ACE;
+    let with_acl = |name: &str, aces: Vec<Nfsace4>| {
+        ArgOp::Create(Box::new(CreateArgs4 {
+            objtype: CreateType4::Dir,
+            objname: Component4::from(name),
+            createattrs: SetAttrs4 {
+                mode: Some(0o750),
+                acl: Some(Nfsacl4(aces)),
+                ..SetAttrs4::default()
+            }
+            .to_fattr(),
+        }))
+    };
+    // A directory with a named user, inherited by what is made in it.
+    let aces = vec![
+        ace(0, inherit, rwx | ACE4_DELETE_CHILD, "OWNER@"),
+        ace(0, inherit, ACE4_READ_DATA | ACE4_EXECUTE, "1001"),
+        ace(0, inherit, 0, "GROUP@"),
+        ace(0, inherit, 0, "EVERYONE@"),
+    ];
+    let res = c.in_session(&mut s, 0, false, &[putfh(&root), with_acl("d", aces)]);
+    ok(&res);
+    let ResOp::Create(Res4::Ok(made)) = &res.results[2] else {
+        panic!("{res:?}");
+    };
+    assert_eq!(made.attrset, bitmap(&[Attr4::Acl, Attr4::Mode]));
+    let want = PosixAcl::of(&[
+        (Tag::UserObj, 7),
+        (Tag::User(1001), 5),
+        (Tag::GroupObj, 0),
+        (Tag::Mask, 5),
+        (Tag::Other, 0),
+    ]);
+    assert_eq!(posix_acl(&a.join("d"), false), Some(want.clone()));
+    assert_eq!(posix_acl(&a.join("d"), true), Some(want));
+    // One POSIX cannot say (an AUDIT ACE): made without it, as knfsd,
+    // and `acl` left out of attrset.
+    let audit = vec![ace(2, 0x10, ACE4_READ_DATA, "OWNER@")];
+    let res = c.in_session(&mut s, 0, false, &[putfh(&root), with_acl("e", audit)]);
+    ok(&res);
+    let ResOp::Create(Res4::Ok(made)) = &res.results[2] else {
+        panic!("{res:?}");
+    };
+    assert_eq!(made.attrset, bitmap(&[Attr4::Mode]));
+    assert!(a.join("e").is_dir());
+    assert_eq!(posix_acl(&a.join("e"), false), None);
 }

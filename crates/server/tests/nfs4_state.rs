@@ -16,7 +16,7 @@ use dionfs_proto::nfs4::{
     NfsFh4, NfsLockType4, Nfsstat4, Opaque4, OpenArgs4, OpenClaim4, OpenDelegation4,
     OpenDowngradeArgs4, OpenFlag4, OpenResOk4, OpenToLockOwner4, Opnum4, ReclaimCompleteArgs4,
     Res4, ResOp, SetAttrs4, SetattrArgs4, StateId4, StateOwner4, TestStateidArgs4, Verifier4,
-    OPEN4_RESULT_LOCKTYPE_POSIX, OPEN4_SHARE_ACCESS_BOTH, OPEN4_SHARE_ACCESS_READ,
+    ACE4_READ_DATA, OPEN4_RESULT_LOCKTYPE_POSIX, OPEN4_SHARE_ACCESS_BOTH, OPEN4_SHARE_ACCESS_READ,
     OPEN4_SHARE_ACCESS_WRITE, OPEN4_SHARE_DENY_NONE, OPEN4_SHARE_DENY_WRITE,
 };
 
@@ -242,6 +242,45 @@ fn open_creates_in_each_mode() {
     let meta = std::fs::metadata(a.join("u")).unwrap();
     assert_eq!(meta.mode() & 0o7777, 0o640);
     assert_eq!((meta.uid(), meta.gid()), (65534, 65534));
+
+    // UNCHECKED4 with an ACL: set on the file made (a named user's read
+    // is an ACL entry of its own on the server).
+    let ace = |who: &str| dionfs_proto::nfs4::Nfsace4 {
+        acetype: 0,
+        flag: 0,
+        access_mask: ACE4_READ_DATA,
+        who: who.into(),
+    };
+    let with_acl = OpenFlag4::Create(CreateHow4::Unchecked(
+        SetAttrs4 {
+            acl: Some(dionfs_proto::nfs4::Nfsacl4(vec![
+                ace("OWNER@"),
+                ace("1001"),
+            ])),
+            ..SetAttrs4::default()
+        }
+        .to_fattr(),
+    ));
+    let res = open(
+        &mut c,
+        &mut s,
+        &root,
+        b"o1",
+        (OPEN4_SHARE_ACCESS_BOTH, 0),
+        with_acl,
+        "acl",
+    );
+    ok(&res);
+    assert_eq!(
+        opened(&res).attrset,
+        Bitmap4::from_bits(&[Attr4::Acl.bit()])
+    );
+    let mut buf = [0u8; 256];
+    let len = rustix::fs::getxattr(a.join("acl"), "system.posix_acl_access", &mut buf[..])
+        .expect("an access ACL");
+    let acl = dionfs_fs::acl::PosixAcl::from_xattr(&buf[..len]).expect("valid");
+    let user = acl.get(dionfs_fs::acl::Tag::User(1001)).map(|e| e.perm);
+    assert_eq!(user, Some(dionfs_fs::acl::ACL_READ));
 
     // UNCHECKED4 again opens it (the same owner: the open upgraded).
     let res = open(

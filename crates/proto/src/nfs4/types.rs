@@ -655,6 +655,13 @@ impl Bitmap4 {
         self.0[word] |= 1 << (bit % 32);
     }
 
+    /// Clears `bit` (the words stay as many as they were).
+    pub fn clear(&mut self, bit: u32) {
+        if let Some(word) = self.0.get_mut((bit / 32) as usize) {
+            *word &= !(1 << (bit % 32));
+        }
+    }
+
     /// The bits set, in increasing order.
     pub fn bits(&self) -> impl Iterator<Item = u32> + '_ {
         self.0.iter().enumerate().flat_map(|(i, &word)| {
@@ -1226,6 +1233,10 @@ mod tests {
         assert!(!map.contains(200));
         assert_eq!(map.bits().collect::<Vec<_>>(), vec![0, 1, 33, 55]);
         assert!(Bitmap4(vec![0, 0]).is_empty());
+        let mut cleared = map.clone();
+        cleared.clear(33);
+        cleared.clear(200);
+        assert_eq!(cleared.bits().collect::<Vec<_>>(), vec![0, 1, 55]);
         let mut dec = dionfs_xdr::Decoder::new(&[0, 0, 0, 1, 0, 0, 0, 9]);
         assert_eq!(Bitmap4::decode(&mut dec), Ok(Bitmap4(vec![9])));
     }

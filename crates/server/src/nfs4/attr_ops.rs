@@ -263,6 +263,25 @@ fn set_acl(ctx: &OpCtx, export: &Export, node: &Node, aces: &[acl::Ace]) -> Resu
     })
 }
 
+/// The ACL of a create (OPEN, CREATE) set on what it made. As knfsd
+/// does, the create stands if the ACL cannot be set (or mapped): `acl`
+/// and `dacl` are then left out of `attrset`.
+pub fn set_created_acl(
+    ctx: &OpCtx,
+    export: &Export,
+    node: &Node,
+    aces: &[Nfsace4],
+    attrset: &mut Bitmap4,
+) {
+    let done = acl::from_wire(aces, |o| uid_of(ctx, o), |g| gid_of(ctx, g))
+        .and_then(|aces| set_acl(ctx, export, node, &aces));
+    if let Err(status) = done {
+        tracing::debug!(?status, "NFSv4 create: its ACL was not set");
+        attrset.clear(Attr4::Acl.bit());
+        attrset.clear(Attr4::Dacl.bit());
+    }
+}
+
 /// SETATTR. A size change needs a stateid that allows writing the
 /// file (RFC 8881 §18.30.3): an open (or lock) stateid of an open for
 /// writing (else `OPENMODE`), or a special stateid no share reservation

@@ -358,10 +358,9 @@ pub fn same_attrs(client: &Fattr4, src: &AttrSource) -> Result<bool, Nfsstat4> {
     Ok(ours.attrmask.bits().eq(request.bits()) && ours.attr_vals == client.attr_vals)
 }
 
-/// The attributes OPEN and CREATE set: what `fattr` asks the file
-/// system to change, as [`set_attrs_and_acl`] reads it. An ACL is set
-/// by SETATTR only (`INVAL` here: knfsd sets one at create, dionfs does
-/// not yet). An attribute that does not exist is
+/// The attributes EXCLUSIVE4_1 sets: what `fattr` asks the file system
+/// to change, as [`set_attrs_and_acl`] reads it, without an ACL
+/// (`INVAL`: `suppattr_exclcreat` does not offer one). An attribute that does not exist is
 /// `ATTRNOTSUPP`, one that exists but cannot be set `INVAL` (RFC 8881
 /// §18.30, checked over the whole bitmap first, as knfsd); values that
 /// do not decode are `BADXDR`, a time with a nanosecond count past a
@@ -1237,7 +1236,7 @@ mod tests {
             set_attrs_and_acl(1, &both.to_fattr(), numeric, numeric),
             Err(Nfsstat4::Inval)
         );
-        // Not at create (OPEN, CREATE).
+        // Not by EXCLUSIVE4_1 (suppattr_exclcreat offers none).
         assert_eq!(
             set_attrs(1, &acl.to_fattr(), numeric, numeric),
             Err(Nfsstat4::Inval)

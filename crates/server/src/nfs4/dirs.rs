@@ -18,7 +18,7 @@ use dionfs_proto::nfs4::{
 };
 use dionfs_xdr::{Encode, Encoder};
 
-use super::attr_ops::{gid_of, uid_of, with_file, with_pseudo};
+use super::attr_ops::{gid_of, set_created_acl, uid_of, with_file, with_pseudo};
 use super::attrs::{self, change};
 use super::compound::OpCtx;
 use super::fh::{require_dir, Current, Fh4, File};
@@ -143,7 +143,7 @@ pub fn create(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4
             return Err(Nfsstat4::Badtype);
         }
         let name = check_name(&args.objname)?;
-        let set = attrs::set_attrs(
+        let (set, acl) = attrs::set_attrs_and_acl(
             ctx.minor,
             &args.createattrs,
             |o| uid_of(ctx, o),
@@ -160,9 +160,14 @@ pub fn create(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4
         }
         ctx.writable(export)?;
         let mut made = None;
+        let mut attrset = args.createattrs.attrmask.clone();
         let cinfo = changing(export, &dir, || {
             let (object, _) =
                 ctx.as_user(export, || make(export, &dir, name, &args.objtype, &set))?;
+            if let Some(aces) = &acl {
+                // Before the create is made durable, with it.
+                set_created_acl(ctx, export, &object, aces, &mut attrset);
+            }
             export
                 .metadata_sync
                 .created(&dir, &object, &set)
@@ -172,10 +177,7 @@ pub fn create(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4
         })?;
         let object = made.ok_or(Nfsstat4::Serverfault)?;
         ctx.current = Some(Fh4::file(export, object));
-        Ok(CreateResOk4 {
-            cinfo,
-            attrset: args.createattrs.attrmask.clone(),
-        })
+        Ok(CreateResOk4 { cinfo, attrset })
     })();
     status(result.map(|ok| ok.encode(reply.encoder())))
 }

@@ -14,17 +14,17 @@ use std::sync::Arc;
 use dionfs_core::exports::Export;
 use dionfs_fs::{access3, ops, FileKind, FsError, Node, SetAttrs};
 use dionfs_proto::nfs4::{
-    ArgOp, Attr4, Bitmap4, ChangeInfo4, CreateHow4, Fattr4, Nfsstat4, OpenArgs4, OpenClaim4,
-    OpenDelegation4, OpenDelegationType4, OpenFlag4, OpenNoneDelegation4, OpenResOk4, StateId4,
-    TestStateidResOk4, WhyNoDelegation4, OPEN4_RESULT_LOCKTYPE_POSIX, OPEN4_SHARE_ACCESS_READ,
-    OPEN4_SHARE_ACCESS_WANT_CANCEL, OPEN4_SHARE_ACCESS_WANT_DELEG_MASK,
+    ArgOp, Attr4, Bitmap4, ChangeInfo4, CreateHow4, Fattr4, Nfsace4, Nfsstat4, OpenArgs4,
+    OpenClaim4, OpenDelegation4, OpenDelegationType4, OpenFlag4, OpenNoneDelegation4, OpenResOk4,
+    StateId4, TestStateidResOk4, WhyNoDelegation4, OPEN4_RESULT_LOCKTYPE_POSIX,
+    OPEN4_SHARE_ACCESS_READ, OPEN4_SHARE_ACCESS_WANT_CANCEL, OPEN4_SHARE_ACCESS_WANT_DELEG_MASK,
     OPEN4_SHARE_ACCESS_WANT_NO_DELEG, OPEN4_SHARE_ACCESS_WANT_NO_PREFERENCE,
     OPEN4_SHARE_ACCESS_WANT_PUSH_DELEG_WHEN_UNCONTENDED,
     OPEN4_SHARE_ACCESS_WANT_SIGNAL_DELEG_WHEN_RESRC_AVAIL, OPEN4_SHARE_ACCESS_WRITE,
 };
 use dionfs_xdr::Encode;
 
-use super::attr_ops::{gid_of, uid_of};
+use super::attr_ops::{gid_of, set_created_acl, uid_of};
 use super::attrs::{self, change};
 use super::compound::OpCtx;
 use super::fh::{require_dir, Current, Fh4, File};
@@ -132,7 +132,7 @@ struct Opened<'a> {
 fn truncates(ctx: &OpCtx, openhow: &OpenFlag4) -> Result<bool, Nfsstat4> {
     match openhow {
         OpenFlag4::Create(how @ (CreateHow4::Unchecked(_) | CreateHow4::Guarded(_))) => {
-            let (_, set, _, _) = create_how(ctx, how)?;
+            let (_, set, _, _, _) = create_how(ctx, how)?;
             Ok(set.size == Some(0))
         }
         _ => Ok(false),
@@ -320,7 +320,7 @@ fn open_by_name<'a>(
         });
     };
     ctx.writable(export)?;
-    let (fs_how, set, attrset, verified) = create_how(ctx, how)?;
+    let (fs_how, set, mut attrset, verified, acl) = create_how(ctx, how)?;
     let existed = ctx
         .as_user(export, || export.fs.lookup(&dir.node, name))
         .ok();
@@ -355,6 +355,9 @@ fn open_by_name<'a>(
             ctx.as_user(export, || ops::setattr(&export.fs, &node, &rest))?;
         }
     }
+    if let Some(aces) = acl {
+        set_created_acl(ctx, export, &node, &aces, &mut attrset);
+    }
     export
         .metadata_sync
         .created(&dir.node, &node, &set)
@@ -385,40 +388,54 @@ fn size_set(truncate: bool) -> Bitmap4 {
 }
 
 /// The `fs` create of `how`, the attributes it sets, the `attrset`
+/// answered, EXCLUSIVE4_1's attributes to set after an exclusive create,
+/// and the ACL to set on what UNCHECKED4 or GUARDED4 made.
+type CreateAttrs = (
+    ops::CreateHow,
+    SetAttrs,
+    Bitmap4,
+    Option<SetAttrs>,
+    Option<Vec<Nfsace4>>,
+);
+
+/// The `fs` create of `how`, the attributes it sets, the `attrset`
 /// answered, and EXCLUSIVE4_1's attributes to set after an exclusive
 /// create. An exclusive create keeps its verifier in the times, so
 /// those are in `attrset` (the client sets them after, as knfsd tells
 /// it), and EXCLUSIVE4_1 may not set them itself (`INVAL`).
-fn create_how(
-    ctx: &OpCtx,
-    how: &CreateHow4,
-) -> Result<(ops::CreateHow, SetAttrs, Bitmap4, Option<SetAttrs>), Nfsstat4> {
+fn create_how(ctx: &OpCtx, how: &CreateHow4) -> Result<CreateAttrs, Nfsstat4> {
     let decode =
         |fattr: &Fattr4| attrs::set_attrs(ctx.minor, fattr, |o| uid_of(ctx, o), |g| gid_of(ctx, g));
+    let with_acl = |fattr: &Fattr4| {
+        attrs::set_attrs_and_acl(ctx.minor, fattr, |o| uid_of(ctx, o), |g| gid_of(ctx, g))
+    };
     let times = [Attr4::TimeAccess.as_u32(), Attr4::TimeModify.as_u32()];
     Ok(match how {
         CreateHow4::Unchecked(fattr) => {
-            let set = decode(fattr)?;
+            let (set, acl) = with_acl(fattr)?;
             (
                 ops::CreateHow::Unchecked(set.clone()),
                 set,
                 fattr.attrmask.clone(),
                 None,
+                acl,
             )
         }
         CreateHow4::Guarded(fattr) => {
-            let set = decode(fattr)?;
+            let (set, acl) = with_acl(fattr)?;
             (
                 ops::CreateHow::Guarded(set.clone()),
                 set,
                 fattr.attrmask.clone(),
                 None,
+                acl,
             )
         }
         CreateHow4::Exclusive(verf) => (
             ops::CreateHow::Exclusive(verf.0),
             SetAttrs::default(),
             Bitmap4::from_bits(&times),
+            None,
             None,
         ),
         CreateHow4::Exclusive41(both) => {
@@ -438,6 +455,7 @@ fn create_how(
                 SetAttrs::default(),
                 attrset,
                 Some(set),
+                None,
             )
         }
     })
