@@ -1479,6 +1479,42 @@ fn nfs4_compound(s: &mut Seeds) {
         })],
     );
     add("minor-0", 0, &[ArgOp::Putrootfh, getattr]);
+    let clientid = 0x6563_0000_0000_0001;
+    add(
+        "minor-0-client",
+        0,
+        &[
+            ArgOp::Setclientid(Box::new(SetclientidArgs4 {
+                client: NfsClientId4 {
+                    verifier: Verifier4(*b"v40boot1"),
+                    id: Opaque4::from("Linux NFSv4.0 seed"),
+                },
+                callback: CbClient4 {
+                    cb_program: 0x4000_0000,
+                    cb_location: Netaddr4 {
+                        netid: Utf8Str::from("tcp"),
+                        addr: Utf8Str::from("127.0.0.1.3.232"),
+                    },
+                },
+                callback_ident: 1,
+            })),
+            ArgOp::SetclientidConfirm(SetclientidConfirmArgs4 {
+                clientid,
+                setclientid_confirm: Verifier4(*b"confirm!"),
+            }),
+            ArgOp::Renew(RenewArgs4 { clientid }),
+            ArgOp::OpenConfirm(OpenConfirmArgs4 {
+                open_stateid: StateId4 {
+                    seqid: 1,
+                    other: [7; 12],
+                },
+                seqid: 2,
+            }),
+            ArgOp::ReleaseLockowner(ReleaseLockownerArgs4 {
+                lock_owner: owner4("seed"),
+            }),
+        ],
+    );
     add("no-ops", 1, &[]);
 }
 
@@ -1542,6 +1578,23 @@ fn nfs4_results(s: &mut Seeds) {
         result.encode(&mut compound);
     }
     res("COMPOUND", "read", compound.into_vec());
+    let mut v40 = Encoder::new();
+    CompoundResHead {
+        status: Nfsstat4::ClidInuse,
+        tag: Utf8Str::default(),
+        numres: 2,
+    }
+    .encode(&mut v40);
+    for result in [
+        ResOp::Renew(Nfsstat4::Ok),
+        ResOp::Setclientid(SetclientidRes4::ClidInuse(Netaddr4 {
+            netid: Utf8Str::from("tcp6"),
+            addr: Utf8Str::from("::1.3.232"),
+        })),
+    ] {
+        result.encode(&mut v40);
+    }
+    res("COMPOUND", "minor-0-clid-inuse", v40.into_vec());
     let mut failed = Encoder::new();
     CompoundResHead {
         status: Nfsstat4::Denied,

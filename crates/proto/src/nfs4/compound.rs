@@ -13,11 +13,13 @@ use crate::nfs4::ops::{
     DestroyClientidArgs4, DestroySessionArgs4, ExchangeIdArgs4, ExchangeIdResOk4, FreeStateidArgs4,
     GetattrArgs4, GetattrResOk4, GetfhResOk4, GetxattrArgs4, LinkArgs4, ListxattrsArgs4,
     ListxattrsResOk4, LockArgs4, LockRes4, LocktArgs4, LockuArgs4, LookupArgs4, OpenArgs4,
-    OpenDowngradeArgs4, OpenResOk4, PutfhArgs4, ReadArgs4, ReadPlusResOk4, ReadResOk4,
-    ReaddirArgs4, ReaddirResOk4, ReclaimCompleteArgs4, RemoveArgs4, RemovexattrArgs4, RenameArgs4,
-    RenameResOk4, SecinfoArgs4, SecinfoResOk4, SecinfoStyle4, SeekArgs4, SeekResOk4, SequenceArgs4,
-    SequenceResOk4, SetattrArgs4, SetattrRes4, SetxattrArgs4, TestStateidArgs4, TestStateidResOk4,
-    VerifyArgs4, WriteHead4, WriteResOk4, XattrValue4,
+    OpenConfirmArgs4, OpenDowngradeArgs4, OpenResOk4, PutfhArgs4, ReadArgs4, ReadPlusResOk4,
+    ReadResOk4, ReaddirArgs4, ReaddirResOk4, ReclaimCompleteArgs4, ReleaseLockownerArgs4,
+    RemoveArgs4, RemovexattrArgs4, RenameArgs4, RenameResOk4, RenewArgs4, SecinfoArgs4,
+    SecinfoResOk4, SecinfoStyle4, SeekArgs4, SeekResOk4, SequenceArgs4, SequenceResOk4,
+    SetattrArgs4, SetattrRes4, SetclientidArgs4, SetclientidConfirmArgs4, SetclientidRes4,
+    SetxattrArgs4, TestStateidArgs4, TestStateidResOk4, VerifyArgs4, WriteHead4, WriteResOk4,
+    XattrValue4,
 };
 use crate::nfs4::types::{
     ChangeInfo4, Linktext4, Nfsstat4, Opnum4, Res4, StateId4, Utf8Str, NFS4_MAX_TAG_LEN,
@@ -106,9 +108,15 @@ pub enum ArgOp {
     Setxattr(SetxattrArgs4),
     Listxattrs(ListxattrsArgs4),
     Removexattr(RemovexattrArgs4),
+    /// The 4.0-only ops (decoded in minor version 0 alone).
+    OpenConfirm(OpenConfirmArgs4),
+    Renew(RenewArgs4),
+    Setclientid(Box<SetclientidArgs4>),
+    SetclientidConfirm(SetclientidConfirmArgs4),
+    ReleaseLockowner(ReleaseLockownerArgs4),
     /// An operation of the minor version that dionfs does not decode:
-    /// the 4.0-only ones (OPEN_CONFIRM, RENEW, SETCLIENTID,
-    /// SETCLIENTID_CONFIRM, RELEASE_LOCKOWNER), OPENATTR, and those of
+    /// the 4.0-only ones in 4.1 and 4.2 (OPEN_CONFIRM, RENEW,
+    /// SETCLIENTID, SETCLIENTID_CONFIRM, RELEASE_LOCKOWNER), OPENATTR, and those of
     /// delegations (DELEGPURGE, GET_DIR_DELEGATION, WANT_DELEGATION),
     /// pNFS, SSV and asynchronous copies (design section 8). Only the
     /// opnum is consumed: the server answers `NFS4ERR_NOTSUPP`, which
@@ -203,6 +211,11 @@ impl ArgOp {
             ArgOp::Setxattr(_) => Opnum4::Setxattr,
             ArgOp::Listxattrs(_) => Opnum4::Listxattrs,
             ArgOp::Removexattr(_) => Opnum4::Removexattr,
+            ArgOp::OpenConfirm(_) => Opnum4::OpenConfirm,
+            ArgOp::Renew(_) => Opnum4::Renew,
+            ArgOp::Setclientid(_) => Opnum4::Setclientid,
+            ArgOp::SetclientidConfirm(_) => Opnum4::SetclientidConfirm,
+            ArgOp::ReleaseLockowner(_) => Opnum4::ReleaseLockowner,
             ArgOp::NotSupp(op) => *op,
             ArgOp::Illegal(opnum) => return *opnum,
         };
@@ -264,6 +277,11 @@ impl ArgOp {
             Opnum4::Setxattr => ArgOp::Setxattr(Decode::decode(dec)?),
             Opnum4::Listxattrs => ArgOp::Listxattrs(Decode::decode(dec)?),
             Opnum4::Removexattr => ArgOp::Removexattr(Decode::decode(dec)?),
+            Opnum4::OpenConfirm => ArgOp::OpenConfirm(Decode::decode(dec)?),
+            Opnum4::Renew => ArgOp::Renew(Decode::decode(dec)?),
+            Opnum4::Setclientid => ArgOp::Setclientid(Box::new(Decode::decode(dec)?)),
+            Opnum4::SetclientidConfirm => ArgOp::SetclientidConfirm(Decode::decode(dec)?),
+            Opnum4::ReleaseLockowner => ArgOp::ReleaseLockowner(Decode::decode(dec)?),
             _ => return Ok(None),
         }))
     }
@@ -314,6 +332,11 @@ impl Encode for ArgOp {
             ArgOp::Setxattr(a) => a.encode(enc),
             ArgOp::Listxattrs(a) => a.encode(enc),
             ArgOp::Removexattr(a) => a.encode(enc),
+            ArgOp::OpenConfirm(a) => a.encode(enc),
+            ArgOp::Renew(a) => a.encode(enc),
+            ArgOp::Setclientid(a) => a.encode(enc),
+            ArgOp::SetclientidConfirm(a) => a.encode(enc),
+            ArgOp::ReleaseLockowner(a) => a.encode(enc),
             ArgOp::Getfh
             | ArgOp::Lookupp
             | ArgOp::Putpubfh
@@ -467,6 +490,11 @@ res_ops! {
     Setxattr(Setxattr, Res4<ChangeInfo4>),
     Listxattrs(Listxattrs, Res4<ListxattrsResOk4>),
     Removexattr(Removexattr, Res4<ChangeInfo4>),
+    OpenConfirm(OpenConfirm, Res4<StateId4>),
+    Renew(Renew, Nfsstat4),
+    Setclientid(Setclientid, SetclientidRes4),
+    SetclientidConfirm(SetclientidConfirm, Nfsstat4),
+    ReleaseLockowner(ReleaseLockowner, Nfsstat4),
 }
 
 #[cfg(test)]
@@ -581,12 +609,40 @@ mod tests {
     }
 
     #[test]
+    fn the_v40_ops_decode_in_minor_version_0_alone() {
+        for op in v40_ops() {
+            let bytes = op.to_xdr();
+            assert_eq!(
+                decode_op(&bytes, 0),
+                Ok((op.clone(), bytes.len())),
+                "{op:?}"
+            );
+            let opnum = Opnum4::from_u32(op.opnum()).expect("a known op");
+            assert!(opnum.is_v40_only());
+            for minor in [1, 2] {
+                assert_eq!(decode_op(&bytes, minor), Ok((ArgOp::NotSupp(opnum), 4)));
+            }
+        }
+        // 4.0's other ops decode in it; 4.1's are illegal there.
+        let putrootfh = ArgOp::Putrootfh.to_xdr();
+        assert_eq!(decode_op(&putrootfh, 0), Ok((ArgOp::Putrootfh, 4)));
+        let reclaim = Opnum4::ReclaimComplete.as_u32().to_xdr();
+        assert_eq!(decode_op(&reclaim, 0), Ok((ArgOp::Illegal(58), 4)));
+        // Their results, as a client decodes them.
+        for res in [
+            ResOp::OpenConfirm(Res4::Ok(StateId4::default())),
+            ResOp::Renew(Nfsstat4::StaleClientid),
+            ResOp::Setclientid(SetclientidRes4::Fail(Nfsstat4::Resource)),
+            ResOp::SetclientidConfirm(Nfsstat4::Ok),
+            ResOp::ReleaseLockowner(Nfsstat4::LocksHeld),
+        ] {
+            assert_codec(&res);
+        }
+    }
+
+    #[test]
     fn ops_not_decoded_consume_only_their_opnum() {
         for op in [
-            Opnum4::Renew,
-            Opnum4::Setclientid,
-            Opnum4::OpenConfirm,
-            Opnum4::ReleaseLockowner,
             Opnum4::Layoutget,
             Opnum4::Openattr,
             Opnum4::Delegpurge,

@@ -80,11 +80,10 @@ const CLAIM: usize = WORD + max(COMPONENT, STATEID + COMPONENT);
 /// `locker4` with `open_to_lock_owner4`, its longer arm.
 const LOCKER: usize = WORD + max(WORD + STATEID + WORD + OWNER, STATEID + WORD);
 /// `netloc4` at its largest: a name or URL, or a `netaddr4`.
-const NETLOC: usize = WORD
-    + max(
-        opaque_var_len(NFS4_MAX_NETLOC_LEN as usize),
-        opaque_var_len(NFS4_MAX_NETID_LEN as usize) + opaque_var_len(NFS4_MAX_UADDR_LEN as usize),
-    );
+const NETLOC: usize = WORD + max(opaque_var_len(NFS4_MAX_NETLOC_LEN as usize), NETADDR);
+/// A `netaddr4`: netid and universal address.
+const NETADDR: usize =
+    opaque_var_len(NFS4_MAX_NETID_LEN as usize) + opaque_var_len(NFS4_MAX_UADDR_LEN as usize);
 /// The stateid, offset and length of ALLOCATE and DEALLOCATE.
 const RANGE: usize = STATEID + 2 * HYPER;
 /// The two stateids, two offsets and count of COPY and CLONE.
@@ -151,6 +150,12 @@ impl Opnum4 {
                 Opnum4::Getxattr | Opnum4::Removexattr => COMPONENT,
                 Opnum4::Setxattr => WORD + COMPONENT + opaque_var_len(XATTR_SIZE_MAX as usize),
                 Opnum4::Listxattrs => HYPER + WORD,
+                // Minor version 0's own.
+                Opnum4::Setclientid => VERIFIER + OPAQUE + WORD + NETADDR + WORD,
+                Opnum4::SetclientidConfirm => HYPER + VERIFIER,
+                Opnum4::Renew => HYPER,
+                Opnum4::OpenConfirm => STATEID + WORD,
+                Opnum4::ReleaseLockowner => OWNER,
                 // Not decoded (ArgOp::NotSupp): the opnum only.
                 _ => 0,
             },
@@ -383,6 +388,39 @@ mod tests {
         ]
     }
 
+    /// Minor version 0's own ops, every variable item at its largest.
+    fn largest_v40_ops() -> Vec<ArgOp> {
+        let opaque = || Opaque4(filled(NFS4_OPAQUE_LIMIT, b'o'));
+        vec![
+            ArgOp::Setclientid(Box::new(SetclientidArgs4 {
+                client: NfsClientId4 {
+                    verifier: Verifier4([1; 8]),
+                    id: opaque(),
+                },
+                callback: CbClient4 {
+                    cb_program: 1,
+                    cb_location: Netaddr4 {
+                        netid: Utf8Str(filled(NFS4_MAX_NETID_LEN, b'n')),
+                        addr: Utf8Str(filled(NFS4_MAX_UADDR_LEN, b'a')),
+                    },
+                },
+                callback_ident: 2,
+            })),
+            ArgOp::SetclientidConfirm(SetclientidConfirmArgs4 {
+                clientid: 1,
+                setclientid_confirm: Verifier4([2; 8]),
+            }),
+            ArgOp::Renew(RenewArgs4 { clientid: 1 }),
+            ArgOp::OpenConfirm(OpenConfirmArgs4 {
+                open_stateid: stateid(),
+                seqid: 3,
+            }),
+            ArgOp::ReleaseLockowner(ReleaseLockownerArgs4 {
+                lock_owner: largest_owner(),
+            }),
+        ]
+    }
+
     fn largest_owner() -> StateOwner4 {
         StateOwner4 {
             clientid: 1,
@@ -428,7 +466,13 @@ mod tests {
             ArgsLimit::HeadThenPayload(bytes.len())
         );
         assert_eq!(decode_op(&bytes, 1), Ok((write.clone(), bytes.len())));
-        for op in &ops {
+        let v40 = largest_v40_ops();
+        // Minor version 0's own ops decode in it alone.
+        for (op, minor) in ops
+            .iter()
+            .map(|op| (op, 2))
+            .chain(v40.iter().map(|op| (op, 0)))
+        {
             let bytes = op.to_xdr();
             let opnum = Opnum4::from_u32(op.opnum()).unwrap();
             assert_eq!(
@@ -436,11 +480,16 @@ mod tests {
                 ArgsLimit::Whole(bytes.len()),
                 "{opnum:?}"
             );
-            assert_eq!(decode_op(&bytes, 2), Ok((op.clone(), bytes.len())));
+            assert_eq!(decode_op(&bytes, minor), Ok((op.clone(), bytes.len())));
         }
         // Every op decoded is covered above; the rest cost their opnum.
+        let covered = |opnum: Opnum4| {
+            ops.iter()
+                .chain(&v40)
+                .any(|op| op.opnum() == opnum.as_u32())
+        };
         for &opnum in Opnum4::ALL {
-            if opnum != Opnum4::Write && !ops.iter().any(|op| op.opnum() == opnum.as_u32()) {
+            if opnum != Opnum4::Write && !covered(opnum) {
                 assert_eq!(opnum.max_args_len(), ArgsLimit::Whole(4), "{opnum:?}");
                 let decoded = decode_op(&opnum.as_u32().to_xdr(), 2).map(|(op, _)| op);
                 assert!(

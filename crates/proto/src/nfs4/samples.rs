@@ -110,6 +110,45 @@ pub fn largest_sec_parms() -> CallbackSecParms4 {
 }
 
 /// One of each argument-carrying operation with typical values.
+/// One of each op minor version 0 alone has.
+pub fn v40_ops() -> Vec<ArgOp> {
+    let owner = StateOwner4 {
+        clientid: 0x0102_0304_0506_0708,
+        owner: Opaque4::from(b"lock-owner".to_vec()),
+    };
+    vec![
+        ArgOp::Setclientid(Box::new(SetclientidArgs4 {
+            client: NfsClientId4 {
+                verifier: Verifier4([3; 8]),
+                id: Opaque4::from(b"Linux NFSv4.0 realclient/192.168.77.1 tcp".to_vec()),
+            },
+            callback: CbClient4 {
+                cb_program: 0x4000_0000,
+                cb_location: Netaddr4 {
+                    netid: Utf8Str::from("tcp"),
+                    addr: Utf8Str::from("192.168.77.2.3.232"),
+                },
+            },
+            callback_ident: 1,
+        })),
+        ArgOp::SetclientidConfirm(SetclientidConfirmArgs4 {
+            clientid: 0x0102_0304_0506_0708,
+            setclientid_confirm: Verifier4([4; 8]),
+        }),
+        ArgOp::Renew(RenewArgs4 {
+            clientid: 0x0102_0304_0506_0708,
+        }),
+        ArgOp::OpenConfirm(OpenConfirmArgs4 {
+            open_stateid: StateId4 {
+                seqid: 1,
+                other: [5; 12],
+            },
+            seqid: 2,
+        }),
+        ArgOp::ReleaseLockowner(ReleaseLockownerArgs4 { lock_owner: owner }),
+    ]
+}
+
 pub fn typical_ops() -> Vec<ArgOp> {
     vec![
         ArgOp::Sequence(SequenceArgs4 {
