@@ -43,7 +43,7 @@ pub mod xattr;
 
 use std::sync::Arc;
 
-use dionfs_proto::nfs4::{ArgOp, Nfsstat4, Opnum4, NFS4_PROGRAM, NFS_V4};
+use dionfs_proto::nfs4::{ArgOp, Nfsstat4, Opnum4, SetclientidRes4, NFS4_PROGRAM, NFS_V4};
 use dionfs_xdr::Encode;
 
 use self::compound::OpCtx;
@@ -218,13 +218,18 @@ static PROCEDURES: [Option<Procedure<Op4>>; 76] = [
     op(O::Readlink, "READLINK", dirs::readlink, true),
     op(O::Remove, "REMOVE", dirs::remove, true),
     op(O::Rename, "RENAME", dirs::rename, true),
-    op(O::Renew, "RENEW", notsupp, false),
+    op(O::Renew, "RENEW", renew, false),
     op(O::Restorefh, "RESTOREFH", fh::restorefh, false),
     op(O::Savefh, "SAVEFH", fh::savefh, false),
     op(O::Secinfo, "SECINFO", lookup::secinfo, true),
     op(O::Setattr, "SETATTR", attr_ops::setattr, true),
-    op(O::Setclientid, "SETCLIENTID", notsupp, false),
-    op(O::SetclientidConfirm, "SETCLIENTID_CONFIRM", notsupp, false),
+    op(O::Setclientid, "SETCLIENTID", setclientid, false),
+    op(
+        O::SetclientidConfirm,
+        "SETCLIENTID_CONFIRM",
+        setclientid_confirm,
+        false,
+    ),
     op(O::Verify, "VERIFY", attr_ops::verify, true),
     op(O::Write, "WRITE", data::write, true),
     op(O::ReleaseLockowner, "RELEASE_LOCKOWNER", notsupp, false),
@@ -344,6 +349,41 @@ fn exchange_id(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat
         }
         Err(status) => status,
     }
+}
+
+/// SETCLIENTID (minor version 0, which COMPOUNDs are not received in
+/// until it is whole: docs/nfs4-complete-design.md, B).
+fn setclientid(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 {
+    let ArgOp::Setclientid(args) = op else {
+        return Nfsstat4::Serverfault;
+    };
+    let who = Principal::of(&ctx.call.cred);
+    match ctx.nfs4.state.setclientid(&args, &who, ctx.conn.peer.ip()) {
+        SetclientidRes4::Ok(ok) => {
+            ok.encode(reply.encoder());
+            Nfsstat4::Ok
+        }
+        SetclientidRes4::ClidInuse(using) => {
+            using.encode(reply.encoder());
+            Nfsstat4::ClidInuse
+        }
+        SetclientidRes4::Fail(status) => status,
+    }
+}
+
+fn setclientid_confirm(ctx: &mut OpCtx, op: ArgOp, _: &mut CompoundReply) -> Nfsstat4 {
+    let ArgOp::SetclientidConfirm(args) = op else {
+        return Nfsstat4::Serverfault;
+    };
+    let who = Principal::of(&ctx.call.cred);
+    ctx.nfs4.state.setclientid_confirm(&args, &who)
+}
+
+fn renew(ctx: &mut OpCtx, op: ArgOp, _: &mut CompoundReply) -> Nfsstat4 {
+    let ArgOp::Renew(args) = op else {
+        return Nfsstat4::Serverfault;
+    };
+    ctx.nfs4.state.renew(args.clientid)
 }
 
 fn create_session(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 {

@@ -45,6 +45,8 @@ use super::ids::{session_id, ClientId, IdMap};
 use super::limits::{Bound, OWNERS_PER_ADDRESS, SESSIONS_PER_CLIENT};
 use super::sessions::{self, Session};
 use super::stateids::ClientState;
+
+mod v40;
 use super::{Principal, State};
 
 /// The flags a client may send in `eia_flags` (knfsd's
@@ -105,20 +107,24 @@ struct Lease {
     running: u32,
 }
 
+/// Who a new client record is for: its owner (EXCHANGE_ID's `co_ownerid`,
+/// SETCLIENTID's `id`), its verifier, and the minor version it came in.
+struct NewClient<'a> {
+    owner: &'a [u8],
+    verifier: Verifier4,
+    minor: u32,
+    who: &'a Principal,
+    address: IpAddr,
+}
+
 impl Client {
-    fn new(
-        id: ClientId,
-        args: &ExchangeIdArgs4,
-        who: &Principal,
-        address: IpAddr,
-        now: Instant,
-    ) -> Client {
+    fn new(id: ClientId, new: &NewClient, now: Instant) -> Client {
         Client {
             id,
-            owner: args.clientowner.ownerid.as_bytes().to_vec(),
-            verifier: args.clientowner.verifier,
-            principal: who.clone(),
-            address,
+            owner: new.owner.to_vec(),
+            verifier: new.verifier,
+            principal: new.who.clone(),
+            address: new.address,
             lease: Mutex::new(Lease {
                 renewed: now,
                 running: 0,
@@ -126,7 +132,7 @@ impl Client {
             reclaim_complete: AtomicBool::new(false),
             recorded: AtomicBool::new(false),
             life: AtomicU8::new(ACTIVE),
-            minor: AtomicU32::new(1),
+            minor: AtomicU32::new(new.minor),
             state: Mutex::default(),
         }
     }
@@ -295,6 +301,9 @@ struct Record {
     /// CREATE_SESSION's slot: the last `csa_sequence` and its result.
     create_session: CreateSessionSlot,
     sessions: Vec<SessionId4>,
+    /// A minor version 0 client's SETCLIENTID: the confirm verifier and
+    /// its callback (`v40.rs`).
+    setclientid: Option<v40::Setclientid>,
 }
 
 /// The per-client replay slot of CREATE_SESSION (RFC 8881 section
@@ -423,7 +432,35 @@ impl ClientTable {
         boot: u32,
         now: Instant,
     ) -> Result<u64, Bound> {
-        let owner = args.clientowner.ownerid.as_bytes();
+        let new = NewClient {
+            owner: args.clientowner.ownerid.as_bytes(),
+            verifier: args.clientowner.verifier,
+            minor: 1,
+            who,
+            address: peer,
+        };
+        let record = |client| Record {
+            client,
+            confirmed: false,
+            flags: args.flags & !EXCHGID4_FLAG_UPD_CONFIRMED_REC_A,
+            impl_id: args.client_impl_id.clone(),
+            create_session: CreateSessionSlot::default(),
+            sessions: Vec::new(),
+            setclientid: None,
+        };
+        self.new_record(&new, boot, now, record)
+    }
+
+    /// A new unconfirmed record (`record` of its client) for `new`'s
+    /// owner, replacing the owner's unconfirmed record if it has one.
+    fn new_record(
+        &mut self,
+        new: &NewClient,
+        boot: u32,
+        now: Instant,
+        record: impl FnOnce(Arc<Client>) -> Record,
+    ) -> Result<u64, Bound> {
+        let (owner, peer) = (new.owner, new.address);
         if let Some(old) = self.owners.get(owner).and_then(|o| o.unconfirmed) {
             // Never confirmed: no opens or locks.
             self.remove_client(old);
@@ -434,18 +471,8 @@ impl ClientTable {
             return Err(Bound::OwnersPerAddress);
         }
         let id = self.next_client_id(boot);
-        let client = Arc::new(Client::new(ClientId(id), args, who, peer, now));
-        self.records.insert(
-            id,
-            Record {
-                client,
-                confirmed: false,
-                flags: args.flags & !EXCHGID4_FLAG_UPD_CONFIRMED_REC_A,
-                impl_id: args.client_impl_id.clone(),
-                create_session: CreateSessionSlot::default(),
-                sessions: Vec::new(),
-            },
-        );
+        let client = Arc::new(Client::new(ClientId(id), new, now));
+        self.records.insert(id, record(client));
         let per_address = &mut self.per_address;
         let entry = self.owners.entry(owner.to_vec()).or_insert_with(|| {
             *per_address.entry(peer).or_default() += 1;
@@ -525,15 +552,7 @@ impl State {
         let update = args.flags & EXCHGID4_FLAG_UPD_CONFIRMED_REC_A != 0;
         let owner = args.clientowner.ownerid.as_bytes();
         let mut table = self.table.lock();
-        let mut confirmed = table.owners.get(owner).and_then(|o| o.confirmed);
-        // A courtesy client a conflict expired is gone already.
-        if let Some(id) =
-            confirmed.filter(|id| table.client(*id).is_some_and(|c| c.life() == EXPIRED))
-        {
-            self.forget_client(&mut table, id);
-            confirmed = None;
-        }
-        if let Some(id) = confirmed {
+        if let Some(id) = self.confirmed_record(&mut table, owner) {
             let Some(record) = table.records.get_mut(&id) else {
                 return Err(Nfsstat4::Serverfault);
             };
@@ -577,6 +596,23 @@ impl State {
             return Err(Nfsstat4::Serverfault);
         };
         Ok(self.exchange_reply(id, record))
+    }
+
+    /// The id of `owner`'s confirmed record, if it has one; one a
+    /// conflict expired (a courtesy client's) is gone already.
+    fn confirmed_record(&self, table: &mut ClientTable, owner: &[u8]) -> Option<u64> {
+        let id = table.owners.get(owner).and_then(|o| o.confirmed)?;
+        (!self.forget_if_expired(table, id)).then_some(id)
+    }
+
+    /// Drops client `id`'s record if a conflict expired it (a courtesy
+    /// client's): whether it did.
+    fn forget_if_expired(&self, table: &mut ClientTable, id: u64) -> bool {
+        let expired = table.client(id).is_some_and(|c| c.life() == EXPIRED);
+        if expired {
+            self.forget_client(table, id);
+        }
+        expired
     }
 
     /// EXCHANGE_ID's answer for a record.
@@ -660,12 +696,7 @@ impl State {
         let back = sessions::back_channel(&args.back_chan_attrs)?;
 
         let mut table = self.table.lock();
-        if table
-            .client(args.clientid)
-            .is_some_and(|c| c.life() == EXPIRED)
-        {
-            self.forget_client(&mut table, args.clientid);
-        }
+        self.forget_if_expired(&mut table, args.clientid);
         let Some(record) = table.records.get_mut(&args.clientid) else {
             // Unknown, or another boot's (or expired).
             return Err(Nfsstat4::StaleClientid);
@@ -763,9 +794,7 @@ impl State {
         current: Option<&sessions::SlotGuard>,
     ) -> Nfsstat4 {
         let mut table = self.table.lock();
-        if table.client(clientid).is_some_and(|c| c.life() == EXPIRED) {
-            self.forget_client(&mut table, clientid);
-        }
+        self.forget_if_expired(&mut table, clientid);
         let Some(record) = table.records.get(&clientid) else {
             return Nfsstat4::StaleClientid;
         };

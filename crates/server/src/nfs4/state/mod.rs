@@ -39,6 +39,7 @@ use dionfs_core::grace::Grace;
 use dionfs_proto::nfs4::{
     BackchannelCtlArgs4, BindConnToSessionArgs4, CreateSessionArgs4, CreateSessionResOk4,
     ExchangeIdArgs4, ExchangeIdResOk4, Nfsstat4, ReclaimCompleteArgs4, SequenceArgs4, SessionId4,
+    SetclientidArgs4, SetclientidConfirmArgs4, SetclientidRes4,
 };
 use dionfs_rpc::Credential;
 use dionfs_transport::ConnInfo;
@@ -299,6 +300,26 @@ impl State {
     }
 
     /// EXCHANGE_ID (RFC 8881 section 18.35) from `peer`.
+    /// SETCLIENTID (minor version 0): `clients/v40.rs`.
+    pub fn setclientid(
+        &self,
+        args: &SetclientidArgs4,
+        who: &Principal,
+        peer: std::net::IpAddr,
+    ) -> SetclientidRes4 {
+        self.setclientid_at(args, who, peer, Instant::now())
+    }
+
+    /// SETCLIENTID_CONFIRM (minor version 0).
+    pub fn setclientid_confirm(&self, args: &SetclientidConfirmArgs4, who: &Principal) -> Nfsstat4 {
+        self.setclientid_confirm_at(args, who, Instant::now())
+    }
+
+    /// RENEW (minor version 0).
+    pub fn renew(&self, clientid: u64) -> Nfsstat4 {
+        self.renew_at(clientid, Instant::now())
+    }
+
     pub fn exchange_id(
         &self,
         args: &ExchangeIdArgs4,

@@ -1,0 +1,369 @@
+//! Minor version 0's client records (RFC 7530 sections 16.33, 16.34 and
+//! 16.30; design: docs/nfs4-complete-design.md, B): SETCLIENTID,
+//! SETCLIENTID_CONFIRM and RENEW, in the table EXCHANGE_ID's records are
+//! in, the cases numbered as RFC 7530 section 16.33.5 and knfsd's
+//! `nfsd4_setclientid` number them.
+//!
+//! - A record of SETCLIENTID is unconfirmed until SETCLIENTID_CONFIRM
+//!   repeats the verifier it was given. The owner's confirmed record, if
+//!   any, goes with its state then (the client rebooted).
+//! - SETCLIENTID with the confirmed record's verifier and principal (case
+//!   1) keeps the clientid: it only changes the callback, when confirmed.
+//! - A name held by a 4.1 client, or by another principal, with opens or
+//!   locks, is `CLID_INUSE`, with where that client is called back.
+//! - RENEW renews the lease of a confirmed record; a courtesy client is
+//!   active again, as with SEQUENCE.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use dionfs_proto::nfs4::{
+    CbClient4, Netaddr4, Nfsstat4, SetclientidArgs4, SetclientidConfirmArgs4, SetclientidRes4,
+    SetclientidResOk4, Verifier4,
+};
+use tracing::info;
+
+use super::super::ids::{random_bytes, ClientId};
+use super::super::{Principal, State};
+use super::{CreateSessionSlot, NewClient, Record, ACTIVE, COURTESY, EXPIRED};
+
+/// What a minor version 0 record keeps of its SETCLIENTID.
+pub(in crate::nfs4::state) struct Setclientid {
+    /// What SETCLIENTID_CONFIRM repeats to confirm the record.
+    confirm: Verifier4,
+    /// Where and how the server calls the client back.
+    pub callback: CbClient4,
+    pub callback_ident: u32,
+    /// A later SETCLIENTID of the confirmed record (case 1: a new
+    /// callback) waiting for its SETCLIENTID_CONFIRM: its confirm
+    /// verifier, callback and ident.
+    update: Option<(Verifier4, CbClient4, u32)>,
+}
+
+/// `client_using` of a `CLID_INUSE` for a name a 4.1 client holds: it
+/// has no callback address of its own.
+fn nowhere() -> Netaddr4 {
+    Netaddr4 {
+        netid: "".into(),
+        addr: "".into(),
+    }
+}
+
+impl State {
+    /// SETCLIENTID.
+    pub(in crate::nfs4::state) fn setclientid_at(
+        &self,
+        args: &SetclientidArgs4,
+        who: &Principal,
+        peer: IpAddr,
+        now: Instant,
+    ) -> SetclientidRes4 {
+        let Ok(confirm) = random_bytes::<8>().map(Verifier4) else {
+            return SetclientidRes4::Fail(Nfsstat4::Serverfault);
+        };
+        let owner = args.client.id.as_bytes();
+        let mut table = self.table.lock();
+        if let Some(id) = self.confirmed_record(&mut table, owner) {
+            let Some(record) = table.records.get_mut(&id) else {
+                return SetclientidRes4::Fail(Nfsstat4::Serverfault);
+            };
+            let same_principal = record.client.principal == *who;
+            let same_verifier = record.client.verifier == args.client.verifier;
+            let holds = record.holds_state();
+            let case_1 = match record.setclientid.as_mut() {
+                // A 4.1 client's name, or another principal's, in use.
+                None if holds => return SetclientidRes4::ClidInuse(nowhere()),
+                Some(held) if !same_principal && holds => {
+                    return SetclientidRes4::ClidInuse(held.callback.cb_location.clone());
+                }
+                // Case 1: the client's callback changes, when confirmed.
+                Some(held) if same_principal && same_verifier => {
+                    held.update = Some((confirm, args.callback.clone(), args.callback_ident));
+                    true
+                }
+                // Cases 2 and 3: a rebooted client (a new verifier), or a
+                // new principal for a name that holds nothing: a new
+                // record beside the confirmed one, which goes when the
+                // new one is confirmed.
+                _ => false,
+            };
+            if case_1 {
+                if let Some(old) = table.owners.get(owner).and_then(|o| o.unconfirmed) {
+                    table.remove_client(old);
+                }
+                return SetclientidRes4::Ok(SetclientidResOk4 {
+                    clientid: id,
+                    setclientid_confirm: confirm,
+                });
+            }
+        }
+        // Case 4 (and 2 and 3): a new unconfirmed record.
+        let new = NewClient {
+            owner,
+            verifier: args.client.verifier,
+            minor: 0,
+            who,
+            address: peer,
+        };
+        let setclientid = Setclientid {
+            confirm,
+            callback: args.callback.clone(),
+            callback_ident: args.callback_ident,
+            update: None,
+        };
+        let record = |client| Record {
+            client,
+            confirmed: false,
+            flags: 0,
+            impl_id: None,
+            create_session: CreateSessionSlot::default(),
+            sessions: Vec::new(),
+            setclientid: Some(setclientid),
+        };
+        match table.new_record(&new, self.boot, now, record) {
+            Ok(clientid) => SetclientidRes4::Ok(SetclientidResOk4 {
+                clientid,
+                setclientid_confirm: confirm,
+            }),
+            Err(bound) => SetclientidRes4::Fail(self.refusals.refuse(bound, peer)),
+        }
+    }
+
+    /// SETCLIENTID_CONFIRM.
+    pub(in crate::nfs4::state) fn setclientid_confirm_at(
+        &self,
+        args: &SetclientidConfirmArgs4,
+        who: &Principal,
+        now: Instant,
+    ) -> Nfsstat4 {
+        let mut table = self.table.lock();
+        self.forget_if_expired(&mut table, args.clientid);
+        // Unknown, another boot's, expired, or a 4.1 client's.
+        let Some(record) = table.records.get_mut(&args.clientid) else {
+            return Nfsstat4::StaleClientid;
+        };
+        let Some(held) = record.setclientid.as_mut() else {
+            return Nfsstat4::StaleClientid;
+        };
+        if record.client.principal != *who {
+            return Nfsstat4::ClidInuse;
+        }
+        let verifier = args.setclientid_confirm;
+        if record.confirmed {
+            // Case 1's second half: the new callback.
+            if let Some((confirm, callback, ident)) = held.update.take() {
+                if confirm == verifier {
+                    (held.confirm, held.callback, held.callback_ident) = (confirm, callback, ident);
+                    record.client.renew(now);
+                    return Nfsstat4::Ok;
+                }
+                held.update = Some((confirm, callback, ident));
+            }
+            // Case 2: a retransmission of the confirmation; case 4: a
+            // verifier of no SETCLIENTID here (the server rebooted).
+            return if held.confirm == verifier {
+                Nfsstat4::Ok
+            } else {
+                Nfsstat4::StaleClientid
+            };
+        }
+        if held.confirm != verifier {
+            return Nfsstat4::StaleClientid;
+        }
+        // Case 3: a new or rebooted client; the rebooted one's record
+        // goes, with its opens and locks.
+        record.client.renew(now);
+        if let Some(old) = table.confirm(args.clientid) {
+            self.release_state(&old);
+        }
+        Nfsstat4::Ok
+    }
+
+    /// RENEW of client `clientid`'s lease.
+    pub(in crate::nfs4::state) fn renew_at(&self, clientid: u64, now: Instant) -> Nfsstat4 {
+        if ClientId(clientid).boot() != self.boot {
+            return Nfsstat4::StaleClientid;
+        }
+        let mut table = self.table.lock();
+        let Some(record) = table.records.get(&clientid) else {
+            // Expired and dropped, or never made.
+            return Nfsstat4::Expired;
+        };
+        if !record.confirmed || record.setclientid.is_none() {
+            return Nfsstat4::StaleClientid;
+        }
+        let client = Arc::clone(&record.client);
+        match client.life() {
+            EXPIRED => {
+                self.forget_client(&mut table, clientid);
+                return Nfsstat4::Expired;
+            }
+            COURTESY => {
+                if !client.change_life(COURTESY, ACTIVE) {
+                    self.forget_client(&mut table, clientid);
+                    return Nfsstat4::Expired;
+                }
+                self.courtesy.lock().remove(&clientid);
+                info!(clientid, "NFSv4.0 courtesy client is back: active again");
+            }
+            _ => {}
+        }
+        client.renew(now);
+        Nfsstat4::Ok
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::testing::*;
+    use super::*;
+    use dionfs_proto::nfs4::{NfsClientId4, Opaque4};
+
+    fn args(owner: &str, verifier: u8, port: u8) -> SetclientidArgs4 {
+        SetclientidArgs4 {
+            client: NfsClientId4 {
+                verifier: Verifier4([verifier; 8]),
+                id: Opaque4::from(owner),
+            },
+            callback: CbClient4 {
+                cb_program: 0x4000_0000,
+                cb_location: Netaddr4 {
+                    netid: "tcp".into(),
+                    addr: format!("192.0.2.7.3.{port}").as_str().into(),
+                },
+            },
+            callback_ident: u32::from(port),
+        }
+    }
+
+    fn set(state: &State, owner: &str, verifier: u8, port: u8, who: u32) -> SetclientidResOk4 {
+        match state.setclientid_at(
+            &args(owner, verifier, port),
+            &sys(who),
+            peer(),
+            Instant::now(),
+        ) {
+            SetclientidRes4::Ok(ok) => ok,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn confirm(state: &State, ok: &SetclientidResOk4, who: u32) -> Nfsstat4 {
+        let args = SetclientidConfirmArgs4 {
+            clientid: ok.clientid,
+            setclientid_confirm: ok.setclientid_confirm,
+        };
+        state.setclientid_confirm_at(&args, &sys(who), Instant::now())
+    }
+
+    /// (confirmed, unconfirmed) records.
+    fn clients(state: &State) -> (usize, usize) {
+        let counts = state.counts();
+        (counts.clients, counts.unconfirmed)
+    }
+
+    fn callback_port(state: &State, clientid: u64) -> u32 {
+        let table = state.table.lock();
+        let record = table.records.get(&clientid).expect("a record");
+        record.setclientid.as_ref().expect("v4.0").callback_ident
+    }
+
+    #[test]
+    fn a_new_client_is_confirmed_by_its_verifier_alone() {
+        let state = state();
+        let made = set(&state, "linux-a", 1, 10, 1000);
+        assert_eq!(clients(&state), (0, 1));
+        let wrong = SetclientidResOk4 {
+            setclientid_confirm: Verifier4([0; 8]),
+            ..made.clone()
+        };
+        assert_eq!(confirm(&state, &wrong, 1000), Nfsstat4::StaleClientid);
+        // Only the principal that made it confirms it.
+        assert_eq!(confirm(&state, &made, 1001), Nfsstat4::ClidInuse);
+        assert_eq!(confirm(&state, &made, 1000), Nfsstat4::Ok);
+        assert_eq!(clients(&state), (1, 0));
+        // Case 2: a retransmitted confirmation.
+        assert_eq!(confirm(&state, &made, 1000), Nfsstat4::Ok);
+        assert_eq!(state.renew_at(made.clientid, Instant::now()), Nfsstat4::Ok);
+    }
+
+    #[test]
+    fn case_1_the_same_verifier_changes_only_the_callback_once_confirmed() {
+        let state = state();
+        let made = set(&state, "linux-a", 1, 10, 1000);
+        assert_eq!(confirm(&state, &made, 1000), Nfsstat4::Ok);
+        let update = set(&state, "linux-a", 1, 20, 1000);
+        assert_eq!(update.clientid, made.clientid);
+        assert_ne!(update.setclientid_confirm, made.setclientid_confirm);
+        assert_eq!(callback_port(&state, made.clientid), 10);
+        // The old confirmation again is a retransmission; the new one
+        // takes the callback.
+        assert_eq!(confirm(&state, &made, 1000), Nfsstat4::Ok);
+        assert_eq!(callback_port(&state, made.clientid), 10);
+        assert_eq!(confirm(&state, &update, 1000), Nfsstat4::Ok);
+        assert_eq!(callback_port(&state, made.clientid), 20);
+        assert_eq!(clients(&state), (1, 0));
+    }
+
+    #[test]
+    fn a_rebooted_client_replaces_its_record_when_confirmed() {
+        let state = state();
+        let before = set(&state, "linux-a", 1, 10, 1000);
+        assert_eq!(confirm(&state, &before, 1000), Nfsstat4::Ok);
+        let after = set(&state, "linux-a", 2, 10, 1000);
+        assert_ne!(after.clientid, before.clientid);
+        assert_eq!(clients(&state), (1, 1));
+        assert_eq!(confirm(&state, &after, 1000), Nfsstat4::Ok);
+        assert_eq!(clients(&state), (1, 0));
+        // The old clientid is gone: RENEW of it is refused.
+        assert_eq!(
+            state.renew_at(before.clientid, Instant::now()),
+            Nfsstat4::Expired
+        );
+        // A second SETCLIENTID before confirming replaces the unconfirmed
+        // record.
+        let a = set(&state, "linux-b", 1, 10, 1000);
+        let b = set(&state, "linux-b", 1, 10, 1000);
+        assert_ne!(a.clientid, b.clientid);
+        assert_eq!(confirm(&state, &a, 1000), Nfsstat4::StaleClientid);
+        assert_eq!(confirm(&state, &b, 1000), Nfsstat4::Ok);
+    }
+
+    #[test]
+    fn a_name_in_use_is_clid_inuse_only_while_its_client_holds_state() {
+        let state = state();
+        // A 4.1 client with a session holds the name.
+        let (id, _session) = session(&state, "shared-name");
+        let now = Instant::now();
+        let res = state.setclientid_at(&args("shared-name", 9, 10), &sys(1), peer(), now);
+        assert_eq!(res, SetclientidRes4::ClidInuse(nowhere()));
+        // RENEW is minor version 0's: a 4.1 client's id is not renewed so.
+        assert_eq!(state.renew_at(id, now), Nfsstat4::StaleClientid);
+        // A 4.0 client that holds nothing: another principal takes the
+        // name over (case 3), with a new record.
+        let first = set(&state, "v40-name", 1, 10, 1000);
+        assert_eq!(confirm(&state, &first, 1000), Nfsstat4::Ok);
+        let second = set(&state, "v40-name", 1, 11, 2000);
+        assert_ne!(second.clientid, first.clientid);
+        assert_eq!(confirm(&state, &second, 2000), Nfsstat4::Ok);
+        assert_eq!(state.renew_at(first.clientid, now), Nfsstat4::Expired);
+    }
+
+    #[test]
+    fn renew_refuses_what_it_does_not_know() {
+        let state = state();
+        let other_boot = ClientId::new(state.boot.wrapping_add(1), 1).0;
+        assert_eq!(
+            state.renew_at(other_boot, Instant::now()),
+            Nfsstat4::StaleClientid
+        );
+        let unknown = ClientId::new(state.boot, 4242).0;
+        assert_eq!(state.renew_at(unknown, Instant::now()), Nfsstat4::Expired);
+        let made = set(&state, "linux-a", 1, 10, 1000);
+        assert_eq!(
+            state.renew_at(made.clientid, Instant::now()),
+            Nfsstat4::StaleClientid
+        );
+    }
+}
