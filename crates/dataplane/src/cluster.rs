@@ -134,10 +134,13 @@ impl Cluster {
                 // and the cluster goes on for the others.
                 return Route::default();
             }
-            st.front = range.end;
+            // What the cluster cached reaches its own front, wherever
+            // the READ that ends it lands (behind it: a reader starting
+            // over).
+            let front = std::mem::replace(&mut st.front, range.end);
             st.streak = u32::from(concurrent);
             return Route {
-                drop: st.active.take().map(|a| a.cached_range(range.end)),
+                drop: st.active.take().map(|a| a.cached_range(front)),
                 ..Route::default()
             };
         }
@@ -290,6 +293,36 @@ mod tests {
         assert!(!r.cached);
         let d = r.drop.expect("the cluster's pages");
         assert!(d.start <= dropped[0].start && d.end >= front, "{d:?}");
+        assert_eq!(count.load(Ordering::Acquire), 0, "slot given back");
+    }
+
+    #[test]
+    fn a_cluster_ended_by_reads_behind_it_drops_up_to_its_own_front() {
+        let count = Arc::new(AtomicUsize::new(0));
+        let c = Cluster::default();
+        let rec = 47008u64;
+        // Readers side by side up to ~60 MiB.
+        for i in 0..1300u64 {
+            let at = i * rec;
+            c.note(at..at + rec, true, || {
+                Some((Held::take(&count, MAX_CLUSTERS)?, fd()))
+            });
+        }
+        assert!(c.is_active());
+        let front = c.state.lock().front;
+        assert!(front > REACH + AHEAD);
+        // Readers starting over at the file's beginning, far behind it:
+        // MIN_STREAK of them end the cluster, whose drop reaches past the
+        // front it had, not only past where they read.
+        let mut drop = None;
+        for i in 0..u64::from(MIN_STREAK) {
+            let r = c.note(i * 4096..(i + 1) * 4096, true, || None);
+            assert!(!r.cached, "far read {i}");
+            drop = drop.or(r.drop);
+        }
+        assert!(!c.is_active());
+        let d = drop.expect("the cluster's pages");
+        assert!(d.end >= front, "{d:?} stops before the front {front}");
         assert_eq!(count.load(Ordering::Acquire), 0, "slot given back");
     }
 
