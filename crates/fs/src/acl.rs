@@ -197,12 +197,6 @@ impl PosixAcl {
             && has(Tag::Other)
             && named == has(Tag::Mask)
     }
-
-    /// Whether the permission bits of a mode say all this ACL says (then
-    /// a file needs no ACL attribute).
-    pub fn is_minimal(&self) -> bool {
-        self.entries.len() == 3
-    }
 }
 
 /// The ACL `kind` of `node`, read as the caller (the kernel checks the
@@ -210,7 +204,8 @@ impl PosixAcl {
 /// none, or its file system or kind of file keeps none (a symbolic
 /// link; a mount with ACLs off, `EOPNOTSUPP`). A default ACL exists
 /// only on a directory.
-pub fn get(node: &Node, kind: FileKind, which: AclKind) -> Result<Option<PosixAcl>, FsError> {
+pub fn get(node: &Node, which: AclKind) -> Result<Option<PosixAcl>, FsError> {
+    let kind = node.kind();
     if kind == FileKind::Symlink || (which == AclKind::Default && kind != FileKind::Directory) {
         return Ok(None);
     }
@@ -231,12 +226,8 @@ pub fn get(node: &Node, kind: FileKind, which: AclKind) -> Result<Option<PosixAc
 /// `CAP_FOWNER`, change it; setting the access ACL sets the mode's
 /// permission bits to match). A file system that keeps no ACLs is
 /// `NotSupp`, as is a symbolic link.
-pub fn set(
-    node: &Node,
-    kind: FileKind,
-    which: AclKind,
-    acl: Option<&PosixAcl>,
-) -> Result<(), FsError> {
+pub fn set(node: &Node, which: AclKind, acl: Option<&PosixAcl>) -> Result<(), FsError> {
+    let kind = node.kind();
     if kind == FileKind::Symlink || (which == AclKind::Default && kind != FileKind::Directory) {
         return Err(FsError::NotSupp);
     }

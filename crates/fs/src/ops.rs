@@ -971,12 +971,12 @@ mod tests {
             (Tag::Mask, 7),
             (Tag::Other, 0),
         ]);
-        acl::set(&dir, FileKind::Directory, AclKind::Default, Some(&default)).expect("setfacl");
+        acl::set(&dir, AclKind::Default, Some(&default)).expect("setfacl");
         let (file, attr) = create(&exp, &dir, b"f", &guarded(0o644)).expect("create");
         // The local rule: the default ACL masked by the mode asked for;
         // others get nothing, whatever 0644 says of them.
         assert_eq!(attr.mode, 0o640);
-        let access = acl::get(&file, FileKind::Regular, AclKind::Access)
+        let access = acl::get(&file, AclKind::Access)
             .expect("getfacl")
             .expect("an inherited ACL");
         assert_eq!(access.get(Tag::Other).map(|e| e.perm), Some(0));

@@ -266,8 +266,6 @@ struct State {
     group: Bits,
     other: Bits,
     everyone: Bits,
-    /// The union of what the named entries and the group are allowed.
-    mask: u32,
     users: Vec<(u32, Bits)>,
     groups: Vec<(u32, Bits)>,
 }
@@ -367,6 +365,8 @@ impl State {
         }
         let perm = |bits: &Bits| perm_of(bits.allow, dir);
         let mut entries = Vec::with_capacity(4 + self.users.len() + self.groups.len());
+        // The union of what the named entries and the group are allowed.
+        let mut mask = 0;
         check_deny(self.owner.deny, true)?;
         entries.push(Entry {
             tag: Tag::UserObj,
@@ -379,14 +379,14 @@ impl State {
                 tag: Tag::User(*uid),
                 perm: perm(bits),
             });
-            self.mask |= bits.allow;
+            mask |= bits.allow;
         }
         check_deny(self.group.deny, false)?;
         entries.push(Entry {
             tag: Tag::GroupObj,
             perm: perm(&self.group),
         });
-        self.mask |= self.group.allow;
+        mask |= self.group.allow;
         self.groups.sort_by_key(|(gid, _)| *gid);
         for (gid, bits) in &self.groups {
             check_deny(bits.deny, false)?;
@@ -394,12 +394,12 @@ impl State {
                 tag: Tag::Group(*gid),
                 perm: perm(bits),
             });
-            self.mask |= bits.allow;
+            mask |= bits.allow;
         }
         if !self.users.is_empty() || !self.groups.is_empty() {
             entries.push(Entry {
                 tag: Tag::Mask,
-                perm: perm_of(self.mask, dir),
+                perm: perm_of(mask, dir),
             });
         }
         check_deny(self.other.deny, false)?;

@@ -7,7 +7,7 @@ use dionfs_core::exports::Export;
 use dionfs_fs::acl::{self as posix, AclKind, PosixAcl};
 use dionfs_fs::handle::{self, PathId};
 use dionfs_fs::{ops, Attr, FileKind, Node};
-use dionfs_proto::nfs4::{ArgOp, Attr4, Bitmap4, GetattrResOk4, Nfsace4, Nfsstat4};
+use dionfs_proto::nfs4::{ArgOp, Attr4, Bitmap4, GetattrResOk4, Nfsace4, Nfsacl4, Nfsstat4};
 use dionfs_xdr::Encode;
 
 use super::acl;
@@ -46,13 +46,19 @@ fn owners(ctx: &OpCtx, request: &Bitmap4, uid: u32, gid: u32) -> (Option<String>
 /// The ACEs of an object whose access ACL is `access` and whose default
 /// ACL (a directory's) is `default`, its users and groups named as
 /// `owner` and `owner_group` are.
-fn wire_acl(ctx: &OpCtx, access: &PosixAcl, default: Option<&PosixAcl>, dir: bool) -> Vec<Nfsace4> {
+fn wire_acl(ctx: &OpCtx, access: &PosixAcl, default: Option<&PosixAcl>, dir: bool) -> Nfsacl4 {
     let idmap = &ctx.nfs4.idmap;
-    acl::to_wire(
+    Nfsacl4(acl::to_wire(
         &acl::from_posix(access, default, dir),
         |uid| idmap.owner(uid),
         |gid| idmap.owner_group(gid),
-    )
+    ))
+}
+
+/// The ACEs a client sent, their `who`s mapped as `owner` and
+/// `owner_group` strings are.
+fn client_aces(ctx: &OpCtx, aces: &[Nfsace4]) -> Result<Vec<acl::Ace>, Nfsstat4> {
+    acl::from_wire(aces, |o| uid_of(ctx, o), |g| gid_of(ctx, g))
 }
 
 /// A file's ACEs, if `request` asks for `acl` or `dacl`: from its POSIX
@@ -63,14 +69,14 @@ fn file_acl(
     request: &Bitmap4,
     node: &Node,
     attr: &Attr,
-) -> Result<Option<Vec<Nfsace4>>, Nfsstat4> {
+) -> Result<Option<Nfsacl4>, Nfsstat4> {
     if !needs(request).acl {
         return Ok(None);
     }
-    let access = posix::get(node, attr.kind, AclKind::Access).map_err(from_fs)?;
+    let access = posix::get(node, AclKind::Access).map_err(from_fs)?;
     let access = access.unwrap_or_else(|| PosixAcl::from_mode(attr.mode));
     let dir = attr.kind == FileKind::Directory;
-    let default = posix::get(node, attr.kind, AclKind::Default).map_err(from_fs)?;
+    let default = posix::get(node, AclKind::Default).map_err(from_fs)?;
     Ok(Some(wire_acl(ctx, &access, default.as_ref(), dir)))
 }
 
@@ -80,7 +86,7 @@ fn source<'s>(
     object: Object<'s>,
     fh: &'s [u8],
     owners: &'s (Option<String>, Option<String>),
-    acl: Option<&'s [Nfsace4]>,
+    acl: Option<&'s Nfsacl4>,
     max_transfer: u32,
 ) -> AttrSource<'s> {
     let (maxread, maxwrite) = transfer_sizes(ctx, max_transfer);
@@ -130,7 +136,7 @@ pub fn with_file<T>(
         object,
         node.fh(),
         &owners,
-        acl.as_deref(),
+        acl.as_ref(),
         export.config.max_transfer,
     ))
 }
@@ -160,7 +166,7 @@ pub fn with_pseudo<T>(
         object,
         &fh,
         &owners,
-        acl.as_deref(),
+        acl.as_ref(),
         ctx.server.max_args,
     ))
 }
@@ -247,13 +253,12 @@ pub fn gid_of(ctx: &OpCtx, group: &[u8]) -> Result<u32, Nfsstat4> {
 /// and a file system (or a symbolic link) that keeps no ACLs, is
 /// `ATTRNOTSUPP`.
 fn set_acl(ctx: &OpCtx, export: &Export, node: &Node, aces: &[acl::Ace]) -> Result<(), Nfsstat4> {
-    let kind = ops::getattr(&export.fs, node).map_err(from_fs)?.kind;
-    let dir = kind == FileKind::Directory;
+    let dir = node.kind() == FileKind::Directory;
     let (access, default) = acl::to_posix(aces, dir)?;
     ctx.as_user(export, || {
-        posix::set(node, kind, AclKind::Access, Some(&access))?;
+        posix::set(node, AclKind::Access, Some(&access))?;
         if dir {
-            posix::set(node, kind, AclKind::Default, default.as_ref())?;
+            posix::set(node, AclKind::Default, default.as_ref())?;
         }
         Ok(())
     })
@@ -273,8 +278,7 @@ pub fn set_created_acl(
     aces: &[Nfsace4],
     attrset: &mut Bitmap4,
 ) {
-    let done = acl::from_wire(aces, |o| uid_of(ctx, o), |g| gid_of(ctx, g))
-        .and_then(|aces| set_acl(ctx, export, node, &aces));
+    let done = client_aces(ctx, aces).and_then(|aces| set_acl(ctx, export, node, &aces));
     if let Err(status) = done {
         tracing::debug!(?status, "NFSv4 create: its ACL was not set");
         attrset.clear(Attr4::Acl.bit());
@@ -296,9 +300,7 @@ pub fn setattr(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat
         let file = ctx.current_file(Nfsstat4::Rofs)?;
         let (set, acl) =
             attrs::set_attrs_and_acl(ctx.minor, fattr, |o| uid_of(ctx, o), |g| gid_of(ctx, g))?;
-        let acl = acl
-            .map(|aces| acl::from_wire(&aces, |o| uid_of(ctx, o), |g| gid_of(ctx, g)))
-            .transpose()?;
+        let acl = acl.map(|aces| client_aces(ctx, &aces)).transpose()?;
         ctx.writable(file.export)?;
         if set.size.is_some() {
             // A COMPOUND without SEQUENCE carries no SETATTR (receive.rs).

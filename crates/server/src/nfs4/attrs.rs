@@ -20,7 +20,8 @@
 use dionfs_fs::{Attr, FileKind, FsStat, SetAttrs, SetTime, Time};
 use dionfs_proto::nfs4::{
     decode_settable, Attr4, Bitmap4, Fattr4, FattrEncoder, Fsid4, NfsFtype4, NfsTime4, Nfsace4,
-    Nfsstat4, SetTime4, SettableError, SpecData4, ACL4_SUPPORT_ALLOW_ACL, ACL4_SUPPORT_DENY_ACL,
+    Nfsacl4, Nfsstat4, SetTime4, SettableError, SpecData4, ACL4_SUPPORT_ALLOW_ACL,
+    ACL4_SUPPORT_DENY_ACL,
 };
 use dionfs_xdr::{Encode, Encoder};
 
@@ -267,7 +268,7 @@ pub struct AttrSource<'a> {
     pub owner_group: Option<&'a str>,
     /// `acl` and `dacl`'s ACEs, mapped from the file's POSIX ACLs
     /// already, if the request [`needs`] them.
-    pub acl: Option<&'a [Nfsace4]>,
+    pub acl: Option<&'a Nfsacl4>,
     /// `lease_time`, in seconds.
     pub lease_time: u32,
     /// `maxread` and `maxwrite`: [`max_read_write`].
@@ -360,8 +361,8 @@ pub fn same_attrs(client: &Fattr4, src: &AttrSource) -> Result<bool, Nfsstat4> {
 
 /// The attributes EXCLUSIVE4_1 sets: what `fattr` asks the file system
 /// to change, as [`set_attrs_and_acl`] reads it, without an ACL
-/// (`INVAL`: `suppattr_exclcreat` does not offer one). An attribute that does not exist is
-/// `ATTRNOTSUPP`, one that exists but cannot be set `INVAL` (RFC 8881
+/// (`INVAL`: `suppattr_exclcreat` does not offer one). An attribute
+/// that does not exist is `ATTRNOTSUPP`, one that exists but cannot be set `INVAL` (RFC 8881
 /// §18.30, checked over the whole bitmap first, as knfsd); values that
 /// do not decode are `BADXDR`, a time with a nanosecond count past a
 /// second `INVAL`. `uid_of` and `gid_of` map owner strings (`BADOWNER`
@@ -436,14 +437,6 @@ fn encode(request: &Bitmap4, src: &AttrSource) -> Fattr4 {
         supported(src.minor, bit)
             && Attr4::from_u32(bit).is_some_and(|a| value(a, src, &values, enc))
     })
-}
-
-/// An `nfsace4<>`.
-fn encode_aces(aces: &[Nfsace4], enc: &mut Encoder) {
-    enc.u32(aces.len() as u32);
-    for ace in aces {
-        ace.encode(enc);
-    }
 }
 
 /// The values an object has, whichever kind it is.
@@ -574,7 +567,7 @@ fn value(attr: Attr4, src: &AttrSource, v: &Values, enc: &mut Encoder) -> bool {
         Attr4::XattrSupport => enc.bool(v.xattr_support),
         Attr4::Aclsupport => enc.u32(ACL_SUPPORT),
         Attr4::Acl => match src.acl {
-            Some(aces) => encode_aces(aces, enc),
+            Some(aces) => aces.encode(enc),
             None => return false,
         },
         Attr4::Dacl => match src.acl {
@@ -582,7 +575,7 @@ fn value(attr: Attr4, src: &AttrSource, v: &Values, enc: &mut Encoder) -> bool {
                 // No ACL4_AUTO_INHERIT, PROTECTED or DEFAULTED: POSIX
                 // keeps none.
                 enc.u32(0);
-                encode_aces(aces, enc);
+                aces.encode(enc);
             }
             None => return false,
         },
@@ -705,13 +698,13 @@ mod tests {
 
     /// The ACL of a file: its values are the caller's (`super::acl`
     /// maps them), encoded as given.
-    static FILE_ACL: std::sync::LazyLock<Vec<Nfsace4>> = std::sync::LazyLock::new(|| {
-        vec![Nfsace4 {
+    static FILE_ACL: std::sync::LazyLock<Nfsacl4> = std::sync::LazyLock::new(|| {
+        Nfsacl4(vec![Nfsace4 {
             acetype: 0,
             flag: 0,
             access_mask: 0x1,
             who: Owner4::from("OWNER@"),
-        }]
+        }])
     });
 
     fn file_source<'a>(attr: &'a Attr, minor: u32) -> AttrSource<'a> {
@@ -773,7 +766,7 @@ mod tests {
             (UniqueHandles, Val::Bool(true)),
             (LeaseTime, Val::U32(90)),
             (RdattrError, Val::U32(0)),
-            (Acl, Val::Acl(None, FILE_ACL.clone())),
+            (Acl, Val::Acl(None, FILE_ACL.0.clone())),
             (Aclsupport, Val::U32(3)),
             (Cansettime, Val::Bool(true)),
             (CaseInsensitive, Val::Bool(false)),
@@ -806,7 +799,7 @@ mod tests {
             (TimeMetadata, t(attr.ctime)),
             (TimeModify, t(attr.mtime)),
             (MountedOnFileid, Val::U64(777)),
-            (Dacl, Val::Acl(Some(0), FILE_ACL.clone())),
+            (Dacl, Val::Acl(Some(0), FILE_ACL.0.clone())),
             (
                 SuppattrExclcreat,
                 Val::Bitmap(bits(&[Size, Mode, Owner, OwnerGroup]).0),
@@ -1041,7 +1034,7 @@ mod tests {
             fh: &[2; 25],
             owner: Some("0"),
             owner_group: Some("0"),
-            acl: Some(&[]),
+            acl: Some(&Nfsacl4(Vec::new())),
             lease_time: 90,
             maxread: 1 << 20,
             maxwrite: 1 << 20,

@@ -132,8 +132,7 @@ struct Opened<'a> {
 fn truncates(ctx: &OpCtx, openhow: &OpenFlag4) -> Result<bool, Nfsstat4> {
     match openhow {
         OpenFlag4::Create(how @ (CreateHow4::Unchecked(_) | CreateHow4::Guarded(_))) => {
-            let (_, set, _, _, _) = create_how(ctx, how)?;
-            Ok(set.size == Some(0))
+            Ok(create_how(ctx, how)?.set.size == Some(0))
         }
         _ => Ok(false),
     }
@@ -320,7 +319,13 @@ fn open_by_name<'a>(
         });
     };
     ctx.writable(export)?;
-    let (fs_how, set, mut attrset, verified, acl) = create_how(ctx, how)?;
+    let CreateAttrs {
+        how: fs_how,
+        set,
+        mut attrset,
+        verified,
+        acl,
+    } = create_how(ctx, how)?;
     let existed = ctx
         .as_user(export, || export.fs.lookup(&dir.node, name))
         .ok();
@@ -387,22 +392,24 @@ fn size_set(truncate: bool) -> Bitmap4 {
     }
 }
 
-/// The `fs` create of `how`, the attributes it sets, the `attrset`
-/// answered, EXCLUSIVE4_1's attributes to set after an exclusive create,
-/// and the ACL to set on what UNCHECKED4 or GUARDED4 made.
-type CreateAttrs = (
-    ops::CreateHow,
-    SetAttrs,
-    Bitmap4,
-    Option<SetAttrs>,
-    Option<Vec<Nfsace4>>,
-);
+/// What a creating OPEN does, from its `createhow4`.
+struct CreateAttrs {
+    /// The `fs` create.
+    how: ops::CreateHow,
+    /// The attributes it sets.
+    set: SetAttrs,
+    /// The `attrset` answered.
+    attrset: Bitmap4,
+    /// EXCLUSIVE4_1's attributes, set after the exclusive create.
+    verified: Option<SetAttrs>,
+    /// The ACL set on what UNCHECKED4 or GUARDED4 made.
+    acl: Option<Vec<Nfsace4>>,
+}
 
-/// The `fs` create of `how`, the attributes it sets, the `attrset`
-/// answered, and EXCLUSIVE4_1's attributes to set after an exclusive
-/// create. An exclusive create keeps its verifier in the times, so
-/// those are in `attrset` (the client sets them after, as knfsd tells
-/// it), and EXCLUSIVE4_1 may not set them itself (`INVAL`).
+/// What the OPEN of `how` creates with. An exclusive create keeps its
+/// verifier in the times, so those are in `attrset` (the client sets
+/// them after, as knfsd tells it), and EXCLUSIVE4_1 may not set them
+/// itself (`INVAL`).
 fn create_how(ctx: &OpCtx, how: &CreateHow4) -> Result<CreateAttrs, Nfsstat4> {
     let decode =
         |fattr: &Fattr4| attrs::set_attrs(ctx.minor, fattr, |o| uid_of(ctx, o), |g| gid_of(ctx, g));
@@ -411,33 +418,27 @@ fn create_how(ctx: &OpCtx, how: &CreateHow4) -> Result<CreateAttrs, Nfsstat4> {
     };
     let times = [Attr4::TimeAccess.as_u32(), Attr4::TimeModify.as_u32()];
     Ok(match how {
-        CreateHow4::Unchecked(fattr) => {
+        CreateHow4::Unchecked(fattr) | CreateHow4::Guarded(fattr) => {
             let (set, acl) = with_acl(fattr)?;
-            (
-                ops::CreateHow::Unchecked(set.clone()),
+            let how = match how {
+                CreateHow4::Guarded(_) => ops::CreateHow::Guarded(set.clone()),
+                _ => ops::CreateHow::Unchecked(set.clone()),
+            };
+            CreateAttrs {
+                how,
                 set,
-                fattr.attrmask.clone(),
-                None,
+                attrset: fattr.attrmask.clone(),
+                verified: None,
                 acl,
-            )
+            }
         }
-        CreateHow4::Guarded(fattr) => {
-            let (set, acl) = with_acl(fattr)?;
-            (
-                ops::CreateHow::Guarded(set.clone()),
-                set,
-                fattr.attrmask.clone(),
-                None,
-                acl,
-            )
-        }
-        CreateHow4::Exclusive(verf) => (
-            ops::CreateHow::Exclusive(verf.0),
-            SetAttrs::default(),
-            Bitmap4::from_bits(&times),
-            None,
-            None,
-        ),
+        CreateHow4::Exclusive(verf) => CreateAttrs {
+            how: ops::CreateHow::Exclusive(verf.0),
+            set: SetAttrs::default(),
+            attrset: Bitmap4::from_bits(&times),
+            verified: None,
+            acl: None,
+        },
         CreateHow4::Exclusive41(both) => {
             let mask = &both.attrs.attrmask;
             if mask.contains(Attr4::TimeAccessSet.as_u32())
@@ -450,13 +451,13 @@ fn create_how(ctx: &OpCtx, how: &CreateHow4) -> Result<CreateAttrs, Nfsstat4> {
             for bit in times {
                 attrset.set(bit);
             }
-            (
-                ops::CreateHow::Exclusive(both.verf.0),
-                SetAttrs::default(),
+            CreateAttrs {
+                how: ops::CreateHow::Exclusive(both.verf.0),
+                set: SetAttrs::default(),
                 attrset,
-                Some(set),
-                None,
-            )
+                verified: Some(set),
+                acl: None,
+            }
         }
     })
 }

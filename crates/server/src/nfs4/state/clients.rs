@@ -45,9 +45,9 @@ use super::ids::{session_id, ClientId, IdMap};
 use super::limits::{Bound, OWNERS_PER_ADDRESS, SESSIONS_PER_CLIENT};
 use super::sessions::{self, Session};
 use super::stateids::ClientState;
+use super::{Principal, State};
 
 mod v40;
-use super::{Principal, State};
 
 /// The flags a client may send in `eia_flags` (knfsd's
 /// `EXCHGID4_FLAG_MASK_A`). Any other bit, `CONFIRMED_R` (the server's)
