@@ -417,9 +417,9 @@ struct SettingsFlags {
     /// `grace_period`. [default: 90]
     #[arg(help_heading = SERVER, long, value_name = "SECS", value_parser = parse_grace)]
     grace_period: Option<std::time::Duration>,
-    /// The NFS versions served, comma-separated from "3", "4.1" and "4.2"
+    /// The NFS versions served, comma-separated from "3", "4.0", "4.1", "4.2"
     /// (NFSv4 needs no port mapper, MOUNT or NLM: one TCP port). With
-    /// --config, overrides `versions`. [default: 3,4.1,4.2]
+    /// --config, overrides `versions`. [default: 3,4.0,4.1,4.2]
     #[arg(help_heading = SERVER, long, value_name = "LIST", value_parser = parse_versions)]
     nfs_versions: Option<NfsVersions>,
     /// Drop a connection whose call stops arriving half-way for SECS
@@ -812,10 +812,13 @@ mod tests {
     #[test]
     fn nfs_versions_are_a_comma_separated_list() {
         let v = parse_versions("3, 4.1,4.2").unwrap();
-        assert!(v.v3 && v.v4_1 && v.v4_2);
+        assert!(v.v3 && !v.v4_0 && v.v4_1 && v.v4_2);
         let v = parse_versions("4.1").unwrap();
         assert!(!v.v3 && v.v4_1 && !v.v4_2);
-        let e = parse_versions("3,4.0").unwrap_err();
+        let v = parse_versions("3,4.0").unwrap();
+        assert!(v.v3 && v.v4_0 && !v.v4_1);
+        assert!(parse_versions("4").unwrap().v4_0);
+        let e = parse_versions("3,4.3").unwrap_err();
         assert!(e.starts_with("--nfs-versions:"), "{e}");
         assert!(parse_versions("5").is_err());
     }

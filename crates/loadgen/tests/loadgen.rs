@@ -45,6 +45,7 @@ impl TestServer {
                 nlm: false,
                 versions: NfsVersions {
                     v3: true,
+                    v4_0: false,
                     v4_1: true,
                     v4_2: true,
                 },

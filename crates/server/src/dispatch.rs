@@ -23,6 +23,7 @@ use crate::nfs;
 use crate::nfs4::{self, Nfs4};
 use crate::program::{Io, ProgramSummary};
 use crate::reply::success;
+use dionfs_core::drc::Lookup;
 use dionfs_core::export::NfsVersions;
 use dionfs_core::exports::Exports;
 use dionfs_core::server::Server;
@@ -450,6 +451,42 @@ impl Dispatcher {
     /// Runs an NFSv4 COMPOUND that started at `started`, on the
     /// connection's task if `on_task`: its reply and when it ended.
     async fn compound(
+        self: &Arc<Self>,
+        server: Arc<Server>,
+        conn: Arc<ConnInfo>,
+        compound: Box<nfs4::compound::Compound>,
+        on_task: bool,
+        started: std::time::Instant,
+    ) -> Option<(Reply, std::time::Instant)> {
+        // Minor version 0's retransmissions of what cannot be done twice
+        // are answered from the duplicate request cache.
+        let Some(key) = nfs4::v40::drc_key(&conn, &compound) else {
+            return self
+                .run_compound(server, conn, compound, on_task, started)
+                .await;
+        };
+        match server.drc.begin(key) {
+            Lookup::InProgress => return None,
+            Lookup::Replay(bytes) => {
+                return Some((Reply::new(bytes.to_vec()), std::time::Instant::now()))
+            }
+            Lookup::New => {}
+        }
+        let drc = server.clone();
+        let done = self
+            .run_compound(server, conn, compound, on_task, started)
+            .await;
+        match &done {
+            Some((reply, _)) if reply.data.is_none() && reply.trailer.is_empty() => {
+                drc.drc.complete(key, Arc::new(reply.header.clone()));
+            }
+            _ => drc.drc.abandon(key),
+        }
+        done
+    }
+
+    /// [`Self::compound`] past the duplicate request cache.
+    async fn run_compound(
         self: &Arc<Self>,
         server: Arc<Server>,
         conn: Arc<ConnInfo>,

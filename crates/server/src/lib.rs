@@ -478,6 +478,7 @@ async fn serve(
     let versions = &settings.versions;
     let served: Vec<&str> = [
         (versions.v3, "3"),
+        (versions.v4_0, "4.0"),
         (versions.v4_1, "4.1"),
         (versions.v4_2, "4.2"),
     ]

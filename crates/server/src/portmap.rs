@@ -432,6 +432,7 @@ mod tests {
     fn only_the_versions_served_are_registered() {
         let only3 = NfsVersions {
             v3: true,
+            v4_0: false,
             v4_1: false,
             v4_2: false,
         };
@@ -440,6 +441,7 @@ mod tests {
         assert_eq!(t.port_of(NFS_PROGRAM, 4, IPPROTO_TCP), 0);
         let only42 = NfsVersions {
             v3: false,
+            v4_0: false,
             v4_1: false,
             v4_2: true,
         };

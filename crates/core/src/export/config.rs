@@ -155,6 +155,9 @@ impl TlsFiles {
 pub struct NfsVersions {
     /// NFSv3 (with MOUNT).
     pub v3: bool,
+    /// NFSv4.0 (minor version 0: SETCLIENTID, owner seqids, no
+    /// sessions).
+    pub v4_0: bool,
     /// NFSv4.1.
     pub v4_1: bool,
     /// NFSv4.2.
@@ -162,30 +165,24 @@ pub struct NfsVersions {
 }
 
 impl NfsVersions {
-    /// The versions a `versions` list names ("3", "4.1", "4.2"), or why
+    /// The versions a `versions` list names ("3", "4.0", "4.1", "4.2"), or why
     /// it names none or something else.
     pub fn parse<'a>(names: impl IntoIterator<Item = &'a str>) -> Result<NfsVersions, String> {
         let mut v = NfsVersions {
             v3: false,
+            v4_0: false,
             v4_1: false,
             v4_2: false,
         };
         for name in names {
             match name {
                 "3" => v.v3 = true,
+                "4" | "4.0" => v.v4_0 = true,
                 "4.1" => v.v4_1 = true,
                 "4.2" => v.v4_2 = true,
-                // Minor version 0 has no sessions: a client of it needs
-                // state this server does not keep (design section 0).
-                "4" | "4.0" => {
-                    return Err(format!(
-                        "versions: NFSv{name} (minor version 0) is not served; \
-                         the versions are \"3\", \"4.1\" and \"4.2\""
-                    ))
-                }
                 _ => {
                     return Err(format!(
-                        "versions: `{name}` is not one of \"3\", \"4.1\", \"4.2\""
+                        "versions: `{name}` is not one of \"3\", \"4.0\", \"4.1\", \"4.2\""
                     ))
                 }
             }
@@ -198,17 +195,18 @@ impl NfsVersions {
 
     /// Whether some minor version of NFSv4 is served.
     pub fn v4(&self) -> bool {
-        self.v4_1 || self.v4_2
+        self.v4_0 || self.v4_1 || self.v4_2
     }
 }
 
 impl Default for NfsVersions {
-    /// NFSv3, 4.1 and 4.2, as knfsd serves them: a Linux client's plain
-    /// `mount server:/export` then gets 4.2, and one asking for `vers=3`
-    /// or `vers=4.1` gets what it asks for.
+    /// NFSv3, 4.0, 4.1 and 4.2, as knfsd serves them: a Linux client's
+    /// plain `mount server:/export` then gets 4.2, and one asking for
+    /// `vers=3`, `vers=4.0` or `vers=4.1` gets what it asks for.
     fn default() -> Self {
         NfsVersions {
             v3: true,
+            v4_0: true,
             v4_1: true,
             v4_2: true,
         }
@@ -687,7 +685,7 @@ struct RawServer {
     /// Seconds; 0 turns the grace period off.
     grace_period: Option<Spanned<f64>>,
     pid_file: Option<PathBuf>,
-    /// "3", "4.1", "4.2".
+    /// "3", "4.0", "4.1", "4.2".
     versions: Option<Spanned<Vec<String>>>,
     /// Seconds.
     lease_time: Option<Spanned<u64>>,
@@ -1637,6 +1635,7 @@ path = "/tmp"
             s.versions,
             NfsVersions {
                 v3: true,
+                v4_0: false,
                 v4_1: true,
                 v4_2: false
             }
@@ -1648,7 +1647,6 @@ path = "/tmp"
         assert!(!v.v3 && v.v4_1 && !v.v4_2 && v.v4());
         for (text, word) in [
             ("versions = []", "empty"),
-            ("versions = [\"4.0\"]", "minor version 0"),
             ("versions = [\"2\"]", "`2`"),
             ("lease_time = 9", "lease_time"),
             ("lease_time = 3601", "lease_time"),

@@ -622,14 +622,15 @@ xdr_struct! {
 
 /// `bitmap4` (RFC 8881 section 3.3.7): attribute or operation numbers as
 /// bits, word 0 first. At most [`Bitmap4::MAX_WORDS`] words are decoded;
-/// a longer one is an error (`NFS4ERR_BADXDR`): no attribute or operation
-/// we know sits past bit 95.
+/// a longer one is an error (`NFS4ERR_BADXDR`). No attribute or operation
+/// we know sits past bit 95, but a client may ask for ones we do not
+/// know, which GETATTR leaves out (pynfs GATT4 asks for attribute 1000).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Bitmap4(pub Vec<u32>);
 
 impl Bitmap4 {
-    /// The most words decoded.
-    pub const MAX_WORDS: u32 = 3;
+    /// The most words decoded: bits 0 to 1023.
+    pub const MAX_WORDS: u32 = 32;
 
     /// A bitmap with the given bits set, as few words as they need.
     pub fn from_bits(bits: &[u32]) -> Self {
@@ -1209,12 +1210,16 @@ mod tests {
             Err(XdrError::TooLong { len: 129, max: 128 })
         );
         assert!(NfsFh4::new(vec![0; 129]).is_none());
-        // Four words of bitmap are bad XDR, even all zero.
-        let four = Bitmap4(vec![0; 4]).to_xdr();
+        // 33 words of bitmap are bad XDR, even all zero; 32 (pynfs GATT4's
+        // attribute 1000) decode.
+        let long = Bitmap4(vec![0; 33]).to_xdr();
         assert_eq!(
-            Bitmap4::from_xdr(&four),
-            Err(XdrError::TooLong { len: 4, max: 3 })
+            Bitmap4::from_xdr(&long),
+            Err(XdrError::TooLong { len: 33, max: 32 })
         );
+        let mut far = Bitmap4::default();
+        far.set(1000);
+        assert_eq!(Bitmap4::from_xdr(&far.to_xdr()), Ok(far));
         // `ca_rdma_ird<1>` holds at most one.
         let mut attrs = vec![0; 24];
         attrs.extend_from_slice(&[0, 0, 0, 2]);

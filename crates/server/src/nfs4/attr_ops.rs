@@ -238,13 +238,20 @@ pub fn nverify(ctx: &mut OpCtx, op: ArgOp, _: &mut CompoundReply) -> Nfsstat4 {
     verify_as(ctx, op, false)
 }
 
-/// The user an `owner` string names (`BADOWNER` for none).
+/// The user an `owner` string names (`BADOWNER` for none; an empty
+/// string is `INVAL`, as knfsd's `do_name_to_id` answers it).
 pub fn uid_of(ctx: &OpCtx, owner: &[u8]) -> Result<u32, Nfsstat4> {
+    if owner.is_empty() {
+        return Err(Nfsstat4::Inval);
+    }
     ctx.nfs4.idmap.uid(owner).map_err(|_| Nfsstat4::Badowner)
 }
 
-/// The group an `owner_group` string names (`BADOWNER` for none).
+/// The group an `owner_group` string names (as [`uid_of`]).
 pub fn gid_of(ctx: &OpCtx, group: &[u8]) -> Result<u32, Nfsstat4> {
+    if group.is_empty() {
+        return Err(Nfsstat4::Inval);
+    }
     ctx.nfs4.idmap.gid(group).map_err(|_| Nfsstat4::Badowner)
 }
 
@@ -303,12 +310,8 @@ pub fn setattr(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat
         let acl = acl.map(|aces| client_aces(ctx, &aces)).transpose()?;
         ctx.writable(file.export)?;
         if set.size.is_some() {
-            // A COMPOUND without SEQUENCE carries no SETATTR (receive.rs).
-            let slot = ctx.slot.ok_or(Nfsstat4::OpNotInSession)?;
             let stateid = resolve_current(&args.stateid, ctx.current_stateid)?;
-            ctx.nfs4
-                .state
-                .check_stateid(slot.client(), &stateid, file.node.fh(), Use::Write)?;
+            super::v40::check_io_stateid(ctx, &stateid, file.node.fh(), Use::Write)?;
         }
         if set.is_empty() && acl.is_none() {
             return Ok(());

@@ -157,17 +157,32 @@ fn contains(list: &[Attr4], bit: u32) -> bool {
     list.iter().any(|a| a.bit() == bit)
 }
 
-/// Whether attribute `bit` exists for minor version `minor` (1 or 2).
+/// The last attribute of minor version 0 (RFC 7530 section 5.8);
+/// `dacl`, `suppattr_exclcreat` and the rest came with 4.1.
+const LAST_4_0: u32 = Attr4::MountedOnFileid.bit();
+
+/// Whether attribute `bit` exists for minor version `minor`.
 pub fn supported(minor: u32, bit: u32) -> bool {
-    contains(SUPPORTED_4_1, bit) || (minor >= 2 && contains(ADDED_4_2, bit))
+    match minor {
+        0 => bit <= LAST_4_0 && contains(SUPPORTED_4_1, bit),
+        1 => contains(SUPPORTED_4_1, bit),
+        _ => contains(SUPPORTED_4_1, bit) || contains(ADDED_4_2, bit),
+    }
 }
 
 /// `supported_attrs` of minor version `minor`.
 pub fn supported_attrs(minor: u32) -> Bitmap4 {
-    if minor >= 2 {
-        bitmap_of(&[SUPPORTED_4_1, ADDED_4_2])
-    } else {
-        bitmap_of(&[SUPPORTED_4_1])
+    match minor {
+        0 => {
+            let attrs: Vec<Attr4> = SUPPORTED_4_1
+                .iter()
+                .copied()
+                .filter(|a| a.bit() <= LAST_4_0)
+                .collect();
+            bitmap_of(&[&attrs])
+        }
+        1 => bitmap_of(&[SUPPORTED_4_1]),
+        _ => bitmap_of(&[SUPPORTED_4_1, ADDED_4_2]),
     }
 }
 

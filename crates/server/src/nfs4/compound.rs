@@ -15,7 +15,7 @@ use dionfs_transport::{ConnInfo, Reply};
 use super::data::DataIo;
 use super::fh::Fh4;
 use super::reply::{CompoundReply, ReplyLimits};
-use super::state::SlotGuard;
+use super::state::{OwnerStep, SlotGuard};
 use super::Nfs4;
 use crate::callstats::CallStats;
 use dionfs_core::export::ClientOptions;
@@ -114,6 +114,9 @@ pub struct OpCtx<'a> {
     /// connection an export's `xprtsec` refuses what to use, so they see
     /// past it (RFC 8881 section 2.6.3.1.1.5).
     pub secinfo: bool,
+    /// The owner whose seqid the op running checked (minor version 0):
+    /// told the op's result when it ends (`state/seqids.rs`).
+    pub sequenced: Option<OwnerStep>,
 }
 
 /// Whether `next`, the op after a put-filehandle op, answers WRONGSEC
@@ -182,6 +185,7 @@ pub async fn run(
         next_handles_wrongsec: true,
         next_reads: false,
         secinfo: false,
+        sequenced: None,
     };
     // The position in the COMPOUND of the op running.
     let mut position;
@@ -299,6 +303,13 @@ pub async fn run(
             }
         };
         status = reply.finish_op(start, done);
+        if !status.is_ok() {
+            tracing::debug!(opnum, ?status, minor = ctx.minor, xid = ctx.call.xid,
+                client = %ctx.conn.peer, "NFSv4 op failed");
+        }
+        if let Some(step) = ctx.sequenced.take() {
+            nfs4.state.owner_done(step, status, reply.op_result(start));
+        }
         if status.is_ok() {
             follow_filehandle(&mut ctx, opnum);
             if opnum == Opnum4::Putfh.as_u32() && !ctx.last_op {

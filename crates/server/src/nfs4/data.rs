@@ -367,12 +367,8 @@ fn check_stateid(
     fh: &[u8],
     io: Use,
 ) -> Result<(), Nfsstat4> {
-    let slot = ctx.slot.ok_or(Nfsstat4::OpNotInSession)?;
     let stateid = resolve_current(stateid, ctx.current_stateid)?;
-    ctx.nfs4
-        .state
-        .check_stateid(slot.client(), &stateid, fh, io)
-        .map(|_| ())
+    super::v40::check_io_stateid(ctx, &stateid, fh, io).map(|_| ())
 }
 
 /// The permission check of a READ or WRITE as the client (squashed as

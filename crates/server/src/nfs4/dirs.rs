@@ -52,11 +52,15 @@ pub fn access(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4
     } else {
         ACCESS4_ALL
     };
-    let supported = args.access & served;
-    let granted = match ctx.current() {
+    let asked = args.access & served;
+    let result = match ctx.current() {
         Err(status) => Err(status),
-        Ok(Current::Pseudo(_)) => Ok(supported & (ACCESS4_READ | ACCESS4_LOOKUP)),
+        Ok(Current::Pseudo(_)) => {
+            let supported = asked & meaningful(FileKind::Directory);
+            Ok((supported, supported & (ACCESS4_READ | ACCESS4_LOOKUP)))
+        }
         Ok(Current::File(File { export, node })) => {
+            let supported = asked & meaningful(node.kind());
             let mut asked = supported & ACCESS4_ALL;
             if supported & (ACCESS4_XAREAD | ACCESS4_XALIST) != 0 {
                 asked |= ACCESS4_READ;
@@ -80,13 +84,25 @@ pub fn access(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4
                     if granted & ACCESS4_MODIFY != 0 {
                         xattrs |= ACCESS4_XAWRITE;
                     }
-                    (granted & supported) | (xattrs & supported)
+                    (supported, (granted & supported) | (xattrs & supported))
                 })
         }
     };
-    status(granted.map(|access| {
+    status(result.map(|(supported, access)| {
         AccessResOk4 { supported, access }.encode(reply.encoder());
     }))
+}
+
+/// The access bits that mean something for a file of `kind` (knfsd's
+/// `nfs3_diraccess`, `nfs3_regaccess` and `nfs3_anyaccess`): a directory
+/// is looked up in and deleted from, not executed; anything else is
+/// executed, not looked up in or deleted from. A client that asks for
+/// the others is told they are not supported (pynfs ACC2).
+fn meaningful(kind: FileKind) -> u32 {
+    match kind {
+        FileKind::Directory => !ACCESS4_EXECUTE,
+        _ => !(ACCESS4_LOOKUP | ACCESS4_DELETE),
+    }
 }
 
 pub fn readlink(ctx: &mut OpCtx, _: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 {

@@ -398,13 +398,15 @@ pub fn savefh(ctx: &mut OpCtx, _: ArgOp, _: &mut CompoundReply) -> Nfsstat4 {
 }
 
 /// RESTOREFH: without a saved filehandle, `NOFILEHANDLE` (RFC 8881
-/// §18.27.3; 4.0's `RESTOREFH` error is not 4.1's answer).
+/// §18.27.3; 4.0's `RESTOREFH` error is not 4.1's answer, but is minor
+/// version 0's, RFC 7530 section 16.28.4).
 pub fn restorefh(ctx: &mut OpCtx, _: ArgOp, _: &mut CompoundReply) -> Nfsstat4 {
     match &ctx.saved {
         Some(fh) => {
             ctx.current = Some(fh.clone());
             Nfsstat4::Ok
         }
+        None if ctx.minor == 0 => Nfsstat4::Restorefh,
         None => Nfsstat4::Nofilehandle,
     }
 }

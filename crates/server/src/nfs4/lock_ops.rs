@@ -10,9 +10,10 @@ use dionfs_xdr::Encode;
 
 use super::compound::OpCtx;
 use super::lookup::status;
-use super::open_ops::{current_fh, current_regular, from_io, session_client, set_stateid};
+use super::open_ops::{current_fh, current_regular, from_io, set_stateid};
 use super::reply::CompoundReply;
 use super::state::{lock_span, resolve_current, Denied, LockError, Locker};
+use super::v40::{self, By, Owner};
 
 /// Whether `locktype` is a write lock.
 fn exclusive(locktype: NfsLockType4) -> bool {
@@ -56,18 +57,46 @@ pub fn lock(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 {
         return Nfsstat4::Serverfault;
     };
     let result = (|| {
-        let client = session_client(ctx)?;
-        let span = lock_span(args.offset, args.length)?;
-        let locker = match &args.locker {
-            Locker4::OpenOwner(new) => Locker::New {
-                open: resolve_current(&new.open_stateid, ctx.current_stateid)?,
-                lock_owner: new.lock_owner.owner.as_bytes(),
-            },
-            Locker4::LockOwner(existing) => Locker::Existing(resolve_current(
-                &existing.lock_stateid,
-                ctx.current_stateid,
-            )?),
+        let (locker, seqid) = match &args.locker {
+            Locker4::OpenOwner(new) => (
+                Locker::New {
+                    open: resolve_current(&new.open_stateid, ctx.current_stateid)?,
+                    lock_owner: new.lock_owner.owner.as_bytes(),
+                },
+                new.open_seqid,
+            ),
+            Locker4::LockOwner(existing) => (
+                Locker::Existing(resolve_current(
+                    &existing.lock_stateid,
+                    ctx.current_stateid,
+                )?),
+                existing.lock_seqid,
+            ),
         };
+        let stateid = match &locker {
+            Locker::New { open, .. } => *open,
+            Locker::Existing(lock) => *lock,
+        };
+        let client = v40::state_client(ctx, By::Stateid(&stateid))?;
+        let owner = Owner::Of {
+            stateid: &stateid,
+            unconfirmed: false,
+        };
+        v40::sequence(ctx, reply, &client, owner, seqid)?;
+        if let (Locker4::OpenOwner(new), 0) = (&args.locker, ctx.minor) {
+            // The new lock-owner is the open's client's (RFC 7530
+            // section 16.10.4), and one it has already goes on from its
+            // own seqid.
+            if new.lock_owner.clientid != client.id.0 {
+                return Err(Nfsstat4::BadStateid);
+            }
+            let name = new.lock_owner.owner.as_bytes();
+            ctx.nfs4
+                .state
+                .new_lock_owner_seqid(&client, name, new.lock_seqid)?;
+            v40::new_lock_owner(ctx, name, new.lock_seqid);
+        }
+        let span = lock_span(args.offset, args.length)?;
         let file = current_regular(ctx)?;
         ctx.nfs4.state.grace_check(&client, args.reclaim)?;
         let fs = &file.export.fs;
@@ -99,9 +128,9 @@ pub fn lockt(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 
         return Nfsstat4::Serverfault;
     };
     let result = (|| {
-        let client = session_client(ctx)?;
-        // The owner's clientid is the session's (knfsd does not look
-        // at it in a session either).
+        // In a session the owner's clientid is the session's (knfsd does
+        // not look at it there either).
+        let client = v40::state_client(ctx, By::Clientid(args.owner.clientid))?;
         let span = lock_span(args.offset, args.length)?;
         let file = current_regular(ctx)?;
         let fs = &file.export.fs;
@@ -130,8 +159,13 @@ pub fn locku(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 
         return Nfsstat4::Serverfault;
     };
     let result = (|| {
-        let client = session_client(ctx)?;
         let stateid = resolve_current(&args.lock_stateid, ctx.current_stateid)?;
+        let client = v40::state_client(ctx, By::Stateid(&stateid))?;
+        let owner = Owner::Of {
+            stateid: &stateid,
+            unconfirmed: false,
+        };
+        v40::sequence(ctx, reply, &client, owner, args.seqid)?;
         let span = lock_span(args.offset, args.length)?;
         let fh = current_fh(ctx)?;
         ctx.nfs4.state.locku(&client, &stateid, &fh, span)

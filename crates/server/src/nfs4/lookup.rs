@@ -64,8 +64,9 @@ fn find(ctx: &mut OpCtx, name: &Component4) -> Result<Fh4, Nfsstat4> {
     // `.` is the directory itself. knfsd answers BADNAME (and pynfs
     // LOOK8 wants NOENT or BADNAME), but nfs-rs 0.8.7 looks up `.` for
     // the root of what it mounted before every operation there, so a
-    // server that refuses it cannot be used by that client at all.
-    if name.as_bytes() == b"." {
+    // server that refuses it cannot be used by that client at all. Its
+    // 4.0 client copes with BADNAME, as NFS-Ganesha answers it there.
+    if name.as_bytes() == b"." && ctx.minor != 0 {
         return Ok(match current {
             Current::Pseudo(id) => Fh4::Pseudo(id),
             Current::File(File { export, node }) => Fh4::File {

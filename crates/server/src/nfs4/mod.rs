@@ -39,11 +39,12 @@ pub mod receive;
 pub mod reply;
 pub mod state;
 pub mod status;
+pub mod v40;
 pub mod xattr;
 
 use std::sync::Arc;
 
-use dionfs_proto::nfs4::{ArgOp, Nfsstat4, Opnum4, SetclientidRes4, NFS4_PROGRAM, NFS_V4};
+use dionfs_proto::nfs4::{ArgOp, Nfsstat4, Opnum4, NFS4_PROGRAM, NFS_V4};
 use dionfs_xdr::Encode;
 
 use self::compound::OpCtx;
@@ -62,6 +63,7 @@ pub struct Nfs4 {
     pub namespace: NamespaceCache,
     /// Owner strings (`nfs4_id_domain`).
     pub idmap: self::idmap::Idmap,
+    minor0: bool,
     minor1: bool,
     minor2: bool,
 }
@@ -101,6 +103,7 @@ impl Nfs4 {
             state,
             namespace: NamespaceCache::default(),
             idmap: self::idmap::Idmap::new(settings.nfs4_id_domain.clone()),
+            minor0: settings.versions.v4_0,
             minor1: settings.versions.v4_1,
             minor2: settings.versions.v4_2,
         })
@@ -109,6 +112,7 @@ impl Nfs4 {
     /// Whether NFSv4 minor version `minor` is served.
     pub fn serves_minor(&self, minor: u32) -> bool {
         match minor {
+            0 => self.minor0,
             1 => self.minor1,
             2 => self.minor2,
             _ => false,
@@ -203,7 +207,7 @@ static PROCEDURES: [Option<Procedure<Op4>>; 76] = [
     op(O::Nverify, "NVERIFY", attr_ops::nverify, true),
     op(O::Open, "OPEN", open_ops::open, true),
     op(O::Openattr, "OPENATTR", notsupp, false),
-    op(O::OpenConfirm, "OPEN_CONFIRM", notsupp, false),
+    op(O::OpenConfirm, "OPEN_CONFIRM", v40::open_confirm, false),
     op(
         O::OpenDowngrade,
         "OPEN_DOWNGRADE",
@@ -218,21 +222,26 @@ static PROCEDURES: [Option<Procedure<Op4>>; 76] = [
     op(O::Readlink, "READLINK", dirs::readlink, true),
     op(O::Remove, "REMOVE", dirs::remove, true),
     op(O::Rename, "RENAME", dirs::rename, true),
-    op(O::Renew, "RENEW", renew, false),
+    op(O::Renew, "RENEW", v40::renew, false),
     op(O::Restorefh, "RESTOREFH", fh::restorefh, false),
     op(O::Savefh, "SAVEFH", fh::savefh, false),
     op(O::Secinfo, "SECINFO", lookup::secinfo, true),
     op(O::Setattr, "SETATTR", attr_ops::setattr, true),
-    op(O::Setclientid, "SETCLIENTID", setclientid, false),
+    op(O::Setclientid, "SETCLIENTID", v40::setclientid, false),
     op(
         O::SetclientidConfirm,
         "SETCLIENTID_CONFIRM",
-        setclientid_confirm,
+        v40::setclientid_confirm,
         false,
     ),
     op(O::Verify, "VERIFY", attr_ops::verify, true),
     op(O::Write, "WRITE", data::write, true),
-    op(O::ReleaseLockowner, "RELEASE_LOCKOWNER", notsupp, false),
+    op(
+        O::ReleaseLockowner,
+        "RELEASE_LOCKOWNER",
+        v40::release_lockowner,
+        false,
+    ),
     op(O::BackchannelCtl, "BACKCHANNEL_CTL", backchannel_ctl, false),
     op(
         O::BindConnToSession,
@@ -349,41 +358,6 @@ fn exchange_id(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat
         }
         Err(status) => status,
     }
-}
-
-/// SETCLIENTID (minor version 0, which COMPOUNDs are not received in
-/// until it is whole: docs/nfs4-complete-design.md, B).
-fn setclientid(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 {
-    let ArgOp::Setclientid(args) = op else {
-        return Nfsstat4::Serverfault;
-    };
-    let who = Principal::of(&ctx.call.cred);
-    match ctx.nfs4.state.setclientid(&args, &who, ctx.conn.peer.ip()) {
-        SetclientidRes4::Ok(ok) => {
-            ok.encode(reply.encoder());
-            Nfsstat4::Ok
-        }
-        SetclientidRes4::ClidInuse(using) => {
-            using.encode(reply.encoder());
-            Nfsstat4::ClidInuse
-        }
-        SetclientidRes4::Fail(status) => status,
-    }
-}
-
-fn setclientid_confirm(ctx: &mut OpCtx, op: ArgOp, _: &mut CompoundReply) -> Nfsstat4 {
-    let ArgOp::SetclientidConfirm(args) = op else {
-        return Nfsstat4::Serverfault;
-    };
-    let who = Principal::of(&ctx.call.cred);
-    ctx.nfs4.state.setclientid_confirm(&args, &who)
-}
-
-fn renew(ctx: &mut OpCtx, op: ArgOp, _: &mut CompoundReply) -> Nfsstat4 {
-    let ArgOp::Renew(args) = op else {
-        return Nfsstat4::Serverfault;
-    };
-    ctx.nfs4.state.renew(args.clientid)
 }
 
 fn create_session(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 {

@@ -16,10 +16,10 @@ use dionfs_fs::{access3, ops, FileKind, FsError, Node, SetAttrs};
 use dionfs_proto::nfs4::{
     ArgOp, Attr4, Bitmap4, ChangeInfo4, CreateHow4, Fattr4, Nfsace4, Nfsstat4, OpenArgs4,
     OpenClaim4, OpenDelegation4, OpenDelegationType4, OpenFlag4, OpenNoneDelegation4, OpenResOk4,
-    StateId4, TestStateidResOk4, WhyNoDelegation4, OPEN4_RESULT_LOCKTYPE_POSIX,
-    OPEN4_SHARE_ACCESS_READ, OPEN4_SHARE_ACCESS_WANT_CANCEL, OPEN4_SHARE_ACCESS_WANT_DELEG_MASK,
-    OPEN4_SHARE_ACCESS_WANT_NO_DELEG, OPEN4_SHARE_ACCESS_WANT_NO_PREFERENCE,
-    OPEN4_SHARE_ACCESS_WANT_PUSH_DELEG_WHEN_UNCONTENDED,
+    StateId4, TestStateidResOk4, WhyNoDelegation4, OPEN4_RESULT_CONFIRM,
+    OPEN4_RESULT_LOCKTYPE_POSIX, OPEN4_SHARE_ACCESS_READ, OPEN4_SHARE_ACCESS_WANT_CANCEL,
+    OPEN4_SHARE_ACCESS_WANT_DELEG_MASK, OPEN4_SHARE_ACCESS_WANT_NO_DELEG,
+    OPEN4_SHARE_ACCESS_WANT_NO_PREFERENCE, OPEN4_SHARE_ACCESS_WANT_PUSH_DELEG_WHEN_UNCONTENDED,
     OPEN4_SHARE_ACCESS_WANT_SIGNAL_DELEG_WHEN_RESRC_AVAIL, OPEN4_SHARE_ACCESS_WRITE,
 };
 use dionfs_xdr::Encode;
@@ -33,12 +33,14 @@ use super::namespace::Found;
 use super::reply::CompoundReply;
 use super::state::{resolve_current, Client};
 use super::status::from_fs;
+use super::v40::{self, By, Owner};
 
 /// The share access bits proper (`OPEN4_SHARE_ACCESS_BOTH`).
 const ACCESS_MASK: u32 = 3;
 
-/// The client of the COMPOUND's session: state ops run only in one.
-pub(super) fn session_client(ctx: &OpCtx) -> Result<Arc<Client>, Nfsstat4> {
+/// The client of the COMPOUND's session, for the ops of minor version 1
+/// and later alone.
+fn session_client(ctx: &OpCtx) -> Result<Arc<Client>, Nfsstat4> {
     ctx.slot
         .map(|slot| Arc::clone(slot.client()))
         .ok_or(Nfsstat4::OpNotInSession)
@@ -72,6 +74,16 @@ fn require_regular(kind: FileKind) -> Result<(), Nfsstat4> {
         FileKind::Directory => Err(Nfsstat4::Isdir),
         FileKind::Symlink => Err(Nfsstat4::Symlink),
         _ => Err(Nfsstat4::Inval),
+    }
+}
+
+/// [`require_regular`] for what OPEN opens: in minor version 0 a device,
+/// a FIFO or a socket is `SYMLINK`, 4.0 having no better error for it
+/// (knfsd's `nfsd_check_obj_isreg`; LOCK and LOCKT answer `INVAL`).
+fn require_opened(kind: FileKind, minor: u32) -> Result<(), Nfsstat4> {
+    match require_regular(kind) {
+        Err(Nfsstat4::Inval) if minor == 0 => Err(Nfsstat4::Symlink),
+        other => other,
     }
 }
 
@@ -147,11 +159,18 @@ pub fn open(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 {
     let ArgOp::Open(args) = op else {
         return Nfsstat4::Serverfault;
     };
-    status(open_file(ctx, &args).map(|ok| ok.encode(reply.encoder())))
+    let result = open_file(ctx, &args, reply);
+    status(result.map(|ok| ok.encode(reply.encoder())))
 }
 
-fn open_file(ctx: &mut OpCtx, args: &OpenArgs4) -> Result<OpenResOk4, Nfsstat4> {
-    let client = session_client(ctx)?;
+fn open_file(
+    ctx: &mut OpCtx,
+    args: &OpenArgs4,
+    reply: &mut CompoundReply,
+) -> Result<OpenResOk4, Nfsstat4> {
+    let client = v40::state_client(ctx, By::Clientid(args.owner.clientid))?;
+    let owner = args.owner.owner.as_bytes();
+    v40::sequence(ctx, reply, &client, Owner::Open(owner), args.seqid)?;
     let (access, want) = split_access(args.share_access)?;
     let reclaim = match &args.claim {
         OpenClaim4::Null(_) | OpenClaim4::Fh => false,
@@ -163,10 +182,17 @@ fn open_file(ctx: &mut OpCtx, args: &OpenArgs4) -> Result<OpenResOk4, Nfsstat4> 
     };
     // A client opens nothing new before it says its reclaims are done
     // (RFC 8881 section 18.51.3: GRACE, as knfsd's nfsd4_open answers).
-    if !reclaim && !client.reclaim_completed() {
+    // Minor version 0 has no RECLAIM_COMPLETE: the grace period alone
+    // decides.
+    if ctx.minor != 0 && !reclaim && !client.reclaim_completed() {
         return Err(Nfsstat4::Grace);
     }
     ctx.nfs4.state.grace_check(&client, reclaim)?;
+    if reclaim && ctx.minor == 0 {
+        // A reclaim confirms its owner (knfsd's `nfsd4_open`): Linux
+        // sends OPEN_CONFIRM after one without the file's handle.
+        ctx.nfs4.state.confirm_open_owner(&client, owner);
+    }
     if let OpenClaim4::Previous(delegation) = &args.claim {
         // No delegation was ever granted, so none can be reclaimed.
         if *delegation != OpenDelegationType4::None {
@@ -180,7 +206,8 @@ fn open_file(ctx: &mut OpCtx, args: &OpenArgs4) -> Result<OpenResOk4, Nfsstat4> 
         // known, so neither is its change.
         _ => {
             let truncate = truncates(ctx, &args.openhow)?;
-            let file = current_regular(ctx)?;
+            let file = ctx.current_file(Nfsstat4::Isdir)?;
+            require_opened(file.node.kind(), ctx.minor)?;
             Opened {
                 file,
                 created: false,
@@ -214,7 +241,6 @@ fn open_file(ctx: &mut OpCtx, args: &OpenArgs4) -> Result<OpenResOk4, Nfsstat4> 
         check_access(ctx, &file, access)?;
     }
     let fh = file.node.fh();
-    let owner = args.owner.owner.as_bytes();
     let stateid = ctx
         .nfs4
         .state
@@ -236,6 +262,7 @@ fn open_file(ctx: &mut OpCtx, args: &OpenArgs4) -> Result<OpenResOk4, Nfsstat4> 
             return Err(status);
         }
     }
+    v40::opened(ctx, export.config.id, fh);
     ctx.current = Some(Fh4::File {
         export: export.config.id,
         fh: file.node.fh().to_vec(),
@@ -243,10 +270,14 @@ fn open_file(ctx: &mut OpCtx, args: &OpenArgs4) -> Result<OpenResOk4, Nfsstat4> 
         file: None,
     });
     ctx.current_stateid = Some(stateid);
+    let mut rflags = OPEN4_RESULT_LOCKTYPE_POSIX;
+    if ctx.nfs4.state.awaits_confirm(&client, &stateid) {
+        rflags |= OPEN4_RESULT_CONFIRM;
+    }
     Ok(OpenResOk4 {
         stateid,
         cinfo,
-        rflags: OPEN4_RESULT_LOCKTYPE_POSIX,
+        rflags,
         attrset,
         delegation: no_delegation(want),
     })
@@ -302,7 +333,7 @@ fn open_by_name<'a>(
     let before = change_of(export, &dir.node);
     let OpenFlag4::Create(how) = &args.openhow else {
         let (node, attr) = ctx.as_user(export, || export.fs.lookup(&dir.node, name))?;
-        require_regular(attr.kind)?;
+        require_opened(attr.kind, ctx.minor)?;
         return Ok(Opened {
             file: File {
                 export,
@@ -333,7 +364,7 @@ fn open_by_name<'a>(
     if let (Some((node, attr)), CreateHow4::Unchecked(_)) = (existed, how) {
         // UNCHECKED4 opens what is there: only a regular file can be,
         // truncated once opened if asked.
-        require_regular(attr.kind)?;
+        require_opened(attr.kind, ctx.minor)?;
         let truncate = set.size == Some(0);
         return Ok(Opened {
             file: File {
@@ -469,8 +500,13 @@ pub fn close(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 
         return Nfsstat4::Serverfault;
     };
     let result = (|| {
-        let client = session_client(ctx)?;
         let stateid = resolve_current(&args.open_stateid, ctx.current_stateid)?;
+        let client = v40::state_client(ctx, By::Stateid(&stateid))?;
+        let owner = Owner::Of {
+            stateid: &stateid,
+            unconfirmed: false,
+        };
+        v40::sequence(ctx, reply, &client, owner, args.seqid)?;
         let fh = current_fh(ctx)?;
         ctx.nfs4.state.close(&client, &stateid, &fh)
     })();
@@ -486,8 +522,13 @@ pub fn open_downgrade(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> 
         return Nfsstat4::Serverfault;
     };
     let result = (|| {
-        let client = session_client(ctx)?;
         let stateid = resolve_current(&args.open_stateid, ctx.current_stateid)?;
+        let client = v40::state_client(ctx, By::Stateid(&stateid))?;
+        let owner = Owner::Of {
+            stateid: &stateid,
+            unconfirmed: false,
+        };
+        v40::sequence(ctx, reply, &client, owner, args.seqid)?;
         let (access, _) = split_access(args.share_access)?;
         let fh = current_fh(ctx)?;
         ctx.nfs4

@@ -84,6 +84,10 @@ pub async fn receive<R: CallStream>(
     let (numops, minor) = (head.numops, head.minorversion);
     let mut compound = new_compound(exports, call, head, Vec::new());
     let mut ops = OpReader::new(body, minor);
+    if minor == 0 {
+        receive_v40(server, conn, &mut compound, &mut ops, small).await?;
+        return Ok(Received::Run(compound));
+    }
 
     // 2. The first op: without a session, the only one decoded.
     let first = match ops.next().await? {
@@ -175,24 +179,10 @@ pub async fn receive<R: CallStream>(
                 compound.refused = Some((op.opnum(), Nfsstat4::Badxdr));
                 break;
             }
-            let payload = if write.data_len > server.max_args {
-                // Larger than any transfer the server offers.
-                crate::io::skip(ops.body, write.payload_len()).await?;
-                Payload::Skipped(Some(Nfsstat4::Inval))
-            } else {
-                let fh = known.current.as_deref();
-                data::receive_payload(
-                    server,
-                    &exports,
-                    conn,
-                    fh,
-                    writes == 0,
-                    small,
-                    write,
-                    ops.body,
-                )
-                .await?
-            };
+            let fh = known.current.as_deref();
+            let first = writes == 0;
+            let payload =
+                take_payload(server, &exports, conn, fh, first, small, write, ops.body).await?;
             compound.data.payloads.push_back(payload);
             writes += 1;
         }
@@ -206,6 +196,84 @@ pub async fn receive<R: CallStream>(
     compound.slot = Some(slot);
     // 5. Whatever follows the ops is skipped by the connection.
     Ok(Received::Run(compound))
+}
+
+/// A WRITE's payload, received as [`data::receive_payload`] places it
+/// (the file's handle `fh` as far as the ops say; `first`: the
+/// COMPOUND's first WRITE), or skipped when it is larger than any
+/// transfer the server offers (`INVAL`).
+#[allow(clippy::too_many_arguments)]
+async fn take_payload<R: CallStream>(
+    server: &Server,
+    exports: &Arc<Exports>,
+    conn: &ConnInfo,
+    fh: Option<&[u8]>,
+    first: bool,
+    small: bool,
+    write: &WriteHead4,
+    body: &mut RecordReader<R>,
+) -> Result<Payload, RecordError> {
+    if write.data_len > server.max_args {
+        crate::io::skip(body, write.payload_len()).await?;
+        return Ok(Payload::Skipped(Some(Nfsstat4::Inval)));
+    }
+    data::receive_payload(server, exports, conn, fh, first, small, write, body).await
+}
+
+/// The most ops a minor version 0 COMPOUND, which no session bounds,
+/// runs: the op past them is `RESOURCE` (RFC 7530 section 15.2,
+/// knfsd's `NFSD_MAX_OPS_PER_COMPOUND` is 50; Linux sends at most 14).
+pub const V40_MAX_OPS: u32 = 100;
+
+/// The ops of a minor version 0 COMPOUND, after its head: no SEQUENCE,
+/// every op decoded as [`receive`] decodes the ops after SEQUENCE, and a
+/// WRITE's payload received into a pool buffer the same way. The record
+/// is bounded by the transport's largest record.
+async fn receive_v40<R: CallStream>(
+    server: &Server,
+    conn: &ConnInfo,
+    compound: &mut Compound,
+    ops: &mut OpReader<'_, R>,
+    small: bool,
+) -> Result<(), RecordError> {
+    let numops = compound.numops;
+    compound.ops.reserve(numops.min(16) as usize);
+    let exports = compound.exports.clone();
+    let mut known = KnownFh::<Vec<u8>>::default();
+    let mut writes = 0;
+    for position in 0..numops {
+        if position == V40_MAX_OPS {
+            let opnum = ops.body.read_u32().await?;
+            compound.refused = Some((opnum, Nfsstat4::Resource));
+            break;
+        }
+        let op = match ops.next().await? {
+            Next::Op(op) => op,
+            Next::Refused(opnum, status) => {
+                compound.refused = Some((opnum, status));
+                break;
+            }
+        };
+        if let ArgOp::Write(write) = &op {
+            if !ops.buf.is_empty() {
+                compound.refused = Some((op.opnum(), Nfsstat4::Badxdr));
+                break;
+            }
+            let fh = known.current.as_deref();
+            let first = writes == 0;
+            let payload =
+                take_payload(server, &exports, conn, fh, first, small, write, ops.body).await?;
+            compound.data.payloads.push_back(payload);
+            writes += 1;
+        }
+        known.follow(&op);
+        let ends = ends_decoding(&op);
+        compound.ops.push(op);
+        if ends {
+            break;
+        }
+    }
+    Ok(())
 }
 
 /// At most this many ops are received in place ([`receive_in_place`]).

@@ -180,6 +180,13 @@ impl CompoundReply {
         (reply, cached)
     }
 
+    /// The result of the op started at `start` after its status, as
+    /// written so far (what a minor version 0 owner keeps of its last
+    /// op: `state/seqids.rs`).
+    pub fn op_result(&self, start: OpStart) -> &[u8] {
+        self.enc.as_slice().get(start.at + 8..).unwrap_or_default()
+    }
+
     /// The bytes of the reply so far, RPC header included.
     pub fn size(&self) -> usize {
         self.enc.len() + self.payload.as_ref().map_or(0, Placed::wire_len)

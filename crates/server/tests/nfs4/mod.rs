@@ -30,6 +30,7 @@ pub struct TestServer {
 pub fn all_versions() -> NfsVersions {
     NfsVersions {
         v3: true,
+        v4_0: true,
         v4_1: true,
         v4_2: true,
     }

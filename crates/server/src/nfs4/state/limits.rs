@@ -10,9 +10,11 @@ use std::time::Duration;
 use dionfs_logs::LogEvery;
 use tracing::warn;
 
-/// Client owners (`co_ownerid`s) one address may have records for: the
-/// same bound as NLM's names per address.
-pub const OWNERS_PER_ADDRESS: usize = dionfs_core::locks::limits::MAX_NAMES_PER_CLIENT;
+/// Client owners (`co_ownerid`s, SETCLIENTID's `id`s) one address may
+/// have records for. A minor version 0 client may make one per user
+/// (the Linux client names each by its credentials), and pynfs CID5
+/// makes 1,024 from one address.
+pub const OWNERS_PER_ADDRESS: usize = 2048;
 
 /// Unconfirmed records per client owner: a new EXCHANGE_ID replaces the
 /// one there (RFC 8881 section 18.35.5, case 4).
@@ -188,7 +190,7 @@ mod tests {
 
     #[test]
     fn bounds_are_those_of_the_design() {
-        assert_eq!(OWNERS_PER_ADDRESS, 256);
+        assert_eq!(OWNERS_PER_ADDRESS, 2048);
         assert_eq!(UNCONFIRMED_PER_OWNER, 1);
         assert_eq!(SESSIONS_PER_CLIENT, 16);
         assert_eq!(CONNECTIONS_PER_DIRECTION, 16);

@@ -26,6 +26,7 @@ pub mod limits;
 pub mod lockowners;
 pub mod opens;
 pub mod recovery;
+pub mod seqids;
 pub mod sessions;
 pub mod stateids;
 
@@ -47,6 +48,7 @@ use parking_lot::Mutex;
 
 pub use clients::{Client, ClientInfo, ClientLife};
 pub use lockowners::{lock_span, Denied, LockError, Locker};
+pub use seqids::{LastReply, OwnerStep, Refused};
 pub use sessions::{Session, SlotGuard};
 pub use stateids::{resolve_current, Checked, Use};
 

@@ -68,6 +68,11 @@ impl State {
             .and_then(|o| o.opens.get(fh))
             .copied();
         let (union_access, union_deny) = match existing.and_then(|o| state.stateids.get(&o)) {
+            // The owner's own open conflicts too (RFC 7530 section 9.9;
+            // knfsd counts it in `fi_share_deny` and `fi_access`).
+            Some(StateRef::Open(open)) if access & open.deny != 0 || deny & open.access != 0 => {
+                return Err(Nfsstat4::ShareDenied)
+            }
             Some(StateRef::Open(open)) => (open.access | access, open.deny | deny),
             _ => (access, deny),
         };
@@ -104,6 +109,11 @@ impl State {
             }
         }
         let other = state.new_other(self.boot, client);
+        let unconfirmed = state
+            .open_owners
+            .get(owner)
+            .and_then(|o| o.seq.as_ref())
+            .is_some_and(|seq| !seq.confirmed);
         state.stateids.insert(
             other,
             StateRef::Open(OpenState {
@@ -115,6 +125,7 @@ impl State {
                 access_modes: 1 << access,
                 deny_modes: 1 << deny,
                 lock_stateids: Vec::new(),
+                unconfirmed,
             }),
         );
         state
@@ -198,10 +209,16 @@ impl State {
     ) -> Result<StateId4, Nfsstat4> {
         let mut state = client.state.lock();
         let (other, found) = self.find_state_of(client, &state, stateid, fh)?;
-        if !matches!(found, StateRef::Open(_)) {
+        let StateRef::Open(open) = found else {
             return Err(Nfsstat4::BadStateid);
-        }
+        };
+        let owner = open.owner.clone();
         self.release_open(client, &mut state, &other);
+        if let Some(owner) = state.open_owners.get_mut(&owner) {
+            if owner.seq.is_some() {
+                owner.last_closed = Some(other);
+            }
+        }
         Ok(CLOSED)
     }
 
@@ -232,7 +249,8 @@ impl State {
         state.stateids.remove(other);
         if let Some(owner) = state.open_owners.get_mut(&open.owner) {
             owner.opens.remove(&open.fh);
-            if owner.opens.is_empty() {
+            // A minor version 0 owner stays, with its seqid (`seqids.rs`).
+            if owner.opens.is_empty() && owner.seq.is_none() {
                 state.open_owners.remove(&open.owner);
             }
         }
@@ -441,6 +459,7 @@ mod tests {
                         access_modes: 2,
                         deny_modes: 1,
                         lock_stateids: Vec::new(),
+                        unconfirmed: false,
                     }),
                 );
             }

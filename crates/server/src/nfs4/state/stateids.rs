@@ -23,6 +23,7 @@ use dionfs_proto::nfs4::{Nfsstat4, StateId4, NFS4_OTHER_SIZE};
 
 use super::clients::Client;
 use super::ids::{IdMap, StateOther};
+use super::seqids::OwnerSeq;
 use super::State;
 use crate::locks::{ClientId as LockClient, Owner};
 
@@ -57,6 +58,9 @@ pub struct OpenState {
     pub deny_modes: u8,
     /// The lock stateids born of this open (CLOSE drops them).
     pub lock_stateids: Vec<Other>,
+    /// Its open-owner (minor version 0) awaits OPEN_CONFIRM: the stateid
+    /// is good for nothing else (`seqids.rs`).
+    pub unconfirmed: bool,
 }
 
 /// A lock-owner's locks on one file, through one open: its lock stateid.
@@ -96,12 +100,20 @@ impl StateRef {
 #[derive(Debug, Default)]
 pub struct OpenOwner {
     pub opens: HashMap<Vec<u8>, Other>,
+    /// Its seqid and last result (minor version 0: `seqids.rs`).
+    pub seq: Option<OwnerSeq>,
+    /// The open stateid its last CLOSE closed (minor version 0), until
+    /// its next op: a retransmitted CLOSE names it (knfsd's
+    /// `oo_last_closed_stid`).
+    pub last_closed: Option<Other>,
 }
 
 /// A lock-owner: its lock stateid of each open it locked through.
 #[derive(Debug, Default)]
 pub struct LockOwner4 {
     pub by_open: IdMap<Other, Other>,
+    /// Its seqid and last result (minor version 0: `seqids.rs`).
+    pub seq: Option<OwnerSeq>,
 }
 
 /// One client's opens and locks (the client's mutex guards it; taken
@@ -261,13 +273,31 @@ pub fn next_seqid(seqid: u32) -> u32 {
 
 impl State {
     /// The state `stateid` names among `client`'s, checked by every rule
-    /// but the file's and the mode's: its `other`.
+    /// but the file's and the mode's: its `other`. The open of an
+    /// unconfirmed open-owner (minor version 0) is `BAD_STATEID`.
     pub(super) fn find_state<'s>(
         &self,
         client: &Client,
         state: &'s ClientState,
         stateid: &StateId4,
     ) -> Result<(Other, &'s StateRef), Nfsstat4> {
+        let found = self.find_state_any(client, state, stateid)?;
+        check_seqid(stateid.seqid, found.seqid())?;
+        if matches!(found, StateRef::Open(open) if open.unconfirmed) {
+            return Err(Nfsstat4::BadStateid);
+        }
+        Ok((stateid.other, found))
+    }
+
+    /// The state `stateid` names among `client`'s, whatever its seqid
+    /// and its owner's confirmation: another boot's is `STALE_STATEID`,
+    /// one unknown, special or another client's `BAD_STATEID`.
+    pub(super) fn find_state_any<'s>(
+        &self,
+        client: &Client,
+        state: &'s ClientState,
+        stateid: &StateId4,
+    ) -> Result<&'s StateRef, Nfsstat4> {
         if is_special(&stateid.other) {
             return Err(Nfsstat4::BadStateid);
         }
@@ -278,12 +308,10 @@ impl State {
         if other.client != client.id.counter() {
             return Err(Nfsstat4::BadStateid);
         }
-        let found = state
+        state
             .stateids
             .get(&stateid.other)
-            .ok_or(Nfsstat4::BadStateid)?;
-        check_seqid(stateid.seqid, found.seqid())?;
-        Ok((stateid.other, found))
+            .ok_or(Nfsstat4::BadStateid)
     }
 
     /// The state `stateid` names among `client`'s, for an op on the
@@ -315,22 +343,8 @@ impl State {
         fh: &[u8],
         io: Use,
     ) -> Result<Checked, Nfsstat4> {
-        if is_bypass(stateid) && io == Use::Read {
-            return Ok(Checked::Bypass);
-        }
-        if is_anonymous(stateid) || is_bypass(stateid) {
-            let denied = match io {
-                Use::Read => ACCESS_READ,
-                Use::Write => ACCESS_WRITE,
-            };
-            if self.locks.shares.lock().denies(fh, denied) {
-                return Err(Nfsstat4::Locked);
-            }
-            return Ok(if is_anonymous(stateid) {
-                Checked::Anonymous
-            } else {
-                Checked::Bypass
-            });
+        if let Some(special) = self.check_special(stateid, fh, io) {
+            return special;
         }
         let state = client.state.lock();
         let (other, found) = self.find_state_of(client, &state, stateid, fh)?;
@@ -349,6 +363,34 @@ impl State {
             return Err(Nfsstat4::Openmode);
         }
         Ok(Checked::State { other, access })
+    }
+
+    /// [`Self::check_stateid`] of a special stateid, which needs no
+    /// client; `None` for any other.
+    pub fn check_special(
+        &self,
+        stateid: &StateId4,
+        fh: &[u8],
+        io: Use,
+    ) -> Option<Result<Checked, Nfsstat4>> {
+        if is_bypass(stateid) && io == Use::Read {
+            return Some(Ok(Checked::Bypass));
+        }
+        if !is_anonymous(stateid) && !is_bypass(stateid) {
+            return None;
+        }
+        let denied = match io {
+            Use::Read => ACCESS_READ,
+            Use::Write => ACCESS_WRITE,
+        };
+        if self.locks.shares.lock().denies(fh, denied) {
+            return Some(Err(Nfsstat4::Locked));
+        }
+        Some(Ok(if is_anonymous(stateid) {
+            Checked::Anonymous
+        } else {
+            Checked::Bypass
+        }))
     }
 
     /// TEST_STATEID (RFC 8881 section 18.48): the status of each stateid

@@ -20,13 +20,13 @@ use std::time::Instant;
 
 use dionfs_proto::nfs4::{
     CbClient4, Netaddr4, Nfsstat4, SetclientidArgs4, SetclientidConfirmArgs4, SetclientidRes4,
-    SetclientidResOk4, Verifier4,
+    SetclientidResOk4, StateId4, Verifier4,
 };
 use tracing::info;
 
-use super::super::ids::{random_bytes, ClientId};
+use super::super::ids::{random_bytes, ClientId, StateOther};
 use super::super::{Principal, State};
-use super::{CreateSessionSlot, NewClient, Record, ACTIVE, COURTESY, EXPIRED};
+use super::{Client, CreateSessionSlot, NewClient, Record, ACTIVE, COURTESY, EXPIRED};
 
 /// What a minor version 0 record keeps of its SETCLIENTID.
 pub(in crate::nfs4::state) struct Setclientid {
@@ -182,27 +182,40 @@ impl State {
 
     /// RENEW of client `clientid`'s lease.
     pub(in crate::nfs4::state) fn renew_at(&self, clientid: u64, now: Instant) -> Nfsstat4 {
+        match self.v40_client_at(clientid, now) {
+            Ok(_) => Nfsstat4::Ok,
+            Err(status) => status,
+        }
+    }
+
+    /// The confirmed minor version 0 client `clientid`, its lease
+    /// renewed at `now`: what every op naming a clientid or a stateid of
+    /// it does (knfsd's `renew_client`), RENEW among them. Another
+    /// boot's, or not a 4.0 client's confirmed record: `STALE_CLIENTID`;
+    /// expired and dropped: `EXPIRED`. A courtesy client is active
+    /// again, as with SEQUENCE.
+    pub fn v40_client_at(&self, clientid: u64, now: Instant) -> Result<Arc<Client>, Nfsstat4> {
         if ClientId(clientid).boot() != self.boot {
-            return Nfsstat4::StaleClientid;
+            return Err(Nfsstat4::StaleClientid);
         }
         let mut table = self.table.lock();
         let Some(record) = table.records.get(&clientid) else {
             // Expired and dropped, or never made.
-            return Nfsstat4::Expired;
+            return Err(Nfsstat4::Expired);
         };
         if !record.confirmed || record.setclientid.is_none() {
-            return Nfsstat4::StaleClientid;
+            return Err(Nfsstat4::StaleClientid);
         }
         let client = Arc::clone(&record.client);
         match client.life() {
             EXPIRED => {
                 self.forget_client(&mut table, clientid);
-                return Nfsstat4::Expired;
+                return Err(Nfsstat4::Expired);
             }
             COURTESY => {
                 if !client.change_life(COURTESY, ACTIVE) {
                     self.forget_client(&mut table, clientid);
-                    return Nfsstat4::Expired;
+                    return Err(Nfsstat4::Expired);
                 }
                 self.courtesy.lock().remove(&clientid);
                 info!(clientid, "NFSv4.0 courtesy client is back: active again");
@@ -210,7 +223,28 @@ impl State {
             _ => {}
         }
         client.renew(now);
-        Nfsstat4::Ok
+        Ok(client)
+    }
+
+    /// The minor version 0 client whose state `stateid` names, its lease
+    /// renewed (as [`Self::v40_client_at`]). A special stateid names
+    /// none (`BAD_STATEID`); another boot's, or one of a client that is
+    /// gone, is `STALE_STATEID` (knfsd's `nfsd4_lookup_stateid` without a
+    /// session); an expired client's `EXPIRED`.
+    pub fn v40_client_of(&self, stateid: &StateId4, now: Instant) -> Result<Arc<Client>, Nfsstat4> {
+        if stateid.other == [0; 12] || stateid.other == [0xff; 12] {
+            return Err(Nfsstat4::BadStateid);
+        }
+        let other = StateOther::from_bytes(&stateid.other);
+        if other.boot != self.boot {
+            return Err(Nfsstat4::StaleStateid);
+        }
+        let clientid = ClientId::new(other.boot, other.client).0;
+        self.v40_client_at(clientid, now)
+            .map_err(|status| match status {
+                Nfsstat4::StaleClientid => Nfsstat4::StaleStateid,
+                other => other,
+            })
     }
 }
 
