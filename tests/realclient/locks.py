@@ -32,7 +32,7 @@ on after a failed step and the table at the end says which steps Ganesha
 passes. Step 5 restarts it with ganesha.sh stop and start, which is not
 comparable (see Ganesha below).
 
-With --vers 4.1 or 4.2 the server serves NFSv3, 4.1 and 4.2 (a config
+With --vers 4.0, 4.1 or 4.2 the server serves NFSv3, 4.0, 4.1 and 4.2 (a config
 file: a 10 s lease, so the client notices the restart within the grace
 period) and the guest mounts that version: its locks travel inside NFSv4
 (LOCK, LOCKT, LOCKU; a blocked F_SETLKW is polled by the client with LOCK),
@@ -61,7 +61,7 @@ and the steps are GUEST_SCRIPT_V4's:
    through the other after close and open (close-to-open), both ways, and
    are on the server.
 
-Usage (root): tests/realclient/locks.py [--peer ganesha] [--vers 3|4.1|4.2]
+Usage (root): tests/realclient/locks.py [--peer ganesha] [--vers 3|4.0|4.1|4.2]
 Env: DIONFS_BIN, RC_DIR. Exit status 0 = every (comparable) step passed.
 """
 import argparse
@@ -380,7 +380,7 @@ class Server:
         config = os.path.join(self.work, "dionfs.toml")
         with open(config, "w") as f:
             f.write(f'[server]\nlisten = "{SERVER_IP}"\nstate_dir = "{state}"\n'
-                    f'versions = ["3", "4.1", "4.2"]\nlease_time = {LEASE}\n\n'
+                    f'versions = ["3", "4.0", "4.1", "4.2"]\nlease_time = {LEASE}\n\n'
                     f'[[export]]\npath = "{self.export}"\nclients = ["{GUEST_IP}"]\n')
         return ["--config", config]
 
@@ -616,7 +616,7 @@ def step_results(stdout: str, script: str) -> list[tuple[str, str, str]]:
 def main() -> int:
     ap = argparse.ArgumentParser(description="Locking with the real Linux client (NLM, or NFSv4 with --vers)")
     ap.add_argument("--peer", choices=["ganesha"], help="run the guest script against this server instead")
-    ap.add_argument("--vers", choices=["3", "4.1", "4.2"], default="3",
+    ap.add_argument("--vers", choices=["3", "4.0", "4.1", "4.2"], default="3",
                     help="the NFS version the guest mounts (3: locks through NLM)")
     args = ap.parse_args()
     if args.peer and args.vers != "3":

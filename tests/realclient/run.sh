@@ -4,10 +4,10 @@
 # concurrency.sh and, over NFSv4, acl.sh in it (one boot).
 #
 #   tests/realclient/run.sh [--timeout SECS] [--keep-out] [--only "workload concurrency acl"]
-#                           [--vers 3|4.1|4.2|auto]   (root)
+#                           [--vers 3|4.0|4.1|4.2|auto]   (root)
 #
-# The server serves what it serves by default (NFSv3, 4.1 and 4.2). With
-# --vers 4.1 or 4.2 the guest mounts that version (one TCP port, no MOUNT,
+# The server serves what it serves by default (NFSv3, 4.0, 4.1 and 4.2).
+# With --vers 4.0, 4.1 or 4.2 the guest mounts that version (one TCP port, no MOUNT,
 # no NLM); with --vers auto it mounts with no version option at all, as a
 # plain `mount server:/export` does, and must get 4.2. out/mount.line must
 # show the version.
@@ -42,7 +42,7 @@ while [ $# -gt 0 ]; do
         --keep-out) KEEP_OUT=1; shift ;;
         --only) PARTS=$2; shift 2 ;;
         --vers) VERS=$2; shift 2 ;;
-        *) echo "usage: $0 [--timeout SECS] [--keep-out] [--only \"workload concurrency acl\"] [--vers 3|4.1|4.2|auto]" >&2; exit 2 ;;
+        *) echo "usage: $0 [--timeout SECS] [--keep-out] [--only \"workload concurrency acl\"] [--vers 3|4.0|4.1|4.2|auto]" >&2; exit 2 ;;
     esac
 done
 
@@ -53,9 +53,9 @@ if [ -z "$PARTS" ]; then
 fi
 
 case "$VERS" in
-    3|4.1|4.2) EXPECT=$VERS ;;
+    3|4.0|4.1|4.2) EXPECT=$VERS ;;
     auto) EXPECT=4.2 ;;
-    *) echo "--vers must be 3, 4.1, 4.2 or auto" >&2; exit 2 ;;
+    *) echo "--vers must be 3, 4.0, 4.1, 4.2 or auto" >&2; exit 2 ;;
 esac
 
 log() { echo "[realclient $(date +%H:%M:%S)] $*" >&2; }
