@@ -21,6 +21,7 @@ COLORS = {"dionfs-buffered": "#1f77b4", "dionfs-dontcache": "#17becf", "dionfs-d
           "dionfs-direct-crc-seq": "#dbdb8d",
           "dionfs-async": "#98df8a", "ganesha": "#d62728", "fio-buffered": "#7f7f7f", "fio-direct": "#222222",
           "dionfs-direct-v3": "#9467bd", "dionfs-direct-v41": "#c5b0d5", "ganesha-v41": "#ff9896",
+          "dionfs-direct-v40": "#8c564b", "ganesha-v40": "#ff7f0e",
           "dionfs-direct-tls": "#e377c2"}
 
 

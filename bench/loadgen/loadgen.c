@@ -1,10 +1,36 @@
 /*
- * loadgen: NFSv3 load generator for the dionfs benchmark suite.
+ * loadgen: NFSv3 and NFSv4.0 load generator for the dionfs benchmark suite.
  *
  * The protocol is libnfs's (an independent NFS client library); the load
  * shape is ours. One thread per connection, each with its own nfs_context
  * and its own poll loop, keeping up to --qd requests in flight through
  * nfs_pread_async / nfs_pwrite_async.
+ *
+ * --vers 3 (the default) or 4: libnfs's NFSv4 is minor version 0 (RFC 7530;
+ * SETCLIENTID, OPEN_CONFIRM, every call a COMPOUND of PUTFH and the op).
+ * Over v4 there is no MOUNT protocol and no portmapper: libnfs connects to
+ * the URL's nfsport (2049 without one), mountport is ignored, and the
+ * export is looked up from PUTROOTFH. Each connection is its own NFSv4
+ * client with its own client name, which is also its open-owner (libnfs's
+ * default name is the same for every context of a process within a
+ * second: with it, connections after the first took over the first's
+ * client, and Ganesha answered NFS4ERR_EXPIRED or NFS4ERR_CLID_INUSE).
+ * Differences from v3, libnfs's (4.0's and 5.0's but the first):
+ *  - libnfs before 5.0 encodes a COMPOUND into a buffer of 4 KiB, so a
+ *    WRITE of 4 KiB cannot be sent (3,900 bytes could, to Ganesha): with
+ *    such a libnfs, --vers 4 refuses a --bs above V4_WRITE_MAX for
+ *    --op write and create, and --help says so (bench/run reads it);
+ *  - requests are not split at the server's maximum transfer size, which
+ *    libnfs does not learn over v4 (readmax and writemax print 0): a --bs
+ *    above it is the server's to shorten (counted in short_io) or refuse;
+ *  - --create opens an existing file with O_TRUNC and creates it only if
+ *    it is missing, because libnfs makes every OPEN with O_CREAT an
+ *    EXCLUSIVE4 create, which fails on an existing file;
+ *  - close does not COMMIT, so --op create calls COMMIT before CLOSE
+ *    itself (what the kernel's v4 client sends on close);
+ *  - every OPEN and CLOSE of a connection carries its open-owner's one
+ *    seqid, which libnfs does not serialize, so --op create (an OPEN and
+ *    a CLOSE per file) needs --qd 1. rename and remove take no seqid.
  *
  * Every byte written carries a deterministic pattern that depends on its
  * absolute file offset and a seed (so a record written at the wrong place,
@@ -52,6 +78,17 @@
 /* ------------------------------------------------------------------ */
 /* configuration                                                       */
 
+/* The largest WRITE sent over NFSv4 (0: any). libnfs before 5.0 (which
+ * added LIBNFS_FEATURE_UMOUNT) encodes a v4 COMPOUND into 4 KiB, which the
+ * RPC header, the AUTH_SYS credential (up to ~350 bytes), PUTFH (up to
+ * 136) and WRITE's own fields share with the data; 5.0 sizes the buffer
+ * for the data (libnfs commit 483be17). */
+#ifdef LIBNFS_FEATURE_UMOUNT
+#define V4_WRITE_MAX 0
+#else
+#define V4_WRITE_MAX 3072
+#endif
+
 enum pat { P_SEQ, P_RAND, P_STRIDED, P_FIXED };
 enum op { O_READ, O_WRITE, O_CREATE, O_RENAME, O_REMOVE };
 
@@ -76,8 +113,9 @@ static struct {
 	int commit;           /* COMMIT (nfs_fsync) after writes, inside the timed region */
 	double timeout;       /* hard limit for the whole run */
 	const char *label;
+	int vers;             /* NFS version: 3 or 4 (4.0); libnfs's NFS_V3, NFS_V4 */
 } cfg = {
-	.bs = 1 << 20, .qd = 1, .conns = 1, .seed = 1, .timeout = 600, .label = "",
+	.bs = 1 << 20, .qd = 1, .conns = 1, .seed = 1, .timeout = 600, .label = "", .vers = 3,
 };
 
 /* ------------------------------------------------------------------ */
@@ -428,6 +466,24 @@ static void meta_close_cb(int err, struct nfs_context *nfs, void *data, void *pr
 	record(s->c, s);
 }
 
+static void meta_close(struct nfs_context *nfs, struct slot *s)
+{
+	if (nfs_close_async(nfs, s->fh, meta_close_cb, s) != 0)
+		meta_fail(s->c, s, "queueing close", -1, (void *)nfs_get_error(nfs));
+	s->fh = NULL;
+}
+
+/* v4: the COMMIT that libnfs's v3 close makes itself, then the CLOSE */
+static void meta_commit_cb(int err, struct nfs_context *nfs, void *data, void *priv)
+{
+	struct slot *s = priv;
+	if (err < 0) {
+		s->c->errors++;
+		cerr(s->c, "COMMIT of file %" PRIu64 ": %s", s->file, data ? (char *)data : "?");
+	}
+	meta_close(nfs, s);
+}
+
 static void meta_write_cb(int err, struct nfs_context *nfs, void *data, void *priv)
 {
 	struct slot *s = priv;
@@ -440,9 +496,13 @@ static void meta_write_cb(int err, struct nfs_context *nfs, void *data, void *pr
 	} else {
 		c->bytes += (uint64_t)err;
 	}
-	if (nfs_close_async(nfs, s->fh, meta_close_cb, s) != 0)
-		meta_fail(c, s, "queueing close", -1, (void *)nfs_get_error(nfs));
-	s->fh = NULL;
+	if (cfg.vers == 4) {
+		if (nfs_fsync_async(nfs, s->fh, meta_commit_cb, s) == 0)
+			return;
+		c->errors++;
+		cerr(c, "queueing COMMIT of file %" PRIu64 ": %s", s->file, nfs_get_error(nfs));
+	}
+	meta_close(nfs, s);
 }
 
 static void meta_create_cb(int err, struct nfs_context *nfs, void *data, void *priv)
@@ -559,6 +619,19 @@ static int conn_setup(struct conn *c)
 		cerr(c, "bad url %s: %s", cfg.url, nfs_get_error(c->nfs));
 		return -1;
 	}
+	/* after the URL, whose version= it overrides */
+	if (nfs_set_version(c->nfs, cfg.vers) != 0) {
+		cerr(c, "NFS version %d: %s", cfg.vers, nfs_get_error(c->nfs));
+		nfs_destroy_url(u);
+		return -1;
+	}
+	if (cfg.vers == 4) {
+		/* one client, and one open-owner, per connection (top of the file);
+		 * the pid tells apart the loadgens running at once */
+		char name[128];
+		snprintf(name, sizeof name, "bench/loadgen pid %d conn %d", (int)getpid(), c->id);
+		nfs4_set_client_name(c->nfs, name);
+	}
 	if (nfs_mount(c->nfs, u->server, u->path) != 0) {
 		cerr(c, "mount %s:%s failed: %s", u->server, u->path, nfs_get_error(c->nfs));
 		nfs_destroy_url(u);
@@ -573,8 +646,20 @@ static int conn_setup(struct conn *c)
 static int conn_open(struct conn *c)
 {
 	int fl = cfg.op == O_WRITE ? O_RDWR : O_RDONLY;
-	if (cfg.create && c->id == 0)
+	if (cfg.create && c->id == 0) {
 		fl = O_RDWR | O_CREAT | O_TRUNC;
+		if (cfg.vers == 4) {
+			/* libnfs's v4 O_CREAT is EXCLUSIVE4 (top of the file) */
+			int rc = nfs_open2(c->nfs, cfg.file, O_RDWR | O_TRUNC, 0644, &c->fh);
+			if (rc == 0)
+				return 0;
+			if (rc != -ENOENT) {
+				cerr(c, "open %s failed: %s", cfg.file, nfs_get_error(c->nfs));
+				return -1;
+			}
+			fl = O_RDWR | O_CREAT | O_EXCL;
+		}
+	}
 	if (nfs_open2(c->nfs, cfg.file, fl, 0644, &c->fh) != 0) {
 		cerr(c, "open %s failed: %s", cfg.file, nfs_get_error(c->nfs));
 		return -1;
@@ -691,13 +776,17 @@ static void usage(void)
 {
 	fprintf(stderr,
 	    "usage: loadgen --url nfs://HOST/EXPORT?nfsport=P&mountport=M --file /NAME\n"
+	    "   [--vers 3|4] (default 3; 4 is NFSv4.0: nfsport only, default 2049)\n"
 	    "   --op read|write --pattern seq|rand|strided|fixed --bs SIZE\n"
 	    "   | --op create|rename|remove --files N (per connection) --bs SIZE\n"
 	    "   [--file-size SIZE] [--records R] [--offset OFF] [--qd N] [--conns N]\n"
 	    "   [--shift K] [--runtime SEC] [--ops N] [--seed S] [--verify] [--create]\n"
 	    "   [--commit] [--timeout SEC] [--label TEXT]\n"
 	    "   SIGUSR1: send no more calls, finish those in flight, report\n"
-	    "   metadata ops: FILE is a name prefix (/dir/prefix); files FILE-c<conn>-<i>[.tmp]\n");
+	    "   metadata ops: FILE is a name prefix (/dir/prefix); files FILE-c<conn>-<i>[.tmp];\n"
+	    "   --vers 4 --op create needs --qd 1\n");
+	if (V4_WRITE_MAX)
+		fprintf(stderr, "   --vers 4 WRITEs at most %d bytes (libnfs before 5.0)\n", V4_WRITE_MAX);
 	exit(2);
 }
 
@@ -742,7 +831,12 @@ int main(int argc, char **argv)
 		else if (!strcmp(a, "--commit")) cfg.commit = 1;
 		else if (!strcmp(a, "--timeout")) cfg.timeout = atof(ARG());
 		else if (!strcmp(a, "--label")) cfg.label = ARG();
-		else usage();
+		else if (!strcmp(a, "--vers")) {
+			const char *v = ARG();
+			if (!strcmp(v, "3")) cfg.vers = 3;
+			else if (!strcmp(v, "4")) cfg.vers = 4;
+			else usage();
+		} else usage();
 	}
 	if (!cfg.url || !cfg.file || cfg.bs == 0 || cfg.qd < 1 || cfg.qd > 1024 ||
 	    cfg.conns < 1 || cfg.conns > 256)
@@ -754,6 +848,18 @@ int main(int argc, char **argv)
 	}
 	if (is_meta() && cfg.files == 0)
 		usage();
+	if (cfg.vers == 4 && cfg.op == O_CREATE && cfg.qd != 1) {
+		fprintf(stderr, "--vers 4 --op create needs --qd 1: libnfs sends every OPEN and CLOSE of a\n"
+		                "connection with its open-owner's one seqid (RFC 7530 9.1.7), so two files\n"
+		                "in flight would reuse a seqid; use more --conns instead\n");
+		exit(2);
+	}
+	if (cfg.vers == 4 && (cfg.op == O_WRITE || cfg.op == O_CREATE) && V4_WRITE_MAX &&
+	    cfg.bs > V4_WRITE_MAX) {
+		fprintf(stderr, "--vers 4 WRITEs at most %d bytes: libnfs before 5.0 encodes an NFSv4\n"
+		                "COMPOUND into 4 KiB (top of loadgen.c)\n", V4_WRITE_MAX);
+		exit(2);
+	}
 	if (!is_meta() && (cfg.pat == P_SEQ || cfg.pat == P_RAND) && cfg.file_size < cfg.bs)
 		usage();
 	if (cfg.pat == P_RAND && cfg.runtime <= 0 && cfg.ops == 0)
@@ -826,9 +932,9 @@ int main(int argc, char **argv)
 		}
 	}
 	double el = (double)(t1 - t0) / 1e9;
-	printf("{\"label\":\"%s\",\"op\":\"%s\",\"pattern\":\"%s\",\"bs\":%" PRIu64
+	printf("{\"label\":\"%s\",\"vers\":%d,\"op\":\"%s\",\"pattern\":\"%s\",\"bs\":%" PRIu64
 	       ",\"qd\":%d,\"conns\":%d,\"file_size\":%" PRIu64 ",\"seed\":%" PRIu64 ",",
-	       cfg.label, (const char *[]){ "read", "write", "create", "rename", "remove" }[cfg.op],
+	       cfg.label, cfg.vers, (const char *[]){ "read", "write", "create", "rename", "remove" }[cfg.op],
 	       (const char *[]){ "seq", "rand", "strided", "fixed" }[cfg.pat], cfg.bs, cfg.qd,
 	       cfg.conns, cfg.file_size, cfg.seed);
 	printf("\"elapsed_s\":%.6f,\"ops\":%" PRIu64 ",\"bytes\":%" PRIu64
