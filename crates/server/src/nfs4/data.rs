@@ -965,9 +965,10 @@ impl Compound {
     /// payload was placed and may be written there (a small write into
     /// the page cache, `io::may_write_on_task`, or an aligned direct
     /// write the ring may take: [`write_on_task`]). Decided without a
-    /// syscall.
+    /// syscall. A minor version 0 COMPOUND has the same shapes without
+    /// SEQUENCE (PUTFH, READ is what Linux and libnfs send).
     pub fn starts_on_task(&self, server: &Server) -> bool {
-        if self.slot.is_none() || self.refused.is_some() {
+        if (self.slot.is_none() && self.minor != 0) || self.refused.is_some() {
             return false;
         }
         if let [ArgOp::Putfh(fh), ArgOp::Read(_)] = &self.ops[..] {
