@@ -28,7 +28,7 @@ import nfs_rs
 import pytest
 from nfs_rs import Acl41Flags, NfsAcl41
 from rawrpc import SUCCESS, Conn, call as rpc_call, opaque, parse_reply, read_record, u32, u64
-from test_nfs4_ops import V41, Sent, Server, _stop
+from test_nfs4_ops import V41, Sent, Server, _bitmap_at, _opaque_at, _stop, op, putfh
 
 pytestmark = pytest.mark.dionfs_only
 
@@ -265,27 +265,9 @@ def test_a_v40_and_a_v41_client_share_a_file(server):
 # ------------------------------------------------------ raw NFSv4.0 calls
 
 
-def op(num: int, args: bytes = b"") -> bytes:
-    return u32(num) + args
-
-
-def putfh(fh: bytes) -> bytes:
-    return op(OP_PUTFH, opaque(fh))
-
-
 def walk(path: str) -> list[bytes]:
     """PUTROOTFH and a LOOKUP per component of `path`."""
     return [op(OP_PUTROOTFH)] + [op(OP_LOOKUP, opaque(p.encode())) for p in path.split("/") if p]
-
-
-def _opaque_at(raw: bytes, at: int) -> tuple[bytes, int]:
-    (n,) = struct.unpack(">I", raw[at:at + 4])
-    return raw[at + 4:at + 4 + n], at + 4 + n + (-n % 4)
-
-
-def _bitmap_at(raw: bytes, at: int) -> int:
-    (n,) = struct.unpack(">I", raw[at:at + 4])
-    return at + 4 + 4 * n
 
 
 class Reply:

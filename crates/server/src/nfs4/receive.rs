@@ -85,7 +85,20 @@ pub async fn receive<R: CallStream>(
     let mut compound = new_compound(exports, call, head, Vec::new());
     let mut ops = OpReader::new(body, minor);
     if minor == 0 {
-        receive_v40(server, conn, &mut compound, &mut ops, small).await?;
+        // No SEQUENCE: every op is received so, the record bounded by
+        // the transport's largest record alone.
+        let max = V40_MAX_OPS;
+        receive_ops(
+            server,
+            conn,
+            &mut compound,
+            &mut ops,
+            small,
+            numops,
+            max,
+            u64::MAX,
+        )
+        .await?;
         return Ok(Received::Run(compound));
     }
 
@@ -140,58 +153,26 @@ pub async fn receive<R: CallStream>(
     };
 
     // 3. The later ops, within the session's bounds (SEQUENCE checked
-    // numops against them).
+    // numops against them, at most 64).
     let max_request = u64::from(slot.max_request());
-    // SEQUENCE bounded numops by the session's ca_maxoperations (at most
-    // 64); the reservation is bounded whatever it let through.
-    compound.ops.reserve(numops.min(64) as usize);
-    let exports = compound.exports.clone();
-    // The current filehandle as far as the ops say, for WRITE payloads.
-    let mut known = KnownFh::<Vec<u8>>::default();
-    let mut writes = 0;
-    for _ in 1..numops {
-        let next = ops.next().await?;
-        if ops.body.record_len_so_far() > max_request {
-            // Found only now, the record coming in several fragments
-            // (having read at most one op's bound past the size): SEQUENCE
-            // answers it, and the slot goes back as it was.
-            drop(slot);
-            return Ok(answered_by_sequence(compound, Nfsstat4::ReqTooBig));
-        }
-        let op = match next {
-            Next::Op(op) => op,
-            Next::Refused(opnum, status) => {
-                compound.refused = Some((opnum, status));
-                break;
-            }
-        };
-        if let ArgOp::Write(write) = &op {
-            // 4. The payload, bounded before anything is allocated for it.
-            let body = &ops.body;
-            let read = body.record_len_so_far() - u64::from(body.fragment_remaining());
-            if read + write.payload_len() as u64 > max_request {
-                drop(slot);
-                return Ok(answered_by_sequence(compound, Nfsstat4::ReqTooBig));
-            }
-            if !ops.buf.is_empty() {
-                // The decoder read into the payload: never so, but then
-                // the bytes after it are not known to be the next op.
-                compound.refused = Some((op.opnum(), Nfsstat4::Badxdr));
-                break;
-            }
-            let fh = known.current.as_deref();
-            let first = writes == 0;
-            let payload =
-                take_payload(server, &exports, conn, fh, first, small, write, ops.body).await?;
-            compound.data.payloads.push_back(payload);
-            writes += 1;
-        }
-        known.follow(&op);
-        let ends = ends_decoding(&op);
-        compound.ops.push(op);
-        if ends {
-            break;
-        }
+    let later = numops - 1;
+    if !receive_ops(
+        server,
+        conn,
+        &mut compound,
+        &mut ops,
+        small,
+        later,
+        later,
+        max_request,
+    )
+    .await?
+    {
+        // Found only now, the record coming in several fragments (having
+        // read at most one op's bound past the size): SEQUENCE answers
+        // it, and the slot goes back as it was.
+        drop(slot);
+        return Ok(answered_by_sequence(compound, Nfsstat4::ReqTooBig));
     }
     compound.slot = Some(slot);
     // 5. Whatever follows the ops is skipped by the connection.
@@ -225,29 +206,41 @@ async fn take_payload<R: CallStream>(
 /// knfsd's `NFSD_MAX_OPS_PER_COMPOUND` is 50; Linux sends at most 14).
 pub const V40_MAX_OPS: u32 = 100;
 
-/// The ops of a minor version 0 COMPOUND, after its head: no SEQUENCE,
-/// every op decoded as [`receive`] decodes the ops after SEQUENCE, and a
-/// WRITE's payload received into a pool buffer the same way. The record
-/// is bounded by the transport's largest record.
-async fn receive_v40<R: CallStream>(
+/// Receives `count` ops of `compound` (those after SEQUENCE, or all of
+/// a minor version 0 COMPOUND) into it, each decoded within its own
+/// bound, a WRITE's payload placed as [`data::receive_payload`] places
+/// it. The op past the first `max_ops` is `RESOURCE`; one that cannot be
+/// decoded ends the COMPOUND there. False when the record grew past
+/// `max_request` bytes (an op, or a WRITE's payload before anything is
+/// allocated for it): the caller's SEQUENCE answers `REQ_TOO_BIG`.
+#[allow(clippy::too_many_arguments)]
+async fn receive_ops<R: CallStream>(
     server: &Server,
     conn: &ConnInfo,
     compound: &mut Compound,
     ops: &mut OpReader<'_, R>,
     small: bool,
-) -> Result<(), RecordError> {
-    let numops = compound.numops;
-    compound.ops.reserve(numops.min(16) as usize);
+    count: u32,
+    max_ops: u32,
+    max_request: u64,
+) -> Result<bool, RecordError> {
+    // Bounded whatever the count says.
+    compound.ops.reserve(count.min(64) as usize);
     let exports = compound.exports.clone();
+    // The current filehandle as far as the ops say, for WRITE payloads.
     let mut known = KnownFh::<Vec<u8>>::default();
     let mut writes = 0;
-    for position in 0..numops {
-        if position == V40_MAX_OPS {
+    for position in 0..count {
+        if position == max_ops {
             let opnum = ops.body.read_u32().await?;
             compound.refused = Some((opnum, Nfsstat4::Resource));
             break;
         }
-        let op = match ops.next().await? {
+        let next = ops.next().await?;
+        if ops.body.record_len_so_far() > max_request {
+            return Ok(false);
+        }
+        let op = match next {
             Next::Op(op) => op,
             Next::Refused(opnum, status) => {
                 compound.refused = Some((opnum, status));
@@ -255,7 +248,15 @@ async fn receive_v40<R: CallStream>(
             }
         };
         if let ArgOp::Write(write) = &op {
+            // 4. The payload, bounded before anything is allocated for it.
+            let body = &ops.body;
+            let read = body.record_len_so_far() - u64::from(body.fragment_remaining());
+            if read + write.payload_len() as u64 > max_request {
+                return Ok(false);
+            }
             if !ops.buf.is_empty() {
+                // The decoder read into the payload: never so, but then
+                // the bytes after it are not known to be the next op.
                 compound.refused = Some((op.opnum(), Nfsstat4::Badxdr));
                 break;
             }
@@ -273,7 +274,7 @@ async fn receive_v40<R: CallStream>(
             break;
         }
     }
-    Ok(())
+    Ok(true)
 }
 
 /// At most this many ops are received in place ([`receive_in_place`]).
