@@ -642,6 +642,8 @@ def main() -> int:
                         os.path.join(REPO, "tests", "tools", "locktest.c")], check=True)
         shutil.copy("/usr/sbin/sm-notify", os.path.join(export, "bin", "sm-notify"))
         if not args.peer:
+            subprocess.run(["bash", "-c", '. "$1"; netns_clear_stale "${RC_NETNS:-nfsh}"', "netns",
+                            os.path.join(REPO, "tests", "lib", "netns.sh")], check=True)
             subprocess.run([os.path.join(RC, "netns.sh"), "up"], check=True, stdout=subprocess.DEVNULL)
             server = Server(export, work, args.vers)
             server.start()

@@ -65,7 +65,9 @@ die() { log "FAIL: $*"; exit 1; }
 [ -n "$RC" ] && [ -x "$RC/guest-run.sh" ] || die "realclient harness not found (expected $REPO/../shared/realclient)"
 [ -x "$BIN" ] || die "dionfs binary $BIN missing (cargo build, or set DIONFS_BIN)"
 . "$REPO/tests/lib/loopfs.sh"
+. "$REPO/tests/lib/netns.sh"
 NETNS=${RC_NETNS:-nfsh}
+netns_clear_stale "$NETNS"
 
 if ip netns list 2>/dev/null | awk '{print $1}' | grep -qx "$NETNS" &&
     ip netns exec "$NETNS" ss -ltnH 2>/dev/null | grep -qE ':(2049|20048|111)\b'; then

@@ -69,6 +69,8 @@ GUEST_IMG=$TLS_CACHE/guest/initramfs.cpio.zst
 [ -f "$GUEST_IMG" ] && [ -e "$TLS_CACHE/guest/kernel" ] ||
     die "no TLS guest in $TLS_CACHE: run tests/realclient/setup-tls.sh"
 . "$REPO/tests/lib/loopfs.sh"
+. "$REPO/tests/lib/netns.sh"
+netns_clear_stale "$RC_NETNS"
 
 if ip netns list 2>/dev/null | awk '{print $1}' | grep -qx "$RC_NETNS" &&
     ip netns exec "$RC_NETNS" ss -ltnH 2>/dev/null | grep -qE ':(2049|20048|111)\b'; then
