@@ -12,7 +12,8 @@ that needs the real server: an NLM (v3) lock against a v4 lock, lease
 expiry with and without a conflicting client, the session reply cache
 for a retransmitted non-idempotent COMPOUND, bad stateids, PUTPUBFH,
 RESTOREFH, SECINFO, BIND_CONN_TO_SESSION, BACKCHANNEL_CTL and
-DELEGRETURN (crates/server/tests/nfs4_rare_ops.rs sends those and the
+DELEGRETURN (test_nfs4_delegations.py has the delegations themselves;
+crates/server/tests/nfs4_rare_ops.rs sends those and the
 retransmission to an in-process server as well). The other ops (LOOKUPP, VERIFY, NVERIFY, OPEN_DOWNGRADE,
 LOCK/LOCKT/LOCKU in depth, the OPEN create modes, SECINFO_NO_NAME, the
 4.2 ops) are tested with the raw Rust client in crates/server/tests/.
@@ -513,12 +514,16 @@ def _body(num: int, status: int, raw: bytes, at: int) -> tuple[dict, int]:
         stateid = raw[at:at + 16]
         at = _bitmap_at(raw, at + 16 + 20 + 4)
         (deleg,) = struct.unpack(">I", raw[at:at + 4])
-        assert deleg in (0, 3), f"a delegation ({deleg}) nobody asked for"
         at += 4
+        deleg_stateid = None
+        if deleg in (1, 2):  # read, write: stateid, recall, (space limit), ACE
+            deleg_stateid = raw[at:at + 16]
+            at += 20 + (12 if deleg == 2 else 0)  # limit_by and 8 bytes either way
+            _, at = _opaque_at(raw, at + 12)
         if deleg == 3:
             (why,) = struct.unpack(">I", raw[at:at + 4])
             at += 4 + (4 if why in (1, 2) else 0)
-        return {"stateid": stateid, "delegation": deleg}, at
+        return {"stateid": stateid, "delegation": deleg, "deleg_stateid": deleg_stateid}, at
     if num == OP_READ:
         (eof,) = struct.unpack(">I", raw[at:at + 4])
         data, at = _opaque_at(raw, at + 4)
@@ -781,8 +786,8 @@ def test_bad_stateids_are_refused(server):
     assert status(c.call([putfh(fh), op(OP_FREE_STATEID, newer)])) == OK
     assert status(c.call([putfh(fh), op(OP_CLOSE, u32(0) + sid)])) == OK
     assert status(c.read(fh, sid)) == BAD_STATEID
-    # DELEGRETURN: no delegation is ever given (OPEN said so above).
-    assert status(c.call([putfh(fh), op(OP_DELEGRETURN, sid)])) == NOTSUPP
+    # DELEGRETURN of what is no delegation (a closed open's stateid).
+    assert status(c.call([putfh(fh), op(OP_DELEGRETURN, sid)])) == BAD_STATEID
     c.close()
 
 

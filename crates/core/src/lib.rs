@@ -14,6 +14,9 @@
 //!   an NLM lock and an NFSv4 lock on one file see each other;
 //!   [`recovery`]: the durable record of the clients holding state, which
 //!   a restarted server tells or lets reclaim.
+//! - [`delegations`]: which NFSv4 client holds a delegation of which
+//!   file, the index every program's conflicting calls check and recall
+//!   through.
 //! - [`drc`]: the duplicate request cache; [`io_errors`]: READ, WRITE and
 //!   COMMIT failures in the log; [`integrity`]: the checksum store's
 //!   settling at start and stop.
@@ -21,6 +24,7 @@
 //! Nothing here decodes a protocol or names a status code: the programs
 //! (`dionfs_server`) do, and map [`dionfs_fs::FsError`] to theirs.
 
+pub mod delegations;
 pub mod drc;
 pub mod export;
 pub mod exports;

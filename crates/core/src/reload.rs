@@ -344,6 +344,7 @@ pub fn changed_settings(running: &ServerSettings, new: &ServerSettings) -> Vec<&
         grace_period,
         versions,
         lease_time,
+        delegations,
         nfs4_reply_cache_mib,
         nfs4_id_domain,
         log_level,
@@ -386,6 +387,7 @@ pub fn changed_settings(running: &ServerSettings, new: &ServerSettings) -> Vec<&
         ("grace_period", *grace_period == new.grace_period),
         ("versions", *versions == new.versions),
         ("lease_time", *lease_time == new.lease_time),
+        ("delegations", *delegations == new.delegations),
         (
             "nfs4_reply_cache_mib",
             *nfs4_reply_cache_mib == new.nfs4_reply_cache_mib,

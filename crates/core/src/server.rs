@@ -53,6 +53,8 @@ pub struct Server {
     personalities: Mutex<HashMap<Creds, u16>>,
     /// The grace period after a restart, one for every program.
     pub grace: Arc<crate::grace::Grace>,
+    /// The NFSv4 delegations every program's conflicting calls recall.
+    pub delegations: Arc<crate::delegations::Delegations>,
     /// What a reload needs to open exports as the start did.
     reload: crate::reload::ReloadState,
     /// Memory for the starts of WRITE payloads a client's closed receive
@@ -247,6 +249,9 @@ impl Server {
             io_ring,
             personalities: Mutex::default(),
             grace: Arc::new(crate::grace::Grace::new(config.server.grace_period)),
+            delegations: Arc::new(crate::delegations::Delegations::new(
+                config.server.delegations,
+            )),
             reload,
             staging: dionfs_transport::StagingBudget::new(STAGING_BUDGET),
             io_error_logs: Default::default(),

@@ -75,6 +75,7 @@ impl TestServer {
                     limits.max_record,
                     Arc::new(locks),
                     server.grace.clone(),
+                    server.delegations.clone(),
                 )
                 .unwrap(),
             );

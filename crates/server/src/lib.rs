@@ -355,6 +355,7 @@ async fn serve(
             limits.max_record,
             shared_locks.clone(),
             server.grace.clone(),
+            server.delegations.clone(),
         )?);
         nfs4.start_laundromat();
         Some(nfs4)

@@ -99,6 +99,11 @@ impl Collector for Nfs4Metrics {
                 n(c.locks),
             ),
             (
+                "nfs4_delegations",
+                "Delegations NFSv4 clients hold now (read and write).",
+                n(c.delegations),
+            ),
+            (
                 "nfs4_slot_cache_reserved_bytes",
                 "Bytes of the NFSv4 reply-cache budget the sessions' slots reserve.",
                 n(c.slot_cache_reserved),

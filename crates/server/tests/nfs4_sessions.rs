@@ -435,6 +435,7 @@ fn compounds_and_their_ops_are_counted() {
         "dionfs_nfs4_sessions 1\n",
         "dionfs_nfs4_open_stateids 0\n",
         "dionfs_nfs4_lock_stateids 0\n",
+        "dionfs_nfs4_delegations 0\n",
         "dionfs_nfs4_refused_total 0\n",
     ] {
         assert!(text.contains(gauge), "{gauge}: {text}");

@@ -108,6 +108,10 @@ pub struct ServerSettings {
     /// NFSv4 owner strings are `name@` this domain, through the name
     /// service, if set; numeric ids (`"1000"`) if not.
     pub nfs4_id_domain: Option<String>,
+    /// NFSv4.1 read and write delegations are granted (`delegations`).
+    /// Off by default: a process on the server opening a delegated file
+    /// does not recall it yet (docs/nfs4-complete-design.md, section C).
+    pub delegations: bool,
     /// Which log lines are written (`log_level`), if set: under
     /// `--log-level` and `DIONFS_LOG`, which win over it.
     pub log_level: Option<LogFilter>,
@@ -255,6 +259,7 @@ impl Default for ServerSettings {
             nfs4_reply_cache_mib: 64,
             // As knfsd for AUTH_SYS (`nfs4_disable_idmapping`).
             nfs4_id_domain: None,
+            delegations: false,
             log_level: None,
             tls: None,
         }
@@ -691,6 +696,7 @@ struct RawServer {
     lease_time: Option<Spanned<u64>>,
     nfs4_reply_cache_mib: Option<Spanned<u64>>,
     nfs4_id_domain: Option<Spanned<String>>,
+    delegations: Option<bool>,
     /// A level word (`info`, `warning`, `debug`...), then `MODULE=LEVEL`s.
     log_level: Option<Spanned<String>>,
 }
@@ -1020,6 +1026,9 @@ impl Config {
             if let Some(v) = s.lease_time {
                 server.lease_time =
                     check_lease_time(*v.get_ref()).map_err(|r| err(Some(v.span()), r))?;
+            }
+            if let Some(on) = s.delegations {
+                server.delegations = on;
             }
             if let Some(v) = s.nfs4_reply_cache_mib {
                 server.nfs4_reply_cache_mib =

@@ -123,6 +123,15 @@ impl<O: LockOwner> ShareTable<O> {
             .is_some_and(|list| list.iter().any(|s| s.reservation.deny & access != 0))
     }
 
+    /// Whether some reservation of `fh` satisfies `matches` (given its
+    /// owner and the access it takes: bits 1 read, 2 write): a
+    /// delegation's grant looks for other clients' opens.
+    pub fn any(&self, fh: &[u8], mut matches: impl FnMut(&O, u32) -> bool) -> bool {
+        self.by_file
+            .get(fh)
+            .is_some_and(|list| list.iter().any(|s| matches(&s.owner, s.reservation.access)))
+    }
+
     /// Releases `owner`'s reservation of `fh`, if it holds one.
     pub fn release(&mut self, fh: &[u8], owner: &O) {
         let Some(list) = self.by_file.get_mut(fh) else {

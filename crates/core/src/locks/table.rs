@@ -668,6 +668,16 @@ impl<O: LockOwner, T> LockTable<O, T> {
             .is_some_and(|h| !h.ranges.is_empty())
     }
 
+    /// Whether an owner `matches` holds a lock on `fh` (a delegation's
+    /// grant looks for other clients' locks).
+    pub fn any_holder(&self, fh: &[u8], mut matches: impl FnMut(&O) -> bool) -> bool {
+        self.files.get(fh).is_some_and(|f| {
+            f.owners
+                .iter()
+                .any(|(o, h)| !h.ranges.is_empty() && matches(o))
+        })
+    }
+
     /// The clients holding at least one lock.
     pub fn clients(&self) -> Vec<O::Client> {
         let mut clients: Vec<O::Client> = self

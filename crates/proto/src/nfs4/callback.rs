@@ -11,8 +11,8 @@ use dionfs_xdr::{Decode, Decoder, Encode, Encoder, Result, XdrError};
 use crate::codec::{xdr_enum, xdr_struct};
 use crate::nfs4::attrs::Fattr4;
 use crate::nfs4::types::{
-    decode_array, encode_array, Nfsstat4, Res4, SessionId4, Utf8Str, NFS4_MAX_ARRAY_ITEMS,
-    NFS4_MAX_TAG_LEN,
+    decode_array, encode_array, NfsFh4, Nfsstat4, Res4, SessionId4, StateId4, Utf8Str,
+    NFS4_MAX_ARRAY_ITEMS, NFS4_MAX_TAG_LEN,
 };
 
 /// The callback program number in `nfs4.x`. A 4.1 client chooses its own
@@ -142,10 +142,21 @@ xdr_struct! {
     }
 }
 
+xdr_struct! {
+    /// `CB_RECALL4args` (RFC 8881 section 20.2): give delegation
+    /// `stateid` of file `fh` back.
+    pub struct CbRecallArgs4 {
+        pub stateid: StateId4,
+        pub truncate: bool,
+        pub fh: NfsFh4,
+    }
+}
+
 /// One operation of a CB_COMPOUND the server sends (`nfs_cb_argop4`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CbArgOp {
     Sequence(CbSequenceArgs4),
+    Recall(CbRecallArgs4),
 }
 
 impl CbArgOp {
@@ -153,6 +164,7 @@ impl CbArgOp {
     pub fn opnum(&self) -> CbOpnum4 {
         match self {
             CbArgOp::Sequence(_) => CbOpnum4::Sequence,
+            CbArgOp::Recall(_) => CbOpnum4::Recall,
         }
     }
 }
@@ -162,6 +174,7 @@ impl Encode for CbArgOp {
         self.opnum().encode(enc);
         match self {
             CbArgOp::Sequence(args) => args.encode(enc),
+            CbArgOp::Recall(args) => args.encode(enc),
         }
     }
 }
@@ -172,6 +185,7 @@ impl Decode<'_> for CbArgOp {
     fn decode(dec: &mut Decoder<'_>) -> Result<Self> {
         match CbOpnum4::decode(dec)? {
             CbOpnum4::Sequence => Ok(CbArgOp::Sequence(Decode::decode(dec)?)),
+            CbOpnum4::Recall => Ok(CbArgOp::Recall(Decode::decode(dec)?)),
             other => Err(XdrError::BadDiscriminant {
                 type_name: "nfs_cb_argop4 not sent by dionfs",
                 value: other.as_u32(),
@@ -371,6 +385,20 @@ mod tests {
             ops: vec![CbArgOp::Sequence(cb_sequence())],
         };
         assert_codec(&args);
+        assert_codec(&CbCompoundArgs4 {
+            ops: vec![
+                CbArgOp::Sequence(cb_sequence()),
+                CbArgOp::Recall(CbRecallArgs4 {
+                    stateid: StateId4 {
+                        seqid: 1,
+                        other: [9; 12],
+                    },
+                    truncate: false,
+                    fh: NfsFh4::new(vec![1, 2, 3]).unwrap(),
+                }),
+            ],
+            ..args.clone()
+        });
         // The head as RFC 8881 section 20 lays it out.
         let bytes = args.to_xdr();
         assert_eq!(&bytes[..8], &[0, 0, 0, 2, b'c', b'b', 0, 0]);

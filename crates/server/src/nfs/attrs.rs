@@ -1,6 +1,7 @@
 //! GETATTR, SETATTR, ACCESS, READLINK, FSSTAT, FSINFO, PATHCONF
 //! (RFC 1813 sections 3.3.1-3.3.5, 3.3.18-3.3.20).
 
+use dionfs_core::delegations::Access;
 use dionfs_fs::{access3, ops, Attr, Node, OpenFile};
 use dionfs_proto::nfs3::*;
 use dionfs_proto::Void;
@@ -57,6 +58,14 @@ pub fn setattr(ctx: &Ctx, a: SetattrArgs) -> SetattrRes {
         }
     }
     let set = set_attrs(&a.new_attributes);
+    let _busy = if set.is_empty() {
+        None
+    } else {
+        match ctx.delegation(a.object.as_bytes(), Access::Write) {
+            Ok(busy) => Some(busy),
+            Err(s) => return fail(s, before.as_ref(), before.as_ref()),
+        }
+    };
     // A regular file's size goes through its one data-plane file, under
     // its range lock (`ops::set_size`), with the caller's credentials
     // like everything else here. RFC 1813 3.3.2: durable before the reply.

@@ -25,6 +25,7 @@ use super::status::{from_data, from_fs};
 use super::Ctx;
 use crate::io::{self, ReadPayload};
 use crate::reply::{garbage_args, success, success_encoder};
+use dionfs_core::delegations::{Access, Busy};
 use dionfs_core::exports::{Export, Exports};
 use dionfs_core::io_errors::IoProc;
 use dionfs_core::server::Server;
@@ -40,6 +41,8 @@ pub struct ReceivedWrite {
     exports: Arc<Exports>,
     /// The export (its id in `exports`), the file and the payload.
     target: Result<(u16, Arc<OpenFile>, WriteBuffer), NfsStat3>,
+    /// The file held busy for the delegation index until written.
+    _busy: Option<Busy>,
 }
 
 impl ReceivedWrite {
@@ -103,7 +106,12 @@ pub async fn receive_write<R: CallStream>(
         conn,
         call: &call,
     };
-    let target = match write_target(&ctx, &args) {
+    let mut busy = None;
+    let target = write_target(&ctx, &args).and_then(|(export, file)| {
+        busy = Some(ctx.delegation(args.file.as_bytes(), Access::Write)?);
+        Ok((export, file))
+    });
+    let target = match target {
         // The payload's padding, and all of it after a refusal, is left
         // in the record, which skips what a call did not read.
         Ok((export, file)) => io::receive_payload(
@@ -125,6 +133,7 @@ pub async fn receive_write<R: CallStream>(
             head: args,
             exports,
             target,
+            _busy: busy,
         },
     )))
 }
@@ -256,6 +265,7 @@ async fn write_without_blocking(
         head,
         exports,
         target,
+        _busy: busy,
     } = w;
     let (export_id, file, buf) = match target {
         Ok(target) => target,
@@ -264,6 +274,7 @@ async fn write_without_blocking(
                 head,
                 exports,
                 target: Err(s),
+                _busy: busy,
             })
         }
     };
@@ -272,6 +283,7 @@ async fn write_without_blocking(
         head,
         exports: exports.clone(),
         target: Ok((export_id, file, buf)),
+        _busy: busy,
     };
     let Some(export) = exports.by_id(export_id) else {
         return Err(back(file, buf));
@@ -357,6 +369,10 @@ pub fn read(ctx: &Ctx, a: ReadArgs, buf: Option<PooledBuf>) -> Reply {
         Ok(x) => x,
         Err(s) => return read_failed(ctx, s, None),
     };
+    // Another client's write delegation: its data is the holder's.
+    if let Err(s) = ctx.delegation(a.file.as_bytes(), Access::Read) {
+        return read_failed(ctx, s, None);
+    }
     // (A file new to a full checksum store is read unchecked.)
     let file = match export.fs.open_file_to_read(a.file.as_bytes()) {
         Ok(f) => f,
@@ -432,6 +448,9 @@ async fn read_without_blocking(
     let Ok(Some(file)) = export.fs.cached_file(a.file.as_bytes()) else {
         return Err(buf);
     };
+    if ctx.delegation(a.file.as_bytes(), Access::Read).is_err() {
+        return Err(buf);
+    }
     if export.data.read_leaves_task(file.data()) {
         return Err(buf);
     }

@@ -1,6 +1,7 @@
 //! LOOKUP, CREATE, MKDIR, SYMLINK, MKNOD, REMOVE, RMDIR, RENAME, LINK,
 //! READDIR, READDIRPLUS (RFC 1813 sections 3.3.3, 3.3.8-3.3.17).
 
+use dionfs_core::delegations::Access;
 use dionfs_fs::{dir, ops, Attr, CreateHow, FsError, Node, SetAttrs, SpecialFile};
 use dionfs_proto::nfs3::*;
 
@@ -147,9 +148,11 @@ fn unlink(
         Err(s) => return NfsRes::fail(s, DirWcc::default()),
     };
     let before = attr_of(export, &dir);
+    let busy = ctx.delegation_named(export, &dir, &at.name.0);
     let result = ctx
         .writable(export)
-        .and_then(|()| ctx.as_user(export, || op(export, &dir, &at.name.0)))
+        .and(busy)
+        .and_then(|_busy| ctx.as_user(export, || op(export, &dir, &at.name.0)))
         .and_then(|()| export.metadata_sync.removed(&dir).map_err(from_fs));
     let dir_wcc = DirWcc {
         dir_wcc: wcc(before.as_ref(), attr_of(export, &dir).as_ref()),
@@ -181,8 +184,11 @@ pub fn rename(ctx: &Ctx, a: RenameArgs) -> RenameRes {
     let result = if export.config.id != to_export.config.id {
         Err(NfsStat3::XDev)
     } else {
+        let moved = ctx.delegation_named(export, &from_dir, &a.from.name.0);
+        let replaced = ctx.delegation_named(export, &to_dir, &a.to.name.0);
         ctx.writable(export)
-            .and_then(|()| {
+            .and_then(|()| Ok((moved?, replaced?)))
+            .and_then(|_held| {
                 ctx.as_user(export, || {
                     ops::rename(&export.fs, &from_dir, &a.from.name.0, &to_dir, &a.to.name.0)
                 })
@@ -216,7 +222,8 @@ pub fn link(ctx: &Ctx, a: LinkArgs) -> LinkRes {
         Err(NfsStat3::XDev)
     } else {
         ctx.writable(export)
-            .and_then(|()| ctx.as_user(export, || ops::link(&file, &dir, &a.link.name.0)))
+            .and_then(|()| ctx.delegation(file.fh(), Access::Write))
+            .and_then(|_busy| ctx.as_user(export, || ops::link(&file, &dir, &a.link.name.0)))
             // RFC 1813 3.3.15: durable before the reply.
             .and_then(|()| export.metadata_sync.linked(&file, &dir).map_err(from_fs))
     };

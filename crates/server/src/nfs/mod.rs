@@ -27,6 +27,7 @@ use dionfs_xdr::{Decode, Decoder, Encode};
 use crate::admit::Refusal;
 use crate::program::{Io, Procedure, Program, ReplyCache};
 use crate::reply::{garbage_args, success};
+use dionfs_core::delegations::{Access, Busy};
 use dionfs_core::drc::{hash_args, DrcKey, Lookup};
 use dionfs_core::export::{squash, ClientOptions};
 use dionfs_core::exports::{Export, Exports};
@@ -68,6 +69,35 @@ impl<'a> Ctx<'a> {
         let export = self.export(fh)?;
         let node = export.fs.resolve(fh.as_bytes()).map_err(status::from_fs)?;
         Ok((export, node))
+    }
+
+    /// Before a call that does `access` to file `fh`: `JUKEBOX` while an
+    /// NFSv4 client's delegation of it is recalled (the client tries
+    /// again, as knfsd's v3 answers a broken lease); the file held busy,
+    /// so that no delegation of it is granted, while the call runs.
+    pub fn delegation(&self, fh: &[u8], access: Access) -> Result<Busy, NfsStat3> {
+        self.server
+            .delegations
+            .enter(fh, None, access)
+            .map_err(|_| NfsStat3::Jukebox)
+    }
+
+    /// [`Ctx::delegation`] for the file `name` in directory `dir` of
+    /// `export`, which REMOVE and RENAME change (its links, its ctime):
+    /// nothing to hold when delegations are off or there is no such file.
+    pub fn delegation_named(
+        &self,
+        export: &Export,
+        dir: &Node,
+        name: &[u8],
+    ) -> Result<Option<Busy>, NfsStat3> {
+        if !self.server.delegations.enabled() {
+            return Ok(None);
+        }
+        match export.fs.lookup(dir, name) {
+            Ok((node, _)) => self.delegation(node.fh(), Access::Write).map(Some),
+            Err(_) => Ok(None),
+        }
     }
 
     /// The options `export` gives this call's client (its client entry).

@@ -3,6 +3,7 @@
 //! [`with_pseudo`], which READDIR uses too). The encoding and the
 //! comparison are [`super::attrs`]'s.
 
+use dionfs_core::delegations::Access;
 use dionfs_core::exports::Export;
 use dionfs_fs::acl::{self as posix, AclKind, PosixAcl};
 use dionfs_fs::handle::{self, PathId};
@@ -16,7 +17,7 @@ use super::attrs::{
     PSEUDO_OWNER,
 };
 use super::compound::OpCtx;
-use super::fh::{Current, File};
+use super::fh::{Current, Fh4, File};
 use super::lookup::status;
 use super::namespace::MountedOn;
 use super::reply::CompoundReply;
@@ -209,6 +210,14 @@ pub fn getattr(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat
         return Nfsstat4::Serverfault;
     };
     let request = &args.attr_request;
+    // Another client's write delegation: its size and change are the
+    // holder's to tell, so it is recalled first (design section C; no
+    // CB_GETATTR yet).
+    if let Some(Fh4::File { fh, .. }) = &ctx.current {
+        if super::delegation::enter(ctx, fh, Access::Read).is_err() {
+            return Nfsstat4::Delay;
+        }
+    }
     let result = with_current(ctx, request, |src| attrs::getattr(request, src));
     status(result.map(|obj_attributes| {
         GetattrResOk4 { obj_attributes }.encode(reply.encoder());
@@ -316,6 +325,7 @@ pub fn setattr(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat
         if set.is_empty() && acl.is_none() {
             return Ok(());
         }
+        let _busy = super::delegation::enter(ctx, file.node.fh(), Access::Write)?;
         let export = file.export;
         if !set.is_empty() {
             ctx.as_user(export, || ops::setattr(&export.fs, &file.node, &set))?;

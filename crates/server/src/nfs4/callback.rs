@@ -45,10 +45,12 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// sequence id was off or that the client was busy.
 const CALLS_PER_CONNECTION: usize = 3;
 
-/// The minor version a CB_COMPOUND carries. Every 4.1 and 4.2 client
-/// takes 1 (Linux: any it speaks); the session does not record which one
-/// its client used.
-const CB_MINOR_VERSION: u32 = 1;
+/// The minor version a CB_COMPOUND carries: its client's (that of the
+/// COMPOUND its EXCHANGE_ID came in, as knfsd's `cl_minorversion`), 1 at
+/// least. A client may refuse another (pynfs at minor version 2 does).
+fn cb_minor_version(session: &Session) -> u32 {
+    session.client.minor().max(1)
+}
 
 /// Why a callback has no results. The session's back channel is marked
 /// down when one is returned.
@@ -276,7 +278,7 @@ impl Call<'_> {
         });
         CbCompoundArgs4 {
             tag: Utf8Str::default(),
-            minorversion: CB_MINOR_VERSION,
+            minorversion: cb_minor_version(self.session),
             callback_ident: 0,
             ops: std::iter::once(sequence)
                 .chain(self.ops.iter().cloned())

@@ -8,6 +8,7 @@
 //! after, read around the change but not atomically with it
 //! (`atomic` false).
 
+use dionfs_core::delegations::Access;
 use dionfs_core::exports::Export;
 use dionfs_fs::{access3, dir, ops, FileKind, FsError, Node, SetAttrs, SpecialFile};
 use dionfs_proto::nfs4::{
@@ -21,6 +22,7 @@ use dionfs_xdr::{Encode, Encoder};
 use super::attr_ops::{gid_of, set_created_acl, uid_of, with_file, with_pseudo};
 use super::attrs::{self, change};
 use super::compound::OpCtx;
+use super::delegation;
 use super::fh::{require_dir, Current, Fh4, File};
 use super::lookup::{check_name, status};
 use super::namespace::Found;
@@ -232,6 +234,7 @@ pub fn remove(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4
         }
         let name = check_name(&args.target)?;
         ctx.writable(export)?;
+        let _busy = delegation::enter_named(ctx, export, &dir, name)?;
         changing(export, &dir, || {
             ctx.as_user(export, || ops::remove_any(&export.fs, &dir, name))?;
             export.metadata_sync.removed(&dir).map_err(from_fs)
@@ -274,6 +277,8 @@ pub fn rename(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4
         let new = check_name(&args.newname)?;
         let export = from.export;
         ctx.writable(export)?;
+        let _moved = delegation::enter_named(ctx, export, &from.node, old)?;
+        let _replaced = delegation::enter_named(ctx, export, &to.node, new)?;
         let source_before = change_of(export, &from.node);
         let target_cinfo = changing(export, &to.node, || {
             ctx.as_user(export, || {
@@ -310,6 +315,7 @@ pub fn link(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 {
         let name = check_name(&args.newname)?;
         let export = dir.export;
         ctx.writable(export)?;
+        let _busy = delegation::enter(ctx, file.node.fh(), Access::Write)?;
         changing(export, &dir.node, || {
             ctx.as_user(export, || ops::link(&file.node, &dir.node, name))?;
             export

@@ -18,8 +18,9 @@
 //! CLONE ([`data42`]) and the extended-attribute ops ([`xattr`]). A minor
 //! version 1 COMPOUND never reaches those: the codec decodes a 4.2 op
 //! there as `OP_ILLEGAL`.
-//! Every other op answers `NFS4ERR_NOTSUPP` until its piece lands; pNFS
-//! and delegation ops keep that answer.
+//! DELEGRETURN and the recalls are [`delegation`]'s (design section C).
+//! Every other op answers `NFS4ERR_NOTSUPP` until its piece lands; pNFS,
+//! DELEGPURGE, WANT_DELEGATION and directory delegations keep that answer.
 
 pub mod acl;
 pub mod attr_ops;
@@ -28,6 +29,7 @@ pub mod callback;
 pub mod compound;
 pub mod data;
 pub mod data42;
+pub mod delegation;
 pub mod dirs;
 pub mod fh;
 pub mod idmap;
@@ -75,14 +77,15 @@ impl Nfs4 {
     /// Its opens and locks go in `locks`, the tables NLM uses too, so
     /// that the kernel and the tables decide conflicts between the two;
     /// its clients of the previous run reclaim in `grace`, the period NLM
-    /// holds too.
+    /// holds too; its delegations go in the server's index `delegations`.
     pub fn new(
         settings: &ServerSettings,
         max_record: u32,
         locks: Arc<crate::locks::Locks>,
         grace: Arc<dionfs_core::grace::Grace>,
+        delegations: Arc<dionfs_core::delegations::Delegations>,
     ) -> Result<Nfs4, String> {
-        let state = State::with_grace(
+        let state = State::with_delegations(
             StateConfig {
                 lease_time: settings.lease_time,
                 reply_cache_bytes: usize::try_from(settings.nfs4_reply_cache_mib << 20)
@@ -92,6 +95,7 @@ impl Nfs4 {
             },
             locks,
             grace,
+            delegations,
         )
         .map_err(|e| {
             format!(
@@ -128,9 +132,17 @@ impl Nfs4 {
 
     /// Starts the laundromat: leases expired and unconfirmed clients
     /// forgotten every tenth of a lease (design section 4.6), while the
-    /// state lives. Call it within the runtime.
+    /// state lives; and the recaller of delegations. Call it within the
+    /// runtime.
     pub fn start_laundromat(&self) {
         state::laundromat::spawn(&self.state);
+        let recaller = delegation::recaller(
+            Arc::downgrade(&self.state),
+            tokio::runtime::Handle::current(),
+        );
+        if !self.state.delegations.set_recaller(recaller) {
+            tracing::warn!("the delegation index already has a recaller");
+        }
     }
 }
 
@@ -195,7 +207,7 @@ static PROCEDURES: [Option<Procedure<Op4>>; 76] = [
     op(O::Commit, "COMMIT", data::commit, true),
     op(O::Create, "CREATE", dirs::create, true),
     op(O::Delegpurge, "DELEGPURGE", notsupp, false),
-    op(O::Delegreturn, "DELEGRETURN", notsupp, false),
+    op(O::Delegreturn, "DELEGRETURN", delegation::delegreturn, true),
     op(O::Getattr, "GETATTR", attr_ops::getattr, true),
     op(O::Getfh, "GETFH", fh::getfh, false),
     op(O::Link, "LINK", dirs::link, true),

@@ -7,19 +7,22 @@
 //!
 //! An exclusive create keeps its verifier in the file's atime and mtime,
 //! as NFSv3's does (`ops::CreateHow::Exclusive`); EXCLUSIVE4_1 then sets
-//! its `createattrs` on the file it made. No delegation is granted.
+//! its `createattrs` on the file it made. A conflicting delegation of
+//! another client is recalled first (`NFS4ERR_DELAY` until returned),
+//! and the open may be granted one ([`super::delegation::offer`]);
+//! `CLAIM_DELEGATE_CUR` and `CLAIM_DELEG_CUR_FH` open under one.
 
 use std::sync::Arc;
 
+use dionfs_core::delegations::Access;
 use dionfs_core::exports::Export;
 use dionfs_fs::{access3, ops, FileKind, FsError, Node, SetAttrs};
 use dionfs_proto::nfs4::{
     ArgOp, Attr4, Bitmap4, ChangeInfo4, CreateHow4, Fattr4, Nfsace4, Nfsstat4, OpenArgs4,
-    OpenClaim4, OpenDelegation4, OpenDelegationType4, OpenFlag4, OpenNoneDelegation4, OpenResOk4,
-    StateId4, TestStateidResOk4, WhyNoDelegation4, OPEN4_RESULT_CONFIRM,
-    OPEN4_RESULT_LOCKTYPE_POSIX, OPEN4_SHARE_ACCESS_READ, OPEN4_SHARE_ACCESS_WANT_CANCEL,
-    OPEN4_SHARE_ACCESS_WANT_DELEG_MASK, OPEN4_SHARE_ACCESS_WANT_NO_DELEG,
-    OPEN4_SHARE_ACCESS_WANT_NO_PREFERENCE, OPEN4_SHARE_ACCESS_WANT_PUSH_DELEG_WHEN_UNCONTENDED,
+    OpenClaim4, OpenDelegationType4, OpenFlag4, OpenResOk4, StateId4, TestStateidResOk4,
+    OPEN4_RESULT_CONFIRM, OPEN4_RESULT_LOCKTYPE_POSIX, OPEN4_SHARE_ACCESS_READ,
+    OPEN4_SHARE_ACCESS_WANT_CANCEL, OPEN4_SHARE_ACCESS_WANT_DELEG_MASK,
+    OPEN4_SHARE_ACCESS_WANT_PUSH_DELEG_WHEN_UNCONTENDED,
     OPEN4_SHARE_ACCESS_WANT_SIGNAL_DELEG_WHEN_RESRC_AVAIL, OPEN4_SHARE_ACCESS_WRITE,
 };
 use dionfs_xdr::Encode;
@@ -27,6 +30,7 @@ use dionfs_xdr::Encode;
 use super::attr_ops::{gid_of, set_created_acl, uid_of};
 use super::attrs::{self, change};
 use super::compound::OpCtx;
+use super::delegation;
 use super::fh::{require_dir, Current, Fh4, File};
 use super::lookup::{check_name, status};
 use super::namespace::Found;
@@ -103,22 +107,6 @@ fn split_access(share_access: u32) -> Result<(u32, u32), Nfsstat4> {
     Ok((access, want))
 }
 
-/// The delegation an OPEN answers: none. A client that said what it
-/// wants (4.1) is told why not with `OPEN_DELEGATE_NONE_EXT`: not
-/// wanted, cancelled, or for a wanted one `WND4_NOT_SUPP_FTYPE` (design
-/// section 8: dionfs grants no delegation on any file type, so none
-/// will come later either; knfsd, whose leases can fail, answers
-/// `WND4_RESOURCE` or `WND4_CONTENTION`).
-fn no_delegation(want: u32) -> OpenDelegation4 {
-    let why = match want {
-        OPEN4_SHARE_ACCESS_WANT_NO_PREFERENCE => return OpenDelegation4::None,
-        OPEN4_SHARE_ACCESS_WANT_NO_DELEG => WhyNoDelegation4::NotWanted,
-        OPEN4_SHARE_ACCESS_WANT_CANCEL => WhyNoDelegation4::Cancelled,
-        _ => WhyNoDelegation4::NotSuppFtype,
-    };
-    OpenDelegation4::NoneExt(OpenNoneDelegation4::Why(why))
-}
-
 /// The `change` of directory `dir` (0 if it cannot be read).
 fn change_of(export: &Export, dir: &Node) -> u64 {
     ops::getattr(&export.fs, dir).map_or(0, |a| change(a.ctime))
@@ -175,10 +163,12 @@ fn open_file(
     let reclaim = match &args.claim {
         OpenClaim4::Null(_) | OpenClaim4::Fh => false,
         OpenClaim4::Previous(_) => true,
-        OpenClaim4::DelegateCur(_)
-        | OpenClaim4::DelegatePrev(_)
-        | OpenClaim4::DelegCurFh(_)
-        | OpenClaim4::DelegPrevFh => return Err(Nfsstat4::Notsupp),
+        // Opens the client made locally under a delegation, told as it
+        // is returned (RFC 8881 section 10.4.3).
+        OpenClaim4::DelegateCur(_) | OpenClaim4::DelegCurFh(_) => false,
+        // Delegations are not kept across a restart, so none of a
+        // previous instance can be claimed (as knfsd).
+        OpenClaim4::DelegatePrev(_) | OpenClaim4::DelegPrevFh => return Err(Nfsstat4::Notsupp),
     };
     // A client opens nothing new before it says its reclaims are done
     // (RFC 8881 section 18.51.3: GRACE, as knfsd's nfsd4_open answers).
@@ -201,6 +191,14 @@ fn open_file(
     }
     let opened = match &args.claim {
         OpenClaim4::Null(name) => open_by_name(ctx, args, name)?,
+        OpenClaim4::DelegateCur(cur) => {
+            let opened = open_by_name(ctx, args, &cur.file)?;
+            let stateid = resolve_current(&cur.delegate_stateid, ctx.current_stateid)?;
+            ctx.nfs4
+                .state
+                .check_delegation(&client, &stateid, opened.file.node.fh())?;
+            opened
+        }
         // The current file: a create there makes nothing (knfsd's
         // `do_open_fhandle`), but may truncate; the directory is not
         // known, so neither is its change.
@@ -208,6 +206,12 @@ fn open_file(
             let truncate = truncates(ctx, &args.openhow)?;
             let file = ctx.current_file(Nfsstat4::Isdir)?;
             require_opened(file.node.kind(), ctx.minor)?;
+            if let OpenClaim4::DelegCurFh(stateid) = &args.claim {
+                let stateid = resolve_current(stateid, ctx.current_stateid)?;
+                ctx.nfs4
+                    .state
+                    .check_delegation(&client, &stateid, file.node.fh())?;
+            }
             Opened {
                 file,
                 created: false,
@@ -241,6 +245,14 @@ fn open_file(
         check_access(ctx, &file, access)?;
     }
     let fh = file.node.fh();
+    // Another client's delegation in the way is recalled first (a read
+    // open conflicts with write delegations, a write open with all).
+    let conflict = if access & OPEN4_SHARE_ACCESS_WRITE != 0 || truncate {
+        Access::Write
+    } else {
+        Access::Read
+    };
+    let _busy = delegation::enter(ctx, fh, conflict)?;
     let stateid = ctx
         .nfs4
         .state
@@ -263,6 +275,9 @@ fn open_file(
         }
     }
     v40::opened(ctx, export.config.id, fh);
+    drop(_busy);
+    let fresh = matches!(args.claim, OpenClaim4::Null(_) | OpenClaim4::Fh);
+    let delegation = delegation::offer(ctx, &client, fh, access, want, fresh);
     ctx.current = Some(Fh4::File {
         export: export.config.id,
         fh: file.node.fh().to_vec(),
@@ -279,7 +294,7 @@ fn open_file(
         cinfo,
         rflags,
         attrset,
-        delegation: no_delegation(want),
+        delegation,
     })
 }
 
@@ -584,7 +599,7 @@ pub(super) fn from_io(e: &std::io::Error) -> Nfsstat4 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dionfs_proto::nfs4::OPEN4_SHARE_ACCESS_WANT_READ_DELEG;
+    use dionfs_proto::nfs4::OPEN4_SHARE_ACCESS_WANT_NO_DELEG;
 
     #[test]
     fn share_access_splits_into_access_and_want() {
@@ -595,15 +610,5 @@ mod tests {
         );
         assert_eq!(split_access(2 | 0x10_0000), Err(Nfsstat4::Inval));
         assert_eq!(split_access(2 | 0x0600), Err(Nfsstat4::Inval));
-        assert_eq!(no_delegation(0), OpenDelegation4::None);
-        let why = |w| OpenDelegation4::NoneExt(OpenNoneDelegation4::Why(w));
-        assert_eq!(
-            no_delegation(OPEN4_SHARE_ACCESS_WANT_NO_DELEG),
-            why(WhyNoDelegation4::NotWanted)
-        );
-        assert_eq!(
-            no_delegation(OPEN4_SHARE_ACCESS_WANT_READ_DELEG),
-            why(WhyNoDelegation4::NotSuppFtype)
-        );
     }
 }

@@ -21,6 +21,7 @@ use super::granted::Callback;
 use super::owner::lock_owner;
 use super::LockService;
 use crate::locks::{Owner, Waiter};
+use dionfs_core::delegations::Access;
 use dionfs_core::export::squash;
 use dionfs_core::exports::Export;
 use dionfs_core::locks::limits::{
@@ -74,6 +75,13 @@ fn try_lock(
         return Nlm4Stat::Fbig;
     };
     let fh = &a.alock.fh.0;
+    // An NFSv4 client's delegation of the file is recalled first. The
+    // answer is "later" (the grace-period denial, which Linux's client
+    // waits out and retries, for a blocking lock too), not a plain
+    // denial an application would see.
+    let Ok(_busy) = svc.server.delegations.enter(fh, None, Access::Write) else {
+        return Nlm4Stat::DeniedGracePeriod;
+    };
     // Checked once here for the answer; opened again (and checked) if
     // the tables must see who holds a conflicting lock.
     let mut open = match open_checked(&export, conn, call, fh, a.exclusive) {

@@ -662,8 +662,7 @@ xdr_struct! {
 }
 
 xdr_struct! {
-    /// `DELEGRETURN4args`; the result is its status (dionfs grants no
-    /// delegation, so `NFS4ERR_BAD_STATEID`).
+    /// `DELEGRETURN4args`; the result is its status.
     pub struct DelegreturnArgs4 {
         pub deleg_stateid: StateId4,
     }

@@ -87,6 +87,9 @@ pub struct Client {
     minor: AtomicU32,
     /// Its opens and locks.
     pub state: Mutex<ClientState>,
+    /// Its delegations revoked and not freed yet (FREE_STATEID): SEQUENCE
+    /// answers `RECALLABLE_STATE_REVOKED` while there are any.
+    pub revoked_delegations: std::sync::atomic::AtomicUsize,
 }
 
 /// A client renewing its lease (or new).
@@ -134,6 +137,7 @@ impl Client {
             life: AtomicU8::new(ACTIVE),
             minor: AtomicU32::new(new.minor),
             state: Mutex::default(),
+            revoked_delegations: Default::default(),
         }
     }
 
@@ -366,6 +370,20 @@ impl ClientTable {
     /// Whether a client record of `owner` exists.
     pub(super) fn has_owner(&self, owner: &[u8]) -> bool {
         self.owners.contains_key(owner)
+    }
+
+    /// The sessions of client `id`, newest first (where its callbacks
+    /// go).
+    pub(super) fn sessions_of(&self, id: u64) -> Vec<Arc<Session>> {
+        let Some(record) = self.records.get(&id) else {
+            return Vec::new();
+        };
+        record
+            .sessions
+            .iter()
+            .rev()
+            .filter_map(|s| self.sessions.get(s).cloned())
+            .collect()
     }
 
     /// The client of record `id`.

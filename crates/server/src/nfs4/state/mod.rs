@@ -20,6 +20,7 @@
 //! by LOCK, CLOSE and expiry).
 
 pub mod clients;
+pub mod delegations;
 pub mod ids;
 pub mod laundromat;
 pub mod limits;
@@ -36,6 +37,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use dionfs_core::delegations::Delegations;
 use dionfs_core::grace::Grace;
 use dionfs_proto::nfs4::{
     BackchannelCtlArgs4, BindConnToSessionArgs4, CreateSessionArgs4, CreateSessionResOk4,
@@ -130,6 +132,9 @@ pub struct State {
     courtesy: Mutex<HashMap<u64, Courtesy>>,
     /// The recovery record and the grace period (design section 4.7).
     recovery: recovery::Recovery,
+    /// The server's index of delegations, which every program checks
+    /// (`delegations.rs`); off unless the server's is given.
+    pub delegations: Arc<Delegations>,
 }
 
 /// A grace period never held, for a state without the server's.
@@ -180,6 +185,8 @@ pub struct StateCounts {
     pub opens: usize,
     /// Lock stateids of every client.
     pub locks: usize,
+    /// Delegations held (revoked ones not counted).
+    pub delegations: usize,
 }
 
 impl State {
@@ -209,7 +216,21 @@ impl State {
         locks: Arc<Locks>,
         grace: Arc<Grace>,
     ) -> std::io::Result<Arc<State>> {
-        let state = Arc::new(Self::made(config, Arc::clone(&locks), grace)?);
+        let off = Arc::new(Delegations::new(false));
+        Self::with_delegations(config, locks, grace, off)
+    }
+
+    /// [`State::with_grace`], granting delegations in the server's index
+    /// `delegations` (when it is on).
+    pub fn with_delegations(
+        config: StateConfig,
+        locks: Arc<Locks>,
+        grace: Arc<Grace>,
+        delegations: Arc<Delegations>,
+    ) -> std::io::Result<Arc<State>> {
+        let mut made = Self::made(config, Arc::clone(&locks), grace)?;
+        made.delegations = delegations;
+        let state = Arc::new(made);
         let weak = Arc::downgrade(&state);
         let expirer: crate::locks::Expirer = Arc::new(move |client: &LockClient| match client {
             LockClient::V4(id) => weak
@@ -242,6 +263,7 @@ impl State {
             locks,
             courtesy: Mutex::default(),
             recovery,
+            delegations: Arc::new(Delegations::new(false)),
         })
     }
 
@@ -267,6 +289,7 @@ impl State {
         );
         self.locks
             .drop_clients(|c| *c == LockClient::V4(LockClientId(id)));
+        self.delegations.remove_client(id);
         if let Some(expired) = expired {
             self.recovery.forget(&expired.client.owner);
         }
@@ -293,6 +316,7 @@ impl State {
         if held {
             self.locks
                 .drop_clients(|c| *c == LockClient::V4(LockClientId(client.id.0)));
+            self.delegations.remove_client(client.id.0);
         }
     }
 
@@ -455,6 +479,11 @@ impl State {
     /// One laundromat sweep at `now`: see [`laundromat::sweep`].
     pub fn sweep(&self, now: Instant) {
         laundromat::sweep(self, now);
+        if self.delegations.count() > 0 {
+            let clients = self.table.lock().clients_now();
+            self.revoke_overdue(&clients, now);
+        }
+        self.delegations.sweep();
         self.recovery
             .sweep(|owner| self.table.lock().has_owner(owner));
     }
@@ -482,6 +511,7 @@ impl State {
                 .map(|bound| self.refusals.count(bound))
                 .sum(),
             courtesy: self.courtesy.lock().len(),
+            delegations: self.delegations.count(),
         }
     }
 }

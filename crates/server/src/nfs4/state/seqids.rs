@@ -212,6 +212,9 @@ impl State {
         let name = match self.find_state_any(client, &state, stateid) {
             Ok(StateRef::Open(open)) => OwnerName::Open(open.owner.clone()),
             Ok(StateRef::Lock(lock)) => OwnerName::Lock(lock.lock_owner.clone()),
+            // A delegation has no owner (and no op with a seqid takes
+            // one).
+            Ok(StateRef::Deleg(_)) => return Err(Nfsstat4::BadStateid.into()),
             Err(Nfsstat4::BadStateid) => {
                 // The open an owner's last CLOSE closed: its
                 // retransmission is answered, anything else is refused.

@@ -32,6 +32,7 @@ use dionfs_proto::nfs4::{
     BindConnToSessionArgs4, BindConnToSessionResOk4, CallbackSecParms4, ChannelAttrs4,
     ChannelDirFromClient4, ChannelDirFromServer4, Nfsstat4, SequenceArgs4, SequenceResOk4,
     SessionId4, SEQ4_STATUS_CB_PATH_DOWN, SEQ4_STATUS_CB_PATH_DOWN_SESSION,
+    SEQ4_STATUS_RECALLABLE_STATE_REVOKED,
 };
 use dionfs_transport::{BackChannel, ConnInfo};
 use parking_lot::Mutex;
@@ -443,7 +444,7 @@ impl Session {
             bind(&mut connections.fore, conn);
             self.back_down_of(&connections)
         };
-        let status_flags = if back_down {
+        let mut status_flags = if back_down {
             // Callbacks go on a session's own back channel, so this
             // session's is the client's as far as the server is
             // concerned; a client answers either by binding one.
@@ -451,6 +452,9 @@ impl Session {
         } else {
             0
         };
+        if self.client.revoked_delegations.load(Ordering::Relaxed) > 0 {
+            status_flags |= SEQ4_STATUS_RECALLABLE_STATE_REVOKED;
+        }
         let highest = self.fore.maxrequests - 1;
         Sequenced::New(SlotGuard {
             session: Arc::clone(self),

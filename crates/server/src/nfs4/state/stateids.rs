@@ -22,6 +22,7 @@ use std::collections::HashMap;
 use dionfs_proto::nfs4::{Nfsstat4, StateId4, NFS4_OTHER_SIZE};
 
 use super::clients::Client;
+use super::delegations::DelegState;
 use super::ids::{IdMap, StateOther};
 use super::seqids::OwnerSeq;
 use super::State;
@@ -78,6 +79,7 @@ pub struct LockState {
 pub enum StateRef {
     Open(OpenState),
     Lock(LockState),
+    Deleg(DelegState),
 }
 
 impl StateRef {
@@ -85,6 +87,7 @@ impl StateRef {
         match self {
             StateRef::Open(o) => &o.fh,
             StateRef::Lock(l) => &l.fh,
+            StateRef::Deleg(d) => &d.fh,
         }
     }
 
@@ -92,6 +95,7 @@ impl StateRef {
         match self {
             StateRef::Open(o) => o.seqid,
             StateRef::Lock(l) => l.seqid,
+            StateRef::Deleg(d) => d.seqid,
         }
     }
 }
@@ -137,12 +141,13 @@ impl ClientState {
 
     /// Its open stateids and lock stateids (`dionfs clients`, metrics).
     pub fn counts(&self) -> (usize, usize) {
-        let opens = self
-            .stateids
+        self.stateids
             .values()
-            .filter(|s| matches!(s, StateRef::Open(_)))
-            .count();
-        (opens, self.stateids.len() - opens)
+            .fold((0, 0), |(opens, locks), s| match s {
+                StateRef::Open(_) => (opens + 1, locks),
+                StateRef::Lock(_) => (opens, locks + 1),
+                StateRef::Deleg(_) => (opens, locks),
+            })
     }
 
     /// A new `other` for `client`'s state, made at `boot`: a counter no
@@ -282,6 +287,9 @@ impl State {
         stateid: &StateId4,
     ) -> Result<(Other, &'s StateRef), Nfsstat4> {
         let found = self.find_state_any(client, state, stateid)?;
+        if matches!(found, StateRef::Deleg(deleg) if deleg.revoked) {
+            return Err(Nfsstat4::DelegRevoked);
+        }
         check_seqid(stateid.seqid, found.seqid())?;
         if matches!(found, StateRef::Open(open) if open.unconfirmed) {
             return Err(Nfsstat4::BadStateid);
@@ -354,6 +362,11 @@ impl State {
                 Some(StateRef::Open(open)) => open.access,
                 _ => return Err(Nfsstat4::BadStateid),
             },
+            // A delegation stateid serves the I/O its holder does under
+            // it (RFC 8881 section 9.1.4): reads, and writes under a
+            // write delegation.
+            StateRef::Deleg(deleg) if deleg.write => ACCESS_BOTH,
+            StateRef::Deleg(_) => ACCESS_READ,
         };
         let allowed = match io {
             Use::Read => access & ACCESS_BOTH != 0,
@@ -415,6 +428,16 @@ impl State {
     /// stateid (CLOSE it), is `LOCKS_HELD`, as knfsd's
     /// `nfsd4_free_stateid`.
     pub fn free_stateid(&self, client: &Client, stateid: &StateId4) -> Nfsstat4 {
+        let deleg = {
+            let state = client.state.lock();
+            matches!(
+                self.find_state_any(client, &state, stateid),
+                Ok(StateRef::Deleg(_))
+            )
+        };
+        if deleg {
+            return self.free_delegation(client, &stateid.other);
+        }
         let mut state = client.state.lock();
         let (other, found) = match self.find_state(client, &state, stateid) {
             Ok(found) => found,

@@ -1,0 +1,431 @@
+//! Delegations as every program sees them (RFC 8881 section 10.4): which
+//! NFSv4 client holds a read or write delegation of which file, so that a
+//! call of any program that conflicts with one (a v3 WRITE, an NLM lock,
+//! another v4 client's OPEN) recalls it and answers "try again later"
+//! instead of letting the holder's cache go stale.
+//!
+//! The NFSv4 program owns the delegations themselves (their stateids, the
+//! callback that recalls them, revocation); this is the server-wide index
+//! every program checks, by file handle, and the [`Recaller`] the NFSv4
+//! program sets to be told what to recall.
+//!
+//! A grant and a conflicting call must not pass each other: a v3 WRITE
+//! that found no delegation must not write under one granted a moment
+//! later. So a conflicting call holds the file [`Busy`] while it runs,
+//! and a grant is refused while any call holds it (knfsd closes the same
+//! race with the inode's write count, which a lease grant checks). The
+//! index's mutex is a leaf: nothing else is taken while it is held but
+//! the grant's own check ([`Delegations::grant`]), which may take the
+//! lock tables.
+
+use std::collections::hash_map::{DefaultHasher, Entry};
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+/// Delegations in all (knfsd bounds them by memory: `max_delegations`).
+pub const MAX_DELEGATIONS: usize = 65_536;
+/// Delegations per client.
+pub const DELEGATIONS_PER_CLIENT: usize = 4_096;
+/// A file recalled this recently gets no new delegation (knfsd's bloom
+/// filter of recently recalled files, which it keeps for 30 s to a
+/// minute): the conflict is likely to come again.
+pub const RECALLED_RECENTLY: Duration = Duration::from_secs(30);
+
+/// A delegation: the client holding it (its NFSv4 client id), its
+/// stateid's `other`, and whether it is a write delegation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Held {
+    pub client: u64,
+    pub stateid: [u8; 12],
+    pub write: bool,
+}
+
+/// What a call does to a file, as a delegation sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Reads its data or attributes: conflicts with write delegations.
+    Read,
+    /// Changes its data, attributes or names (or locks it): conflicts
+    /// with every delegation.
+    Write,
+}
+
+/// A call conflicts with another client's delegation, which is being
+/// recalled: the call answers `NFS4ERR_DELAY` or `NFS3ERR_JUKEBOX` (an
+/// NLM lock: denied) and the client tries again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recalling;
+
+/// Why no delegation was granted (RFC 8881's `why_no_delegation4`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoGrant {
+    /// Delegations are off (`delegations = false`).
+    Off,
+    /// Another client's open, lock or delegation, a call in progress, or
+    /// a recall in the last [`RECALLED_RECENTLY`].
+    Contention,
+    /// Past [`MAX_DELEGATIONS`] or [`DELEGATIONS_PER_CLIENT`].
+    Resource,
+}
+
+/// Told of each delegation to recall (once per delegation), with the
+/// file's handle; set by the NFSv4 program. Called with no lock held.
+pub type Recaller = Arc<dyn Fn(&[u8], &Held) + Send + Sync>;
+
+#[derive(Default)]
+struct Inner {
+    /// The delegations of each file, each with whether it is recalled.
+    by_fh: HashMap<Vec<u8>, Vec<(Held, bool)>>,
+    /// Calls in progress that conflict with delegations, by the hash of
+    /// their file's handle (a collision refuses a grant, never more).
+    busy: HashMap<u64, u32>,
+    /// When each file (by hash) was last recalled.
+    recalled: HashMap<u64, Instant>,
+    per_client: HashMap<u64, usize>,
+    count: usize,
+}
+
+/// The server-wide index of delegations.
+pub struct Delegations {
+    enabled: bool,
+    inner: Mutex<Inner>,
+    recaller: OnceLock<Recaller>,
+}
+
+/// A conflicting call in progress on a file: no delegation of it is
+/// granted until this drops.
+#[must_use]
+pub struct Busy {
+    index: Option<(Arc<Delegations>, u64)>,
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        if let Some((delegations, key)) = self.index.take() {
+            let mut inner = delegations.inner.lock();
+            if let Entry::Occupied(mut e) = inner.busy.entry(key) {
+                *e.get_mut() -= 1;
+                if *e.get() == 0 {
+                    e.remove();
+                }
+            }
+        }
+    }
+}
+
+fn key(fh: &[u8]) -> u64 {
+    let mut h = DefaultHasher::new();
+    fh.hash(&mut h);
+    h.finish()
+}
+
+impl Delegations {
+    /// An empty index; `enabled` as the configuration's `delegations`
+    /// (when off, nothing is granted and every check passes at once).
+    pub fn new(enabled: bool) -> Delegations {
+        Delegations {
+            enabled,
+            inner: Mutex::default(),
+            recaller: OnceLock::new(),
+        }
+    }
+
+    /// Whether delegations may be granted.
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// Sets what recalls a delegation (once; whether it was set now).
+    pub fn set_recaller(&self, recaller: Recaller) -> bool {
+        self.recaller.set(recaller).is_ok()
+    }
+
+    /// Before a call by NFSv4 client `by` (`None`: a v3 or NLM client)
+    /// that does `access` to file `fh`: the call may go on, holding the
+    /// file busy while it runs, unless another client's delegation
+    /// conflicts. Then that delegation is recalled (once: a call retried
+    /// while the recall is out recalls nothing more) and the call must
+    /// answer "later".
+    pub fn enter(
+        self: &Arc<Self>,
+        fh: &[u8],
+        by: Option<u64>,
+        access: Access,
+    ) -> Result<Busy, Recalling> {
+        if !self.enabled {
+            return Ok(Busy { index: None });
+        }
+        let key = key(fh);
+        let mut recall = Vec::new();
+        {
+            let mut inner = self.inner.lock();
+            let mut conflict = false;
+            if let Some(held) = inner.by_fh.get_mut(fh) {
+                for (h, recalled) in held.iter_mut() {
+                    if Some(h.client) == by || (access == Access::Read && !h.write) {
+                        continue;
+                    }
+                    conflict = true;
+                    if !*recalled {
+                        *recalled = true;
+                        recall.push(*h);
+                    }
+                }
+            }
+            if conflict {
+                if !recall.is_empty() {
+                    inner.recalled.insert(key, Instant::now());
+                }
+            } else {
+                *inner.busy.entry(key).or_insert(0) += 1;
+                return Ok(Busy {
+                    index: Some((Arc::clone(self), key)),
+                });
+            }
+        }
+        if let Some(recaller) = self.recaller.get() {
+            for held in &recall {
+                recaller(fh, held);
+            }
+        }
+        Err(Recalling)
+    }
+
+    /// [`Delegations::enter`] for a call that leaves nothing behind that
+    /// a later grant must see (a GETATTR): the conflict check alone.
+    pub fn check(
+        self: &Arc<Self>,
+        fh: &[u8],
+        by: Option<u64>,
+        access: Access,
+    ) -> Result<(), Recalling> {
+        self.enter(fh, by, access).map(drop)
+    }
+
+    /// Grants `held` of file `fh` if nothing is in its way: no call holds
+    /// the file busy, no other client has a delegation of it that
+    /// conflicts (and `held.client` none of it at all), it was not
+    /// recalled in the last [`RECALLED_RECENTLY`], the bounds allow, and
+    /// `clear` (the caller's check of opens and locks, run under the
+    /// index's mutex) says yes.
+    pub fn grant(
+        &self,
+        fh: &[u8],
+        held: Held,
+        clear: impl FnOnce() -> bool,
+    ) -> Result<(), NoGrant> {
+        if !self.enabled {
+            return Err(NoGrant::Off);
+        }
+        let key = key(fh);
+        let mut inner = self.inner.lock();
+        if inner.busy.contains_key(&key) {
+            return Err(NoGrant::Contention);
+        }
+        if let Some(at) = inner.recalled.get(&key) {
+            if at.elapsed() < RECALLED_RECENTLY {
+                return Err(NoGrant::Contention);
+            }
+            inner.recalled.remove(&key);
+        }
+        if let Some(others) = inner.by_fh.get(fh) {
+            if others
+                .iter()
+                .any(|(h, _)| h.client == held.client || h.write || held.write)
+            {
+                return Err(NoGrant::Contention);
+            }
+        }
+        if inner.count >= MAX_DELEGATIONS
+            || inner.per_client.get(&held.client).copied().unwrap_or(0) >= DELEGATIONS_PER_CLIENT
+        {
+            return Err(NoGrant::Resource);
+        }
+        if !clear() {
+            return Err(NoGrant::Contention);
+        }
+        inner
+            .by_fh
+            .entry(fh.to_vec())
+            .or_default()
+            .push((held, false));
+        *inner.per_client.entry(held.client).or_insert(0) += 1;
+        inner.count += 1;
+        Ok(())
+    }
+
+    /// Removes delegation `stateid` of file `fh` (returned, revoked or
+    /// its client gone); whether it was there.
+    pub fn remove(&self, fh: &[u8], stateid: &[u8; 12]) -> bool {
+        let mut inner = self.inner.lock();
+        let Some(held) = inner.by_fh.get_mut(fh) else {
+            return false;
+        };
+        let Some(at) = held.iter().position(|(h, _)| h.stateid == *stateid) else {
+            return false;
+        };
+        let (gone, _) = held.swap_remove(at);
+        if held.is_empty() {
+            inner.by_fh.remove(fh);
+        }
+        inner.count -= 1;
+        if let Entry::Occupied(mut e) = inner.per_client.entry(gone.client) {
+            *e.get_mut() -= 1;
+            if *e.get() == 0 {
+                e.remove();
+            }
+        }
+        true
+    }
+
+    /// Removes every delegation of `client` (expired, gone); how many.
+    pub fn remove_client(&self, client: u64) -> usize {
+        let mut inner = self.inner.lock();
+        if inner.per_client.remove(&client).is_none() {
+            return 0;
+        }
+        let mut removed = 0;
+        inner.by_fh.retain(|_, held| {
+            let before = held.len();
+            held.retain(|(h, _)| h.client != client);
+            removed += before - held.len();
+            !held.is_empty()
+        });
+        inner.count -= removed;
+        removed
+    }
+
+    /// Forgets recalls older than [`RECALLED_RECENTLY`] (the laundromat).
+    pub fn sweep(&self) {
+        self.inner
+            .lock()
+            .recalled
+            .retain(|_, at| at.elapsed() < RECALLED_RECENTLY);
+    }
+
+    /// Delegations held now.
+    pub fn count(&self) -> usize {
+        self.inner.lock().count
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn held(client: u64, id: u8, write: bool) -> Held {
+        Held {
+            client,
+            stateid: [id; 12],
+            write,
+        }
+    }
+
+    fn counting(d: &Delegations) -> Arc<AtomicUsize> {
+        let recalls = Arc::new(AtomicUsize::new(0));
+        let r = Arc::clone(&recalls);
+        assert!(d.set_recaller(Arc::new(move |_, _| {
+            r.fetch_add(1, Ordering::SeqCst);
+        })));
+        recalls
+    }
+
+    #[test]
+    fn off_grants_nothing_and_checks_nothing() {
+        let d = Arc::new(Delegations::new(false));
+        assert_eq!(d.grant(b"f", held(1, 1, false), || true), Err(NoGrant::Off));
+        assert!(d.enter(b"f", None, Access::Write).is_ok());
+    }
+
+    #[test]
+    fn a_conflicting_call_recalls_once_and_waits_for_the_return() {
+        let d = Arc::new(Delegations::new(true));
+        let recalls = counting(&d);
+        d.grant(b"f", held(1, 1, false), || true).unwrap();
+        // Reading another's read delegation, or the holder's own call:
+        // no conflict.
+        assert!(d.enter(b"f", Some(2), Access::Read).is_ok());
+        assert!(d.enter(b"f", Some(1), Access::Write).is_ok());
+        assert!(d.enter(b"f", None, Access::Read).is_ok());
+        assert_eq!(recalls.load(Ordering::SeqCst), 0);
+        assert!(d.enter(b"f", None, Access::Write).is_err());
+        assert!(d.enter(b"f", Some(2), Access::Write).is_err());
+        assert_eq!(recalls.load(Ordering::SeqCst), 1, "recalled once");
+        assert!(d.remove(b"f", &[1; 12]));
+        assert!(d.enter(b"f", Some(2), Access::Write).is_ok());
+        assert_eq!(d.count(), 0);
+        // Recalled recently: no new delegation.
+        assert_eq!(
+            d.grant(b"f", held(1, 2, false), || true),
+            Err(NoGrant::Contention)
+        );
+    }
+
+    #[test]
+    fn a_write_delegation_conflicts_with_reads() {
+        let d = Arc::new(Delegations::new(true));
+        let recalls = counting(&d);
+        d.grant(b"f", held(1, 1, true), || true).unwrap();
+        assert!(d.enter(b"f", Some(2), Access::Read).is_err());
+        assert_eq!(recalls.load(Ordering::SeqCst), 1);
+        // Nor does it share the file with another delegation.
+        assert_eq!(
+            d.grant(b"f", held(2, 2, false), || true),
+            Err(NoGrant::Contention)
+        );
+    }
+
+    #[test]
+    fn read_delegations_share_but_one_per_client() {
+        let d = Arc::new(Delegations::new(true));
+        d.grant(b"f", held(1, 1, false), || true).unwrap();
+        d.grant(b"f", held(2, 2, false), || true).unwrap();
+        assert_eq!(
+            d.grant(b"f", held(1, 3, false), || true),
+            Err(NoGrant::Contention)
+        );
+        assert_eq!(
+            d.grant(b"f", held(3, 4, true), || true),
+            Err(NoGrant::Contention)
+        );
+        assert_eq!(d.remove_client(1), 1);
+        assert_eq!(d.count(), 1);
+    }
+
+    #[test]
+    fn no_grant_while_a_conflicting_call_runs() {
+        let d = Arc::new(Delegations::new(true));
+        let busy = d.enter(b"f", None, Access::Write).unwrap();
+        assert_eq!(
+            d.grant(b"f", held(1, 1, false), || true),
+            Err(NoGrant::Contention)
+        );
+        drop(busy);
+        assert_eq!(
+            d.grant(b"f", held(1, 1, false), || false),
+            Err(NoGrant::Contention),
+            "the caller's check of opens and locks"
+        );
+        d.grant(b"f", held(1, 1, false), || true).unwrap();
+    }
+
+    #[test]
+    fn bounded_per_client() {
+        let d = Arc::new(Delegations::new(true));
+        for i in 0..DELEGATIONS_PER_CLIENT {
+            let fh = (i as u32).to_be_bytes();
+            d.grant(&fh, held(1, 1, false), || true).unwrap();
+        }
+        assert_eq!(
+            d.grant(b"last", held(1, 1, false), || true),
+            Err(NoGrant::Resource)
+        );
+        d.grant(b"last", held(2, 1, false), || true).unwrap();
+        assert_eq!(d.remove_client(1), DELEGATIONS_PER_CLIENT);
+    }
+}

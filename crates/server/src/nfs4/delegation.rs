@@ -1,0 +1,266 @@
+//! Delegations on the wire (RFC 8881 section 10.4, design section C):
+//! what OPEN offers, DELEGRETURN, the conflict check the other ops make
+//! before they change a file, and the recall (CB_RECALL on the holder's
+//! back channel). The state (stateids, the index, revocation) is
+//! `state/delegations.rs`'s and `dionfs_core::delegations`'.
+
+use std::sync::{Arc, Weak};
+
+use dionfs_core::delegations::{Access, Busy, Held, NoGrant, Recaller};
+use dionfs_core::exports::Export;
+use dionfs_fs::Node;
+use dionfs_proto::nfs4::{
+    ArgOp, CbArgOp, CbRecallArgs4, NfsFh4, NfsSpaceLimit4, Nfsace4, Nfsstat4, OpenDelegation4,
+    OpenNoneDelegation4, OpenReadDelegation4, OpenWriteDelegation4, StateId4, WhyNoDelegation4,
+    OPEN4_SHARE_ACCESS_BOTH, OPEN4_SHARE_ACCESS_READ, OPEN4_SHARE_ACCESS_WANT_ANY_DELEG,
+    OPEN4_SHARE_ACCESS_WANT_CANCEL, OPEN4_SHARE_ACCESS_WANT_NO_DELEG,
+    OPEN4_SHARE_ACCESS_WANT_NO_PREFERENCE, OPEN4_SHARE_ACCESS_WANT_READ_DELEG,
+    OPEN4_SHARE_ACCESS_WANT_WRITE_DELEG,
+};
+use tracing::{debug, info};
+
+use super::callback::{self, CALL_TIMEOUT};
+use super::compound::OpCtx;
+use super::open_ops::current_regular;
+use super::reply::CompoundReply;
+use super::state::{resolve_current, Client, State};
+
+/// What recalls delegations for the server's index: marks the
+/// delegation recalled and sends CB_RECALL from a task on `runtime`.
+pub fn recaller(state: Weak<State>, runtime: tokio::runtime::Handle) -> Recaller {
+    Arc::new(move |fh: &[u8], held: &Held| {
+        let Some(state) = state.upgrade() else {
+            return;
+        };
+        let Some(to) = state.mark_recalled(fh, held) else {
+            return;
+        };
+        let Some(fh) = NfsFh4::new(fh.to_vec()) else {
+            return;
+        };
+        let clientid = held.client;
+        runtime.spawn(async move {
+            let op = CbArgOp::Recall(CbRecallArgs4 {
+                stateid: to.stateid,
+                truncate: false,
+                fh,
+            });
+            for session in &to.sessions {
+                match callback::cb_compound(session, std::slice::from_ref(&op), CALL_TIMEOUT).await
+                {
+                    Ok(res) => {
+                        debug!(clientid, status = ?res.status, "CB_RECALL answered");
+                        return;
+                    }
+                    Err(e) => debug!(clientid, error = %e, "CB_RECALL failed on a session"),
+                }
+            }
+            info!(
+                clientid,
+                "NFSv4 delegation recall could not reach the client: it is revoked within \
+                 a lease unless returned"
+            );
+        });
+    })
+}
+
+/// The client a v4 op runs for, as the index knows it: the session's
+/// (4.1 and later). Minor version 0 clients hold no delegations, so
+/// their ops conflict with every client's, as a v3 client's do.
+fn holder(ctx: &OpCtx) -> Option<u64> {
+    ctx.slot.map(|slot| slot.client().id.0)
+}
+
+/// Before an op that does `access` to the file `fh`: `DELAY` while
+/// another client's delegation of it is recalled; the file held busy
+/// (no delegation of it granted) while the op runs.
+pub fn enter(ctx: &OpCtx, fh: &[u8], access: Access) -> Result<Busy, Nfsstat4> {
+    ctx.server
+        .delegations
+        .enter(fh, holder(ctx), access)
+        .map_err(|_| Nfsstat4::Delay)
+}
+
+/// [`enter`] for the file `name` in directory `dir` of `export` (REMOVE,
+/// RENAME's names), which changes its links and ctime: nothing to hold
+/// when delegations are off or there is no such file (the op answers
+/// that itself).
+pub fn enter_named(
+    ctx: &OpCtx,
+    export: &Export,
+    dir: &Node,
+    name: &[u8],
+) -> Result<Option<Busy>, Nfsstat4> {
+    if !ctx.server.delegations.enabled() {
+        return Ok(None);
+    }
+    match export.fs.lookup(dir, name) {
+        Ok((node, _)) => enter(ctx, node.fh(), Access::Write).map(Some),
+        Err(_) => Ok(None),
+    }
+}
+
+/// The delegation OPEN answers, once the open is had: `access` the
+/// share access, `want` the client's `OPEN4_SHARE_ACCESS_WANT_*`, `fh`
+/// the regular file opened, `fresh` whether the claim may get one at all
+/// (not a reclaim nor an open under a delegation).
+pub fn offer(
+    ctx: &OpCtx,
+    client: &Client,
+    fh: &[u8],
+    access: u32,
+    want: u32,
+    fresh: bool,
+) -> OpenDelegation4 {
+    let none = |why| match want {
+        OPEN4_SHARE_ACCESS_WANT_NO_PREFERENCE => OpenDelegation4::None,
+        _ => OpenDelegation4::NoneExt(why_none(why)),
+    };
+    match want {
+        OPEN4_SHARE_ACCESS_WANT_NO_DELEG => return none(WhyNoDelegation4::NotWanted),
+        OPEN4_SHARE_ACCESS_WANT_CANCEL => return none(WhyNoDelegation4::Cancelled),
+        _ => {}
+    }
+    // Off, minor version 0 (no callback path to its clients yet), or a
+    // claim that takes none: the answer of a server that grants none.
+    if !ctx.server.delegations.enabled() || ctx.minor == 0 || !fresh {
+        return none(WhyNoDelegation4::NotSuppFtype);
+    }
+    let back_up = ctx
+        .slot
+        .is_some_and(|slot| !slot.session().back_channel_down());
+    if !back_up {
+        return none(WhyNoDelegation4::Resource);
+    }
+    let write = match wanted(want, access) {
+        Ok(write) => write,
+        Err(why) => return none(why),
+    };
+    match ctx.nfs4.state.grant_delegation(client, fh, write) {
+        Ok(stateid) => granted(stateid, write),
+        Err(NoGrant::Resource) => none(WhyNoDelegation4::Resource),
+        Err(NoGrant::Contention | NoGrant::Off) => none(WhyNoDelegation4::Contention),
+    }
+}
+
+/// `open_none_delegation4` for `why`: contention and resource carry a
+/// flag, which dionfs never sets (it pushes no delegation later, and
+/// signals none).
+fn why_none(why: WhyNoDelegation4) -> OpenNoneDelegation4 {
+    match why {
+        WhyNoDelegation4::Contention => OpenNoneDelegation4::Contention {
+            server_will_push_deleg: false,
+        },
+        WhyNoDelegation4::Resource => OpenNoneDelegation4::Resource {
+            server_will_signal_avail: false,
+        },
+        why => OpenNoneDelegation4::Why(why),
+    }
+}
+
+/// Which delegation an open of `access` (1 to 3) with `want` may get:
+/// a read one for a read open, a write one for an open of both (the
+/// client may then read and write from its cache); a write-only open, or
+/// a want the open does not allow, none.
+fn wanted(want: u32, access: u32) -> Result<bool, WhyNoDelegation4> {
+    const READ: u32 = OPEN4_SHARE_ACCESS_READ;
+    const BOTH: u32 = OPEN4_SHARE_ACCESS_BOTH;
+    const NONE: u32 = OPEN4_SHARE_ACCESS_WANT_NO_PREFERENCE;
+    const ANY: u32 = OPEN4_SHARE_ACCESS_WANT_ANY_DELEG;
+    match (want, access) {
+        (OPEN4_SHARE_ACCESS_WANT_READ_DELEG | NONE | ANY, READ) => Ok(false),
+        (OPEN4_SHARE_ACCESS_WANT_WRITE_DELEG | NONE | ANY, BOTH) => Ok(true),
+        (OPEN4_SHARE_ACCESS_WANT_READ_DELEG, _) => Err(WhyNoDelegation4::NotSuppUpgrade),
+        (OPEN4_SHARE_ACCESS_WANT_WRITE_DELEG, _) => Err(WhyNoDelegation4::NotSuppDowngrade),
+        _ => Err(WhyNoDelegation4::Contention),
+    }
+}
+
+/// OPEN's answer for a delegation granted: the empty ACE as knfsd's (the
+/// client checks access with ACCESS), no space limit.
+fn granted(stateid: StateId4, write: bool) -> OpenDelegation4 {
+    let permissions = Nfsace4 {
+        acetype: 0,
+        flag: 0,
+        access_mask: 0,
+        who: Default::default(),
+    };
+    if write {
+        OpenDelegation4::Write(OpenWriteDelegation4 {
+            stateid,
+            recall: false,
+            space_limit: NfsSpaceLimit4::Size(u64::MAX),
+            permissions,
+        })
+    } else {
+        OpenDelegation4::Read(OpenReadDelegation4 {
+            stateid,
+            recall: false,
+            permissions,
+        })
+    }
+}
+
+/// DELEGRETURN (RFC 8881 section 18.6) of a delegation of the current
+/// file.
+pub fn delegreturn(ctx: &mut OpCtx, op: ArgOp, _reply: &mut CompoundReply) -> Nfsstat4 {
+    let ArgOp::Delegreturn(args) = op else {
+        return Nfsstat4::Serverfault;
+    };
+    let stateid = args.deleg_stateid;
+    let result = (|| {
+        let client = super::v40::state_client(ctx, super::v40::By::Stateid(&stateid))?;
+        let stateid = resolve_current(&stateid, ctx.current_stateid)?;
+        let file = current_regular(ctx)?;
+        Ok(ctx
+            .nfs4
+            .state
+            .delegreturn(&client, &stateid, file.node.fh()))
+    })();
+    result.unwrap_or_else(|status| status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dionfs_proto::nfs4::OPEN4_SHARE_ACCESS_WRITE;
+
+    #[test]
+    fn contention_and_resource_carry_their_flag() {
+        use dionfs_xdr::Encode;
+        for why in [
+            WhyNoDelegation4::Contention,
+            WhyNoDelegation4::Resource,
+            WhyNoDelegation4::NotWanted,
+        ] {
+            // Encoding checks the flag is there (a debug assertion).
+            let _ = OpenDelegation4::NoneExt(why_none(why)).to_xdr();
+        }
+    }
+
+    #[test]
+    fn a_read_open_may_get_a_read_delegation_and_one_of_both_a_write_one() {
+        let read = OPEN4_SHARE_ACCESS_READ;
+        let both = OPEN4_SHARE_ACCESS_BOTH;
+        let write = OPEN4_SHARE_ACCESS_WRITE;
+        assert_eq!(
+            wanted(OPEN4_SHARE_ACCESS_WANT_NO_PREFERENCE, read),
+            Ok(false)
+        );
+        assert_eq!(wanted(OPEN4_SHARE_ACCESS_WANT_ANY_DELEG, both), Ok(true));
+        assert_eq!(wanted(OPEN4_SHARE_ACCESS_WANT_READ_DELEG, read), Ok(false));
+        assert_eq!(wanted(OPEN4_SHARE_ACCESS_WANT_WRITE_DELEG, both), Ok(true));
+        assert_eq!(
+            wanted(OPEN4_SHARE_ACCESS_WANT_NO_PREFERENCE, write),
+            Err(WhyNoDelegation4::Contention)
+        );
+        assert_eq!(
+            wanted(OPEN4_SHARE_ACCESS_WANT_READ_DELEG, both),
+            Err(WhyNoDelegation4::NotSuppUpgrade)
+        );
+        assert_eq!(
+            wanted(OPEN4_SHARE_ACCESS_WANT_WRITE_DELEG, read),
+            Err(WhyNoDelegation4::NotSuppDowngrade)
+        );
+    }
+}

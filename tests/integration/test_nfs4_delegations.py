@@ -1,0 +1,328 @@
+"""NFSv4.1 delegations (issue 43, docs/nfs4-complete-design.md section C)
+with a hand-encoded client that has a back channel, so that the test sees
+each CB_RECALL and chooses to answer it or not:
+
+- with `delegations = true` a read open gets a read delegation and an
+  open of both a write one; off (the default), or without a back
+  channel, none;
+- another client's conflicting OPEN, and a v3 WRITE (nfs-rs), wait
+  (`NFS4ERR_DELAY`, `NFS3ERR_JUKEBOX`) while the holder is called back,
+  and go through once it returns the delegation; the file is unchanged
+  until then;
+- a holder that never answers loses the delegation within a lease: its
+  stateid is `DELEG_REVOKED`, SEQUENCE says `RECALLABLE_STATE_REVOKED`
+  until FREE_STATEID, and the conflicting open goes through.
+
+The kernel client's side (caching with no calls on the wire, recalls it
+answers) is tests/realclient/deleg.py's; pynfs's `deleg` tests are run
+locally (docs/nfs4-complete-design.md)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import threading
+import time
+
+import nfs_rs
+import pytest
+from rawrpc import opaque, read_record, u32, u64
+from test_nfs4_ops import (OK, OP_CREATE_SESSION, OP_DELEGRETURN, OP_EXCHANGE_ID, OP_FREE_STATEID,
+                           OP_OPEN, OP_READ, OP_SEQUENCE, OP_TEST_STATEID, V41, Results, Server,
+                           _stop, channel_attrs, local, lock_owner, op, putfh)
+from metrics import scrape
+
+pytestmark = pytest.mark.dionfs_only
+
+DELAY, DELEG_REVOKED = 10008, 10087
+READ, BOTH = 1, 3
+WANT_READ_DELEG, WANT_WRITE_DELEG = 0x0100, 0x0200
+OPEN_DELEGATE_READ, OPEN_DELEGATE_WRITE, OPEN_DELEGATE_NONE_EXT = 1, 2, 3
+RECALLABLE_STATE_REVOKED = 0x40
+CB_SEQUENCE, CB_RECALL = 11, 4
+CONN_BACK_CHAN = 0x2
+
+
+class Holder(V41):
+    """V41 whose session has a back channel on its connection (AUTH_NONE
+    callbacks). CB_COMPOUNDs the server sends are kept in `recalls` (the
+    CB_RECALL stateids) as they arrive, answered only if `answering`."""
+
+    def __init__(self, server, owner: bytes, answering: bool = True):
+        self.answering = answering
+        self.recalls: list[bytes] = []
+        self.callbacks = 0
+        self.server, self.uid, self.gid = server, 1000, 1000
+        from rawrpc import Conn
+        self.conn = Conn(server.host, server.nfs_port)
+        eid = self.compound([op(OP_EXCHANGE_ID, u64(0x0102030405060708) + opaque(owner)
+                                + u32(0x00010000) + u32(0) + u32(0))]).of(OP_EXCHANGE_ID)
+        self.clientid = eid["clientid"]
+        # csa_flags CONN_BACK_CHAN, fore and back attributes, the callback
+        # program, one security parameter: AUTH_NONE.
+        cs = self.compound([op(OP_CREATE_SESSION, u64(self.clientid) + u32(eid["sequenceid"])
+                               + u32(CONN_BACK_CHAN) + channel_attrs() + channel_attrs()
+                               + u32(0x40000000) + u32(1) + u32(0))]).of(OP_CREATE_SESSION)
+        self.sessionid = cs["sessionid"]
+        self.seqid = 1
+        self.opens = 0
+        from test_nfs4_ops import OP_RECLAIM_COMPLETE
+        assert self.call([op(OP_RECLAIM_COMPLETE, u32(0))]).status == OK
+
+    def send_raw(self, args: bytes, conn=None) -> Results:
+        from rawrpc import call as rpc_call, parse_reply, SUCCESS
+        conn = conn or self.conn
+        conn.xid += 1
+        conn.send(rpc_call(conn.xid, 100003, 4, 1, args, uid=self.uid, gid=self.gid))
+        while True:
+            record = read_record(conn.sock)
+            if struct.unpack(">I", record[4:8])[0] == 0:
+                self._callback(record)
+                continue
+            xid, accept, res = parse_reply(record)
+            assert (xid, accept) == (conn.xid, SUCCESS)
+            return Results(res)
+
+    def _callback(self, record: bytes) -> None:
+        """A CB_NULL or CB_COMPOUND call from the server: noted, and
+        answered if `answering`."""
+        self.callbacks += 1
+        xid, _, _, _, _, proc = struct.unpack(">IIIIII", record[:24])
+        at = 24
+        for _ in range(2):  # credential, verifier
+            (_, n) = struct.unpack(">II", record[at:at + 8])
+            at += 8 + n + (-n % 4)
+        results = b""
+        if proc == 1:
+            (taglen,) = struct.unpack(">I", record[at:at + 4])
+            at += 4 + taglen + (-taglen % 4) + 8  # tag, minorversion, callback_ident
+            (nops,) = struct.unpack(">I", record[at:at + 4])
+            at += 4
+            ops = []
+            for _ in range(nops):
+                (num,) = struct.unpack(">I", record[at:at + 4])
+                at += 4
+                if num == CB_SEQUENCE:
+                    session, seqid, slot, highest, _ = struct.unpack(">16sIIII", record[at:at + 32])
+                    (lists,) = struct.unpack(">I", record[at + 32:at + 36])
+                    assert lists == 0
+                    at += 36
+                    ops.append(u32(CB_SEQUENCE) + u32(OK) + session + u32(seqid) + u32(slot)
+                               + u32(highest) + u32(highest))
+                elif num == CB_RECALL:
+                    self.recalls.append(record[at:at + 16])
+                    (n,) = struct.unpack(">I", record[at + 20:at + 24])
+                    at += 24 + n + (-n % 4)
+                    ops.append(u32(CB_RECALL) + u32(OK))
+                else:
+                    raise AssertionError(f"callback op {num}")
+            results = u32(OK) + opaque(b"") + u32(len(ops)) + b"".join(ops)
+        if not self.answering:
+            return
+        reply = struct.pack(">IIIIII", xid, 1, 0, 0, 0, 0) + results
+        self.conn.send(struct.pack(">I", len(reply) | 0x8000_0000) + reply)
+
+    def wait_recall(self, timeout: float = 15) -> bytes:
+        """The next CB_RECALL's stateid, read from the connection."""
+        self.conn.sock.settimeout(timeout)
+        try:
+            while not self.recalls:
+                record = read_record(self.conn.sock)
+                assert struct.unpack(">I", record[4:8])[0] == 0, "a reply nobody waits for"
+                self._callback(record)
+        finally:
+            self.conn.sock.settimeout(30)
+        return self.recalls.pop(0)
+
+    def open_deleg(self, fh: bytes, access: int, want: int) -> tuple[bytes, int, bytes | None]:
+        """OPEN (CLAIM_FH) of `fh` wanting a delegation: the open stateid,
+        the delegation type and its stateid (None for none)."""
+        self.opens += 1
+        owner = lock_owner(self.clientid, b"deleg-owner-%d" % self.opens)
+        args = u32(0) + u32(access | want) + u32(0) + owner + u32(0) + u32(4)
+        res = self.call([putfh(fh), op(OP_OPEN, args)])
+        assert res.status == OK, res.ops
+        raw = res.raw
+        # The OPEN result: after its status, stateid 16, change_info 20,
+        # rflags 4, attrset bitmap, then the delegation.
+        at = raw.index(u32(OP_OPEN) + u32(OK)) + 8
+        stateid = raw[at:at + 16]
+        at += 16 + 20 + 4
+        (words,) = struct.unpack(">I", raw[at:at + 4])
+        at += 4 + 4 * words
+        (kind,) = struct.unpack(">I", raw[at:at + 4])
+        deleg = raw[at + 4:at + 20] if kind in (OPEN_DELEGATE_READ, OPEN_DELEGATE_WRITE) else None
+        return stateid, kind, deleg
+
+
+def _open_status(client: V41, fh: bytes, access: int) -> int:
+    client.opens += 1
+    owner = lock_owner(client.clientid, b"rival-%d" % client.opens)
+    args = u32(0) + u32(access | 0x0400) + u32(0) + owner + u32(0) + u32(4)
+    return client.call([putfh(fh), op(OP_OPEN, args)]).last()[1]
+
+
+def _delegations(srv: Server) -> int:
+    for line in scrape(srv.metrics).splitlines():
+        if line.startswith("dionfs_nfs4_delegations "):
+            return int(line.split()[1])
+    raise AssertionError("no dionfs_nfs4_delegations gauge")
+
+
+def _start(tmp_path, lines: str, name: str) -> Server:
+    export = tmp_path.resolve() / name / "export"
+    export.mkdir(parents=True)
+    os.chmod(export, 0o777)
+    srv = Server({str(export): 'clients = ["127.0.0.1"]\nsquash = "no_root_squash"'}, lines)
+    srv.start()
+    return srv
+
+
+@pytest.fixture
+def deleg_server(tmp_path):
+    srv = _start(tmp_path, "delegations = true\nlease_time = 10\n", "on")
+    yield srv
+    _stop(srv)
+
+
+@pytest.fixture
+def plain_server(tmp_path):
+    srv = _start(tmp_path, "", "off")
+    yield srv
+    _stop(srv)
+
+
+def _file(srv: Server, name: str, data: bytes = b"before\n") -> None:
+    path = local(srv, "/" + name)
+    with open(path, "wb") as f:
+        f.write(data)
+    os.chmod(path, 0o666)
+
+
+def _delegated(srv: Server, name: str, access: int = READ, answering: bool = True
+               ) -> tuple[Holder, bytes, bytes]:
+    """A file `name` made on the server and a Holder that opened it for
+    `access` and got the delegation that access may have: (holder, fh,
+    delegation stateid)."""
+    _file(srv, name)
+    holder = Holder(srv, b"holder-" + name.encode(), answering)
+    fh = holder.fh(srv.export + "/" + name)
+    want, expected = ((WANT_WRITE_DELEG, OPEN_DELEGATE_WRITE) if access == BOTH
+                      else (WANT_READ_DELEG, OPEN_DELEGATE_READ))
+    _, kind, deleg = holder.open_deleg(fh, access, want)
+    assert kind == expected and deleg is not None
+    return holder, fh, deleg
+
+
+def test_no_delegation_when_off_or_without_a_back_channel(plain_server, deleg_server):
+    _file(plain_server, "f")
+    holder = Holder(plain_server, b"off-holder")
+    _, kind, _ = holder.open_deleg(holder.fh(plain_server.export + "/f"), READ, WANT_READ_DELEG)
+    assert kind == OPEN_DELEGATE_NONE_EXT
+    _file(deleg_server, "f")
+    # V41's session has no back channel: nothing to recall with.
+    bare = V41(deleg_server, b"no-back-channel")
+    bare.opens += 1
+    args = (u32(0) + u32(READ | WANT_READ_DELEG) + u32(0)
+            + lock_owner(bare.clientid, b"o") + u32(0) + u32(4))
+    res = bare.call([putfh(bare.fh(deleg_server.export + "/f")), op(OP_OPEN, args)])
+    assert res.status == OK
+    assert res.of(OP_OPEN)["delegation"] == OPEN_DELEGATE_NONE_EXT
+    assert _delegations(deleg_server) == 0
+
+
+def test_a_conflicting_open_waits_for_the_holder_to_return_it(deleg_server):
+    srv = deleg_server
+    holder, fh, deleg = _delegated(srv, "f")
+    assert _delegations(srv) == 1
+    # The holder reads under it: its delegation stateid serves READ.
+    assert holder.read(fh, deleg).of(OP_READ)["data"] == b"before\n"
+    # Another client reading is no conflict; writing is.
+    rival = V41(srv, b"rival")
+    assert _open_status(rival, fh, READ) == OK
+    assert _open_status(rival, fh, BOTH) == DELAY
+    assert holder.wait_recall() == deleg
+    # Recalled once: a retry sends no second CB_RECALL, and waits again.
+    assert _open_status(rival, fh, BOTH) == DELAY
+    assert holder.call([putfh(fh), op(OP_DELEGRETURN, deleg)]).last()[1] == OK
+    assert _delegations(srv) == 0
+    assert _open_status(rival, fh, BOTH) == OK
+    assert holder.recalls == []
+    # Recalled in the last 30 s: no new delegation of the file.
+    _, kind, _ = holder.open_deleg(fh, READ, WANT_READ_DELEG)
+    assert kind == OPEN_DELEGATE_NONE_EXT
+
+
+def test_a_write_delegation_is_recalled_by_a_reader(deleg_server):
+    srv = deleg_server
+    holder, fh, deleg = _delegated(srv, "w", BOTH)
+    rival = V41(srv, b"reader")
+    assert _open_status(rival, fh, READ) == DELAY
+    assert holder.wait_recall() == deleg
+    assert holder.call([putfh(fh), op(OP_DELEGRETURN, deleg)]).last()[1] == OK
+    assert _open_status(rival, fh, READ) == OK
+
+
+def test_a_v3_write_waits_for_the_recall(deleg_server):
+    srv = deleg_server
+    holder, fh, deleg = _delegated(srv, "v3")
+    url = f"nfs://{srv.host}{srv.export}?version=3&nfsport={srv.nfs_port}&mountport={srv.mount_port}"
+    v3 = nfs_rs.Client.connect(url, uid=1000, gid=1000, connect_timeout=10, operation_timeout=60)
+    srv._clients.append(v3)
+    done: list[object] = []
+    jukebox: list[str] = []
+
+    def write() -> None:
+        # nfs-rs gives JUKEBOX back as an error: try again, as a kernel
+        # client does.
+        for _ in range(60):
+            try:
+                with v3.open("/v3", "r+b") as f:
+                    f.write_at(b"AFTER", 0)
+                done.append(True)
+                return
+            except nfs_rs.NfsError as e:
+                jukebox.append(str(e))
+                time.sleep(0.5)
+        done.append(False)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    assert holder.wait_recall() == deleg
+    time.sleep(1)
+    with open(local(srv, "/v3"), "rb") as f:
+        assert f.read() == b"before\n", "written under a delegation not yet returned"
+    assert not done
+    assert holder.call([putfh(fh), op(OP_DELEGRETURN, deleg)]).last()[1] == OK
+    writer.join(60)
+    assert done == [True], jukebox
+    # NFS3ERR_JUKEBOX, as nfs-rs words it.
+    assert jukebox and all("try again" in e for e in jukebox), jukebox
+    with open(local(srv, "/v3"), "rb") as f:
+        assert f.read() == b"AFTERe\n"
+
+
+def test_a_holder_that_does_not_answer_loses_it_within_a_lease(deleg_server):
+    srv = deleg_server
+    holder, fh, deleg = _delegated(srv, "dead", answering=False)
+    rival = V41(srv, b"waiting")
+    start = time.monotonic()
+    status = DELAY
+    while status == DELAY and time.monotonic() - start < 60:
+        status = _open_status(rival, fh, BOTH)
+        # The holder keeps its lease (its callbacks go unanswered).
+        holder.call([])
+        time.sleep(1)
+    waited = time.monotonic() - start
+    assert status == OK, f"still {status} after {waited:.0f} s"
+    # The callback times out (10 s), then a lease (10 s) from the recall.
+    assert 5 < waited < 45, waited
+    assert holder.callbacks >= 1
+    res = holder.read(fh, deleg)
+    assert res.last()[1] == DELEG_REVOKED
+    assert res.of(OP_SEQUENCE)["flags"] & RECALLABLE_STATE_REVOKED
+    assert holder.call([op(OP_TEST_STATEID, u32(1) + deleg)]).of(OP_TEST_STATEID)["codes"] == [DELEG_REVOKED]
+    assert holder.call([op(OP_FREE_STATEID, deleg)]).last()[1] == OK
+    assert not holder.call([]).of(OP_SEQUENCE)["flags"] & RECALLABLE_STATE_REVOKED
+    assert _delegations(srv) == 0
