@@ -36,6 +36,7 @@ from metrics import scrape
 pytestmark = pytest.mark.dionfs_only
 
 DELAY, DELEG_REVOKED = 10008, 10087
+OP_WRITE = 38
 READ, BOTH = 1, 3
 WANT_READ_DELEG, WANT_WRITE_DELEG = 0x0100, 0x0200
 OPEN_DELEGATE_READ, OPEN_DELEGATE_WRITE, OPEN_DELEGATE_NONE_EXT = 1, 2, 3
@@ -326,3 +327,23 @@ def test_a_holder_that_does_not_answer_loses_it_within_a_lease(deleg_server):
     assert holder.call([op(OP_FREE_STATEID, deleg)]).last()[1] == OK
     assert not holder.call([]).of(OP_SEQUENCE)["flags"] & RECALLABLE_STATE_REVOKED
     assert _delegations(srv) == 0
+
+
+def test_io_without_an_open_recalls_too(deleg_server):
+    """A WRITE with the anonymous stateid (no OPEN to recall by) recalls
+    the delegation itself; a READ with it does not recall a read one."""
+    srv = deleg_server
+    holder, fh, deleg = _delegated(srv, "anon")
+    rival = V41(srv, b"anonymous-io")
+    anonymous = bytes(16)
+    read = op(OP_READ, anonymous + u64(0) + u32(100))
+    assert rival.call([putfh(fh), read]).last()[1] == OK
+    write = op(OP_WRITE, anonymous + u64(0) + u32(2) + opaque(b"ANON"))
+    assert rival.call([putfh(fh), write]).last()[1] == DELAY
+    assert holder.wait_recall() == deleg
+    with open(local(srv, "/anon"), "rb") as f:
+        assert f.read() == b"before\n"
+    assert holder.call([putfh(fh), op(OP_DELEGRETURN, deleg)]).last()[1] == OK
+    assert rival.call([putfh(fh), write]).last()[1] == OK
+    with open(local(srv, "/anon"), "rb") as f:
+        assert f.read() == b"ANONre\n"

@@ -15,6 +15,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use dionfs_core::delegations::Access;
 use dionfs_core::drc::{hash_args, DrcKey};
 use dionfs_proto::nfs4::{ArgOp, Nfsstat4, SetclientidRes4, StateId4};
 use dionfs_transport::ConnInfo;
@@ -114,14 +115,25 @@ pub(super) fn check_io_stateid(
     io: Use,
 ) -> Result<Checked, Nfsstat4> {
     let state = &ctx.nfs4.state;
-    if let Some(slot) = ctx.slot {
-        return state.check_stateid(slot.client(), stateid, fh, io);
+    let checked = if let Some(slot) = ctx.slot {
+        state.check_stateid(slot.client(), stateid, fh, io)?
+    } else if let Some(special) = state.check_special(stateid, fh, io) {
+        special?
+    } else {
+        let client = state_client(ctx, By::Stateid(stateid))?;
+        state.check_stateid(&client, stateid, fh, io)?
+    };
+    // I/O without an open (a special stateid) has recalled no delegation
+    // by its OPEN: it recalls one in its way now (`DELAY` until returned).
+    if matches!(checked, Checked::Anonymous | Checked::Bypass) {
+        let access = match io {
+            Use::Read => Access::Read,
+            Use::Write => Access::Write,
+        };
+        // The check alone: the I/O holds nothing a grant must wait for.
+        drop(super::delegation::enter(ctx, fh, access)?);
     }
-    if let Some(special) = state.check_special(stateid, fh, io) {
-        return special;
-    }
-    let client = state_client(ctx, By::Stateid(stateid))?;
-    state.check_stateid(&client, stateid, fh, io)
+    Ok(checked)
 }
 
 /// Which owner's seqid an op carries.
