@@ -5,10 +5,12 @@ each CB_RECALL and chooses to answer it or not:
 - with `delegations = true` a read open gets a read delegation and an
   open of both a write one; off (the default), or without a back
   channel, none;
-- another client's conflicting OPEN, and a v3 WRITE (nfs-rs), wait
-  (`NFS4ERR_DELAY`, `NFS3ERR_JUKEBOX`) while the holder is called back,
-  and go through once it returns the delegation; the file is unchanged
-  until then;
+- another client's conflicting OPEN, a v3 WRITE (nfs-rs), I/O with the
+  anonymous stateid, and every other conflicting call (another v4
+  client's SETATTR, REMOVE, RENAME and LINK, a v3 client's, an NLM
+  LOCK) wait (`NFS4ERR_DELAY`, `NFS3ERR_JUKEBOX`, NLM's grace-period
+  denial) while the holder is called back, and go through once it
+  returns the delegation; the file is unchanged until then;
 - a holder that never answers loses the delegation within a lease: its
   stateid is `DELEG_REVOKED`, SEQUENCE says `RECALLABLE_STATE_REVOKED`
   until FREE_STATEID, and the conflicting open goes through.
@@ -347,3 +349,79 @@ def test_io_without_an_open_recalls_too(deleg_server):
     assert rival.call([putfh(fh), write]).last()[1] == OK
     with open(local(srv, "/anon"), "rb") as f:
         assert f.read() == b"ANONre\n"
+
+
+OP_SAVEFH, OP_SETATTR, OP_REMOVE, OP_RENAME, OP_LINK = 32, 34, 28, 29, 11
+NLM_DENIED_GRACE = 4
+
+
+def _v4_conflict(kind: str):
+    """Another NFSv4.1 client's op on file `name`: its status."""
+    def run(srv: Server, name: str) -> str:
+        rival = getattr(srv, "_rival", None) or V41(srv, b"conflicting", uid=0, gid=0)
+        srv._rival = rival
+        d = rival.fh(srv.export)
+        f = rival.fh(srv.export + "/" + name)
+        ops = {
+            "setattr": [putfh(f), op(OP_SETATTR, bytes(16) + u32(2) + u32(0) + u32(2) + opaque(u32(0o600)))],
+            "remove": [putfh(d), op(OP_REMOVE, opaque(name.encode()))],
+            "rename": [putfh(d), op(OP_SAVEFH), putfh(d),
+                       op(OP_RENAME, opaque(name.encode()) + opaque(name.encode() + b".new"))],
+            "link": [putfh(f), op(OP_SAVEFH), putfh(d), op(OP_LINK, opaque(name.encode() + b".link"))],
+        }[kind]
+        status = rival.call(ops).last()[1]
+        return {OK: "ok", DELAY: "later"}.get(status, str(status))
+    return run
+
+
+def _v3_conflict(kind: str):
+    """An NFSv3 client's (nfs-rs) call on file `name`: "ok" or "later"
+    (NFS3ERR_JUKEBOX, which nfs-rs words "try again")."""
+    def run(srv: Server, name: str) -> str:
+        v3 = getattr(srv, "_v3", None)
+        if v3 is None:
+            url = f"nfs://{srv.host}{srv.export}?version=3&nfsport={srv.nfs_port}&mountport={srv.mount_port}"
+            v3 = nfs_rs.Client.connect(url, uid=0, gid=0, connect_timeout=10, operation_timeout=60)
+            srv._clients.append(v3)
+            srv._v3 = v3
+        try:
+            {"setattr": lambda: v3.chmod("/" + name, 0o600),
+             "remove": lambda: v3.remove("/" + name),
+             "rename": lambda: v3.rename("/" + name, "/" + name + ".new"),
+             "link": lambda: v3.link("/" + name, "/" + name + ".link")}[kind]()
+            return "ok"
+        except nfs_rs.NfsError as e:
+            return "later" if "try again" in str(e) else str(e)
+    return run
+
+
+def _nlm_conflict(srv: Server, name: str) -> str:
+    """An NLM LOCK of file `name`: "ok", or "later" (the grace-period
+    denial, which Linux's lockd waits out and retries)."""
+    from rawrpc import Conn, mnt
+    from test_nlm import Nlm, S_GRANTED
+    with Conn(srv.host, srv.mount_port, reserved=True) as m:
+        _, root = mnt(m, srv.export)
+    with Conn(srv.host, srv.nfs_port, reserved=True) as c:
+        _, res = c.rpc(100003, 3, 3, opaque(root) + opaque(name.encode()), uid=0, gid=0)
+    (n,) = struct.unpack(">I", res[4:8])
+    fh = res[8:8 + n]
+    status = Nlm(srv, b"nlm-host").lock(fh, 1, 0, 10)
+    return {S_GRANTED: "ok", NLM_DENIED_GRACE: "later"}.get(status, str(status))
+
+
+CONFLICTS = {f"v4-{k}": _v4_conflict(k) for k in ("setattr", "remove", "rename", "link")}
+CONFLICTS.update({f"v3-{k}": _v3_conflict(k) for k in ("setattr", "remove", "rename", "link")})
+CONFLICTS["nlm-lock"] = _nlm_conflict
+
+
+@pytest.mark.parametrize("conflict", sorted(CONFLICTS))
+def test_every_conflicting_call_recalls_and_waits(deleg_server, conflict):
+    srv = deleg_server
+    name = conflict.replace("-", "_")
+    holder, fh, deleg = _delegated(srv, name)
+    assert CONFLICTS[conflict](srv, name) == "later"
+    assert holder.wait_recall() == deleg
+    assert os.path.exists(local(srv, "/" + name))
+    assert holder.call([putfh(fh), op(OP_DELEGRETURN, deleg)]).last()[1] == OK
+    assert CONFLICTS[conflict](srv, name) == "ok"
