@@ -290,12 +290,14 @@ def test_a_v3_write_waits_for_the_recall(deleg_server):
                 time.sleep(0.5)
         done.append(False)
 
+    # (Looked at with stat alone while the file is delegated: an open by
+    # this process would wait for the return, as any process's does.)
+    mtime = os.stat(local(srv, "/v3")).st_mtime_ns
     writer = threading.Thread(target=write)
     writer.start()
     assert holder.wait_recall() == deleg
     time.sleep(1)
-    with open(local(srv, "/v3"), "rb") as f:
-        assert f.read() == b"before\n", "written under a delegation not yet returned"
+    assert os.stat(local(srv, "/v3")).st_mtime_ns == mtime, "written under a delegation not yet returned"
     assert not done
     assert holder.call([putfh(fh), op(OP_DELEGRETURN, deleg)]).last()[1] == OK
     writer.join(60)
@@ -341,10 +343,10 @@ def test_io_without_an_open_recalls_too(deleg_server):
     read = op(OP_READ, anonymous + u64(0) + u32(100))
     assert rival.call([putfh(fh), read]).last()[1] == OK
     write = op(OP_WRITE, anonymous + u64(0) + u32(2) + opaque(b"ANON"))
+    mtime = os.stat(local(srv, "/anon")).st_mtime_ns
     assert rival.call([putfh(fh), write]).last()[1] == DELAY
     assert holder.wait_recall() == deleg
-    with open(local(srv, "/anon"), "rb") as f:
-        assert f.read() == b"before\n"
+    assert os.stat(local(srv, "/anon")).st_mtime_ns == mtime
     assert holder.call([putfh(fh), op(OP_DELEGRETURN, deleg)]).last()[1] == OK
     assert rival.call([putfh(fh), write]).last()[1] == OK
     with open(local(srv, "/anon"), "rb") as f:
@@ -425,3 +427,28 @@ def test_every_conflicting_call_recalls_and_waits(deleg_server, conflict):
     assert os.path.exists(local(srv, "/" + name))
     assert holder.call([putfh(fh), op(OP_DELEGRETURN, deleg)]).last()[1] == OK
     assert CONFLICTS[conflict](srv, name) == "ok"
+
+
+def test_a_process_on_the_server_opening_it_recalls_and_waits(deleg_server):
+    """This test's own process is a process on the server: its open of
+    the delegated file waits while the holder is called back, and goes on
+    once the holder returns the delegation."""
+    srv = deleg_server
+    holder, fh, deleg = _delegated(srv, "local")
+    opened: list[float] = []
+
+    def local_write() -> None:
+        start = time.monotonic()
+        with open(local(srv, "/local"), "r+b") as f:
+            opened.append(time.monotonic() - start)
+            f.write(b"LOCAL")
+
+    writer = threading.Thread(target=local_write)
+    writer.start()
+    assert holder.wait_recall() == deleg
+    time.sleep(1)
+    assert not opened, "the open went on with the delegation out"
+    assert holder.call([putfh(fh), op(OP_DELEGRETURN, deleg)]).last()[1] == OK
+    writer.join(30)
+    assert opened and 1 <= opened[0] < 10, opened
+    assert holder.read(fh, holder.open_deleg(fh, READ, 0x0400)[0]).of(OP_READ)["data"] == b"LOCALe\n"

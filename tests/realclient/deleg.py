@@ -18,6 +18,9 @@ locks.py's do, and the host reads the server's per-operation call counts
 3. A second NFSv4.1 client (nfs-rs, run in the namespace) writes another
    delegated file: its OPEN waits (NFS4ERR_DELAY) for the return, and the
    guest then reads what it wrote.
+4. A process on the server (this script) writes a delegated file: its
+   open waits (fanotify) while the guest is called back and returns the
+   delegation, and the guest then reads what it wrote.
 
 With --delegations off the server grants none, and step 1's second pass
 is only counted (steps 2 and 3 pass without recalls); --compare runs both
@@ -89,7 +92,13 @@ echo "guest bytes" > /mnt/nfs/s || fail "write s"
 expect "$(cat /mnt/nfs/s)" "guest bytes" "read through v4 (a delegation)"
 expect "$(sync v4-write)" ok "the other client wrote s"
 expect "$(cat /mnt/nfs/s)" "other client" "the guest reads what the other client wrote"
-rm -rf /mnt/nfs/m /mnt/nfs/r /mnt/nfs/s
+
+step "4. a process on the server writing a delegated file recalls it"
+echo "guest bytes" > /mnt/nfs/p || fail "write p"
+expect "$(cat /mnt/nfs/p)" "guest bytes" "read through v4 (a delegation)"
+expect "$(sync local-write)" ok "a process on the server wrote p"
+expect "$(cat /mnt/nfs/p)" "server process" "the guest reads what the server process wrote"
+rm -rf /mnt/nfs/m /mnt/nfs/r /mnt/nfs/s /mnt/nfs/p
 umount /mnt/v3
 echo "== end"
 """
@@ -235,6 +244,20 @@ def run(delegations: bool, work: str) -> tuple[list[str], dict[str, int]]:
             if delegations:
                 check("its open recalled the guest's delegation", returned >= 1, f"{returned} DELEGRETURN")
             ack("v4-write", "ok")
+        if request("local-write"):
+            before = ops()
+            start = time.monotonic()
+            # This process is not the server: its open waits while the
+            # guest is called back and returns the delegation.
+            with open(os.path.join(export, "p"), "w") as f:
+                f.write("server process\n")
+            took = time.monotonic() - start
+            returned = diff(ops(), before).get("DELEGRETURN", 0)
+            log(f"the server process's open and write took {took:.2f} s")
+            if delegations:
+                check("a server process's open recalled the guest's delegation", returned >= 1,
+                      f"{returned} DELEGRETURN, open after {took:.2f} s")
+            ack("local-write", "ok")
         rc = guest.wait()
         stdout_path = os.path.join(out, "out", "stdout")
         print(open(stdout_path).read() if os.path.exists(stdout_path) else "(no guest output)", end="")

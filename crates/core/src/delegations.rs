@@ -9,6 +9,14 @@
 //! every program checks, by file handle, and the [`Recaller`] the NFSv4
 //! program sets to be told what to recall.
 //!
+//! Processes on the server: with [`Delegations::watch_local_opens`] every
+//! delegated file is watched with fanotify (`dionfs_sys::fanotify`): an
+//! open of it by another process waits (as an open breaking a lease
+//! waits) while the delegation is recalled, until it is returned or a
+//! lease has passed, and a write to it (by a process that had it open
+//! before) recalls it. Any open counts, a read-only one too: fanotify does
+//! not say how a file is being opened.
+//!
 //! A grant and a conflicting call must not pass each other: a v3 WRITE
 //! that found no delegation must not write under one granted a moment
 //! later. So a conflicting call holds the file [`Busy`] while it runs,
@@ -21,10 +29,14 @@
 use std::collections::hash_map::{DefaultHasher, Entry};
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::sync::{Arc, OnceLock};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use dionfs_sys::fanotify::{Event, Fanotify};
 use parking_lot::Mutex;
+use tracing::{info, warn};
 
 /// Delegations in all (knfsd bounds them by memory: `max_delegations`).
 pub const MAX_DELEGATIONS: usize = 65_536;
@@ -68,7 +80,8 @@ pub enum NoGrant {
     /// Another client's open, lock or delegation, a call in progress, or
     /// a recall in the last [`RECALLED_RECENTLY`].
     Contention,
-    /// Past [`MAX_DELEGATIONS`] or [`DELEGATIONS_PER_CLIENT`].
+    /// Past [`MAX_DELEGATIONS`] or [`DELEGATIONS_PER_CLIENT`], or the
+    /// file could not be watched.
     Resource,
 }
 
@@ -87,13 +100,27 @@ struct Inner {
     recalled: HashMap<u64, Instant>,
     per_client: HashMap<u64, usize>,
     count: usize,
+    /// The files watched for other processes' opens, by handle, and
+    /// their handles by inode (what a fanotify event names).
+    watched: HashMap<Vec<u8>, Watched>,
+    by_inode: HashMap<(u64, u64), Vec<u8>>,
+}
+
+/// A delegated file watched: a descriptor of it (to unwatch it by) and
+/// its inode.
+struct Watched {
+    fd: OwnedFd,
+    inode: (u64, u64),
 }
 
 /// The server-wide index of delegations.
 pub struct Delegations {
-    enabled: bool,
+    enabled: AtomicBool,
     inner: Mutex<Inner>,
     recaller: OnceLock<Recaller>,
+    /// The fanotify group watching delegated files, once
+    /// [`Delegations::watch_local_opens`] started it.
+    local: OnceLock<Arc<Fanotify>>,
 }
 
 /// A conflicting call in progress on a file: no delegation of it is
@@ -128,15 +155,22 @@ impl Delegations {
     /// (when off, nothing is granted and every check passes at once).
     pub fn new(enabled: bool) -> Delegations {
         Delegations {
-            enabled,
+            enabled: AtomicBool::new(enabled),
             inner: Mutex::default(),
             recaller: OnceLock::new(),
+            local: OnceLock::new(),
         }
     }
 
     /// Whether delegations may be granted.
     pub fn enabled(&self) -> bool {
-        self.enabled
+        self.enabled.load(Ordering::Relaxed)
+    }
+
+    /// Grants no more delegations (processes on the server cannot be
+    /// watched).
+    pub fn disable(&self) {
+        self.enabled.store(false, Ordering::Relaxed);
     }
 
     /// Sets what recalls a delegation (once; whether it was set now).
@@ -156,7 +190,7 @@ impl Delegations {
         by: Option<u64>,
         access: Access,
     ) -> Result<Busy, Recalling> {
-        if !self.enabled {
+        if !self.enabled() {
             return Ok(Busy { index: None });
         }
         let key = key(fh);
@@ -206,19 +240,21 @@ impl Delegations {
         self.enter(fh, by, access).map(drop)
     }
 
-    /// Grants `held` of file `fh` if nothing is in its way: no call holds
-    /// the file busy, no other client has a delegation of it that
-    /// conflicts (and `held.client` none of it at all), it was not
-    /// recalled in the last [`RECALLED_RECENTLY`], the bounds allow, and
-    /// `clear` (the caller's check of opens and locks, run under the
-    /// index's mutex) says yes.
+    /// Grants `held` of file `fh` (`file` a descriptor of it, an `O_PATH`
+    /// one will do) if nothing is in its way: no call holds the file busy,
+    /// no other client has a delegation of it that conflicts (and
+    /// `held.client` none of it at all), it was not recalled in the last
+    /// [`RECALLED_RECENTLY`], the bounds allow, and `clear` (the caller's
+    /// check of opens and locks, run under the index's mutex) says yes.
+    /// The file is watched for other processes from then on.
     pub fn grant(
         &self,
         fh: &[u8],
+        file: BorrowedFd<'_>,
         held: Held,
         clear: impl FnOnce() -> bool,
     ) -> Result<(), NoGrant> {
-        if !self.enabled {
+        if !self.enabled() {
             return Err(NoGrant::Off);
         }
         let key = key(fh);
@@ -248,6 +284,16 @@ impl Delegations {
         if !clear() {
             return Err(NoGrant::Contention);
         }
+        if let Some(fan) = self.local.get() {
+            if !inner.watched.contains_key(fh) {
+                let watched = watch(fan, file).map_err(|e| {
+                    warn!(error = %e, "a file to delegate could not be watched: no delegation");
+                    NoGrant::Resource
+                })?;
+                inner.by_inode.insert(watched.inode, fh.to_vec());
+                inner.watched.insert(fh.to_vec(), watched);
+            }
+        }
         inner
             .by_fh
             .entry(fh.to_vec())
@@ -271,6 +317,7 @@ impl Delegations {
         let (gone, _) = held.swap_remove(at);
         if held.is_empty() {
             inner.by_fh.remove(fh);
+            self.unwatch(&mut inner, fh);
         }
         inner.count -= 1;
         if let Entry::Occupied(mut e) = inner.per_client.entry(gone.client) {
@@ -289,14 +336,138 @@ impl Delegations {
             return 0;
         }
         let mut removed = 0;
-        inner.by_fh.retain(|_, held| {
+        let mut emptied = Vec::new();
+        inner.by_fh.retain(|fh, held| {
             let before = held.len();
             held.retain(|(h, _)| h.client != client);
             removed += before - held.len();
+            if held.is_empty() {
+                emptied.push(fh.clone());
+            }
             !held.is_empty()
         });
         inner.count -= removed;
+        for fh in emptied {
+            self.unwatch(&mut inner, &fh);
+        }
         removed
+    }
+
+    /// Stops watching `fh`, which has no delegation left.
+    fn unwatch(&self, inner: &mut Inner, fh: &[u8]) {
+        if let Some(watched) = inner.watched.remove(fh) {
+            inner.by_inode.remove(&watched.inode);
+            if let Some(fan) = self.local.get() {
+                let _ = fan.unwatch(watched.fd.as_fd());
+            }
+        }
+    }
+
+    /// Whether `fh` has a delegation now.
+    fn delegated(&self, fh: &[u8]) -> bool {
+        self.inner.lock().by_fh.contains_key(fh)
+    }
+
+    /// Watches the delegated files for other processes (the module's
+    /// header): two threads, one answering this process's own opens at
+    /// once and handing the others' events to the second, which recalls
+    /// and holds an open until the delegation is gone or `break_time`
+    /// (the lease) has passed. Fails without `CAP_SYS_ADMIN`.
+    pub fn watch_local_opens(self: &Arc<Self>, break_time: Duration) -> std::io::Result<()> {
+        let fan = Arc::new(Fanotify::new()?);
+        if self.local.set(Arc::clone(&fan)).is_err() {
+            return Ok(());
+        }
+        let (tx, rx) = mpsc::channel::<Event>();
+        let me = std::process::id() as i32;
+        let reader = Arc::clone(&fan);
+        std::thread::Builder::new()
+            .name("dionfs-fanotify".into())
+            .spawn(move || loop {
+                let events = match reader.read() {
+                    Ok(events) => events,
+                    Err(e) => {
+                        warn!(error = %e, "fanotify read failed: processes on the server no longer recall delegations");
+                        return;
+                    }
+                };
+                for event in events {
+                    if event.pid == me {
+                        // This server's own: never waits on the other
+                        // thread (which may need a lock an opener holds).
+                        allow(&reader, &event);
+                    } else if tx.send(event).is_err() {
+                        return;
+                    }
+                }
+            })?;
+        let index = Arc::downgrade(self);
+        std::thread::Builder::new()
+            .name("dionfs-local-opens".into())
+            .spawn(move || {
+                let mut waiting: Vec<(Vec<u8>, Event, Instant)> = Vec::new();
+                loop {
+                    let event = match rx.recv_timeout(Duration::from_millis(100)) {
+                        Ok(event) => Some(event),
+                        Err(mpsc::RecvTimeoutError::Timeout) => None,
+                        Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                    };
+                    let Some(index) = index.upgrade() else {
+                        return;
+                    };
+                    if let Some(event) = event {
+                        if let Some(wait) = index.local_event(&fan, event) {
+                            waiting.push((wait.0, wait.1, Instant::now() + break_time));
+                        }
+                    }
+                    waiting.retain(|(fh, event, until)| {
+                        let done = !index.delegated(fh) || Instant::now() >= *until;
+                        if done {
+                            allow(&fan, event);
+                        }
+                        !done
+                    });
+                }
+            })?;
+        Ok(())
+    }
+
+    /// Another process opened or wrote a watched file: a delegation of it
+    /// is recalled. An open to hold until it is gone is given back.
+    fn local_event(self: &Arc<Self>, fan: &Fanotify, event: Event) -> Option<(Vec<u8>, Event)> {
+        if event.is_overflow() {
+            warn!("fanotify's queue overflowed: opens of delegated files by processes on the server may have recalled nothing");
+            return None;
+        }
+        let fh = event
+            .file
+            .as_ref()
+            .and_then(|f| rustix::fs::fstat(f).ok())
+            .and_then(|st| {
+                let inode = (st.st_dev, st.st_ino);
+                self.inner.lock().by_inode.get(&inode).cloned()
+            });
+        let Some(fh) = fh else {
+            allow(fan, &event);
+            return None;
+        };
+        match self.enter(&fh, None, Access::Write) {
+            Ok(_busy) => {
+                allow(fan, &event);
+                None
+            }
+            Err(Recalling) if event.is_permission() => {
+                info!(pid = event.pid, "a process on the server opens a delegated file: recalled, the open waits for its return");
+                Some((fh, event))
+            }
+            Err(Recalling) => {
+                info!(
+                    pid = event.pid,
+                    "a process on the server wrote a delegated file: recalled"
+                );
+                None
+            }
+        }
     }
 
     /// Forgets recalls older than [`RECALLED_RECENTLY`] (the laundromat).
@@ -313,10 +484,35 @@ impl Delegations {
     }
 }
 
+/// Watches `file` with `fan`: a descriptor of it kept, and its inode.
+fn watch(fan: &Fanotify, file: BorrowedFd<'_>) -> std::io::Result<Watched> {
+    let fd = file.try_clone_to_owned()?;
+    let st = rustix::fs::fstat(&fd)?;
+    fan.watch(fd.as_fd())?;
+    Ok(Watched {
+        fd,
+        inode: (st.st_dev, st.st_ino),
+    })
+}
+
+/// Lets a permission event's open go on (nothing for other events).
+fn allow(fan: &Fanotify, event: &Event) {
+    if let (true, Some(file)) = (event.is_permission(), &event.file) {
+        if let Err(e) = fan.allow(file.as_raw_fd()) {
+            warn!(error = %e, "fanotify: an open could not be let go on");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A descriptor to grant with (nothing watches it in these tests).
+    fn dir() -> std::fs::File {
+        std::fs::File::open("/").unwrap()
+    }
 
     fn held(client: u64, id: u8, write: bool) -> Held {
         Held {
@@ -338,7 +534,10 @@ mod tests {
     #[test]
     fn off_grants_nothing_and_checks_nothing() {
         let d = Arc::new(Delegations::new(false));
-        assert_eq!(d.grant(b"f", held(1, 1, false), || true), Err(NoGrant::Off));
+        assert_eq!(
+            d.grant(b"f", dir().as_fd(), held(1, 1, false), || true),
+            Err(NoGrant::Off)
+        );
         assert!(d.enter(b"f", None, Access::Write).is_ok());
     }
 
@@ -346,7 +545,8 @@ mod tests {
     fn a_conflicting_call_recalls_once_and_waits_for_the_return() {
         let d = Arc::new(Delegations::new(true));
         let recalls = counting(&d);
-        d.grant(b"f", held(1, 1, false), || true).unwrap();
+        d.grant(b"f", dir().as_fd(), held(1, 1, false), || true)
+            .unwrap();
         // Reading another's read delegation, or the holder's own call:
         // no conflict.
         assert!(d.enter(b"f", Some(2), Access::Read).is_ok());
@@ -361,7 +561,7 @@ mod tests {
         assert_eq!(d.count(), 0);
         // Recalled recently: no new delegation.
         assert_eq!(
-            d.grant(b"f", held(1, 2, false), || true),
+            d.grant(b"f", dir().as_fd(), held(1, 2, false), || true),
             Err(NoGrant::Contention)
         );
     }
@@ -370,12 +570,13 @@ mod tests {
     fn a_write_delegation_conflicts_with_reads() {
         let d = Arc::new(Delegations::new(true));
         let recalls = counting(&d);
-        d.grant(b"f", held(1, 1, true), || true).unwrap();
+        d.grant(b"f", dir().as_fd(), held(1, 1, true), || true)
+            .unwrap();
         assert!(d.enter(b"f", Some(2), Access::Read).is_err());
         assert_eq!(recalls.load(Ordering::SeqCst), 1);
         // Nor does it share the file with another delegation.
         assert_eq!(
-            d.grant(b"f", held(2, 2, false), || true),
+            d.grant(b"f", dir().as_fd(), held(2, 2, false), || true),
             Err(NoGrant::Contention)
         );
     }
@@ -383,14 +584,16 @@ mod tests {
     #[test]
     fn read_delegations_share_but_one_per_client() {
         let d = Arc::new(Delegations::new(true));
-        d.grant(b"f", held(1, 1, false), || true).unwrap();
-        d.grant(b"f", held(2, 2, false), || true).unwrap();
+        d.grant(b"f", dir().as_fd(), held(1, 1, false), || true)
+            .unwrap();
+        d.grant(b"f", dir().as_fd(), held(2, 2, false), || true)
+            .unwrap();
         assert_eq!(
-            d.grant(b"f", held(1, 3, false), || true),
+            d.grant(b"f", dir().as_fd(), held(1, 3, false), || true),
             Err(NoGrant::Contention)
         );
         assert_eq!(
-            d.grant(b"f", held(3, 4, true), || true),
+            d.grant(b"f", dir().as_fd(), held(3, 4, true), || true),
             Err(NoGrant::Contention)
         );
         assert_eq!(d.remove_client(1), 1);
@@ -402,16 +605,17 @@ mod tests {
         let d = Arc::new(Delegations::new(true));
         let busy = d.enter(b"f", None, Access::Write).unwrap();
         assert_eq!(
-            d.grant(b"f", held(1, 1, false), || true),
+            d.grant(b"f", dir().as_fd(), held(1, 1, false), || true),
             Err(NoGrant::Contention)
         );
         drop(busy);
         assert_eq!(
-            d.grant(b"f", held(1, 1, false), || false),
+            d.grant(b"f", dir().as_fd(), held(1, 1, false), || false),
             Err(NoGrant::Contention),
             "the caller's check of opens and locks"
         );
-        d.grant(b"f", held(1, 1, false), || true).unwrap();
+        d.grant(b"f", dir().as_fd(), held(1, 1, false), || true)
+            .unwrap();
     }
 
     #[test]
@@ -419,13 +623,57 @@ mod tests {
         let d = Arc::new(Delegations::new(true));
         for i in 0..DELEGATIONS_PER_CLIENT {
             let fh = (i as u32).to_be_bytes();
-            d.grant(&fh, held(1, 1, false), || true).unwrap();
+            d.grant(&fh, dir().as_fd(), held(1, 1, false), || true)
+                .unwrap();
         }
         assert_eq!(
-            d.grant(b"last", held(1, 1, false), || true),
+            d.grant(b"last", dir().as_fd(), held(1, 1, false), || true),
             Err(NoGrant::Resource)
         );
-        d.grant(b"last", held(2, 1, false), || true).unwrap();
+        d.grant(b"last", dir().as_fd(), held(2, 1, false), || true)
+            .unwrap();
         assert_eq!(d.remove_client(1), DELEGATIONS_PER_CLIENT);
+    }
+
+    #[test]
+    fn a_process_opening_a_delegated_file_waits_for_the_return() {
+        let d = Arc::new(Delegations::new(true));
+        match d.watch_local_opens(Duration::from_secs(20)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return, // not root
+            Err(e) => panic!("{e}"),
+        }
+        let recalled = Arc::new(Mutex::new(Vec::<Held>::new()));
+        let r = Arc::clone(&recalled);
+        assert!(d.set_recaller(Arc::new(move |_, held| r.lock().push(*held))));
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("f");
+        std::fs::write(&path, b"x").unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        d.grant(b"f", file.as_fd(), held(1, 1, false), || true)
+            .unwrap();
+        let started = Instant::now();
+        let mut child = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("echo y >> {}", path.display()))
+            .spawn()
+            .unwrap();
+        while recalled.lock().is_empty() {
+            assert!(started.elapsed() < Duration::from_secs(10), "no recall");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // The child's open is held while the delegation is out.
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the open went on before the return"
+        );
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 1);
+        assert!(d.remove(b"f", &[1; 12]));
+        assert!(child.wait().unwrap().success());
+        assert_eq!(std::fs::read(&path).unwrap(), b"xy\n");
+        assert_eq!(recalled.lock().len(), 1);
+        // Unwatched with its last delegation: opens go on at once.
+        std::fs::write(&path, b"z").unwrap();
     }
 }

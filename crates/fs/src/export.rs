@@ -70,6 +70,11 @@ impl Node {
         self.fd.as_fd()
     }
 
+    /// Its `O_PATH` descriptor, to watch it by (delegations).
+    pub fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
     pub(crate) fn require_dir(&self) -> Result<(), FsError> {
         if self.kind == FileKind::Directory {
             Ok(())

@@ -358,6 +358,18 @@ async fn serve(
             server.delegations.clone(),
         )?);
         nfs4.start_laundromat();
+        if server.delegations.enabled() {
+            match server.delegations.watch_local_opens(settings.lease_time) {
+                Ok(()) => info!(
+                    "NFSv4 delegations on: files delegated are watched for processes on the server"
+                ),
+                Err(e) => {
+                    server.delegations.disable();
+                    warn!(error = %e, "delegations = true, but processes on the server cannot be \
+                        watched (fanotify needs CAP_SYS_ADMIN): no delegation will be granted");
+                }
+            }
+        }
         Some(nfs4)
     } else {
         None

@@ -1,7 +1,8 @@
 //! The only place in dionfs with `unsafe` code: aligned buffers and the
 //! Linux system calls that neither `libc`'s safe surface nor `rustix` wraps
 //! (file handles, per-thread credentials, `RWF_*` flags that are too new,
-//! `SO_RCVLOWAT`, io_uring reads, byte-range OFD locks, `FICLONERANGE`),
+//! `SO_RCVLOWAT`, io_uring reads, byte-range OFD locks, `FICLONERANGE`,
+//! fanotify on single files),
 //! the name service's reentrant user and group lookups (`nss`), and
 //! handing a job that borrows the caller's data to a parked helper thread.
 //! Also running a future on the calling thread, parked while it waits
@@ -13,6 +14,7 @@ pub mod beside;
 pub mod buf;
 pub mod clone;
 pub mod cred;
+pub mod fanotify;
 pub mod handle;
 pub mod io;
 pub mod lock;

@@ -101,13 +101,13 @@ pub fn enter_named(
 }
 
 /// The delegation OPEN answers, once the open is had: `access` the
-/// share access, `want` the client's `OPEN4_SHARE_ACCESS_WANT_*`, `fh`
+/// share access, `want` the client's `OPEN4_SHARE_ACCESS_WANT_*`, `file`
 /// the regular file opened, `fresh` whether the claim may get one at all
 /// (not a reclaim nor an open under a delegation).
 pub fn offer(
     ctx: &OpCtx,
     client: &Client,
-    fh: &[u8],
+    file: &Node,
     access: u32,
     want: u32,
     fresh: bool,
@@ -136,7 +136,11 @@ pub fn offer(
         Ok(write) => write,
         Err(why) => return none(why),
     };
-    match ctx.nfs4.state.grant_delegation(client, fh, write) {
+    let granted_to = ctx
+        .nfs4
+        .state
+        .grant_delegation(client, file.fh(), file.as_fd(), write);
+    match granted_to {
         Ok(stateid) => granted(stateid, write),
         Err(NoGrant::Resource) => none(WhyNoDelegation4::Resource),
         Err(NoGrant::Contention | NoGrant::Off) => none(WhyNoDelegation4::Contention),

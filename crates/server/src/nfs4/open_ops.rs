@@ -277,7 +277,7 @@ fn open_file(
     v40::opened(ctx, export.config.id, fh);
     drop(_busy);
     let fresh = matches!(args.claim, OpenClaim4::Null(_) | OpenClaim4::Fh);
-    let delegation = delegation::offer(ctx, &client, fh, access, want, fresh);
+    let delegation = delegation::offer(ctx, &client, &file.node, access, want, fresh);
     ctx.current = Some(Fh4::File {
         export: export.config.id,
         fh: file.node.fh().to_vec(),

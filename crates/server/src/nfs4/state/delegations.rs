@@ -12,6 +12,7 @@
 //! recaller with no lock held, and the recaller takes the client table,
 //! then the client's state.
 
+use std::os::fd::BorrowedFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -50,7 +51,8 @@ pub struct ToRecall {
 
 impl State {
     /// OPEN's delegation (design section C, policy): a write delegation
-    /// when `write`, else a read one, of regular file `fh` to `client`,
+    /// when `write`, else a read one, of regular file `fh` (`file` a
+    /// descriptor of it, watched for processes on the server) to `client`,
     /// if the index grants it: no call of another in progress on it, no
     /// conflicting delegation, no recall of it in the last 30 s, within
     /// the bounds, and no other client holding it open in a conflicting
@@ -60,6 +62,7 @@ impl State {
         &self,
         client: &Client,
         fh: &[u8],
+        file: BorrowedFd<'_>,
         write: bool,
     ) -> Result<StateId4, NoGrant> {
         let mut state = client.state.lock();
@@ -81,7 +84,7 @@ impl State {
                     .lock()
                     .any_holder(fh, |owner| owner.client() != me)
         };
-        self.delegations.grant(fh, held, clear)?;
+        self.delegations.grant(fh, file, held, clear)?;
         state.stateids.insert(
             other,
             StateRef::Deleg(DelegState {
