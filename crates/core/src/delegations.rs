@@ -286,6 +286,9 @@ impl Delegations {
         }
         if let Some(fan) = self.local.get() {
             if !inner.watched.contains_key(fh) {
+                if inner.watched.len() >= max_watched() {
+                    return Err(NoGrant::Resource);
+                }
                 let watched = watch(fan, file).map_err(|e| {
                     warn!(error = %e, "a file to delegate could not be watched: no delegation");
                     NoGrant::Resource
@@ -461,7 +464,8 @@ impl Delegations {
                 Some((fh, event))
             }
             Err(Recalling) => {
-                info!(
+                // Each write is an event: told at debug level only.
+                tracing::debug!(
                     pid = event.pid,
                     "a process on the server wrote a delegated file: recalled"
                 );
@@ -482,6 +486,16 @@ impl Delegations {
     pub fn count(&self) -> usize {
         self.inner.lock().count
     }
+}
+
+/// How many files may be watched at once: each holds a descriptor, so a
+/// quarter of the open-file limit (as NLM's lock descriptions take
+/// another), and connections and the open-file cache keep the rest.
+fn max_watched() -> usize {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(u64::MAX);
+    usize::try_from(limit / 4).unwrap_or(usize::MAX).max(64)
 }
 
 /// Watches `file` with `fan`: a descriptor of it kept, and its inode.
