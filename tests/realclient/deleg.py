@@ -21,6 +21,8 @@ locks.py's do, and the host reads the server's per-operation call counts
 4. A process on the server (this script) writes a delegated file: its
    open waits (fanotify) while the guest is called back and returns the
    delegation, and the guest then reads what it wrote.
+5. A process on the server chmods a delegated file: the delegation is
+   recalled (after the fact), and the guest then sees the new mode.
 
 With --delegations off the server grants none, and step 1's second pass
 is only counted (steps 2 and 3 pass without recalls); --compare runs both
@@ -98,7 +100,17 @@ echo "guest bytes" > /mnt/nfs/p || fail "write p"
 expect "$(cat /mnt/nfs/p)" "guest bytes" "read through v4 (a delegation)"
 expect "$(sync local-write)" ok "a process on the server wrote p"
 expect "$(cat /mnt/nfs/p)" "server process" "the guest reads what the server process wrote"
-rm -rf /mnt/nfs/m /mnt/nfs/r /mnt/nfs/s /mnt/nfs/p
+
+step "5. a chmod on the server recalls it"
+echo "guest bytes" > /mnt/nfs/q && chmod 644 /mnt/nfs/q || fail "write q"
+expect "$(cat /mnt/nfs/q)" "guest bytes" "read through v4 (a delegation)"
+expect "$(stat -c %a /mnt/nfs/q)" 644 "its mode, from the cache"
+expect "$(sync local-chmod)" ok "a process on the server chmod'ed q"
+# (An open revalidates, as after any change on the server: a stat alone
+# may answer from the attribute cache for acregmin, delegation or not.)
+cat /mnt/nfs/q > /dev/null || fail "open q"
+expect "$(stat -c %a /mnt/nfs/q)" 600 "the guest sees the new mode once it opens the file"
+rm -rf /mnt/nfs/m /mnt/nfs/r /mnt/nfs/s /mnt/nfs/p /mnt/nfs/q
 umount /mnt/v3
 echo "== end"
 """
@@ -258,6 +270,15 @@ def run(delegations: bool, work: str) -> tuple[list[str], dict[str, int]]:
                 check("a server process's open recalled the guest's delegation", returned >= 1,
                       f"{returned} DELEGRETURN, open after {took:.2f} s")
             ack("local-write", "ok")
+        if request("local-chmod"):
+            before = ops()
+            os.chmod(os.path.join(export, "q"), 0o600)
+            # After the fact: the chmod is done; the recall follows.
+            recalled = wait_for(lambda: diff(ops(), before).get("DELEGRETURN", 0) >= 1, 15)
+            if delegations:
+                check("a chmod on the server recalled the guest's delegation", recalled,
+                      f"{diff(ops(), before).get('DELEGRETURN', 0)} DELEGRETURN")
+            ack("local-chmod", "ok")
         rc = guest.wait()
         stdout_path = os.path.join(out, "out", "stdout")
         print(open(stdout_path).read() if os.path.exists(stdout_path) else "(no guest output)", end="")

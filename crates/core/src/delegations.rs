@@ -14,8 +14,10 @@
 //! open of it by another process waits (as an open breaking a lease
 //! waits) while the delegation is recalled, until it is returned or a
 //! lease has passed, and a write to it (by a process that had it open
-//! before) recalls it. Any open counts, a read-only one too: fanotify does
-//! not say how a file is being opened.
+//! before) recalls it, as does a change made without an open (chmod,
+//! chown, utimes, link, unlink, rename: told after the fact). Any open
+//! counts, a read-only one too: fanotify does not say how a file is being
+//! opened.
 //!
 //! A grant and a conflicting call must not pass each other: a v3 WRITE
 //! that found no delegation must not write under one granted a moment
@@ -34,7 +36,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use dionfs_sys::fanotify::{Event, Fanotify};
+use dionfs_sys::fanotify::{Event, Fanotify, FidWatch};
+use dionfs_sys::handle::KernelHandle;
 use parking_lot::Mutex;
 use tracing::{info, warn};
 
@@ -104,6 +107,7 @@ struct Inner {
     /// their handles by inode (what a fanotify event names).
     watched: HashMap<Vec<u8>, Watched>,
     by_inode: HashMap<(u64, u64), Vec<u8>>,
+    by_handle: HashMap<KernelHandle, Vec<u8>>,
 }
 
 /// A delegated file watched: a descriptor of it (to unwatch it by) and
@@ -111,6 +115,7 @@ struct Inner {
 struct Watched {
     fd: OwnedFd,
     inode: (u64, u64),
+    handle: KernelHandle,
 }
 
 /// The server-wide index of delegations.
@@ -120,7 +125,7 @@ pub struct Delegations {
     recaller: OnceLock<Recaller>,
     /// The fanotify group watching delegated files, once
     /// [`Delegations::watch_local_opens`] started it.
-    local: OnceLock<Arc<Fanotify>>,
+    local: OnceLock<(Arc<Fanotify>, Arc<FidWatch>)>,
 }
 
 /// A conflicting call in progress on a file: no delegation of it is
@@ -284,16 +289,17 @@ impl Delegations {
         if !clear() {
             return Err(NoGrant::Contention);
         }
-        if let Some(fan) = self.local.get() {
+        if let Some((fan, fid)) = self.local.get() {
             if !inner.watched.contains_key(fh) {
                 if inner.watched.len() >= max_watched() {
                     return Err(NoGrant::Resource);
                 }
-                let watched = watch(fan, file).map_err(|e| {
+                let watched = watch(fan, fid, file).map_err(|e| {
                     warn!(error = %e, "a file to delegate could not be watched: no delegation");
                     NoGrant::Resource
                 })?;
                 inner.by_inode.insert(watched.inode, fh.to_vec());
+                inner.by_handle.insert(watched.handle.clone(), fh.to_vec());
                 inner.watched.insert(fh.to_vec(), watched);
             }
         }
@@ -360,8 +366,10 @@ impl Delegations {
     fn unwatch(&self, inner: &mut Inner, fh: &[u8]) {
         if let Some(watched) = inner.watched.remove(fh) {
             inner.by_inode.remove(&watched.inode);
-            if let Some(fan) = self.local.get() {
+            inner.by_handle.remove(&watched.handle);
+            if let Some((fan, fid)) = self.local.get() {
                 let _ = fan.unwatch(watched.fd.as_fd());
+                let _ = fid.unwatch(watched.fd.as_fd());
             }
         }
     }
@@ -378,7 +386,12 @@ impl Delegations {
     /// (the lease) has passed. Fails without `CAP_SYS_ADMIN`.
     pub fn watch_local_opens(self: &Arc<Self>, break_time: Duration) -> std::io::Result<()> {
         let fan = Arc::new(Fanotify::new()?);
-        if self.local.set(Arc::clone(&fan)).is_err() {
+        let fid = Arc::new(FidWatch::new()?);
+        if self
+            .local
+            .set((Arc::clone(&fan), Arc::clone(&fid)))
+            .is_err()
+        {
             return Ok(());
         }
         let (tx, rx) = mpsc::channel::<Event>();
@@ -401,6 +414,31 @@ impl Delegations {
                         allow(&reader, &event);
                     } else if tx.send(event).is_err() {
                         return;
+                    }
+                }
+            })?;
+        let index = Arc::downgrade(self);
+        std::thread::Builder::new()
+            .name("dionfs-fanotify-fid".into())
+            .spawn(move || loop {
+                let events = match fid.read() {
+                    Ok(events) => events,
+                    Err(e) => {
+                        warn!(error = %e, "fanotify read failed: renames and attribute changes on the server no longer recall delegations");
+                        return;
+                    }
+                };
+                let Some(index) = index.upgrade() else {
+                    return;
+                };
+                for event in events.into_iter().filter(|e| e.pid != me) {
+                    let fh = event
+                        .handle
+                        .and_then(|h| index.inner.lock().by_handle.get(&h).cloned());
+                    if let Some(fh) = fh {
+                        if index.enter(&fh, None, Access::Write).is_err() {
+                            tracing::debug!(pid = event.pid, "a process on the server changed a delegated file: recalled");
+                        }
                     }
                 }
             })?;
@@ -498,14 +536,22 @@ fn max_watched() -> usize {
     usize::try_from(limit / 4).unwrap_or(usize::MAX).max(64)
 }
 
-/// Watches `file` with `fan`: a descriptor of it kept, and its inode.
-fn watch(fan: &Fanotify, file: BorrowedFd<'_>) -> std::io::Result<Watched> {
+/// Watches `file` with both groups: a descriptor of it kept, its inode
+/// and its kernel handle (what each group's events name).
+fn watch(fan: &Fanotify, fid: &FidWatch, file: BorrowedFd<'_>) -> std::io::Result<Watched> {
     let fd = file.try_clone_to_owned()?;
     let st = rustix::fs::fstat(&fd)?;
+    let (handle, _) =
+        dionfs_sys::handle::name_to_handle_at(&fd, c"", rustix::fs::AtFlags::EMPTY_PATH)?;
     fan.watch(fd.as_fd())?;
+    if let Err(e) = fid.watch(fd.as_fd()) {
+        let _ = fan.unwatch(fd.as_fd());
+        return Err(e);
+    }
     Ok(Watched {
         fd,
         inode: (st.st_dev, st.st_ino),
+        handle,
     })
 }
 
@@ -649,17 +695,29 @@ mod tests {
         assert_eq!(d.remove_client(1), DELEGATIONS_PER_CLIENT);
     }
 
-    #[test]
-    fn a_process_opening_a_delegated_file_waits_for_the_return() {
+    /// What a test's recaller was told.
+    type Recalled = Arc<Mutex<Vec<Held>>>;
+
+    /// An index watching processes on the server, and the delegations
+    /// it recalls; None without the privilege to watch.
+    fn watching() -> Option<(Arc<Delegations>, Recalled)> {
         let d = Arc::new(Delegations::new(true));
         match d.watch_local_opens(Duration::from_secs(20)) {
             Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return, // not root
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return None,
             Err(e) => panic!("{e}"),
         }
         let recalled = Arc::new(Mutex::new(Vec::<Held>::new()));
         let r = Arc::clone(&recalled);
         assert!(d.set_recaller(Arc::new(move |_, held| r.lock().push(*held))));
+        Some((d, recalled))
+    }
+
+    #[test]
+    fn a_process_opening_a_delegated_file_waits_for_the_return() {
+        let Some((d, recalled)) = watching() else {
+            return; // not root
+        };
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join("f");
         std::fs::write(&path, b"x").unwrap();
@@ -689,5 +747,41 @@ mod tests {
         assert_eq!(recalled.lock().len(), 1);
         // Unwatched with its last delegation: opens go on at once.
         std::fs::write(&path, b"z").unwrap();
+    }
+
+    #[test]
+    fn a_process_renaming_or_chmoding_a_delegated_file_recalls_it() {
+        let Some((d, recalled)) = watching() else {
+            return; // not root
+        };
+        let tmp = tempfile::tempdir().unwrap();
+        for (n, command) in ["chmod 600 {}", "mv {} {}.moved", "rm {}"]
+            .iter()
+            .enumerate()
+        {
+            let path = tmp.path().join(format!("f{n}"));
+            std::fs::write(&path, b"x").unwrap();
+            let fh = format!("f{n}").into_bytes();
+            let file = std::fs::File::open(&path).unwrap();
+            d.grant(&fh, file.as_fd(), held(1, n as u8, false), || true)
+                .unwrap();
+            drop(file);
+            let shell = command.replace("{}", &path.display().to_string());
+            assert!(std::process::Command::new("sh")
+                .arg("-c")
+                .arg(&shell)
+                .status()
+                .unwrap()
+                .success());
+            let started = Instant::now();
+            while recalled.lock().len() <= n {
+                assert!(
+                    started.elapsed() < Duration::from_secs(10),
+                    "`{shell}` recalled nothing"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            assert!(d.remove(&fh, &[n as u8; 12]));
+        }
     }
 }

@@ -2,6 +2,11 @@
 //! by any process is held by the kernel until we answer it
 //! (`FAN_OPEN_PERM`), and a write to one (or a truncate) is told after
 //! the fact (`FAN_MODIFY`). Needs `CAP_SYS_ADMIN` (`FAN_CLASS_CONTENT`).
+//! [`FidWatch`], a second group, tells changes made without an open:
+//! attributes and link count (chmod, chown, utimes, link, unlink:
+//! `FAN_ATTRIB`) and renames (`FAN_MOVE_SELF`), naming the file by its
+//! kernel handle (those events need `FAN_REPORT_FID`, which a group of
+//! permission events cannot have).
 //!
 //! Why not a lease (`F_SETLEASE`), as knfsd takes through the VFS: a
 //! userspace lease is broken by every other open description of the file,
@@ -64,26 +69,7 @@ impl Fanotify {
     }
 
     fn mark(&self, flags: libc::c_uint, file: BorrowedFd<'_>) -> io::Result<()> {
-        // Through the descriptor's /proc link: fanotify_mark takes no
-        // `O_PATH` descriptor as its object (EBADF), and the link resolves
-        // to the very inode whatever the descriptor is.
-        let path = std::ffi::CString::new(format!("/proc/self/fd/{}", file.as_raw_fd()))
-            .map_err(io::Error::other)?;
-        // SAFETY: `path` is a NUL-terminated string that outlives the
-        // call; `file` stays open across it.
-        let rc = unsafe {
-            libc::fanotify_mark(
-                self.fd.as_raw_fd(),
-                flags,
-                MASK,
-                libc::AT_FDCWD,
-                path.as_ptr(),
-            )
-        };
-        if rc < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        mark(&self.fd, flags, MASK, file)
     }
 
     /// Watches the file `file` refers to.
@@ -99,23 +85,7 @@ impl Fanotify {
     /// Waits for events and returns those read (at least one).
     pub fn read(&self) -> io::Result<Vec<Event>> {
         let mut buf = [0u8; 4096];
-        let n = loop {
-            // SAFETY: `buf` is writable for its length.
-            let n = unsafe {
-                libc::read(
-                    self.fd.as_raw_fd(),
-                    buf.as_mut_ptr().cast::<libc::c_void>(),
-                    buf.len(),
-                )
-            };
-            if n >= 0 {
-                break n as usize;
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
-            }
-        };
+        let n = read_events(&self.fd, &mut buf)?;
         let mut events = Vec::new();
         let mut at = 0;
         let meta_len = std::mem::size_of::<libc::fanotify_event_metadata>();
@@ -165,6 +135,150 @@ impl Fanotify {
     }
 }
 
+/// A notification group reporting files by handle, for what happens to
+/// a file without an open.
+pub struct FidWatch {
+    fd: OwnedFd,
+}
+
+/// One event of a [`FidWatch`].
+pub struct FidEvent {
+    pub mask: u64,
+    pub pid: i32,
+    /// The file's kernel handle (as `name_to_handle_at` gives it).
+    pub handle: Option<crate::handle::KernelHandle>,
+}
+
+/// What a [`FidWatch`] mark watches.
+const FID_MASK: u64 = libc::FAN_ATTRIB | libc::FAN_MOVE_SELF;
+
+impl FidWatch {
+    /// A new group; `EPERM` without `CAP_SYS_ADMIN`.
+    pub fn new() -> io::Result<FidWatch> {
+        // SAFETY: plain flags; the result is a new descriptor or -1.
+        let fd = unsafe {
+            libc::fanotify_init(
+                libc::FAN_CLASS_NOTIF | libc::FAN_REPORT_FID | libc::FAN_CLOEXEC,
+                (libc::O_RDONLY | libc::O_CLOEXEC) as libc::c_uint,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(FidWatch {
+            // SAFETY: `fd` was just returned to us and nothing else owns it.
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    /// Watches the file `file` refers to.
+    pub fn watch(&self, file: BorrowedFd<'_>) -> io::Result<()> {
+        mark(&self.fd, libc::FAN_MARK_ADD, FID_MASK, file)
+    }
+
+    /// Stops watching it.
+    pub fn unwatch(&self, file: BorrowedFd<'_>) -> io::Result<()> {
+        mark(&self.fd, libc::FAN_MARK_REMOVE, FID_MASK, file)
+    }
+
+    /// Waits for events and returns those read.
+    pub fn read(&self) -> io::Result<Vec<FidEvent>> {
+        let mut buf = [0u8; 4096];
+        let n = read_events(&self.fd, &mut buf)?;
+        let mut events = Vec::new();
+        let meta_len = std::mem::size_of::<libc::fanotify_event_metadata>();
+        let mut at = 0;
+        while at + meta_len <= n {
+            // SAFETY: at least `meta_len` bytes the kernel wrote are at `at`.
+            let meta: libc::fanotify_event_metadata = unsafe {
+                std::ptr::read_unaligned(buf[at..].as_ptr().cast::<libc::fanotify_event_metadata>())
+            };
+            let len = meta.event_len as usize;
+            if meta.vers != libc::FANOTIFY_METADATA_VERSION || len < meta_len || at + len > n {
+                return Err(io::Error::other("fanotify: unknown event format"));
+            }
+            let info = &buf[at + meta.metadata_len as usize..at + len];
+            events.push(FidEvent {
+                mask: meta.mask,
+                pid: meta.pid,
+                handle: fid_handle(info),
+            });
+            at += len;
+        }
+        Ok(events)
+    }
+}
+
+/// The handle in an event's first `FAN_EVENT_INFO_TYPE_FID` record:
+/// header (type, pad, length: 4 bytes), `fsid` (8), then `struct
+/// file_handle` (`handle_bytes`, `handle_type`, the bytes).
+fn fid_handle(mut info: &[u8]) -> Option<crate::handle::KernelHandle> {
+    while info.len() >= 4 {
+        let kind = info[0];
+        let len = u16::from_ne_bytes([info[2], info[3]]) as usize;
+        if len < 4 || len > info.len() {
+            return None;
+        }
+        if kind == libc::FAN_EVENT_INFO_TYPE_FID && len >= 20 {
+            let record = &info[..len];
+            let bytes = u32::from_ne_bytes(record[12..16].try_into().ok()?) as usize;
+            let handle_type = i32::from_ne_bytes(record[16..20].try_into().ok()?);
+            let handle = record.get(20..20 + bytes)?;
+            return Some(crate::handle::KernelHandle {
+                handle_type,
+                bytes: handle.to_vec(),
+            });
+        }
+        info = &info[len..];
+    }
+    None
+}
+
+/// Marks (or unmarks) the inode `file` refers to in group `group`,
+/// through the descriptor's /proc link: fanotify_mark takes no `O_PATH`
+/// descriptor as its object (EBADF), and the link resolves to the very
+/// inode whatever the descriptor is.
+fn mark(group: &OwnedFd, flags: libc::c_uint, mask: u64, file: BorrowedFd<'_>) -> io::Result<()> {
+    let path = std::ffi::CString::new(format!("/proc/self/fd/{}", file.as_raw_fd()))
+        .map_err(io::Error::other)?;
+    // SAFETY: `path` is a NUL-terminated string that outlives the call;
+    // `file` stays open across it.
+    let rc = unsafe {
+        libc::fanotify_mark(
+            group.as_raw_fd(),
+            flags,
+            mask,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Reads a group's events into `buf` (waiting for some): the length.
+fn read_events(group: &OwnedFd, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: `buf` is writable for its length.
+        let n = unsafe {
+            libc::read(
+                group.as_raw_fd(),
+                buf.as_mut_ptr().cast::<libc::c_void>(),
+                buf.len(),
+            )
+        };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 impl AsFd for Fanotify {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
@@ -174,15 +288,51 @@ impl AsFd for Fanotify {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The group made, or None without the privilege (not root).
+    fn unless_eperm<T>(made: io::Result<T>) -> Option<T> {
+        match made {
+            Ok(group) => Some(group),
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => None,
+            Err(e) => panic!("fanotify_init: {e}"),
+        }
+    }
+
+    #[test]
+    fn a_chmod_and_a_rename_are_told_by_handle() {
+        let Some(fid) = unless_eperm(FidWatch::new()) else {
+            return; // not root
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"x").unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        fid.watch(file.as_fd()).unwrap();
+        let (handle, _) =
+            crate::handle::name_to_handle_at(&file, c"", rustix::fs::AtFlags::EMPTY_PATH).unwrap();
+        let status = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("chmod 600 {0} && mv {0} {0}.new", path.display()))
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let mut seen = 0;
+        while seen != libc::FAN_ATTRIB | libc::FAN_MOVE_SELF {
+            for event in fid.read().unwrap() {
+                assert_eq!(event.handle.as_ref(), Some(&handle));
+                assert_ne!(event.pid as u32, std::process::id());
+                seen |= event.mask;
+            }
+        }
+        fid.unwatch(file.as_fd()).unwrap();
+    }
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
 
     #[test]
     fn an_open_of_a_watched_file_waits_for_the_answer_and_a_write_is_told() {
-        let fan = match Fanotify::new() {
-            Ok(f) => f,
-            Err(e) if e.raw_os_error() == Some(libc::EPERM) => return, // not root
-            Err(e) => panic!("fanotify_init: {e}"),
+        let Some(fan) = unless_eperm(Fanotify::new()) else {
+            return; // not root
         };
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");

@@ -109,9 +109,7 @@ pub struct ServerSettings {
     /// service, if set; numeric ids (`"1000"`) if not.
     pub nfs4_id_domain: Option<String>,
     /// NFSv4.1 read and write delegations are granted (`delegations`).
-    /// Off by default: a process on the server renaming, removing or
-    /// changing the attributes of a delegated file without opening it
-    /// does not recall it yet (docs/nfs4-complete-design.md, section C).
+    /// Off by default (docs/nfs4-complete-design.md, section C).
     pub delegations: bool,
     /// Which log lines are written (`log_level`), if set: under
     /// `--log-level` and `DIONFS_LOG`, which win over it.
