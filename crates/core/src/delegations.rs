@@ -110,6 +110,37 @@ struct Inner {
     by_handle: HashMap<KernelHandle, Vec<u8>>,
 }
 
+impl Inner {
+    /// Whether a call by `by` doing `access` to `fh` (whose key is `key`)
+    /// conflicts with another client's delegation: `None` if not, else
+    /// those not recalled yet, which are marked recalled now.
+    fn conflicts(
+        &mut self,
+        fh: &[u8],
+        key: u64,
+        by: Option<u64>,
+        access: Access,
+    ) -> Option<Vec<Held>> {
+        let held = self.by_fh.get_mut(fh)?;
+        let mut conflict = false;
+        let mut recall = Vec::new();
+        for (h, recalled) in held.iter_mut() {
+            if Some(h.client) == by || (access == Access::Read && !h.write) {
+                continue;
+            }
+            conflict = true;
+            if !*recalled {
+                *recalled = true;
+                recall.push(*h);
+            }
+        }
+        if !recall.is_empty() {
+            self.recalled.insert(key, Instant::now());
+        }
+        conflict.then_some(recall)
+    }
+}
+
 /// A delegated file watched: a descriptor of it (to unwatch it by) and
 /// its inode.
 struct Watched {
@@ -199,50 +230,46 @@ impl Delegations {
             return Ok(Busy { index: None });
         }
         let key = key(fh);
-        let mut recall = Vec::new();
-        {
+        let recall = {
             let mut inner = self.inner.lock();
-            let mut conflict = false;
-            if let Some(held) = inner.by_fh.get_mut(fh) {
-                for (h, recalled) in held.iter_mut() {
-                    if Some(h.client) == by || (access == Access::Read && !h.write) {
-                        continue;
-                    }
-                    conflict = true;
-                    if !*recalled {
-                        *recalled = true;
-                        recall.push(*h);
-                    }
+            match inner.conflicts(fh, key, by, access) {
+                None => {
+                    *inner.busy.entry(key).or_insert(0) += 1;
+                    return Ok(Busy {
+                        index: Some((Arc::clone(self), key)),
+                    });
                 }
+                Some(recall) => recall,
             }
-            if conflict {
-                if !recall.is_empty() {
-                    inner.recalled.insert(key, Instant::now());
-                }
-            } else {
-                *inner.busy.entry(key).or_insert(0) += 1;
-                return Ok(Busy {
-                    index: Some((Arc::clone(self), key)),
-                });
-            }
-        }
-        if let Some(recaller) = self.recaller.get() {
-            for held in &recall {
-                recaller(fh, held);
-            }
-        }
+        };
+        self.recall(fh, &recall);
         Err(Recalling)
     }
 
     /// [`Delegations::enter`] for a call that leaves nothing behind that
-    /// a later grant must see (a GETATTR): the conflict check alone.
-    pub fn check(
-        self: &Arc<Self>,
-        fh: &[u8],
-        by: Option<u64>,
-        access: Access,
-    ) -> Result<(), Recalling> {
-        self.enter(fh, by, access).map(drop)
+    /// a later grant must see (a READ, a GETATTR): the conflict check
+    /// alone, holding nothing busy.
+    pub fn check(&self, fh: &[u8], by: Option<u64>, access: Access) -> Result<(), Recalling> {
+        if !self.enabled() {
+            return Ok(());
+        }
+        let recall = self.inner.lock().conflicts(fh, key(fh), by, access);
+        match recall {
+            None => Ok(()),
+            Some(recall) => {
+                self.recall(fh, &recall);
+                Err(Recalling)
+            }
+        }
+    }
+
+    /// Tells the recaller of `recall` (no lock held).
+    fn recall(&self, fh: &[u8], recall: &[Held]) {
+        if let Some(recaller) = self.recaller.get() {
+            for held in recall {
+                recaller(fh, held);
+            }
+        }
     }
 
     /// Grants `held` of file `fh` (`file` a descriptor of it, an `O_PATH`
@@ -380,10 +407,11 @@ impl Delegations {
     }
 
     /// Watches the delegated files for other processes (the module's
-    /// header): two threads, one answering this process's own opens at
-    /// once and handing the others' events to the second, which recalls
-    /// and holds an open until the delegation is gone or `break_time`
-    /// (the lease) has passed. Fails without `CAP_SYS_ADMIN`.
+    /// header): three threads, one answering this process's own opens at
+    /// once and handing the others' events to a second, which recalls and
+    /// holds an open until the delegation is gone or `break_time` (the
+    /// lease) has passed, and a third recalling for the changes made
+    /// without an open. Fails without `CAP_SYS_ADMIN`.
     pub fn watch_local_opens(self: &Arc<Self>, break_time: Duration) -> std::io::Result<()> {
         let fan = Arc::new(Fanotify::new()?);
         let fid = Arc::new(FidWatch::new()?);
@@ -436,7 +464,7 @@ impl Delegations {
                         .handle
                         .and_then(|h| index.inner.lock().by_handle.get(&h).cloned());
                     if let Some(fh) = fh {
-                        if index.enter(&fh, None, Access::Write).is_err() {
+                        if index.check(&fh, None, Access::Write).is_err() {
                             tracing::debug!(pid = event.pid, "a process on the server changed a delegated file: recalled");
                         }
                     }
@@ -492,8 +520,8 @@ impl Delegations {
             allow(fan, &event);
             return None;
         };
-        match self.enter(&fh, None, Access::Write) {
-            Ok(_busy) => {
+        match self.check(&fh, None, Access::Write) {
+            Ok(()) => {
                 allow(fan, &event);
                 None
             }
@@ -669,6 +697,8 @@ mod tests {
             Err(NoGrant::Contention)
         );
         drop(busy);
+        // A check alone (a READ) holds nothing busy.
+        assert!(d.check(b"f", None, Access::Write).is_ok());
         assert_eq!(
             d.grant(b"f", dir().as_fd(), held(1, 1, false), || false),
             Err(NoGrant::Contention),

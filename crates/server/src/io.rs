@@ -2,8 +2,9 @@
 //! `nfs4/` never import each other): finding the file a WRITE goes to,
 //! receiving its payload from the socket into a data-plane buffer, the
 //! permission check of a READ or WRITE under the caller's credentials,
-//! starting the work a READ hands out (readahead, a checksum rebuild), and
-//! finishing on a blocking thread a call the connection's task could not.
+//! starting the work a READ hands out (readahead, a checksum rebuild),
+//! finishing on a blocking thread a call the connection's task could not,
+//! and the delegation check of a call that changes a file by its name.
 //!
 //! Results are the layers' own errors (`FsError`, `DataError`,
 //! `RecordError`); each program turns them into its status in its
@@ -11,6 +12,7 @@
 
 use std::sync::Arc;
 
+use dionfs_core::delegations::{Access, Busy, Recalling};
 use dionfs_core::exports::Export;
 use dionfs_core::server::Server;
 use dionfs_dataplane::{DataError, Prefetch, ReadData, Rebuild, Stable, WriteBuffer};
@@ -235,6 +237,30 @@ pub fn start_rebuild(file: &Arc<OpenFile>, rebuild: Rebuild) {
         .spawn(move || rebuild.run(file.data()));
     if let Err(e) = spawned {
         tracing::warn!(error = %e, "cannot start a thread to rebuild a file's checksums; a later READ tries again");
+    }
+}
+
+/// Before a call by NFSv4 client `by` (`None`: v3) that changes the file
+/// `name` in directory `dir` of `export` by its name (REMOVE, RENAME: its
+/// links, its ctime): [`Delegations::enter`](dionfs_core::delegations::Delegations::enter)
+/// for that file. Nothing to hold when delegations are off or there is no
+/// such file (the call answers that itself).
+pub fn enter_named(
+    server: &Server,
+    export: &Export,
+    dir: &dionfs_fs::Node,
+    name: &[u8],
+    by: Option<u64>,
+) -> Result<Option<Busy>, Recalling> {
+    if !server.delegations.enabled() {
+        return Ok(None);
+    }
+    match export.fs.lookup(dir, name) {
+        Ok((node, _)) => server
+            .delegations
+            .enter(node.fh(), by, Access::Write)
+            .map(Some),
+        Err(_) => Ok(None),
     }
 }
 

@@ -370,7 +370,7 @@ pub fn read(ctx: &Ctx, a: ReadArgs, buf: Option<PooledBuf>) -> Reply {
         Err(s) => return read_failed(ctx, s, None),
     };
     // Another client's write delegation: its data is the holder's.
-    if let Err(s) = ctx.delegation(a.file.as_bytes(), Access::Read) {
+    if let Err(s) = ctx.delegation_read(a.file.as_bytes()) {
         return read_failed(ctx, s, None);
     }
     // (A file new to a full checksum store is read unchecked.)
@@ -448,7 +448,7 @@ async fn read_without_blocking(
     let Ok(Some(file)) = export.fs.cached_file(a.file.as_bytes()) else {
         return Err(buf);
     };
-    if ctx.delegation(a.file.as_bytes(), Access::Read).is_err() {
+    if ctx.delegation_read(a.file.as_bytes()).is_err() {
         return Err(buf);
     }
     if export.data.read_leaves_task(file.data()) {

@@ -82,22 +82,24 @@ impl<'a> Ctx<'a> {
             .map_err(|_| NfsStat3::Jukebox)
     }
 
+    /// [`Ctx::delegation`] for a call that holds nothing busy (a READ):
+    /// `JUKEBOX` while a write delegation of `fh` is recalled.
+    pub fn delegation_read(&self, fh: &[u8]) -> Result<(), NfsStat3> {
+        self.server
+            .delegations
+            .check(fh, None, Access::Read)
+            .map_err(|_| NfsStat3::Jukebox)
+    }
+
     /// [`Ctx::delegation`] for the file `name` in directory `dir` of
-    /// `export`, which REMOVE and RENAME change (its links, its ctime):
-    /// nothing to hold when delegations are off or there is no such file.
+    /// `export`, which REMOVE and RENAME change: [`crate::io::enter_named`].
     pub fn delegation_named(
         &self,
         export: &Export,
         dir: &Node,
         name: &[u8],
     ) -> Result<Option<Busy>, NfsStat3> {
-        if !self.server.delegations.enabled() {
-            return Ok(None);
-        }
-        match export.fs.lookup(dir, name) {
-            Ok((node, _)) => self.delegation(node.fh(), Access::Write).map(Some),
-            Err(_) => Ok(None),
-        }
+        crate::io::enter_named(self.server, export, dir, name, None).map_err(|_| NfsStat3::Jukebox)
     }
 
     /// The options `export` gives this call's client (its client entry).

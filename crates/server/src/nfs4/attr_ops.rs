@@ -214,8 +214,8 @@ pub fn getattr(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat
     // holder's to tell, so it is recalled first (design section C; no
     // CB_GETATTR yet).
     if let Some(Fh4::File { fh, .. }) = &ctx.current {
-        if super::delegation::enter(ctx, fh, Access::Read).is_err() {
-            return Nfsstat4::Delay;
+        if let Err(status) = super::delegation::check(ctx, fh, Access::Read) {
+            return status;
         }
     }
     let result = with_current(ctx, request, |src| attrs::getattr(request, src));

@@ -81,23 +81,24 @@ pub fn enter(ctx: &OpCtx, fh: &[u8], access: Access) -> Result<Busy, Nfsstat4> {
         .map_err(|_| Nfsstat4::Delay)
 }
 
+/// [`enter`] for an op that holds nothing busy (a GETATTR, I/O with a
+/// special stateid): the conflict check alone.
+pub fn check(ctx: &OpCtx, fh: &[u8], access: Access) -> Result<(), Nfsstat4> {
+    ctx.server
+        .delegations
+        .check(fh, holder(ctx), access)
+        .map_err(|_| Nfsstat4::Delay)
+}
+
 /// [`enter`] for the file `name` in directory `dir` of `export` (REMOVE,
-/// RENAME's names), which changes its links and ctime: nothing to hold
-/// when delegations are off or there is no such file (the op answers
-/// that itself).
+/// RENAME's names): [`crate::io::enter_named`].
 pub fn enter_named(
     ctx: &OpCtx,
     export: &Export,
     dir: &Node,
     name: &[u8],
 ) -> Result<Option<Busy>, Nfsstat4> {
-    if !ctx.server.delegations.enabled() {
-        return Ok(None);
-    }
-    match export.fs.lookup(dir, name) {
-        Ok((node, _)) => enter(ctx, node.fh(), Access::Write).map(Some),
-        Err(_) => Ok(None),
-    }
+    crate::io::enter_named(ctx.server, export, dir, name, holder(ctx)).map_err(|_| Nfsstat4::Delay)
 }
 
 /// The delegation OPEN answers, once the open is had: `access` the

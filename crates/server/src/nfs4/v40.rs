@@ -130,8 +130,7 @@ pub(super) fn check_io_stateid(
             Use::Read => Access::Read,
             Use::Write => Access::Write,
         };
-        // The check alone: the I/O holds nothing a grant must wait for.
-        drop(super::delegation::enter(ctx, fh, access)?);
+        super::delegation::check(ctx, fh, access)?;
     }
     Ok(checked)
 }
