@@ -52,20 +52,11 @@ impl Event {
 impl Fanotify {
     /// A new group; `EPERM` without `CAP_SYS_ADMIN`.
     pub fn new() -> io::Result<Fanotify> {
-        // SAFETY: plain flags; the result is a new descriptor or -1.
-        let fd = unsafe {
-            libc::fanotify_init(
-                libc::FAN_CLASS_CONTENT | libc::FAN_CLOEXEC,
-                (libc::O_RDONLY | libc::O_LARGEFILE | libc::O_CLOEXEC) as libc::c_uint,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Fanotify {
-            // SAFETY: `fd` was just returned to us and nothing else owns it.
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = init(
+            libc::FAN_CLASS_CONTENT,
+            libc::O_RDONLY | libc::O_LARGEFILE | libc::O_CLOEXEC,
+        )?;
+        Ok(Fanotify { fd })
     }
 
     fn mark(&self, flags: libc::c_uint, file: BorrowedFd<'_>) -> io::Result<()> {
@@ -86,30 +77,18 @@ impl Fanotify {
     pub fn read(&self) -> io::Result<Vec<Event>> {
         let mut buf = [0u8; 4096];
         let n = read_events(&self.fd, &mut buf)?;
-        let mut events = Vec::new();
-        let mut at = 0;
-        let meta_len = std::mem::size_of::<libc::fanotify_event_metadata>();
-        while at + meta_len <= n {
-            // SAFETY: at least `meta_len` bytes the kernel wrote are at
-            // `at`; read_unaligned copes with the byte buffer's alignment.
-            let meta: libc::fanotify_event_metadata = unsafe {
-                std::ptr::read_unaligned(buf[at..].as_ptr().cast::<libc::fanotify_event_metadata>())
-            };
-            if meta.vers != libc::FANOTIFY_METADATA_VERSION || (meta.event_len as usize) < meta_len
-            {
-                return Err(io::Error::other("fanotify: unknown event format"));
-            }
-            let file = (meta.fd >= 0).then(|| {
-                // SAFETY: the kernel opened this descriptor for us.
-                unsafe { OwnedFd::from_raw_fd(meta.fd) }
-            });
-            events.push(Event {
+        let events = parse(&buf[..n])?
+            .into_iter()
+            .map(|(meta, _)| Event {
                 mask: meta.mask,
                 pid: meta.pid,
-                file,
-            });
-            at += meta.event_len as usize;
-        }
+                file: (meta.fd >= 0).then(|| {
+                    // SAFETY: the kernel opened this descriptor for us,
+                    // and each event is taken once.
+                    unsafe { OwnedFd::from_raw_fd(meta.fd) }
+                }),
+            })
+            .collect();
         Ok(events)
     }
 
@@ -155,20 +134,11 @@ const FID_MASK: u64 = libc::FAN_ATTRIB | libc::FAN_MOVE_SELF;
 impl FidWatch {
     /// A new group; `EPERM` without `CAP_SYS_ADMIN`.
     pub fn new() -> io::Result<FidWatch> {
-        // SAFETY: plain flags; the result is a new descriptor or -1.
-        let fd = unsafe {
-            libc::fanotify_init(
-                libc::FAN_CLASS_NOTIF | libc::FAN_REPORT_FID | libc::FAN_CLOEXEC,
-                (libc::O_RDONLY | libc::O_CLOEXEC) as libc::c_uint,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(FidWatch {
-            // SAFETY: `fd` was just returned to us and nothing else owns it.
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = init(
+            libc::FAN_CLASS_NOTIF | libc::FAN_REPORT_FID,
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )?;
+        Ok(FidWatch { fd })
     }
 
     /// Watches the file `file` refers to.
@@ -185,28 +155,55 @@ impl FidWatch {
     pub fn read(&self) -> io::Result<Vec<FidEvent>> {
         let mut buf = [0u8; 4096];
         let n = read_events(&self.fd, &mut buf)?;
-        let mut events = Vec::new();
-        let meta_len = std::mem::size_of::<libc::fanotify_event_metadata>();
-        let mut at = 0;
-        while at + meta_len <= n {
-            // SAFETY: at least `meta_len` bytes the kernel wrote are at `at`.
-            let meta: libc::fanotify_event_metadata = unsafe {
-                std::ptr::read_unaligned(buf[at..].as_ptr().cast::<libc::fanotify_event_metadata>())
-            };
-            let len = meta.event_len as usize;
-            if meta.vers != libc::FANOTIFY_METADATA_VERSION || len < meta_len || at + len > n {
-                return Err(io::Error::other("fanotify: unknown event format"));
-            }
-            let info = &buf[at + meta.metadata_len as usize..at + len];
-            events.push(FidEvent {
+        let events = parse(&buf[..n])?
+            .into_iter()
+            .map(|(meta, info)| FidEvent {
                 mask: meta.mask,
                 pid: meta.pid,
                 handle: fid_handle(info),
-            });
-            at += len;
-        }
+            })
+            .collect();
         Ok(events)
     }
+}
+
+/// A new fanotify group of `class` (and reporting) flags, close-on-exec,
+/// whose event descriptors are opened with `event_flags`.
+fn init(class: libc::c_uint, event_flags: libc::c_int) -> io::Result<OwnedFd> {
+    // SAFETY: plain flags; the result is a new descriptor or -1.
+    let fd = unsafe { libc::fanotify_init(class | libc::FAN_CLOEXEC, event_flags as libc::c_uint) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned to us and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The events in `buf` (what one read gave): each one's metadata and
+/// the information records after it.
+fn parse(buf: &[u8]) -> io::Result<Vec<(libc::fanotify_event_metadata, &[u8])>> {
+    let meta_len = std::mem::size_of::<libc::fanotify_event_metadata>();
+    let mut events = Vec::new();
+    let mut at = 0;
+    while at + meta_len <= buf.len() {
+        // SAFETY: at least `meta_len` bytes the kernel wrote are at `at`;
+        // read_unaligned copes with the byte buffer's alignment.
+        let meta: libc::fanotify_event_metadata = unsafe {
+            std::ptr::read_unaligned(buf[at..].as_ptr().cast::<libc::fanotify_event_metadata>())
+        };
+        let len = meta.event_len as usize;
+        let info_at = meta.metadata_len as usize;
+        if meta.vers != libc::FANOTIFY_METADATA_VERSION
+            || info_at < meta_len
+            || len < info_at
+            || at + len > buf.len()
+        {
+            return Err(io::Error::other("fanotify: unknown event format"));
+        }
+        events.push((meta, &buf[at + info_at..at + len]));
+        at += len;
+    }
+    Ok(events)
 }
 
 /// The handle in an event's first `FAN_EVENT_INFO_TYPE_FID` record:

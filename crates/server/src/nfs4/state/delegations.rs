@@ -22,7 +22,7 @@ use dionfs_proto::nfs4::{Nfsstat4, StateId4};
 
 use super::clients::Client;
 use super::sessions::Session;
-use super::stateids::{next_seqid, Other, StateRef, ACCESS_WRITE};
+use super::stateids::{next_seqid, ClientState, Other, StateRef, ACCESS_WRITE};
 use super::State;
 use dionfs_core::locks::LockOwner;
 
@@ -213,19 +213,21 @@ impl State {
             }
         }
     }
+}
 
-    /// FREE_STATEID of a delegation: a revoked one goes; one held is
-    /// `LOCKS_HELD` (return it), as knfsd's `nfsd4_free_stateid`.
-    pub(super) fn free_delegation(&self, client: &Client, other: &Other) -> Nfsstat4 {
-        let mut state = client.state.lock();
-        match state.stateids.get(other) {
-            Some(StateRef::Deleg(deleg)) if deleg.revoked => {
-                state.stateids.remove(other);
-                client.revoked_delegations.fetch_sub(1, Ordering::Relaxed);
-                Nfsstat4::Ok
-            }
-            Some(StateRef::Deleg(_)) => Nfsstat4::LocksHeld,
-            _ => Nfsstat4::BadStateid,
-        }
+/// FREE_STATEID of delegation `other` of `client` (its state locked): a
+/// revoked one goes; one held is `LOCKS_HELD` (return it), as knfsd's
+/// `nfsd4_free_stateid`.
+pub(super) fn free_delegation(
+    client: &Client,
+    state: &mut ClientState,
+    revoked: bool,
+    other: &Other,
+) -> Nfsstat4 {
+    if !revoked {
+        return Nfsstat4::LocksHeld;
     }
+    state.stateids.remove(other);
+    client.revoked_delegations.fetch_sub(1, Ordering::Relaxed);
+    Nfsstat4::Ok
 }

@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use dionfs_proto::nfs4::{Nfsstat4, StateId4, NFS4_OTHER_SIZE};
 
 use super::clients::Client;
-use super::delegations::DelegState;
+use super::delegations::{free_delegation, DelegState};
 use super::ids::{IdMap, StateOther};
 use super::seqids::OwnerSeq;
 use super::State;
@@ -428,17 +428,11 @@ impl State {
     /// stateid (CLOSE it), is `LOCKS_HELD`, as knfsd's
     /// `nfsd4_free_stateid`.
     pub fn free_stateid(&self, client: &Client, stateid: &StateId4) -> Nfsstat4 {
-        let deleg = {
-            let state = client.state.lock();
-            matches!(
-                self.find_state_any(client, &state, stateid),
-                Ok(StateRef::Deleg(_))
-            )
-        };
-        if deleg {
-            return self.free_delegation(client, &stateid.other);
-        }
         let mut state = client.state.lock();
+        if let Ok(StateRef::Deleg(deleg)) = self.find_state_any(client, &state, stateid) {
+            let revoked = deleg.revoked;
+            return free_delegation(client, &mut state, revoked, &stateid.other);
+        }
         let (other, found) = match self.find_state(client, &state, stateid) {
             Ok(found) => found,
             Err(Nfsstat4::StaleStateid) => return Nfsstat4::BadStateid,
