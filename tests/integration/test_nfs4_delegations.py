@@ -22,7 +22,6 @@ locally (docs/nfs4-complete-design.md)."""
 from __future__ import annotations
 
 import os
-import socket
 import struct
 import threading
 import time
@@ -30,9 +29,8 @@ import time
 import nfs_rs
 import pytest
 from rawrpc import opaque, read_record, u32, u64
-from test_nfs4_ops import (OK, OP_CREATE_SESSION, OP_DELEGRETURN, OP_EXCHANGE_ID, OP_FREE_STATEID,
-                           OP_OPEN, OP_READ, OP_SEQUENCE, OP_TEST_STATEID, V41, Results, Server,
-                           _stop, channel_attrs, local, lock_owner, op, putfh)
+from test_nfs4_ops import (OK, OP_DELEGRETURN, OP_FREE_STATEID, OP_OPEN, OP_READ, OP_SEQUENCE,
+                           OP_TEST_STATEID, V41, Server, _stop, local, lock_owner, op, putfh)
 from metrics import scrape
 
 pytestmark = pytest.mark.dionfs_only
@@ -44,7 +42,6 @@ WANT_READ_DELEG, WANT_WRITE_DELEG = 0x0100, 0x0200
 OPEN_DELEGATE_READ, OPEN_DELEGATE_WRITE, OPEN_DELEGATE_NONE_EXT = 1, 2, 3
 RECALLABLE_STATE_REVOKED = 0x40
 CB_SEQUENCE, CB_RECALL = 11, 4
-CONN_BACK_CHAN = 0x2
 
 
 class Holder(V41):
@@ -56,36 +53,7 @@ class Holder(V41):
         self.answering = answering
         self.recalls: list[bytes] = []
         self.callbacks = 0
-        self.server, self.uid, self.gid = server, 1000, 1000
-        from rawrpc import Conn
-        self.conn = Conn(server.host, server.nfs_port)
-        eid = self.compound([op(OP_EXCHANGE_ID, u64(0x0102030405060708) + opaque(owner)
-                                + u32(0x00010000) + u32(0) + u32(0))]).of(OP_EXCHANGE_ID)
-        self.clientid = eid["clientid"]
-        # csa_flags CONN_BACK_CHAN, fore and back attributes, the callback
-        # program, one security parameter: AUTH_NONE.
-        cs = self.compound([op(OP_CREATE_SESSION, u64(self.clientid) + u32(eid["sequenceid"])
-                               + u32(CONN_BACK_CHAN) + channel_attrs() + channel_attrs()
-                               + u32(0x40000000) + u32(1) + u32(0))]).of(OP_CREATE_SESSION)
-        self.sessionid = cs["sessionid"]
-        self.seqid = 1
-        self.opens = 0
-        from test_nfs4_ops import OP_RECLAIM_COMPLETE
-        assert self.call([op(OP_RECLAIM_COMPLETE, u32(0))]).status == OK
-
-    def send_raw(self, args: bytes, conn=None) -> Results:
-        from rawrpc import call as rpc_call, parse_reply, SUCCESS
-        conn = conn or self.conn
-        conn.xid += 1
-        conn.send(rpc_call(conn.xid, 100003, 4, 1, args, uid=self.uid, gid=self.gid))
-        while True:
-            record = read_record(conn.sock)
-            if struct.unpack(">I", record[4:8])[0] == 0:
-                self._callback(record)
-                continue
-            xid, accept, res = parse_reply(record)
-            assert (xid, accept) == (conn.xid, SUCCESS)
-            return Results(res)
+        super().__init__(server, owner, back_channel=True)
 
     def _callback(self, record: bytes) -> None:
         """A CB_NULL or CB_COMPOUND call from the server: noted, and
@@ -144,19 +112,8 @@ class Holder(V41):
         self.opens += 1
         owner = lock_owner(self.clientid, b"deleg-owner-%d" % self.opens)
         args = u32(0) + u32(access | want) + u32(0) + owner + u32(0) + u32(4)
-        res = self.call([putfh(fh), op(OP_OPEN, args)])
-        assert res.status == OK, res.ops
-        raw = res.raw
-        # The OPEN result: after its status, stateid 16, change_info 20,
-        # rflags 4, attrset bitmap, then the delegation.
-        at = raw.index(u32(OP_OPEN) + u32(OK)) + 8
-        stateid = raw[at:at + 16]
-        at += 16 + 20 + 4
-        (words,) = struct.unpack(">I", raw[at:at + 4])
-        at += 4 + 4 * words
-        (kind,) = struct.unpack(">I", raw[at:at + 4])
-        deleg = raw[at + 4:at + 20] if kind in (OPEN_DELEGATE_READ, OPEN_DELEGATE_WRITE) else None
-        return stateid, kind, deleg
+        opened = self.call([putfh(fh), op(OP_OPEN, args)]).of(OP_OPEN)
+        return opened["stateid"], opened["delegation"], opened["deleg_stateid"]
 
 
 def _open_status(client: V41, fh: bytes, access: int) -> int:

@@ -54,6 +54,7 @@ OP_DESTROY_SESSION, OP_FREE_STATEID, OP_SEQUENCE, OP_TEST_STATEID = 44, 45, 53, 
 OP_DESTROY_CLIENTID, OP_RECLAIM_COMPLETE = 57, 58
 
 WRITE_LT = 2
+CONN_BACK_CHAN = 0x2  # CREATE_SESSION4_FLAG_CONN_BACK_CHAN
 AUTH_SYS = 1
 
 
@@ -569,16 +570,20 @@ def channel_attrs() -> bytes:
 
 class V41:
     """A hand-encoded NFSv4.1 client on one TCP connection: EXCHANGE_ID as
-    `owner`, CREATE_SESSION, RECLAIM_COMPLETE, then `call(ops)` as
-    SEQUENCE on slot 0 and `ops`."""
+    `owner`, CREATE_SESSION (with `back_channel`, the connection carries
+    the session's back channel too: callbacks, AUTH_NONE), RECLAIM_COMPLETE,
+    then `call(ops)` as SEQUENCE on slot 0 and `ops`. A callback the server
+    sends while a reply is awaited goes to `_callback`, which ignores it."""
 
-    def __init__(self, server, owner: bytes, uid: int = 1000, gid: int = 1000):
+    def __init__(self, server, owner: bytes, uid: int = 1000, gid: int = 1000,
+                 back_channel: bool = False):
         self.server, self.uid, self.gid = server, uid, gid
         self.conn = Conn(server.host, server.nfs_port)
         eid = self.compound([op(OP_EXCHANGE_ID, u64(0x0102030405060708) + opaque(owner)
                                 + u32(0x00010000) + u32(0) + u32(0))]).of(OP_EXCHANGE_ID)
         self.clientid = eid["clientid"]
-        cs = self.compound([op(OP_CREATE_SESSION, u64(self.clientid) + u32(eid["sequenceid"]) + u32(0)
+        flags = CONN_BACK_CHAN if back_channel else 0
+        cs = self.compound([op(OP_CREATE_SESSION, u64(self.clientid) + u32(eid["sequenceid"]) + u32(flags)
                                + channel_attrs() + channel_attrs() + u32(0x40000000)
                                + u32(1) + u32(0))]).of(OP_CREATE_SESSION)
         self.sessionid = cs["sessionid"]
@@ -595,11 +600,15 @@ class V41:
         conn.xid += 1
         conn.send(rpc_call(conn.xid, 100003, 4, 1, args, uid=self.uid, gid=self.gid))
         reply = read_record(conn.sock)
-        while struct.unpack(">I", reply[4:8])[0] == 0:  # a callback CALL: not ours to answer
+        while struct.unpack(">I", reply[4:8])[0] == 0:  # a callback CALL
+            self._callback(reply)
             reply = read_record(conn.sock)
         xid, accept, res = parse_reply(reply)
         assert (xid, accept) == (conn.xid, SUCCESS)
         return Results(res)
+
+    def _callback(self, record: bytes) -> None:
+        """A CALL on the back channel: not answered here."""
 
     def compound(self, ops: list[bytes], conn: Conn | None = None) -> Results:
         return self.send_raw(self.args(ops), conn)

@@ -221,6 +221,15 @@ def run(delegations: bool, work: str) -> tuple[list[str], dict[str, int]]:
             if not ok:
                 failed.append(f"{what}: {detail}")
 
+        def returned(before: dict[str, int]) -> int:
+            return diff(ops(), before).get("DELEGRETURN", 0)
+
+        def check_returned(what: str, before: dict[str, int], detail: str = "") -> None:
+            """With delegations on, a DELEGRETURN since `before`."""
+            if delegations:
+                n = returned(before)
+                check(what, n >= 1, f"{n} DELEGRETURN{detail}")
+
         if request("first-pass"):
             before = ops()
             ack("first-pass", "counted")
@@ -241,20 +250,15 @@ def run(delegations: bool, work: str) -> tuple[list[str], dict[str, int]]:
             before = ops()
             ack("v3-before", "ok")
             if request("v3-after"):
-                returned = diff(ops(), before).get("DELEGRETURN", 0)
-                if delegations:
-                    check("the v3 write recalled the delegation, which came back", returned >= 1,
-                          f"{returned} DELEGRETURN")
+                check_returned("the v3 write recalled the delegation, which came back", before)
                 ack("v3-after", "ok")
         if request("v4-write"):
             before = ops()
             other = in_netns("python3", "-c", OTHER_CLIENT,
                              f"nfs://{SERVER_IP}{export}?version=4.1&nfsport=2049", "/s", timeout=120)
             log(f"the other client: {other.stdout.strip()} {other.stderr.strip()[-500:]}")
-            returned = diff(ops(), before).get("DELEGRETURN", 0)
             check("the other NFSv4.1 client wrote", other.returncode == 0, other.stdout.strip())
-            if delegations:
-                check("its open recalled the guest's delegation", returned >= 1, f"{returned} DELEGRETURN")
+            check_returned("its open recalled the guest's delegation", before)
             ack("v4-write", "ok")
         if request("local-write"):
             before = ops()
@@ -264,20 +268,17 @@ def run(delegations: bool, work: str) -> tuple[list[str], dict[str, int]]:
             with open(os.path.join(export, "p"), "w") as f:
                 f.write("server process\n")
             took = time.monotonic() - start
-            returned = diff(ops(), before).get("DELEGRETURN", 0)
             log(f"the server process's open and write took {took:.2f} s")
-            if delegations:
-                check("a server process's open recalled the guest's delegation", returned >= 1,
-                      f"{returned} DELEGRETURN, open after {took:.2f} s")
+            check_returned("a server process's open recalled the guest's delegation", before,
+                           f", open after {took:.2f} s")
             ack("local-write", "ok")
         if request("local-chmod"):
             before = ops()
             os.chmod(os.path.join(export, "q"), 0o600)
             # After the fact: the chmod is done; the recall follows.
-            recalled = wait_for(lambda: diff(ops(), before).get("DELEGRETURN", 0) >= 1, 15)
             if delegations:
-                check("a chmod on the server recalled the guest's delegation", recalled,
-                      f"{diff(ops(), before).get('DELEGRETURN', 0)} DELEGRETURN")
+                wait_for(lambda: returned(before) >= 1, 15)
+            check_returned("a chmod on the server recalled the guest's delegation", before)
             ack("local-chmod", "ok")
         rc = guest.wait()
         stdout_path = os.path.join(out, "out", "stdout")
