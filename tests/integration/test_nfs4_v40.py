@@ -314,8 +314,19 @@ def _body(num: int, raw: bytes, at: int) -> tuple[dict, int]:
         (rflags,) = struct.unpack(">I", raw[at + 36:at + 40])
         at = _bitmap_at(raw, at + 40)
         (deleg,) = struct.unpack(">I", raw[at:at + 4])
-        assert deleg == 0, f"a delegation ({deleg}) to a client with no callback path"
-        return {"stateid": stateid, "rflags": rflags}, at + 4
+        at += 4
+        deleg_stateid = None
+        if deleg in (1, 2):  # OPEN_DELEGATE_READ, _WRITE: stateid, recall, ...
+            deleg_stateid = raw[at:at + 16]
+            at += 20
+            if deleg == 2:  # nfs_space_limit4: limitby, then 8 bytes either way
+                at += 12
+            at += 12  # nfsace4: type, flag, mask, then who
+            _, at = _opaque_at(raw, at)
+        else:
+            assert deleg == 0, f"OPEN_DELEGATE {deleg} in minor version 0"
+        return {"stateid": stateid, "rflags": rflags, "delegation": deleg,
+                "deleg_stateid": deleg_stateid}, at
     if num in (OP_OPEN_CONFIRM, OP_CLOSE):
         return {"stateid": raw[at:at + 16]}, at + 16
     if num == OP_READ:
@@ -335,6 +346,10 @@ class V40:
     uid/gid 1000: `compound(ops)`, and SETCLIENTID (no callback path,
     as libnfs sends it) then SETCLIENTID_CONFIRM as `client_id`."""
 
+    # SETCLIENTID's callback: cb_program, netaddr4 (netid, universal
+    # address), callback_ident. None: no callback path, as libnfs sends.
+    callback: tuple[int, bytes, int] | None = None
+
     def __init__(self, server, client_id: bytes | None = None):
         self.conn = Conn(server.host, server.nfs_port)
         self.clientid = None
@@ -350,12 +365,13 @@ class V40:
         return Reply(res)
 
     @staticmethod
-    def setclientid_op(client_id: bytes) -> bytes:
-        callback = u32(0) + opaque(b"tcp") + opaque(b"0.0.0.0.0.0")  # cb_program, netaddr4
-        return op(OP_SETCLIENTID, b"verifier" + opaque(client_id) + callback + u32(0))
+    def setclientid_op(client_id: bytes, callback: tuple[int, bytes, int] | None = None) -> bytes:
+        program, addr, ident = callback or (0, b"0.0.0.0.0.0", 0)
+        callback = u32(program) + opaque(b"tcp") + opaque(addr)
+        return op(OP_SETCLIENTID, b"verifier" + opaque(client_id) + callback + u32(ident))
 
     def setclientid(self, client_id: bytes) -> int:
-        res = self.compound([self.setclientid_op(client_id)]).of(OP_SETCLIENTID)
+        res = self.compound([self.setclientid_op(client_id, self.callback)]).of(OP_SETCLIENTID)
         confirm = self.compound([op(OP_SETCLIENTID_CONFIRM, u64(res["clientid"]) + res["verifier"])])
         assert confirm.status == OK, confirm.ops
         return res["clientid"]

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""NFSv4.1 delegations with the real Linux client (issue 43): the
-realclient guest mounts dionfs (`delegations = true`) over NFSv4.1 at
-/mnt/nfs. One guest boot; the guest script and this host script take
+"""NFSv4 delegations with the real Linux client (issue 43): the
+realclient guest mounts dionfs (`delegations = true`) over NFSv4.1 (or
+4.0 with --vers 4.0, where the server calls the client back at the
+address its SETCLIENTID gave) at /mnt/nfs. One guest boot; the guest script and this host script take
 turns through files in the guest's output directory (/job/out), as
 locks.py's do, and the host reads the server's per-operation call counts
 (its metrics, inside the namespace) between the guest's steps:
@@ -30,6 +31,7 @@ and prints the calls of the second pass side by side (the metadata job
 of docs/benchmarks.md: open, read and stat of 20 small files).
 
 Usage (root): tests/realclient/deleg.py [--delegations on|off] [--compare]
+                                       [--vers 4.0|4.1]
 Env: DIONFS_BIN, RC_DIR. Exit status 0 = every step passed.
 """
 import argparse
@@ -166,9 +168,10 @@ def wait_for(cond, timeout: float) -> bool:
     return False
 
 
-def run(delegations: bool, work: str) -> tuple[list[str], dict[str, int]]:
-    """One guest boot against a server with delegations on or off: the
-    failures, and the calls of step 1's second pass."""
+def run(delegations: bool, work: str, vers: str) -> tuple[list[str], dict[str, int]]:
+    """One guest boot (mounting NFSv`vers`) against a server with
+    delegations on or off: the failures, and the calls of step 1's second
+    pass."""
     fs = LoopFs("xfs", "1G")
     proc = None
     failed: list[str] = []
@@ -195,7 +198,8 @@ def run(delegations: bool, work: str) -> tuple[list[str], dict[str, int]]:
                                 env=dict(os.environ, DIONFS_LOG="info,dionfs_server::nfs4::delegation=debug"))
         if not wait_for(lambda: os.path.exists(ports) or proc.poll() is not None, 30) or proc.poll() is not None:
             return [f"server did not start: {open(logf.name).read()[-2000:]}"], second
-        log(f"server up (delegations {'on' if delegations else 'off'}): {json.load(open(ports))}")
+        log(f"server up (delegations {'on' if delegations else 'off'}, the guest on NFSv{vers}): "
+            f"{json.load(open(ports))}")
         script = os.path.join(work, "guest.sh")
         with open(script, "w") as f:
             f.write(GUEST_SCRIPT.replace("__FILES__", str(FILES)).replace("__SERVER__", SERVER_IP)
@@ -204,7 +208,7 @@ def run(delegations: bool, work: str) -> tuple[list[str], dict[str, int]]:
         jobout = os.path.join(out, "job", "out")
         guest = subprocess.Popen(
             [os.path.join(RC, "guest-run.sh"), "--server", SERVER_IP, "--nfs-port", "2049",
-             "--export", export, "--script", script, "--vers", "4.1", "--timeout", "600",
+             "--export", export, "--script", script, "--vers", vers, "--timeout", "600",
              "--out", out, "--quiet"], stdout=subprocess.DEVNULL)
 
         def request(name: str) -> bool:
@@ -232,6 +236,11 @@ def run(delegations: bool, work: str) -> tuple[list[str], dict[str, int]]:
 
         if request("first-pass"):
             before = ops()
+            # The mount is the version asked for: a 4.0 client sets up with
+            # SETCLIENTID, a 4.1 one with EXCHANGE_ID.
+            setup = "SETCLIENTID" if vers == "4.0" else "EXCHANGE_ID"
+            check(f"the guest mounted NFSv{vers}", before.get(setup, 0) >= 1,
+                  f"{before.get(setup, 0)} {setup}")
             ack("first-pass", "counted")
             if request("second-pass"):
                 after = ops()
@@ -306,6 +315,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--delegations", choices=("on", "off"), default="on")
     ap.add_argument("--compare", action="store_true", help="run with delegations off, then on")
+    ap.add_argument("--vers", choices=("4.0", "4.1"), default="4.1", help="the guest's NFS version")
     args = ap.parse_args()
     if os.geteuid() != 0:
         log("must run as root")
@@ -315,7 +325,7 @@ def main() -> int:
     failed: list[str] = []
     for on in modes:
         work = tempfile.mkdtemp(prefix="dionfs-deleg-")
-        fails, second = run(on, work)
+        fails, second = run(on, work, args.vers)
         results[on] = second
         failed += [f"delegations {'on' if on else 'off'}: {f}" for f in fails]
         if fails:
@@ -324,7 +334,7 @@ def main() -> int:
             shutil.rmtree(work, ignore_errors=True)
     if args.compare:
         calls = {on: results[on].get("COMPOUND", 0) for on in modes}
-        print(f"\nopen, read and stat of {FILES} small files again (NFSv4.1, the Linux client):")
+        print(f"\nopen, read and stat of {FILES} small files again (NFSv{args.vers}, the Linux client):")
         for on in modes:
             print(f"  delegations {'on ' if on else 'off'}: {calls[on]:>4} COMPOUNDs  {results[on]}")
         if calls[True]:

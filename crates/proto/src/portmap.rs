@@ -273,6 +273,24 @@ pub fn universal_addr(ip: std::net::IpAddr, port: u16) -> String {
     format!("{ip}.{}.{}", port >> 8, port & 0xff)
 }
 
+/// The socket address a universal address names, for netid `tcp` (IPv4)
+/// or `tcp6` (IPv6): the inverse of [`universal_addr`]. None for another
+/// netid, or an address that does not parse.
+pub fn parse_universal_addr(netid: &str, addr: &str) -> Option<std::net::SocketAddr> {
+    let (rest, low) = addr.rsplit_once('.')?;
+    let (host, high) = rest.rsplit_once('.')?;
+    let port = (high.parse::<u8>().ok()?, low.parse::<u8>().ok()?);
+    let ip: std::net::IpAddr = match netid {
+        "tcp" => host.parse::<std::net::Ipv4Addr>().ok()?.into(),
+        "tcp6" => host.parse::<std::net::Ipv6Addr>().ok()?.into(),
+        _ => return None,
+    };
+    Some(std::net::SocketAddr::new(
+        ip,
+        u16::from(port.0) << 8 | u16::from(port.1),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -280,6 +298,36 @@ mod tests {
 
     fn words(ws: &[u32]) -> Vec<u8> {
         ws.iter().flat_map(|w| w.to_be_bytes()).collect()
+    }
+
+    #[test]
+    fn universal_addresses_parse_back() {
+        for (ip, port) in [
+            ("192.0.2.7".parse().unwrap(), 2049),
+            ("::1".parse().unwrap(), 40_001),
+            ("fe80::1:2".parse().unwrap(), 0),
+        ] {
+            let netid = if matches!(ip, std::net::IpAddr::V4(_)) {
+                "tcp"
+            } else {
+                "tcp6"
+            };
+            let addr = universal_addr(ip, port);
+            assert_eq!(
+                parse_universal_addr(netid, &addr),
+                Some(std::net::SocketAddr::new(ip, port))
+            );
+        }
+        for (netid, addr) in [
+            ("tcp", "192.0.2.7.8"),
+            ("tcp", "192.0.2.7.8.256"),
+            ("tcp", "::1.8.1"),
+            ("tcp6", "192.0.2.7.8.1"),
+            ("udp", "192.0.2.7.8.1"),
+            ("tcp", ""),
+        ] {
+            assert_eq!(parse_universal_addr(netid, addr), None, "{netid} {addr}");
+        }
     }
 
     #[test]

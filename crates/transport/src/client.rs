@@ -96,7 +96,7 @@ pub fn tcp_call(
 /// of its own: a peer answering a byte every few seconds held one of the
 /// few callback threads (and so every client's GRANTED) for as long as
 /// 64 KiB took to arrive that way, days.
-fn tcp_call_within(
+pub fn tcp_call_within(
     from: IpAddr,
     to: SocketAddr,
     cred: &Credential,

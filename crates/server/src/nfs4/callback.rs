@@ -13,8 +13,15 @@
 //! a CB_SEQUENCE error) marks the session's back channel down, which
 //! SEQUENCE reports as `CB_PATH_DOWN`; one that succeeds clears it.
 //!
-//! Recalls come with delegations (a later issue): they are the operations
-//! [`cb_compound`] sends after CB_SEQUENCE.
+//! Recalls are the operations [`cb_compound`] sends after CB_SEQUENCE.
+//!
+//! A minor version 0 client has no sessions: the server calls it on a
+//! connection of its own to the address of the client's confirmed
+//! SETCLIENTID (RFC 7530 section 3.3.3), [`probe40`] after the
+//! confirmation and [`cb_compound40`] for a recall, without CB_SEQUENCE
+//! and with the client's `callback_ident`. Each call waits a tenth of a
+//! lease for its answer, 1 to 10 s (knfsd's callback timeout), and its
+//! outcome is the path's state, which RENEW reports as `CB_PATH_DOWN`.
 
 use std::fmt;
 use std::time::Duration;
@@ -23,13 +30,17 @@ use dionfs_proto::nfs4::{
     decode_cb_compound_reply, CallbackSecParms4, CbArgOp, CbCompoundArgs4, CbCompoundRes4, CbResOp,
     CbSequenceArgs4, Nfsstat4, Res4, SessionId4, Utf8Str, CB_COMPOUND, CB_NULL,
 };
+use std::sync::Arc;
+
 use dionfs_rpc::{AuthSys, Credential};
+use dionfs_transport::client::{self as rpc_client, Call as RpcCall};
 use dionfs_transport::{BackChannel, BackChannelError};
 use dionfs_xdr::Encode;
-use tracing::debug;
+use tracing::{debug, info};
 
+use super::state::clients::CallbackPath;
 use super::state::sessions::BackSlot;
-use super::state::{Session, State};
+use super::state::{Client, Session, State};
 
 /// The callback program's version (RFC 8881 section 20).
 pub const CB_VERSION: u32 = 1;
@@ -67,6 +78,9 @@ pub enum CallbackError {
     /// CB_SEQUENCE (or the whole CB_COMPOUND, before it) failed with this
     /// status on the last connection tried.
     Sequence(Nfsstat4),
+    /// A minor version 0 client's callback address could not be
+    /// connected to, or gave no answer in time.
+    Unreachable(String),
 }
 
 impl fmt::Display for CallbackError {
@@ -76,6 +90,7 @@ impl fmt::Display for CallbackError {
             CallbackError::Transport(e) => write!(f, "back channel call failed: {e}"),
             CallbackError::BadReply => f.write_str("malformed CB_COMPOUND reply"),
             CallbackError::Sequence(status) => write!(f, "CB_SEQUENCE failed: {status:?}"),
+            CallbackError::Unreachable(e) => write!(f, "callback address unreachable: {e}"),
         }
     }
 }
@@ -286,6 +301,128 @@ impl Call<'_> {
         }
         .to_xdr()
     }
+}
+
+/// How long a call to a minor version 0 client waits for its answer: a
+/// tenth of the lease, 1 to 10 s.
+fn timeout40(lease: Duration) -> Duration {
+    (lease / 10).clamp(Duration::from_secs(1), Duration::from_secs(10))
+}
+
+/// Probes a minor version 0 client's callback path (CB_NULL) in a
+/// spawned task: the path is up once it answers. Called after
+/// SETCLIENTID_CONFIRM set a path not known to answer.
+pub fn probe40(state: &State, client: Arc<Client>) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let timeout = timeout40(state.lease_time());
+    runtime.spawn(async move {
+        let Some((path, generation)) = path40(&client) else {
+            return;
+        };
+        let answered = call40(&path, CB_NULL, Vec::new(), timeout).await;
+        if let Err(e) = &answered {
+            info!(
+                clientid = client.id.0,
+                address = %client.address,
+                error = %e,
+                "NFSv4.0 client's callback path does not answer: it gets no delegations"
+            );
+        }
+        record40(&client, generation, &answered);
+    });
+}
+
+/// CB_COMPOUND (minor version 0, no CB_SEQUENCE) of `ops` to a minor
+/// version 0 client, on a connection of its own.
+pub async fn cb_compound40(
+    state: &State,
+    client: &Client,
+    ops: &[CbArgOp],
+) -> Result<CbCompoundRes4, CallbackError> {
+    let (path, generation) = path40(client).ok_or(CallbackError::NoBackChannel)?;
+    let args = CbCompoundArgs4 {
+        tag: Utf8Str::default(),
+        minorversion: 0,
+        callback_ident: path.ident,
+        ops: ops.to_vec(),
+    }
+    .to_xdr();
+    let timeout = timeout40(state.lease_time());
+    let result = call40(&path, CB_COMPOUND, args, timeout)
+        .await
+        .and_then(|reply| {
+            let res = decode_cb_compound_reply(&reply).map_err(|_| CallbackError::BadReply)?;
+            if res.results.is_empty() && res.status != Nfsstat4::Ok {
+                return Err(CallbackError::Sequence(res.status));
+            }
+            Ok(res)
+        });
+    record40(client, generation, &result);
+    result
+}
+
+/// The client's callback path, if it has one the server calls, and its
+/// generation.
+fn path40(client: &Client) -> Option<(CallbackPath, u64)> {
+    let callback = client.callback40.lock();
+    let path = callback.path.clone().filter(|p| p.to.is_some())?;
+    Some((path, callback.generation))
+}
+
+/// One call of procedure `proc_` to `path`, on a blocking thread (a
+/// connection of its own from the server's address the client used,
+/// as the server's other callbacks).
+async fn call40(
+    path: &CallbackPath,
+    proc_: u32,
+    args: Vec<u8>,
+    timeout: Duration,
+) -> Result<Vec<u8>, CallbackError> {
+    let Some(to) = path.to else {
+        return Err(CallbackError::NoBackChannel);
+    };
+    let (from, program) = (path.from, path.program);
+    let called = tokio::task::spawn_blocking(move || {
+        let call = RpcCall {
+            prog: program,
+            vers: CB_VERSION,
+            proc_,
+            args: &args,
+        };
+        rpc_client::tcp_call_within(from, to, &machine_credential(), call, timeout)
+    })
+    .await;
+    match called {
+        Ok(Ok(reply)) => Ok(reply),
+        Ok(Err(e)) => Err(CallbackError::Unreachable(e.to_string())),
+        Err(e) => Err(CallbackError::Unreachable(e.to_string())),
+    }
+}
+
+/// What a call to a minor version 0 client found: the path's state.
+fn record40<T>(client: &Client, generation: u64, result: &Result<T, CallbackError>) {
+    let mut callback = client.callback40.lock();
+    if callback.up != result.is_ok() {
+        match result {
+            Err(e) => debug!(clientid = client.id.0, error = %e, "callback path down"),
+            Ok(_) => debug!(clientid = client.id.0, "callback path up"),
+        }
+    }
+    callback.record(generation, result.is_ok());
+}
+
+/// The credential of calls to a minor version 0 client: AUTH_SYS as
+/// root, as knfsd's machine credential for them.
+fn machine_credential() -> Credential {
+    Credential::Sys(AuthSys {
+        stamp: 0,
+        machine_name: b"dionfs".to_vec(),
+        uid: 0,
+        gid: 0,
+        gids: Vec::new(),
+    })
 }
 
 /// The session's callback program and the credential to call it with.

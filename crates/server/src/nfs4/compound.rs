@@ -117,6 +117,10 @@ pub struct OpCtx<'a> {
     /// The owner whose seqid the op running checked (minor version 0):
     /// told the op's result when it ends (`state/seqids.rs`).
     pub sequenced: Option<OwnerStep>,
+    /// The minor version 0 client a state op of this COMPOUND named (by
+    /// clientid or stateid) so far: whose delegations its later ops do
+    /// not recall (`delegation::enter`).
+    pub v40_client: parking_lot::Mutex<Option<u64>>,
 }
 
 /// Whether `next`, the op after a put-filehandle op, answers WRONGSEC
@@ -186,6 +190,7 @@ pub async fn run(
         next_reads: false,
         secinfo: false,
         sequenced: None,
+        v40_client: parking_lot::Mutex::new(None),
     };
     // The position in the COMPOUND of the op running.
     let mut position;

@@ -5,6 +5,7 @@
 //! `state/delegations.rs`'s and `dionfs_core::delegations`'.
 
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use dionfs_core::delegations::{Access, Busy, Held, NoGrant, Recaller};
 use dionfs_core::exports::Export;
@@ -23,52 +24,98 @@ use super::callback::{self, CALL_TIMEOUT};
 use super::compound::OpCtx;
 use super::open_ops::current_regular;
 use super::reply::CompoundReply;
-use super::state::{resolve_current, Client, State};
+use super::state::{resolve_current, Client, Session, State};
+
+/// How long after a CB_RECALL that reached no one it is sent again
+/// (knfsd's 2 s), until the delegation is returned or revoked.
+const RECALL_RETRY: Duration = Duration::from_secs(2);
 
 /// What recalls delegations for the server's index: marks the
-/// delegation recalled and sends CB_RECALL from a task on `runtime`.
+/// delegation recalled and sends CB_RECALL from a task on `runtime`,
+/// again every [`RECALL_RETRY`] while it reaches no one (a client whose
+/// back channel comes back within the lease still gets it).
 pub fn recaller(state: Weak<State>, runtime: tokio::runtime::Handle) -> Recaller {
     Arc::new(move |fh: &[u8], held: &Held| {
-        let Some(state) = state.upgrade() else {
+        let Some(strong) = state.upgrade() else {
             return;
         };
-        let Some(to) = state.mark_recalled(fh, held) else {
+        let Some(to) = strong.mark_recalled(fh, held) else {
             return;
         };
+        drop(strong);
         let Some(fh) = NfsFh4::new(fh.to_vec()) else {
             return;
         };
-        let clientid = held.client;
+        let state = Weak::clone(&state);
         runtime.spawn(async move {
             let op = CbArgOp::Recall(CbRecallArgs4 {
                 stateid: to.stateid,
                 truncate: false,
                 fh,
             });
-            for session in &to.sessions {
-                match callback::cb_compound(session, std::slice::from_ref(&op), CALL_TIMEOUT).await
-                {
-                    Ok(res) => {
-                        debug!(clientid, status = ?res.status, "CB_RECALL answered");
-                        return;
-                    }
-                    Err(e) => debug!(clientid, error = %e, "CB_RECALL failed on a session"),
+            let clientid = to.client.id.0;
+            let mut told = false;
+            loop {
+                let Some(strong) = state.upgrade() else {
+                    return;
+                };
+                let Some(sessions) = strong.still_recalled(&to.client, &to.stateid) else {
+                    return;
+                };
+                if send(&strong, &to.client, &sessions, &op).await {
+                    return;
                 }
+                if !told {
+                    info!(
+                        clientid,
+                        "NFSv4 delegation recall could not reach the client: sent again \
+                         every 2 s, and revoked within a lease unless returned"
+                    );
+                    told = true;
+                }
+                drop(strong);
+                tokio::time::sleep(RECALL_RETRY).await;
             }
-            info!(
-                clientid,
-                "NFSv4 delegation recall could not reach the client: it is revoked within \
-                 a lease unless returned"
-            );
         });
     })
 }
 
+/// CB_RECALL `op` to `client`: at its callback path (minor version 0)
+/// or on the back channels of its `sessions`, newest first. Whether the
+/// client answered.
+async fn send(state: &State, client: &Client, sessions: &[Arc<Session>], op: &CbArgOp) -> bool {
+    let clientid = client.id.0;
+    let ops = std::slice::from_ref(op);
+    if client.minor() == 0 {
+        match callback::cb_compound40(state, client, ops).await {
+            Ok(res) => {
+                debug!(clientid, status = ?res.status, "CB_RECALL answered");
+                return true;
+            }
+            Err(e) => debug!(clientid, error = %e, "CB_RECALL failed"),
+        }
+    }
+    for session in sessions {
+        match callback::cb_compound(session, ops, CALL_TIMEOUT).await {
+            Ok(res) => {
+                debug!(clientid, status = ?res.status, "CB_RECALL answered");
+                return true;
+            }
+            Err(e) => debug!(clientid, error = %e, "CB_RECALL failed on a session"),
+        }
+    }
+    false
+}
+
 /// The client a v4 op runs for, as the index knows it: the session's
-/// (4.1 and later). Minor version 0 clients hold no delegations, so
-/// their ops conflict with every client's, as a v3 client's do.
+/// (4.1 and later); in minor version 0 the one a state op of the
+/// COMPOUND named by clientid or stateid so far (knfsd's
+/// `rq_lease_breaker`), if any. An op of no known client conflicts with
+/// every client's delegations, as a v3 client's does.
 fn holder(ctx: &OpCtx) -> Option<u64> {
-    ctx.slot.map(|slot| slot.client().id.0)
+    ctx.slot
+        .map(|slot| slot.client().id.0)
+        .or(*ctx.v40_client.lock())
 }
 
 /// Before an op that does `access` to the file `fh`: `DELAY` while
@@ -104,7 +151,8 @@ pub fn enter_named(
 /// The delegation OPEN answers, once the open is had: `access` the
 /// share access, `want` the client's `OPEN4_SHARE_ACCESS_WANT_*`, `file`
 /// the regular file opened, `fresh` whether the claim may get one at all
-/// (not a reclaim nor an open under a delegation).
+/// (not a reclaim nor an open under a delegation, nor in minor version 0
+/// one whose open-owner awaits OPEN_CONFIRM, as knfsd).
 pub fn offer(
     ctx: &OpCtx,
     client: &Client,
@@ -122,14 +170,15 @@ pub fn offer(
         OPEN4_SHARE_ACCESS_WANT_CANCEL => return none(WhyNoDelegation4::Cancelled),
         _ => {}
     }
-    // Off, minor version 0 (no callback path to its clients yet), or a
-    // claim that takes none: the answer of a server that grants none.
-    if !ctx.server.delegations.enabled() || ctx.minor == 0 || !fresh {
+    // Off, or a claim that takes none: the answer of a server that
+    // grants none.
+    if !ctx.server.delegations.enabled() || !fresh {
         return none(WhyNoDelegation4::NotSuppFtype);
     }
-    let back_up = ctx
-        .slot
-        .is_some_and(|slot| !slot.session().back_channel_down());
+    let back_up = match ctx.slot {
+        Some(slot) => !slot.session().back_channel_down(),
+        None => client.callback40.lock().up,
+    };
     if !back_up {
         return none(WhyNoDelegation4::Resource);
     }

@@ -276,7 +276,8 @@ fn open_file(
     }
     v40::opened(ctx, export.config.id, fh);
     drop(_busy);
-    let fresh = matches!(args.claim, OpenClaim4::Null(_) | OpenClaim4::Fh);
+    let confirm = ctx.nfs4.state.awaits_confirm(&client, &stateid);
+    let fresh = matches!(args.claim, OpenClaim4::Null(_) | OpenClaim4::Fh) && !confirm;
     let delegation = delegation::offer(ctx, &client, &file.node, access, want, fresh);
     ctx.current = Some(Fh4::File {
         export: export.config.id,
@@ -286,7 +287,7 @@ fn open_file(
     });
     ctx.current_stateid = Some(stateid);
     let mut rflags = OPEN4_RESULT_LOCKTYPE_POSIX;
-    if ctx.nfs4.state.awaits_confirm(&client, &stateid) {
+    if confirm {
         rflags |= OPEN4_RESULT_CONFIRM;
     }
     Ok(OpenResOk4 {

@@ -90,7 +90,7 @@ pub(super) fn state_client(ctx: &OpCtx, by: By) -> Result<Arc<Client>, Nfsstat4>
         return Err(Nfsstat4::OpNotInSession);
     }
     let now = Instant::now();
-    match by {
+    let client = match by {
         By::Clientid(clientid) => ctx
             .nfs4
             .state
@@ -102,7 +102,9 @@ pub(super) fn state_client(ctx: &OpCtx, by: By) -> Result<Arc<Client>, Nfsstat4>
                 other => other,
             }),
         By::Stateid(stateid) => ctx.nfs4.state.v40_client_of(stateid, now),
-    }
+    }?;
+    *ctx.v40_client.lock() = Some(client.id.0);
+    Ok(client)
 }
 
 /// Checks `stateid` (the current stateid resolved) for `io` on the file
@@ -236,7 +238,14 @@ pub(super) fn setclientid_confirm(ctx: &mut OpCtx, op: ArgOp, _: &mut CompoundRe
         return Nfsstat4::Serverfault;
     };
     let who = Principal::of(&ctx.call.cred);
-    ctx.nfs4.state.setclientid_confirm(&args, &who)
+    let status = ctx.nfs4.state.setclientid_confirm(&args, &who);
+    if status == Nfsstat4::Ok {
+        let state = &ctx.nfs4.state;
+        if let Some(client) = state.confirmed_callback(args.clientid, ctx.conn.local.ip()) {
+            super::callback::probe40(state, client);
+        }
+    }
+    status
 }
 
 pub(super) fn renew(ctx: &mut OpCtx, op: ArgOp, _: &mut CompoundReply) -> Nfsstat4 {

@@ -49,6 +49,8 @@ use super::{Principal, State};
 
 mod v40;
 
+pub use v40::{Callback40, CallbackPath};
+
 /// The flags a client may send in `eia_flags` (knfsd's
 /// `EXCHGID4_FLAG_MASK_A`). Any other bit, `CONFIRMED_R` (the server's)
 /// and undefined ones alike, is `NFS4ERR_INVAL` (pynfs EID4, EID7).
@@ -90,6 +92,9 @@ pub struct Client {
     /// Its delegations revoked and not freed yet (FREE_STATEID): SEQUENCE
     /// answers `RECALLABLE_STATE_REVOKED` while there are any.
     pub revoked_delegations: std::sync::atomic::AtomicUsize,
+    /// A minor version 0 client's callback path (its SETCLIENTID's,
+    /// once confirmed) and whether it answers.
+    pub callback40: Mutex<Callback40>,
 }
 
 /// A client renewing its lease (or new).
@@ -138,6 +143,7 @@ impl Client {
             minor: AtomicU32::new(new.minor),
             state: Mutex::default(),
             revoked_delegations: Default::default(),
+            callback40: Mutex::default(),
         }
     }
 
@@ -158,6 +164,15 @@ impl Client {
     /// Whether the client holds opens or locks.
     pub fn holds_state(&self) -> bool {
         self.state.lock().holds_state()
+    }
+
+    /// Whether it holds a delegation (one not revoked).
+    pub fn holds_delegations(&self) -> bool {
+        self.state
+            .lock()
+            .stateids
+            .values()
+            .any(|s| matches!(s, super::stateids::StateRef::Deleg(d) if !d.revoked))
     }
 
     /// Renews the lease at `now` (never moving it back: a request that

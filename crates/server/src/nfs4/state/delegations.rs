@@ -43,10 +43,10 @@ pub struct DelegState {
 }
 
 /// What the recaller needs of a delegation marked recalled: the stateid
-/// to name in CB_RECALL and the client's sessions, newest first.
+/// to name in CB_RECALL and the client.
 pub struct ToRecall {
     pub stateid: StateId4,
-    pub sessions: Vec<Arc<Session>>,
+    pub client: Arc<Client>,
 }
 
 impl State {
@@ -141,12 +141,7 @@ impl State {
         if self.expire_courtesy(held.client) {
             return None;
         }
-        let (client, sessions) = {
-            let table = self.table.lock();
-            let client = Arc::clone(table.client(held.client)?);
-            let sessions = table.sessions_of(held.client);
-            (client, sessions)
-        };
+        let client = Arc::clone(self.table.lock().client(held.client)?);
         let mut state = client.state.lock();
         let Some(StateRef::Deleg(deleg)) = state.stateids.get_mut(&held.stateid) else {
             return None;
@@ -155,13 +150,23 @@ impl State {
             return None;
         }
         deleg.recalled.get_or_insert_with(Instant::now);
-        Some(ToRecall {
-            stateid: StateId4 {
-                seqid: deleg.seqid,
-                other: held.stateid,
-            },
-            sessions,
-        })
+        let stateid = StateId4 {
+            seqid: deleg.seqid,
+            other: held.stateid,
+        };
+        drop(state);
+        Some(ToRecall { stateid, client })
+    }
+
+    /// If `client`'s delegation `stateid` is still held (not returned,
+    /// not revoked), and so still to be recalled: the client's sessions
+    /// now, newest first (none for minor version 0).
+    pub fn still_recalled(&self, client: &Client, stateid: &StateId4) -> Option<Vec<Arc<Session>>> {
+        let held = matches!(
+            client.state.lock().stateids.get(&stateid.other),
+            Some(StateRef::Deleg(deleg)) if !deleg.revoked
+        );
+        held.then(|| self.table.lock().sessions_of(client.id.0))
     }
 
     /// The laundromat's part (at `now`): a delegation recalled a lease
@@ -172,12 +177,15 @@ impl State {
     pub(super) fn revoke_overdue(&self, clients: &[Arc<Client>], now: Instant) {
         let lease = self.lease_time();
         for client in clients {
-            let back_down = self
-                .table
-                .lock()
-                .sessions_of(client.id.0)
-                .iter()
-                .all(|s| s.back_channel_down());
+            let back_down = if client.minor() == 0 {
+                !client.callback40.lock().up
+            } else {
+                self.table
+                    .lock()
+                    .sessions_of(client.id.0)
+                    .iter()
+                    .all(|s| s.back_channel_down())
+            };
             let mut revoked = Vec::new();
             {
                 let mut state = client.state.lock();
@@ -203,7 +211,14 @@ impl State {
             }
             for (other, fh) in revoked {
                 self.delegations.remove(&fh, &other);
-                client.revoked_delegations.fetch_add(1, Ordering::Relaxed);
+                if client.minor() == 0 {
+                    // Minor version 0 has no FREE_STATEID: the stateid
+                    // goes (knfsd's `revoke_delegation`), later uses of
+                    // it are `BAD_STATEID`.
+                    client.state.lock().stateids.remove(&other);
+                } else {
+                    client.revoked_delegations.fetch_add(1, Ordering::Relaxed);
+                }
                 tracing::warn!(
                     clientid = client.id.0,
                     address = %client.address,

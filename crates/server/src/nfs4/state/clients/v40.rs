@@ -14,7 +14,7 @@
 //! - RENEW renews the lease of a confirmed record; a courtesy client is
 //!   active again, as with SEQUENCE.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -22,6 +22,7 @@ use dionfs_proto::nfs4::{
     CbClient4, Netaddr4, Nfsstat4, SetclientidArgs4, SetclientidConfirmArgs4, SetclientidRes4,
     SetclientidResOk4, StateId4, Verifier4,
 };
+use dionfs_proto::portmap::parse_universal_addr;
 use tracing::info;
 
 use super::super::ids::{random_bytes, ClientId, StateOther};
@@ -39,6 +40,43 @@ pub(in crate::nfs4::state) struct Setclientid {
     /// callback) waiting for its SETCLIENTID_CONFIRM: its confirm
     /// verifier, callback and ident.
     update: Option<(Verifier4, CbClient4, u32)>,
+}
+
+/// Where the server calls a minor version 0 client back (RFC 7530
+/// section 10.2.1): the callback of its SETCLIENTID, once confirmed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallbackPath {
+    /// `cb_program`, called at version 1.
+    pub program: u32,
+    /// `callback_ident`, which every CB_COMPOUND carries.
+    pub ident: u32,
+    /// The client's callback address (`cb_location`), when it is one the
+    /// server calls: a TCP address on the host the client calls from.
+    pub to: Option<SocketAddr>,
+    /// The server's address the SETCLIENTID_CONFIRM came to: calls go
+    /// out from it.
+    pub from: IpAddr,
+}
+
+/// A minor version 0 client's callback path and its state (knfsd's
+/// `cl_cb_state`).
+#[derive(Debug, Default)]
+pub struct Callback40 {
+    pub path: Option<CallbackPath>,
+    /// The last probe or call on `path` was answered.
+    pub up: bool,
+    /// Counts the paths set, so that what a call on an older one found
+    /// is not taken for the new one.
+    pub generation: u64,
+}
+
+impl Callback40 {
+    /// Records what a call on path `generation` found.
+    pub fn record(&mut self, generation: u64, answered: bool) {
+        if generation == self.generation {
+            self.up = answered;
+        }
+    }
 }
 
 /// `client_using` of a `CLID_INUSE` for a name a 4.1 client holds: it
@@ -180,9 +218,63 @@ impl State {
         Nfsstat4::Ok
     }
 
-    /// RENEW of client `clientid`'s lease.
+    /// After a SETCLIENTID_CONFIRM of `clientid` that succeeded, received
+    /// at the server's address `local`: the client's callback path is its
+    /// confirmed SETCLIENTID's. The client, when its path is new or not
+    /// known to answer (to be probed). A callback address on another host
+    /// than the one the client calls from is not called (as a server
+    /// would otherwise connect wherever a client names): that client gets
+    /// no delegations.
+    pub fn confirmed_callback(&self, clientid: u64, local: IpAddr) -> Option<Arc<Client>> {
+        let (client, callback, ident) = {
+            let table = self.table.lock();
+            let record = table.records.get(&clientid)?;
+            let held = record.setclientid.as_ref()?;
+            if !record.confirmed {
+                return None;
+            }
+            let client = Arc::clone(&record.client);
+            (client, held.callback.clone(), held.callback_ident)
+        };
+        let location = &callback.cb_location;
+        let netid = String::from_utf8_lossy(location.netid.as_bytes());
+        let addr = String::from_utf8_lossy(location.addr.as_bytes());
+        let named = parse_universal_addr(&netid, &addr);
+        let to = named.filter(|to| to.ip().to_canonical() == client.address.to_canonical());
+        if to.is_none() {
+            info!(
+                clientid,
+                address = %client.address,
+                callback = %format_args!("{netid} {addr}"),
+                "NFSv4.0 client's callback address is not a TCP address of its own host: \
+                 it is not called back and gets no delegations"
+            );
+        }
+        let path = CallbackPath {
+            program: callback.cb_program,
+            ident,
+            to,
+            from: local,
+        };
+        let mut callback = client.callback40.lock();
+        if callback.path.as_ref() == Some(&path) && callback.up {
+            return None;
+        }
+        callback.path = Some(path);
+        callback.up = false;
+        callback.generation += 1;
+        drop(callback);
+        Some(client)
+    }
+
+    /// RENEW of client `clientid`'s lease: `CB_PATH_DOWN` when the
+    /// client holds delegations and cannot be called back (RFC 7530
+    /// section 16.29.4, knfsd's `nfsd4_renew`).
     pub(in crate::nfs4::state) fn renew_at(&self, clientid: u64, now: Instant) -> Nfsstat4 {
         match self.v40_client_at(clientid, now) {
+            Ok(client) if !client.callback40.lock().up && client.holds_delegations() => {
+                Nfsstat4::CbPathDown
+            }
             Ok(_) => Nfsstat4::Ok,
             Err(status) => status,
         }
@@ -301,6 +393,57 @@ mod tests {
         let table = state.table.lock();
         let record = table.records.get(&clientid).expect("a record");
         record.setclientid.as_ref().expect("v4.0").callback_ident
+    }
+
+    #[test]
+    fn the_confirmed_callback_path_is_the_client_s_own_address_only() {
+        let state = state();
+        let local = IpAddr::from([192, 0, 2, 1]);
+        let made = set(&state, "linux-a", 1, 10, 1000);
+        // Not before the confirmation.
+        assert!(state.confirmed_callback(made.clientid, local).is_none());
+        assert_eq!(confirm(&state, &made, 1000), Nfsstat4::Ok);
+        let client = state
+            .confirmed_callback(made.clientid, local)
+            .expect("to probe");
+        let path = client.callback40.lock().path.clone().expect("a path");
+        assert_eq!(path.to, Some(SocketAddr::new(peer(), 3 << 8 | 10)));
+        assert_eq!(
+            (path.program, path.ident, path.from),
+            (0x4000_0000, 10, local)
+        );
+        // Up once probed; a retransmitted confirmation probes no more.
+        let generation = client.callback40.lock().generation;
+        client.callback40.lock().record(generation, true);
+        assert!(state.confirmed_callback(made.clientid, local).is_none());
+        // Case 1: a new callback, confirmed, is probed again; what a call
+        // on the old one finds no longer counts.
+        let update = set(&state, "linux-a", 1, 20, 1000);
+        assert_eq!(confirm(&state, &update, 1000), Nfsstat4::Ok);
+        let client = state
+            .confirmed_callback(made.clientid, local)
+            .expect("to probe");
+        let mut callback = client.callback40.lock();
+        assert!(!callback.up);
+        callback.record(generation, true);
+        assert!(!callback.up, "an answer on the old path");
+        drop(callback);
+        // An address on another host than the client's is never called.
+        let mut other = args("linux-b", 1, 30);
+        other.callback.cb_location.addr = "198.51.100.9.3.30".into();
+        let SetclientidRes4::Ok(made) =
+            state.setclientid_at(&other, &sys(1000), peer(), Instant::now())
+        else {
+            panic!("SETCLIENTID refused");
+        };
+        assert_eq!(confirm(&state, &made, 1000), Nfsstat4::Ok);
+        let client = state
+            .confirmed_callback(made.clientid, local)
+            .expect("a client");
+        assert_eq!(
+            client.callback40.lock().path.as_ref().map(|p| p.to),
+            Some(None)
+        );
     }
 
     #[test]
