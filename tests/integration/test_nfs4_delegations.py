@@ -29,7 +29,7 @@ import time
 import nfs_rs
 import pytest
 from rawrpc import opaque, read_record, u32, u64
-from test_nfs4_ops import (OK, OP_DELEGRETURN, OP_FREE_STATEID, OP_OPEN, OP_READ, OP_SEQUENCE,
+from test_nfs4_ops import (OK, OP_DELEGRETURN, OP_FREE_STATEID, OP_GETATTR, OP_OPEN, OP_READ, OP_SEQUENCE,
                            OP_TEST_STATEID, V41, Server, _stop, local, lock_owner, op, putfh)
 from metrics import scrape
 
@@ -41,7 +41,8 @@ READ, BOTH = 1, 3
 WANT_READ_DELEG, WANT_WRITE_DELEG = 0x0100, 0x0200
 OPEN_DELEGATE_READ, OPEN_DELEGATE_WRITE, OPEN_DELEGATE_NONE_EXT = 1, 2, 3
 RECALLABLE_STATE_REVOKED = 0x40
-CB_SEQUENCE, CB_RECALL = 11, 4
+CB_SEQUENCE, CB_GETATTR, CB_RECALL = 11, 3, 4
+FATTR4_CHANGE, FATTR4_SIZE = 3, 4
 
 
 class Holder(V41):
@@ -52,6 +53,10 @@ class Holder(V41):
     def __init__(self, server, owner: bytes, answering: bool = True):
         self.answering = answering
         self.recalls: list[bytes] = []
+        # CB_GETATTR: the handles asked about, and the (change, size)
+        # answered.
+        self.getattrs: list[bytes] = []
+        self.cb_attrs: tuple[int, int] | None = (0, 0)  # None: CB_GETATTR not answered
         self.callbacks = 0
         super().__init__(server, owner, back_channel=True)
 
@@ -81,6 +86,19 @@ class Holder(V41):
                     at += 36
                     ops.append(u32(CB_SEQUENCE) + u32(OK) + session + u32(seqid) + u32(slot)
                                + u32(highest) + u32(highest))
+                elif num == CB_GETATTR:
+                    (n,) = struct.unpack(">I", record[at:at + 4])
+                    self.getattrs.append(record[at + 4:at + 4 + n])
+                    at += 4 + n + (-n % 4)
+                    (words,) = struct.unpack(">I", record[at:at + 4])
+                    asked = struct.unpack(f">{words}I", record[at + 4:at + 4 + 4 * words])
+                    assert asked[0] == (1 << FATTR4_CHANGE) | (1 << FATTR4_SIZE), asked
+                    at += 4 + 4 * words
+                    if self.cb_attrs is None:
+                        return
+                    change, size = self.cb_attrs
+                    ops.append(u32(CB_GETATTR) + u32(OK) + u32(1) + u32(asked[0])
+                               + opaque(u64(change) + u64(size)))
                 elif num == CB_RECALL:
                     self.recalls.append(record[at:at + 16])
                     (n,) = struct.unpack(">I", record[at + 20:at + 24])
@@ -96,15 +114,20 @@ class Holder(V41):
 
     def wait_recall(self, timeout: float = 15) -> bytes:
         """The next CB_RECALL's stateid, read from the connection."""
+        self.serve_callbacks(lambda: self.recalls, timeout)
+        return self.recalls.pop(0)
+
+    def serve_callbacks(self, until, timeout: float = 15) -> None:
+        """Callbacks read from the connection (and answered if
+        `answering`) until `until()`."""
         self.conn.sock.settimeout(timeout)
         try:
-            while not self.recalls:
+            while not until():
                 record = read_record(self.conn.sock)
                 assert struct.unpack(">I", record[4:8])[0] == 0, "a reply nobody waits for"
                 self._callback(record)
         finally:
             self.conn.sock.settimeout(30)
-        return self.recalls.pop(0)
 
     def open_deleg(self, fh: bytes, access: int, want: int) -> tuple[bytes, int, bytes | None]:
         """OPEN (CLAIM_FH) of `fh` wanting a delegation: the open stateid,
@@ -222,6 +245,56 @@ def test_a_write_delegation_is_recalled_by_a_reader(deleg_server):
     assert holder.wait_recall() == deleg
     assert holder.call([putfh(fh), op(OP_DELEGRETURN, deleg)]).last()[1] == OK
     assert _open_status(rival, fh, READ) == OK
+
+
+def _size_and_change(client: V41, fh: bytes) -> tuple[int, int] | int:
+    """GETATTR of size and change: (size, change), or the failed status."""
+    res = client.call([putfh(fh), op(OP_GETATTR, u32(1) + u32((1 << FATTR4_CHANGE) | (1 << FATTR4_SIZE)))])
+    if res.last()[1] != OK:
+        return res.last()[1]
+    change, size = struct.unpack(">QQ", res.of(OP_GETATTR)["attrs"])
+    return size, change
+
+
+def test_a_getattr_asks_the_write_delegation_s_holder(deleg_server):
+    srv = deleg_server
+    holder, fh, deleg = _delegated(srv, "ga", BOTH)
+    rival = V41(srv, b"stat-er")
+    # Before: the server's own. The holder then says (CB_GETATTR) it has
+    # 12345 bytes, changed in its cache and not sent (another change).
+    assert _size_and_change(rival, fh) == DELAY
+    holder.cb_attrs = (7, 12345)
+    holder.serve_callbacks(lambda: holder.getattrs)
+    assert holder.getattrs == [fh]
+    server_change = os.stat(local(srv, "/ga")).st_ctime_ns
+    got = _size_and_change(rival, fh)
+    assert isinstance(got, tuple) and got[0] == 12345, got
+    # Its change moved on from the server's (the file's times are now).
+    assert got[1] > (server_change // 10**9 << 30 | server_change % 10**9), got
+    # Nothing recalled; the file on the server untouched.
+    assert holder.recalls == [] and _delegations(srv) == 1
+    assert os.stat(local(srv, "/ga")).st_size == len(b"before\n")
+    assert holder.call([putfh(fh), op(OP_DELEGRETURN, deleg)]).last()[1] == OK
+    assert _size_and_change(rival, fh) == (len(b"before\n"), server_change // 10**9 << 30
+                                           | server_change % 10**9)
+
+
+def test_a_write_delegation_s_holder_that_does_not_tell_its_attributes_returns_it(deleg_server):
+    srv = deleg_server
+    holder, fh, deleg = _delegated(srv, "gb", BOTH)
+    holder.cb_attrs = None
+    rival = V41(srv, b"stat-er")
+    assert _size_and_change(rival, fh) == DELAY
+    holder.serve_callbacks(lambda: holder.getattrs)
+    # No answer within the callback's timeout (10 s): recalled instead.
+    # (The holder renews its 10 s lease meanwhile: a courtesy client in
+    # the way would be expired, not called back.)
+    time.sleep(5)
+    assert holder.call([]).status == OK
+    assert holder.wait_recall(timeout=30) == deleg
+    assert _size_and_change(rival, fh) == DELAY
+    assert holder.call([putfh(fh), op(OP_DELEGRETURN, deleg)]).last()[1] == OK
+    assert _size_and_change(rival, fh)[0] == len(b"before\n")
 
 
 def test_a_v3_write_waits_for_the_recall(deleg_server):

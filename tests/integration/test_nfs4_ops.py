@@ -557,8 +557,8 @@ def _body(num: int, status: int, raw: bytes, at: int) -> tuple[dict, int]:
         return {"sessionid": raw[at:at + 16]}, len(raw)  # always alone
     if num == OP_GETATTR:
         at = _bitmap_at(raw, at)
-        _, at = _opaque_at(raw, at)
-        return {}, at
+        vals, at = _opaque_at(raw, at)
+        return {"attrs": vals}, at
     return {}, at  # ops whose result is the status alone
 
 

@@ -24,6 +24,10 @@ locks.py's do, and the host reads the server's per-operation call counts
    delegation, and the guest then reads what it wrote.
 5. A process on the server chmods a delegated file: the delegation is
    recalled (after the fact), and the guest then sees the new mode.
+6. The guest writes 12 bytes to a file it holds open for reading and
+   writing (a write delegation) and keeps them in its cache; another
+   client's stat (nfs-rs) is answered with the guest's size, which the
+   server asks the guest for (CB_GETATTR), recalling nothing.
 
 With --delegations off the server grants none, and step 1's second pass
 is only counted (steps 2 and 3 pass without recalls); --compare runs both
@@ -112,7 +116,15 @@ expect "$(sync local-chmod)" ok "a process on the server chmod'ed q"
 # may answer from the attribute cache for acregmin, delegation or not.)
 cat /mnt/nfs/q > /dev/null || fail "open q"
 expect "$(stat -c %a /mnt/nfs/q)" 600 "the guest sees the new mode once it opens the file"
-rm -rf /mnt/nfs/m /mnt/nfs/r /mnt/nfs/s /mnt/nfs/p /mnt/nfs/q
+
+step "6. another client's stat asks the holder of a write delegation (CB_GETATTR)"
+# Opened for reading and writing: a write delegation. The bytes written
+# stay in the guest's cache while the file is open.
+exec 3<>/mnt/nfs/w || fail "open w"
+printf 'twelve bytes' >&3 || fail "write w"
+expect "$(sync cb-getattr)" 12 "the other client's stat saw the size in the guest's cache"
+exec 3>&-
+rm -rf /mnt/nfs/m /mnt/nfs/r /mnt/nfs/s /mnt/nfs/p /mnt/nfs/q /mnt/nfs/w
 umount /mnt/v3
 echo "== end"
 """
@@ -135,6 +147,26 @@ for _ in range(120):
         errors.append(str(e))
         time.sleep(0.5)
 print(f"not written: {errors[-3:]}")
+sys.exit(1)
+"""
+
+
+# The other client's stat of a file the guest holds a write delegation
+# of: DELAY (an error in nfs-rs) while the server asks the guest, then the
+# guest's size.
+OTHER_STAT = r"""
+import sys, time, nfs_rs
+url, path = sys.argv[1], sys.argv[2]
+c = nfs_rs.Client.connect(url, uid=0, gid=0, connect_timeout=10, operation_timeout=60)
+errors = []
+for _ in range(120):
+    try:
+        print(c.stat(path).size)
+        sys.exit(0)
+    except nfs_rs.NfsError as e:
+        errors.append(str(e))
+        time.sleep(0.5)
+print(f"no stat: {errors[-3:]}")
 sys.exit(1)
 """
 
@@ -289,6 +321,20 @@ def run(delegations: bool, work: str, vers: str) -> tuple[list[str], dict[str, i
                 wait_for(lambda: returned(before) >= 1, 15)
             check_returned("a chmod on the server recalled the guest's delegation", before)
             ack("local-chmod", "ok")
+        if request("cb-getattr"):
+            before = ops()
+            other = in_netns("python3", "-c", OTHER_STAT,
+                             f"nfs://{SERVER_IP}{export}?version=4.1&nfsport=2049", "/w", timeout=120)
+            size = other.stdout.strip()
+            on_disk = os.stat(os.path.join(export, "w")).st_size
+            log(f"the other client's stat: size {size} ({other.stderr.strip()[-300:]}); "
+                f"on the server's disk: {on_disk} bytes")
+            if delegations:
+                asked = re.findall(r"CB_GETATTR .*answer=(\S+)", open(os.path.join(work, "server.log")).read())
+                check("the server asked the guest (CB_GETATTR) and it answered",
+                      any(a.startswith("Some") for a in asked), str(asked))
+                check("and recalled nothing", returned(before) == 0, f"{returned(before)} DELEGRETURN")
+            ack("cb-getattr", size)
         rc = guest.wait()
         stdout_path = os.path.join(out, "out", "stdout")
         print(open(stdout_path).read() if os.path.exists(stdout_path) else "(no guest output)", end="")

@@ -263,6 +263,22 @@ impl Delegations {
         }
     }
 
+    /// The write delegation of `fh` another client than `by` holds, if
+    /// one is held and not being recalled: a GETATTR asks its holder for
+    /// the size and change it has (CB_GETATTR) instead of recalling it.
+    pub fn write_held(&self, fh: &[u8], by: Option<u64>) -> Option<Held> {
+        if !self.enabled() {
+            return None;
+        }
+        let inner = self.inner.lock();
+        inner
+            .by_fh
+            .get(fh)?
+            .iter()
+            .find(|(h, recalled)| h.write && !*recalled && Some(h.client) != by)
+            .map(|(h, _)| *h)
+    }
+
     /// Tells the recaller of `recall` (no lock held).
     fn recall(&self, fh: &[u8], recall: &[Held]) {
         if let Some(recaller) = self.recaller.get() {
@@ -667,6 +683,25 @@ mod tests {
             d.grant(b"f", dir().as_fd(), held(2, 2, false), || true),
             Err(NoGrant::Contention)
         );
+    }
+
+    #[test]
+    fn a_write_delegation_is_found_for_another_client_until_recalled() {
+        let d = Arc::new(Delegations::new(true));
+        let recalls = counting(&d);
+        d.grant(b"r", dir().as_fd(), held(1, 1, false), || true)
+            .unwrap();
+        d.grant(b"w", dir().as_fd(), held(1, 2, true), || true)
+            .unwrap();
+        // A read delegation, or the holder itself: none to ask.
+        assert_eq!(d.write_held(b"r", Some(2)), None);
+        assert_eq!(d.write_held(b"w", Some(1)), None);
+        assert_eq!(d.write_held(b"w", Some(2)), Some(held(1, 2, true)));
+        assert_eq!(d.write_held(b"w", None), Some(held(1, 2, true)));
+        assert_eq!(recalls.load(Ordering::SeqCst), 0);
+        // Once recalled, the plain conflict check answers instead.
+        assert!(d.check(b"w", None, Access::Read).is_err());
+        assert_eq!(d.write_held(b"w", None), None);
     }
 
     #[test]

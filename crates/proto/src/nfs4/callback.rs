@@ -11,7 +11,7 @@ use dionfs_xdr::{Decode, Decoder, Encode, Encoder, Result, XdrError};
 use crate::codec::{xdr_enum, xdr_struct};
 use crate::nfs4::attrs::Fattr4;
 use crate::nfs4::types::{
-    decode_array, encode_array, NfsFh4, Nfsstat4, Res4, SessionId4, StateId4, Utf8Str,
+    decode_array, encode_array, Bitmap4, NfsFh4, Nfsstat4, Res4, SessionId4, StateId4, Utf8Str,
     NFS4_MAX_ARRAY_ITEMS, NFS4_MAX_TAG_LEN,
 };
 
@@ -152,10 +152,20 @@ xdr_struct! {
     }
 }
 
+xdr_struct! {
+    /// `CB_GETATTR4args` (RFC 8881 section 20.1): the attributes of file
+    /// `fh` a write delegation's holder has (size and change).
+    pub struct CbGetattrArgs4 {
+        pub fh: NfsFh4,
+        pub attr_request: Bitmap4,
+    }
+}
+
 /// One operation of a CB_COMPOUND the server sends (`nfs_cb_argop4`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CbArgOp {
     Sequence(CbSequenceArgs4),
+    Getattr(CbGetattrArgs4),
     Recall(CbRecallArgs4),
 }
 
@@ -164,6 +174,7 @@ impl CbArgOp {
     pub fn opnum(&self) -> CbOpnum4 {
         match self {
             CbArgOp::Sequence(_) => CbOpnum4::Sequence,
+            CbArgOp::Getattr(_) => CbOpnum4::Getattr,
             CbArgOp::Recall(_) => CbOpnum4::Recall,
         }
     }
@@ -174,6 +185,7 @@ impl Encode for CbArgOp {
         self.opnum().encode(enc);
         match self {
             CbArgOp::Sequence(args) => args.encode(enc),
+            CbArgOp::Getattr(args) => args.encode(enc),
             CbArgOp::Recall(args) => args.encode(enc),
         }
     }
@@ -185,6 +197,7 @@ impl Decode<'_> for CbArgOp {
     fn decode(dec: &mut Decoder<'_>) -> Result<Self> {
         match CbOpnum4::decode(dec)? {
             CbOpnum4::Sequence => Ok(CbArgOp::Sequence(Decode::decode(dec)?)),
+            CbOpnum4::Getattr => Ok(CbArgOp::Getattr(Decode::decode(dec)?)),
             CbOpnum4::Recall => Ok(CbArgOp::Recall(Decode::decode(dec)?)),
             other => Err(XdrError::BadDiscriminant {
                 type_name: "nfs_cb_argop4 not sent by dionfs",
@@ -399,6 +412,25 @@ mod tests {
             ],
             ..args.clone()
         });
+        let getattr = CbCompoundArgs4 {
+            ops: vec![CbArgOp::Getattr(CbGetattrArgs4 {
+                fh: NfsFh4::new(vec![4, 5]).unwrap(),
+                attr_request: Bitmap4::from_bits(&[3, 4]),
+            })],
+            minorversion: 0,
+            callback_ident: 7,
+            ..args.clone()
+        };
+        assert_codec(&getattr);
+        // One op, CB_GETATTR (3), the handle, then the bitmap (one word:
+        // bits 3 and 4).
+        let bytes = getattr.to_xdr();
+        assert_eq!(&bytes[12..16], &[0, 0, 0, 7]);
+        assert_eq!(
+            &bytes[16..32],
+            &[0, 0, 0, 1, 0, 0, 0, 3, 0, 0, 0, 2, 4, 5, 0, 0]
+        );
+        assert_eq!(&bytes[32..], &[0, 0, 0, 1, 0, 0, 0, 0x18]);
         // The head as RFC 8881 section 20 lays it out.
         let bytes = args.to_xdr();
         assert_eq!(&bytes[..8], &[0, 0, 0, 2, b'c', b'b', 0, 0]);

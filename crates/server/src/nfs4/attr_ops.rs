@@ -205,20 +205,58 @@ fn with_current<T>(
     }
 }
 
+/// [`with_current`] of a file another client holds a write delegation
+/// of, which answered CB_GETATTR with `(size, modified)`: its size is
+/// the holder's, and when the holder changed the file its times (and so
+/// its `change`) are now, as knfsd sets them.
+fn with_current_held<T>(
+    ctx: &mut OpCtx,
+    request: &Bitmap4,
+    (size, modified): (u64, bool),
+    f: impl FnOnce(&AttrSource) -> Result<T, Nfsstat4>,
+) -> Result<T, Nfsstat4> {
+    let Current::File(file) = ctx.current()? else {
+        return with_current(ctx, request, f);
+    };
+    let mut attr = ops::getattr(&file.export.fs, &file.node).map_err(from_fs)?;
+    attr.size = size;
+    if modified {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let now = dionfs_fs::Time {
+            seconds: i64::try_from(now.as_secs()).unwrap_or(i64::MAX),
+            nanos: now.subsec_nanos(),
+        };
+        // Never behind what the server has.
+        attr.mtime = attr.mtime.max(now);
+        attr.ctime = attr.ctime.max(now);
+    }
+    let on = mounted_on(ctx, &file);
+    with_file(ctx, request, file.export, &file.node, &attr, on, f)
+}
+
 pub fn getattr(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 {
     let ArgOp::Getattr(args) = op else {
         return Nfsstat4::Serverfault;
     };
     let request = &args.attr_request;
     // Another client's write delegation: its size and change are the
-    // holder's to tell, so it is recalled first (design section C; no
-    // CB_GETATTR yet).
+    // holder's to tell (CB_GETATTR, design section C). Other attributes
+    // are the server's (as knfsd's `nfsd4_deleg_getattr_conflict`).
+    let mut holder = None;
     if let Some(Fh4::File { fh, .. }) = &ctx.current {
-        if let Err(status) = super::delegation::check(ctx, fh, Access::Read) {
-            return status;
+        if request.contains(Attr4::Size.bit()) || request.contains(Attr4::Change.bit()) {
+            match super::delegation::getattr_conflict(ctx, fh) {
+                Ok(found) => holder = found,
+                Err(status) => return status,
+            }
         }
     }
-    let result = with_current(ctx, request, |src| attrs::getattr(request, src));
+    let result = match holder {
+        None => with_current(ctx, request, |src| attrs::getattr(request, src)),
+        Some(held) => with_current_held(ctx, request, held, |src| attrs::getattr(request, src)),
+    };
     status(result.map(|obj_attributes| {
         GetattrResOk4 { obj_attributes }.encode(reply.encoder());
     }))

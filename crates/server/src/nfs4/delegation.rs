@@ -11,12 +11,12 @@ use dionfs_core::delegations::{Access, Busy, Held, NoGrant, Recaller};
 use dionfs_core::exports::Export;
 use dionfs_fs::Node;
 use dionfs_proto::nfs4::{
-    ArgOp, CbArgOp, CbRecallArgs4, NfsFh4, NfsSpaceLimit4, Nfsace4, Nfsstat4, OpenDelegation4,
-    OpenNoneDelegation4, OpenReadDelegation4, OpenWriteDelegation4, StateId4, WhyNoDelegation4,
-    OPEN4_SHARE_ACCESS_BOTH, OPEN4_SHARE_ACCESS_READ, OPEN4_SHARE_ACCESS_WANT_ANY_DELEG,
-    OPEN4_SHARE_ACCESS_WANT_CANCEL, OPEN4_SHARE_ACCESS_WANT_NO_DELEG,
-    OPEN4_SHARE_ACCESS_WANT_NO_PREFERENCE, OPEN4_SHARE_ACCESS_WANT_READ_DELEG,
-    OPEN4_SHARE_ACCESS_WANT_WRITE_DELEG,
+    ArgOp, Attr4, Bitmap4, CbArgOp, CbCompoundRes4, CbGetattrArgs4, CbRecallArgs4, CbResOp, NfsFh4,
+    NfsSpaceLimit4, Nfsace4, Nfsstat4, OpenDelegation4, OpenNoneDelegation4, OpenReadDelegation4,
+    OpenWriteDelegation4, Res4, StateId4, WhyNoDelegation4, OPEN4_SHARE_ACCESS_BOTH,
+    OPEN4_SHARE_ACCESS_READ, OPEN4_SHARE_ACCESS_WANT_ANY_DELEG, OPEN4_SHARE_ACCESS_WANT_CANCEL,
+    OPEN4_SHARE_ACCESS_WANT_NO_DELEG, OPEN4_SHARE_ACCESS_WANT_NO_PREFERENCE,
+    OPEN4_SHARE_ACCESS_WANT_READ_DELEG, OPEN4_SHARE_ACCESS_WANT_WRITE_DELEG,
 };
 use tracing::{debug, info};
 
@@ -24,6 +24,7 @@ use super::callback::{self, CALL_TIMEOUT};
 use super::compound::OpCtx;
 use super::open_ops::current_regular;
 use super::reply::CompoundReply;
+use super::state::delegations::GetattrStep;
 use super::state::{resolve_current, Client, Session, State};
 
 /// How long after a CB_RECALL that reached no one it is sent again
@@ -80,31 +81,42 @@ pub fn recaller(state: Weak<State>, runtime: tokio::runtime::Handle) -> Recaller
     })
 }
 
-/// CB_RECALL `op` to `client`: at its callback path (minor version 0)
-/// or on the back channels of its `sessions`, newest first. Whether the
-/// client answered.
+/// CB_RECALL `op` to `client` ([`call`]): whether the client answered.
 async fn send(state: &State, client: &Client, sessions: &[Arc<Session>], op: &CbArgOp) -> bool {
+    call(state, client, sessions, op).await.is_some()
+}
+
+/// `op` in a CB_COMPOUND to `client`: at its callback path (minor
+/// version 0) or on the back channels of its `sessions`, newest first.
+/// The reply, if one came.
+async fn call(
+    state: &State,
+    client: &Client,
+    sessions: &[Arc<Session>],
+    op: &CbArgOp,
+) -> Option<CbCompoundRes4> {
     let clientid = client.id.0;
     let ops = std::slice::from_ref(op);
+    let name = op.opnum();
     if client.minor() == 0 {
         match callback::cb_compound40(state, client, ops).await {
             Ok(res) => {
-                debug!(clientid, status = ?res.status, "CB_RECALL answered");
-                return true;
+                debug!(clientid, status = ?res.status, op = ?name, "callback answered");
+                return Some(res);
             }
-            Err(e) => debug!(clientid, error = %e, "CB_RECALL failed"),
+            Err(e) => debug!(clientid, error = %e, op = ?name, "callback failed"),
         }
     }
     for session in sessions {
         match callback::cb_compound(session, ops, CALL_TIMEOUT).await {
             Ok(res) => {
-                debug!(clientid, status = ?res.status, "CB_RECALL answered");
-                return true;
+                debug!(clientid, status = ?res.status, op = ?name, "callback answered");
+                return Some(res);
             }
-            Err(e) => debug!(clientid, error = %e, "CB_RECALL failed on a session"),
+            Err(e) => debug!(clientid, error = %e, op = ?name, "callback failed on a session"),
         }
     }
-    false
+    None
 }
 
 /// The client a v4 op runs for, as the index knows it: the session's
@@ -137,6 +149,94 @@ pub fn check(ctx: &OpCtx, fh: &[u8], access: Access) -> Result<(), Nfsstat4> {
         .map_err(|_| Nfsstat4::Delay)
 }
 
+/// What a GETATTR asking for size or change of file `fh` shows of
+/// another client's write delegation of it (RFC 8881 section 10.4.3):
+/// none held (`None`: the server's attributes are right), or the
+/// holder's size and whether it changed the file, as it answered
+/// CB_GETATTR lately. Else `DELAY`, with CB_GETATTR sent from a task; a
+/// holder that does not answer has the delegation recalled.
+pub fn getattr_conflict(ctx: &OpCtx, fh: &[u8]) -> Result<Option<(u64, bool)>, Nfsstat4> {
+    let Some(held) = ctx.server.delegations.write_held(fh, holder(ctx)) else {
+        // None, or one recalled already: the plain check (DELAY while
+        // recalled).
+        check(ctx, fh, Access::Read)?;
+        return Ok(None);
+    };
+    let state = &ctx.nfs4.state;
+    match state.getattr_step(&held, std::time::Instant::now()) {
+        GetattrStep::Use { size, modified } => Ok(Some((size, modified))),
+        GetattrStep::Wait => Err(Nfsstat4::Delay),
+        GetattrStep::Gone => check(ctx, fh, Access::Read).map(|()| None),
+        GetattrStep::Ask => {
+            ask_holder(ctx, held, fh);
+            Err(Nfsstat4::Delay)
+        }
+    }
+}
+
+/// CB_GETATTR (size, change) to the holder of write delegation `held`
+/// of `fh`, from a task: its answer kept for the asking client's retry;
+/// no answer, and the delegation is recalled.
+fn ask_holder(ctx: &OpCtx, held: Held, fh: &[u8]) {
+    let (Ok(runtime), Some(nfs_fh)) = (
+        tokio::runtime::Handle::try_current(),
+        NfsFh4::new(fh.to_vec()),
+    ) else {
+        ctx.nfs4.state.getattr_answered(&held, None);
+        return;
+    };
+    let state = Arc::downgrade(&ctx.nfs4.state);
+    let index = Arc::clone(&ctx.server.delegations);
+    let fh = fh.to_vec();
+    runtime.spawn(async move {
+        let op = CbArgOp::Getattr(CbGetattrArgs4 {
+            fh: nfs_fh,
+            attr_request: Bitmap4::from_bits(&[Attr4::Change.bit(), Attr4::Size.bit()]),
+        });
+        let Some(strong) = state.upgrade() else {
+            return;
+        };
+        let Some(client) = strong.client_by_id(held.client) else {
+            return;
+        };
+        let sessions = strong
+            .still_recalled(
+                &client,
+                &StateId4 {
+                    seqid: 0,
+                    other: held.stateid,
+                },
+            )
+            .unwrap_or_default();
+        let answer = call(&strong, &client, &sessions, &op)
+            .await
+            .and_then(|res| holder_attrs(&res));
+        debug!(clientid = held.client, ?answer, "CB_GETATTR");
+        strong.getattr_answered(&held, answer);
+        if answer.is_none() {
+            // No answer: the holder gives it back instead.
+            let _ = index.check(&fh, None, Access::Read);
+        }
+    });
+}
+
+/// The size and change of a CB_GETATTR reply.
+fn holder_attrs(res: &CbCompoundRes4) -> Option<(u64, u64)> {
+    let attrs = res.results.iter().find_map(|r| match r {
+        CbResOp::Getattr(Res4::Ok(attrs)) => Some(attrs),
+        _ => None,
+    })?;
+    // Values in bit order: change (bit 3), then size (bit 4); nothing
+    // else was asked for.
+    let bits: Vec<u32> = attrs.attrmask.bits().collect();
+    if bits != [Attr4::Change.bit(), Attr4::Size.bit()] {
+        return None;
+    }
+    let vals = attrs.attr_vals.as_ref();
+    let word = |at: usize| Some(u64::from_be_bytes(vals.get(at..at + 8)?.try_into().ok()?));
+    Some((word(8)?, word(0)?))
+}
+
 /// [`enter`] for the file `name` in directory `dir` of `export` (REMOVE,
 /// RENAME's names): [`crate::io::enter_named`].
 pub fn enter_named(
@@ -156,6 +256,7 @@ pub fn enter_named(
 pub fn offer(
     ctx: &OpCtx,
     client: &Client,
+    export: &Export,
     file: &Node,
     access: u32,
     want: u32,
@@ -186,10 +287,18 @@ pub fn offer(
         Ok(write) => write,
         Err(why) => return none(why),
     };
-    let granted_to = ctx
-        .nfs4
-        .state
-        .grant_delegation(client, file.fh(), file.as_fd(), write);
+    // The file's change as the holder sees it now: a CB_GETATTR answer
+    // with another says it changed the file.
+    let Ok(attr) = dionfs_fs::ops::getattr(&export.fs, file) else {
+        return none(WhyNoDelegation4::Resource);
+    };
+    let granted_to = ctx.nfs4.state.grant_delegation(
+        client,
+        file.fh(),
+        file.as_fd(),
+        write,
+        super::attrs::change(attr.ctime),
+    );
     match granted_to {
         Ok(stateid) => granted(stateid, write),
         Err(NoGrant::Resource) => none(WhyNoDelegation4::Resource),

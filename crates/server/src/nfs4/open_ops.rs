@@ -278,7 +278,7 @@ fn open_file(
     drop(_busy);
     let confirm = ctx.nfs4.state.awaits_confirm(&client, &stateid);
     let fresh = matches!(args.claim, OpenClaim4::Null(_) | OpenClaim4::Fh) && !confirm;
-    let delegation = delegation::offer(ctx, &client, &file.node, access, want, fresh);
+    let delegation = delegation::offer(ctx, &client, file.export, &file.node, access, want, fresh);
     ctx.current = Some(Fh4::File {
         export: export.config.id,
         fh: file.node.fh().to_vec(),

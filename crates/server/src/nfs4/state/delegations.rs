@@ -40,7 +40,44 @@ pub struct DelegState {
     /// channel down for a lease: the file is free of it, and its stateid
     /// answers `DELEG_REVOKED` until FREE_STATEID.
     pub revoked: bool,
+    /// The file's `change` when it was granted: a write delegation's
+    /// holder answering CB_GETATTR with another has changed the file.
+    pub granted_change: u64,
+    /// What CB_GETATTR asked and found (write delegations).
+    pub asked: Asked,
+    /// The holder said it changed the file (in its cache).
+    pub modified: bool,
 }
+
+/// Where a write delegation's CB_GETATTR is.
+#[derive(Debug, Clone, Copy, Default)]
+pub enum Asked {
+    #[default]
+    Not,
+    /// Sent; no answer yet.
+    Sent,
+    /// Answered at `at`, with the holder's size.
+    Answered { at: Instant, size: u64 },
+}
+
+/// What a GETATTR of a file another client holds a write delegation of
+/// does ([`State::getattr_step`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GetattrStep {
+    /// The holder answered lately: its size, and whether it changed the
+    /// file.
+    Use { size: u64, modified: bool },
+    /// CB_GETATTR is out: answer `DELAY`.
+    Wait,
+    /// Send CB_GETATTR (marked sent), and answer `DELAY`.
+    Ask,
+    /// The delegation is gone: the server's attributes are right.
+    Gone,
+}
+
+/// How long the holder's CB_GETATTR answer serves GETATTRs: the asking
+/// client's retry after `DELAY` comes well within it.
+pub const ANSWER_SERVES: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// What the recaller needs of a delegation marked recalled: the stateid
 /// to name in CB_RECALL and the client.
@@ -64,6 +101,7 @@ impl State {
         fh: &[u8],
         file: BorrowedFd<'_>,
         write: bool,
+        change: u64,
     ) -> Result<StateId4, NoGrant> {
         let mut state = client.state.lock();
         let other = state.new_other(self.boot, client);
@@ -93,6 +131,9 @@ impl State {
                 seqid: 1,
                 recalled: None,
                 revoked: false,
+                granted_change: change,
+                asked: Asked::Not,
+                modified: false,
             }),
         );
         Ok(StateId4 { seqid: 1, other })
@@ -156,6 +197,62 @@ impl State {
         };
         drop(state);
         Some(ToRecall { stateid, client })
+    }
+
+    /// A GETATTR of a file whose write delegation `held` another client
+    /// holds, at `now`: use the holder's answer to CB_GETATTR if it came
+    /// within [`ANSWER_SERVES`], wait for one asked, or ask.
+    pub fn getattr_step(&self, held: &Held, now: Instant) -> GetattrStep {
+        let Some(client) = self.table.lock().client(held.client).cloned() else {
+            return GetattrStep::Gone;
+        };
+        let mut state = client.state.lock();
+        let Some(StateRef::Deleg(deleg)) = state.stateids.get_mut(&held.stateid) else {
+            return GetattrStep::Gone;
+        };
+        if deleg.revoked || deleg.recalled.is_some() {
+            return GetattrStep::Gone;
+        }
+        match deleg.asked {
+            Asked::Answered { at, size } if now.saturating_duration_since(at) < ANSWER_SERVES => {
+                GetattrStep::Use {
+                    size,
+                    modified: deleg.modified,
+                }
+            }
+            Asked::Sent => GetattrStep::Wait,
+            _ => {
+                deleg.asked = Asked::Sent;
+                GetattrStep::Ask
+            }
+        }
+    }
+
+    /// Client `id`, if known.
+    pub fn client_by_id(&self, id: u64) -> Option<Arc<Client>> {
+        self.table.lock().client(id).cloned()
+    }
+
+    /// The holder of write delegation `held` answered CB_GETATTR with
+    /// `size` and `change` (None: it did not answer; asked again next
+    /// time).
+    pub fn getattr_answered(&self, held: &Held, answer: Option<(u64, u64)>) {
+        let Some(client) = self.table.lock().client(held.client).cloned() else {
+            return;
+        };
+        let mut state = client.state.lock();
+        if let Some(StateRef::Deleg(deleg)) = state.stateids.get_mut(&held.stateid) {
+            deleg.asked = match answer {
+                Some((size, change)) => {
+                    deleg.modified |= change != deleg.granted_change;
+                    Asked::Answered {
+                        at: Instant::now(),
+                        size,
+                    }
+                }
+                None => Asked::Not,
+            };
+        }
     }
 
     /// If `client`'s delegation `stateid` is still held (not returned,
