@@ -34,7 +34,7 @@ import pytest
 from rawrpc import opaque, read_record, u32, u64
 from test_nfs4_delegations import _delegations, _file
 from test_nfs4_ops import Server, _stop, op, putfh
-from test_nfs4_v40 import OK, OP_OPEN, OP_OPEN_CONFIRM, OP_RENEW, V40
+from test_nfs4_v40 import OK, OP_GETATTR, OP_OPEN, OP_OPEN_CONFIRM, OP_RENEW, V40
 
 pytestmark = pytest.mark.dionfs_only
 
@@ -42,8 +42,9 @@ DELAY, BAD_STATEID, CB_PATH_DOWN = 10008, 10025, 10048
 OP_DELEGRETURN = 8
 READ, BOTH = 1, 3
 OPEN4_RESULT_CONFIRM = 2
-OPEN_DELEGATE_NONE, OPEN_DELEGATE_READ = 0, 1
-CB_PROGRAM, CB_RECALL = 0x4000_0000, 4
+OPEN_DELEGATE_NONE, OPEN_DELEGATE_READ, OPEN_DELEGATE_WRITE = 0, 1, 2
+CB_PROGRAM, CB_GETATTR, CB_RECALL = 0x4000_0000, 3, 4
+SIZE_AND_CHANGE = (1 << 3) | (1 << 4)
 IDENT = 0x1234
 
 
@@ -58,6 +59,9 @@ class Callbacks:
         self.answering = True
         self.nulls = 0
         self.recalls: list[tuple[int, int, bytes]] = []
+        # CB_GETATTR: the handles asked about; answered (change, size).
+        self.getattrs: list[bytes] = []
+        self.attrs = (7, 12345)
         self.cond = threading.Condition()
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -97,6 +101,16 @@ class Callbacks:
                         ops = b""
                         for _ in range(nops):
                             (num,) = struct.unpack(">I", rec[at:at + 4])
+                            if num == CB_GETATTR:
+                                (n,) = struct.unpack(">I", rec[at + 4:at + 8])
+                                self.getattrs.append(rec[at + 8:at + 8 + n])
+                                at += 8 + n + (-n % 4)
+                                (words,) = struct.unpack(">I", rec[at:at + 4])
+                                (mask,) = struct.unpack(">I", rec[at + 4:at + 8])
+                                at += 4 + 4 * words
+                                ops += (u32(CB_GETATTR) + u32(OK) + u32(1) + u32(mask)
+                                        + opaque(u64(self.attrs[0]) + u64(self.attrs[1])))
+                                continue
                             assert num == CB_RECALL, f"callback op {num}"
                             self.recalls.append((minor, ident, rec[at + 4:at + 20]))
                             (n,) = struct.unpack(">I", rec[at + 24:at + 28])
@@ -208,6 +222,44 @@ def test_a_v40_client_is_called_back_at_its_address(deleg_server):
     assert _delegations(srv) == 0
     assert rival.open_status(dir_fh, b"f", BOTH) == OK
     assert len(callbacks.recalls) == 1
+    callbacks.close()
+
+
+def _size(client: V40, fh: bytes) -> int:
+    """GETATTR of size and change (PUTFH, GETATTR: no clientid or
+    stateid in the COMPOUND): the size, or the failed status as a
+    negative number."""
+    res = client.compound([putfh(fh), op(OP_GETATTR, u32(1) + u32(SIZE_AND_CHANGE))])
+    if res.last() != (OP_GETATTR, OK):
+        return -res.last()[1]
+    return struct.unpack(">QQ", res.of(OP_GETATTR)["attrs"])[1]
+
+
+def test_a_write_delegation_s_holder_is_asked_for_its_size(deleg_server):
+    srv = deleg_server
+    _file(srv, "w")
+    callbacks = Callbacks()
+    holder = Holder40(srv, b"holder-w", callbacks)
+    assert callbacks.wait(lambda: callbacks.nulls >= 1), "no CB_NULL probe"
+    time.sleep(0.2)
+    dir_fh, fh = holder.fh(srv.export), holder.fh(srv.export + "/w")
+    opened = holder.open_confirmed(dir_fh, fh, b"owner", b"w", BOTH)
+    assert opened["delegation"] == OPEN_DELEGATE_WRITE, opened
+    # The holder's own GETATTR names no client, but comes on its
+    # connection: no callback, the server's attributes.
+    assert _size(holder, fh) == len(b"before\n")
+    assert callbacks.getattrs == [] and callbacks.recalls == []
+    # Another client's: DELAY while the holder is asked (CB_GETATTR),
+    # then the size the holder has.
+    other = V40(srv, b"stat-er-v40")
+    assert _size(other, fh) == -DELAY
+    assert callbacks.wait(lambda: callbacks.getattrs)
+    assert callbacks.getattrs == [fh]
+    time.sleep(0.2)
+    assert _size(other, fh) == 12345
+    assert callbacks.recalls == [] and _delegations(srv) == 1
+    holder.close()
+    other.close()
     callbacks.close()
 
 

@@ -36,7 +36,8 @@ of docs/benchmarks.md: open, read and stat of 20 small files).
 
 Usage (root): tests/realclient/deleg.py [--delegations on|off] [--compare]
                                        [--vers 4.0|4.1]
-Env: DIONFS_BIN, RC_DIR. Exit status 0 = every step passed.
+Env: DIONFS_BIN, RC_DIR; DELEG_KEEP=1 keeps the run's files (the server's
+log among them), DELEG_LOG sets the server's log filter. Exit status 0 = every step passed.
 """
 import argparse
 import json
@@ -129,44 +130,29 @@ umount /mnt/v3
 echo "== end"
 """
 
-# The second client: nfs-rs's NFSv4.1, in the namespace. It gives
-# NFS4ERR_DELAY back as an error: tried again, as a kernel client does.
+# The second client: nfs-rs's NFSv4.1, in the namespace, writing a file
+# ("write", step 3) or stat'ing one ("stat", step 6: its size printed). It
+# gives NFS4ERR_DELAY back as an error: tried again, as a kernel client
+# does.
 OTHER_CLIENT = r"""
 import sys, time, nfs_rs
-url, path = sys.argv[1], sys.argv[2]
+url, path, action = sys.argv[1], sys.argv[2], sys.argv[3]
 c = nfs_rs.Client.connect(url, uid=0, gid=0, connect_timeout=10, operation_timeout=60)
 errors = []
 for _ in range(120):
     try:
-        with c.open(path, "r+b") as f:
-            f.truncate(0)
-            f.write_at(b"other client\n", 0)
-        print(f"written after {len(errors)} refusals: {errors[:1]}")
+        if action == "stat":
+            print(c.stat(path).size)
+        else:
+            with c.open(path, "r+b") as f:
+                f.truncate(0)
+                f.write_at(b"other client\n", 0)
+            print(f"written after {len(errors)} refusals: {errors[:1]}")
         sys.exit(0)
     except nfs_rs.NfsError as e:
         errors.append(str(e))
         time.sleep(0.5)
-print(f"not written: {errors[-3:]}")
-sys.exit(1)
-"""
-
-
-# The other client's stat of a file the guest holds a write delegation
-# of: DELAY (an error in nfs-rs) while the server asks the guest, then the
-# guest's size.
-OTHER_STAT = r"""
-import sys, time, nfs_rs
-url, path = sys.argv[1], sys.argv[2]
-c = nfs_rs.Client.connect(url, uid=0, gid=0, connect_timeout=10, operation_timeout=60)
-errors = []
-for _ in range(120):
-    try:
-        print(c.stat(path).size)
-        sys.exit(0)
-    except nfs_rs.NfsError as e:
-        errors.append(str(e))
-        time.sleep(0.5)
-print(f"no stat: {errors[-3:]}")
+print(f"no {action}: {errors[-3:]}")
 sys.exit(1)
 """
 
@@ -227,7 +213,8 @@ def run(delegations: bool, work: str, vers: str) -> tuple[list[str], dict[str, i
         proc = subprocess.Popen([os.path.join(RC, "netns.sh"), "exec", BIN, "serve", "--config", config,
                                  "--ports-file", ports], stdin=subprocess.DEVNULL, stdout=logf,
                                 stderr=subprocess.STDOUT,
-                                env=dict(os.environ, DIONFS_LOG="info,dionfs_server::nfs4::delegation=debug"))
+                                env=dict(os.environ, DIONFS_LOG=os.environ.get(
+                                    "DELEG_LOG", "info,dionfs_server::nfs4::delegation=debug")))
         if not wait_for(lambda: os.path.exists(ports) or proc.poll() is not None, 30) or proc.poll() is not None:
             return [f"server did not start: {open(logf.name).read()[-2000:]}"], second
         log(f"server up (delegations {'on' if delegations else 'off'}, the guest on NFSv{vers}): "
@@ -296,7 +283,8 @@ def run(delegations: bool, work: str, vers: str) -> tuple[list[str], dict[str, i
         if request("v4-write"):
             before = ops()
             other = in_netns("python3", "-c", OTHER_CLIENT,
-                             f"nfs://{SERVER_IP}{export}?version=4.1&nfsport=2049", "/s", timeout=120)
+                             f"nfs://{SERVER_IP}{export}?version=4.1&nfsport=2049", "/s", "write",
+                             timeout=120)
             log(f"the other client: {other.stdout.strip()} {other.stderr.strip()[-500:]}")
             check("the other NFSv4.1 client wrote", other.returncode == 0, other.stdout.strip())
             check_returned("its open recalled the guest's delegation", before)
@@ -323,8 +311,9 @@ def run(delegations: bool, work: str, vers: str) -> tuple[list[str], dict[str, i
             ack("local-chmod", "ok")
         if request("cb-getattr"):
             before = ops()
-            other = in_netns("python3", "-c", OTHER_STAT,
-                             f"nfs://{SERVER_IP}{export}?version=4.1&nfsport=2049", "/w", timeout=120)
+            other = in_netns("python3", "-c", OTHER_CLIENT,
+                             f"nfs://{SERVER_IP}{export}?version=4.1&nfsport=2049", "/w", "stat",
+                             timeout=120)
             size = other.stdout.strip()
             on_disk = os.stat(os.path.join(export, "w")).st_size
             log(f"the other client's stat: size {size} ({other.stderr.strip()[-300:]}); "
@@ -342,8 +331,13 @@ def run(delegations: bool, work: str, vers: str) -> tuple[list[str], dict[str, i
             failed.append(f"guest exited {rc} (console: {out}/console.log)")
         if proc.poll() is not None:
             failed.append("the server died")
-        if "panicked" in open(logf.name).read():
+        server_log = open(logf.name).read()
+        if "panicked" in server_log:
             failed.append("the server panicked")
+        # Every recall ended in a return, none in a revocation a lease
+        # later (the guest stuck returning one: its own calls refused).
+        revoked = server_log.count("NFSv4 delegation revoked")
+        check("every recalled delegation came back (none revoked)", revoked == 0, f"{revoked} revoked")
         return failed, second
     finally:
         if proc and proc.poll() is None:
@@ -374,7 +368,7 @@ def main() -> int:
         fails, second = run(on, work, args.vers)
         results[on] = second
         failed += [f"delegations {'on' if on else 'off'}: {f}" for f in fails]
-        if fails:
+        if fails or os.environ.get("DELEG_KEEP"):
             log(f"run files kept in {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)

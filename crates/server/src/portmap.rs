@@ -465,6 +465,7 @@ mod tests {
             names: Default::default(),
             tls: Default::default(),
             back_channel: None,
+            client_tag: Default::default(),
         };
         let stats = Arc::new(CallStats::new(crate::dispatch::counted_programs()));
         let service = Arc::new(PortmapService::new(table(), stats));

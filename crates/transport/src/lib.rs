@@ -424,7 +424,46 @@ pub struct ConnInfo {
     /// callbacks): set by [`serve_connection`] for each TCP connection it
     /// serves, whatever the caller put here; `None` for a datagram.
     pub back_channel: Option<BackChannel>,
+    /// What the program above ties to the connection, 0 for nothing
+    /// (NFSv4.0: the client a state op on it named last, so that its ops
+    /// that name none are still known to be its own).
+    pub client_tag: ClientTag,
 }
+
+/// A value the program above ties to a connection ([`ConnInfo::client_tag`]):
+/// none until set, then the last one set.
+#[derive(Debug, Default)]
+pub struct ClientTag(std::sync::atomic::AtomicU64);
+
+impl ClientTag {
+    /// The value last set, if any (0 is none).
+    pub fn get(&self) -> Option<u64> {
+        match self.0.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => None,
+            tag => Some(tag),
+        }
+    }
+
+    pub fn set(&self, tag: u64) {
+        self.0.store(tag, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Clone for ClientTag {
+    fn clone(&self) -> Self {
+        Self(std::sync::atomic::AtomicU64::new(
+            self.0.load(std::sync::atomic::Ordering::Relaxed),
+        ))
+    }
+}
+
+impl PartialEq for ClientTag {
+    fn eq(&self, other: &Self) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl Eq for ClientTag {}
 
 /// How a connection's calls are protected, in the words of an export's
 /// `xprtsec` option (knfsd's, `exports(5)`): each connection is exactly

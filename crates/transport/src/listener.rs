@@ -95,6 +95,7 @@ pub async fn serve<S: Service>(
                         names: Default::default(),
                         tls: Default::default(),
                         back_channel: None,
+                        client_tag: Default::default(),
                     };
                     let mut stop = stop_rx.clone();
                     let stopped = async move {

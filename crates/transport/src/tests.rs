@@ -1081,6 +1081,7 @@ async fn serve_connection_reports_why_it_ended() {
         names: Default::default(),
         tls: Default::default(),
         back_channel: None,
+        client_tag: Default::default(),
     };
     let limits = ConnLimits {
         max_record: 100,
@@ -1121,6 +1122,7 @@ async fn end_after_reset(calls: &[u8]) -> ConnEnd {
         names: Default::default(),
         tls: Default::default(),
         back_channel: None,
+        client_tag: Default::default(),
     };
     let task = tokio::spawn(serve_connection(
         Arc::new(Echo::default()),

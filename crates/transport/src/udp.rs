@@ -168,6 +168,7 @@ pub async fn serve<S: Service>(
             names: Default::default(),
             tls: Default::default(),
             back_channel: None,
+            client_tag: Default::default(),
         });
         let (socket, service, larger) = (socket.clone(), service.clone(), larger.clone());
         tokio::spawn(async move {

@@ -122,12 +122,20 @@ async fn call(
 /// The client a v4 op runs for, as the index knows it: the session's
 /// (4.1 and later); in minor version 0 the one a state op of the
 /// COMPOUND named by clientid or stateid so far (knfsd's
-/// `rq_lease_breaker`), if any. An op of no known client conflicts with
-/// every client's delegations, as a v3 client's does.
+/// `rq_lease_breaker`), else the one a state op on the connection named
+/// last (a COMPOUND of PUTFH and GETATTR names none: the Linux client's
+/// own GETATTRs while it returns a write delegation would otherwise
+/// wait for that return). An op of no known client conflicts with every
+/// client's delegations, as a v3 client's does.
 fn holder(ctx: &OpCtx) -> Option<u64> {
-    ctx.slot
-        .map(|slot| slot.client().id.0)
-        .or(*ctx.v40_client.lock())
+    if let Some(slot) = ctx.slot {
+        return Some(slot.client().id.0);
+    }
+    if ctx.minor != 0 {
+        return None;
+    }
+    let named = *ctx.v40_client.lock();
+    named.or_else(|| ctx.conn.client_tag.get())
 }
 
 /// Before an op that does `access` to the file `fh`: `DELAY` while

@@ -104,6 +104,7 @@ pub(super) fn state_client(ctx: &OpCtx, by: By) -> Result<Arc<Client>, Nfsstat4>
         By::Stateid(stateid) => ctx.nfs4.state.v40_client_of(stateid, now),
     }?;
     *ctx.v40_client.lock() = Some(client.id.0);
+    ctx.conn.client_tag.set(client.id.0);
     Ok(client)
 }
 

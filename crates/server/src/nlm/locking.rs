@@ -490,6 +490,7 @@ mod tests {
                 names: Default::default(),
                 tls: Default::default(),
                 back_channel: None,
+                client_tag: Default::default(),
             };
             let call = CallHeader {
                 xid: 1,

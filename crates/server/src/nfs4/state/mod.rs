@@ -583,6 +583,7 @@ pub(crate) mod testing {
             names: Default::default(),
             tls: Default::default(),
             back_channel: None,
+            client_tag: Default::default(),
         }
     }
 
@@ -753,6 +754,7 @@ pub(crate) mod testing {
             names: Default::default(),
             tls: Default::default(),
             back_channel: None,
+            client_tag: Default::default(),
         };
         let (tx, rx) = std::sync::mpsc::channel();
         tokio::spawn(serve_connection(
