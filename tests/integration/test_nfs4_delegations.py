@@ -37,7 +37,7 @@ pytestmark = pytest.mark.dionfs_only
 
 DELAY, DELEG_REVOKED = 10008, 10087
 OP_WRITE = 38
-READ, BOTH = 1, 3
+READ, WRITE, BOTH = 1, 2, 3
 WANT_READ_DELEG, WANT_WRITE_DELEG = 0x0100, 0x0200
 OPEN_DELEGATE_READ, OPEN_DELEGATE_WRITE, OPEN_DELEGATE_NONE_EXT = 1, 2, 3
 RECALLABLE_STATE_REVOKED = 0x40
@@ -213,6 +213,22 @@ def test_no_delegation_when_off_or_without_a_back_channel(plain_server, deleg_se
     assert res.status == OK
     assert res.of(OP_OPEN)["delegation"] == OPEN_DELEGATE_NONE_EXT
     assert _delegations(deleg_server) == 0
+
+
+def test_a_write_only_open_gets_a_write_delegation_if_the_caller_may_read(deleg_server):
+    srv = deleg_server
+    _file(srv, "wo")
+    holder = Holder(srv, b"write-only")
+    fh = holder.fh(srv.export + "/wo")
+    _, kind, deleg = holder.open_deleg(fh, WRITE, WANT_WRITE_DELEG)
+    assert kind == OPEN_DELEGATE_WRITE and deleg is not None
+    # The client reads from its cache under it, so it may READ with it.
+    assert holder.read(fh, deleg).of(OP_READ)["data"] == b"before\n"
+    # A file the caller may write but not read: none (knfsd's rule).
+    _file(srv, "wo-only")
+    os.chmod(local(srv, "/wo-only"), 0o622)
+    _, kind, _ = holder.open_deleg(holder.fh(srv.export + "/wo-only"), WRITE, WANT_WRITE_DELEG)
+    assert kind == OPEN_DELEGATE_NONE_EXT
 
 
 def test_a_conflicting_open_waits_for_the_holder_to_return_it(deleg_server):

@@ -278,7 +278,26 @@ fn open_file(
     drop(_busy);
     let confirm = ctx.nfs4.state.awaits_confirm(&client, &stateid);
     let fresh = matches!(args.claim, OpenClaim4::Null(_) | OpenClaim4::Fh) && !confirm;
-    let delegation = delegation::offer(ctx, &client, file.export, &file.node, access, want, fresh);
+    // A write-only open may get a write delegation, under which the
+    // client also reads from its cache: only if it may read the file
+    // (knfsd's rule since 6.16).
+    let deleg_access = if access == OPEN4_SHARE_ACCESS_WRITE
+        && ctx.server.delegations.enabled()
+        && check_access(ctx, &file, OPEN4_SHARE_ACCESS_READ).is_ok()
+    {
+        dionfs_proto::nfs4::OPEN4_SHARE_ACCESS_BOTH
+    } else {
+        access
+    };
+    let delegation = delegation::offer(
+        ctx,
+        &client,
+        file.export,
+        &file.node,
+        deleg_access,
+        want,
+        fresh,
+    );
     ctx.current = Some(Fh4::File {
         export: export.config.id,
         fh: file.node.fh().to_vec(),
