@@ -244,6 +244,11 @@ def run(delegations: bool, work: str, vers: str) -> tuple[list[str], dict[str, i
             if not ok:
                 failed.append(f"{what}: {detail}")
 
+        def other_client(path: str, action: str) -> subprocess.CompletedProcess:
+            """OTHER_CLIENT doing `action` to `path`, from the namespace."""
+            url = f"nfs://{SERVER_IP}{export}?version=4.1&nfsport=2049"
+            return in_netns("python3", "-c", OTHER_CLIENT, url, path, action, timeout=120)
+
         def returned(before: dict[str, int]) -> int:
             return diff(ops(), before).get("DELEGRETURN", 0)
 
@@ -282,9 +287,7 @@ def run(delegations: bool, work: str, vers: str) -> tuple[list[str], dict[str, i
                 ack("v3-after", "ok")
         if request("v4-write"):
             before = ops()
-            other = in_netns("python3", "-c", OTHER_CLIENT,
-                             f"nfs://{SERVER_IP}{export}?version=4.1&nfsport=2049", "/s", "write",
-                             timeout=120)
+            other = other_client("/s", "write")
             log(f"the other client: {other.stdout.strip()} {other.stderr.strip()[-500:]}")
             check("the other NFSv4.1 client wrote", other.returncode == 0, other.stdout.strip())
             check_returned("its open recalled the guest's delegation", before)
@@ -311,9 +314,7 @@ def run(delegations: bool, work: str, vers: str) -> tuple[list[str], dict[str, i
             ack("local-chmod", "ok")
         if request("cb-getattr"):
             before = ops()
-            other = in_netns("python3", "-c", OTHER_CLIENT,
-                             f"nfs://{SERVER_IP}{export}?version=4.1&nfsport=2049", "/w", "stat",
-                             timeout=120)
+            other = other_client("/w", "stat")
             size = other.stdout.strip()
             on_disk = os.stat(os.path.join(export, "w")).st_size
             log(f"the other client's stat: size {size} ({other.stderr.strip()[-300:]}); "

@@ -189,51 +189,39 @@ pub fn mounted_on(ctx: &OpCtx, file: &File) -> Option<u64> {
     }
 }
 
-/// Runs `f` on the attribute source of the current filehandle.
+/// Runs `f` on the attribute source of the current filehandle; `held`,
+/// for a file another client holds a write delegation of, what its
+/// holder answered CB_GETATTR ([`as_held`]).
 fn with_current<T>(
     ctx: &mut OpCtx,
     request: &Bitmap4,
+    held: Option<(u64, bool)>,
     f: impl FnOnce(&AttrSource) -> Result<T, Nfsstat4>,
 ) -> Result<T, Nfsstat4> {
     match ctx.current()? {
         Current::Pseudo(id) => with_pseudo(ctx, request, id, f),
         Current::File(file) => {
-            let attr = ops::getattr(&file.export.fs, &file.node).map_err(from_fs)?;
+            let mut attr = ops::getattr(&file.export.fs, &file.node).map_err(from_fs)?;
+            if let Some(held) = held {
+                as_held(&mut attr, held);
+            }
             let on = mounted_on(ctx, &file);
             with_file(ctx, request, file.export, &file.node, &attr, on, f)
         }
     }
 }
 
-/// [`with_current`] of a file another client holds a write delegation
-/// of, which answered CB_GETATTR with `(size, modified)`: its size is
-/// the holder's, and when the holder changed the file its times (and so
-/// its `change`) are now, as knfsd sets them.
-fn with_current_held<T>(
-    ctx: &mut OpCtx,
-    request: &Bitmap4,
-    (size, modified): (u64, bool),
-    f: impl FnOnce(&AttrSource) -> Result<T, Nfsstat4>,
-) -> Result<T, Nfsstat4> {
-    let Current::File(file) = ctx.current()? else {
-        return with_current(ctx, request, f);
-    };
-    let mut attr = ops::getattr(&file.export.fs, &file.node).map_err(from_fs)?;
+/// The attributes of a file whose write delegation's holder answered
+/// CB_GETATTR with `(size, modified)`: its size is the holder's, and
+/// when the holder changed the file its times (and so its `change`) are
+/// now, as knfsd sets them (never behind the server's).
+fn as_held(attr: &mut Attr, (size, modified): (u64, bool)) {
     attr.size = size;
     if modified {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        let now = dionfs_fs::Time {
-            seconds: i64::try_from(now.as_secs()).unwrap_or(i64::MAX),
-            nanos: now.subsec_nanos(),
-        };
-        // Never behind what the server has.
+        let now = super::fh::now();
         attr.mtime = attr.mtime.max(now);
         attr.ctime = attr.ctime.max(now);
     }
-    let on = mounted_on(ctx, &file);
-    with_file(ctx, request, file.export, &file.node, &attr, on, f)
 }
 
 pub fn getattr(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat4 {
@@ -253,10 +241,7 @@ pub fn getattr(ctx: &mut OpCtx, op: ArgOp, reply: &mut CompoundReply) -> Nfsstat
             }
         }
     }
-    let result = match holder {
-        None => with_current(ctx, request, |src| attrs::getattr(request, src)),
-        Some(held) => with_current_held(ctx, request, held, |src| attrs::getattr(request, src)),
-    };
+    let result = with_current(ctx, request, holder, |src| attrs::getattr(request, src));
     status(result.map(|obj_attributes| {
         GetattrResOk4 { obj_attributes }.encode(reply.encoder());
     }))
@@ -269,7 +254,9 @@ fn verify_as(ctx: &mut OpCtx, op: ArgOp, same: bool) -> Nfsstat4 {
         return Nfsstat4::Serverfault;
     };
     let theirs = &args.obj_attributes;
-    match with_current(ctx, &theirs.attrmask, |src| attrs::same_attrs(theirs, src)) {
+    match with_current(ctx, &theirs.attrmask, None, |src| {
+        attrs::same_attrs(theirs, src)
+    }) {
         Ok(equal) if equal == same => Nfsstat4::Ok,
         Ok(_) if same => Nfsstat4::NotSame,
         Ok(_) => Nfsstat4::Same,

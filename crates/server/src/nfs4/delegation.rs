@@ -60,10 +60,10 @@ pub fn recaller(state: Weak<State>, runtime: tokio::runtime::Handle) -> Recaller
                 let Some(strong) = state.upgrade() else {
                     return;
                 };
-                let Some(sessions) = strong.still_recalled(&to.client, &to.stateid) else {
+                let Some(sessions) = strong.still_recalled(&to.client, &to.stateid.other) else {
                     return;
                 };
-                if send(&strong, &to.client, &sessions, &op).await {
+                if call(&strong, &to.client, &sessions, &op).await.is_some() {
                     return;
                 }
                 if !told {
@@ -79,11 +79,6 @@ pub fn recaller(state: Weak<State>, runtime: tokio::runtime::Handle) -> Recaller
             }
         });
     })
-}
-
-/// CB_RECALL `op` to `client` ([`call`]): whether the client answered.
-async fn send(state: &State, client: &Client, sessions: &[Arc<Session>], op: &CbArgOp) -> bool {
-    call(state, client, sessions, op).await.is_some()
 }
 
 /// `op` in a CB_COMPOUND to `client`: at its callback path (minor
@@ -208,13 +203,7 @@ fn ask_holder(ctx: &OpCtx, held: Held, fh: &[u8]) {
             return;
         };
         let sessions = strong
-            .still_recalled(
-                &client,
-                &StateId4 {
-                    seqid: 0,
-                    other: held.stateid,
-                },
-            )
+            .still_recalled(&client, &held.stateid)
             .unwrap_or_default();
         let answer = call(&strong, &client, &sessions, &op)
             .await

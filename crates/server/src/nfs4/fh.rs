@@ -123,8 +123,9 @@ pub fn require_dir(kind: FileKind) -> Result<(), Nfsstat4> {
     }
 }
 
-/// Now, as the pseudo directories' stamp when a tree is built.
-fn now() -> Time {
+/// Now, as the pseudo directories' stamp when a tree is built (and a
+/// write-delegated file's times once its holder has changed it).
+pub(super) fn now() -> Time {
     let since = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();

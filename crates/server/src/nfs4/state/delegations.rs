@@ -255,12 +255,12 @@ impl State {
         }
     }
 
-    /// If `client`'s delegation `stateid` is still held (not returned,
-    /// not revoked), and so still to be recalled: the client's sessions
-    /// now, newest first (none for minor version 0).
-    pub fn still_recalled(&self, client: &Client, stateid: &StateId4) -> Option<Vec<Arc<Session>>> {
+    /// If `client`'s delegation `other` (its stateid's) is still held
+    /// (not returned, not revoked), and so still to be recalled or asked:
+    /// the client's sessions now, newest first (none for minor version 0).
+    pub fn still_recalled(&self, client: &Client, other: &Other) -> Option<Vec<Arc<Session>>> {
         let held = matches!(
-            client.state.lock().stateids.get(&stateid.other),
+            client.state.lock().stateids.get(other),
             Some(StateRef::Deleg(deleg)) if !deleg.revoked
         );
         held.then(|| self.table.lock().sessions_of(client.id.0))
