@@ -15,7 +15,7 @@ use crate::cluster::Cluster;
 use crate::pool::{BUF_ALIGN, MAX_DIO_ALIGN};
 use crate::range_lock::{LockKind, RangeLocks};
 use crate::readahead::Readahead;
-use crate::size::SizeTracker;
+use crate::size::{fstat_size, SizeTracker};
 use crate::writebehind::Frontier;
 
 /// The `O_DIRECT` side of a file whose alignment our buffers can meet.
@@ -79,6 +79,22 @@ pub struct DataFile {
 /// What [`DataFile::size_probe`] saw, for [`DataFile::size_given`].
 #[derive(Debug, Clone, Copy)]
 pub struct SizeProbe(u64);
+
+/// The kernel's size of a file as a caller's own statx read it, after a
+/// [`SizeProbe`]: given to a READ, it spares the READ reading the size
+/// again, before and after (see [`DataFile::size_seen`]).
+#[derive(Debug, Clone, Copy)]
+pub struct SizeSeen {
+    probe: SizeProbe,
+    kernel_size: u64,
+}
+
+impl SizeSeen {
+    /// `kernel_size`, read after `probe` was taken.
+    pub fn new(probe: SizeProbe, kernel_size: u64) -> Self {
+        Self { probe, kernel_size }
+    }
+}
 
 /// Whether the file's alignment is something our pool buffers satisfy.
 /// The interior of a misaligned write starts one write-alignment unit into
@@ -257,6 +273,34 @@ impl DataFile {
             .visible_size_given(probe.0, kernel_size, self.buffered.as_fd())
     }
 
+    /// The file's size as a READ would read it now (a probe, then
+    /// `fstat`), for a caller of `DataPlane::read_without_blocking` that
+    /// makes no statx of its own.
+    pub fn see_size(&self) -> io::Result<SizeSeen> {
+        let probe = self.size_probe();
+        Ok(SizeSeen::new(probe, fstat_size(self.buffered.as_fd())?))
+    }
+
+    /// The kernel's size now, from `seen` when nothing of ours changed the
+    /// size since (no syscall), else read again.
+    pub(crate) fn kernel_size(&self, seen: Option<SizeSeen>) -> io::Result<u64> {
+        match seen {
+            Some(seen) => {
+                self.size
+                    .kernel_size_since(seen.probe.0, seen.kernel_size, self.buffered.as_fd())
+            }
+            None => fstat_size(self.buffered.as_fd()),
+        }
+    }
+
+    /// [`DataFile::size`], from `seen` when it is still good.
+    pub(crate) fn size_seen(&self, seen: Option<SizeSeen>) -> io::Result<u64> {
+        match seen {
+            Some(seen) => self.size_given(seen.probe, seen.kernel_size),
+            None => self.size(),
+        }
+    }
+
     /// Sets the file size (`ftruncate`). Holds the whole file's range lock
     /// exclusively, so it waits for every READ and WRITE in flight and
     /// excludes new ones meanwhile: no write in flight can extend the file
@@ -282,6 +326,7 @@ impl DataFile {
             None => None,
         };
         rustix::fs::ftruncate(&self.buffered, new_size)?;
+        self.size.truncated();
         self.behind.truncated(new_size);
         if let Some((sums, ticket)) = sums {
             sums.truncated(ticket, new_size)?;

@@ -75,7 +75,7 @@ pub use config::{is_small, DataConfig, Mode, LARGE_READ_DEPTH, MAX_TRANSFER_LIMI
 pub use copy::COPY_MAX;
 pub use counters::{CounterSnapshot, Counters, OpsBytes, PerMode};
 pub use error::DataError;
-pub use file::{DataFile, SizeProbe};
+pub use file::{DataFile, SizeProbe, SizeSeen};
 pub use plane::DataPlane;
 pub use pool::{BufferPool, IoRing, PooledBuf, BUF_ALIGN, BUF_SLACK, MAX_DIO_ALIGN};
 pub use prefetch::Prefetch;

@@ -15,7 +15,7 @@ use dionfs_logs::LogEvery;
 
 use crate::align::MAX_FILE_OFFSET;
 use crate::counters::{CounterSnapshot, Counters};
-use crate::file::DataFile;
+use crate::file::{DataFile, SizeSeen};
 use crate::paths::Paths;
 use crate::pool::{BufferPool, IoRing, PooledBuf};
 use crate::read::{ReadAttempt, ReadData, ReadPath};
@@ -386,7 +386,10 @@ impl DataPlane {
     /// [`DataPlane::read`] for an async caller, when it needs no blocking
     /// call: a direct read whose range nobody writes, of a file with no
     /// prefetched chunks, submitted to `ring` and awaited. Otherwise the
-    /// buffer comes back ([`ReadAttempt::Blocking`]) untouched.
+    /// buffer comes back ([`ReadAttempt::Blocking`]) untouched. `seen` is
+    /// the file's size as the caller's statx read it, after
+    /// [`DataFile::size_probe`]: the READ needs no size of its own unless
+    /// a write or truncate of ours changed it since.
     ///
     /// Dropping the future abandons the read: the ring keeps the buffer
     /// until the kernel is done with it, and the shared range lock is
@@ -400,9 +403,10 @@ impl DataPlane {
         buf: PooledBuf,
         offset: u64,
         count: u32,
+        seen: SizeSeen,
     ) -> impl Future<Output = ReadAttempt> + 'a {
         self.reads
-            .read_without_blocking(&self.paths, ring, file, buf, offset, count)
+            .read_without_blocking(&self.paths, ring, file, buf, offset, count, seen)
     }
 
     /// Takes a write-pool buffer for a WRITE of `len` bytes at `offset` to

@@ -21,14 +21,13 @@ use crate::cluster::{drop_pages, Cluster, MAX_CLUSTERS};
 use crate::config::SMALL_IO;
 use crate::counters::Counters;
 use crate::device_queue::DeviceReads;
-use crate::file::{DataFile, DirectIo};
+use crate::file::{DataFile, DirectIo, SizeSeen};
 use crate::held::Held;
 use crate::paths::{IoPath, Paths};
 use crate::pool::{BufferPool, IoRing, PooledBuf, BUF_SLACK};
 use crate::prefetch::Prefetch;
 use crate::range_lock::LockKind;
 use crate::readahead::{Lookup, Planning, Readahead, Reading, Served};
-use crate::size::fstat_size;
 use crate::{is_small, DataConfig, DataError, Mode};
 
 /// The result of a READ: the buffer the data was read into and the part of
@@ -241,6 +240,7 @@ impl ReadPath {
     }
 
     /// See [`crate::DataPlane::read_without_blocking`].
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn read_without_blocking(
         &self,
         paths: &Paths,
@@ -249,6 +249,7 @@ impl ReadPath {
         mut buf: PooledBuf,
         offset: u64,
         count: u32,
+        seen: SizeSeen,
     ) -> ReadAttempt {
         let count = (count as usize)
             .min(paths.config.max_transfer)
@@ -308,7 +309,7 @@ impl ReadPath {
             return ReadAttempt::Blocking(buf);
         };
         let epoch = paths.sums.read_epoch(file);
-        let io_len = match read_len(file, &io, align) {
+        let io_len = match read_len(file, &io, align, Some(seen)) {
             Ok(len) => len,
             Err(e) => return ReadAttempt::Done(Err(self.read_failed(e))),
         };
@@ -333,7 +334,7 @@ impl ReadPath {
             }
         };
         let asked = offset..offset + count as u64;
-        let reply = self.direct_read_reply(paths, file, &buf, asked, io, filled, epoch);
+        let reply = self.direct_read_reply(paths, file, &buf, asked, io, filled, epoch, Some(seen));
         let (range, eof) = match reply {
             Ok(reply) => reply,
             Err(e) => return ReadAttempt::Done(Err(self.read_failed(e))),
@@ -539,19 +540,21 @@ impl ReadPath {
             .read_blocking(count, io_len as u64, &self.counters);
         let _lock = paths.lock(file, io.clone(), LockKind::Shared);
         let epoch = paths.sums.read_epoch(file);
-        let read_len = read_len(file, &io, align)?;
+        let read_len = read_len(file, &io, align, None)?;
         let filled = if read_len == 0 {
             0
         } else {
             paths.direct_pread(file, direct, &mut buf[..read_len], io.start, align)?
         };
         let asked = offset..offset + count as u64;
-        self.direct_read_reply(paths, file, buf, asked, io, filled, epoch)
+        self.direct_read_reply(paths, file, buf, asked, io, filled, epoch, None)
     }
 
     /// After a direct read of the expanded range `io` put `filled` bytes
     /// at the start of `buf` (with its range lock still held): the part of
-    /// the buffer that answers `asked`, and eof.
+    /// the buffer that answers `asked`, and eof, against the size `seen`
+    /// before the read if nothing of ours changed it since (the read
+    /// stopped there too: [`read_len`]).
     #[allow(clippy::too_many_arguments)]
     fn direct_read_reply(
         &self,
@@ -562,6 +565,7 @@ impl ReadPath {
         io: Range<u64>,
         filled: usize,
         epoch: ReadEpoch,
+        seen: Option<SizeSeen>,
     ) -> Result<(Range<usize>, bool), DataError> {
         if io != asked {
             Counters::bump(&self.counters.expanded_reads);
@@ -570,7 +574,7 @@ impl ReadPath {
         paths
             .sums
             .verify_read(file, buf, io.start, filled, asked.clone(), epoch)?;
-        let size = file.size()?;
+        let size = file.size_seen(seen)?;
         Ok(read_reply(
             asked.start,
             asked.end - asked.start,
@@ -620,9 +624,16 @@ impl ReadPath {
 /// shrink under it (a truncate locks the whole file), and the read stops
 /// at the unit that holds its end ([`within_size`] says why). A write
 /// extending the file past `io` meanwhile makes the READ short, which the
-/// reply allows for ([`read_reply`]).
-fn read_len(file: &DataFile, io: &Range<u64>, align: u64) -> Result<usize, DataError> {
-    let read = within_size(io.clone(), fstat_size(file.buffered_fd())?, align);
+/// reply allows for ([`read_reply`]). A size `seen` before the lock is
+/// as good when nothing of ours changed the size since
+/// ([`DataFile::kernel_size`]).
+fn read_len(
+    file: &DataFile,
+    io: &Range<u64>,
+    align: u64,
+    seen: Option<SizeSeen>,
+) -> Result<usize, DataError> {
+    let read = within_size(io.clone(), file.kernel_size(seen)?, align);
     // At most the expanded range, which fits a pool buffer.
     Ok((read.end - read.start) as usize)
 }

@@ -26,9 +26,11 @@ struct SizeState {
     extenders: u32,
     /// Largest end of any extender in flight.
     pending_end: u64,
-    /// Moves whenever an extender starts or ends: a size the kernel
-    /// reported between two equal readings of it, with no extender in
-    /// flight, is a completed one (see [`SizeTracker::visible_size_given`]).
+    /// Moves whenever an extender starts or ends and after every truncate
+    /// of ours: a size the kernel reported between two equal readings of
+    /// it, with no extender in flight, is a completed one (see
+    /// [`SizeTracker::visible_size_given`]), and still the kernel's while
+    /// the epoch stays (see [`SizeTracker::kernel_size_since`]).
     epoch: u64,
 }
 
@@ -111,6 +113,32 @@ impl SizeTracker {
         if state.extenders > 0 {
             Ok(state.logical.max(state.pending_end))
         } else if state.epoch == probe {
+            Ok(kernel_size)
+        } else {
+            fstat_size(fd)
+        }
+    }
+
+    /// A truncate of ours changed the size (call it with the whole-file
+    /// range lock still held): sizes read before it are stale.
+    pub(crate) fn truncated(&self) {
+        self.state.lock().epoch += 1;
+    }
+
+    /// The kernel's size for a caller that read it (`kernel_size`) after
+    /// taking `probe`, without a second syscall if the epoch has not moved:
+    /// no write of ours extended the file and no truncate of ours cut it
+    /// since. Only changes made outside the server can have moved it, as
+    /// they can move a size read now a moment later. (With extenders in
+    /// flight at the probe, `kernel_size` may be a write half-done: never
+    /// more than the kernel's size now.)
+    pub(crate) fn kernel_size_since(
+        &self,
+        probe: u64,
+        kernel_size: u64,
+        fd: BorrowedFd<'_>,
+    ) -> io::Result<u64> {
+        if self.state.lock().epoch == probe {
             Ok(kernel_size)
         } else {
             fstat_size(fd)

@@ -47,12 +47,65 @@ async fn ring_read(
 ) -> ReadData {
     let buf = plane.read_pool().get().await.unwrap();
     match plane
-        .read_without_blocking(ring, file, buf, offset, count)
+        .read_without_blocking(ring, file, buf, offset, count, file.see_size().unwrap())
         .await
     {
         ReadAttempt::Done(r) => r.unwrap_or_else(|e| panic!("ring read {count} at {offset}: {e}")),
         ReadAttempt::Blocking(_) => panic!("read {count} at {offset} was not served from the ring"),
     }
+}
+
+/// A READ given a size its caller saw before a truncate or an extending
+/// write of ours does not use it: eof and data are the file's now. (Were
+/// the stale size used, the READ after the truncate would not say eof and
+/// the one after the write would stop at the old end.) The file is left
+/// as it was.
+fn sizes_seen_before_a_change(
+    kind: &str,
+    rt: &tokio::runtime::Runtime,
+    ring: &Arc<IoRing>,
+    plane: &DataPlane,
+    file: &DataFile,
+    model: &[u8],
+) {
+    let len = model.len() as u64;
+    let read_seen = |offset: u64, seen| {
+        rt.block_on(async {
+            let buf = plane.read_pool().get().await.unwrap();
+            match plane
+                .read_without_blocking(ring, file, buf, offset, 8192, seen)
+                .await
+            {
+                ReadAttempt::Done(r) => r.unwrap(),
+                ReadAttempt::Blocking(_) => panic!("{kind}: not read through the ring"),
+            }
+        })
+    };
+    let at = len - 6000;
+    let seen = file.see_size().unwrap();
+    file.truncate(len - 5000).unwrap();
+    let got = read_seen(at, seen);
+    assert_eq!(
+        got.data(),
+        &model[at as usize..(len - 5000) as usize],
+        "{kind}: after a truncate"
+    );
+    assert!(got.eof(), "{kind}: eof after a truncate");
+
+    let seen = file.see_size().unwrap();
+    let tail = &model[(len - 5000) as usize..];
+    write_at(plane, file, len - 5000, tail, Stable::FileSync).unwrap();
+    let got = read_seen(at, seen);
+    assert_eq!(
+        got.data(),
+        &model[at as usize..],
+        "{kind}: after an extending write"
+    );
+    assert!(got.eof(), "{kind}: eof after an extending write");
+
+    // Nothing changed since: the size seen is used as it is.
+    let got = read_seen(at, file.see_size().unwrap());
+    assert_eq!(got.data(), &model[at as usize..], "{kind}: unchanged");
 }
 
 fn run_fs(kind: &'static str) {
@@ -121,6 +174,7 @@ fn run_fs(kind: &'static str) {
         "{kind}: every case read through the ring"
     );
     reads_beside_chunks(kind, &rt, &ring, &plane, &file, &model);
+    sizes_seen_before_a_change(kind, &rt, &ring, &plane, &file, &model);
 
     // Readers on the ring while misaligned writers rewrite records of the
     // file: every record read is either wholly old or wholly new (the
@@ -152,7 +206,14 @@ fn run_fs(kind: &'static str) {
                     let off = (i * record) as u64;
                     let buf = plane.read_pool().get().await.unwrap();
                     let got = match plane
-                        .read_without_blocking(&ring, &file, buf, off, record as u32)
+                        .read_without_blocking(
+                            &ring,
+                            &file,
+                            buf,
+                            off,
+                            record as u32,
+                            file.see_size().unwrap(),
+                        )
                         .await
                     {
                         ReadAttempt::Done(got) => got.unwrap(),
@@ -208,7 +269,14 @@ fn run_fs(kind: &'static str) {
     // Not for the ring: a cached read mode.
     let buffered = plane_with(Mode::Buffered);
     let buf = buffered.read_pool().get_blocking().unwrap();
-    match rt.block_on(buffered.read_without_blocking(&ring, &file, buf, 0, 4096)) {
+    match rt.block_on(buffered.read_without_blocking(
+        &ring,
+        &file,
+        buf,
+        0,
+        4096,
+        file.see_size().unwrap(),
+    )) {
         ReadAttempt::Blocking(_) => {}
         ReadAttempt::Done(_) => panic!("{kind}: a buffered read went to the ring"),
     }

@@ -218,8 +218,14 @@ fn direct_read_across_an_end_written_through_cow() {
     let ring = Arc::new(IoRing::new(8).unwrap());
     rt.spawn(dionfs_sys::uring::drive(ring.clone()));
     let buf = plane.read_pool().get_blocking().unwrap();
-    let attempt =
-        rt.block_on(plane.read_without_blocking(&ring, &file, buf, END - 8 * BLOCK, 1 << 20));
+    let attempt = rt.block_on(plane.read_without_blocking(
+        &ring,
+        &file,
+        buf,
+        END - 8 * BLOCK,
+        1 << 20,
+        file.see_size().unwrap(),
+    ));
     let ReadAttempt::Done(read) = attempt else {
         panic!("not read through the ring");
     };

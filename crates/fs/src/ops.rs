@@ -15,7 +15,7 @@
 use std::ffi::CString;
 use std::os::fd::{BorrowedFd, OwnedFd};
 
-use dionfs_dataplane::SizeProbe;
+use dionfs_dataplane::{SizeProbe, SizeSeen};
 use dionfs_sys::cred;
 use rustix::fs::{
     chmodat, chownat, fstatvfs, linkat, mkdirat, mknodat, readlinkat, renameat, symlinkat,
@@ -238,13 +238,20 @@ pub fn set_size(fs: &ExportFs, node: &Node, size: u64) -> Result<(), FsError> {
 /// the open-file cache and its handle is [`FsError::Stale`], as knfsd
 /// answers for an unlinked inode.
 pub fn file_attr(fs: &ExportFs, file: &OpenFile) -> Result<Attr, FsError> {
+    file_attr_seen(fs, file).map(|(attr, _)| attr)
+}
+
+/// [`file_attr`], and the kernel's size it read, for a READ that follows
+/// (`DataPlane::read_without_blocking`).
+pub fn file_attr_seen(fs: &ExportFs, file: &OpenFile) -> Result<(Attr, SizeSeen), FsError> {
     let probe = file.data().size_probe();
     let attr = Attr::of_fd(file.fd())?;
     if attr.nlink == 0 {
         fs.cache.evict(&(fs.fs_id, file.kernel().clone()));
         return Err(FsError::Stale);
     }
-    Ok(with_data_size(attr, probe, file))
+    let seen = SizeSeen::new(probe, attr.size);
+    Ok((with_data_size(attr, probe, file), seen))
 }
 
 /// [`check_io_access`] for a file opened with

@@ -459,7 +459,7 @@ async fn read_without_blocking(
     // these attributes, taken before the read: the data sent is never
     // older than they say (the other order could label old data with a
     // newer change time, which a client would then cache as current).
-    let Ok(attr) = ops::file_attr(&export.fs, &file) else {
+    let Ok((attr, seen)) = ops::file_attr_seen(&export.fs, &file) else {
         return Err(buf);
     };
     if !allowed_without_blocking(ctx, export, &file, false, &attr) {
@@ -467,7 +467,7 @@ async fn read_without_blocking(
     }
     let data = match export
         .data
-        .read_without_blocking(ring, file.data(), buf, a.offset, a.count)
+        .read_without_blocking(ring, file.data(), buf, a.offset, a.count, seen)
         .await
     {
         ReadAttempt::Blocking(buf) => return Err(buf),

@@ -450,13 +450,13 @@ async fn read_without_blocking(
     // A statx of an open file and maybe a permission check: short and
     // non-blocking, as v3's. The file deleted behind our back fails the
     // statx, and [`read`] answers STALE.
-    let attr = ops::file_attr(&export.fs, &file).ok()?;
+    let (attr, seen) = ops::file_attr_seen(&export.fs, &file).ok()?;
     check_access(ctx, export, &file, false, Some(&attr)).ok()?;
     let buf = ctx.data.read_buf.take()?;
     let count = args.count.min(u32::try_from(room).unwrap_or(u32::MAX));
     match export
         .data
-        .read_without_blocking(ring, file.data(), buf, args.offset, count)
+        .read_without_blocking(ring, file.data(), buf, args.offset, count, seen)
         .await
     {
         ReadAttempt::Blocking(buf) => {
