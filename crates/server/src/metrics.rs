@@ -518,7 +518,7 @@ impl ServerMetrics {
         counter(
             encoder,
             "idle_spin_looks",
-            "Looks at the socket (one FIONREAD system call each) made by those spins (idle_spins_total); looks_total / catches_total is what a caught call cost in system calls.",
+            "Looks at the socket (one non-blocking recv each, the look that finds the call reading it) made by those spins (idle_spins_total); looks_total / catches_total is what a caught call cost in system calls.",
             net.spin_looks,
         )?;
         counter(

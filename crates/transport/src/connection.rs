@@ -631,7 +631,6 @@ async fn next_record<S>(
     };
     if let Some(_spinning) = spinning {
         NetCounters::bump(&l.limits.counters.idle_spins);
-        let socket: &TcpStream = l.shared.socket.as_ref();
         let start = std::time::Instant::now();
         let quiet = pace.quiet().min(l.limits.idle_spin);
         while start.elapsed() < quiet && !l.limits.activity.busy() {}
@@ -639,20 +638,16 @@ async fn next_record<S>(
         // Looks at the socket every LOOK_EVERY, busy in between without
         // yielding to the runtime: a yield wakes the runtime's other
         // workers to steal (futex wake-ups, context switches, another vCPU
-        // woken), which cost more than the spin saves.
+        // woken), which cost more than the spin saves. A look is a read
+        // (one non-blocking `recv`): the look that finds the call has read
+        // it.
         while look - start < l.limits.idle_spin && !l.limits.activity.busy() {
             NetCounters::bump(&l.limits.counters.spin_looks);
-            match dionfs_sys::net::bytes_queued(socket) {
-                Ok(0) => {}
-                Ok(_) => {
-                    l.progress.read_now();
-                    if let Poll::Ready(opened) = poll_once(record.as_mut()).await {
-                        NetCounters::bump(&l.limits.counters.spin_catches);
-                        pace.caught(look - start);
-                        return opened;
-                    }
-                }
-                Err(_) => break,
+            l.progress.look();
+            if let Poll::Ready(opened) = poll_once(record.as_mut()).await {
+                NetCounters::bump(&l.limits.counters.spin_catches);
+                pace.caught(look - start);
+                return opened;
             }
             // No PAUSE here: on a VM, a PAUSE loop is what the host's
             // pause-loop exiting takes for a spinning lock holder.
@@ -663,8 +658,8 @@ async fn next_record<S>(
     record.await
 }
 
-/// How often a spinning connection looks at its socket (one `FIONREAD`).
-const LOOK_EVERY: Duration = Duration::from_micros(2);
+/// How often a spinning connection looks at its socket (one `recv`).
+const LOOK_EVERY: Duration = Duration::from_micros(4);
 
 /// Polls `f` once.
 async fn poll_once<F: Future>(mut f: Pin<&mut F>) -> Poll<F::Output> {

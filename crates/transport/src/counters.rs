@@ -55,7 +55,8 @@ pub struct NetSnapshot {
     pub idle_spins: u64,
     /// Calls those looks found, each a sleep and wake-up saved.
     pub spin_catches: u64,
-    /// The looks themselves: one `FIONREAD` each.
+    /// The looks themselves: one non-blocking `recv` each (the look that
+    /// finds the call reads it).
     pub spin_looks: u64,
     /// UDP replies larger than their call dropped over the rate they are
     /// sent at (`udp::LargerReplies`).

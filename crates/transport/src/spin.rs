@@ -10,10 +10,11 @@
 //! never had more in flight) has answered its call and no call is in
 //! flight anywhere on the server, its reading loop keeps
 //! looking at its socket for up to `idle_spin` before it sleeps: a
-//! `FIONREAD` every couple of microseconds, busy in between, on its own
-//! thread. When bytes are there it reads them at once, without waiting
-//! for the runtime's epoll to report the socket readable
-//! (`ReadProgress::read_now`). It does not yield to the runtime between
+//! non-blocking `recv` every 4 µs, busy in between, on its own thread.
+//! The look that finds bytes has read them, without waiting for the
+//! runtime's epoll to report the socket readable (`ReadProgress::look`).
+//! (Looks were a `FIONREAD` each until 2026-12-01, and the call then
+//! a `recv` more.) It does not yield to the runtime between
 //! looks: a yield (`tokio::task::yield_now`) makes the runtime wake its
 //! other workers to steal work, and those futex wake-ups and context
 //! switches cost more than the spin saved (measured: 2.1 -> 5.5 context
@@ -26,13 +27,16 @@
 //! its own in flight does not spin (its next call comes after their
 //! replies). `idle_spin = 0` turns it off.
 //!
-//! Paced: a connection's spin does not look before three quarters of the
+//! Paced: a connection's spin does not look before seven eighths of the
 //! time its last catch took (`Pace`): a client answers at its own pace,
 //! and looks before its next call can be there are system calls for
 //! nothing. Busy meanwhile, as between looks. Measured over 5,000 4 KiB
 //! READs at qd 1, v3 and v4.1 (`perf stat` of the server by system call,
 //! runs whose spins all caught): 13.5-15.5 looks per READ unpaced,
-//! 3.6-4.4 paced.
+//! 3.6-4.4 paced at three quarters and a look every 2 µs; over v3 and
+//! v4.0 (bench/run's `calls-read-4k`, 3 runs each): 4.0-4.8 looks at
+//! three quarters and 2 µs, 1.8-2.8 at seven eighths and 4 µs, the p50
+//! latency within the runs' noise (±15%).
 //!
 //! What it costs others: the spin holds its runtime worker, and while a
 //! worker runs a task the runtime's epoll may be polled by no one (tokio
@@ -111,11 +115,11 @@ pub(super) struct Pace {
 }
 
 impl Pace {
-    /// How long a spin waits before its first look: three quarters of the
+    /// How long a spin waits before its first look: seven eighths of the
     /// last catch (so a client that got faster is found at the first look,
     /// and sets the pace lower for the next), nothing without one.
     pub(super) fn quiet(&self) -> Duration {
-        self.last_catch.map_or(Duration::ZERO, |c| c * 3 / 4)
+        self.last_catch.map_or(Duration::ZERO, |c| c * 7 / 8)
     }
 
     /// The spin found a call `after` its start.
@@ -143,13 +147,13 @@ mod tests {
     }
 
     #[test]
-    fn a_spin_first_looks_at_three_quarters_of_the_last_catch() {
+    fn a_spin_first_looks_at_seven_eighths_of_the_last_catch() {
         let mut pace = Pace::default();
         assert_eq!(pace.quiet(), Duration::ZERO);
         pace.caught(Duration::from_micros(40));
-        assert_eq!(pace.quiet(), Duration::from_micros(30));
+        assert_eq!(pace.quiet(), Duration::from_micros(35));
         // A faster client: caught at the first look, the pace follows.
-        pace.caught(Duration::from_micros(30));
-        assert_eq!(pace.quiet(), Duration::from_nanos(22_500));
+        pace.caught(Duration::from_micros(35));
+        assert_eq!(pace.quiet(), Duration::from_nanos(30_625));
     }
 }

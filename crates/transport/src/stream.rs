@@ -65,9 +65,10 @@ pub(super) struct ReadProgress {
     /// Bytes of the current record have arrived (set on the first byte
     /// after [`ReadProgress::between_records`]).
     in_record: AtomicBool,
-    /// The next read goes to the socket even if the runtime has not seen
-    /// it readable yet (set by a spin that saw bytes queued).
-    read_now: AtomicBool,
+    /// The next read is a spin's look (`spin.rs`): it goes to the socket
+    /// even if the runtime has not seen it readable yet, and finding
+    /// nothing there it waits for nothing.
+    look: AtomicBool,
 }
 
 impl ReadProgress {
@@ -91,11 +92,13 @@ impl ReadProgress {
         self.in_record.load(Ordering::Relaxed)
     }
 
-    /// Bytes are queued in the socket (FIONREAD) that the runtime's epoll
-    /// has not reported yet: the next read takes them without waiting for
-    /// it (`spin.rs`).
-    pub(super) fn read_now(&self) {
-        self.read_now.store(true, Ordering::Relaxed);
+    /// Makes the next read a look (`spin.rs`): one non-blocking `recv`,
+    /// which takes what the socket holds without waiting for the
+    /// runtime's epoll to report it, and, when nothing is there, leaves
+    /// the read pending without registering with the runtime (the
+    /// spinning loop polls it again, or awaits it once it stops).
+    pub(super) fn look(&self) {
+        self.look.store(true, Ordering::Relaxed);
     }
 
     /// The loop is about to wait for the next record: what it waits in now
@@ -160,23 +163,26 @@ impl CallReader {
         self.progress.between_records();
     }
 
-    /// After [`ReadProgress::read_now`]: one non-blocking `recv` into
-    /// `buf`, bypassing the runtime's readiness (which only epoll sets, and
-    /// waiting for that is what the spin saves). `None` if not asked, or
-    /// nothing was there after all (then the ordinary read waits).
-    fn read_without_readiness(&mut self, buf: &mut ReadBuf<'_>) -> Option<io::Result<()>> {
-        if !self.progress.read_now.swap(false, Ordering::Relaxed) {
+    /// After [`ReadProgress::look`]: one non-blocking `recv` into `buf`,
+    /// bypassing the runtime's readiness (which only epoll sets, and
+    /// waiting for that is what the spin saves); nothing there is
+    /// `Pending`, with no waker registered (the spin polls again). `None`
+    /// if not asked.
+    fn read_without_readiness(&mut self, buf: &mut ReadBuf<'_>) -> Option<Poll<io::Result<()>>> {
+        if !self.progress.look.swap(false, Ordering::Relaxed) {
             return None;
         }
         let socket: &TcpStream = self.half.as_ref();
-        match rustix::net::recv(socket, buf.initialize_unfilled(), RecvFlags::DONTWAIT) {
-            Ok((n, _)) => {
-                buf.advance(n);
-                Some(Ok(()))
-            }
-            Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => None,
-            Err(e) => Some(Err(e.into())),
-        }
+        Some(
+            match rustix::net::recv(socket, buf.initialize_unfilled(), RecvFlags::DONTWAIT) {
+                Ok((n, _)) => {
+                    buf.advance(n);
+                    Poll::Ready(Ok(()))
+                }
+                Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => Poll::Pending,
+                Err(e) => Poll::Ready(Err(e.into())),
+            },
+        )
     }
 }
 
@@ -191,7 +197,7 @@ impl AsyncRead for CallReader {
         }
         let before = buf.filled().len();
         let polled = match self.read_without_readiness(buf) {
-            Some(read) => Poll::Ready(read),
+            Some(looked) => looked,
             None => Pin::new(&mut self.half).poll_read(cx, buf),
         };
         let progress = &self.progress;

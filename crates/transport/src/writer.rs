@@ -43,14 +43,17 @@ const FIRST_ROOM: usize = 1 << 20;
 /// What a call holds from the moment it is read until its reply is written
 /// (or dropped): a place among the connection's calls in flight and, for a
 /// call holding a large buffer, one of the connection's buffer shares.
+/// (Fields drop in order: the call stops counting among the server's
+/// calls in flight before its permit is back, so a reading loop that has
+/// all its permits back sees an idle server and may spin.)
 #[derive(Default)]
 pub(super) struct CallPermits {
+    /// The call counted among the server's calls in flight.
+    pub(super) _call: Option<CallInFlight>,
     pub(super) _in_flight: Option<OwnedSemaphorePermit>,
     pub(super) _share: Option<OwnedSemaphorePermit>,
     /// Room in the socket's send buffer reserved for the reply.
     pub(super) room: Option<Room>,
-    /// The call counted among the server's calls in flight.
-    pub(super) _call: Option<CallInFlight>,
 }
 
 /// Send-buffer room reserved for one reply (see [`Shared::reserve_room`]),
