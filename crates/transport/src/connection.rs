@@ -644,7 +644,11 @@ async fn next_record<S>(
         while look - start < l.limits.idle_spin && !l.limits.activity.busy() {
             NetCounters::bump(&l.limits.counters.spin_looks);
             l.progress.look();
-            if let Poll::Ready(opened) = poll_once(record.as_mut()).await {
+            let polled = poll_once(record.as_mut()).await;
+            // The read it polled took the look; cleared anyway, so that no
+            // later read of the connection (a payload's) is taken for one.
+            l.progress.end_look();
+            if let Poll::Ready(opened) = polled {
                 NetCounters::bump(&l.limits.counters.spin_catches);
                 pace.caught(look - start);
                 return opened;

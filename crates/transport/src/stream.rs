@@ -101,6 +101,11 @@ impl ReadProgress {
         self.look.store(true, Ordering::Relaxed);
     }
 
+    /// Ends a look that no read took.
+    pub(super) fn end_look(&self) {
+        self.look.store(false, Ordering::Relaxed);
+    }
+
     /// The loop is about to wait for the next record: what it waits in now
     /// is idleness, not a stall, until a byte comes.
     pub(super) fn between_records(&self) {
