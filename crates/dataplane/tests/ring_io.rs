@@ -18,7 +18,8 @@ use std::sync::Arc;
 
 use common::*;
 use dionfs_dataplane::{
-    DataFile, DataPlane, IoRing, Mode, ReadAttempt, ReadData, Stable, WriteAttempt, SMALL_IO,
+    DataFile, DataPlane, IoRing, Mode, ReadAttempt, ReadData, SizeSeen, Stable, WriteAttempt,
+    SMALL_IO,
 };
 
 test_each_fs!(run_fs: xfs, ext4);
@@ -45,9 +46,21 @@ async fn ring_read(
     offset: u64,
     count: u32,
 ) -> ReadData {
+    ring_read_seen(plane, ring, file, offset, count, file.see_size().unwrap()).await
+}
+
+/// [`ring_read`] with the size the caller saw.
+async fn ring_read_seen(
+    plane: &DataPlane,
+    ring: &Arc<IoRing>,
+    file: &DataFile,
+    offset: u64,
+    count: u32,
+    seen: SizeSeen,
+) -> ReadData {
     let buf = plane.read_pool().get().await.unwrap();
     match plane
-        .read_without_blocking(ring, file, buf, offset, count, file.see_size().unwrap())
+        .read_without_blocking(ring, file, buf, offset, count, seen)
         .await
     {
         ReadAttempt::Done(r) => r.unwrap_or_else(|e| panic!("ring read {count} at {offset}: {e}")),
@@ -69,18 +82,8 @@ fn sizes_seen_before_a_change(
     model: &[u8],
 ) {
     let len = model.len() as u64;
-    let read_seen = |offset: u64, seen| {
-        rt.block_on(async {
-            let buf = plane.read_pool().get().await.unwrap();
-            match plane
-                .read_without_blocking(ring, file, buf, offset, 8192, seen)
-                .await
-            {
-                ReadAttempt::Done(r) => r.unwrap(),
-                ReadAttempt::Blocking(_) => panic!("{kind}: not read through the ring"),
-            }
-        })
-    };
+    let read_seen =
+        |offset: u64, seen| rt.block_on(ring_read_seen(plane, ring, file, offset, 8192, seen));
     let at = len - 6000;
     let seen = file.see_size().unwrap();
     file.truncate(len - 5000).unwrap();

@@ -523,6 +523,7 @@ impl Shared {
         }
     }
 
+    /// Reserves `bytes` of room, found to be there.
     fn reserved(&self, bytes: usize) -> Room {
         self.waiting_room.store(false, Ordering::Relaxed);
         self.rooms.reserved.fetch_add(bytes, Ordering::Relaxed);
