@@ -33,7 +33,12 @@
 //! none starts a candidate in the place of the least recently moved one,
 //! streams last: random READs pass through the candidates without pushing
 //! out a stream, and a stream's first READ, if the client's next is
-//! already in flight right after it, outlasts theirs. The server runs
+//! already in flight right after it, outlasts theirs. A stream prefetches
+//! only while its READs return at least half of the bytes it moves over
+//! ([`MIN_DENSITY`]): a strided reader, each READ near the one before but
+//! one record in eight read (each of IOR's connections), would use an
+//! eighth of every chunk (bench/run `ior-hard-read` over v4.0: 0.3-0.9 GB
+//! prefetched per GB read, nearly all discarded; now none). The server runs
 //! each on a blocking thread after the reply ([`crate::Prefetch::run`]); the
 //! dataplane stays synchronous and never does readahead I/O on a READ's
 //! thread. The window of chunks kept ahead grows 1 -> 2 -> 4 -> 8 while
@@ -118,6 +123,17 @@ const MIN_CONCURRENT_STREAK: u32 = 4;
 /// never contiguous twice in a row.
 const MIN_STREAK: u32 = 2;
 
+/// A stream prefetches only while its READs returned at least
+/// 1/`MIN_DENSITY` of the bytes it moved over: a strided reader (IOR's
+/// connections, each reading one record in eight) moves a stream on with
+/// READs near its end, but would use an eighth of every chunk.
+const MIN_DENSITY: u64 = 2;
+
+/// The span over which a stream's density is judged: past it, what it
+/// read and moved over count half, so a reader that turns strided stops
+/// prefetching within a few of these.
+const DENSITY_SPAN: u64 = 64 << 20;
+
 /// Streams (and candidates) followed per file: clients reading their own
 /// parts of one file side by side each get their own, with room left for
 /// the random READs among them to start candidates without pushing out a
@@ -173,6 +189,31 @@ struct Stream {
     /// Its first READ was followed by one in flight that starts where it
     /// ended (see [`State::start_stream`]).
     followed: bool,
+    /// Where the span its density is judged over begins (its first READ's
+    /// start, moved up as the span passes [`DENSITY_SPAN`]).
+    from: u64,
+    /// Bytes its READs returned within that span.
+    covered: u64,
+}
+
+impl Stream {
+    /// A READ of `len` bytes belongs to the stream (whether it moved it
+    /// or was late for it).
+    fn cover(&mut self, len: u64) {
+        self.covered = self.covered.saturating_add(len);
+        let span = self.next.saturating_sub(self.from);
+        if span > DENSITY_SPAN {
+            self.from = self.next - span / 2;
+            self.covered /= 2;
+        }
+    }
+
+    /// Whether its READs read enough of what it moved over to prefetch
+    /// (see [`MIN_DENSITY`]).
+    fn dense(&self) -> bool {
+        let span = self.next.saturating_sub(self.from);
+        self.covered.saturating_mul(MIN_DENSITY) >= span
+    }
 }
 
 #[derive(Debug)]
@@ -423,6 +464,8 @@ impl State {
             followed,
             window: 0,
             used: self.clock,
+            from: this.start.min(end),
+            covered: end.saturating_sub(this.start),
         });
     }
 }
@@ -654,6 +697,7 @@ impl Reading<'_> {
             None => {
                 if let Some(i) = late_for() {
                     st.streams[i].used = clock;
+                    st.streams[i].cover(end - offset);
                     return Vec::new();
                 }
                 match nearest() {
@@ -674,7 +718,8 @@ impl Reading<'_> {
         stream.streak = stream.streak.saturating_add(1);
         stream.next = stream.next.max(end);
         stream.used = clock;
-        if stream.streak < min_streak {
+        stream.cover(end - offset);
+        if stream.streak < min_streak || !stream.dense() {
             // Several READs in flight keep the device busy by themselves,
             // and their order is not the stream's.
             return Vec::new();
@@ -1020,6 +1065,56 @@ mod tests {
         // Each half's stream forms after four READs and then hits.
         assert!(c.readahead_hits >= 2 * 10, "{c:?}");
         assert_eq!(c.readahead_discards, 0, "{c:?}");
+    }
+
+    /// Reads `records` records of `len` bytes, record `i` at `i * stride`,
+    /// each while the next is in flight (a client with two READs in
+    /// flight); the prefetches are run. How many were planned.
+    fn read_strided(
+        plane: &DataPlane,
+        file: &DataFile,
+        content: &[u8],
+        len: usize,
+        stride: usize,
+        records: usize,
+    ) -> usize {
+        let mut planned = 0;
+        for i in 0..records {
+            let next = ((i + 1) * stride) as u64;
+            let in_flight = file.readahead.begin_read(next..next + len as u64);
+            let at = i * stride;
+            let (got, prefetch) = read(plane, file, at as u64, len);
+            assert_eq!(got, &content[at..at + len], "record {i}");
+            planned += prefetch.len();
+            for p in prefetch {
+                p.run(file);
+            }
+            drop(in_flight);
+        }
+        planned
+    }
+
+    #[test]
+    fn a_strided_reader_is_not_a_stream() {
+        let Some((_tmp, file)) = direct_file() else {
+            return;
+        };
+        let plane = plane_with(32, BIG);
+        let content = pattern(256 * BIG, 12);
+        write(&plane, &file, 0, &content);
+        // Records larger than small READs (those may cluster instead), one
+        // in eight of them read, as each of IOR's eight connections does:
+        // every READ is near the one before, but a chunk prefetched would
+        // be an eighth used.
+        let len = 96 << 10;
+        let planned = read_strided(&plane, &file, &content, len, 8 * len, 40);
+        let c = plane.snapshot();
+        assert_eq!(planned, 0, "{c:?}");
+        assert_eq!((c.readahead_bytes, c.readahead_discards), (0, 0), "{c:?}");
+        // The same reader reading every record is a stream.
+        let dense = read_strided(&plane, &file, &content, len, len, 40);
+        assert!(dense > 0, "{:?}", plane.snapshot());
+        assert!(plane.snapshot().readahead_hits > 0);
     }
 
     #[test]
