@@ -19,7 +19,10 @@
 //! furthest one (random READs of a file larger than a few times
 //! [`REACH`] almost never do), the file's small READs are a cluster and go
 //! through the page cache until [`MIN_STREAK`] in a row land far away (a
-//! reader left behind reads direct meanwhile).
+//! reader left behind reads direct meanwhile). A clustered READ whose
+//! bytes are all cached is read on the connection's task
+//! (`preadv2(RWF_NOWAIT)`, `ReadPath::read_cached_now`), the others on a
+//! blocking thread, which waits for the device.
 //!
 //! Bounds: direct mode keeps no data cached, so the cluster drops what it
 //! leaves behind: pages more than [`BEHIND`] below the furthest READ are
@@ -109,9 +112,9 @@ pub(crate) struct Route {
 }
 
 impl Cluster {
-    /// Whether the file is a cluster now (a READ then goes to the blocking
-    /// path, which reads through the page cache).
-    pub(crate) fn is_active(&self) -> bool {
+    /// Whether the file is a cluster now (for tests).
+    #[cfg(test)]
+    fn is_active(&self) -> bool {
         self.state.lock().active.is_some()
     }
 

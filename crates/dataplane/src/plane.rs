@@ -364,20 +364,16 @@ impl DataPlane {
 
     /// Whether [`DataPlane::read_without_blocking`] gives any read of
     /// `file` back at once, whatever its range: the file is not read
-    /// direct, or it is a cluster now (its READs go through the page
-    /// cache on the blocking path). Asked before the checks a caller
-    /// makes for a read on its task (a statx, the permission, NFSv4's
-    /// stateid), so that a READ bound for the blocking path makes them
-    /// once, there. No syscall.
+    /// direct. Asked before the checks a caller makes for a read on its
+    /// task (a statx, the permission, NFSv4's stateid), so that a READ
+    /// bound for the blocking path makes them once, there. No syscall.
     #[inline]
     pub fn read_leaves_task(&self, file: &DataFile) -> bool {
         self.reads.read_leaves_task(&self.paths, file)
     }
 
     /// Whether some file of this plane is a cluster now (one atomic
-    /// load): while none is, no READ leaves the task for being one, and a
-    /// caller need not find the file to ask
-    /// [`DataPlane::read_leaves_task`].
+    /// load; `cluster.rs`): its small READs go through the page cache.
     #[inline]
     pub fn has_clusters(&self) -> bool {
         self.reads.has_clusters()
@@ -385,8 +381,10 @@ impl DataPlane {
 
     /// [`DataPlane::read`] for an async caller, when it needs no blocking
     /// call: a direct read whose range nobody writes, of a file with no
-    /// prefetched chunks, submitted to `ring` and awaited. Otherwise the
-    /// buffer comes back ([`ReadAttempt::Blocking`]) untouched. `seen` is
+    /// prefetched chunks, submitted to `ring` and awaited, or a small READ
+    /// of a cluster whose bytes are all in the page cache, read from there
+    /// (`cluster.rs`). Otherwise the buffer comes back
+    /// ([`ReadAttempt::Blocking`]) with nothing of the READ's in it. `seen` is
     /// the file's size as the caller's statx read it, after
     /// [`DataFile::size_probe`]: the READ needs no size of its own unless
     /// a write or truncate of ours changed it since.

@@ -236,7 +236,7 @@ impl ReadPath {
 
     /// See [`crate::DataPlane::read_leaves_task`].
     pub(crate) fn read_leaves_task(&self, paths: &Paths, file: &DataFile) -> bool {
-        paths.direct_only(file, paths.config.read_mode).is_none() || file.cluster.is_active()
+        paths.direct_only(file, paths.config.read_mode).is_none()
     }
 
     /// See [`crate::DataPlane::read_without_blocking`].
@@ -261,9 +261,6 @@ impl ReadPath {
             return ReadAttempt::Blocking(buf);
         }
         let reading = file.readahead.begin_read(offset..offset + count as u64);
-        if file.cluster.is_active() {
-            return ReadAttempt::Blocking(buf);
-        }
         if reading.has_chunks() {
             // From prefetched chunks, here, waiting for those still being
             // read; a miss goes to a blocking thread, which reads it. A
@@ -295,7 +292,20 @@ impl ReadPath {
         if is_small(count)
             && self.route_small_read(file, offset..offset + count as u64, reading.concurrent())
         {
-            return ReadAttempt::Blocking(buf);
+            return match self.read_cached_now(paths, file, &mut buf, offset, count, seen) {
+                Some(result) => ReadAttempt::Done(result.map(|(range, eof)| {
+                    self.counters.count_read(Mode::Buffered, range.len());
+                    Counters::bump(&self.counters.clustered_reads);
+                    ReadData {
+                        buf,
+                        range,
+                        eof,
+                        prefetch: Vec::new(),
+                        rebuild: paths.sums.rebuild_job(file),
+                    }
+                })),
+                None => ReadAttempt::Blocking(buf),
+            };
         }
         let align = direct.read_align;
         let io = expand_to_alignment(offset, count as u64, align);
@@ -582,6 +592,45 @@ impl ReadPath {
             filled,
             size,
         ))
+    }
+
+    /// A clustered READ (`cluster.rs`) on the caller's task: read from the
+    /// page cache if every byte of it is there now and nobody holds or
+    /// waits for its range (`preadv2(RWF_NOWAIT)`, which also fails
+    /// rather than wait for the inode's lock or a page being read in, and
+    /// still starts the kernel's readahead). `None`: it goes to the
+    /// blocking path, [`Self::read_cached`], which waits. Most of a
+    /// cluster's READs find their pages read in by the readahead of the
+    /// READs before them, so they need no blocking thread.
+    fn read_cached_now(
+        &self,
+        paths: &Paths,
+        file: &DataFile,
+        buf: &mut [u8],
+        offset: u64,
+        count: usize,
+        seen: SizeSeen,
+    ) -> Option<Result<(Range<usize>, bool), DataError>> {
+        let io = paths.sums.cached_read_range(file, offset, count);
+        let _lock = paths.try_lock(file, io.clone(), LockKind::Shared)?;
+        let epoch = paths.sums.read_epoch(file);
+        // At most count + 2 blocks <= max_transfer + BUF_SLACK bytes.
+        let dst = &mut buf[..(io.end - io.start) as usize];
+        // Short: the rest is not cached, or past the end of the file (the
+        // blocking path tells them apart).
+        let filled = match preadv2(file.buffered_fd(), dst, io.start, RwFlags::NOWAIT) {
+            Ok(n) if n == dst.len() => n,
+            _ => return None,
+        };
+        let asked = offset..offset + count as u64;
+        Some((|| {
+            // Integrity hook: the blocks of the reply match their checksums.
+            paths
+                .sums
+                .verify_read(file, buf, io.start, filled, asked, epoch)?;
+            let size = file.size_seen(Some(seen))?;
+            Ok(read_reply(offset, count as u64, io.start, filled, size))
+        })())
     }
 
     /// Buffered or `RWF_DONTCACHE` read of the requested range (of the

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use dionfs_dataplane::{Mode, Stable, READAHEAD_MAX_AGE};
+use dionfs_dataplane::{DataFile, DataPlane, Mode, ReadAttempt, Stable, READAHEAD_MAX_AGE};
 use dionfs_testfs::wait_until;
 
 test_each_fs!(run_fs: xfs, ext4);
@@ -88,8 +88,6 @@ fn run_fs(kind: &'static str) {
     let before = plane.counters().snapshot();
     let most_cached = read_back(&model);
     let after = plane.counters().snapshot();
-    // A cluster now: its READs go straight to the blocking path.
-    assert!(plane.read_leaves_task(&file), "{kind}: after the readers");
     assert!(plane.has_clusters(), "{kind}: a cluster after the readers");
     let reads = READERS * PER_READER;
     let clustered = after.clustered_reads - before.clustered_reads;
@@ -103,6 +101,7 @@ fn run_fs(kind: &'static str) {
         most_cached < 56 << 20,
         "{kind}: {most_cached} bytes cached while reading a {len}-byte file"
     );
+    on_the_task(kind, &plane, &file, &model);
 
     // Writes while the file is a cluster are read back at once.
     let aligned = pattern_bytes(8192, 8192, 21);
@@ -164,6 +163,66 @@ fn run_fs(kind: &'static str) {
     // other: they may cluster, but only after a streak; a file far larger
     // than REACH never does (unit tests in cluster.rs).
     assert!(after.read.direct.ops > before.read.direct.ops, "{kind}");
+}
+
+/// A cluster's READs try the ring path on the caller's task, as any
+/// direct READ: one near the front whose pages are cached is read from
+/// the page cache there; one whose pages are not goes to the blocking path
+/// (or, if the kernel's readahead it started was quick, is read there
+/// too); a reader far behind the front is read direct, on the ring.
+fn on_the_task(kind: &str, plane: &DataPlane, file: &DataFile, model: &[u8]) {
+    assert!(
+        !plane.read_leaves_task(file),
+        "{kind}: a cluster stays on the task"
+    );
+    let rt = runtime();
+    let ring = ring(&rt);
+    let attempt = |at: u64| {
+        rt.block_on(async {
+            let buf = plane.read_pool().get().await.unwrap();
+            let seen = file.see_size().unwrap();
+            plane
+                .read_without_blocking(&ring, file, buf, at, RECORD as u32, seen)
+                .await
+        })
+    };
+    let want = |at: u64| &model[at as usize..(at + RECORD) as usize];
+    // The last record of reader 0: just read, cached.
+    let last = (PER_READER - 1) * READERS * RECORD;
+    let before = plane.counters().snapshot();
+    let ReadAttempt::Done(got) = attempt(last) else {
+        panic!("{kind}: a cached record of a cluster left the task");
+    };
+    assert!(
+        got.unwrap().data() == want(last),
+        "{kind}: record at {last}"
+    );
+    let after = plane.counters().snapshot();
+    assert_eq!(after.clustered_reads, before.clustered_reads + 1, "{kind}");
+    assert_eq!(after.read.direct.ops, before.read.direct.ops, "{kind}");
+    // Its pages dropped (a direct write of the same bytes), a record 2 MiB
+    // below the front.
+    let from = (last - (2 << 20)) / (1 << 20) * (1 << 20);
+    let bytes = &model[from as usize..(from + (1 << 20)) as usize];
+    write_at(plane, file, from, bytes, Stable::Unstable).unwrap();
+    let at = from.div_ceil(RECORD) * RECORD;
+    match attempt(at) {
+        ReadAttempt::Done(got) => assert!(got.unwrap().data() == want(at), "{kind}: at {at}"),
+        ReadAttempt::Blocking(buf) => {
+            drop(buf);
+            let got = read_at(plane, file, at, RECORD as u32).unwrap();
+            assert!(got.data() == want(at), "{kind}: at {at}, blocking");
+        }
+    }
+    // Record 0: far behind the front, read direct on the ring.
+    let before = plane.counters().snapshot();
+    let ReadAttempt::Done(got) = attempt(0) else {
+        panic!("{kind}: a reader far behind the front left the task");
+    };
+    assert!(got.unwrap().data() == want(0), "{kind}: record 0");
+    let after = plane.counters().snapshot();
+    assert_eq!(after.read.direct.ops, before.read.direct.ops + 1, "{kind}");
+    assert_eq!(after.clustered_reads, before.clustered_reads, "{kind}");
 }
 
 /// Bytes of `path` in the page cache (util-linux `fincore`).

@@ -24,21 +24,6 @@ use dionfs_dataplane::{
 
 test_each_fs!(run_fs: xfs, ext4);
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-/// A ring driven on `rt`, as the server drives its own.
-fn ring(rt: &tokio::runtime::Runtime) -> Arc<IoRing> {
-    let ring = Arc::new(IoRing::new(64).expect("io_uring"));
-    rt.spawn(dionfs_sys::uring::drive(ring.clone()));
-    ring
-}
-
 async fn ring_read(
     plane: &DataPlane,
     ring: &Arc<IoRing>,

@@ -38,19 +38,12 @@ pub async fn on_blocking_thread<R: Send + 'static>(
         })
 }
 
-/// Whether a READ of the file with handle `fh` (of `export`) may try the
-/// io_uring on the connection's task, NFSv3's and NFSv4's alike: the
-/// export reads direct, and the file is not a cluster now. A cluster's
-/// READs go to a blocking thread (`DataPlane::read_leaves_task`), so
-/// they start there, without an attempt on the task and a hand-off.
-/// The file is looked up only while some file of the export is a
-/// cluster. No syscall.
-pub fn read_may_use_ring(server: &Server, export: &Export, fh: &[u8]) -> bool {
-    server.io_ring.is_some()
-        && export.data.ring_may_read()
-        && !(export.data.has_clusters()
-            && matches!(export.fs.cached_file(fh), Ok(Some(file))
-                if export.data.read_leaves_task(file.data())))
+/// Whether a READ of `export` may try the io_uring on the connection's
+/// task, NFSv3's and NFSv4's alike: the server has a ring and the export
+/// reads direct (a file may still say no: `DataPlane::read_leaves_task`).
+/// No syscall.
+pub fn read_may_use_ring(server: &Server, export: &Export) -> bool {
+    server.io_ring.is_some() && export.data.ring_may_read()
 }
 
 /// The open file a WRITE with handle `fh` goes to. Usually a cache hit,

@@ -27,6 +27,22 @@ macro_rules! test_each_fs {
 }
 pub(crate) use test_each_fs;
 
+/// A runtime of two workers, as the server's on this machine.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A ring driven on `rt`, as the server drives its own.
+pub fn ring(rt: &tokio::runtime::Runtime) -> Arc<dionfs_dataplane::IoRing> {
+    let ring = Arc::new(dionfs_dataplane::IoRing::new(64).expect("io_uring"));
+    rt.spawn(dionfs_sys::uring::drive(ring.clone()));
+    ring
+}
+
 /// A plane of 1 MiB transfers and 16 buffers each way.
 pub fn plane(read_mode: Mode, write_mode: Mode) -> DataPlane {
     let plane = dionfs_dataplane::testing::plane(read_mode, write_mode, 1 << 20, 16);

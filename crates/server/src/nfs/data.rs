@@ -73,7 +73,7 @@ pub fn read_may_use_ring(server: &Server, exports: &Exports, args: &[u8]) -> boo
     let fh = a.file.as_bytes();
     dionfs_fs::handle::export_id(fh)
         .and_then(|id| exports.by_id(id))
-        .is_some_and(|x| io::read_may_use_ring(server, x, fh))
+        .is_some_and(|x| io::read_may_use_ring(server, x))
 }
 
 /// Receives a WRITE call's arguments from the connection (see the module

@@ -976,7 +976,7 @@ impl Compound {
             let fh = fh.object.as_bytes();
             return dionfs_fs::handle::export_id(fh)
                 .and_then(|id| self.exports.by_id(id))
-                .is_some_and(|x| io::read_may_use_ring(server, x, fh));
+                .is_some_and(|x| io::read_may_use_ring(server, x));
         }
         if !is_write_shape(&self.ops) {
             return false;
