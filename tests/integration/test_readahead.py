@@ -111,8 +111,9 @@ def test_sequential_read_with_reads_in_flight_gets_readahead_hits(server, iorhar
     assert got["readahead_bytes"] >= size // 2, got
     # Prefetched chunks are read once and mostly used: some are dropped
     # unused (READs that overtook their chunk, late READs past the kept
-    # chunks; 2-4% of a 4 GiB file's, 3-15% of this short stream's).
-    assert got["readahead_discards"] <= reads // 5, got
+    # chunks; 2-4% of a 4 GiB file's, 12-17 of this short stream's 96 on
+    # an idle host, 20 once in the whole suite on a loaded one).
+    assert got["readahead_discards"] <= reads // 4, got
 
 
 def start_part_readers(iorhard, name: str, size: int, parts: int) -> list[subprocess.Popen]:
