@@ -293,17 +293,10 @@ impl ReadPath {
             && self.route_small_read(file, offset..offset + count as u64, reading.concurrent())
         {
             return match self.read_cached_now(paths, file, &mut buf, offset, count, seen) {
-                Some(result) => ReadAttempt::Done(result.map(|(range, eof)| {
-                    self.counters.count_read(Mode::Buffered, range.len());
-                    Counters::bump(&self.counters.clustered_reads);
-                    ReadData {
-                        buf,
-                        range,
-                        eof,
-                        prefetch: Vec::new(),
-                        rebuild: paths.sums.rebuild_job(file),
-                    }
-                })),
+                Some(result) => ReadAttempt::Done(
+                    result
+                        .map(|reply| self.clustered_read(paths, file, buf, reply, Mode::Buffered)),
+                ),
                 None => ReadAttempt::Blocking(buf),
             };
         }
@@ -362,6 +355,27 @@ impl ReadPath {
         }))
     }
 
+    /// What a clustered small READ (`cluster.rs`), read through the page
+    /// cache in `mode`, hands back; counted as one.
+    fn clustered_read(
+        &self,
+        paths: &Paths,
+        file: &DataFile,
+        buf: PooledBuf,
+        (range, eof): (Range<usize>, bool),
+        mode: Mode,
+    ) -> ReadData {
+        self.counters.count_read(mode, range.len());
+        Counters::bump(&self.counters.clustered_reads);
+        ReadData {
+            buf,
+            range,
+            eof,
+            prefetch: Vec::new(),
+            rebuild: paths.sums.rebuild_job(file),
+        }
+    }
+
     fn read_failed(&self, e: DataError) -> DataError {
         Counters::bump(&self.counters.errors);
         e
@@ -383,17 +397,9 @@ impl ReadPath {
         if is_small(count)
             && self.route_small_read(file, offset..offset + count as u64, reading.concurrent())
         {
-            let ((range, eof), mode) =
+            let (reply, mode) =
                 self.read_cached(paths, file, Mode::Buffered, &mut buf, offset, count)?;
-            self.counters.count_read(mode, range.len());
-            Counters::bump(&self.counters.clustered_reads);
-            return Ok(ReadData {
-                buf,
-                range,
-                eof,
-                prefetch: Vec::new(),
-                rebuild: paths.sums.rebuild_job(file),
-            });
+            return Ok(self.clustered_read(paths, file, buf, reply, mode));
         }
         if let Some(served) = reading.serve(offset, count, &mut buf, &self.counters) {
             return self
@@ -580,18 +586,7 @@ impl ReadPath {
         if io != asked {
             Counters::bump(&self.counters.expanded_reads);
         }
-        // Integrity hook: the blocks of the reply match their checksums.
-        paths
-            .sums
-            .verify_read(file, buf, io.start, filled, asked.clone(), epoch)?;
-        let size = file.size_seen(seen)?;
-        Ok(read_reply(
-            asked.start,
-            asked.end - asked.start,
-            io.start,
-            filled,
-            size,
-        ))
+        verified_reply(paths, file, buf, asked, io.start, filled, epoch, seen)
     }
 
     /// A clustered READ (`cluster.rs`) on the caller's task: read from the
@@ -623,14 +618,16 @@ impl ReadPath {
             _ => return None,
         };
         let asked = offset..offset + count as u64;
-        Some((|| {
-            // Integrity hook: the blocks of the reply match their checksums.
-            paths
-                .sums
-                .verify_read(file, buf, io.start, filled, asked, epoch)?;
-            let size = file.size_seen(Some(seen))?;
-            Ok(read_reply(offset, count as u64, io.start, filled, size))
-        })())
+        Some(verified_reply(
+            paths,
+            file,
+            buf,
+            asked,
+            io.start,
+            filled,
+            epoch,
+            Some(seen),
+        ))
     }
 
     /// Buffered or `RWF_DONTCACHE` read of the requested range (of the
@@ -655,17 +652,38 @@ impl ReadPath {
             |flags| preadv2(file.buffered_fd(), dst, io.start, flags),
             RwFlags::NONE,
         )?;
-        // Integrity hook: the blocks of the reply match their checksums.
         let asked = offset..offset + count as u64;
-        paths
-            .sums
-            .verify_read(file, buf, io.start, filled, asked, epoch)?;
-        let size = file.size()?;
-        Ok((
-            read_reply(offset, count as u64, io.start, filled, size),
-            mode,
-        ))
+        let reply = verified_reply(paths, file, buf, asked, io.start, filled, epoch, None)?;
+        Ok((reply, mode))
     }
+}
+
+/// The reply of a READ of `asked` whose range from `io_start` was read into
+/// `buf` (`filled` bytes): its blocks checked against their checksums
+/// (the integrity hook), then cut to what was asked, with eof by the
+/// file's size (`seen`'s while still good, else asked now).
+#[allow(clippy::too_many_arguments)]
+fn verified_reply(
+    paths: &Paths,
+    file: &DataFile,
+    buf: &[u8],
+    asked: Range<u64>,
+    io_start: u64,
+    filled: usize,
+    epoch: ReadEpoch,
+    seen: Option<SizeSeen>,
+) -> Result<(Range<usize>, bool), DataError> {
+    paths
+        .sums
+        .verify_read(file, buf, io_start, filled, asked.clone(), epoch)?;
+    let size = file.size_seen(seen)?;
+    Ok(read_reply(
+        asked.start,
+        asked.end - asked.start,
+        io_start,
+        filled,
+        size,
+    ))
 }
 
 /// How many bytes of the expanded range `io` a direct read asks the kernel

@@ -464,7 +464,7 @@ impl State {
             followed,
             window: 0,
             used: self.clock,
-            from: this.start.min(end),
+            from: this.start,
             covered: end.saturating_sub(this.start),
         });
     }
