@@ -57,12 +57,13 @@ SIZE = 10000
 # (offset, length) of each WRITE: an aligned overwrite and a misaligned one
 # past EOF. In direct mode the first is one O_DIRECT write, the second a
 # read-modify-write of the edge block and then the exact-size fix-up.
-# (offset, count, stable_how). The UNSTABLE overwrite of cached pages
-# (make_file just wrote them) is made on the connection's own task, not a
-# blocking thread (DataPlane::write_on_task): it must switch credentials
-# all the same.
+# (offset, count, stable_how). The UNSTABLE writes over cached pages
+# (make_file just wrote them), extending or not, are made on the
+# connection's own task, not a blocking thread (DataPlane::write_on_task):
+# they must switch credentials all the same.
 WRITES = {"aligned": (0, 4096, "file_sync"), "extending": (9950, 100, "file_sync"),
-          "unstable-overwrite": (100, 1000, "unstable")}
+          "unstable-overwrite": (100, 1000, "unstable"),
+          "unstable-extending": (9950, 100, "unstable")}
 TRUNCATES = {"shrink": 5000, "extend": 20000}
 
 

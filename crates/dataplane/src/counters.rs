@@ -44,12 +44,6 @@ pub struct Counters {
     /// at once (`read_partial_pages`), so the kernel does not read them
     /// one after the other under the inode lock the write holds.
     pub edge_page_reads: AtomicU64,
-    /// Bytes of file ranges handed to write-behind (`writebehind.rs`):
-    /// the writeback of whatever such page-cache writes left dirty in them
-    /// was started before COMMIT, a lag behind the file's furthest write.
-    /// Counts the ranges, dirty or not (a random writer's first range is
-    /// most of its file).
-    pub write_behind_bytes: AtomicU64,
     /// Stable (DATA_SYNC/FILE_SYNC) direct writes made durable by the write
     /// itself (`RWF_DSYNC`/`RWF_SYNC`: FUA where the device has it) rather
     /// than by a separate `fdatasync`/`fsync`.
@@ -142,7 +136,6 @@ pub struct CounterSnapshot {
     pub buffered_edges: u64,
     pub buffered_misaligned: u64,
     pub edge_page_reads: u64,
-    pub write_behind_bytes: u64,
     pub fua_writes: u64,
     pub range_lock_waits: u64,
     pub pool_waits: u64,
@@ -192,7 +185,6 @@ impl Counters {
             buffered_edges: load(&self.buffered_edges),
             buffered_misaligned: load(&self.buffered_misaligned),
             edge_page_reads: load(&self.edge_page_reads),
-            write_behind_bytes: load(&self.write_behind_bytes),
             fua_writes: load(&self.fua_writes),
             range_lock_waits: load(&self.range_lock_waits),
             pool_waits: load(&self.pool_waits),

@@ -4,7 +4,7 @@ use std::io;
 use std::ops::Range;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use dionfs_integrity::FileSums;
@@ -16,7 +16,6 @@ use crate::pool::{BUF_ALIGN, MAX_DIO_ALIGN};
 use crate::range_lock::{LockKind, RangeLocks};
 use crate::readahead::Readahead;
 use crate::size::{fstat_size, SizeTracker};
-use crate::writebehind::Frontier;
 
 /// The `O_DIRECT` side of a file whose alignment our buffers can meet.
 #[derive(Debug)]
@@ -66,9 +65,10 @@ pub struct DataFile {
     /// dropped direct mode's pages. A hint for which page-cache writes
     /// look for partial pages to read in first (`read_partial_pages`).
     cold_below: AtomicU64,
-    /// How far direct mode's page-cache writes got, and how much of that
-    /// is being written back (`writebehind.rs`).
-    pub(crate) behind: Frontier,
+    /// Page-cache writes of ours holding their range lock that wait for no
+    /// device read ([`DataFile::page_writing`]); see
+    /// [`DataFile::only_page_writes`].
+    page_writes: AtomicUsize,
     /// UNSTABLE writes answered since the last COMMIT's sync began: their
     /// data may be only in the page cache, and a failed writeback of it is
     /// reported once, to a sync of this open file (or lost with the inode
@@ -159,7 +159,7 @@ impl DataFile {
             export: None,
             integrity: None,
             cold_below: AtomicU64::new(st.st_size.max(0) as u64),
-            behind: Frontier::default(),
+            page_writes: AtomicUsize::new(0),
             unsynced: AtomicBool::new(false),
         })
     }
@@ -172,6 +172,30 @@ impl DataFile {
     /// The file's pages up to `size` were just dropped from the page cache.
     pub(crate) fn dropped_below(&self, size: u64) {
         self.cold_below.fetch_max(size, Ordering::Relaxed);
+    }
+
+    /// Marks a write of the caller's, its range lock held, as a buffered
+    /// page-cache write that reads nothing from the device (its partial
+    /// pages are cached, holes, or were read in first) until the guard
+    /// drops. Such a write holds the inode lock only for a memory copy
+    /// (and the delayed-allocation bookkeeping).
+    pub(crate) fn page_writing(&self) -> PageWriting<'_> {
+        self.page_writes.fetch_add(1, Ordering::Relaxed);
+        PageWriting(&self.page_writes)
+    }
+
+    /// Whether every range locked or waited for on the file but the
+    /// caller's `own` is a write marked with [`DataFile::page_writing`]:
+    /// no direct I/O, no read and no write that may read from the device
+    /// is in flight. A buffered write made now then waits at most for
+    /// those copies for the inode lock (on XFS, buffered writes take it
+    /// exclusively; a direct write, and a buffered read, hold it through
+    /// the device I/O), and an extending one finds no direct I/O to drain
+    /// (`inode_dio_wait`). A hint, read without a lock across both
+    /// counts: I/O of other processes, or of ours starting right after,
+    /// can still make such a write wait.
+    pub(crate) fn only_page_writes(&self, own: usize) -> bool {
+        self.locks.len() <= own + self.page_writes.load(Ordering::Relaxed)
     }
 
     /// Keeps and checks the file's block checksums in `sums`: every write
@@ -327,7 +351,6 @@ impl DataFile {
         };
         rustix::fs::ftruncate(&self.buffered, new_size)?;
         self.size.truncated();
-        self.behind.truncated(new_size);
         if let Some((sums, ticket)) = sums {
             sums.truncated(ticket, new_size)?;
         }
@@ -378,6 +401,15 @@ impl DataFile {
             }
             (None, None) => format!("inode {inode} (fd {fd})"),
         }
+    }
+}
+
+/// A page-cache write marked by [`DataFile::page_writing`], until dropped.
+pub(crate) struct PageWriting<'f>(&'f AtomicUsize);
+
+impl Drop for PageWriting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

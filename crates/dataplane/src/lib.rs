@@ -68,7 +68,6 @@ mod space;
 pub mod testing;
 mod write;
 mod write_buffer;
-mod writebehind;
 
 pub use checksums::{Rebuild, MAX_REBUILDS};
 pub use config::{is_small, DataConfig, Mode, LARGE_READ_DEPTH, MAX_TRANSFER_LIMIT, SMALL_IO};
@@ -84,4 +83,3 @@ pub use readahead::MAX_AGE as READAHEAD_MAX_AGE;
 pub use space::Seek;
 pub use write::{Stable, WriteAttempt, WriteDone};
 pub use write_buffer::WriteBuffer;
-pub use writebehind::{LAG as WRITE_BEHIND_LAG, STEP as WRITE_BEHIND_STEP};

@@ -22,7 +22,6 @@ use crate::read::{ReadAttempt, ReadData, ReadPath};
 use crate::space::Seek;
 use crate::write::{Stable, WriteAttempt, WriteDone, WritePath};
 use crate::write_buffer::WriteBuffer;
-use crate::writebehind::WriteBehind;
 use crate::{DataConfig, DataError};
 
 /// READ, WRITE, COMMIT, truncate and NFSv4.2's SEEK, ALLOCATE,
@@ -42,7 +41,7 @@ impl DataPlane {
     /// of `write_buffers` buffers, each of `max_transfer` + [`crate::BUF_SLACK`]
     /// bytes.
     pub fn new(config: DataConfig) -> Result<Self, DataError> {
-        Self::with_counters(config, Arc::default(), None, Arc::default())
+        Self::with_counters(config, Arc::default(), Arc::default())
     }
 
     /// A data plane with `config` that takes over from `self` when a
@@ -50,7 +49,7 @@ impl DataPlane {
     /// new pools (of the new size), the same counters (so the export's
     /// metrics go on counting) and the same count of running checksum
     /// rebuilds (the export's cap), and what `self` learnt of the filesystem
-    /// (that it refuses `RWF_DONTCACHE`), and its write-behind thread.
+    /// (that it refuses `RWF_DONTCACHE`).
     /// `self` goes on serving the calls that already hold it.
     pub fn successor(&self, config: DataConfig) -> Result<Self, DataError> {
         // Rebuilds the predecessor handed out count against the export's
@@ -58,7 +57,6 @@ impl DataPlane {
         let next = Self::with_counters(
             config,
             self.paths.counters.clone(),
-            Some(self.writes.write_behind.clone()),
             self.paths.sums.rebuilds_running.clone(),
         )?;
         next.paths.dontcache_refused.store(
@@ -72,17 +70,15 @@ impl DataPlane {
         Ok(next.with_whole_buffered_max(self.writes.whole_buffered_max))
     }
 
-    /// `write_behind`: a predecessor's thread, else a new one;
     /// `rebuilds_running`: the export's checksum rebuilds running.
     fn with_counters(
         config: DataConfig,
         counters: Arc<Counters>,
-        write_behind: Option<WriteBehind>,
         rebuilds_running: Arc<AtomicUsize>,
     ) -> Result<Self, DataError> {
         config.validate()?;
         let reads = ReadPath::new(&config, counters.clone());
-        let writes = WritePath::new(&config, counters.clone(), write_behind)?;
+        let writes = WritePath::new(&config, counters.clone());
         Ok(Self {
             paths: Paths::new(config, counters, rebuilds_running),
             reads,
@@ -468,8 +464,9 @@ impl DataPlane {
     /// bytes of `file` at all (no syscall): a small UNSTABLE write (at
     /// most [`crate::SMALL_IO`], a copy of a few microseconds) that
     /// goes through the page cache (buffered mode, or direct mode's small
-    /// writes, `write_small_buffered`), without integrity, to a file with
-    /// no range locked right now.
+    /// writes, `write_small_buffered`), without integrity, to a file
+    /// whose locked ranges, if any, are all page-cache writes that read
+    /// nothing from the device (`DataFile::only_page_writes`).
     #[inline]
     pub fn may_write_on_task(&self, file: &DataFile, len: usize, stable: Stable) -> bool {
         self.writes
@@ -477,17 +474,21 @@ impl DataPlane {
     }
 
     /// [`DataPlane::write`] made on an async caller's own thread (the
-    /// connection's task), when it is a small overwrite of cached pages
-    /// that nothing else of ours is touching: one `pwritev2` into the page
-    /// cache that waits for no device read and, with no other I/O of ours
-    /// on the file, for no inode lock held across a device write. Saves
-    /// the hand-off to a blocking thread and back, which costs more than
-    /// such a write (bench/run `overwrite-1k`, see ARCHITECTURE.md).
+    /// connection's task), when it is a small write whose partial pages
+    /// are cached or holes: one `pwritev2` into the page cache that waits
+    /// for no device read and, with no other I/O of ours on the file but
+    /// such page-cache writes, for no inode lock held across a device
+    /// I/O. Saves the hand-off to a blocking thread and back, which costs
+    /// more than such a write (bench/run `overwrite-1k` and
+    /// `ior-hard-write`, see ARCHITECTURE.md).
     ///
     /// Taken only if [`DataPlane::may_write_on_task`], the range lock is
-    /// free, no other range of the file is locked, the write does not
-    /// extend the file (no allocation) and its partial first and last
-    /// pages need no device read (cached, or holes: `pages_cached`).
+    /// free, every other range locked on the file is a page-cache write
+    /// that reads nothing from the device (`DataFile::only_page_writes`),
+    /// its partial first and last pages need no device read (cached, or
+    /// holes: `pages_cached`) and, if it starts past the end of the file,
+    /// neither does the page the file ends in (which the kernel zeroes
+    /// up to the gap).
     /// What it may still wait for is short and rare: XFS's timestamp
     /// transaction (`RWF_NOWAIT` itself refuses every write that changes
     /// mtime, so it cannot be used for the write), dirty-page throttling

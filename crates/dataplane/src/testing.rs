@@ -44,3 +44,33 @@ pub fn open_data_file(path: &Path) -> DataFile {
         .ok();
     DataFile::new(buffered.into(), direct.map(Into::into)).expect("DataFile::new")
 }
+
+/// A range of a file held locked by a test, standing for an I/O of the
+/// plane's in flight on it ([`hold_range`], [`hold_page_write`]).
+pub struct Held<'f> {
+    _range: crate::range_lock::RangeGuard<'f>,
+    _page_write: Option<crate::file::PageWriting<'f>>,
+}
+
+/// Locks `range` of `file` exclusively, as an I/O of the plane's that may
+/// hold the inode lock through a device I/O (a direct write, a read).
+pub fn hold_range(file: &DataFile, range: std::ops::Range<u64>) -> Held<'_> {
+    Held {
+        _range: file
+            .locks
+            .lock(range, crate::range_lock::LockKind::Exclusive),
+        _page_write: None,
+    }
+}
+
+/// Locks `range` of `file` exclusively as a page-cache write that reads
+/// nothing from the device (`DataFile::page_writing`) would.
+pub fn hold_page_write(file: &DataFile, range: std::ops::Range<u64>) -> Held<'_> {
+    let range_guard = file
+        .locks
+        .lock(range, crate::range_lock::LockKind::Exclusive);
+    Held {
+        _range: range_guard,
+        _page_write: Some(file.page_writing()),
+    }
+}

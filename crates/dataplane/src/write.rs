@@ -25,9 +25,8 @@ use crate::page_cache::{needs_device_read, read_without_queueing};
 use crate::paths::{IoPath, Paths};
 use crate::pool::{BufferPool, IoRing, PooledBuf, BUF_SLACK};
 use crate::range_lock::LockKind;
-use crate::size::SizeClaim;
+use crate::size::{fstat_size, SizeClaim};
 use crate::write_buffer::WriteBuffer;
-use crate::writebehind::WriteBehind;
 use crate::{is_small, DataConfig, DataError, Mode};
 
 /// Misaligned direct-mode writes up to this long go through the page
@@ -67,8 +66,8 @@ pub struct WriteDone {
     pub committed: Stable,
 }
 
-/// WRITE on the files of one export: its WRITE buffers, its write-behind
-/// thread and what it learnt of the filesystem. What it shares with READ
+/// WRITE on the files of one export: its WRITE buffers and what it learnt
+/// of the filesystem. What it shares with READ
 /// comes in `paths`.
 pub(crate) struct WritePath {
     /// Buffers for WRITEs (READs have their own).
@@ -84,36 +83,23 @@ pub(crate) struct WritePath {
     /// page cache whole ([`WHOLE_BUFFERED_MAX`] unless set with
     /// [`crate::DataPlane::with_whole_buffered_max`]).
     pub(crate) whole_buffered_max: usize,
-    /// Starts the writeback of direct mode's page-cache writes before
-    /// COMMIT (`writebehind.rs`); shared with successors.
-    pub(crate) write_behind: WriteBehind,
 }
 
 impl WritePath {
-    /// `write_behind`: a predecessor's thread, else a new one.
-    pub(crate) fn new(
-        config: &DataConfig,
-        counters: Arc<Counters>,
-        write_behind: Option<WriteBehind>,
-    ) -> Result<WritePath, DataError> {
+    pub(crate) fn new(config: &DataConfig, counters: Arc<Counters>) -> WritePath {
         let buf_len = config.max_transfer + BUF_SLACK;
         let write_pool = BufferPool::new(buf_len, config.write_buffers, counters.clone());
         // Never larger than the large ones: a small request is at most
         // max_transfer too.
         let small_len = SMALL_IO.min(config.max_transfer) + BUF_SLACK;
         let small_write_pool = BufferPool::new(small_len, config.small_buffers, counters.clone());
-        let write_behind = match write_behind {
-            Some(w) => w,
-            None => WriteBehind::new(counters.clone())?,
-        };
-        Ok(WritePath {
+        WritePath {
             write_pool,
             small_write_pool,
             counters,
             nowait_refused: AtomicBool::new(false),
             whole_buffered_max: WHOLE_BUFFERED_MAX,
-            write_behind,
-        })
+        }
     }
 
     /// See [`crate::DataPlane::write_pool_for`].
@@ -254,13 +240,14 @@ impl WritePath {
         len: usize,
         stable: Stable,
     ) -> bool {
-        // Other I/O of ours on the file (IOR's writers, side by side):
-        // it would be handed off anyway, after a detour.
+        // Other I/O of ours on the file that may hold the inode lock
+        // through a device I/O: it would be handed off anyway, after a
+        // detour.
         if len == 0
             || stable != Stable::Unstable
             || file.integrity().is_some()
             || self.nowait_refused.load(Ordering::Relaxed)
-            || !file.locks.is_empty()
+            || !file.only_page_writes(0)
         {
             return false;
         }
@@ -294,7 +281,7 @@ impl WritePath {
             Counters::bump(&self.counters.task_write_handoffs);
             WriteAttempt::Blocking(buf)
         };
-        if file.locks.len() > 1 || !self.pages_cached(file, io.clone()) {
+        if !file.only_page_writes(1) || !self.pages_cached(file, io.clone()) {
             return handoff(buf);
         }
         let claim = match file.size.begin_write(file.buffered_fd(), io.end) {
@@ -310,9 +297,10 @@ impl WritePath {
                 )));
             }
         };
-        if claim.extends() {
+        if claim.extends() && self.eof_page_needs_read(file, io.start) {
             return handoff(buf);
         }
+        let _writing = file.page_writing();
         let misaligned = file
             .direct()
             .is_some_and(|d| !is_aligned(buf.offset, buf.len as u64, d.write_align));
@@ -332,13 +320,8 @@ impl WritePath {
             return WriteAttempt::Done(Err(self.write_failed(paths, file, offset, len, e)));
         }
         claim.succeeded();
-        if paths.config.write_mode == Mode::Direct {
-            if misaligned {
-                Counters::bump(&self.counters.buffered_misaligned);
-            }
-            // Advisory and never blocking: an atomic, and every 4 MiB a
-            // dup and a queue slot.
-            self.write_behind(file, io.end);
+        if paths.config.write_mode == Mode::Direct && misaligned {
+            Counters::bump(&self.counters.buffered_misaligned);
         }
         file.wrote_unsynced();
         self.counters.count_write(Mode::Buffered, buf.len);
@@ -395,6 +378,23 @@ impl WritePath {
                 Counters::bump(&self.counters.edge_page_reads);
             }
         }
+    }
+
+    /// Whether a write starting at `start` beyond the end of the file
+    /// would have the kernel read the page the file now ends in, to zero
+    /// its tail before the gap: the size is not a whole number of pages,
+    /// and that page holds data on disk and is not cached (or the size
+    /// cannot be read). IOR-hard's extending records start where a
+    /// neighbour's record, just written and cached, ends.
+    fn eof_page_needs_read(&self, file: &DataFile, start: u64) -> bool {
+        let page = rustix::param::page_size() as u64;
+        let Ok(size) = fstat_size(file.buffered_fd()) else {
+            return true;
+        };
+        if start <= size || size.is_multiple_of(page) {
+            return false;
+        }
+        !matches!(needs_device_read(file, size - size % page, page), Ok(false))
     }
 
     /// Whether the pages a write of `io` covers only in part need no
@@ -692,9 +692,7 @@ impl WritePath {
         if misaligned {
             Counters::bump(&self.counters.buffered_misaligned);
         }
-        if stable == Stable::Unstable {
-            self.write_behind(file, buf.offset + buf.len as u64);
-        } else {
+        if stable != Stable::Unstable {
             self.drop_cached_pages(paths, file, buf.offset, buf.len as u64);
         }
         Ok(())
@@ -869,9 +867,16 @@ impl WritePath {
         );
         file.readahead.invalidate(io.clone());
         let claim = file.size.begin_write(file.buffered_fd(), io.end)?;
-        if read_edges && !claim.extends() && io.start < file.cold_below() {
+        let warm = io.start >= file.cold_below();
+        let read_in = read_edges && !claim.extends() && !warm;
+        if read_in {
             self.read_partial_pages(file, io.clone());
         }
+        // A buffered write whose partial pages are in (or, written since
+        // the last COMMIT, most likely cached) lets writes on the
+        // connections' tasks go ahead beside it (`only_page_writes`).
+        let _writing = (mode == Mode::Buffered && file.integrity().is_none() && (warm || read_in))
+            .then(|| file.page_writing());
         // Integrity hook: checksums of the final blocks (partial ones
         // completed from the page cache) computed alongside the write.
         let mode = paths.sums.checked_write(file, buf, |buf| {
@@ -945,20 +950,6 @@ impl WritePath {
                 }
             }
             Ok(()) => {}
-        }
-    }
-
-    /// A page-cache write of `file` in direct mode ended at `end`: hands
-    /// the range now a lag behind the furthest such write, if one is due,
-    /// to the write-behind thread (`writebehind.rs`).
-    pub(crate) fn write_behind(&self, file: &DataFile, end: u64) {
-        let Some(due) = file.behind.advance(end) else {
-            return;
-        };
-        // Left to COMMIT if the descriptor cannot be duplicated or the
-        // thread is behind.
-        if let Ok(fd) = file.buffered_fd().try_clone_to_owned() {
-            self.write_behind.submit(fd, due);
         }
     }
 }

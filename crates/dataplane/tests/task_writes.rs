@@ -1,10 +1,12 @@
-//! Small UNSTABLE overwrites made on the caller's own thread
+//! Small UNSTABLE writes made on the caller's own thread
 //! (`DataPlane::write_on_task`) on XFS and ext4 loop devices with
 //! 4096-byte sectors: an overwrite of cached pages is written there, in
 //! buffered mode and as direct mode's small buffered writes, and leaves
-//! exactly the model's bytes, as is a misaligned write into a hole; every
-//! write that could wait long (a partial page with data on disk and not in
-//! the page cache, an extending write) or is not for that path
+//! exactly the model's bytes, as do a misaligned write into a hole, one
+//! beside another page-cache write of ours and extending ones; every write
+//! that could wait long (a partial page with data on disk and not in the
+//! page cache, a gap after an uncached last page, other I/O of ours that
+//! may hold the inode lock through a device I/O) or is not for that path
 //! (stable, large, empty, dontcache) comes back untouched, and the
 //! blocking path then writes it right.
 //!
@@ -16,6 +18,7 @@ mod common;
 use std::os::fd::AsFd;
 
 use common::*;
+use dionfs_dataplane::testing::{hold_page_write, hold_range};
 use dionfs_dataplane::{DataFile, DataPlane, Mode, Stable, WriteAttempt};
 
 test_each_fs!(run_fs: xfs, ext4);
@@ -68,16 +71,77 @@ fn run_fs(kind: &'static str) {
             );
         }
 
+        // Beside another page-cache write of ours (IOR-hard's neighbours):
+        // taken. Beside an I/O that may hold the inode lock through a
+        // device I/O: handed back before anything (not even counted as a
+        // hand-off), then written by the blocking path once it is done.
+        let (offset, len) = (200u64, 300usize);
+        let other = hold_page_write(&file, 32768..36864);
+        let data = pattern_bytes(offset, len, 5);
+        match on_task(&plane, &file, offset, &data, Stable::Unstable) {
+            WriteAttempt::Done(r) => assert_eq!(r.unwrap().count, len, "{what}"),
+            WriteAttempt::Blocking(_) => {
+                panic!("{what}: write beside a page-cache write handed off")
+            }
+        }
+        drop(other);
+        model[offset as usize..offset as usize + len].copy_from_slice(&data);
+        let other = hold_range(&file, 32768..36864);
+        let data = pattern_bytes(offset, len, 6);
+        let before = plane.counters().snapshot();
+        let buf = match on_task(&plane, &file, offset, &data, Stable::Unstable) {
+            WriteAttempt::Blocking(buf) => buf,
+            WriteAttempt::Done(r) => panic!("{what}: write beside a direct I/O made: {r:?}"),
+        };
+        let after = plane.counters().snapshot();
+        assert_eq!(
+            after.task_write_handoffs, before.task_write_handoffs,
+            "{what}"
+        );
+        drop(other);
+        assert_eq!(
+            plane.write(&file, buf, Stable::Unstable).unwrap().count,
+            len
+        );
+        model[offset as usize..offset as usize + len].copy_from_slice(&data);
+        assert_eq!(read_all(&plane, &file), model, "{what}: beside other I/O");
+
+        // Extending writes: the size moves to exactly their end. Across
+        // the end of the file, and past it after a gap that the kernel
+        // zeroes within the cached last page: taken.
+        for (offset, len, salt) in [(model.len() as u64 - 10, 100usize, 7u8), (70_000, 1000, 8)] {
+            let data = pattern_bytes(offset, len, salt);
+            match on_task(&plane, &file, offset, &data, Stable::Unstable) {
+                WriteAttempt::Done(r) => assert_eq!(r.unwrap().count, len, "{what}"),
+                WriteAttempt::Blocking(_) => {
+                    panic!("{what}: extending write of {len} at {offset} handed off")
+                }
+            }
+            model.resize(offset as usize + len, 0);
+            model[offset as usize..].copy_from_slice(&data);
+            assert_eq!(fs_size(&file), model.len() as u64, "{what}: extended");
+            assert_eq!(read_all(&plane, &file), model, "{what}: extended");
+        }
+
         // Handed back, untouched, and then written by the blocking path.
         let size = model.len() as u64;
         let uncached = |file: &DataFile| {
             rustix::fs::fsync(file.buffered_fd()).unwrap();
             dionfs_sys::io::fadvise_dontneed(file.buffered_fd().as_fd(), 0, 0).unwrap();
         };
+        assert_ne!(size % 4096, 0, "{what}: the file ends inside a page");
         // (case, offset, len, stable, before it, whether tried on the task)
         let cases: [Case; 5] = [
-            // An extending write could show a half-done size.
-            ("extending", size - 10, 100, Stable::Unstable, None, true),
+            // The kernel would read the last page, on disk and not
+            // cached, to zero its tail.
+            (
+                "gap after an uncached last page",
+                size + 5000,
+                100,
+                Stable::Unstable,
+                Some(uncached),
+                true,
+            ),
             // The partial page would have to be read from the device.
             (
                 "partial page not cached",

@@ -136,7 +136,8 @@ pub async fn skip<R: CallStream>(
 
 /// Whether a WRITE of `buf` to `file` may be written on the connection's
 /// task, into the page cache (`DataPlane::may_write_on_task`: a small
-/// UNSTABLE write without integrity to a file with no range locked). No
+/// UNSTABLE write without integrity to a file on which nothing of ours
+/// but such page-cache writes is in flight). No
 /// syscall: what NFSv3 and NFSv4 ask before starting a WRITE on a task.
 pub fn may_write_on_task(
     export: &Export,

@@ -259,7 +259,7 @@ impl ServerMetrics {
             "Bytes read and written by mode and direction.",
             per_mode(|o| o.bytes),
         )?;
-        let simple: [(&str, &str, Field); 26] = [
+        let simple: [(&str, &str, Field); 25] = [
             (
                 "expanded_reads",
                 "Direct READs widened to the read alignment.",
@@ -300,11 +300,6 @@ impl ServerMetrics {
                 "edge_page_reads",
                 "Uncached partial pages with data read in before such a page-cache WRITE (both at once).",
                 |s| s.edge_page_reads,
-            ),
-            (
-                "write_behind_bytes",
-                "Bytes of file ranges whose dirty pages from such page-cache WRITEs had writeback started before COMMIT (write-behind).",
-                |s| s.write_behind_bytes,
             ),
             (
                 "fua_writes",

@@ -681,8 +681,10 @@ fn a_payload_just_over_small_io_in_a_small_compound_is_staged() {
 
 /// `[SEQUENCE, PUTFH, WRITE, GETATTR]` (what Linux sends) starts on the
 /// connection's task when v3's test says the write may be made there: a
-/// small UNSTABLE overwrite of cached pages is written from the task; a
-/// write that extends the file leaves the task for a blocking thread.
+/// small UNSTABLE write whose partial pages are cached or holes is written
+/// from the task, one extending the file too; a write whose partial page
+/// holds data on disk and is not cached leaves the task for a blocking
+/// thread.
 #[test]
 fn a_small_unstable_overwrite_is_written_on_the_task() {
     let server = two_exports();
@@ -706,10 +708,28 @@ fn a_small_unstable_overwrite_is_written_on_the_task() {
         ok(&res);
         assert_eq!(sizes(&res), [8192]);
     }
-    // The first extended the file: not on the task.
-    assert_eq!(plane.snapshot().task_writes - before, 2);
+    assert_eq!(plane.snapshot().task_writes - before, 3);
     let mut expected = again.clone();
     expected.extend_from_slice(&again);
+    assert_eq!(std::fs::read(path_of(&server, 0)).unwrap(), expected);
+    // Its pages on disk and dropped from the cache: a write into the
+    // middle of one would wait for the device read.
+    let f = std::fs::File::open(path_of(&server, 0)).unwrap();
+    f.sync_all().unwrap();
+    dionfs_sys::io::fadvise_dontneed(&f, 0, 0).unwrap();
+    let little = pattern(100, 3);
+    let res = call(
+        &mut c,
+        &mut s,
+        &[
+            putfh(&fh),
+            write(100, &little, StableHow4::Unstable),
+            getattr_size(),
+        ],
+    );
+    ok(&res);
+    assert_eq!(plane.snapshot().task_writes - before, 3);
+    expected[100..200].copy_from_slice(&little);
     assert_eq!(std::fs::read(path_of(&server, 0)).unwrap(), expected);
 }
 
