@@ -66,11 +66,7 @@ pub fn hold_range(file: &DataFile, range: std::ops::Range<u64>) -> Held<'_> {
 /// Locks `range` of `file` exclusively as a page-cache write that reads
 /// nothing from the device (`DataFile::page_writing`) would.
 pub fn hold_page_write(file: &DataFile, range: std::ops::Range<u64>) -> Held<'_> {
-    let range_guard = file
-        .locks
-        .lock(range, crate::range_lock::LockKind::Exclusive);
-    Held {
-        _range: range_guard,
-        _page_write: Some(file.page_writing()),
-    }
+    let mut held = hold_range(file, range);
+    held._page_write = Some(file.page_writing());
+    held
 }

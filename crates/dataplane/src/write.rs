@@ -383,18 +383,15 @@ impl WritePath {
     /// Whether a write starting at `start` beyond the end of the file
     /// would have the kernel read the page the file now ends in, to zero
     /// its tail before the gap: the size is not a whole number of pages,
-    /// and that page holds data on disk and is not cached (or the size
-    /// cannot be read). IOR-hard's extending records start where a
-    /// neighbour's record, just written and cached, ends.
+    /// and that page needs a device read ([`WritePath::page_ready`] says
+    /// no), or the size cannot be read. IOR-hard's extending records
+    /// start where a neighbour's record, just written and cached, ends.
     fn eof_page_needs_read(&self, file: &DataFile, start: u64) -> bool {
         let page = rustix::param::page_size() as u64;
         let Ok(size) = fstat_size(file.buffered_fd()) else {
             return true;
         };
-        if start <= size || size.is_multiple_of(page) {
-            return false;
-        }
-        !matches!(needs_device_read(file, size - size % page, page), Ok(false))
+        start > size && !size.is_multiple_of(page) && !self.page_ready(file, size - size % page)
     }
 
     /// Whether the pages a write of `io` covers only in part need no
@@ -411,32 +408,37 @@ impl WritePath {
     /// of bench/run's `ior-hard-write`). A filesystem that refuses the
     /// flag is remembered and asked no more.
     fn pages_cached(&self, file: &DataFile, io: Range<u64>) -> bool {
+        let page = rustix::param::page_size() as u64;
+        partial_pages(&io, page).all(|start| self.page_ready(file, start))
+    }
+
+    /// Whether the page at `start` of `file` needs no device read for a
+    /// write of part of it ([`WritePath::pages_cached`] asks it of each).
+    fn page_ready(&self, file: &DataFile, start: u64) -> bool {
         static NO_CACHESTAT: AtomicBool = AtomicBool::new(false);
         let page = rustix::param::page_size() as u64;
-        partial_pages(&io, page).all(|start| {
-            if !NO_CACHESTAT.load(Ordering::Relaxed) {
-                match needs_device_read(file, start, page) {
-                    Ok(needed) => return !needed,
-                    Err(_) => NO_CACHESTAT.store(true, Ordering::Relaxed),
-                }
+        if !NO_CACHESTAT.load(Ordering::Relaxed) {
+            match needs_device_read(file, start, page) {
+                Ok(needed) => return !needed,
+                Err(_) => NO_CACHESTAT.store(true, Ordering::Relaxed),
             }
-            let mut byte = [0u8; 1];
-            match preadv2(file.buffered_fd(), &mut byte, start, RwFlags::NOWAIT) {
-                Ok(_) => true,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
-                Err(e) => {
-                    if !self.nowait_refused.swap(true, Ordering::Relaxed) {
-                        tracing::info!(
-                            file = %file.label(),
-                            error = %e,
-                            "cannot tell whether pages are cached (preadv2 RWF_NOWAIT); \
-                             small WRITEs of this export go to blocking threads"
-                        );
-                    }
-                    false
+        }
+        let mut byte = [0u8; 1];
+        match preadv2(file.buffered_fd(), &mut byte, start, RwFlags::NOWAIT) {
+            Ok(_) => true,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
+            Err(e) => {
+                if !self.nowait_refused.swap(true, Ordering::Relaxed) {
+                    tracing::info!(
+                        file = %file.label(),
+                        error = %e,
+                        "cannot tell whether pages are cached (preadv2 RWF_NOWAIT); \
+                         small WRITEs of this export go to blocking threads"
+                    );
                 }
+                false
             }
-        })
+        }
     }
 
     /// See [`crate::DataPlane::write_without_blocking`].
