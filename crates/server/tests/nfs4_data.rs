@@ -161,6 +161,23 @@ fn commit() -> Op {
     }))
 }
 
+/// `[SEQUENCE, PUTFH, WRITE, GETATTR(size)]`, the COMPOUND Linux sends
+/// for a WRITE, of `data` at `offset` of `fh`.
+fn linux_write(
+    c: &mut Client,
+    s: &mut Session,
+    fh: &NfsFh4,
+    offset: u64,
+    data: &[u8],
+    stable: StableHow4,
+) -> CompoundRes {
+    call(
+        c,
+        s,
+        &[putfh(fh), write(offset, data, stable), getattr_size()],
+    )
+}
+
 fn getattr_size() -> Op {
     Op::A(ArgOp::Getattr(GetattrArgs4 {
         attr_request: Bitmap4::from_bits(&[Attr4::Size.bit()]),
@@ -567,15 +584,7 @@ fn a_write_to_a_read_only_export_is_refused_and_its_payload_skipped() {
     let fh = handle(&server, 1, b"f");
     let (mut c, mut s) = session(&server);
     let data = pattern(100_003, 4);
-    let res = call(
-        &mut c,
-        &mut s,
-        &[
-            putfh(&fh),
-            write(0, &data, StableHow4::FileSync),
-            getattr_size(),
-        ],
-    );
+    let res = linux_write(&mut c, &mut s, &fh, 0, &data, StableHow4::FileSync);
     assert_eq!(
         statuses(&res),
         [
@@ -639,14 +648,13 @@ fn v4_writes_use_pool_buffers_not_staging() {
     let (staged, _) = server.server.staging.staged();
     let chunk = pattern(64 << 10, 9);
     for i in 0..32u64 {
-        let res = call(
+        let res = linux_write(
             &mut c,
             &mut s,
-            &[
-                putfh(&fh),
-                write(i * chunk.len() as u64, &chunk, StableHow4::Unstable),
-                getattr_size(),
-            ],
+            &fh,
+            i * chunk.len() as u64,
+            &chunk,
+            StableHow4::Unstable,
         );
         ok(&res);
     }
@@ -665,15 +673,7 @@ fn a_payload_just_over_small_io_in_a_small_compound_is_staged() {
     let (mut c, mut s) = session(&server);
     let data = pattern(dionfs_dataplane::SMALL_IO + 500, 6);
     let (staged, _) = server.server.staging.staged();
-    let res = call(
-        &mut c,
-        &mut s,
-        &[
-            putfh(&fh),
-            write(0, &data, StableHow4::Unstable),
-            getattr_size(),
-        ],
-    );
+    let res = linux_write(&mut c, &mut s, &fh, 0, &data, StableHow4::Unstable);
     ok(&res);
     assert_eq!(server.server.staging.staged().0, staged + 1);
     assert_eq!(std::fs::read(path_of(&server, 0)).unwrap(), data);
@@ -696,15 +696,7 @@ fn a_small_unstable_overwrite_is_written_on_the_task() {
     let again = pattern(4096, 2);
     let before = plane.snapshot().task_writes;
     for (offset, data) in [(0, &first), (0, &again), (4096, &again)] {
-        let res = call(
-            &mut c,
-            &mut s,
-            &[
-                putfh(&fh),
-                write(offset, data, StableHow4::Unstable),
-                getattr_size(),
-            ],
-        );
+        let res = linux_write(&mut c, &mut s, &fh, offset, data, StableHow4::Unstable);
         ok(&res);
         assert_eq!(sizes(&res), [8192]);
     }
@@ -718,15 +710,7 @@ fn a_small_unstable_overwrite_is_written_on_the_task() {
     f.sync_all().unwrap();
     dionfs_sys::io::fadvise_dontneed(&f, 0, 0).unwrap();
     let little = pattern(100, 3);
-    let res = call(
-        &mut c,
-        &mut s,
-        &[
-            putfh(&fh),
-            write(100, &little, StableHow4::Unstable),
-            getattr_size(),
-        ],
-    );
+    let res = linux_write(&mut c, &mut s, &fh, 100, &little, StableHow4::Unstable);
     ok(&res);
     assert_eq!(plane.snapshot().task_writes - before, 3);
     expected[100..200].copy_from_slice(&little);
