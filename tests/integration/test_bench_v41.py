@@ -128,3 +128,85 @@ def test_pair_runs_each_job_back_to_back_on_its_own_files():
     # each system's files are its own
     assert b.with_files(["--file", "/seq.dat", "--bs", "1M"], "v41") == ["--file", "/v41-seq.dat", "--bs", "1M"]
     assert b.with_files(["--file", "/seq.dat"], None) == ["--file", "/seq.dat"]
+
+
+def test_ganesha_runs_beside_dionfs_each_job_side_by_side():
+    """The v4.0 and v4.1 comparisons' five rows as one group: a dionfs
+    server (with 4.0 on) for dionfs's rows and one Ganesha (minor version
+    0 allowed) on its own ports beside it, each row's runs against its own
+    server, each job's five runs back to back with each comparison's two
+    rows adjacent, every v4 row's writes cross-checked against its own
+    server."""
+    b = load_bench_run()
+    p = dict(b.SMOKE, seq_size=32 << 20, ior_size=8 << 20, ior_records=10)
+    jobs = [j for j in b.job_list(p) if j.name in ("seq-write", "seq-read")]
+    gv40, v40, v3, v41, gv41 = ("ganesha-v40", "dionfs-direct-v40", "dionfs-direct-v3",
+                                "dionfs-direct-v41", "ganesha-v41")
+    started, order = [], []
+
+    class Server:
+        cmdline = ["dionfs"]
+
+        def __init__(self, s):
+            self.s = s
+
+        def pid(self):
+            return 1
+
+        def url(self, env):
+            return "nfs://" + self.s
+
+        def stop(self, env):
+            order.append(("stopped", self.s))
+
+    class Args:
+        job_timeout = 1
+
+    class Env:
+        def clean_export(self):
+            order.append("cleaned")
+
+    b.start_server = lambda env, s, binary, logf: started.append(s) or Server(s)
+    b.run_job = lambda env, s, rep, job, server, lg, p, seeds, args, tag=None: (
+        order.append((rep, job.name, s, server.s, tag)) or {"job": job.name, "system": s, "rep": rep})
+    b.crosscheck = lambda *a, tag=None: order.append(("crosscheck", a[5], a[2], tag)) or {
+        "job": "_crosscheck"}
+    b.alive = lambda pid: True
+    b.server_metrics = lambda *a: None
+    b.Dionfs = Server
+    import tempfile
+    logs = tempfile.mkdtemp()
+    pair = [s for s in b.PAIRED if s in (gv40, v40, v3, v41, gv41)]
+    runs = b.run_pair(Env(), pair, 1, jobs, p, "dionfs", {"c": "loadgen"}, logs, Args())
+    # one dionfs server (v4.0's: 3, 4.0, 4.1, 4.2) and one Ganesha (v4.0's:
+    # minor versions 0, 1, 2), both stopped
+    assert started == [v40, gv40]
+    assert sorted(o[1] for o in order if o[0] == "stopped") == [v40, gv40]
+    calls = [o for o in order if isinstance(o, tuple) and isinstance(o[0], int)]
+    assert all(server == (gv40 if s.startswith("ganesha") else v40) for _, _, s, server, _ in calls)
+    assert all(tag == b.PAIRED_TAGS[s] for *_, s, _, tag in calls)
+    assert len({b.PAIRED_TAGS[s] for s in pair}) == 5
+    assert [c[2] for c in calls] == [gv40, v40, v3, v41, gv41, gv41, v41, v3, v40, gv40]
+    # every v4 row's seq-write read back over v3, from its own server
+    checks = sorted((o[1], o[2], o[3]) for o in order if o[0] == "crosscheck")
+    assert checks == sorted([(gv40, "nfs://" + gv40, "gv40"), (v40, "nfs://" + v40, "v40"),
+                             (v41, "nfs://" + v40, "v41"), (gv41, "nfs://" + gv40, "gv41")])
+    info = {r["system"]: r for r in runs if r["job"] == "_server_metrics"}
+    assert info[gv41]["shared_with"] == [gv40] and info[v3]["shared_with"] == [v40, v41]
+
+
+def test_ganesha_has_ports_of_its_own():
+    b = load_bench_run()
+
+    class Env:
+        export = "/x"
+
+    assert (b.GANESHA_NFS_PORT, b.GANESHA_MOUNT_PORT) != (b.NFS_PORT, b.MOUNT_PORT)
+    assert f"nfsport={b.GANESHA_NFS_PORT}&mountport={b.GANESHA_MOUNT_PORT}" in b.Ganesha().url(Env())
+    assert f"nfsport={b.NFS_PORT}&mountport={b.MOUNT_PORT}" in b.Dionfs("dionfs", "direct").url(Env())
+    # servers for a group: TLS's when it is there, else v4.0's
+    tls = b.TLS_SYSTEM
+    assert b.pair_servers(["dionfs-direct-v3", "dionfs-direct-v41"]) == [
+        ("dionfs-direct-v3", ["dionfs-direct-v3", "dionfs-direct-v41"])]
+    assert b.pair_servers(["dionfs-direct-v40", tls, "dionfs-direct-v3", "ganesha-v41"]) == [
+        (tls, ["dionfs-direct-v40", tls, "dionfs-direct-v3"]), ("ganesha-v41", ["ganesha-v41"])]
