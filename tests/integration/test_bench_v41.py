@@ -210,3 +210,53 @@ def test_ganesha_has_ports_of_its_own():
         ("dionfs-direct-v3", ["dionfs-direct-v3", "dionfs-direct-v41"])]
     assert b.pair_servers(["dionfs-direct-v40", tls, "dionfs-direct-v3", "ganesha-v41"]) == [
         (tls, ["dionfs-direct-v40", tls, "dionfs-direct-v3"]), ("ganesha-v41", ["ganesha-v41"])]
+
+
+def test_a_fair_jobs_attacker_calls_the_servers_own_ports(monkeypatch):
+    """bench/stall.py attacks the server the row runs against: Ganesha on
+    its own ports (before: always dionfs's, and Ganesha's fair-* rows
+    failed with stall.py finding nobody on 2049)."""
+    b = load_bench_run()
+    p = dict(b.SMOKE, seq_size=32 << 20, ior_size=8 << 20, ior_records=10)
+    job = next(j for j in b.job_list(p) if j.name == "fair-write")
+    attacks = []
+
+    class Attacker:
+        class stdout:
+            readline = staticmethod(lambda: "")
+
+        class stderr:
+            read = staticmethod(lambda: "no server")
+
+        def __init__(self, argv, **kw):
+            attacks.append(argv)
+
+        def terminate(self):
+            pass
+
+        def wait(self, t):
+            pass
+
+    class Env:
+        export = "/nonexistent-export"
+
+        def nsexec(self):
+            return []
+
+    class Args:
+        job_timeout = 1
+
+    monkeypatch.setattr(b.subprocess, "Popen", Attacker)
+    b.run_loadgen = lambda env, lg, url, argv, timeout: {"mib_s": 1.0, "url": url}
+    b.alive = lambda pid: True
+    b.measure_run = lambda job, s, rep, fn, export, pid=None, warm=None: fn()[0]
+
+    class Ganesha(b.Ganesha):
+        def pid(self):
+            return 1
+
+    m = b.run_job(Env(), "ganesha", 1, job, Ganesha(), {"c": "loadgen"}, p, b.rep_seeds(1), Args())
+    assert m["failed"].startswith("stall.py did not set up")
+    argv = attacks[0]
+    port = argv[argv.index("--nfs-port") + 1], argv[argv.index("--mount-port") + 1]
+    assert port == (str(b.GANESHA_NFS_PORT), str(b.GANESHA_MOUNT_PORT))
