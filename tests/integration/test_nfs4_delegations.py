@@ -272,6 +272,19 @@ def _size_and_change(client: V41, fh: bytes) -> tuple[int, int] | int:
     return size, change
 
 
+def _size_and_change_after_delay(client: V41, fh: bytes, seconds: float = 5) -> tuple[int, int] | int:
+    """_size_and_change, asked again while DELAY (as a client does) for up
+    to `seconds`: the holder's CB_GETATTR reply is read on its own
+    connection, and a GETATTR sent the moment the holder has answered can
+    come before the server has taken the answer in (DELAY then)."""
+    deadline = time.monotonic() + seconds
+    got = _size_and_change(client, fh)
+    while got == DELAY and time.monotonic() < deadline:
+        time.sleep(0.05)
+        got = _size_and_change(client, fh)
+    return got
+
+
 def test_a_getattr_asks_the_write_delegation_s_holder(deleg_server):
     srv = deleg_server
     holder, fh, deleg = _delegated(srv, "ga", BOTH)
@@ -283,7 +296,7 @@ def test_a_getattr_asks_the_write_delegation_s_holder(deleg_server):
     holder.serve_callbacks(lambda: holder.getattrs)
     assert holder.getattrs == [fh]
     server_change = os.stat(local(srv, "/ga")).st_ctime_ns
-    got = _size_and_change(rival, fh)
+    got = _size_and_change_after_delay(rival, fh)
     assert isinstance(got, tuple) and got[0] == 12345, got
     # Its change moved on from the server's (the file's times are now).
     assert got[1] > (server_change // 10**9 << 30 | server_change % 10**9), got
