@@ -308,6 +308,33 @@ def test_a_getattr_asks_the_write_delegation_s_holder(deleg_server):
                                            | server_change % 10**9)
 
 
+def test_a_getattr_waits_for_the_holder_s_answer(deleg_server):
+    """A holder that answers CB_GETATTR at once: the GETATTR that made
+    the server ask gets the answer, not DELAY (the server waits up to
+    30 ms for it, as knfsd does). Three tries, each with a delegation of
+    its own, for a test host too slow once to answer in time; a server
+    that does not wait answers DELAY to every one."""
+    srv = deleg_server
+    rival = V41(srv, b"stat-er")
+    tries = []
+    for n in range(3):
+        holder, fh, deleg = _delegated(srv, f"gw{n}", BOTH)
+        holder.cb_attrs = (7, 54321 + n)
+        answering = threading.Thread(target=holder.serve_callbacks,
+                                     args=(lambda h=holder: h.getattrs,), daemon=True)
+        answering.start()
+        started = time.monotonic()
+        got = _size_and_change(rival, fh)
+        tries.append((got, round(time.monotonic() - started, 3)))
+        answering.join(timeout=20)
+        assert not answering.is_alive() and holder.getattrs == [fh]
+        assert holder.call([putfh(fh), op(OP_DELEGRETURN, deleg)]).last()[1] == OK
+        if got != DELAY:
+            assert isinstance(got, tuple) and got[0] == 54321 + n, tries
+            break
+    assert tries[-1][0] != DELAY, f"DELAY every time: {tries}"
+
+
 def test_a_write_delegation_s_holder_that_does_not_tell_its_attributes_returns_it(deleg_server):
     srv = deleg_server
     holder, fh, deleg = _delegated(srv, "gb", BOTH)

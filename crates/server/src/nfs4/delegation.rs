@@ -156,8 +156,9 @@ pub fn check(ctx: &OpCtx, fh: &[u8], access: Access) -> Result<(), Nfsstat4> {
 /// another client's write delegation of it (RFC 8881 section 10.4.3):
 /// none held (`None`: the server's attributes are right), or the
 /// holder's size and whether it changed the file, as it answered
-/// CB_GETATTR lately. Else `DELAY`, with CB_GETATTR sent from a task; a
-/// holder that does not answer has the delegation recalled.
+/// CB_GETATTR lately or answers within [`GETATTR_WAIT`] of being asked
+/// (CB_GETATTR sent from a task). Else `DELAY`; a holder that does not
+/// answer has the delegation recalled.
 pub fn getattr_conflict(ctx: &OpCtx, fh: &[u8]) -> Result<Option<(u64, bool)>, Nfsstat4> {
     let Some(held) = ctx.server.delegations.write_held(fh, holder(ctx)) else {
         // None, or one recalled already: the plain check (DELAY while
@@ -168,12 +169,35 @@ pub fn getattr_conflict(ctx: &OpCtx, fh: &[u8]) -> Result<Option<(u64, bool)>, N
     let state = &ctx.nfs4.state;
     match state.getattr_step(&held, std::time::Instant::now()) {
         GetattrStep::Use { size, modified } => Ok(Some((size, modified))),
-        GetattrStep::Wait => Err(Nfsstat4::Delay),
+        GetattrStep::Wait => wait_for_holder(ctx, &held, fh),
         GetattrStep::Gone => check(ctx, fh, Access::Read).map(|()| None),
         GetattrStep::Ask => {
             ask_holder(ctx, held, fh);
-            Err(Nfsstat4::Delay)
+            wait_for_holder(ctx, &held, fh)
         }
+    }
+}
+
+/// How long a GETATTR waits for the holder's answer to CB_GETATTR before
+/// it answers `DELAY`: a client with the delegation answers within
+/// milliseconds, and one told `DELAY` asks again no sooner than 100 ms
+/// later (Linux's `NFS4_POLL_RETRY_MIN`). knfsd waits the same,
+/// `NFSD_CB_GETATTR_TIMEOUT` (HZ/34).
+pub const GETATTR_WAIT: Duration = Duration::from_millis(30);
+
+/// [`getattr_conflict`]'s wait for the answer of the holder of `held`,
+/// on a blocking thread only: a COMPOUND on its connection's task (a
+/// WRITE's GETATTR) answers `DELAY` at once rather than hold the
+/// runtime's worker.
+fn wait_for_holder(ctx: &OpCtx, held: &Held, fh: &[u8]) -> Result<Option<(u64, bool)>, Nfsstat4> {
+    if ctx.data.on_task {
+        return Err(Nfsstat4::Delay);
+    }
+    let until = std::time::Instant::now() + GETATTR_WAIT;
+    match ctx.nfs4.state.wait_getattr_answer(held, until) {
+        GetattrStep::Use { size, modified } => Ok(Some((size, modified))),
+        GetattrStep::Gone => check(ctx, fh, Access::Read).map(|()| None),
+        GetattrStep::Wait | GetattrStep::Ask => Err(Nfsstat4::Delay),
     }
 }
 

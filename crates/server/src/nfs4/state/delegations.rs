@@ -203,6 +203,34 @@ impl State {
     /// holds, at `now`: use the holder's answer to CB_GETATTR if it came
     /// within [`ANSWER_SERVES`], wait for one asked, or ask.
     pub fn getattr_step(&self, held: &Held, now: Instant) -> GetattrStep {
+        self.step_of(held, now, true)
+    }
+
+    /// A GETATTR's wait, until `until`, for the answer to the CB_GETATTR
+    /// of [`GetattrStep::Ask`] or [`GetattrStep::Wait`]: `Use` once the
+    /// holder answered, `Gone` once the delegation is, else `Wait` (the
+    /// holder's call failed or is still out: `DELAY`). Nothing is asked
+    /// again here: a holder that did not answer has its delegation
+    /// recalled.
+    pub fn wait_getattr_answer(&self, held: &Held, until: Instant) -> GetattrStep {
+        let (lock, answered) = &self.getattr_answers;
+        let mut waiting = lock.lock();
+        loop {
+            // Looked at under the lock `getattr_answered` notifies under:
+            // no answer comes between the look and the wait unseen.
+            let step = self.step_of(held, Instant::now(), false);
+            if step != GetattrStep::Wait || answered.wait_until(&mut waiting, until).timed_out() {
+                return match step {
+                    GetattrStep::Wait => self.step_of(held, Instant::now(), false),
+                    other => other,
+                };
+            }
+        }
+    }
+
+    /// [`Self::getattr_step`]; with `ask` false a delegation not asked
+    /// (or whose holder did not answer) is `Wait`, and not marked asked.
+    fn step_of(&self, held: &Held, now: Instant, ask: bool) -> GetattrStep {
         let Some(client) = self.table.lock().client(held.client).cloned() else {
             return GetattrStep::Gone;
         };
@@ -221,6 +249,7 @@ impl State {
                 }
             }
             Asked::Sent => GetattrStep::Wait,
+            _ if !ask => GetattrStep::Wait,
             _ => {
                 deleg.asked = Asked::Sent;
                 GetattrStep::Ask
@@ -253,6 +282,11 @@ impl State {
                 None => Asked::Not,
             };
         }
+        drop(state);
+        // The GETATTRs waiting for it (`wait_getattr_answer`).
+        let (lock, answered) = &self.getattr_answers;
+        let _notified = lock.lock();
+        answered.notify_all();
     }
 
     /// If `client`'s delegation `other` (its stateid's) is still held

@@ -135,6 +135,9 @@ pub struct State {
     /// The server's index of delegations, which every program checks
     /// (`delegations.rs`); off unless the server's is given.
     pub delegations: Arc<Delegations>,
+    /// Woken when a holder answers CB_GETATTR (or fails to): the
+    /// GETATTRs waiting for its answer (`delegations.rs`).
+    getattr_answers: (Mutex<()>, parking_lot::Condvar),
 }
 
 /// A grace period never held, for a state without the server's.
@@ -264,6 +267,7 @@ impl State {
             courtesy: Mutex::default(),
             recovery,
             delegations: Arc::new(Delegations::new(false)),
+            getattr_answers: Default::default(),
         })
     }
 
