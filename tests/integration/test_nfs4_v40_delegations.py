@@ -249,14 +249,17 @@ def test_a_write_delegation_s_holder_is_asked_for_its_size(deleg_server):
     # connection: no callback, the server's attributes.
     assert _size(holder, fh) == len(b"before\n")
     assert callbacks.getattrs == [] and callbacks.recalls == []
-    # Another client's: DELAY while the holder is asked (CB_GETATTR),
-    # then the size the holder has.
+    # Another client's: the holder is asked (CB_GETATTR) and the server
+    # waits up to 30 ms for its answer, the size the holder has; DELAY
+    # if the answer comes later, and the size on the retry, which the
+    # answer serves without asking again.
     other = V40(srv, b"stat-er-v40")
-    assert _size(other, fh) == -DELAY
+    first = _size(other, fh)
+    assert first in (12345, -DELAY), first
     assert callbacks.wait(lambda: callbacks.getattrs)
-    assert callbacks.getattrs == [fh]
     time.sleep(0.2)
     assert _size(other, fh) == 12345
+    assert callbacks.getattrs == [fh]
     assert callbacks.recalls == [] and _delegations(srv) == 1
     holder.close()
     other.close()
