@@ -166,15 +166,22 @@ pub fn getattr_conflict(ctx: &OpCtx, fh: &[u8]) -> Result<Option<(u64, bool)>, N
         check(ctx, fh, Access::Read)?;
         return Ok(None);
     };
-    let state = &ctx.nfs4.state;
-    match state.getattr_step(&held, std::time::Instant::now()) {
-        GetattrStep::Use { size, modified } => Ok(Some((size, modified))),
-        GetattrStep::Wait => wait_for_holder(ctx, &held, fh),
-        GetattrStep::Gone => check(ctx, fh, Access::Read).map(|()| None),
+    let step = match ctx
+        .nfs4
+        .state
+        .getattr_step(&held, std::time::Instant::now())
+    {
         GetattrStep::Ask => {
             ask_holder(ctx, held, fh);
-            wait_for_holder(ctx, &held, fh)
+            wait_for_holder(ctx, &held)
         }
+        GetattrStep::Wait => wait_for_holder(ctx, &held),
+        done => done,
+    };
+    match step {
+        GetattrStep::Use { size, modified } => Ok(Some((size, modified))),
+        GetattrStep::Gone => check(ctx, fh, Access::Read).map(|()| None),
+        GetattrStep::Wait | GetattrStep::Ask => Err(Nfsstat4::Delay),
     }
 }
 
@@ -187,18 +194,14 @@ pub const GETATTR_WAIT: Duration = Duration::from_millis(30);
 
 /// [`getattr_conflict`]'s wait for the answer of the holder of `held`,
 /// on a blocking thread only: a COMPOUND on its connection's task (a
-/// WRITE's GETATTR) answers `DELAY` at once rather than hold the
-/// runtime's worker.
-fn wait_for_holder(ctx: &OpCtx, held: &Held, fh: &[u8]) -> Result<Option<(u64, bool)>, Nfsstat4> {
+/// WRITE's GETATTR) does not wait (`Wait`, so `DELAY` at once) rather
+/// than hold the runtime's worker.
+fn wait_for_holder(ctx: &OpCtx, held: &Held) -> GetattrStep {
     if ctx.data.on_task {
-        return Err(Nfsstat4::Delay);
+        return GetattrStep::Wait;
     }
     let until = std::time::Instant::now() + GETATTR_WAIT;
-    match ctx.nfs4.state.wait_getattr_answer(held, until) {
-        GetattrStep::Use { size, modified } => Ok(Some((size, modified))),
-        GetattrStep::Gone => check(ctx, fh, Access::Read).map(|()| None),
-        GetattrStep::Wait | GetattrStep::Ask => Err(Nfsstat4::Delay),
-    }
+    ctx.nfs4.state.wait_getattr_answer(held, until)
 }
 
 /// CB_GETATTR (size, change) to the holder of write delegation `held`

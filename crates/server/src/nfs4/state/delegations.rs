@@ -218,13 +218,12 @@ impl State {
         loop {
             // Looked at under the lock `getattr_answered` notifies under:
             // no answer comes between the look and the wait unseen.
-            let step = self.step_of(held, Instant::now(), false);
-            if step != GetattrStep::Wait || answered.wait_until(&mut waiting, until).timed_out() {
-                return match step {
-                    GetattrStep::Wait => self.step_of(held, Instant::now(), false),
-                    other => other,
-                };
+            let now = Instant::now();
+            let step = self.step_of(held, now, false);
+            if step != GetattrStep::Wait || now >= until {
+                return step;
             }
+            answered.wait_until(&mut waiting, until);
         }
     }
 
