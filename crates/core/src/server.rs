@@ -212,13 +212,18 @@ impl Server {
             // A fixed (pre-pinned) slot for every pool buffer, within the
             // kernel's limit on registered buffers.
             let fixed = (config.exports.len() * buffers).min(16384) as u16;
-            match IoRing::with_fixed_buffers(ring_depth, fixed) {
+            // A ring for each runtime worker (tokio makes one per CPU),
+            // so that they do not wait for each other's submissions
+            // (`dionfs_sys::uring`).
+            let rings = std::thread::available_parallelism().map_or(1, |n| n.get());
+            match IoRing::with_rings(rings, ring_depth, fixed) {
                 Ok(ring) => {
                     let ring = Arc::new(ring);
                     for export in &exports {
                         export.data.register_buffers(&ring);
                     }
                     info!(
+                        rings = ring.rings(),
                         depth = ring_depth,
                         fixed_buffers = ring.fixed_slots(),
                         "io_uring on"

@@ -22,6 +22,7 @@ use std::io;
 use std::ops::Range;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
@@ -81,39 +82,80 @@ enum Slot<B> {
     },
 }
 
-struct Inner<B> {
-    ring: IoUring,
-    slots: Vec<Slot<B>>,
-    free: Vec<u32>,
-    /// Address range of the buffer registered at each fixed index.
-    fixed: Vec<Option<Range<usize>>>,
+/// io_uring for reads and writes with buffers of type `B`: one ring for
+/// each thread that submits, up to the number asked for
+/// ([`Uring::with_rings`]; the server asks for one per CPU, as many as
+/// its runtime has workers), each thread submitting to the ring it was
+/// given first and, should that one be full, to any other.
+///
+/// Why more than one: `io_uring_enter` runs a direct read's way through
+/// the file system and block layer inline (several microseconds), and a
+/// ring takes one submission at a time (the kernel's `uring_lock`, and
+/// the completions of its reads run under it too). With one ring for
+/// the server, the runtime's workers waited for each other there: a
+/// contended lock and a futex sleep for one in seven 4 KiB READs at qd
+/// 64, about 1 us of server CPU per READ over NFSv3 and 2 us over v4.1
+/// (`perf record` call graphs: `Mutex::lock_contended` under
+/// `Uring::submit` and `UringOp::poll`; with the submission moved out of
+/// the lock, the same wait in the kernel, `mutex_spin_on_owner`).
+///
+/// Writes go to the first ring only: they name a personality
+/// ([`Uring::register_personality`]), which is one ring's.
+pub struct Uring<B: RingBuf> {
+    rings: Box<[Ring<B>]>,
+    /// Address range of the buffer registered at each fixed index (the
+    /// same in every ring).
+    fixed: Mutex<Vec<Option<Range<usize>>>>,
+    /// Operations submitted on registered (fixed) buffers.
+    fixed_ops: AtomicU64,
 }
 
-/// One io_uring instance for reads and writes with buffers of type `B`.
-pub struct Uring<B: RingBuf> {
-    inner: Mutex<Inner<B>>,
+/// One io_uring instance. A lock for each part, taken in this order and
+/// never the reverse: `submitting` or `reaping`, then a slot's, then
+/// `free`. Polling an operation takes only its slot's, so it never waits
+/// for a submission or a reap.
+struct Ring<B> {
+    ring: IoUring,
+    /// Held to touch the submission queue and to enter the kernel.
+    submitting: Mutex<()>,
+    /// Held to touch the completion queue.
+    reaping: Mutex<()>,
+    /// Each operation's state, by the index its entry carries.
+    slots: Box<[Mutex<Slot<B>>]>,
+    /// Indexes of free slots.
+    free: Mutex<Vec<u32>>,
     /// Signalled by the kernel for each completion (`IORING_REGISTER_EVENTFD`).
     event: OwnedFd,
-    /// Operations submitted on registered (fixed) buffers.
-    fixed_ops: std::sync::atomic::AtomicU64,
 }
 
-impl<B: RingBuf> Uring<B> {
-    /// A ring with room for `depth` reads in the kernel at once (a read
-    /// asked for beyond that is refused with `WouldBlock`: the caller reads
-    /// some other way). Fails where io_uring is unavailable (old kernel,
-    /// `kernel.io_uring_disabled`, seccomp).
-    pub fn new(depth: u32) -> io::Result<Self> {
-        Self::with_fixed_buffers(depth, 0)
-    }
+/// `m` locked. A panic while holding one of the ring's locks leaves no
+/// half-done state behind (each changes in single assignments), so a
+/// poisoned lock is fine.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
-    /// [`Uring::new`] with an empty table of `fixed` buffer slots, filled
-    /// with [`Uring::register_fixed`]. A kernel that refuses the table
-    /// (too old, or the buffers would exceed `RLIMIT_MEMLOCK` for a
-    /// process without `CAP_IPC_LOCK`) leaves the ring without one: see
-    /// [`Uring::fixed_slots`].
-    pub fn with_fixed_buffers(depth: u32, fixed: u16) -> io::Result<Self> {
-        let depth = depth.clamp(1, 4096);
+/// The ring a thread submits to first: threads are numbered as they
+/// first submit, and thread `n` takes ring `n % rings`.
+fn home_ring(rings: usize) -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static HOME: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
+    }
+    let home = HOME.with(|h| {
+        if h.get() == usize::MAX {
+            h.set(NEXT.fetch_add(1, Ordering::Relaxed));
+        }
+        h.get()
+    });
+    home % rings
+}
+
+impl<B> Ring<B> {
+    /// A ring of `depth` entries with its eventfd, and a sparse table of
+    /// `fixed` registered buffers if `fixed` is not 0 (false if the
+    /// kernel refused it).
+    fn new(depth: u32, fixed: u16) -> io::Result<(Self, bool)> {
         // The completion queue is twice the submission queue by default,
         // and at most `depth` reads are ever in flight, so it can never
         // overflow and `io_uring_enter` never refuses work for that.
@@ -127,97 +169,163 @@ impl<B: RingBuf> Uring<B> {
         // SAFETY: `fd` was just created and is owned by nothing else.
         let event = unsafe { OwnedFd::from_raw_fd(fd) };
         ring.submitter().register_eventfd(event.as_raw_fd())?;
-        let slots = (0..depth).map(|_| Slot::Free).collect();
-        let free = (0..depth).rev().collect();
-        let fixed = if fixed > 0
+        let table = fixed > 0
             && ring
                 .submitter()
                 .register_buffers_sparse(u32::from(fixed))
-                .is_ok()
-        {
+                .is_ok();
+        let ring = Ring {
+            ring,
+            submitting: Mutex::new(()),
+            reaping: Mutex::new(()),
+            slots: (0..depth).map(|_| Mutex::new(Slot::Free)).collect(),
+            free: Mutex::new((0..depth).rev().collect()),
+            event,
+        };
+        Ok((ring, table))
+    }
+
+    /// Sets fixed buffer slot `index` to `iov` (an empty one empties it).
+    ///
+    /// # Safety
+    ///
+    /// `iov` describes memory the caller owns and keeps valid while
+    /// operations on it may run (or is empty).
+    unsafe fn set_fixed(&self, index: u16, iov: libc::iovec) -> io::Result<()> {
+        // SAFETY: as the caller promises; the kernel pins the pages of a
+        // non-empty iovec during this call and keeps them.
+        unsafe {
+            self.ring
+                .submitter()
+                .register_buffers_update(u32::from(index), &[iov], None)?;
+        }
+        Ok(())
+    }
+}
+
+impl<B: RingBuf> Uring<B> {
+    /// One ring with room for `depth` reads in the kernel at once (a read
+    /// asked for beyond that is refused with `WouldBlock`: the caller reads
+    /// some other way). Fails where io_uring is unavailable (old kernel,
+    /// `kernel.io_uring_disabled`, seccomp).
+    pub fn new(depth: u32) -> io::Result<Self> {
+        Self::with_rings(1, depth, 0)
+    }
+
+    /// [`Uring::new`] with an empty table of `fixed` buffer slots, filled
+    /// with [`Uring::register_fixed`]. A kernel that refuses the table
+    /// (too old, or the buffers would exceed `RLIMIT_MEMLOCK` for a
+    /// process without `CAP_IPC_LOCK`) leaves the ring without one: see
+    /// [`Uring::fixed_slots`].
+    pub fn with_fixed_buffers(depth: u32, fixed: u16) -> io::Result<Self> {
+        Self::with_rings(1, depth, fixed)
+    }
+
+    /// [`Uring::with_fixed_buffers`] with `rings` rings (at least one),
+    /// each of `depth` entries and with the table of `fixed` slots:
+    /// fixed buffers are used only if every ring took its table.
+    pub fn with_rings(rings: usize, depth: u32, fixed: u16) -> io::Result<Self> {
+        let depth = depth.clamp(1, 4096);
+        let mut all = Vec::new();
+        let mut tables = true;
+        for _ in 0..rings.clamp(1, 64) {
+            let (ring, table) = Ring::new(depth, fixed)?;
+            tables &= table;
+            all.push(ring);
+        }
+        let fixed = if fixed > 0 && tables {
             vec![None; usize::from(fixed)]
         } else {
+            for ring in &all {
+                let _ = ring.ring.submitter().unregister_buffers();
+            }
             Vec::new()
         };
         Ok(Self {
-            inner: Mutex::new(Inner {
-                ring,
-                slots,
-                free,
-                fixed,
-            }),
-            event,
+            rings: all.into_boxed_slice(),
+            fixed: Mutex::new(fixed),
             fixed_ops: Default::default(),
         })
     }
 
-    /// Fixed buffer slots the ring has (0 if it has no table).
+    /// How many rings it has.
+    pub fn rings(&self) -> usize {
+        self.rings.len()
+    }
+
+    /// Fixed buffer slots the rings have (0 if they have no table).
     pub fn fixed_slots(&self) -> u16 {
-        u16::try_from(self.lock().fixed.len()).unwrap_or(u16::MAX)
+        u16::try_from(lock(&self.fixed).len()).unwrap_or(u16::MAX)
     }
 
     /// Operations submitted on fixed buffers so far.
     pub fn fixed_ops(&self) -> u64 {
-        self.fixed_ops.load(std::sync::atomic::Ordering::Relaxed)
+        self.fixed_ops.load(Ordering::Relaxed)
     }
 
-    /// Registers `buf` at fixed slot `index`: the kernel pins its pages
-    /// now, once. From then on a [`RingBuf`] whose `fixed_index` is
-    /// `index` is read into and written from through that registration.
-    /// Before `buf` is freed, give the slot back
+    /// Registers `buf` at fixed slot `index`, in every ring: the kernel
+    /// pins its pages now, once. From then on a [`RingBuf`] whose
+    /// `fixed_index` is `index` is read into and written from through
+    /// that registration. Before `buf` is freed, give the slot back
     /// ([`Uring::unregister_fixed`]): else its pages stay pinned, the
     /// kernel's, for as long as the ring lives (operations naming the
     /// index never touch the new owner of the addresses: the ring refuses
     /// operations outside the registered range).
     pub fn register_fixed(&self, index: u16, buf: &mut AlignedBuf) -> io::Result<()> {
-        Self::register_at(&mut self.lock(), index, buf)
+        self.register_at(&mut lock(&self.fixed), index, buf)
     }
 
     /// [`Uring::register_fixed`] at the first empty slot, which it
     /// returns; `None` when every slot is taken (or the ring has no
     /// table).
     pub fn register_fixed_free(&self, buf: &mut AlignedBuf) -> io::Result<Option<u16>> {
-        let mut inner = self.lock();
-        let Some(index) = inner.fixed.iter().position(Option::is_none) else {
+        let mut fixed = lock(&self.fixed);
+        let Some(index) = fixed.iter().position(Option::is_none) else {
             return Ok(None);
         };
         // The table has at most u16::MAX slots (`with_fixed_buffers`).
         let index = u16::try_from(index).map_err(|_| io::ErrorKind::InvalidInput)?;
-        Self::register_at(&mut inner, index, buf)?;
+        self.register_at(&mut fixed, index, buf)?;
         Ok(Some(index))
     }
 
-    /// Empties fixed slot `index`: the kernel drops its pin on the pages
-    /// registered there (after operations in flight on them, which hold
-    /// their own reference), and the slot can be registered again. Call
-    /// it before the buffer registered there is freed, once no operation
-    /// will name the slot for it any more.
+    /// Empties fixed slot `index` in every ring: the kernel drops its pin
+    /// on the pages registered there (after operations in flight on them,
+    /// which hold their own reference), and the slot can be registered
+    /// again. Call it before the buffer registered there is freed, once no
+    /// operation will name the slot for it any more.
     pub fn unregister_fixed(&self, index: u16) -> io::Result<()> {
-        let mut inner = self.lock();
-        match inner.fixed.get(usize::from(index)) {
+        let mut fixed = lock(&self.fixed);
+        match fixed.get(usize::from(index)) {
             Some(Some(_)) => {}
             Some(None) => return Err(io::ErrorKind::NotFound.into()),
             None => return Err(io::ErrorKind::InvalidInput.into()),
         }
-        let empty = libc::iovec {
-            iov_base: std::ptr::null_mut(),
-            iov_len: 0,
-        };
-        // SAFETY: an empty iovec (null, 0) hands the kernel no memory: it
-        // makes the slot sparse again (IORING_REGISTER_BUFFERS_UPDATE,
-        // Linux 5.19+, as the sparse table itself).
-        unsafe {
-            inner
-                .ring
-                .submitter()
-                .register_buffers_update(u32::from(index), &[empty], None)?;
+        let mut result = Ok(());
+        for ring in self.rings.iter() {
+            // SAFETY: an empty iovec hands the kernel no memory: it makes
+            // the slot sparse again (IORING_REGISTER_BUFFERS_UPDATE, Linux
+            // 5.19+, as the sparse table itself).
+            let emptied = unsafe { ring.set_fixed(index, EMPTY_IOVEC) };
+            result = result.and(emptied);
         }
-        inner.fixed[usize::from(index)] = None;
-        Ok(())
+        // Empty where it could be emptied; where not, the kernel keeps its
+        // pin until the ring goes, and nothing names the index meanwhile
+        // unless registered again (which replaces the registration).
+        fixed[usize::from(index)] = None;
+        result
     }
 
-    fn register_at(inner: &mut Inner<B>, index: u16, buf: &mut AlignedBuf) -> io::Result<()> {
-        let Some(slot) = inner.fixed.get(usize::from(index)) else {
+    /// Under the `fixed` lock (`fixed` is its table), so that `submit`
+    /// and registrations see one table. All rings or none: a ring that
+    /// refuses has the others emptied again.
+    fn register_at(
+        &self,
+        fixed: &mut [Option<Range<usize>>],
+        index: u16,
+        buf: &mut AlignedBuf,
+    ) -> io::Result<()> {
+        let Some(slot) = fixed.get(usize::from(index)) else {
             return Err(io::ErrorKind::InvalidInput.into());
         };
         if slot.is_some() {
@@ -229,31 +337,29 @@ impl<B: RingBuf> Uring<B> {
             iov_len: bytes.len(),
         };
         let start = bytes.as_ptr() as usize;
-        // SAFETY: the iovec describes `buf`'s own allocation, valid now;
-        // the kernel pins its pages during this call and keeps them, so
-        // nothing the caller later does with the allocation can make the
-        // kernel touch memory it does not hold. Operations are only ever
-        // submitted on it for ranges inside it (checked in `submit`).
-        unsafe {
-            inner
-                .ring
-                .submitter()
-                .register_buffers_update(u32::from(index), &[iov], None)?;
+        for (n, ring) in self.rings.iter().enumerate() {
+            // SAFETY: the iovec describes `buf`'s own allocation, valid
+            // now; the kernel pins its pages during this call and keeps
+            // them, so nothing the caller later does with the allocation
+            // can make the kernel touch memory it does not hold.
+            // Operations are only ever submitted on it for ranges inside
+            // it (checked in `submit`).
+            if let Err(e) = unsafe { ring.set_fixed(index, iov) } {
+                for ring in &self.rings[..n] {
+                    // SAFETY: an empty iovec hands the kernel no memory.
+                    let _ = unsafe { ring.set_fixed(index, EMPTY_IOVEC) };
+                }
+                return Err(e);
+            }
         }
-        inner.fixed[usize::from(index)] = Some(start..start + bytes.len());
+        fixed[usize::from(index)] = Some(start..start + bytes.len());
         Ok(())
     }
 
-    /// The eventfd that becomes readable when reads complete: call
-    /// [`Uring::reap`] then.
-    pub fn event_fd(&self) -> BorrowedFd<'_> {
-        self.event.as_fd()
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Inner<B>> {
-        // A panic while holding the lock leaves no half-done state behind
-        // (slots change in single assignments), so a poisoned lock is fine.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    /// The eventfd of ring `ring` (of [`Uring::rings`]), readable when
+    /// its operations complete: call [`Uring::reap`] then.
+    pub fn event_fd(&self, ring: usize) -> Option<BorrowedFd<'_>> {
+        self.rings.get(ring).map(|r| r.event.as_fd())
     }
 
     /// Reads `range.len()` bytes at `offset` of `file` into `range` of
@@ -330,16 +436,16 @@ impl<B: RingBuf> Uring<B> {
     }
 
     /// Registers the calling thread's current credentials (fsuid, fsgid,
-    /// groups, capabilities) with the ring; the id names them in
-    /// [`Uring::write`]. Operations in flight keep their own reference, so
-    /// [`Uring::unregister_personality`] is safe at any time.
+    /// groups, capabilities) with the ring writes go to; the id names them
+    /// in [`Uring::write`]. Operations in flight keep their own reference,
+    /// so [`Uring::unregister_personality`] is safe at any time.
     pub fn register_personality(&self) -> io::Result<u16> {
-        self.lock().ring.submitter().register_personality()
+        self.rings[0].ring.submitter().register_personality()
     }
 
     /// Forgets a personality registered with [`Uring::register_personality`].
     pub fn unregister_personality(&self, id: u16) -> io::Result<()> {
-        self.lock().ring.submitter().unregister_personality(id)
+        self.rings[0].ring.submitter().unregister_personality(id)
     }
 
     fn submit(
@@ -361,19 +467,32 @@ impl<B: RingBuf> Uring<B> {
         // an AlignedBuf's bytes are a heap allocation of their own.
         let ptr = target[range].as_mut_ptr();
         let fixed_index = buf.fixed_index();
-        let mut inner = self.lock();
         // A fixed index is used only if the bytes lie inside the buffer
-        // registered there.
+        // registered there. (Its registration cannot change before the
+        // entry is submitted: `buf` is registered there, and a slot is
+        // given back only once no operation names it, `unregister_fixed`.)
         let bytes = ptr as usize..ptr as usize + len as usize;
         let fixed = fixed_index.filter(|&i| {
-            inner.fixed.get(usize::from(i)).is_some_and(|r| {
+            lock(&self.fixed).get(usize::from(i)).is_some_and(|r| {
                 r.as_ref()
                     .is_some_and(|r| r.start <= bytes.start && bytes.end <= r.end)
             })
         });
-        let Some(slot) = inner.free.pop() else {
+        // The thread's own ring first, then any with a free slot; writes
+        // to the first (their personality is its).
+        let n = self.rings.len();
+        let first = match op {
+            Op::Read => home_ring(n),
+            Op::Write { .. } => 0,
+        };
+        let tries = if matches!(op, Op::Read) { n } else { 1 };
+        let Some((index, slot)) = (0..tries)
+            .map(|k| (first + k) % n)
+            .find_map(|i| lock(&self.rings[i].free).pop().map(|slot| (i, slot)))
+        else {
             return Err((io::ErrorKind::WouldBlock.into(), buf));
         };
+        let ring = &self.rings[index];
         let fd = types::Fd(file.as_raw_fd());
         let entry = match (op, fixed) {
             (Op::Read, None) => opcode::Read::new(fd, ptr, len).offset(offset).build(),
@@ -393,29 +512,34 @@ impl<B: RingBuf> Uring<B> {
         }
         .user_data(u64::from(slot));
         if fixed.is_some() {
-            self.fixed_ops
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.fixed_ops.fetch_add(1, Ordering::Relaxed);
         }
-        // SAFETY: the entry's buffer (`ptr`, `len`) lies inside `buf`'s
-        // aligned buffer (checked above), and `buf` is stored in the slot
-        // below and kept there, unmoved in memory terms and unused, until
-        // `reap` has seen this entry's completion. The descriptor is open
-        // for the duration of this call, and the entry is submitted before
-        // the call returns (below), at which point the kernel holds its own
-        // reference to the file.
-        let pushed = unsafe { inner.ring.submission().push(&entry) };
+        let submitting = lock(&ring.submitting);
+        // SAFETY: the submission queue is taken only under `submitting`,
+        // held here, so no other handle to it exists. The entry's buffer
+        // (`ptr`, `len`) lies inside `buf`'s aligned buffer (checked
+        // above), and `buf` is stored in the slot below and kept there,
+        // unmoved in memory terms and unused, until `reap` has seen this
+        // entry's completion. The descriptor is open for the duration of
+        // this call, and the entry is submitted before the call returns
+        // (below), at which point the kernel holds its own reference to
+        // the file.
+        let pushed = unsafe { ring.ring.submission_shared().push(&entry) };
         if pushed.is_err() {
             // The submission queue holds at most `depth` entries and each
             // is submitted at once, so it is never full; be safe anyway.
-            inner.free.push(slot);
+            drop(submitting);
+            lock(&ring.free).push(slot);
             return Err((io::ErrorKind::WouldBlock.into(), buf));
         }
-        inner.slots[slot as usize] = Slot::Waiting { buf, waker: None };
+        // Before the kernel sees the entry (only `io_uring_enter` under
+        // `submitting` shows it the queue), so its completion finds it.
+        *lock(&ring.slots[slot as usize]) = Slot::Waiting { buf, waker: None };
         // The entry must reach the kernel now, while the descriptor is
         // known to be open: retry interrupted or momentarily refused
         // submissions (no completion queue overflow is possible, see `new`).
         loop {
-            match inner.ring.submit() {
+            match ring.ring.submit() {
                 Ok(_) => break,
                 Err(e)
                     if matches!(
@@ -434,48 +558,62 @@ impl<B: RingBuf> Uring<B> {
                 }
             }
         }
+        drop(submitting);
         Ok(UringOp {
-            ring: self.clone(),
+            uring: self.clone(),
+            ring: index as u32,
             slot,
             finished: false,
         })
     }
 
-    /// Collects completed reads: wakes the futures waiting for them and
-    /// drops the buffers of abandoned ones. Call it when
-    /// [`Uring::event_fd`] is readable (and whenever, harmlessly).
+    /// Collects completed operations of every ring: wakes the futures
+    /// waiting for them and drops the buffers of abandoned ones. Call it
+    /// when an eventfd of the rings is readable (and whenever,
+    /// harmlessly).
     pub fn reap(&self) {
+        for index in 0..self.rings.len() {
+            self.reap_ring(index);
+        }
+    }
+
+    /// [`Uring::reap`] of ring `index`.
+    fn reap_ring(&self, index: usize) {
         // The eventfd's count is never read back (a system call per
         // completion for nothing): [`drive`] watches it edge-triggered, and
         // every completion signals it anew, which is a new edge whatever
         // the count (the kernel caps it rather than fail or stop waking).
+        let Some(ring) = self.rings.get(index) else {
+            return;
+        };
         let mut wake = Vec::new();
         let mut dropped = Vec::new();
         {
-            let mut inner = self.lock();
-            let Inner {
-                ring, slots, free, ..
-            } = &mut *inner;
-            for cqe in ring.completion() {
-                let Ok(index) = usize::try_from(cqe.user_data()) else {
+            let _reaping = lock(&ring.reaping);
+            // SAFETY: a ring's completion queue is taken only here, under
+            // its `reaping`, so no other handle to it exists.
+            for cqe in unsafe { ring.ring.completion_shared() } {
+                let Ok(slot) = usize::try_from(cqe.user_data()) else {
                     continue;
                 };
-                let Some(slot) = slots.get_mut(index) else {
+                let Some(cell) = ring.slots.get(slot) else {
                     continue;
                 };
-                match std::mem::replace(slot, Slot::Free) {
+                let mut state = lock(cell);
+                match std::mem::replace(&mut *state, Slot::Free) {
                     Slot::Waiting { buf, waker } => {
-                        *slot = Slot::Done {
+                        *state = Slot::Done {
                             buf,
                             result: cqe.result(),
                         };
                         wake.extend(waker);
                     }
                     Slot::Abandoned { buf } => {
+                        drop(state);
                         dropped.push(buf);
-                        free.push(index as u32);
+                        lock(&ring.free).push(slot as u32);
                     }
-                    other => *slot = other,
+                    other => *state = other,
                 }
             }
         }
@@ -485,21 +623,44 @@ impl<B: RingBuf> Uring<B> {
     }
 }
 
-/// Reaps `ring`'s completions whenever its eventfd is readable, on the
-/// current tokio runtime; returns only if watching the eventfd fails (then
-/// reads already submitted would never be reported: the caller must stop).
+/// An empty iovec: given to a fixed slot, it empties it.
+const EMPTY_IOVEC: libc::iovec = libc::iovec {
+    iov_base: std::ptr::null_mut(),
+    iov_len: 0,
+};
+
+/// Reaps `ring`'s completions whenever one of its eventfds is readable,
+/// on the current tokio runtime (a task for each ring); returns only if
+/// watching an eventfd fails (then operations already submitted would
+/// never be reported: the caller must stop).
 pub async fn drive<B: RingBuf>(ring: Arc<Uring<B>>) -> io::Error {
-    struct Event<B: RingBuf>(Arc<Uring<B>>);
+    let mut watchers = tokio::task::JoinSet::new();
+    for index in 0..ring.rings.len() {
+        watchers.spawn(drive_ring(ring.clone(), index));
+    }
+    match watchers.join_next().await {
+        Some(Ok(e)) => e,
+        Some(Err(e)) => io::Error::other(format!("io_uring watcher ended: {e}")),
+        None => io::Error::other("io_uring has no ring to watch"),
+    }
+}
+
+/// [`drive`] of ring `index`.
+async fn drive_ring<B: RingBuf>(uring: Arc<Uring<B>>, index: usize) -> io::Error {
+    struct Event<B: RingBuf>(Arc<Uring<B>>, usize);
     impl<B: RingBuf> AsRawFd for Event<B> {
         fn as_raw_fd(&self) -> RawFd {
-            self.0.event.as_raw_fd()
+            self.0.rings[self.1].event.as_raw_fd()
         }
     }
     // SAFETY: the eventfd is owned by the ring, which `Event` keeps alive
     // for as long as the registration exists, and nothing closes or
     // replaces it meanwhile.
     let registered = unsafe {
-        tokio::io::unix::AsyncFd::register_with_interest(Event(ring), tokio::io::Interest::READABLE)
+        tokio::io::unix::AsyncFd::register_with_interest(
+            Event(uring, index),
+            tokio::io::Interest::READABLE,
+        )
     };
     let event = match registered {
         Ok(event) => event,
@@ -515,7 +676,8 @@ pub async fn drive<B: RingBuf>(ring: Arc<Uring<B>>) -> io::Error {
             Ok(mut ready) => ready.clear_ready(),
             Err(e) => return e,
         }
-        event.get_ref().0.reap();
+        let Event(uring, index) = event.get_ref();
+        uring.reap_ring(*index);
     }
 }
 
@@ -523,9 +685,16 @@ pub async fn drive<B: RingBuf>(ring: Arc<Uring<B>>) -> io::Error {
 /// read's error). Dropping it before then abandons the read: its buffer is
 /// dropped once the kernel is done with it.
 pub struct UringOp<B: RingBuf> {
-    ring: Arc<Uring<B>>,
+    uring: Arc<Uring<B>>,
+    ring: u32,
     slot: u32,
     finished: bool,
+}
+
+impl<B: RingBuf> UringOp<B> {
+    fn ring(&self) -> &Ring<B> {
+        &self.uring.rings[self.ring as usize]
+    }
 }
 
 impl<B: RingBuf> Future for UringOp<B> {
@@ -535,27 +704,33 @@ impl<B: RingBuf> Future for UringOp<B> {
         if self.finished {
             panic!("UringOp polled after completion");
         }
-        let index = self.slot as usize;
-        let ring = self.ring.clone();
-        let mut inner = ring.lock();
-        match std::mem::replace(&mut inner.slots[index], Slot::Free) {
+        let this = &mut *self;
+        let ring = &this.uring.rings[this.ring as usize];
+        let mut slot = lock(&ring.slots[this.slot as usize]);
+        match std::mem::replace(&mut *slot, Slot::Free) {
             Slot::Done { buf, result } => {
-                inner.free.push(self.slot);
-                drop(inner);
-                self.finished = true;
+                drop(slot);
+                lock(&ring.free).push(this.slot);
+                this.finished = true;
                 let result = usize::try_from(result)
                     .map_err(|_| io::Error::from_raw_os_error(result.saturating_neg()));
                 Poll::Ready((result, buf))
             }
-            Slot::Waiting { buf, .. } => {
-                inner.slots[index] = Slot::Waiting {
+            Slot::Waiting { buf, waker } => {
+                // The waker of the last poll, kept if it would wake the
+                // same task (no clone).
+                let waker = match waker {
+                    Some(w) if w.will_wake(cx.waker()) => w,
+                    _ => cx.waker().clone(),
+                };
+                *slot = Slot::Waiting {
                     buf,
-                    waker: Some(cx.waker().clone()),
+                    waker: Some(waker),
                 };
                 Poll::Pending
             }
             other => {
-                inner.slots[index] = other;
+                *slot = other;
                 Poll::Pending
             }
         }
@@ -567,20 +742,21 @@ impl<B: RingBuf> Drop for UringOp<B> {
         if self.finished {
             return;
         }
-        let index = self.slot as usize;
+        let ring = self.ring();
         let done = {
-            let mut inner = self.ring.lock();
-            match std::mem::replace(&mut inner.slots[index], Slot::Free) {
+            let mut slot = lock(&ring.slots[self.slot as usize]);
+            match std::mem::replace(&mut *slot, Slot::Free) {
                 Slot::Waiting { buf, .. } => {
-                    inner.slots[index] = Slot::Abandoned { buf };
+                    *slot = Slot::Abandoned { buf };
                     None
                 }
                 Slot::Done { buf, .. } => {
-                    inner.free.push(self.slot);
+                    drop(slot);
+                    lock(&ring.free).push(self.slot);
                     Some(buf)
                 }
                 other => {
-                    inner.slots[index] = other;
+                    *slot = other;
                     None
                 }
             }
@@ -668,7 +844,13 @@ mod tests {
         }
         let mut count = [0u8; 8];
         // SAFETY: reads at most 8 bytes into `count`, on our stack.
-        let got = unsafe { libc::read(ring.event.as_raw_fd(), count.as_mut_ptr().cast(), 8) };
+        let got = unsafe {
+            libc::read(
+                ring.rings[0].event.as_raw_fd(),
+                count.as_mut_ptr().cast(),
+                8,
+            )
+        };
         assert_eq!(got, 8);
         assert!(
             u64::from_ne_bytes(count) >= 2000,
@@ -687,6 +869,98 @@ mod tests {
         let fut = ring.read(w.as_fd(), buf, 0..4096, 0).ok().unwrap();
         let (n, _) = run(&ring, fut);
         assert_eq!(n.unwrap_err().raw_os_error(), Some(libc::EBADF));
+    }
+
+    /// Threads submitting, polling and abandoning reads at once over two
+    /// rings while another reaps (each part of a ring under its own
+    /// lock): every read completes with its own bytes, none is lost, and
+    /// every slot of every ring comes back.
+    #[test]
+    fn concurrent_submits_polls_and_reaps_lose_nothing() {
+        const THREADS: u64 = 4;
+        const READS: u64 = 300;
+        const DEPTH: u32 = 8;
+        let data: Vec<u8> = (0..64 * 4096u32)
+            .map(|i| (i / 4096 * 7 + i % 13) as u8)
+            .collect();
+        let f = Arc::new(file_with(&data));
+        const RINGS: usize = 2;
+        let ring = Arc::new(Uring::<AlignedBuf>::with_rings(RINGS, DEPTH, 0).unwrap());
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let reaper = {
+            let (ring, stop) = (ring.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    ring.reap();
+                    std::thread::yield_now();
+                }
+            })
+        };
+        let workers: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (ring, f, data) = (ring.clone(), f.clone(), data.clone());
+                std::thread::spawn(move || {
+                    let flag = Arc::new(Flag(Default::default()));
+                    let waker = Waker::from(flag.clone());
+                    let mut cx = Context::from_waker(&waker);
+                    let mut done = 0;
+                    for i in 0..READS {
+                        let block = (t * READS + i) % 64;
+                        let mut buf = AlignedBuf::new(4096, 4096).unwrap();
+                        let mut op = loop {
+                            match ring.read(f.as_fd(), buf, 0..4096, block * 4096) {
+                                Ok(op) => break op,
+                                Err((e, back)) => {
+                                    assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+                                    buf = back;
+                                    std::thread::yield_now();
+                                }
+                            }
+                        };
+                        if i % 5 == 0 {
+                            // Given up on at once: its slot comes back when
+                            // the reaper sees it complete.
+                            drop(op);
+                            continue;
+                        }
+                        let deadline =
+                            std::time::Instant::now() + std::time::Duration::from_secs(20);
+                        let (n, buf) = loop {
+                            if let Poll::Ready(out) = Pin::new(&mut op).poll(&mut cx) {
+                                break out;
+                            }
+                            assert!(
+                                std::time::Instant::now() < deadline,
+                                "read {i} of thread {t} lost"
+                            );
+                            std::thread::yield_now();
+                        };
+                        assert_eq!(n.unwrap(), 4096);
+                        let at = (block * 4096) as usize;
+                        assert!(buf[..4096] == data[at..at + 4096], "block {block}");
+                        done += 1;
+                    }
+                    done
+                })
+            })
+            .collect();
+        let done: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
+        assert_eq!(done, THREADS * (READS - READS / 5));
+        // Every slot is free again once the abandoned reads are reaped.
+        let mut held = Vec::new();
+        dionfs_testfs::wait_until(
+            || {
+                let buf = AlignedBuf::new(4096, 4096).unwrap();
+                if let Ok(op) = ring.read(f.as_fd(), buf, 0..4096, 0) {
+                    held.push(op);
+                }
+                held.len() == RINGS * DEPTH as usize
+            },
+            std::time::Duration::from_secs(10),
+            "every slot to come back",
+        );
+        stop.store(true, Ordering::Relaxed);
+        reaper.join().unwrap();
     }
 
     #[test]
@@ -867,6 +1141,60 @@ mod tests {
         assert_eq!(ring.fixed_ops(), 2);
         ring.unregister_fixed(1).unwrap();
         drop(a);
+    }
+
+    /// With several rings, a thread whose ring is full submits to
+    /// another, and a fixed buffer is one in every ring: reads through it
+    /// from either ring are fixed reads of the right bytes, and an
+    /// emptied slot is empty in both.
+    #[test]
+    fn a_full_ring_overflows_to_another_with_the_same_fixed_buffers() {
+        let data: Vec<u8> = (0..16384u32).map(|i| (i % 247) as u8).collect();
+        let f = file_with(&data);
+        let ring = Arc::new(Uring::<Fixed>::with_rings(2, 1, 2).unwrap());
+        assert_eq!(ring.rings(), 2);
+        if ring.fixed_slots() == 0 {
+            eprintln!("skipped: no fixed buffer table (kernel or RLIMIT_MEMLOCK)");
+            return;
+        }
+        let mut a = AlignedBuf::new(4096, 4096).unwrap();
+        let mut b = AlignedBuf::new(4096, 4096).unwrap();
+        ring.register_fixed(0, &mut a).unwrap();
+        ring.register_fixed(1, &mut b).unwrap();
+        // One slot per ring: the second read in flight takes the other
+        // ring, and a third finds both full.
+        let first = ring.read(f.as_fd(), Fixed(a, 0), 0..4096, 0).ok().unwrap();
+        let second = ring
+            .read(f.as_fd(), Fixed(b, 1), 0..4096, 8192)
+            .ok()
+            .unwrap();
+        assert_ne!(first.ring, second.ring);
+        let third = ring.read(
+            f.as_fd(),
+            Fixed(AlignedBuf::new(4096, 4096).unwrap(), 0),
+            0..4096,
+            0,
+        );
+        assert_eq!(
+            third.err().map(|(e, _)| e.kind()),
+            Some(io::ErrorKind::WouldBlock)
+        );
+        let (n, Fixed(a, _)) = run(&ring, first);
+        assert_eq!(n.unwrap(), 4096);
+        assert_eq!(&a[..], &data[..4096]);
+        let (n, Fixed(b, _)) = run(&ring, second);
+        assert_eq!(n.unwrap(), 4096);
+        assert_eq!(&b[..], &data[8192..12288]);
+        assert_eq!(ring.fixed_ops(), 2);
+        ring.unregister_fixed(0).unwrap();
+        ring.unregister_fixed(1).unwrap();
+        assert_eq!(
+            ring.register_fixed_free(&mut AlignedBuf::new(4096, 4096).unwrap())
+                .unwrap(),
+            Some(0)
+        );
+        ring.unregister_fixed(0).unwrap();
+        drop((a, b));
     }
 
     #[test]
