@@ -99,10 +99,12 @@ enum Slot<B> {
 /// `Uring::submit` and `UringOp::poll`; with the submission moved out of
 /// the lock, the same wait in the kernel, `mutex_spin_on_owner`).
 ///
-/// Writes go to the first ring only: they name a personality
-/// ([`Uring::register_personality`]), which is one ring's.
+/// Writes too: a personality ([`Uring::register_personality`]) is
+/// registered in every ring, and named by its id in the first.
 pub struct Uring<B: RingBuf> {
     rings: Box<[Ring<B>]>,
+    /// Held while personalities are registered and unregistered.
+    registering: Mutex<()>,
     /// Address range of the buffer registered at each fixed index (the
     /// same in every ring).
     fixed: Mutex<Vec<Option<Range<usize>>>>,
@@ -116,8 +118,10 @@ pub struct Uring<B: RingBuf> {
 /// for a submission or a reap.
 struct Ring<B> {
     ring: IoUring,
-    /// Held to touch the submission queue and to enter the kernel.
-    submitting: Mutex<()>,
+    /// Held to touch the submission queue and to enter the kernel. It
+    /// holds the ring's ids of the personalities, by their id in the
+    /// first ring (whose own list is empty: its ids are theirs).
+    submitting: Mutex<Vec<(u16, u16)>>,
     /// Held to touch the completion queue.
     reaping: Mutex<()>,
     /// Each operation's state, by the index its entry carries.
@@ -152,6 +156,18 @@ fn home_ring(rings: usize) -> usize {
 }
 
 impl<B> Ring<B> {
+    /// Unregisters this ring's personality for the first ring's `id`.
+    fn forget_personality(&self, id: u16) -> io::Result<()> {
+        let own = {
+            let mut ids = lock(&self.submitting);
+            let Some(at) = ids.iter().position(|&(first, _)| first == id) else {
+                return Err(io::ErrorKind::NotFound.into());
+            };
+            ids.swap_remove(at).1
+        };
+        self.ring.submitter().unregister_personality(own)
+    }
+
     /// A ring of `depth` entries with its eventfd, and a sparse table of
     /// `fixed` registered buffers if `fixed` is not 0 (false if the
     /// kernel refused it).
@@ -176,7 +192,7 @@ impl<B> Ring<B> {
                 .is_ok();
         let ring = Ring {
             ring,
-            submitting: Mutex::new(()),
+            submitting: Mutex::new(Vec::new()),
             reaping: Mutex::new(()),
             slots: (0..depth).map(|_| Mutex::new(Slot::Free)).collect(),
             free: Mutex::new((0..depth).rev().collect()),
@@ -243,6 +259,7 @@ impl<B: RingBuf> Uring<B> {
         };
         Ok(Self {
             rings: all.into_boxed_slice(),
+            registering: Mutex::new(()),
             fixed: Mutex::new(fixed),
             fixed_ops: Default::default(),
         })
@@ -436,16 +453,35 @@ impl<B: RingBuf> Uring<B> {
     }
 
     /// Registers the calling thread's current credentials (fsuid, fsgid,
-    /// groups, capabilities) with the ring writes go to; the id names them
-    /// in [`Uring::write`]. Operations in flight keep their own reference,
+    /// groups, capabilities) with every ring; the id names them in
+    /// [`Uring::write`]. Operations in flight keep their own reference,
     /// so [`Uring::unregister_personality`] is safe at any time.
     pub fn register_personality(&self) -> io::Result<u16> {
-        self.rings[0].ring.submitter().register_personality()
+        let _registering = lock(&self.registering);
+        let id = self.rings[0].ring.submitter().register_personality()?;
+        for (n, ring) in self.rings.iter().enumerate().skip(1) {
+            match ring.ring.submitter().register_personality() {
+                Ok(own) => lock(&ring.submitting).push((id, own)),
+                Err(e) => {
+                    for ring in &self.rings[1..n] {
+                        let _ = ring.forget_personality(id);
+                    }
+                    let _ = self.rings[0].ring.submitter().unregister_personality(id);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(id)
     }
 
     /// Forgets a personality registered with [`Uring::register_personality`].
     pub fn unregister_personality(&self, id: u16) -> io::Result<()> {
-        self.rings[0].ring.submitter().unregister_personality(id)
+        let _registering = lock(&self.registering);
+        let mut result = Ok(());
+        for ring in self.rings.iter().skip(1) {
+            result = result.and(ring.forget_personality(id));
+        }
+        result.and(self.rings[0].ring.submitter().unregister_personality(id))
     }
 
     fn submit(
@@ -478,21 +514,46 @@ impl<B: RingBuf> Uring<B> {
                     .is_some_and(|r| r.start <= bytes.start && bytes.end <= r.end)
             })
         });
-        // The thread's own ring first, then any with a free slot; writes
-        // to the first (their personality is its).
+        // The thread's own ring first, then any with a free slot.
         let n = self.rings.len();
-        let first = match op {
-            Op::Read => home_ring(n),
-            Op::Write { .. } => 0,
-        };
-        let tries = if matches!(op, Op::Read) { n } else { 1 };
-        let Some((index, slot)) = (0..tries)
-            .map(|k| (first + k) % n)
+        let home = home_ring(n);
+        let Some((index, slot)) = (0..n)
+            .map(|k| (home + k) % n)
             .find_map(|i| lock(&self.rings[i].free).pop().map(|slot| (i, slot)))
         else {
             return Err((io::ErrorKind::WouldBlock.into(), buf));
         };
         let ring = &self.rings[index];
+        let submitting = lock(&ring.submitting);
+        // A write's personality, as this ring knows it; one this ring
+        // does not know (not registered through `register_personality`)
+        // is the first ring's id as given, and goes there.
+        let (index, ring, slot, submitting, op) = match op {
+            Op::Write { flags, personality } if index != 0 => {
+                match submitting.iter().find(|&&(first, _)| first == personality) {
+                    Some(&(_, own)) => (
+                        index,
+                        ring,
+                        slot,
+                        submitting,
+                        Op::Write {
+                            flags,
+                            personality: own,
+                        },
+                    ),
+                    None => {
+                        drop(submitting);
+                        lock(&ring.free).push(slot);
+                        let Some(slot) = lock(&self.rings[0].free).pop() else {
+                            return Err((io::ErrorKind::WouldBlock.into(), buf));
+                        };
+                        let first = &self.rings[0];
+                        (0, first, slot, lock(&first.submitting), op)
+                    }
+                }
+            }
+            op => (index, ring, slot, submitting, op),
+        };
         let fd = types::Fd(file.as_raw_fd());
         let entry = match (op, fixed) {
             (Op::Read, None) => opcode::Read::new(fd, ptr, len).offset(offset).build(),
@@ -514,7 +575,6 @@ impl<B: RingBuf> Uring<B> {
         if fixed.is_some() {
             self.fixed_ops.fetch_add(1, Ordering::Relaxed);
         }
-        let submitting = lock(&ring.submitting);
         // SAFETY: the submission queue is taken only under `submitting`,
         // held here, so no other handle to it exists. The entry's buffer
         // (`ptr`, `len`) lies inside `buf`'s aligned buffer (checked
@@ -1071,6 +1131,75 @@ mod tests {
         assert_eq!(mode & 0o7777, 0o0777, "set-user-ID kept: {mode:o}");
         assert_eq!(std::fs::read(&path).unwrap(), [5u8; 8192]);
         ring.unregister_personality(user).unwrap();
+    }
+
+    /// With two rings, a write runs as its personality on either ring:
+    /// one write held in flight on each (one slot per ring), as another
+    /// user (the set-user-ID bit of its file cleared) and as root (kept).
+    #[test]
+    fn writes_run_as_their_personality_on_every_ring() {
+        use std::os::unix::fs::PermissionsExt;
+        if !dionfs_testfs::runs_as_root("an io_uring personality of another user", &[]) {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let suid_file = |name: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, [0u8; 4096]).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o4777)).unwrap();
+            let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+            (path, f)
+        };
+        let mode =
+            |path: &std::path::Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o7777;
+        let ring = Arc::new(Uring::<AlignedBuf>::with_rings(2, 1, 0).unwrap());
+        // The second ring's ids one ahead of the first's: a write there
+        // under the first's id would run as the wrong personality.
+        ring.rings[1]
+            .ring
+            .submitter()
+            .register_personality()
+            .unwrap();
+        let root = ring.register_personality().unwrap();
+        let nobody = crate::cred::Creds {
+            uid: 65534,
+            gid: 65534,
+            groups: vec![],
+        };
+        let user = crate::cred::with_creds(&nobody, || ring.register_personality())
+            .unwrap()
+            .unwrap();
+        for (who, kept) in [(user, 0o0777), (root, 0o4777)] {
+            let (a, fa) = suid_file("a");
+            let (b, fb) = suid_file("b");
+            let write = |f: &std::fs::File| {
+                ring.write(
+                    f.as_fd(),
+                    AlignedBuf::new(4096, 4096).unwrap(),
+                    0..4096,
+                    0,
+                    RwFlags::NONE,
+                    who,
+                )
+                .ok()
+                .unwrap()
+            };
+            let first = write(&fa);
+            let second = write(&fb);
+            assert_ne!(first.ring, second.ring, "one write on each ring");
+            for (op, path) in [(first, &a), (second, &b)] {
+                let (n, _) = run(&ring, op);
+                assert_eq!(n.unwrap(), 4096);
+                assert_eq!(mode(path), kept, "{path:?} as personality {who}");
+            }
+        }
+        ring.unregister_personality(user).unwrap();
+        ring.unregister_personality(root).unwrap();
+        assert_eq!(
+            ring.unregister_personality(user).unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
     }
 
     #[test]
