@@ -20,7 +20,7 @@
 use std::future::Future;
 use std::io;
 use std::ops::Range;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -371,12 +371,6 @@ impl<B: RingBuf> Uring<B> {
         }
         fixed[usize::from(index)] = Some(start..start + bytes.len());
         Ok(())
-    }
-
-    /// The eventfd of ring `ring` (of [`Uring::rings`]), readable when
-    /// its operations complete: call [`Uring::reap`] then.
-    pub fn event_fd(&self, ring: usize) -> Option<BorrowedFd<'_>> {
-        self.rings.get(ring).map(|r| r.event.as_fd())
     }
 
     /// Reads `range.len()` bytes at `offset` of `file` into `range` of
@@ -830,6 +824,7 @@ impl<B: RingBuf> Drop for UringOp<B> {
 mod tests {
     use super::*;
     use std::io::Write;
+    use std::os::fd::AsFd;
     use std::task::Wake;
 
     struct Flag(std::sync::atomic::AtomicBool);
@@ -1087,6 +1082,21 @@ mod tests {
         );
     }
 
+    /// Personalities of root (this test's credentials) and of nobody,
+    /// registered with `ring`.
+    fn root_and_nobody<B: RingBuf>(ring: &Uring<B>) -> (u16, u16) {
+        let root = ring.register_personality().unwrap();
+        let nobody = crate::cred::Creds {
+            uid: 65534,
+            gid: 65534,
+            groups: vec![],
+        };
+        let user = crate::cred::with_creds(&nobody, || ring.register_personality())
+            .unwrap()
+            .unwrap();
+        (root, user)
+    }
+
     #[test]
     fn writes_run_as_their_personality() {
         use std::os::unix::fs::PermissionsExt;
@@ -1100,15 +1110,7 @@ mod tests {
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
         let ring = Arc::new(Uring::<AlignedBuf>::new(2).unwrap());
-        let root = ring.register_personality().unwrap();
-        let nobody = crate::cred::Creds {
-            uid: 65534,
-            gid: 65534,
-            groups: vec![],
-        };
-        let user = crate::cred::with_creds(&nobody, || ring.register_personality())
-            .unwrap()
-            .unwrap();
+        let (root, user) = root_and_nobody(&ring);
         let mut buf = AlignedBuf::new(4096, 4096).unwrap();
         buf[..4096].fill(5);
         // As root (CAP_FSETID) the set-user-ID bit stays.
@@ -1161,15 +1163,7 @@ mod tests {
             .submitter()
             .register_personality()
             .unwrap();
-        let root = ring.register_personality().unwrap();
-        let nobody = crate::cred::Creds {
-            uid: 65534,
-            gid: 65534,
-            groups: vec![],
-        };
-        let user = crate::cred::with_creds(&nobody, || ring.register_personality())
-            .unwrap()
-            .unwrap();
+        let (root, user) = root_and_nobody(&ring);
         for (who, kept) in [(user, 0o0777), (root, 0o4777)] {
             let (a, fa) = suid_file("a");
             let (b, fb) = suid_file("b");
