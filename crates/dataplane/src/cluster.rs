@@ -24,10 +24,28 @@
 //! (`preadv2(RWF_NOWAIT)`, `ReadPath::read_cached_now`), the others on a
 //! blocking thread, which waits for the device.
 //!
+//! Readers left behind: the READs of a cluster's connections do not
+//! move at one pace (a client's threads wait for a CPU, a READ that
+//! misses the cache waits for the device while its neighbours' hit).
+//! Pages are kept for the slowest reader seen lately, not only for the
+//! front, and a READ anywhere in what the cluster still keeps is served
+//! from it: a reader that fell behind then reads from memory and catches
+//! up. Until 2026-12-02 pages more than 32 MiB below the front were
+//! dropped and READs below that served direct: a reader that fell that
+//! far read every record from the device, slower than the others read
+//! from memory, and fell further behind, for the rest of the run
+//! (bench/run's `ior-hard-read` and `ior-aligned-read` went 0.56-1.51x
+//! from one repetition to the next, 7,000-8,000 of 21,800 READs direct
+//! in the slow runs; a scratch replay, 8 runs: 373-641 MiB/s with up to
+//! 4,367 READs direct before, 510-623 with every READ clustered with a
+//! keep line 256 MiB down).
+//!
 //! Bounds: direct mode keeps no data cached, so the cluster drops what it
-//! leaves behind: pages more than [`BEHIND`] below the furthest READ are
-//! dropped (`POSIX_FADV_DONTNEED`) as the front moves on, and everything
-//! it read when it ends (READs far away, or no READ for [`IDLE`]:
+//! leaves behind: pages more than [`BEHIND`] below the furthest READ and
+//! below the slowest recent one are dropped (`POSIX_FADV_DONTNEED`) as
+//! the front moves on, never more than [`MAX_BEHIND`] below the front
+//! kept (a reader further behind reads direct), and everything it read
+//! when it ends (READs far away, or no READ for [`IDLE`]:
 //! [`crate::DataPlane::expire_readahead`] sweeps; or the file is closed).
 //! At most [`MAX_CLUSTERS`] files of an export are clusters at once.
 
@@ -46,8 +64,16 @@ pub(crate) const REACH: u64 = 32 << 20;
 /// Small concurrent READs in a row near each other that make a cluster.
 pub(crate) const MIN_STREAK: u32 = 16;
 
-/// Page cache a cluster may keep below its furthest READ.
+/// Page cache a cluster keeps below its furthest READ.
 pub(crate) const BEHIND: u64 = 32 << 20;
+
+/// Page cache a cluster may keep below its furthest READ for a reader
+/// left behind.
+pub(crate) const MAX_BEHIND: u64 = 256 << 20;
+
+/// The slowest recent reader is the lowest start among the last
+/// `LOW_WINDOW` to `2 * LOW_WINDOW` READs.
+const LOW_WINDOW: u32 = 256;
 
 /// A cluster with no READ for this long ends (its pages are dropped).
 pub(crate) const IDLE: Duration = Duration::from_secs(1);
@@ -83,8 +109,45 @@ struct State {
     /// Small READs in a row that did not (a cluster ends after
     /// `MIN_STREAK`).
     far: u32,
+    /// The lowest start of this window's near READs, and of the window
+    /// before (`LOW_WINDOW`).
+    low: Low,
     /// `Some` while the file is a cluster.
     active: Option<Active>,
+}
+
+/// Where the slowest recent READ started, over two windows of
+/// [`LOW_WINDOW`] READs: this one and the one before.
+#[derive(Debug)]
+struct Low {
+    now: u64,
+    before: u64,
+    reads: u32,
+}
+
+impl Default for Low {
+    fn default() -> Self {
+        Low {
+            now: u64::MAX,
+            before: u64::MAX,
+            reads: 0,
+        }
+    }
+}
+
+impl Low {
+    fn note(&mut self, start: u64) {
+        self.now = self.now.min(start);
+        self.reads += 1;
+        if self.reads == LOW_WINDOW {
+            self.before = std::mem::replace(&mut self.now, u64::MAX);
+            self.reads = 0;
+        }
+    }
+
+    fn lowest(&self) -> u64 {
+        self.now.min(self.before)
+    }
 }
 
 #[derive(Debug)]
@@ -129,7 +192,13 @@ impl Cluster {
         slot: impl FnOnce() -> Option<(Held, OwnedFd)>,
     ) -> Route {
         let mut st = self.state.lock();
-        let near = range.start.abs_diff(st.front) <= REACH;
+        // Near the front; or, in a cluster, anywhere above what it
+        // dropped (a reader left behind).
+        let near = range.start.abs_diff(st.front) <= REACH
+            || st
+                .active
+                .as_ref()
+                .is_some_and(|a| range.start >= a.dropped_to && range.start <= st.front + REACH);
         if !near {
             st.far += 1;
             if st.active.is_some() && st.far < MIN_STREAK {
@@ -142,6 +211,7 @@ impl Cluster {
             // over).
             let front = std::mem::replace(&mut st.front, range.end);
             st.streak = u32::from(concurrent);
+            st.low = Low::default();
             return Route {
                 drop: st.active.take().map(|a| a.cached_range(front)),
                 ..Route::default()
@@ -149,6 +219,7 @@ impl Cluster {
         }
         st.far = 0;
         st.front = st.front.max(range.end);
+        st.low.note(range.start);
         if concurrent {
             st.streak = st.streak.saturating_add(1);
         }
@@ -165,13 +236,17 @@ impl Cluster {
                 started = true;
             }
         }
-        let front = st.front;
+        let (front, slowest) = (st.front, st.low.lowest());
         let Some(active) = st.active.as_mut() else {
             return Route::default();
         };
         active.low = active.low.min(range.start);
         active.last_read = Instant::now();
-        let behind = round_down(front.saturating_sub(BEHIND), DROP_ALIGN);
+        let keep = front
+            .saturating_sub(BEHIND)
+            .min(slowest)
+            .max(front.saturating_sub(MAX_BEHIND));
+        let behind = round_down(keep, DROP_ALIGN);
         let drop = (behind >= active.dropped_to + DROP_STEP).then(|| {
             let from = active.dropped_to;
             active.dropped_to = behind;
@@ -197,6 +272,7 @@ impl Cluster {
         }
         let front = st.front;
         st.streak = 0;
+        st.low = Low::default();
         if let Some(a) = st.active.take() {
             drop(st);
             let range = a.cached_range(front);
@@ -297,6 +373,126 @@ mod tests {
         let d = r.drop.expect("the cluster's pages");
         assert!(d.start <= dropped[0].start && d.end >= front, "{d:?}");
         assert_eq!(count.load(Ordering::Acquire), 0, "slot given back");
+    }
+
+    /// Record `i` of `reader`, one of eight reading 47,008-byte records
+    /// side by side, record `i` of reader `r` at `(i * 8 + r) * 47008`
+    /// (IOR's shape): where it starts and its route.
+    fn ior_read(c: &Cluster, count: &Arc<AtomicUsize>, reader: u64, i: u64) -> (u64, Route) {
+        let rec = 47008u64;
+        let at = (i * 8 + reader) * rec;
+        let r = c.note(at..at + rec, true, || {
+            Some((Held::take(count, MAX_CLUSTERS)?, fd()))
+        });
+        (at, r)
+    }
+
+    #[test]
+    fn a_reader_left_behind_reads_from_what_the_cluster_keeps_for_it() {
+        let count = Arc::new(AtomicUsize::new(0));
+        let c = Cluster::default();
+        let mut dropped = Vec::new();
+        // Reader 0 reads one record while the other seven read two
+        // each: 300 records (113 MB) behind by the end, more than BEHIND
+        // but less than MAX_BEHIND.
+        let (mut slow, mut fast) = (0u64, 0u64);
+        for _ in 0..300 {
+            let (at, r) = ior_read(&c, &count, 0, slow);
+            assert!(
+                slow < 2 || r.cached,
+                "the reader behind, record {slow} at {at}"
+            );
+            dropped.extend(r.drop);
+            // Nothing it reads next is dropped.
+            let next = (slow + 1) * 8 * 47008;
+            assert!(
+                dropped.iter().all(|d| d.end <= next),
+                "{dropped:?} past {next}"
+            );
+            slow += 1;
+            for _ in 0..2 {
+                for reader in 1..8 {
+                    let (_, r) = ior_read(&c, &count, reader, fast);
+                    dropped.extend(r.drop);
+                }
+                fast += 1;
+            }
+        }
+        let front = c.state.lock().front;
+        assert!(
+            front - slow * 8 * 47008 > BEHIND + (64 << 20),
+            "{front} {slow}"
+        );
+        // Then it catches up, and the pages below it go.
+        while slow < fast {
+            let (_, r) = ior_read(&c, &count, 0, slow);
+            assert!(r.cached);
+            dropped.extend(r.drop);
+            slow += 1;
+        }
+        for _ in 0..(2 * LOW_WINDOW) {
+            for reader in 0..8 {
+                let (_, r) = ior_read(&c, &count, reader, fast);
+                dropped.extend(r.drop);
+            }
+            fast += 1;
+        }
+        let front = c.state.lock().front;
+        let end = dropped.last().expect("drops").end;
+        assert!(
+            end + BEHIND + DROP_STEP + DROP_ALIGN >= front,
+            "kept {end}..{front}"
+        );
+        assert!(c.is_active());
+    }
+
+    #[test]
+    fn readers_just_behind_the_read_that_made_the_cluster_read_cached() {
+        let count = Arc::new(AtomicUsize::new(0));
+        let c = Cluster::default();
+        // Seven readers make the cluster 4 MiB into the file...
+        for i in 0..u64::from(MIN_STREAK) {
+            let at = (4 << 20) + i * 47008;
+            c.note(at..at + 47008, true, || {
+                Some((Held::take(&count, MAX_CLUSTERS)?, fd()))
+            });
+        }
+        assert!(c.is_active());
+        // ...and the eighth, a few records behind, below the 2 MiB block
+        // it started in, reads through the page cache too.
+        let at = (4 << 20) - 3 * 47008;
+        assert!(c.note(at..at + 47008, true, || None).cached);
+    }
+
+    #[test]
+    fn a_reader_further_behind_than_max_behind_reads_direct() {
+        let count = Arc::new(AtomicUsize::new(0));
+        let c = Cluster::default();
+        let mut dropped = Vec::new();
+        // Reader 0 stops at record 10 while the others go on, reading
+        // one record there now and then.
+        for fast in 0..3000u64 {
+            for reader in 1..8 {
+                let (_, r) = ior_read(&c, &count, reader, fast);
+                dropped.extend(r.drop);
+            }
+            if fast % 50 == 0 {
+                let (at, r) = ior_read(&c, &count, 0, 10);
+                let front = c.state.lock().front;
+                if front > at + MAX_BEHIND + DROP_STEP + DROP_ALIGN {
+                    assert!(!r.cached, "{at} is {} below the front", front - at);
+                }
+                dropped.extend(r.drop);
+            }
+        }
+        // What is kept reaches at most MAX_BEHIND (and a drop step) down.
+        let front = c.state.lock().front;
+        let end = dropped.last().expect("drops").end;
+        assert!(
+            front - end <= MAX_BEHIND + DROP_STEP + DROP_ALIGN,
+            "kept {end}..{front}"
+        );
+        assert!(c.is_active(), "one reader behind does not end the cluster");
     }
 
     #[test]
