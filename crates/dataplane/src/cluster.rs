@@ -195,10 +195,9 @@ impl Cluster {
         // Near the front; or, in a cluster, anywhere above what it
         // dropped (a reader left behind).
         let near = range.start.abs_diff(st.front) <= REACH
-            || st
-                .active
-                .as_ref()
-                .is_some_and(|a| range.start >= a.dropped_to && range.start <= st.front + REACH);
+            || st.active.as_ref().is_some_and(|a| {
+                range.start >= a.dropped_to && range.start <= st.front.saturating_add(REACH)
+            });
         if !near {
             st.far += 1;
             if st.active.is_some() && st.far < MIN_STREAK {
