@@ -413,9 +413,12 @@ def test_a_rebuild_leaves_what_was_cached_cached(server, nfsproc):
     assert r["status"] == "NFS3_OK", r
     _wait_for_log(server, "checksums were rebuilt", 60)
     after = _cached_bytes(path)
-    # What was cached stays (the READ's own pages may add a little); the
-    # rest of the file was read and not kept.
-    assert cached <= after <= cached + (4 << 20), (cached, after)
+    # What was cached stays (the READ's own pages may add a little; the
+    # kernel may reclaim a few meanwhile: 24 KiB and 1 MiB of 35 MiB in two
+    # suite runs, on machines whose DAMON reclaims cold pages), where
+    # dropping what the rebuild read took it all; the rest of the file was
+    # read and not kept.
+    assert cached - cached // 8 <= after <= cached + (4 << 20), (cached, after)
 
 
 def _ior(server, iorhard, name, clients, records, recsize, **opts):

@@ -2,13 +2,38 @@
 
 from __future__ import annotations
 
+import random
 import re
 import socket
 import urllib.request
 
 
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands out to `bind(0)` and `connect`."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    """A TCP port on 127.0.0.1 that nothing listens on now, below the
+    kernel's ephemeral range: a port from `bind(0)` was free when asked,
+    but the kernel could give it to another server's `--nfs-port 0` or a
+    client's connection before the server meant to take it bound it
+    (a suite run: "cannot listen for metrics on 127.0.0.1:45569: Address
+    already in use"). Below the range only another caller of this one
+    could take it."""
+    low = _ephemeral_low()
+    for _ in range(200):
+        port = random.randrange(10000, max(10001, low))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
