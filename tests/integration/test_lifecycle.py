@@ -11,6 +11,7 @@ import time
 
 import nfs_rs
 import pytest
+from metrics import free_port, free_ports
 from nfstools import NfsProc, assert_nfs_error, nfs_error
 import servers
 from servers import DionfsServer, backend, dionfs_bin
@@ -209,18 +210,6 @@ def test_no_portmap(loopfs, tmp_path):
         srv.cleanup()
 
 
-def _free_ports(n: int) -> list[int]:
-    import socket
-
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 class ConfigServer(DionfsServer):
     """dionfs serve --config FILE: fixed (pre-picked free) ports, waits for NFS to listen."""
 
@@ -256,7 +245,7 @@ def test_config_file_two_exports(loopfs, tmp_path, nfsproc_bin):
         f.write("read only")
     state = tmp_path / "state"
     state.mkdir()
-    nfs_port, mount_port, pm_port = _free_ports(3)
+    nfs_port, mount_port, pm_port = free_ports(3)
     conf = tmp_path / "dionfs.toml"
     conf.write_text(f"""
 [server]
@@ -396,7 +385,7 @@ def test_handles_on_each_filesystem(server, client, nfsproc, loopfs):
     assert nfsproc("read", "a/b/keep", 4999, 10).int("count") == 1
 
 
-STATS_METRICS = f"127.0.0.1:{_free_ports(1)[0]}"
+STATS_METRICS = f"127.0.0.1:{free_port()}"
 
 
 @pytest.mark.dionfs_only
@@ -461,7 +450,7 @@ def test_etc_exports_converted_and_served(loopfs, tmp_path):
     assert r.returncode == 0, r.stderr
     # What `dionfs stats` reads by default (here moved to a free port).
     assert 'metrics_listen = "127.0.0.1:9049"\n' in r.stdout, r.stdout
-    nfs_port, mount_port, metrics_port = _free_ports(3)
+    nfs_port, mount_port, metrics_port = free_ports(3)
     state = tmp_path / "state"
     conf = tmp_path / "dionfs.toml"
     conf.write_text(r.stdout.replace(
@@ -519,7 +508,7 @@ def test_all_squash_beside_no_root_squash_squashes_everyone(loopfs, tmp_path):
     d = loopfs.path("x5-squash")
     os.makedirs(d, exist_ok=True)
     os.chmod(d, 0o777)
-    nfs_port, mount_port = _free_ports(2)
+    nfs_port, mount_port = free_ports(2)
     conf = tmp_path / "dionfs.toml"
     conf.write_text(f"""[server]
 listen = "127.0.0.1"

@@ -17,26 +17,41 @@ def _ephemeral_low() -> int:
         return 32768
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now, below the
-    kernel's ephemeral range: a port from `bind(0)` was free when asked,
-    but the kernel could give it to another server's `--nfs-port 0` or a
-    client's connection before the server meant to take it bound it
-    (a suite run: "cannot listen for metrics on 127.0.0.1:45569: Address
-    already in use"). Below the range only another caller of this one
-    could take it."""
+def free_ports(n: int) -> list[int]:
+    """`n` distinct TCP ports on 127.0.0.1 that nothing listens on now,
+    below the kernel's ephemeral range: a port from `bind(0)` was free
+    when asked, but the kernel could give it to another server's
+    `--nfs-port 0` or a client's connection before the server meant to
+    take it bound it (a suite run: "cannot listen for metrics on
+    127.0.0.1:45569: Address already in use"). Below the range only
+    another caller of this one could take it. Each is held until all
+    are picked, so they differ."""
     low = _ephemeral_low()
-    for _ in range(200):
-        port = random.randrange(10000, max(10001, low))
-        with socket.socket() as s:
+    held: list[socket.socket] = []
+    try:
+        for _ in range(200 * n):
+            if len(held) == n:
+                break
+            s = socket.socket()
             try:
-                s.bind(("127.0.0.1", port))
+                s.bind(("127.0.0.1", random.randrange(10000, max(10001, low))))
             except OSError:
+                s.close()
                 continue
-            return port
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+            held.append(s)
+        while len(held) < n:
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            held.append(s)
+        return [s.getsockname()[1] for s in held]
+    finally:
+        for s in held:
+            s.close()
+
+
+def free_port() -> int:
+    """One of [`free_ports`]."""
+    return free_ports(1)[0]
 
 
 def scrape(addr: str) -> str:
