@@ -36,9 +36,9 @@
 //! from memory, and fell further behind, for the rest of the run
 //! (bench/run's `ior-hard-read` and `ior-aligned-read` went 0.56-1.51x
 //! from one repetition to the next, 7,000-8,000 of 21,800 READs direct
-//! in the slow runs; a scratch replay, 8 runs: 373-641 MiB/s with up to
-//! 4,367 READs direct before, 510-623 with every READ clustered with a
-//! keep line 256 MiB down).
+//! in the slow runs; a scratch replay: 373-641 MiB/s with up to 4,367
+//! READs direct in 8 runs before, 474-615 with every READ clustered in
+//! 13 runs after).
 //!
 //! Bounds: direct mode keeps no data cached, so the cluster drops what it
 //! leaves behind: pages more than [`BEHIND`] below the furthest READ and
@@ -374,13 +374,19 @@ mod tests {
         assert_eq!(count.load(Ordering::Acquire), 0, "slot given back");
     }
 
-    /// Record `i` of `reader`, one of eight reading 47,008-byte records
-    /// side by side, record `i` of reader `r` at `(i * 8 + r) * 47008`
-    /// (IOR's shape): where it starts and its route.
+    /// IOR-hard's record size.
+    const IOR_REC: u64 = 47008;
+
+    /// Where record `i` of `reader` starts, one of eight reading
+    /// [`IOR_REC`]-byte records side by side (IOR's shape).
+    fn ior_at(reader: u64, i: u64) -> u64 {
+        (i * 8 + reader) * IOR_REC
+    }
+
+    /// Record `i` of `reader` read: where it starts and its route.
     fn ior_read(c: &Cluster, count: &Arc<AtomicUsize>, reader: u64, i: u64) -> (u64, Route) {
-        let rec = 47008u64;
-        let at = (i * 8 + reader) * rec;
-        let r = c.note(at..at + rec, true, || {
+        let at = ior_at(reader, i);
+        let r = c.note(at..at + IOR_REC, true, || {
             Some((Held::take(count, MAX_CLUSTERS)?, fd()))
         });
         (at, r)
@@ -403,7 +409,7 @@ mod tests {
             );
             dropped.extend(r.drop);
             // Nothing it reads next is dropped.
-            let next = (slow + 1) * 8 * 47008;
+            let next = ior_at(0, slow + 1);
             assert!(
                 dropped.iter().all(|d| d.end <= next),
                 "{dropped:?} past {next}"
@@ -419,7 +425,7 @@ mod tests {
         }
         let front = c.state.lock().front;
         assert!(
-            front - slow * 8 * 47008 > BEHIND + (64 << 20),
+            front - ior_at(0, slow) > BEHIND + (64 << 20),
             "{front} {slow}"
         );
         // Then it catches up, and the pages below it go.
@@ -451,16 +457,16 @@ mod tests {
         let c = Cluster::default();
         // Seven readers make the cluster 4 MiB into the file...
         for i in 0..u64::from(MIN_STREAK) {
-            let at = (4 << 20) + i * 47008;
-            c.note(at..at + 47008, true, || {
+            let at = (4 << 20) + i * IOR_REC;
+            c.note(at..at + IOR_REC, true, || {
                 Some((Held::take(&count, MAX_CLUSTERS)?, fd()))
             });
         }
         assert!(c.is_active());
         // ...and the eighth, a few records behind, below the 2 MiB block
         // it started in, reads through the page cache too.
-        let at = (4 << 20) - 3 * 47008;
-        assert!(c.note(at..at + 47008, true, || None).cached);
+        let at = (4 << 20) - 3 * IOR_REC;
+        assert!(c.note(at..at + IOR_REC, true, || None).cached);
     }
 
     #[test]
