@@ -684,8 +684,13 @@ fn run_call<S: Service>(l: &Loop<'_, S>, pending: S::Pending, permits: CallPermi
             }
         });
     } else {
+        // The call's future boxed where it is made: the task then holds a
+        // pointer, not the future (4 KiB, the largest of every program's
+        // calls), which tokio would copy as it spawns, first polls and
+        // completes the task.
+        let execute = Box::pin(service.execute(conn, pending, Place::Task));
         tokio::spawn(async move {
-            if let Some(reply) = service.execute(conn, pending, Place::Task).await {
+            if let Some(reply) = execute.await {
                 shared.send(reply, permits);
             }
         });
