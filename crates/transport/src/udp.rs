@@ -217,7 +217,9 @@ async fn call<S: Service>(framed: &[u8], conn: Arc<ConnInfo>, service: Arc<S>) -
         .await
         .ok()?
     } else {
-        service.execute(conn, pending, Place::Task).await
+        // Boxed, as `connection::run_call` does it: the spawned task then
+        // holds a pointer, not the 4 KiB future, which tokio would copy.
+        Box::pin(service.execute(conn, pending, Place::Task)).await
     }
 }
 
