@@ -78,6 +78,8 @@ struct Echo {
     callbacks: parking_lot::Mutex<Vec<Result<Vec<u8>, BackChannelError>>>,
     /// `execute_blocks` asked of PLACE calls so far.
     place_asks: AtomicUsize,
+    /// The task each ECHO and SLOW_ECHO call ran on, by xid.
+    tasks: parking_lot::Mutex<std::collections::HashMap<u32, Option<tokio::task::Id>>>,
 }
 
 impl Default for Echo {
@@ -91,6 +93,7 @@ impl Default for Echo {
             pool: BufferPool::new(POOL_BUF_LEN, POOL_BUFFERS, Arc::new(Counters::default())),
             callbacks: Default::default(),
             place_asks: AtomicUsize::new(0),
+            tasks: Default::default(),
         }
     }
 }
@@ -99,6 +102,11 @@ impl Echo {
     /// Pool buffers held right now.
     fn buffers_out(&self) -> usize {
         POOL_BUFFERS - self.pool.available()
+    }
+
+    /// The task call `xid` ran on (`None`: a blocking thread).
+    fn task_of(&self, xid: u32) -> Option<tokio::task::Id> {
+        *self.tasks.lock().get(&xid).expect("the call ran")
     }
 
     /// Callbacks that ended with `error` so far.
@@ -338,6 +346,7 @@ impl Service for Echo {
                     .await,
             );
         }
+        self.tasks.lock().insert(call.xid, tokio::task::try_id());
         let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_running.fetch_max(now, Ordering::SeqCst);
         tokio::time::sleep(call.delay).await;
@@ -1679,6 +1688,80 @@ async fn an_idle_server_spins_for_the_next_call_and_a_busy_one_does_not() {
         // Idle again: spins again.
         one_at_a_time(&mut a, 31, 5, Duration::from_millis(1)).await;
         assert!(counters.snapshot().spin_catches >= busy.spin_catches + 4);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_the_spin_catches_runs_on_the_reading_loop_and_calls_behind_it_as_tasks() {
+    let limits = ConnLimits {
+        idle_spin: Duration::from_millis(200),
+        ..ConnLimits::default()
+    };
+    let counters = limits.counters.clone();
+    let server = start(limits).await;
+    let (addr, echo) = (server.addr, server.echo.clone());
+    elsewhere(async move {
+        // One call at a time: those the spin caught ran on one task, the
+        // connection's (its reading loop), not a task each.
+        let mut a = Client::connect(addr).await;
+        one_at_a_time(&mut a, 1, 20, Duration::from_millis(1)).await;
+        let caught = counters.snapshot().spin_catches;
+        assert!(caught >= 19, "{caught}");
+        let mut on: std::collections::HashMap<tokio::task::Id, u64> = Default::default();
+        for xid in 1..=20 {
+            *on.entry(echo.task_of(xid).expect("on a task")).or_default() += 1;
+        }
+        let (&reading_loop, &most) = on.iter().max_by_key(|(_, n)| **n).unwrap();
+        assert!(most >= caught, "{on:?}, {caught} caught");
+
+        // A caught call that takes a while, and two calls the client
+        // sends before its reply: read once it is answered, each runs as
+        // a task of its own, side by side (the client pipelines now).
+        a.send(&framed(&slow_echo_call(100, 300, b"caught"))).await;
+        wait_until_async(
+            || echo.running.load(Ordering::SeqCst) == 1,
+            Duration::from_secs(10),
+            "the caught call to run",
+        )
+        .await;
+        let mut behind = framed(&slow_echo_call(101, 300, b"behind"));
+        behind.extend(framed(&slow_echo_call(102, 300, b"behind")));
+        a.send(&behind).await;
+        assert_eq!(a.echo_reply().await, (100, b"caught".to_vec()));
+        let mut got = [a.echo_reply().await.0, a.echo_reply().await.0];
+        got.sort_unstable();
+        assert_eq!(got, [101, 102]);
+        assert_eq!(echo.task_of(100), Some(reading_loop));
+        let (t101, t102) = (echo.task_of(101), echo.task_of(102));
+        assert!(t101 != Some(reading_loop) && t102 != Some(reading_loop) && t101 != t102);
+        assert_eq!(echo.max_running.load(Ordering::SeqCst), 2);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_after_a_spin_that_caught_nothing_is_answered() {
+    // Spins far shorter than the client's pauses: each ends with nothing
+    // caught, and the loop must then wait for the socket as before (the
+    // spin polls it with a waker that does nothing).
+    let limits = ConnLimits {
+        idle_spin: Duration::from_micros(200),
+        ..ConnLimits::default()
+    };
+    let counters = limits.counters.clone();
+    let server = start(limits).await;
+    let addr = server.addr;
+    elsewhere(async move {
+        let mut a = Client::connect(addr).await;
+        let each = async {
+            one_at_a_time(&mut a, 1, 10, Duration::from_millis(50)).await;
+        };
+        tokio::time::timeout(Duration::from_secs(30), each)
+            .await
+            .expect("every call answered");
+        let s = counters.snapshot();
+        assert!(s.idle_spins >= 9 && s.spin_catches < s.idle_spins, "{s:?}");
     })
     .await;
 }
