@@ -499,8 +499,9 @@ async fn watch<S>(l: &Loop<'_, S>, progress: &ReadProgress) -> ConnEnd {
             return ConnEnd::RepliesUnread(limits.reply_timeout);
         }
         // Idle: waiting for the next call, with none in flight. (Waiting
-        // for a record, the reading loop holds one permit itself.)
-        let calls_in_flight = l.permits_taken() > 1;
+        // for a record, the reading loop holds one permit itself; running
+        // a call itself, it holds none but the call's.)
+        let calls_in_flight = l.permits_taken() > 1 || progress.running_call();
         if waiting != Waiting::Socket || in_record || calls_in_flight || unsent > 0 {
             last_busy = now;
         }
@@ -793,8 +794,27 @@ async fn run_call_here<S: Service>(l: &Loop<'_, S>, pending: S::Pending, permits
     // for the largest call's future (4 KiB) while it waits.
     let service = l.service.clone();
     let execute = Box::pin(service.execute(l.conn.clone(), pending, Place::Task));
+    // In flight for the watchdog (the idle and quiet clocks) until the
+    // reply is sent, or the loop is dropped with it.
+    let _running = RunningHere::new(l.progress);
     if let Some(reply) = execute.await {
         l.shared.send(reply, permits);
+    }
+}
+
+/// A call the reading loop runs itself, as its watchdog sees it.
+struct RunningHere<'a>(&'a ReadProgress);
+
+impl<'a> RunningHere<'a> {
+    fn new(progress: &'a ReadProgress) -> Self {
+        progress.set_running_call(true);
+        RunningHere(progress)
+    }
+}
+
+impl Drop for RunningHere<'_> {
+    fn drop(&mut self) {
+        self.0.set_running_call(false);
     }
 }
 

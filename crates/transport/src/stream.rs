@@ -69,6 +69,10 @@ pub(super) struct ReadProgress {
     /// even if the runtime has not seen it readable yet, and finding
     /// nothing there it waits for nothing.
     look: AtomicBool,
+    /// The loop is running a call itself (`connection.rs`,
+    /// `run_call_here`): a call in flight that holds no permit beside the
+    /// loop's.
+    running_call: AtomicBool,
 }
 
 impl ReadProgress {
@@ -104,6 +108,15 @@ impl ReadProgress {
     /// Ends a look that no read took.
     pub(super) fn end_look(&self) {
         self.look.store(false, Ordering::Relaxed);
+    }
+
+    /// Whether the loop is running a call itself.
+    pub(super) fn running_call(&self) -> bool {
+        self.running_call.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn set_running_call(&self, running: bool) {
+        self.running_call.store(running, Ordering::Relaxed);
     }
 
     /// The loop is about to wait for the next record: what it waits in now

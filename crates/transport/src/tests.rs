@@ -1741,6 +1741,47 @@ async fn a_call_the_spin_catches_runs_on_the_reading_loop_and_calls_behind_it_as
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_running_a_caught_call_is_not_quiet() {
+    // At the cap, a connection whose reading loop runs a call the spin
+    // caught has a call in flight: no room is made by closing it.
+    let limits = ConnLimits {
+        max_connections: 2,
+        evict_after: Duration::from_millis(300),
+        stall_timeout: Duration::from_millis(400),
+        idle_spin: Duration::from_millis(200),
+        ..ConnLimits::default()
+    };
+    let counters = limits.counters.clone();
+    let server = start(limits).await;
+    let (addr, echo) = (server.addr, server.echo.clone());
+    elsewhere(async move {
+        let mut a = Client::connect(addr).await;
+        one_at_a_time(&mut a, 1, 5, Duration::from_millis(1)).await;
+        let caught = counters.snapshot().spin_catches;
+        a.send(&framed(&slow_echo_call(10, 1500, b"long"))).await;
+        wait_until_async(
+            || echo.running.load(Ordering::SeqCst) == 1,
+            Duration::from_secs(10),
+            "the long call to run",
+        )
+        .await;
+        assert_eq!(counters.snapshot().spin_catches, caught + 1);
+        // Quiet long enough, were the call not counted.
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let _b = Client::connect(addr).await;
+        let mut c = Client::connect(addr).await;
+        c.expect_closed().await;
+        let s = counters.snapshot();
+        assert_eq!((s.evicted, s.refused), (0, 1), "{s:?}");
+        assert_eq!(a.echo_reply().await, (10, b"long".to_vec()));
+        // On the reading loop, as the calls before it the spin caught.
+        let before: Vec<_> = (2..=5).map(|xid| echo.task_of(xid)).collect();
+        assert!(before.contains(&echo.task_of(10)), "{before:?}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_after_a_spin_that_caught_nothing_is_answered() {
     // Spins far shorter than the client's pauses: each ends with nothing
     // caught, and the loop must then wait for the socket as before (the
