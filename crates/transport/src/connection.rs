@@ -582,11 +582,13 @@ async fn read_calls<S: Service>(l: &Loop<'_, S>, reader: &mut RecordReader<CallR
                     permits.room = Some(l.shared.reserve_room(bytes).await);
                 }
                 l.service.prepare(l.conn, &mut pending).await;
-                ran_here = caught && !l.service.execute_blocks(&pending);
+                // Asked once: the call runs where the answer said.
+                let blocks = l.service.execute_blocks(&pending);
+                ran_here = caught && !blocks;
                 if ran_here {
                     run_call_here(l, pending, permits).await
                 } else {
-                    run_call(l, pending, permits)
+                    run_call(l, pending, permits, blocks)
                 }
             }
             Ok(Outcome::Reply(reply)) => l.shared.send(reply, permits),
@@ -626,12 +628,15 @@ async fn next_record<S>(
     // Over TLS, bytes in the socket (FIONREAD) say nothing of a record:
     // no spin.
     if l.limits.idle_spin.is_zero() || reader.get_ref().is_tls() {
-        return reader.next_record().await.map(Opened::waited);
+        return reader
+            .next_record()
+            .await
+            .map(|o| Opened::Waited.unless_closed(o));
     }
     let record = reader.next_record();
     tokio::pin!(record);
     if let Poll::Ready(opened) = poll_once(record.as_mut()).await {
-        return opened.map(Opened::there);
+        return opened.map(|o| Opened::There.unless_closed(o));
     }
     // Until the calls in flight are answered (every permit but the one the
     // loop holds for the next call is back), the next call may come any
@@ -639,7 +644,7 @@ async fn next_record<S>(
     let others = (l.max_in_flight - 1) as u32;
     tokio::select! {
         biased;
-        opened = record.as_mut() => return opened.map(Opened::waited),
+        opened = record.as_mut() => return opened.map(|o| Opened::Waited.unless_closed(o)),
         _answered = l.in_flight.acquire_many(others) => {}
     }
     let spinning = if std::mem::take(most_in_flight) <= 1 {
@@ -665,7 +670,7 @@ async fn next_record<S>(
         if let Poll::Ready(opened) = polled {
             // Come since the calls were answered: a client at one call
             // at a time, as a look's catch.
-            return opened.map(Opened::caught);
+            return opened.map(|o| Opened::Caught.unless_closed(o));
         }
         let start = std::time::Instant::now();
         let quiet = pace.quiet().min(l.limits.idle_spin);
@@ -687,7 +692,7 @@ async fn next_record<S>(
             if let Poll::Ready(opened) = polled {
                 NetCounters::bump(&l.limits.counters.spin_catches);
                 pace.caught(look - start);
-                return opened.map(Opened::caught);
+                return opened.map(|o| Opened::Caught.unless_closed(o));
             }
             // No PAUSE here: on a VM, a PAUSE loop is what the host's
             // pause-loop exiting takes for a spinning lock holder.
@@ -695,7 +700,7 @@ async fn next_record<S>(
             look = std::time::Instant::now();
         }
     }
-    record.await.map(Opened::waited)
+    record.await.map(|o| Opened::Waited.unless_closed(o))
 }
 
 /// How [`next_record`] found the next record.
@@ -712,25 +717,11 @@ enum Opened {
 }
 
 impl Opened {
-    fn there(opened: bool) -> Self {
+    /// `self`, or [`Opened::Closed`] if the peer closed instead
+    /// (`RecordReader::next_record`'s false).
+    fn unless_closed(self, opened: bool) -> Self {
         if opened {
-            Opened::There
-        } else {
-            Opened::Closed
-        }
-    }
-
-    fn waited(opened: bool) -> Self {
-        if opened {
-            Opened::Waited
-        } else {
-            Opened::Closed
-        }
-    }
-
-    fn caught(opened: bool) -> Self {
-        if opened {
-            Opened::Caught
+            self
         } else {
             Opened::Closed
         }
@@ -747,9 +738,10 @@ async fn poll_once<F: Future>(mut f: Pin<&mut F>) -> Poll<F::Output> {
 
 /// Starts a received call: on a blocking thread if it blocks, else as a
 /// task. Either way the reply is sent from there, without waiting.
-fn run_call<S: Service>(l: &Loop<'_, S>, pending: S::Pending, permits: CallPermits) {
-    let (service, conn, shared) = (l.service.clone(), l.conn.clone(), l.shared.clone());
-    if service.execute_blocks(&pending) {
+/// `blocks`: what `execute_blocks` answered for it.
+fn run_call<S: Service>(l: &Loop<'_, S>, pending: S::Pending, permits: CallPermits, blocks: bool) {
+    if blocks {
+        let (service, conn, shared) = (l.service.clone(), l.conn.clone(), l.shared.clone());
         tokio::task::spawn_blocking(move || {
             let execute = service.execute(conn, pending, Place::BlockingThread);
             // Polled here, not through `Handle::block_on` (see
@@ -759,16 +751,31 @@ fn run_call<S: Service>(l: &Loop<'_, S>, pending: S::Pending, permits: CallPermi
             }
         });
     } else {
-        // The call's future boxed where it is made: the task then holds a
-        // pointer, not the future (4 KiB, the largest of every program's
-        // calls), which tokio would copy as it spawns, first polls and
-        // completes the task.
-        let execute = Box::pin(service.execute(conn, pending, Place::Task));
-        tokio::spawn(async move {
-            if let Some(reply) = execute.await {
-                shared.send(reply, permits);
-            }
-        });
+        tokio::spawn(answer_on_task(l, pending, permits));
+    }
+}
+
+/// A call run on a task, its reply sent: as a task of its own
+/// ([`run_call`]) or on the reading loop ([`run_call_here`]). The call's
+/// future is boxed where it is made: a task then holds a pointer, not the
+/// future (4 KiB, the largest of every program's calls), which tokio
+/// would copy as it spawns, first polls and completes the task, and the
+/// reading loop holds no room for it while it waits for a record.
+fn answer_on_task<S: Service>(
+    l: &Loop<'_, S>,
+    pending: S::Pending,
+    permits: CallPermits,
+) -> impl Future<Output = ()> + Send + 'static {
+    let execute = Box::pin(
+        l.service
+            .clone()
+            .execute(l.conn.clone(), pending, Place::Task),
+    );
+    let shared = l.shared.clone();
+    async move {
+        if let Some(reply) = execute.await {
+            shared.send(reply, permits);
+        }
     }
 }
 
@@ -790,16 +797,11 @@ fn run_call<S: Service>(l: &Loop<'_, S>, pending: S::Pending, permits: CallPermi
 /// next, so it is not a catch and runs as a task (as every call after
 /// it, until the client drains its calls again).
 async fn run_call_here<S: Service>(l: &Loop<'_, S>, pending: S::Pending, permits: CallPermits) {
-    // Boxed, so that every connection's reading loop does not hold room
-    // for the largest call's future (4 KiB) while it waits.
-    let service = l.service.clone();
-    let execute = Box::pin(service.execute(l.conn.clone(), pending, Place::Task));
+    let answer = answer_on_task(l, pending, permits);
     // In flight for the watchdog (the idle and quiet clocks) until the
     // reply is sent, or the loop is dropped with it.
     let _running = RunningHere::new(l.progress);
-    if let Some(reply) = execute.await {
-        l.shared.send(reply, permits);
-    }
+    answer.await
 }
 
 /// A call the reading loop runs itself, as its watchdog sees it.

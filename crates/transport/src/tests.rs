@@ -640,6 +640,29 @@ async fn a_call_runs_where_execute_blocks_said_once() {
     assert_eq!(places, [["blocking"; 4], ["task"; 4]].concat());
 }
 
+/// The same for calls the idle spin catches, one at a time: the loop
+/// runs the ones that do not block itself, and asks no more than once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caught_call_runs_where_execute_blocks_said_once() {
+    let (server, counters) = spinning_server(Duration::from_millis(200)).await;
+    let addr = server.addr;
+    elsewhere(async move {
+        let mut c = Client::connect(addr).await;
+        let mut places = Vec::new();
+        for xid in 1..=8u32 {
+            let call = encode_call(xid, ECHO_PROG, ECHO_VERS, PROC_PLACE, &Credential::None);
+            c.send(&framed(&call)).await;
+            let (_, said) = c.echo_reply().await;
+            places.push(String::from_utf8(said).unwrap());
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert!(counters.snapshot().spin_catches >= 7);
+        places.sort();
+        assert_eq!(places, [["blocking"; 4], ["task"; 4]].concat());
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn pipelined_calls_reply_in_completion_order() {
     let server = start(ConnLimits::default()).await;
@@ -1608,6 +1631,16 @@ async fn one_at_a_time(c: &mut Client, first_xid: u32, n: u32, gap: Duration) {
     }
 }
 
+/// A server whose idle spin lasts `idle_spin`, and its counters.
+async fn spinning_server(idle_spin: Duration) -> (Server, Arc<NetCounters>) {
+    let limits = ConnLimits {
+        idle_spin,
+        ..ConnLimits::default()
+    };
+    let counters = limits.counters.clone();
+    (start(limits).await, counters)
+}
+
 /// Runs `f` on a runtime and a thread of its own: clients that must not
 /// depend on the server's runtime, one of whose workers a spin holds (its
 /// I/O driver may then go unpolled for up to `idle_spin`).
@@ -1632,12 +1665,7 @@ async fn an_idle_server_spins_for_the_next_call_and_a_busy_one_does_not() {
     // A spin far longer than the gaps between calls, so that every call
     // after the first is caught by one, however slow this machine is.
     let spin = Duration::from_millis(200);
-    let limits = ConnLimits {
-        idle_spin: spin,
-        ..ConnLimits::default()
-    };
-    let counters = limits.counters.clone();
-    let server = start(limits).await;
+    let (server, counters) = spinning_server(spin).await;
     let (addr, echo) = (server.addr, server.echo.clone());
     elsewhere(async move {
         let mut a = Client::connect(addr).await;
@@ -1694,12 +1722,7 @@ async fn an_idle_server_spins_for_the_next_call_and_a_busy_one_does_not() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_the_spin_catches_runs_on_the_reading_loop_and_calls_behind_it_as_tasks() {
-    let limits = ConnLimits {
-        idle_spin: Duration::from_millis(200),
-        ..ConnLimits::default()
-    };
-    let counters = limits.counters.clone();
-    let server = start(limits).await;
+    let (server, counters) = spinning_server(Duration::from_millis(200)).await;
     let (addr, echo) = (server.addr, server.echo.clone());
     elsewhere(async move {
         // One call at a time: those the spin caught ran on one task, the
@@ -1786,12 +1809,7 @@ async fn a_call_after_a_spin_that_caught_nothing_is_answered() {
     // Spins far shorter than the client's pauses: each ends with nothing
     // caught, and the loop must then wait for the socket as before (the
     // spin polls it with a waker that does nothing).
-    let limits = ConnLimits {
-        idle_spin: Duration::from_micros(200),
-        ..ConnLimits::default()
-    };
-    let counters = limits.counters.clone();
-    let server = start(limits).await;
+    let (server, counters) = spinning_server(Duration::from_micros(200)).await;
     let addr = server.addr;
     elsewhere(async move {
         let mut a = Client::connect(addr).await;
@@ -1821,12 +1839,7 @@ fn gap() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spin_waits_for_its_clients_pace_before_looking() {
-    let limits = ConnLimits {
-        idle_spin: Duration::from_millis(200),
-        ..ConnLimits::default()
-    };
-    let counters = limits.counters.clone();
-    let server = start(limits).await;
+    let (server, counters) = spinning_server(Duration::from_millis(200)).await;
     let addr = server.addr;
     elsewhere(async move {
         // A connection's first spin knows no pace: it looks all the time.
@@ -1881,12 +1894,7 @@ async fn a_spin_waits_for_its_clients_pace_before_looking() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_spin_zero_never_spins() {
-    let limits = ConnLimits {
-        idle_spin: Duration::ZERO,
-        ..ConnLimits::default()
-    };
-    let counters = limits.counters.clone();
-    let server = start(limits).await;
+    let (server, counters) = spinning_server(Duration::ZERO).await;
     let mut a = Client::connect(server.addr).await;
     one_at_a_time(&mut a, 1, 10, Duration::ZERO).await;
     let s = counters.snapshot();
