@@ -106,7 +106,13 @@ impl CallStats {
             }
             let stat = &shard[first + proc_ as usize];
             let us = micros(took);
-            let bucket = BOUNDS_US.partition_point(|&b| b < us);
+            // Most of a COMPOUND's ops are counted with no time (SEQUENCE,
+            // PUTFH): no search for them.
+            let bucket = if us < BOUNDS_US[0] {
+                0
+            } else {
+                BOUNDS_US.partition_point(|&b| b < us)
+            };
             if us > 0 {
                 stat.sum_us.fetch_add(us, Ordering::Relaxed);
             }

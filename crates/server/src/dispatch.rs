@@ -427,16 +427,13 @@ impl Service for Dispatcher {
                 &args,
             )),
             // Received only while NFSv4 is served. Timed by its ops'
-            // clock reads: none more here.
+            // clock reads, and counted with them: none more here.
             Pending::Nfs4(compound) => {
                 match self
                     .compound(server, conn, compound, on_task, started)
                     .await
                 {
-                    Some((reply, ended)) => {
-                        self.calls.record(prog, vers, proc_, ended - started);
-                        return Some(reply);
-                    }
+                    Some(reply) => return Some(reply),
                     // Not served, or its handler panicked: counted below.
                     None => None,
                 }
@@ -449,7 +446,7 @@ impl Service for Dispatcher {
 
 impl Dispatcher {
     /// Runs an NFSv4 COMPOUND that started at `started`, on the
-    /// connection's task if `on_task`: its reply and when it ended.
+    /// connection's task if `on_task`, and counts it: its reply.
     async fn compound(
         self: &Arc<Self>,
         server: Arc<Server>,
@@ -457,7 +454,7 @@ impl Dispatcher {
         compound: Box<nfs4::compound::Compound>,
         on_task: bool,
         started: std::time::Instant,
-    ) -> Option<(Reply, std::time::Instant)> {
+    ) -> Option<Reply> {
         // Minor version 0's retransmissions of what cannot be done twice
         // are answered from the duplicate request cache.
         let Some(key) = nfs4::v40::drc_key(&conn, &compound) else {
@@ -468,7 +465,10 @@ impl Dispatcher {
         match server.drc.begin(key) {
             Lookup::InProgress => return None,
             Lookup::Replay(bytes) => {
-                return Some((Reply::new(bytes.to_vec()), std::time::Instant::now()))
+                let call = &compound.call;
+                let took = started.elapsed();
+                self.calls.record(call.prog, call.vers, call.proc_, took);
+                return Some(Reply::new(bytes.to_vec()));
             }
             Lookup::New => {}
         }
@@ -477,7 +477,7 @@ impl Dispatcher {
             .run_compound(server, conn, compound, on_task, started)
             .await;
         match &done {
-            Some((reply, _)) if reply.data.is_none() && reply.trailer.is_empty() => {
+            Some(reply) if reply.data.is_none() && reply.trailer.is_empty() => {
                 drc.drc.complete(key, Arc::new(reply.header.clone()));
             }
             _ => drc.drc.abandon(key),
@@ -493,7 +493,7 @@ impl Dispatcher {
         mut compound: Box<nfs4::compound::Compound>,
         on_task: bool,
         started: std::time::Instant,
-    ) -> Option<(Reply, std::time::Instant)> {
+    ) -> Option<Reply> {
         let program = self.nfs4.as_ref()?;
         compound.data.on_task = on_task;
         let given_back = match nfs4::compound::run(

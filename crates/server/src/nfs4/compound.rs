@@ -140,7 +140,8 @@ fn handles_wrongsec(next: Option<&ArgOp>) -> bool {
 }
 
 /// Runs `compound` and returns its reply, counting it and its ops in
-/// `calls`. Its READ and WRITE await the io_uring when it runs on the
+/// `calls` (the COMPOUND timed from `started` to its last op's end, in
+/// the same batch as its ops). Its READ and WRITE await the io_uring when it runs on the
 /// connection's task ([`super::data::DataIo::on_task`]); elsewhere
 /// nothing in it waits.
 ///
@@ -162,7 +163,7 @@ pub async fn run(
     mut compound: Box<Compound>,
     calls: &CallStats,
     started: Instant,
-) -> Result<(Reply, Instant), Box<Compound>> {
+) -> Result<Reply, Box<Compound>> {
     // What running changes is taken out; the rest is borrowed, and a
     // COMPOUND given back is this one, those put back.
     let ops = std::mem::take(&mut compound.ops);
@@ -338,10 +339,10 @@ pub async fn run(
         status = reply.op_status(opnum, refusal);
         counted.record(opnum, std::time::Duration::ZERO);
     }
-    counted.flush();
     // The last op's end stands for the COMPOUND's: fewer clock reads.
+    counted.flush(mark - started);
     let Some(slot) = compound.slot else {
-        return Ok((reply.finish(status, false).0, mark));
+        return Ok(reply.finish(status, false).0);
     };
     // Cached when asked, and a solo SEQUENCE always (as knfsd's
     // nfsd4_is_solo_sequence): it is small, and a client retrying one
@@ -349,7 +350,7 @@ pub async fn run(
     let cache = slot.cachethis() || numops == 1;
     let (reply, cached) = reply.finish(status, cache);
     slot.complete_at(cached, mark);
-    Ok((reply, mark))
+    Ok(reply)
 }
 
 /// The ops a COMPOUND ran, counted in `calls`: at once, or on the
@@ -365,12 +366,16 @@ struct Counted<'a> {
 /// counted at once.
 const MAX_HELD: usize = 4;
 
-/// Ops that ran and are not counted yet: their numbers and times.
+/// The COMPOUND's own entry in the program's table (after NULL).
+const COMPOUND_PROC: u32 = 1;
+
+/// Ops that ran and are not counted yet: their numbers and times, and
+/// room for the COMPOUND's.
 #[derive(Clone, Copy)]
-struct Held([(u32, std::time::Duration); MAX_HELD], usize);
+struct Held([(u32, std::time::Duration); MAX_HELD + 1], usize);
 
 impl Held {
-    const NONE: Held = Held([(0, std::time::Duration::ZERO); MAX_HELD], 0);
+    const NONE: Held = Held([(0, std::time::Duration::ZERO); MAX_HELD + 1], 0);
 
     fn ops(&self) -> &[(u32, std::time::Duration)] {
         &self.0[..self.1]
@@ -400,9 +405,15 @@ impl<'a> Counted<'a> {
         self.held.unwrap_or(Held::NONE)
     }
 
-    fn flush(self) {
-        if let Some(held) = self.held {
-            self.calls.record_all(NFS4_PROGRAM, NFS_V4, held.ops());
+    /// Counts the ops held and the COMPOUND, which took `took`: one
+    /// batch.
+    fn flush(self, took: std::time::Duration) {
+        match self.held {
+            Some(Held(mut held, n)) => {
+                held[n] = (COMPOUND_PROC, took);
+                self.calls.record_all(NFS4_PROGRAM, NFS_V4, &held[..=n]);
+            }
+            None => self.calls.record(NFS4_PROGRAM, NFS_V4, COMPOUND_PROC, took),
         }
     }
 }
