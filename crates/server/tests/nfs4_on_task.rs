@@ -332,3 +332,46 @@ fn a_read_or_write_given_back_to_a_blocking_thread_runs_and_is_counted_once() {
     assert_eq!(op_count(&server, "SEQUENCE") - sequences, 3);
     assert_eq!(op_count(&server, "COMPOUND") - compounds, 3);
 }
+
+#[test]
+fn a_read_whose_handle_fails_its_check_on_the_task_answers_putfh_and_is_counted() {
+    let server = server(Mode::Direct, false);
+    let f = nfs4::path_of(&server, 0).join("f");
+    std::fs::write(&f, pattern(8192, 5)).unwrap();
+    let fh = handle(&server, b"f");
+    let (mut c, mut s) = session(&server);
+    // Cached by a first READ: the next ones start on the task.
+    read(&mut c, &mut s, &fh, 0, 4096).unwrap();
+    let (reads, putfhs, compounds) = (
+        op_count(&server, "READ"),
+        op_count(&server, "PUTFH"),
+        op_count(&server, "COMPOUND"),
+    );
+    let ring = counters(&server).ring_reads;
+    let mut forged = fh.as_bytes().to_vec();
+    *forged.last_mut().unwrap() ^= 1;
+    let forged = NfsFh4::new(forged).unwrap();
+    let op = ArgOp::Read(ReadArgs4 {
+        stateid: ANONYMOUS,
+        offset: 0,
+        count: 4096,
+    });
+    let res = call(&mut c, &mut s, &forged, op, &[]);
+    // PUTFH fails (its MAC), the READ is not run.
+    let statuses = res.statuses();
+    assert_eq!(statuses.len(), 2, "{statuses:?}");
+    assert_eq!(statuses[0], (53, Nfsstat4::Ok));
+    assert_eq!(statuses[1].0, 22);
+    assert_eq!(res.status, statuses[1].1);
+    assert!(
+        matches!(res.status, Nfsstat4::Badhandle | Nfsstat4::Stale),
+        "{statuses:?}"
+    );
+    // The session goes on: the next READ, from the ring.
+    let (got, _) = read(&mut c, &mut s, &fh, 4096, 4096).unwrap();
+    assert_eq!(got, pattern(8192, 5)[4096..]);
+    assert_eq!(counters(&server).ring_reads, ring + 1);
+    assert_eq!(op_count(&server, "READ") - reads, 1);
+    assert_eq!(op_count(&server, "PUTFH") - putfhs, 2);
+    assert_eq!(op_count(&server, "COMPOUND") - compounds, 2);
+}
