@@ -543,7 +543,7 @@ fn decode_write_in_place<R: CallStream>(
 }
 
 /// The head, SEQUENCE and PUTFH of a data COMPOUND as clients send them
-/// (Linux, libnfs: an empty tag, SEQUENCE, PUTFH, then the READ or
+/// (Linux, dionfs-loadgen: an empty tag, SEQUENCE, PUTFH, then READ or
 /// WRITE), decoded at their fixed places, with what the general decode
 /// ([`usual_head`], [`decode_bounded`]) would check of them but the
 /// minor version, which the caller checks is served: callgrind counted
