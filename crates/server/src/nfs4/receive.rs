@@ -542,13 +542,8 @@ fn decode_write_in_place<R: CallStream>(
     Some((head, args, putfh, write, at))
 }
 
-/// The head, SEQUENCE and PUTFH of a data COMPOUND as clients send them
-/// (Linux, dionfs-loadgen: an empty tag, SEQUENCE, PUTFH, then READ or
-/// WRITE), decoded at their fixed places, with what the general decode
-/// ([`usual_head`], [`decode_bounded`]) would check of them but the
-/// minor version, which the caller checks is served: callgrind counted
-/// that decode at 870 instructions of a 4 KiB READ over v4.1, one op at
-/// a time through the op table. `None` for anything else.
+/// The head, SEQUENCE and PUTFH of a data COMPOUND, as [`usual_start`]
+/// decodes them.
 struct UsualStart {
     head: CompoundHead,
     sequence: SequenceArgs4,
@@ -557,6 +552,14 @@ struct UsualStart {
     at: usize,
 }
 
+/// The head, SEQUENCE and PUTFH of a data COMPOUND as clients send them
+/// (Linux, dionfs-loadgen: an empty tag, SEQUENCE, PUTFH, then READ or
+/// WRITE), `numops` ops in all, decoded at their fixed places, with what
+/// the general decode ([`usual_head`], [`decode_bounded`]) would check
+/// of them but the minor version, which the caller checks is served:
+/// callgrind counted that decode at 870 instructions of a 4 KiB READ
+/// over v4.1, one op at a time through the op table. `None` for
+/// anything else.
 fn usual_start(bytes: &[u8], numops: std::ops::RangeInclusive<u32>) -> Option<UsualStart> {
     let mut dec = Decoder::new(bytes);
     // An empty tag: nothing to check of it.
