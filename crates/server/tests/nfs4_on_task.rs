@@ -1,6 +1,6 @@
 //! NFSv4.1 READ and WRITE COMPOUNDs of the common shapes (SEQUENCE,
-//! PUTFH, READ or WRITE) on the connection's task, as v3's READ and
-//! WRITE: with the io_uring, a direct export's READs are read through the
+//! PUTFH, READ or WRITE, and a GETATTR after the WRITE as Linux sends)
+//! on the connection's task, as v3's READ and WRITE: with the io_uring, a direct export's READs are read through the
 //! ring (its `ring_reads` counter rises) and its aligned WRITEs written
 //! through it (`ring_writes`); every read mode (buffered, dontcache,
 //! direct), with integrity off and on, answers the file's bytes; a file
@@ -14,10 +14,10 @@ use std::os::unix::fs::PermissionsExt;
 use dionfs_core::export::{ExportConfig, Integrity};
 use dionfs_dataplane::Mode;
 use dionfs_proto::nfs4::{
-    ArgOp, ChannelAttrs4, CompoundHead, NfsFh4, Nfsstat4, PutfhArgs4, ReadArgs4, Res4, ResOp,
-    StableHow4, StateId4, Utf8Str, WriteHead4,
+    ArgOp, Attr4, Bitmap4, ChannelAttrs4, CompoundHead, GetattrArgs4, NfsFh4, Nfsstat4, PutfhArgs4,
+    ReadArgs4, Res4, ResOp, StableHow4, StateId4, Utf8Str, WriteHead4,
 };
-use dionfs_xdr::{Encode, Encoder};
+use dionfs_xdr::{Decoder, Encode, Encoder};
 
 use nfs4::client::{fore_attrs, sequence_op, Client, CompoundRes, Session};
 use nfs4::TestServer;
@@ -76,6 +76,18 @@ fn session(server: &TestServer) -> (Client, Session) {
 
 /// SEQUENCE, PUTFH of `fh`, then `op` (a WRITE with `payload`).
 fn call(c: &mut Client, s: &mut Session, fh: &NfsFh4, op: ArgOp, payload: &[u8]) -> CompoundRes {
+    call_then(c, s, fh, op, payload, None)
+}
+
+/// [`call`], with the op `after` after `op` (and its payload) when given.
+fn call_then(
+    c: &mut Client,
+    s: &mut Session,
+    fh: &NfsFh4,
+    op: ArgOp,
+    payload: &[u8],
+    after: Option<ArgOp>,
+) -> CompoundRes {
     let seqid = s.next_seqid[0];
     let mut enc = Encoder::new();
     // An empty tag, as Linux sends: the fixed decode of the usual data
@@ -83,13 +95,16 @@ fn call(c: &mut Client, s: &mut Session, fh: &NfsFh4, op: ArgOp, payload: &[u8])
     CompoundHead {
         tag: Utf8Str::from(""),
         minorversion: 1,
-        numops: 3,
+        numops: 3 + u32::from(after.is_some()),
     }
     .encode(&mut enc);
     sequence_op(s, 0, seqid, false).encode(&mut enc);
     ArgOp::Putfh(PutfhArgs4 { object: fh.clone() }).encode(&mut enc);
     op.encode(&mut enc);
     enc.opaque_fixed(payload);
+    if let Some(after) = after {
+        after.encode(&mut enc);
+    }
     let xid = c.xid();
     let res = c.compound_raw(xid, &enc.into_vec());
     if matches!(res.results.first(), Some(ResOp::Sequence(Res4::Ok(_)))) {
@@ -374,4 +389,87 @@ fn a_read_whose_handle_fails_its_check_on_the_task_answers_putfh_and_is_counted(
     assert_eq!(op_count(&server, "READ") - reads, 1);
     assert_eq!(op_count(&server, "PUTFH") - putfhs, 2);
     assert_eq!(op_count(&server, "COMPOUND") - compounds, 2);
+}
+
+/// The change and size a GETATTR answered.
+type ChangeSize = Option<(u64, u64)>;
+
+/// WRITE at `offset` of `data` (FILE_SYNC) and a GETATTR of change and
+/// size after it, Linux's WRITE COMPOUND: the ops' statuses, and the
+/// change and size GETATTR answered.
+fn write_getattr(
+    c: &mut Client,
+    s: &mut Session,
+    fh: &NfsFh4,
+    offset: u64,
+    data: &[u8],
+) -> (Vec<(u32, Nfsstat4)>, ChangeSize) {
+    let head = WriteHead4 {
+        stateid: ANONYMOUS,
+        offset,
+        stable: StableHow4::FileSync,
+        data_len: data.len() as u32,
+    };
+    let getattr = ArgOp::Getattr(GetattrArgs4 {
+        attr_request: Bitmap4::from_bits(&[Attr4::Change.bit(), Attr4::Size.bit()]),
+    });
+    let res = call_then(c, s, fh, ArgOp::Write(head), data, Some(getattr));
+    let attrs = res.results.iter().find_map(|r| match r {
+        ResOp::Getattr(Res4::Ok(ok)) => {
+            let mut d = Decoder::new(ok.obj_attributes.attr_vals.as_bytes());
+            Some((d.u64().unwrap(), d.u64().unwrap()))
+        }
+        _ => None,
+    });
+    (res.statuses(), attrs)
+}
+
+#[test]
+fn a_write_and_its_getattr_run_on_the_task_or_given_back_together() {
+    let server = server(Mode::Direct, false);
+    let f = nfs4::path_of(&server, 0).join("f");
+    std::fs::write(&f, pattern(8192, 9)).unwrap();
+    let (fh, secret_fh) = (handle(&server, b"f"), handle(&server, b"secret"));
+    let (mut c, mut s) = session(&server);
+    let counts = |server: &TestServer| {
+        ["SEQUENCE", "PUTFH", "WRITE", "GETATTR", "COMPOUND"].map(|op| op_count(server, op))
+    };
+    let (before, ring) = (counts(&server), counters(&server).ring_writes);
+    let all_ok = [
+        (53, Nfsstat4::Ok),
+        (22, Nfsstat4::Ok),
+        (38, Nfsstat4::Ok),
+        (9, Nfsstat4::Ok),
+    ];
+    let mut expect = pattern(8192, 9);
+    // Aligned, direct: through the ring on the task, GETATTR after it
+    // there; the second grows the file, and its change moves.
+    let block = pattern(4096, 10);
+    let (statuses, first) = write_getattr(&mut c, &mut s, &fh, 4096, &block);
+    assert_eq!(statuses, all_ok);
+    expect[4096..].copy_from_slice(&block);
+    let (statuses, grown) = write_getattr(&mut c, &mut s, &fh, 8192, &block);
+    assert_eq!(statuses, all_ok);
+    expect.extend_from_slice(&block);
+    let ((change1, size1), (change2, size2)) = (first.unwrap(), grown.unwrap());
+    assert_eq!((size1, size2), (8192, 12_288));
+    assert_ne!(change1, change2);
+    assert_eq!(counters(&server).ring_writes, ring + 2);
+    // Misaligned: a read-modify-write, given back to a blocking thread
+    // with its GETATTR, which runs there.
+    let (statuses, small) = write_getattr(&mut c, &mut s, &fh, 100, b"0123456789");
+    assert_eq!(statuses, all_ok);
+    expect[100..110].copy_from_slice(b"0123456789");
+    assert_eq!(small.unwrap().1, 12_288);
+    assert_ne!(small.unwrap().0, change2);
+    assert_eq!(counters(&server).ring_writes, ring + 2);
+    // Refused (squashed, `secret` 0600): the GETATTR after is not run.
+    let (statuses, none) = write_getattr(&mut c, &mut s, &secret_fh, 0, &block);
+    assert_eq!(statuses[2], (38, Nfsstat4::Access), "{statuses:?}");
+    assert_eq!((statuses.len(), none), (3, None));
+    assert_eq!(std::fs::read(&f).unwrap(), expect);
+    // Four COMPOUNDs, each op counted once, wherever it ran.
+    let after = counts(&server);
+    let ran: Vec<u64> = after.iter().zip(before).map(|(a, b)| a - b).collect();
+    assert_eq!(ran, [4, 4, 4, 3, 4]);
 }

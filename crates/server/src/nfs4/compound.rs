@@ -172,14 +172,9 @@ pub async fn run(
         && compound.resume.is_none()
         && compound.slot.is_some()
         && compound.refused.is_none()
-        && matches!(ops[..], [ArgOp::Putfh(_), ArgOp::Read(_)])
     {
-        match (ops.pop(), ops.pop()) {
-            (Some(ArgOp::Read(args)), Some(putfh @ ArgOp::Putfh(_))) if ops.is_empty() => {
-                return run_read(server, nfs4, conn, compound, putfh, args, calls, started).await;
-            }
-            // Never (the shape was just matched): put back as it was.
-            (last, before) => ops.extend(before.into_iter().chain(last)),
+        if let Some((putfh, data_op)) = DataOp::take(&mut ops) {
+            return run_data(server, nfs4, conn, compound, putfh, data_op, calls, started).await;
         }
     }
     let resume = compound.resume.take();
@@ -353,22 +348,55 @@ fn begin_reply(compound: &Compound, counted: &mut Counted) -> (CompoundReply, Nf
     (reply, status)
 }
 
-/// [`run`] of the usual READ COMPOUND (SEQUENCE, PUTFH, READ) on the
-/// connection's task: PUTFH and READ run as the general loop runs them
-/// (the same `fh::putfh` and `data::read_on_task`, the same reply,
-/// counts and give-back), in a straight line, without the loop's
-/// look-ahead, op table and bookkeeping for ops this COMPOUND has not.
-/// (callgrind, 4 KiB random READs at qd 16: 64 instructions and 41
-/// instruction-cache misses fewer a READ than through the loop, whose
-/// path had 60% more of those misses than v3's.)
+/// The op after PUTFH in the usual data COMPOUND on the connection's
+/// task: SEQUENCE, PUTFH, READ (what Linux sends), or SEQUENCE, PUTFH,
+/// WRITE and maybe a GETATTR (`Compound::starts_on_task`).
+enum DataOp {
+    Read(dionfs_proto::nfs4::ReadArgs4),
+    Write(dionfs_proto::nfs4::WriteHead4, Option<ArgOp>),
+}
+
+impl DataOp {
+    /// `ops`' PUTFH and the data op after it, taken out, when they are
+    /// of one of the usual shapes; else `None`, `ops` untouched.
+    fn take(ops: &mut Vec<ArgOp>) -> Option<(ArgOp, DataOp)> {
+        use ArgOp::{Getattr, Putfh, Read, Write};
+        if !matches!(
+            ops[..],
+            [Putfh(_), Read(_)] | [Putfh(_), Write(_)] | [Putfh(_), Write(_), Getattr(_)]
+        ) {
+            return None;
+        }
+        let after = if ops.len() == 3 { ops.pop() } else { None };
+        match (ops.pop(), ops.pop()) {
+            (Some(Read(args)), Some(putfh)) if after.is_none() => Some((putfh, DataOp::Read(args))),
+            (Some(Write(head)), Some(putfh)) => Some((putfh, DataOp::Write(head, after))),
+            // Never (the shape was just matched): put back as it was.
+            (last, before) => {
+                ops.extend(before.into_iter().chain(last).chain(after));
+                None
+            }
+        }
+    }
+}
+
+/// [`run`] of the usual data COMPOUND ([`DataOp`]) on the connection's
+/// task: its ops run as the general loop runs them (the same
+/// `fh::putfh`, `data::read_on_task` or `data::write_on_task` and
+/// GETATTR, the same reply, counts and give-back), in a straight line,
+/// without the loop's look-ahead, op table and bookkeeping for ops
+/// this COMPOUND has not. (callgrind, 4 KiB random READs at qd 16: 64
+/// instructions and 41 instruction-cache misses fewer a READ than
+/// through the loop, whose path had 60% more of those misses than
+/// v3's.)
 #[allow(clippy::too_many_arguments)]
-async fn run_read(
+async fn run_data(
     server: &Server,
     nfs4: &Nfs4,
     conn: &ConnInfo,
     mut compound: Box<Compound>,
     putfh: ArgOp,
-    args: dionfs_proto::nfs4::ReadArgs4,
+    data_op: DataOp,
     calls: &CallStats,
     started: Instant,
 ) -> Result<Reply, Box<Compound>> {
@@ -376,43 +404,71 @@ async fn run_read(
     let (mut reply, mut status) = begin_reply(&compound, &mut counted);
     let mut ctx = OpCtx::new(server, nfs4, conn, &mut compound);
     let mut mark = started;
-    if status.is_ok() {
-        // PUTFH, a READ after it: its file looked up for it.
-        ctx.next_handles_wrongsec = false;
-        ctx.next_reads = true;
-        let start = reply.start_op(Opnum4::Putfh.as_u32());
-        let done = super::fh::putfh(&mut ctx, putfh, &mut reply);
-        status = reply.finish_op(start, done);
-        if status.is_ok() {
-            // Counted with no time: the READ's is its.
-            counted.record(Opnum4::Putfh.as_u32(), std::time::Duration::ZERO);
-            follow_filehandle(&mut ctx, Opnum4::Putfh.as_u32());
-            ctx.last_op = true;
-            ctx.next_handles_wrongsec = true;
-            ctx.next_reads = false;
-            let opnum = Opnum4::Read.as_u32();
-            let start = reply.start_op(opnum);
-            match super::data::read_on_task(&mut ctx, args, &mut reply).await {
-                Ok(done) => {
-                    status = reply.finish_op(start, done);
-                    failed(&ctx, opnum, status);
-                    mark = Instant::now();
-                    counted.record(opnum, mark - started);
-                }
-                Err(args) => {
-                    // Would block: given back after PUTFH.
-                    reply.abandon_op(start);
-                    let progress = ctx.progress(reply, 2, counted);
-                    compound.ops = vec![ArgOp::Read(args)];
-                    compound.resume = Some(progress);
-                    return Err(compound);
-                }
+    if !status.is_ok() {
+        return Ok(end(compound, reply, status, counted, started, mark));
+    }
+    // PUTFH, the data op after it: a READ's file looked up for it.
+    ctx.next_handles_wrongsec = false;
+    ctx.next_reads = matches!(data_op, DataOp::Read(_));
+    let start = reply.start_op(Opnum4::Putfh.as_u32());
+    let done = super::fh::putfh(&mut ctx, putfh, &mut reply);
+    status = reply.finish_op(start, done);
+    if !status.is_ok() {
+        failed(&ctx, Opnum4::Putfh.as_u32(), status);
+        mark = Instant::now();
+        counted.record(Opnum4::Putfh.as_u32(), mark - started);
+        return Ok(end(compound, reply, status, counted, started, mark));
+    }
+    // Counted with no time: the data op's is its.
+    counted.record(Opnum4::Putfh.as_u32(), std::time::Duration::ZERO);
+    follow_filehandle(&mut ctx, Opnum4::Putfh.as_u32());
+    ctx.next_reads = false;
+    let (opnum, after) = match &data_op {
+        DataOp::Read(_) => (Opnum4::Read.as_u32(), None),
+        DataOp::Write(_, after) => (Opnum4::Write.as_u32(), after.as_ref()),
+    };
+    ctx.last_op = after.is_none();
+    ctx.next_handles_wrongsec = handles_wrongsec(after);
+    let start = reply.start_op(opnum);
+    let done = match data_op {
+        DataOp::Read(args) => super::data::read_on_task(&mut ctx, args, &mut reply)
+            .await
+            .map(|done| (done, None))
+            .map_err(|args| vec![ArgOp::Read(args)]),
+        DataOp::Write(head, after) => {
+            match super::data::write_on_task(&mut ctx, head, &mut reply).await {
+                Ok(done) => Ok((done, after)),
+                Err(head) => Err(std::iter::once(ArgOp::Write(head)).chain(after).collect()),
             }
-        } else {
-            failed(&ctx, Opnum4::Putfh.as_u32(), status);
-            mark = Instant::now();
-            counted.record(Opnum4::Putfh.as_u32(), mark - started);
         }
+    };
+    let (done, after) = match done {
+        Ok(done) => done,
+        Err(ops) => {
+            // Would block: given back after PUTFH.
+            reply.abandon_op(start);
+            let progress = ctx.progress(reply, 2, counted);
+            compound.ops = ops;
+            compound.resume = Some(progress);
+            return Err(compound);
+        }
+    };
+    status = reply.finish_op(start, done);
+    failed(&ctx, opnum, status);
+    mark = Instant::now();
+    counted.record(opnum, mark - started);
+    if let (true, Some(getattr)) = (status.is_ok(), after) {
+        // The WRITE's GETATTR, the last op.
+        ctx.last_op = true;
+        ctx.next_handles_wrongsec = true;
+        let opnum = Opnum4::Getattr.as_u32();
+        let start = reply.start_op(opnum);
+        let done = super::attr_ops::getattr(&mut ctx, getattr, &mut reply);
+        status = reply.finish_op(start, done);
+        failed(&ctx, opnum, status);
+        let now = Instant::now();
+        counted.record(opnum, now - mark);
+        mark = now;
     }
     Ok(end(compound, reply, status, counted, started, mark))
 }
