@@ -20,6 +20,7 @@ use dionfs_core::io_errors::IoProc;
 use dionfs_dataplane::{
     DataError, PooledBuf, ReadAttempt, ReadData, Stable, WriteAttempt, WriteBuffer, WriteDone,
 };
+use dionfs_fs::handle::NFS3_FHSIZE;
 use dionfs_fs::{ops, FileKind, FsError, OpenFile};
 use dionfs_proto::nfs4::{
     ArgOp, Attr4, CommitResOk4, Nfsstat4, StableHow4, Verifier4, WriteHead4, WriteResOk4,
@@ -42,7 +43,7 @@ pub enum Payload {
     /// handle is `fh` (v3's path).
     Placed {
         export: u16,
-        fh: Vec<u8>,
+        fh: PlacedFh,
         /// What the export gives this client, admitted at receive.
         options: ClientOptions,
         file: Arc<OpenFile>,
@@ -56,6 +57,32 @@ pub enum Payload {
     /// answers this status unless its own checks fail first; `None` when
     /// they are certain to (an export the client may not use).
     Skipped(Option<Nfsstat4>),
+}
+
+/// The handle a payload was placed for, kept inline: one of this
+/// server's, at most `NFS3_FHSIZE` bytes (v3's bound, which every handle
+/// it makes keeps), so placing a payload allocates nothing for it.
+#[derive(Clone, Copy)]
+pub struct PlacedFh {
+    len: u8,
+    bytes: [u8; NFS3_FHSIZE],
+}
+
+impl PlacedFh {
+    /// `fh` kept inline; `None` if longer than any handle of this
+    /// server's.
+    fn new(fh: &[u8]) -> Option<PlacedFh> {
+        let mut bytes = [0; NFS3_FHSIZE];
+        bytes.get_mut(..fh.len())?.copy_from_slice(fh);
+        Some(PlacedFh {
+            len: fh.len() as u8,
+            bytes,
+        })
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
 }
 
 /// What the data ops of a COMPOUND were given at receive: the WRITE
@@ -82,7 +109,7 @@ impl DataIo {
                 fh: placed,
                 options,
                 ..
-            } if placed[..] == *fh => Some((*export, *options)),
+            } if placed.as_bytes() == fh => Some((*export, *options)),
             _ => None,
         })
     }
@@ -237,7 +264,12 @@ async fn place<R: CallStream>(
             .map(|file| (export, *options, file))
             .map_err(|e| Some(from_fs(e))),
     };
-    let (export, options, file) = match target {
+    // Never too long: `file_to_write` found the file by it.
+    let target = target.and_then(|t| {
+        let placed = PlacedFh::new(fh).ok_or(Some(Nfsstat4::Badhandle))?;
+        Ok((t, placed))
+    });
+    let ((export, options, file), placed_fh) = match target {
         Ok(target) => target,
         Err(status) => {
             io::skip(body, len).await?;
@@ -246,7 +278,7 @@ async fn place<R: CallStream>(
     };
     let placed = |buf| Payload::Placed {
         export: export.config.id,
-        fh: fh.to_vec(),
+        fh: placed_fh,
         options,
         file: file.clone(),
         buf,
@@ -583,7 +615,7 @@ pub async fn write_on_task(
 ) -> Result<Nfsstat4, WriteHead4> {
     // Only a payload placed at receive for this file: anything else
     // (and every refusal) is the blocking path's.
-    let Some((target, options)) = on_task_target(ctx, &head) else {
+    let Some((target, options, fh)) = on_task_target(ctx, &head) else {
         return Err(head);
     };
     match write_without_blocking(ctx, target).await {
@@ -595,7 +627,7 @@ pub async fn write_on_task(
         Err(t) => {
             ctx.data.payloads.push_front(Payload::Placed {
                 export: t.export.config.id,
-                fh: t.fh,
+                fh,
                 options,
                 file: t.file,
                 buf: t.buf,
@@ -607,7 +639,8 @@ pub async fn write_on_task(
 
 /// [`write_target`] for [`write_on_task`], its payload taken from
 /// `ctx.data` only when every check passes and it was placed for the
-/// current file; else `None`, `ctx.data` untouched.
+/// current file (with the client's options and the handle it was placed
+/// for, to give it back); else `None`, `ctx.data` untouched.
 ///
 /// The payload's open file stands for [`io_file`]'s lookup: receive
 /// found it by this handle (its MAC checked there, and PUTFH trusted
@@ -615,7 +648,7 @@ pub async fn write_on_task(
 fn on_task_target<'a>(
     ctx: &mut OpCtx<'a>,
     head: &WriteHead4,
-) -> Option<(WriteTarget<'a>, ClientOptions)> {
+) -> Option<(WriteTarget<'a>, ClientOptions, PlacedFh)> {
     let Some(Payload::Placed {
         export: id,
         fh: placed,
@@ -625,10 +658,10 @@ fn on_task_target<'a>(
     else {
         return None;
     };
-    if !is_current(ctx, *id, placed) {
+    if !is_current(ctx, *id, placed.as_bytes()) {
         return None;
     }
-    let export = placed_checks(ctx, head, *id, placed).ok()?;
+    let export = placed_checks(ctx, head, *id, placed.as_bytes()).ok()?;
     let before = ops::file_attr(&export.fs, file).ok()?;
     // The payload just looked at.
     let Some(Payload::Placed {
@@ -643,13 +676,12 @@ fn on_task_target<'a>(
     };
     let target = WriteTarget {
         export,
-        fh,
         file,
         buf,
         before: Some(before),
         how: stable(head.stable),
     };
-    Some((target, options))
+    Some((target, options, fh))
 }
 
 /// [`write_checks`] for a WRITE whose payload was placed for the current
@@ -693,8 +725,6 @@ fn write_checks<'a>(
 /// A WRITE's checks done and its payload in a buffer: ready to write.
 struct WriteTarget<'a> {
     export: &'a Export,
-    /// The file's handle, and the file.
-    fh: Vec<u8>,
     file: Arc<OpenFile>,
     buf: WriteBuffer,
     /// The file's attributes before the write, for the permission check.
@@ -710,7 +740,7 @@ fn write_target<'a>(
     payload: Option<Payload>,
 ) -> Result<WriteTarget<'a>, Nfsstat4> {
     let len = head.data_len as usize;
-    let (export, fh, file, buf) = match payload.ok_or(Nfsstat4::Serverfault)? {
+    let (export, file, buf) = match payload.ok_or(Nfsstat4::Serverfault)? {
         // The file receive found by the current handle (its MAC checked
         // there) stands for `io_file`'s lookup, as in `on_task_target`: a
         // regular file, since the open-file cache holds no other kind.
@@ -720,9 +750,9 @@ fn write_target<'a>(
             file,
             buf,
             ..
-        } if is_current(ctx, id, &fh) => {
-            let export = placed_checks(ctx, head, id, &fh)?;
-            (export, fh, file, buf)
+        } if is_current(ctx, id, fh.as_bytes()) => {
+            let export = placed_checks(ctx, head, id, fh.as_bytes())?;
+            (export, file, buf)
         }
         Payload::Placed {
             export: id,
@@ -733,10 +763,10 @@ fn write_target<'a>(
         } => {
             let (export, fh) = write_checks(ctx, head)?;
             // Receive followed the current handle exactly.
-            if id != export.config.id || placed != fh {
+            if id != export.config.id || placed.as_bytes() != fh {
                 return Err(Nfsstat4::Serverfault);
             }
-            (export, fh, file, buf)
+            (export, file, buf)
         }
         Payload::Skipped(status) => {
             write_checks(ctx, head)?;
@@ -758,7 +788,7 @@ fn write_target<'a>(
                 .map_err(|e| from_data(&e))?;
             buf.payload_mut().copy_from_slice(staged.bytes());
             buf.arrived(len);
-            (export, fh, file, buf)
+            (export, file, buf)
         }
     };
     let before = match ops::file_attr(&export.fs, &file) {
@@ -767,7 +797,6 @@ fn write_target<'a>(
     };
     Ok(WriteTarget {
         export,
-        fh,
         file,
         buf,
         before,
@@ -1061,6 +1090,15 @@ impl Compound {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_placed_handle_keeps_its_bytes_up_to_v3s_bound() {
+        for len in [0, 1, 37, NFS3_FHSIZE] {
+            let fh: Vec<u8> = (0..len as u8).map(|b| b ^ 0x5a).collect();
+            assert_eq!(PlacedFh::new(&fh).unwrap().as_bytes(), fh);
+        }
+        assert!(PlacedFh::new(&[7; NFS3_FHSIZE + 1]).is_none());
+    }
 
     /// Payloads tagged by a status, to tell them apart.
     fn tag(n: u32) -> Payload {
