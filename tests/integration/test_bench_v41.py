@@ -195,6 +195,34 @@ def test_ganesha_runs_beside_dionfs_each_job_side_by_side():
     assert info[gv41]["shared_with"] == [gv40] and info[v3]["shared_with"] == [v40, v41]
 
 
+def test_v3_and_v41_each_follow_ganeshas_run_as_often():
+    # A run right after Ganesha's pays for it (its writes' aftermath): in
+    # PAIRED's order and its reverse alone v4.1 was the one after it
+    # every second time, and v3 never.
+    b = load_bench_run()
+    v3, v41, gv41 = b.V41_SYSTEMS
+    job = b.Job("seq-write", "tput", "Sequential write", "-")
+    for pair in ([v3, v41, gv41], [s for s in b.PAIRED if s != b.TLS_SYSTEM]):
+        for i in range(3):
+            orders = [[s for s in b.pair_order(pair, job, rep, i) if s in b.V41_SYSTEMS]
+                      for rep in range(1, 9)]
+            assert all(sorted(o) == sorted(b.V41_SYSTEMS) for o in orders)
+            after = [o[o.index(gv41) + 1] for o in orders if o.index(gv41) < 2]
+            assert sorted(after) == [v3] * 2 + [v41] * 2, (pair, i, orders)
+            firsts = [o[0] for o in orders if o[0] != gv41]
+            assert sorted(firsts) == [v3] * 2 + [v41] * 2, (pair, i, orders)
+            v3_first = [o.index(v3) < o.index(v41) for o in orders]
+            assert v3_first.count(True) == 4, (pair, i, orders)
+            # each comparison's two rows still next to each other every time
+            assert all(abs(o.index(v3) - o.index(v41)) == 1 for o in orders)
+    # v3 stays next to the TLS row, and a pair without Ganesha as before
+    tls = b.TLS_SYSTEM
+    for rep in range(1, 9):
+        o = b.pair_order([tls, v3, v41, gv41], job, rep, 0)
+        assert abs(o.index(tls) - o.index(v3)) == 1
+        assert b.pair_order([v3, v41], job, rep, 0) == ([v3, v41] if rep % 2 else [v41, v3])
+
+
 def test_ganesha_has_ports_of_its_own():
     b = load_bench_run()
 
