@@ -336,7 +336,7 @@ pub fn receive_in_place<R: CallStream>(
                 let small = data::is_small_compound(body.fragment_remaining());
                 body.consume(used);
                 let tail_len = body.fragment_remaining() as usize - write.payload_len();
-                let ops = vec![putfh, ArgOp::Write(write)];
+                let ops = write_ops(head.numops, putfh, write);
                 (head, args, ops, Some((small, tail_len)))
             }
             None => return Err(NotInPlace::Whole(exports, call)),
@@ -365,6 +365,17 @@ pub fn receive_in_place<R: CallStream>(
             tail_len,
         })),
     }
+}
+
+/// The ops after SEQUENCE of a WRITE COMPOUND of `numops` ops (at most
+/// [`IN_PLACE_MAX_OPS`]) as [`receive_in_place`] takes it: PUTFH and
+/// WRITE, with room for the ops after the payload that [`decode_tail`]
+/// pushes (a `vec!` of two grew for the usual GETATTR: a second
+/// allocation and a copy every WRITE).
+fn write_ops(numops: u32, putfh: ArgOp, write: WriteHead4) -> Vec<ArgOp> {
+    let mut ops = Vec::with_capacity(numops.clamp(3, IN_PLACE_MAX_OPS) as usize - 1);
+    ops.extend([putfh, ArgOp::Write(write)]);
+    ops
 }
 
 /// The rest of a WRITE COMPOUND [`receive_in_place`] took up to its
@@ -940,5 +951,17 @@ mod fixed_tests {
         agrees_with_general(&bytes);
         let bytes = compound(b"", 1, 9, &[sequence(), putfh(28), write()]);
         assert!(usual_start(&bytes, 3..=IN_PLACE_MAX_OPS).is_none());
+    }
+
+    #[test]
+    fn a_write_compounds_ops_have_room_for_the_ops_after_its_payload() {
+        let ArgOp::Write(head) = write() else {
+            unreachable!()
+        };
+        for numops in 3..=IN_PLACE_MAX_OPS {
+            let ops = write_ops(numops, putfh(28), head);
+            assert_eq!(ops, [putfh(28), write()]);
+            assert!(ops.capacity() >= numops as usize - 1, "{numops} ops");
+        }
     }
 }
