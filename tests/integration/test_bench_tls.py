@@ -14,7 +14,7 @@ import tempfile
 
 import pytest
 
-from benchrun import load_bench_run
+from benchrun import load_bench_run, table_row
 from rawrpc import NFS_PROGRAM, NFS_V3, SUCCESS, Conn, call_header, read_record, record, u32
 
 TLS, V3, V41 = "dionfs-direct-tls", "dionfs-direct-v3", "dionfs-direct-v41"
@@ -211,11 +211,6 @@ def run(system, rep, cpu, mib_s=100.0, job="seq-write", failed=None, tls=None):
 def summary(runs, jobs, systems):
     b = load_bench_run()
     return b.summarize(runs, jobs, systems)
-
-
-def table_row(md, job):
-    line = next(x for x in md.splitlines() if x.startswith(f"| `{job}`"))
-    return [c.strip() for c in line.strip("|").split("|")]
 
 
 def test_table_gives_paired_ratios_and_marks_the_goal():

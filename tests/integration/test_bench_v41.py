@@ -6,7 +6,7 @@ ratio, and the read-back of the v4.1 writes by libnfs."""
 
 from __future__ import annotations
 
-from benchrun import load_bench_run
+from benchrun import load_bench_run, table_row
 
 
 def entry(v):
@@ -61,9 +61,7 @@ def test_table_marks_the_goals():
     md = b.v41_table(summ, jobs, systems, labels, checks)
 
     def row(job):
-        line = next(x for x in md.splitlines() if x.startswith(f"| `{job}`"))
-        return [c.strip() for c in line.strip("|").split("|")]
-    # without the runs, no ratio by repetition
+        return table_row(md, job)
     # without the runs, no ratio by repetition and no chance at parity
     assert row("seq-read")[4:] == ["0.96", "–", "–", "900", "1.07", "v3 ok, Ganesha ok", "980", "1.02"]
     assert row("rand-read-qd16")[4:10] == ["0.90", "–", "–", "95.0", "0.95", "v3 MISSED, Ganesha MISSED"]
@@ -103,8 +101,7 @@ def test_table_gives_the_ratio_within_each_repetition():
     md = b.v41_table(summ, jobs, systems, {s: s for s in systems}, [], runs)
 
     def cell(job):
-        line = next(x for x in md.splitlines() if x.startswith(f"| `{job}`"))
-        return [c.strip() for c in line.strip("|").split("|")][5]
+        return table_row(md, job)[5]
     assert cell("seq-read") == "1.10 (0.90–2.00)"
     assert cell("overwrite-1k") == "0.80 (0.80–0.80)"
     assert cell("calls-read-4k") == "–"
@@ -363,8 +360,7 @@ def test_chance_at_parity_follows_the_spread_of_the_repetitions():
     md = b.v41_table(summ, tables, systems, {s: s for s in systems}, [], runs)
 
     def cell(job):
-        line = next(x for x in md.splitlines() if x.startswith(f"| `{job}`"))
-        return [c.strip() for c in line.strip("|").split("|")][6]
+        return table_row(md, job)[6]
     assert cell("steady") == "100%"
     assert cell("noisy") == f"{chances['noisy']:.0%}"
     assert "At parity, every one of these 2 jobs at 0.95 or more in one run like this: " in md

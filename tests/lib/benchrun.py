@@ -19,3 +19,9 @@ def load_bench_run() -> types.ModuleType:
     mod = importlib.util.module_from_spec(spec)
     loader.exec_module(mod)
     return mod
+
+
+def table_row(md: str, job: str) -> list[str]:
+    """The cells of `job`'s row in a results.md table `md`."""
+    line = next(x for x in md.splitlines() if x.startswith(f"| `{job}`"))
+    return [c.strip() for c in line.strip("|").split("|")]
