@@ -13,11 +13,12 @@ import os
 import shutil
 import subprocess
 import tempfile
-import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
+from netns import network_namespace
 
 ROOT = Path(__file__).resolve().parents[2]
 LEFTOVERS = ROOT / "scripts" / "leftovers"
@@ -41,16 +42,6 @@ def stale_loop_device():
         os.unlink(image)
 
 
-@contextmanager
-def netns():
-    name = f"dionfs-test-{uuid.uuid4().hex[:8]}"
-    subprocess.run(["ip", "netns", "add", name], check=True)
-    try:
-        yield name
-    finally:
-        subprocess.run(["ip", "netns", "del", name], check=True)
-
-
 def _leftovers(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(LEFTOVERS), *args], capture_output=True, text=True, timeout=30)
 
@@ -66,7 +57,7 @@ def test_check_names_only_what_appeared_after_the_list(tmp_path):
         r = _leftovers("check", str(before))
         assert r.returncode == 0, r
 
-        with stale_loop_device() as (new_dev, new_image), netns() as ns:
+        with stale_loop_device() as (new_dev, new_image), network_namespace() as ns:
             r = _leftovers("check", str(before))
             assert r.returncode == 1, r
             assert new_image in r.stderr and f"netns {ns}" in r.stderr, r.stderr
